@@ -1,0 +1,134 @@
+"""Request and reservation ledgers, slack, headroom and reclaimed capacity (DESIGN §6).
+
+Per node n and dimension d, with production set P_n, batch set B_n and post-Phase-0 capacity
+C_n (all ``(n_nodes, 8)``)::
+
+    request ledger      Σ_{p∈P_n} q_p ≤ C_n                      (the blueprint; batch never here)
+    reservation ledger  Σ_{p∈P_n} r_p + Σ_{b∈B_n} r_b + q_new ≤ C_n
+    slack               S_n = C_n − Σ_{w∈P_n∪B_n} r_w            (gpu: C − Σ q of everything)
+    headroom            H_n = C_n − Σ_{p∈P_n} q_p                (Kuberina's reserve)
+    reclaimed in use    X_n = max(0, Σ_{p∈P_n} q_p + Σ_{b∈B_n} q_b − C_n)
+
+Worked example: C = 64 cores, production requests 56, production reservations 30, batch
+requests (= reservations) 20 → slack 64 − 50 = 14, headroom 8, reclaimed 56 + 20 − 64 = 12.
+Unconstrained (+inf) capacity gives +inf slack and headroom and 0 reclaimed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kalena_engine.errors import InvariantViolation
+from kalena_engine.resources import DIMS, GPU, N_DIMS
+
+#: Relative tolerance for ledger comparisons (float sums of decimal quantities).
+LEDGER_RTOL = 1e-9
+
+
+def node_sum(node_of: np.ndarray, values: np.ndarray, n_nodes: int,
+             weights: np.ndarray | None = None) -> np.ndarray:
+    """``Σ_{w on n} weight_w · values_w`` per node, shape ``(n_nodes, 8)``.
+
+    Args:
+        node_of: ``(k,)`` int node row per workload; rows < 0 (unplaced) are skipped.
+        values: ``(k, 8)``.
+        weights: optional ``(k,)`` multiplier (e.g. instance counts of grouped batch pods).
+    """
+    out = np.zeros((n_nodes, N_DIMS))
+    if len(node_of) == 0:
+        return out
+    placed = node_of >= 0
+    rows = node_of[placed]
+    vals = values[placed] if weights is None else values[placed] * weights[placed, None]
+    for d in range(N_DIMS):
+        out[:, d] = np.bincount(rows, weights=vals[:, d], minlength=n_nodes)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class NodeLedgers:
+    """Per-node aggregates, each ``(n_nodes, 8)`` in internal units.
+
+    ``prod_*`` cover the production (service) set, ``batch_*`` the running batch set
+    (terminated workloads never count; in-flight ones count at their request).
+    """
+
+    capacity: np.ndarray
+    prod_request: np.ndarray
+    prod_reservation: np.ndarray
+    batch_request: np.ndarray
+    batch_reservation: np.ndarray
+
+    @property
+    def reservation(self) -> np.ndarray:
+        """Σ r over production and batch."""
+        return self.prod_reservation + self.batch_reservation
+
+    @property
+    def request(self) -> np.ndarray:
+        """Σ q over production and batch."""
+        return self.prod_request + self.batch_request
+
+    @property
+    def slack(self) -> np.ndarray:
+        """``S_n = C_n − Σ r``; GPU slack is ``C_gpu − Σ q_gpu`` (no GPU reclaim)."""
+        slack = self.capacity - self.reservation
+        slack[:, GPU] = self.capacity[:, GPU] - self.request[:, GPU]
+        return slack
+
+    @property
+    def headroom(self) -> np.ndarray:
+        """``H_n = C_n − Σ_{p∈P_n} q_p``."""
+        return self.capacity - self.prod_request
+
+    @property
+    def reclaimed(self) -> np.ndarray:
+        """``X_n = max(0, Σ q_p + Σ q_b − C_n)``: batch beyond what requests alone admit."""
+        with np.errstate(invalid="ignore"):
+            return np.maximum(0.0, np.nan_to_num(self.request - self.capacity, nan=0.0, neginf=0.0))
+
+
+def ledgers(capacity: np.ndarray, *, prod_node: np.ndarray, prod_request: np.ndarray,
+            prod_reservation: np.ndarray, batch_node: np.ndarray, batch_request: np.ndarray,
+            batch_reservation: np.ndarray, batch_count: np.ndarray | None = None) -> NodeLedgers:
+    """Aggregate workloads into :class:`NodeLedgers`.
+
+    Args:
+        capacity: ``(n_nodes, 8)`` post-Phase-0 capacity.
+        prod_node: ``(p,)`` node row per production pod (−1 = unplaced).
+        prod_request, prod_reservation: ``(p, 8)``.
+        batch_node: ``(b,)`` node row per running batch row.
+        batch_request, batch_reservation: ``(b, 8)`` per instance.
+        batch_count: optional ``(b,)`` instances per batch row (grouped identical pods).
+    """
+    n = capacity.shape[0]
+    return NodeLedgers(
+        capacity=capacity,
+        prod_request=node_sum(prod_node, prod_request, n),
+        prod_reservation=node_sum(prod_node, prod_reservation, n),
+        batch_request=node_sum(batch_node, batch_request, n, batch_count),
+        batch_reservation=node_sum(batch_node, batch_reservation, n, batch_count),
+    )
+
+
+def fits(request: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """``(n_nodes,)`` bool: one workload of ``request`` ``(8,)`` fits every dimension of
+    ``slack`` ``(n_nodes, 8)`` (reservation ledger admission, DESIGN §6)."""
+    return np.all(request <= slack + LEDGER_RTOL * np.abs(slack) + 1e-9, axis=1)
+
+
+def check_request_ledger(capacity: np.ndarray, prod_request: np.ndarray, node_names: list[str] | tuple[str, ...]) -> None:
+    """Blueprint fidelity: removing all batch leaves every request ledger within capacity.
+
+    Raises:
+        InvariantViolation: naming the first node and dimension over capacity.
+    """
+    over = prod_request > capacity * (1 + LEDGER_RTOL) + 1e-6
+    if over.any():
+        row, dim = (int(x[0]) for x in np.nonzero(over))
+        raise InvariantViolation(
+            f"request ledger over capacity on {node_names[row]} ({DIMS[dim]}: "
+            f"{prod_request[row, dim]:.6g} > {capacity[row, dim]:.6g}) — the blueprint state is broken"
+        )

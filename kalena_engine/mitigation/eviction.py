@@ -1,0 +1,212 @@
+"""Eviction planning for non-compressible pressure (ram, storage) — DESIGN §7.
+
+One quantity decides both start and stop: the node's reservation ledger on the pressured
+dimension, recomputed from the freshest samples, ``Σ r``.
+
+* Start: a pressure signal fires (working set ≥ ``evict_threshold_ratio · C`` or PSI memory
+  ``some`` avg10 ≥ its threshold) **and** ``Σ r > C``. A sample older than ``T_stale`` never
+  starts an eviction.
+* Order: (1) limit-breach override — any non-DaemonSet workload using more than its own limit,
+  largest excess first, regardless of tier, priority or age; (2) batch in ascending priority,
+  ties youngest first, then largest usage on the pressured dimension; batch younger than
+  ``T_min`` is skipped unless the pressure is acute (working set ≥ ``acute_ratio · C`` or PSI
+  ``full`` avg10 above its threshold). Service workloads are never chosen in (2).
+* Stop: as soon as ``Σ_{remaining} r ≤ C``. A victim is credited from the moment it starts
+  terminating, so rows already ``terminating`` do not count and are never chosen again.
+* Termination: the candidates are finite; the worst case is every batch workload gone, which
+  is the blueprint state (``unresolved`` is then set if production alone still exceeds C).
+
+Rows may group ``count`` identical instances (the simulator's grouped batch pods); the planner
+takes only as many instances of a row as the stop rule needs.
+
+Worked example (case C4): C = 64 GiB, Σ r = 68 GiB, V (priority 0, r = 5.75) and W
+(priority 1, r = 3): V is chosen, 68 − 5.75 = 62.25 ≤ 64, stop — W is never chosen. On the next
+loop V is ``terminating`` and credited, so Σ r = 62.25 ≤ 64 and nothing more is planned.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kalena_engine.policy import EvictionPolicy
+from kalena_engine.resources import DIMS
+
+TIER_SERVICE = "service"
+TIER_BATCH = "batch"
+TIER_DAEMONSET = "daemonset"
+
+
+@dataclass(frozen=True, eq=False)
+class NodeWorkloads:
+    """The workloads on one node, ``k`` rows; vectors are per instance, ``(k, 8)``.
+
+    Attributes:
+        reservation: current r (from the freshest samples).
+        usage: measured usage (ram: working set).
+        limit: L per instance.
+        tier: ``(k,)`` str, ``service`` | ``batch`` | ``daemonset``.
+        priority: ``(k,)`` int (batch eviction order; ignored for service).
+        start_s: ``(k,)`` start time (s).
+        terminating: ``(k,)`` bool — already evicted and in its grace period (credited).
+        count: ``(k,)`` int instances per row (1 unless grouped).
+    """
+
+    reservation: np.ndarray
+    usage: np.ndarray
+    limit: np.ndarray
+    tier: np.ndarray
+    priority: np.ndarray
+    start_s: np.ndarray
+    terminating: np.ndarray
+    count: np.ndarray
+
+
+@dataclass(frozen=True)
+class PressureSignal:
+    """What the node's sensors say about one non-compressible dimension.
+
+    Attributes:
+        dimension: index into :data:`~kalena_engine.resources.DIMS` (ram or storage).
+        working_set: node working set on that dimension (internal units).
+        sample_age_s: age of the freshest sample the ledger was computed from.
+        psi_some_avg10_pct, psi_full_avg10_pct: PSI memory averages, or None if unavailable.
+    """
+
+    dimension: int
+    working_set: float
+    sample_age_s: float = 0.0
+    psi_some_avg10_pct: float | None = None
+    psi_full_avg10_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class Victim:
+    """One eviction decision, with the numbers that justify it.
+
+    ``reason`` is ``limit_breach`` or ``priority``; ``ledger_before``/``ledger_after`` are
+    ``Σ r`` on the pressured dimension around this victim (internal units).
+    """
+
+    row: int
+    count: int
+    reason: str
+    tier: str
+    priority: int
+    usage: float
+    limit: float
+    reservation: float
+    ledger_before: float
+    ledger_after: float
+
+
+@dataclass(frozen=True)
+class EvictionPlan:
+    """Result of :func:`plan_evictions`.
+
+    ``decision`` is one of ``evict`` (victims chosen), ``no_pressure``, ``ledger_holds``
+    (pressure but Σ r ≤ C: nothing to evict), ``stale_sample`` (never act on stale data),
+    ``no_candidate`` (Σ r > C but nothing evictable).
+    """
+
+    dimension: str
+    decision: str
+    capacity: float
+    ledger_before: float
+    ledger_after: float
+    acute: bool
+    victims: tuple[Victim, ...] = ()
+    skipped_young: int = 0
+
+    @property
+    def unresolved(self) -> bool:
+        """True when the ledger still exceeds capacity after the plan."""
+        return self.ledger_after > self.capacity
+
+
+def pressure_fires(signal: PressureSignal, capacity: float, policy: EvictionPolicy) -> tuple[bool, bool]:
+    """``(pressure, acute)`` for a signal against capacity ``C`` on its dimension."""
+    ratio = signal.working_set / capacity if capacity > 0 else math.inf
+    psi_some = signal.psi_some_avg10_pct is not None and signal.psi_some_avg10_pct >= policy.psi_some_avg10_pct
+    psi_full = signal.psi_full_avg10_pct is not None and signal.psi_full_avg10_pct > policy.psi_full_avg10_pct
+    pressure = ratio >= policy.evict_threshold_ratio or psi_some
+    acute = ratio >= policy.acute_ratio or psi_full
+    return pressure, acute
+
+
+def plan_evictions(workloads: NodeWorkloads, capacity: np.ndarray, signal: PressureSignal, *,
+                   now_s: float, stale_ttl_s: float, policy: EvictionPolicy) -> EvictionPlan:
+    """Choose victims on one node (see the module doc for the rules and a worked example).
+
+    Args:
+        workloads: the node's workloads.
+        capacity: ``(8,)`` post-Phase-0 capacity of the node.
+        signal: the pressure reading on one non-compressible dimension.
+        now_s: current time (s), for the minimum run time.
+        stale_ttl_s: T_stale; an older sample never starts an eviction.
+        policy: thresholds and T_min.
+    """
+    d = signal.dimension
+    cap = float(capacity[d])
+    live = ~workloads.terminating
+    r = workloads.reservation[:, d]
+    ledger = float(np.sum(r[live] * workloads.count[live]))
+
+    def plan(decision: str, acute: bool = False) -> EvictionPlan:
+        return EvictionPlan(DIMS[d], decision, cap, ledger, ledger, acute)
+
+    if signal.sample_age_s > stale_ttl_s:
+        return plan("stale_sample")
+    pressure, acute = pressure_fires(signal, cap, policy)
+    if not pressure:
+        return plan("no_pressure", acute)
+    if ledger <= cap:
+        return plan("ledger_holds", acute)
+
+    victims: list[Victim] = []
+    remaining = workloads.count.astype(np.int64).copy()
+    running = ledger
+    usage = workloads.usage[:, d]
+    limit = workloads.limit[:, d]
+    tier = workloads.tier
+
+    def take(row: int, reason: str, units: int) -> None:
+        nonlocal running
+        before = running
+        running -= units * float(r[row])
+        remaining[row] -= units
+        victims.append(Victim(
+            row=row, count=units, reason=reason, tier=str(tier[row]),
+            priority=int(workloads.priority[row]), usage=float(usage[row]),
+            limit=float(limit[row]), reservation=float(r[row]),
+            ledger_before=before, ledger_after=running,
+        ))
+
+    def units_needed(row: int) -> int:
+        per_unit = float(r[row])
+        if per_unit <= 0:
+            return int(remaining[row])
+        return min(int(remaining[row]), max(1, math.ceil((running - cap) / per_unit - 1e-12)))
+
+    breach = live & (tier != TIER_DAEMONSET) & (usage > limit)
+    for row in np.flatnonzero(breach)[np.argsort(-(usage - limit)[breach], kind="stable")]:
+        if running <= cap:
+            break
+        take(int(row), "limit_breach", units_needed(int(row)))
+
+    skipped_young = 0
+    batch = live & (tier == TIER_BATCH) & (remaining > 0)
+    rows = np.flatnonzero(batch)
+    order = np.lexsort((-usage[rows], -workloads.start_s[rows], workloads.priority[rows]))
+    for row in rows[order]:
+        if running <= cap:
+            break
+        if not acute and now_s - workloads.start_s[row] < policy.min_run_time_s:
+            skipped_young += 1
+            continue
+        take(int(row), "priority", units_needed(int(row)))
+
+    decision = "evict" if victims else "no_candidate"
+    return EvictionPlan(DIMS[d], decision, cap, ledger, running, acute, tuple(victims), skipped_young)

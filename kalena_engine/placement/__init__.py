@@ -1,0 +1,1 @@
+"""Batch placement into the reservation ledger (DESIGN §6, §9)."""

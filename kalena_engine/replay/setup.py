@@ -1,0 +1,189 @@
+"""Assemble a replay from loaded inputs: blueprint → production set, Bitbrains → usage,
+batch trace → task table, then run it and summarise (DESIGN §11)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kalena_engine.errors import BlueprintRefused
+from kalena_engine.estimator import initial_reservations
+from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
+from kalena_engine.kuberina.verify import Verification
+from kalena_engine.policy import Policy
+from kalena_engine.replay.simulator import Placer, SimClock, Simulator, StepRecord
+from kalena_engine.replay.state import BatchGroups, ClusterState, Production, TaskTable
+from kalena_engine.replay.summary import SummaryAccumulator
+from kalena_engine.replay.usage import build_production_usage
+from kalena_engine.placement.firstfit import first_fit
+from kalena_engine.traces.batch import BatchTasks, scale_load, select_window
+from kalena_engine.traces.bitbrains import BitbrainsSet
+
+NODE_SETS = ("active", "all")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """How to replay. Times in seconds; ``hours`` of simulated time in ``step_s`` steps.
+
+    Attributes:
+        usage_mapping: ``peak`` (default) or ``raw`` (DESIGN §11).
+        batch_offset_s: trace time that replay time 0 maps to for batch arrivals (86,400 s).
+        load_factor: multiplies batch instance counts (stochastic rounding; 1.0).
+        node_set: ``active`` — the blueprint's active nodes take batch — or ``all``.
+        batch_usage_ratio: batch usage as a fraction of request (the trace has no usage; 1.0).
+        usage_interval_s: the usage source's sampling interval, for T_stale (Bitbrains: 300 s).
+        coverage_tolerance_s: a VM covers the window if its samples start/end within this.
+    """
+
+    hours: float = 24.0
+    step_s: float = 60.0
+    seed: int = 0
+    usage_mapping: str = "peak"
+    batch_offset_s: float = 86_400.0
+    load_factor: float = 1.0
+    node_set: str = "active"
+    batch_usage_ratio: float = 1.0
+    usage_interval_s: float = 300.0
+    coverage_tolerance_s: float = 300.0
+    policy: Policy = field(default_factory=Policy)
+
+    def __post_init__(self) -> None:
+        if self.hours <= 0 or self.step_s <= 0:
+            raise ValueError(f"hours ({self.hours}) and step ({self.step_s} s) must be positive")
+        if self.node_set not in NODE_SETS:
+            raise ValueError(f"node set {self.node_set!r} is not one of {', '.join(NODE_SETS)}")
+        if self.load_factor <= 0:
+            raise ValueError(f"load factor {self.load_factor} must be positive")
+        if self.batch_usage_ratio < 0:
+            raise ValueError(f"batch usage ratio {self.batch_usage_ratio} must be ≥ 0")
+
+    @property
+    def steps(self) -> int:
+        return int(round(self.hours * 3600.0 / self.step_s))
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayInputs:
+    """Everything a replay reads, already loaded (the CLI does the file I/O)."""
+
+    infra: Infrastructure
+    workloads: Workloads
+    blueprint: Blueprint
+    bitbrains: BitbrainsSet
+    batch: BatchTasks
+    peak_ratios: np.ndarray | None = None
+    anomalies: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Replay:
+    """A ready-to-run replay: the simulator, its accumulator and the static facts."""
+
+    simulator: Simulator
+    accumulator: SummaryAccumulator
+    verification: Verification
+    facts: dict[str, object]
+
+    def run(self, on_step: Callable[[StepRecord], None] | None = None) -> dict[str, object]:
+        """Run to the end; ``on_step`` sees every step after the accumulator. Returns the summary."""
+        def observe(record: StepRecord) -> None:
+            self.accumulator.add(record)
+            if on_step is not None:
+                on_step(record)
+        self.simulator.run(observe)
+        return self.summary()
+
+    def summary(self) -> dict[str, object]:
+        """Static facts plus the time-averaged figures so far."""
+        return {**self.facts, **self.accumulator.summary()}
+
+
+def build_replay(inputs: ReplayInputs, config: ReplayConfig, *, placer: Placer = first_fit) -> Replay:
+    """Build the production set, usage model, task table and simulator.
+
+    Raises:
+        BlueprintRefused: the blueprint overloads a node's request ledger (the blueprint state
+            itself would be broken) — nothing is simulated.
+        ValueError: no Bitbrains VM covers the window, or bad config.
+    """
+    rng = np.random.default_rng(config.seed)
+    capacity = phase0_capacity(inputs.infra)
+    verification = verify_blueprint(inputs.infra, inputs.workloads, inputs.blueprint, capacity)
+    hard = verification.hard_counts
+    if hard.get("over_capacity"):
+        raise BlueprintRefused(
+            f"{hard['over_capacity']} node/dimension pairs over capacity in the request ledger",
+            source=inputs.blueprint.source, field="solution",
+            accepted="a blueprint whose request ledger fits post-Phase-0 capacity",
+        )
+    placed = np.flatnonzero(verification.node_of_pod >= 0)
+    pods = [inputs.workloads.pods[i] for i in placed]
+    request = inputs.workloads.requests[placed]
+    limit = request * config.policy.estimator.limit_ratio
+    production = Production(ids=tuple(p.id for p in pods), node=verification.node_of_pod[placed],
+                            request=request, limit=limit)
+    clock = SimClock(0.0, config.step_s, config.steps)
+    window_end_s = config.hours * 3600.0
+    start = inputs.bitbrains.earliest_start_s()
+    vms = inputs.bitbrains.covering(start, start + window_end_s, tolerance_s=config.coverage_tolerance_s)
+    usage = build_production_usage(
+        vms, trace_start_s=start, step_times_s=clock.times(), request=request, limit=limit,
+        peak_ratios=inputs.peak_ratios, mapping=config.usage_mapping, rng=rng,
+    )
+    tasks = _task_table(inputs.batch, config, rng)
+    n_nodes = len(inputs.infra.nodes)
+    active = np.zeros(n_nodes, dtype=bool)
+    active[verification.active_nodes] = True
+    eligible = active if config.node_set == "active" else np.ones(n_nodes, dtype=bool)
+    state = ClusterState(
+        capacity=capacity, node_names=tuple(n.name for n in inputs.infra.nodes),
+        production=production,
+        prod_reservations=initial_reservations(request, np.zeros(len(pods))),
+        tasks=tasks, pending=np.zeros(len(tasks), dtype=np.int64), groups=BatchGroups(),
+        submitted=np.zeros(len(tasks), dtype=np.int64), completed=np.zeros(len(tasks), dtype=np.int64),
+    )
+    stale_ttl_s = config.policy.estimator.stale_ttl_s(config.usage_interval_s)
+    simulator = Simulator(state=state, usage=usage, clock=clock, policy=config.policy,
+                          eligible=eligible, stale_ttl_s=stale_ttl_s, placer=placer)
+    facts: dict[str, object] = {
+        "nodes": n_nodes,
+        "active_nodes": int(active.sum()),
+        "batch_nodes": int(eligible.sum()),
+        "node_set": config.node_set,
+        "production_pods": len(pods),
+        "blueprint_violations": len(verification.hard),
+        "blueprint_violations_by_kind": hard,
+        "blueprint_soft_violations": len(verification.soft),
+        "blueprint_soft_violations_by_kind": verification.soft_counts,
+        "usage_mapping": config.usage_mapping,
+        "usage_vms": len(vms),
+        "batch_tasks": len(tasks),
+        "load_factor": config.load_factor,
+        "seed": config.seed,
+        "step_s": config.step_s,
+        "steps": config.steps,
+        "sim_seconds": config.steps * config.step_s,
+        "stale_ttl_s": stale_ttl_s,
+        "data_anomalies": dict(sorted(inputs.anomalies.items())),
+    }
+    return Replay(simulator=simulator, accumulator=SummaryAccumulator(target=eligible, production_pods=len(pods)),
+                  verification=verification, facts=facts)
+
+
+def _task_table(batch: BatchTasks, config: ReplayConfig, rng: np.random.Generator) -> TaskTable:
+    window = select_window(batch, config.batch_offset_s, config.batch_offset_s + config.hours * 3600.0)
+    if config.load_factor != 1.0:
+        window = scale_load(window, config.load_factor, rng)
+    order = np.argsort(window.arrival_s, kind="stable")
+    request = window.request[order]
+    return TaskTable(
+        task_id=window.task_id[order], job_id=window.job_id[order],
+        instances=window.instances[order].astype(np.int64),
+        arrival_s=window.arrival_s[order] - config.batch_offset_s,
+        duration_s=window.duration_s[order].astype(np.float64),
+        request=request, limit=request * config.policy.estimator.limit_ratio,
+        usage=request * config.batch_usage_ratio, priority=window.priority[order].astype(np.int64),
+    )

@@ -1,0 +1,308 @@
+"""The replay simulator: the engine's own functions driven by an injected clock (DESIGN §11,
+Borg's Fauxmaster idea); enforcement is stubbed, everything else is the production code path.
+
+Each step at replay time ``t``:
+
+1. batch groups whose running time is done complete (terminal: they leave every ledger);
+2. batch tasks that arrived by ``t`` join the pending queue;
+3. samples — production usage from the mapped VM series (held between source samples; a
+   source sample older than T_stale is not fed, so its pod reads ``max(r, q)``), batch usage =
+   request × ``batch_usage_ratio``;
+4. estimator → reservations → slack on the nodes batch may use;
+5. pending batch is placed into the reservation ledger (in-flight placements debit at once);
+6. on a node whose working set on ram (or storage) reaches the eviction threshold while
+   ``Σ r > C``, batch is evicted by DESIGN §7's ordering and stop rule and requeued from
+   scratch. Production is never evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kalena_engine.estimator import effective_reservations, pinned_mask, update_reservations
+from kalena_engine.mitigation.eviction import (
+    TIER_BATCH, TIER_SERVICE, NodeWorkloads, PressureSignal, plan_evictions,
+)
+from kalena_engine.ledger import node_sum
+from kalena_engine.placement.firstfit import first_fit
+from kalena_engine.policy import Policy
+from kalena_engine.replay.state import ClusterState
+from kalena_engine.replay.usage import ProductionUsage
+from kalena_engine.resources import RAM, STORAGE
+
+#: Placement function: (request (8,), count, slack (m, 8), eligible (m,)) → instances per node.
+Placer = Callable[[np.ndarray, int, np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class SimClock:
+    """The injected clock: ``steps`` ticks of ``step_s`` seconds from ``start_s``."""
+
+    start_s: float
+    step_s: float
+    steps: int
+
+    def times(self) -> np.ndarray:
+        """``(steps,)`` replay times (s)."""
+        return self.start_s + self.step_s * np.arange(self.steps)
+
+    def __iter__(self) -> Iterator[tuple[int, float]]:
+        return iter(enumerate(self.times().tolist()))
+
+
+@dataclass(frozen=True)
+class BatchEvent:
+    """One lifecycle event of a group of identical batch pods.
+
+    ``kind``: ``submitted`` | ``placed`` | ``evicted`` | ``completed``. For ``evicted``,
+    ``reason`` is ``limit_breach`` or ``priority`` and ``detail`` carries the numbers.
+    """
+
+    time_s: float
+    kind: str
+    task: int
+    count: int
+    node: int = -1
+    reason: str = ""
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class StepRecord:
+    """What one step did, for metrics and for persistence (console charts).
+
+    Per-node arrays are ``(n, 8)`` over all nodes; batch terms are time-weighted over the
+    step (a group ending mid-step counts for the part it ran).
+    """
+
+    step: int
+    time_s: float
+    capacity: np.ndarray
+    prod_request: np.ndarray
+    prod_reservation: np.ndarray
+    prod_usage: np.ndarray
+    prod_limit: np.ndarray
+    batch_request: np.ndarray
+    batch_reservation: np.ndarray
+    batch_usage: np.ndarray
+    clipped: np.ndarray          # (2,) production pods clipped at the limit this step: cpu, ram
+    stale_pods: int
+    pending_instances: int
+    running_instances: int
+    events: tuple[BatchEvent, ...]
+
+
+@dataclass(eq=False)
+class Simulator:
+    """Drives :class:`ClusterState` through a :class:`SimClock` (see module doc).
+
+    Attributes:
+        eligible: ``(n,)`` bool, nodes batch may be placed on (the blueprint's active nodes
+            by default).
+        placer: the placement function (first fit unless a scheduler is plugged in).
+    """
+
+    state: ClusterState
+    usage: ProductionUsage
+    clock: SimClock
+    policy: Policy
+    eligible: np.ndarray
+    stale_ttl_s: float
+    placer: Placer = first_fit
+
+    def __post_init__(self) -> None:
+        p = len(self.state.production.ids)
+        self._prod_start = np.full(p, -np.inf)
+        self._prod_grace = np.full(p, self.policy.estimator.grace_s)
+        self._prod_pinned = pinned_mask(np.zeros(p, dtype=bool))
+        self._arrival_order = np.argsort(self.state.tasks.arrival_s, kind="stable")
+        self._next_arrival = 0
+        order = np.argsort(self.state.production.node, kind="stable")
+        self._prod_by_node = np.split(order, np.searchsorted(self.state.production.node[order],
+                                                             np.arange(1, len(self.state.capacity))))
+
+    def run(self, on_step: Callable[[StepRecord], None] | None = None) -> None:
+        """Run every step of the clock; ``on_step`` receives each :class:`StepRecord`."""
+        for step, now_s in self.clock:
+            record = self.step(step, now_s)
+            if on_step is not None:
+                on_step(record)
+
+    def step(self, step: int, now_s: float) -> StepRecord:
+        """Advance the cluster to ``now_s`` (see the module doc for the order)."""
+        st = self.state
+        events: list[BatchEvent] = []
+        self._complete(now_s, events)
+        self._arrive(now_s, events)
+        prod_usage, clipped, stale = self._sample(step, now_s)
+        prod_r = effective_reservations(st.prod_reservations, st.production.request, now_s, self.stale_ttl_s)
+        self._place(now_s, prod_r, events)
+        self._evict(now_s, prod_r, prod_usage, stale, events)
+        st.check_invariants()
+        return self._record(step, now_s, prod_usage, prod_r, clipped, int(stale.sum()), events)
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def _complete(self, now_s: float, events: list[BatchEvent]) -> None:
+        g = self.state.groups
+        done = g.end_s <= now_s
+        if not done.any():
+            return
+        for row in np.flatnonzero(done):
+            events.append(BatchEvent(float(g.end_s[row]), "completed", int(g.task[row]), int(g.count[row]), int(g.node[row])))
+        np.add.at(self.state.completed, g.task[done], g.count[done])
+        g.keep(~done)
+
+    def _arrive(self, now_s: float, events: list[BatchEvent]) -> None:
+        st = self.state
+        order = self._arrival_order
+        end = self._next_arrival + int(np.searchsorted(st.tasks.arrival_s[order[self._next_arrival:]], now_s, side="right"))
+        for task in order[self._next_arrival:end]:
+            n = int(st.tasks.instances[task])
+            st.pending[task] += n
+            st.submitted[task] += n
+            events.append(BatchEvent(float(st.tasks.arrival_s[task]), "submitted", int(task), n))
+        self._next_arrival = end
+
+    def _sample(self, step: int, now_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        st = self.state
+        prod = st.production
+        usage, clipped = self.usage.clipped_usage_at(step)
+        fresh = self.usage.sample_age_at(step) <= self.stale_ttl_s
+        st.prod_reservations = update_reservations(
+            st.prod_reservations, request=prod.request, limit=prod.limit, usage=usage,
+            sampled=fresh, now_s=now_s, start_s=self._prod_start, grace_s=self._prod_grace,
+            pinned=self._prod_pinned, policy=self.policy.estimator,
+        )
+        g = st.groups
+        if len(g):
+            tasks = st.tasks
+            st.groups.reservations = update_reservations(
+                g.reservations, request=tasks.request[g.task], limit=tasks.limit[g.task],
+                usage=tasks.usage[g.task], sampled=np.ones(len(g), dtype=bool), now_s=now_s,
+                start_s=g.start_s, grace_s=np.full(len(g), self.policy.estimator.grace_s),
+                pinned=pinned_mask(np.zeros(len(g), dtype=bool)), policy=self.policy.estimator,
+            )
+        return usage, clipped, ~fresh
+
+    def _place(self, now_s: float, prod_r: np.ndarray, events: list[BatchEvent]) -> None:
+        st = self.state
+        waiting = np.flatnonzero(st.pending > 0)
+        if len(waiting) == 0:
+            return
+        waiting = waiting[np.argsort(st.tasks.arrival_s[waiting], kind="stable")]
+        slack = st.batch_ledgers(prod_r).slack
+        slack[~self.eligible] = -np.inf
+        best = slack[self.eligible].max(axis=0) if self.eligible.any() else np.full(8, -np.inf)
+        requests = st.tasks.request
+        placed_task, placed_node, placed_count = [], [], []
+        for task in waiting[np.all(requests[waiting] <= best + 1e-9, axis=1)]:
+            q = requests[task]
+            if np.any(q > best + 1e-9):
+                continue
+            take = self.placer(q, int(st.pending[task]), slack, self.eligible)
+            nodes = np.flatnonzero(take)
+            if len(nodes) == 0:
+                continue
+            counts = take[nodes]
+            slack[nodes] -= counts[:, None] * q  # in-flight placements debit at once
+            best = slack[self.eligible].max(axis=0)
+            st.pending[task] -= int(counts.sum())
+            placed_task.append(np.full(len(nodes), task))
+            placed_node.append(nodes)
+            placed_count.append(counts)
+            for node, count in zip(nodes.tolist(), counts.tolist(), strict=True):
+                events.append(BatchEvent(now_s, "placed", int(task), count, node))
+        if placed_task:
+            task_rows = np.concatenate(placed_task)
+            st.groups.append(task=task_rows, node=np.concatenate(placed_node),
+                             count=np.concatenate(placed_count), start_s=now_s,
+                             duration_s=st.tasks.duration_s[task_rows], request=st.tasks.request[task_rows])
+
+    def _evict(self, now_s: float, prod_r: np.ndarray, prod_usage: np.ndarray, stale: np.ndarray,
+               events: list[BatchEvent]) -> None:
+        st = self.state
+        g = st.groups
+        n = len(st.capacity)
+        tasks = st.tasks
+        working = node_sum(st.production.node, prod_usage, n) + node_sum(g.node, tasks.usage[g.task], n, g.count)
+        reserved = node_sum(st.production.node, prod_r, n) + node_sum(g.node, g.reservations.value, n, g.count)
+        policy = self.policy.eviction
+        threshold = policy.evict_threshold_ratio * st.capacity
+        for dim in (RAM, STORAGE):
+            for node in np.flatnonzero((working[:, dim] >= threshold[:, dim]) & (reserved[:, dim] > st.capacity[:, dim])):
+                self._evict_node(int(node), dim, float(working[node, dim]), now_s, prod_r, prod_usage, stale, events)
+
+    def _evict_node(self, node: int, dim: int, working_set: float, now_s: float, prod_r: np.ndarray,
+                    prod_usage: np.ndarray, stale: np.ndarray, events: list[BatchEvent]) -> None:
+        st = self.state
+        g = st.groups
+        tasks = st.tasks
+        prod_rows = self._prod_by_node[node]
+        group_rows = np.flatnonzero(g.node == node)
+        k_p, k_b = len(prod_rows), len(group_rows)
+        workloads = NodeWorkloads(
+            reservation=np.concatenate([prod_r[prod_rows], g.reservations.value[group_rows]]),
+            usage=np.concatenate([prod_usage[prod_rows], tasks.usage[g.task[group_rows]]]),
+            limit=np.concatenate([st.production.limit[prod_rows], tasks.limit[g.task[group_rows]]]),
+            tier=np.array([TIER_SERVICE] * k_p + [TIER_BATCH] * k_b),
+            priority=np.concatenate([np.zeros(k_p, dtype=np.int64), tasks.priority[g.task[group_rows]]]),
+            start_s=np.concatenate([self._prod_start[prod_rows], g.start_s[group_rows]]),
+            terminating=np.zeros(k_p + k_b, dtype=bool),
+            count=np.concatenate([np.ones(k_p, dtype=np.int64), g.count[group_rows]]),
+        )
+        # The replay's samples are at most one step old; a stale production sample is the
+        # source's gap, and the agent's rule is the same: stale data never starts an eviction.
+        age = 0.0 if not stale[prod_rows].any() else self.stale_ttl_s + 1.0
+        signal = PressureSignal(dimension=dim, working_set=working_set, sample_age_s=age)
+        plan = plan_evictions(workloads, st.capacity[node], signal, now_s=now_s,
+                              stale_ttl_s=self.stale_ttl_s, policy=self.policy.eviction)
+        keep = np.ones(len(g), dtype=bool)
+        for victim in plan.victims:
+            detail = {
+                "dimension": plan.dimension, "capacity": plan.capacity, "working_set": working_set,
+                "ledger_before": victim.ledger_before, "ledger_after": victim.ledger_after,
+                "reservation": victim.reservation, "usage": victim.usage, "limit": victim.limit,
+                "priority": victim.priority, "acute": plan.acute,
+            }
+            if victim.row < k_p:
+                pod = int(prod_rows[victim.row])
+                events.append(BatchEvent(now_s, "production_evicted", -1, 1, node, victim.reason,
+                                         {**detail, "pod": st.production.ids[pod]}))
+                continue
+            row = int(group_rows[victim.row - k_p])
+            task = int(g.task[row])
+            g.count[row] -= victim.count
+            keep[row] = g.count[row] > 0
+            st.pending[task] += victim.count  # requeued from scratch; no migration
+            events.append(BatchEvent(now_s, "evicted", task, victim.count, node, victim.reason, detail))
+        if not keep.all():
+            g.keep(keep)
+
+    def _record(self, step: int, now_s: float, prod_usage: np.ndarray, prod_r: np.ndarray,
+                clipped: np.ndarray, stale: int, events: list[BatchEvent]) -> StepRecord:
+        st = self.state
+        g = st.groups
+        n = len(st.capacity)
+        step_s = self.clock.step_s
+        weight = np.clip((g.end_s - now_s) / step_s, 0.0, 1.0) if step_s > 0 else np.ones(len(g))
+        tasks = st.tasks
+        return StepRecord(
+            step=step, time_s=now_s, capacity=st.capacity,
+            prod_request=node_sum(st.production.node, st.production.request, n),
+            prod_reservation=node_sum(st.production.node, prod_r, n),
+            prod_usage=node_sum(st.production.node, prod_usage, n),
+            prod_limit=node_sum(st.production.node, st.production.limit, n),
+            batch_request=node_sum(g.node, tasks.request[g.task], n, g.count * weight),
+            batch_reservation=node_sum(g.node, g.reservations.value, n, g.count * weight),
+            batch_usage=node_sum(g.node, tasks.usage[g.task], n, g.count * weight),
+            clipped=clipped[:, :2].sum(axis=0),
+            stale_pods=stale,
+            pending_instances=int(st.pending.sum()),
+            running_instances=int(g.count.sum()),
+            events=tuple(events),
+        )
+

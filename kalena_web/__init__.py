@@ -1,0 +1,1 @@
+"""Kalena web: the Django operator console, control loops and command line."""

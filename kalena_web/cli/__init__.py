@@ -1,0 +1,34 @@
+"""The ``kalena`` command: ``kalena replay``, and more as the console grows."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kalena_engine.errors import KalenaError
+from kalena_web.cli import replay
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kalena", description="Kalena: slack harvesting downstream of Kuberina.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    replay.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kalena`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except KalenaError as exc:
+        print(f"kalena: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kalena: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

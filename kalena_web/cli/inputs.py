@@ -1,0 +1,101 @@
+"""Load every file a replay reads, with progress, into :class:`ReplayInputs`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tqdm import tqdm
+
+from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
+from kalena_engine.replay import ReplayInputs
+from kalena_engine.traces.alibaba import read_batch_task
+from kalena_engine.traces.bitbrains import load_bitbrains
+from kalena_engine.traces.google import batch_tasks_from_events, production_peak_ratios, read_task_events, read_task_usage
+from kalena_web.cli.paths import data_path
+
+DEFAULTS = {
+    "infra": "kuberina/irina-186-3d/irina_infra.yaml",
+    "workloads": "kuberina/irina-186-3d/irina_workloads.yaml",
+    "blueprint": "kuberina/irina-186-3d/kuberina_solution.yaml",
+    "usage_dir": "traces/bitbrains-rnd-2013-7",
+    "batch_trace": "traces/alibaba-2018/batch_task-first50000.csv.gz",
+    "google_events": "traces/google-2011/task_events-part-00000-of-00500.csv.gz",
+    "google_usage": "traces/google-2011/task_usage-part-00000-first10000.csv.gz",
+}
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags naming the input files (relative paths resolve under the data folder)."""
+    group = parser.add_argument_group("inputs (relative paths resolve under $KALENA_DATA_DIR or ../shared/data)")
+    group.add_argument("--infra", default=DEFAULTS["infra"], help="Kuberina infrastructure file")
+    group.add_argument("--workloads", default=DEFAULTS["workloads"], help="Kuberina workloads file")
+    group.add_argument("--blueprint", default=DEFAULTS["blueprint"], help="Kuberina solution (blueprint) file")
+    group.add_argument("--usage-dir", default=DEFAULTS["usage_dir"], help="Bitbrains VM series folder")
+    group.add_argument("--batch-trace", default=DEFAULTS["batch_trace"],
+                       help="batch arrivals: Alibaba 2018 batch_task, or Google 2011 task_events")
+    group.add_argument("--batch-format", choices=("auto", "alibaba", "google"), default="auto",
+                       help="format of --batch-trace (auto: by file name)")
+    group.add_argument("--google-events", default=DEFAULTS["google_events"],
+                       help="Google 2011 task_events shard (production peak ratios)")
+    group.add_argument("--google-usage", default=DEFAULTS["google_usage"],
+                       help="Google 2011 task_usage rows (production peak ratios)")
+    group.add_argument("--machine-ram-gib", type=float, default=None,
+                       help="memory of the machine the batch trace's memory is normalised to "
+                            "(GiB; default Alibaba 512, Google 64 — see docs/traces.md)")
+    group.add_argument("--machine-cores", type=float, default=None,
+                       help="cores of the machine Google requests are normalised to (default 32)")
+
+
+def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInputs:
+    """Read the IR files and traces named by ``args``.
+
+    Raises:
+        IRError, TraceError: a file is missing or malformed (nothing is half-loaded).
+    """
+    steps = tqdm(total=5, desc="loading inputs", unit="file set", disable=not progress, leave=False)
+    infra = load_infrastructure(data_path(args.infra))
+    workloads = load_workloads(data_path(args.workloads))
+    blueprint = load_blueprint(data_path(args.blueprint), workloads)
+    steps.update(1)
+    files = tqdm(desc="bitbrains series", unit="file", disable=not progress, leave=False)
+
+    def on_file(done: int, total: int) -> None:
+        files.total = total
+        files.n = done
+        files.refresh()
+
+    bitbrains = load_bitbrains(data_path(args.usage_dir), on_file=on_file)
+    files.close()
+    steps.update(1)
+    events = read_task_events(data_path(args.google_events))
+    steps.update(1)
+    ratios = production_peak_ratios(events, read_task_usage(data_path(args.google_usage)))
+    steps.update(1)
+    batch_path = data_path(args.batch_trace)
+    machine = {}
+    if args.machine_ram_gib is not None:
+        machine["machine_ram_bytes"] = args.machine_ram_gib * 2**30
+    fmt = args.batch_format
+    if fmt == "auto":
+        fmt = "google" if "task_events" in Path(batch_path).name else "alibaba"
+    if fmt == "google":
+        batch_events = events if batch_path == data_path(args.google_events) else read_task_events(batch_path)
+        if args.machine_cores is not None:
+            machine["machine_cores"] = args.machine_cores
+        batch = batch_tasks_from_events(batch_events, **machine)
+    else:
+        batch = read_batch_task(batch_path, **machine)
+    steps.update(1)
+    steps.close()
+    anomalies: dict[str, int] = {}
+    # batch tables built from the same task_events already carry that file's anomalies
+    parts = (bitbrains.anomalies, batch.anomalies) if batch.source == events.source else (
+        bitbrains.anomalies, events.anomalies, batch.anomalies)
+    for part in parts:
+        for kind, n in part.items():
+            anomalies[kind] = anomalies.get(kind, 0) + n
+    if workloads.unresolved:
+        anomalies["kuberina.unresolved_affinity_target"] = len(workloads.unresolved)
+    return ReplayInputs(infra=infra, workloads=workloads, blueprint=blueprint, bitbrains=bitbrains,
+                        batch=batch, peak_ratios=ratios.ratios, anomalies=anomalies)

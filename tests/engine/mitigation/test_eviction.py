@@ -1,0 +1,124 @@
+"""Eviction planning (DESIGN §7), including case C4 with its exact numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kalena_engine.mitigation import NodeWorkloads, PressureSignal, plan_evictions
+from kalena_engine.policy import EvictionPolicy
+from kalena_engine.resources import GIB, RAM, ir_vector
+
+POLICY = EvictionPolicy()
+
+
+def node(rows, terminating=()):
+    """rows: (tier, priority, start_s, reservation GiB, usage GiB, limit GiB[, count])."""
+    k = len(rows)
+    return NodeWorkloads(
+        reservation=np.array([ir_vector(ram=r[3]) for r in rows]),
+        usage=np.array([ir_vector(ram=r[4]) for r in rows]),
+        limit=np.array([ir_vector(ram=r[5]) for r in rows]),
+        tier=np.array([r[0] for r in rows]),
+        priority=np.array([r[1] for r in rows]),
+        start_s=np.array([float(r[2]) for r in rows]),
+        terminating=np.array([i in terminating for i in range(k)]),
+        count=np.array([r[6] if len(r) > 6 else 1 for r in rows]),
+    )
+
+
+def signal(working_set_gib, age=0.0, **psi):
+    return PressureSignal(dimension=RAM, working_set=working_set_gib * GIB, sample_age_s=age, **psi)
+
+
+CAP = ir_vector(ram=64)
+# C4: Σ r = 68 GiB over C = 64; V (prio 0, ws 5, r 5.75, grace 30 s), W (prio 1, r 3)
+C4_ROWS = [
+    ("service", 0, -1e9, 59.25, 51.5, 64),
+    ("batch", 0, 0, 5.75, 5.0, 8),   # V
+    ("batch", 1, 0, 3.0, 2.6, 4),    # W
+]
+
+
+def test_case_c4_terminating_victim_is_credited() -> None:
+    evictions = 0
+    terminating: set[int] = set()
+    for now in range(1000, 1031):  # loop every 1 s while pressure persists for V's 30 s grace
+        plan = plan_evictions(node(C4_ROWS, terminating), CAP, signal(62.0), now_s=now,
+                              stale_ttl_s=60, policy=POLICY)
+        for victim in plan.victims:
+            evictions += victim.count
+            terminating.add(victim.row)
+        if now == 1000:
+            (victim,) = plan.victims
+            assert victim.row == 1 and victim.reason == "priority"
+            assert victim.ledger_before / GIB == pytest.approx(68.0)
+            assert victim.ledger_after / GIB == pytest.approx(62.25)  # 68 − 5.75 ≤ 64: stop
+        else:
+            assert plan.decision == "ledger_holds"  # V credited while it terminates
+    assert evictions == 1
+    assert terminating == {1}  # W never chosen
+
+
+def test_stale_sample_never_starts_an_eviction() -> None:
+    plan = plan_evictions(node(C4_ROWS), CAP, signal(63.5, age=61), now_s=1000, stale_ttl_s=60, policy=POLICY)
+    assert plan.decision == "stale_sample" and plan.victims == ()
+
+
+@pytest.mark.parametrize(
+    ("working_set", "psi", "decision"),
+    [
+        pytest.param(50.0, {}, "no_pressure", id="below 95 % of C and no PSI: no pressure"),
+        pytest.param(60.8, {}, "evict", id="working set ≥ 0.95 C and Σr > C: evict"),
+        pytest.param(50.0, {"psi_some_avg10_pct": 12.0}, "evict", id="PSI some ≥ 10 % and Σr > C: evict"),
+    ],
+)
+def test_start_rule(working_set, psi, decision) -> None:
+    assert plan_evictions(node(C4_ROWS), CAP, signal(working_set, **psi), now_s=1000, stale_ttl_s=60,
+                          policy=POLICY).decision == decision
+
+
+def test_pressure_without_ledger_overrun_evicts_nothing() -> None:
+    rows = [("service", 0, -1e9, 50, 50, 64), ("batch", 0, 0, 10, 10, 10)]  # Σr = 60 ≤ 64
+    plan = plan_evictions(node(rows), CAP, signal(63), now_s=1000, stale_ttl_s=60, policy=POLICY)
+    assert plan.decision == "ledger_holds"
+
+
+def test_limit_breach_first_then_priority_youngest_largest() -> None:
+    rows = [
+        ("service", 0, -1e9, 40, 36, 64),
+        ("service", 0, -1e9, 6, 7.5, 6),     # breaches its own limit: evicted first despite tier
+        ("batch", 2, 0, 8, 8, 8),
+        ("batch", 1, 100, 4, 4, 4),          # lower priority than row 2
+        ("batch", 1, 500, 4, 3, 4),          # same priority, younger → before row 3
+        ("daemonset", 0, -1e9, 3, 9, 2),     # DaemonSets are never touched even when breaching
+    ]
+    # Σr = 65; ws pressured; evict row 1 (limit breach, 6) → 59 ≤ 64 stop
+    plan = plan_evictions(node(rows), CAP, signal(62), now_s=1000, stale_ttl_s=60, policy=POLICY)
+    assert [(v.row, v.reason) for v in plan.victims] == [(1, "limit_breach")]
+    rows[0] = ("service", 0, -1e9, 52, 50, 64)   # Σr = 77: needs 13 more after the breacher
+    plan = plan_evictions(node(rows), CAP, signal(62), now_s=1000, stale_ttl_s=60, policy=POLICY)
+    assert [(v.row, v.reason) for v in plan.victims] == [(1, "limit_breach"), (4, "priority"), (3, "priority")]
+    assert plan.ledger_after / GIB == pytest.approx(63.0)
+
+
+def test_young_batch_skipped_unless_acute() -> None:
+    rows = [("service", 0, -1e9, 60, 55, 64), ("batch", 0, 950, 8, 8, 8)]  # 50 s old < T_min 120 s
+    plan = plan_evictions(node(rows), CAP, signal(62), now_s=1000, stale_ttl_s=60, policy=POLICY)
+    assert plan.decision == "no_candidate" and plan.skipped_young == 1 and plan.unresolved
+    plan = plan_evictions(node(rows), CAP, signal(63.5), now_s=1000, stale_ttl_s=60, policy=POLICY)  # ≥ 0.99 C
+    assert plan.acute and [v.row for v in plan.victims] == [1]
+
+
+def test_grouped_rows_take_only_the_instances_needed() -> None:
+    rows = [("service", 0, -1e9, 56, 50, 64), ("batch", 0, 0, 1, 1, 1, 20)]  # 20 × 1 GiB: Σr = 76
+    plan = plan_evictions(node(rows), CAP, signal(62), now_s=1000, stale_ttl_s=60, policy=POLICY)
+    (victim,) = plan.victims
+    assert victim.count == 12  # 76 − 12 = 64 ≤ 64
+    assert plan.ledger_after / GIB == pytest.approx(64.0)
+
+
+def test_service_is_never_evicted_by_priority() -> None:
+    rows = [("service", 0, -1e9, 70, 62, 72)]
+    plan = plan_evictions(node(rows), CAP, signal(62), now_s=1000, stale_ttl_s=60, policy=POLICY)
+    assert plan.victims == () and plan.decision == "no_candidate"

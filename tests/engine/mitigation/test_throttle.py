@@ -1,0 +1,35 @@
+"""CPU throttle budget (DESIGN §7), case C6's exact quota."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kalena_engine.mitigation import batch_cpu_budget_mcpu, batch_cpu_shares
+
+
+@pytest.mark.parametrize(
+    ("service_r_mcpu", "quota_us"),
+    [
+        pytest.param(3600, 40_000, id="C6: budget max(0.1, 4 − 3.6) = 0.4 core → 40,000 µs"),
+        pytest.param(3200, 80_000, id="r_S decays to 3.2 → 0.8 core → 80,000 µs"),
+        pytest.param(2500, 100_000, id="budget 1.5 core, capped at B's limit 1 core → 100,000 µs"),
+        pytest.param(3990, 10_000, id="floor: min_batch_cpu 0.1 core → 10,000 µs"),
+    ],
+)
+def test_case_c6_quota(service_r_mcpu: float, quota_us: int) -> None:
+    budget = batch_cpu_budget_mcpu(4000, service_r_mcpu, 1, 100)
+    (share,) = batch_cpu_shares(budget, np.array([1000.0]), np.array([1000.0]), np.array([False]),
+                                min_batch_cpu_mcpu=100)
+    assert share.quota_us == quota_us and share.period_us == 100_000
+
+
+def test_shares_proportional_to_requests_with_caps_redistributed() -> None:
+    # budget 3 cores; requests 1 and 3 cores; first capped at its 0.5-core limit → the rest to the second
+    shares = batch_cpu_shares(3000, np.array([1000.0, 3000.0]), np.array([500.0, 4000.0]),
+                              np.array([False, False]), min_batch_cpu_mcpu=100)
+    assert [s.share_mcpu for s in shares] == pytest.approx([500.0, 2500.0])
+    # slack-cpu allowed: the cap is the whole budget instead of the limit
+    shares = batch_cpu_shares(3000, np.array([1000.0, 3000.0]), np.array([500.0, 4000.0]),
+                              np.array([True, False]), min_batch_cpu_mcpu=100)
+    assert [s.share_mcpu for s in shares] == pytest.approx([750.0, 2250.0])

@@ -1,0 +1,61 @@
+"""Ledgers, slack, headroom and reclaimed capacity (DESIGN §6), including case C3."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kalena_engine.ledger import fits, ledgers
+from kalena_engine.resources import CPU, GPU, RAM, ir_vector, to_ir
+
+
+def test_module_worked_example() -> None:
+    # C = 64 cores; prod q = 56, r = 30; batch q = r = 20 → slack 14, headroom 8, reclaimed 12
+    led = ledgers(
+        np.array([ir_vector(cpu=64, ram=100)]),
+        prod_node=np.array([0]), prod_request=np.array([ir_vector(cpu=56)]),
+        prod_reservation=np.array([ir_vector(cpu=30)]),
+        batch_node=np.array([0]), batch_request=np.array([ir_vector(cpu=20)]),
+        batch_reservation=np.array([ir_vector(cpu=20)]),
+    )
+    assert to_ir(led.slack[0])[CPU] == pytest.approx(14)
+    assert to_ir(led.headroom[0])[CPU] == pytest.approx(8)
+    assert to_ir(led.reclaimed[0])[CPU] == pytest.approx(12)
+    assert to_ir(led.reclaimed[0])[RAM] == 0
+
+
+def test_case_c3_terminated_workloads_never_count() -> None:
+    # Raw 16 cores, DaemonSets 8 → C = 8. Prod reservation 5. Eight 1-core batch pods completed.
+    capacity = np.array([ir_vector(cpu=8, ram=64)])
+    running_batch = np.zeros(0, dtype=np.int64)  # the completed pods are terminal: not in any set
+    led = ledgers(
+        capacity, prod_node=np.array([0]), prod_request=np.array([ir_vector(cpu=6)]),
+        prod_reservation=np.array([ir_vector(cpu=5)]),
+        batch_node=running_batch, batch_request=np.zeros((0, 8)), batch_reservation=np.zeros((0, 8)),
+    )
+    assert to_ir(led.slack[0])[CPU] == pytest.approx(3.0)  # 8 − 5
+    assert fits(ir_vector(cpu=2), led.slack)[0]  # the new 2-core batch pod is placed
+
+
+def test_gpu_slack_is_never_reclaimed() -> None:
+    led = ledgers(
+        np.array([ir_vector(cpu=48, gpu=8)]),
+        prod_node=np.array([0]), prod_request=np.array([ir_vector(cpu=8, gpu=6)]),
+        prod_reservation=np.array([ir_vector(cpu=2, gpu=6)]),
+        batch_node=np.zeros(0, dtype=np.int64), batch_request=np.zeros((0, 8)), batch_reservation=np.zeros((0, 8)),
+    )
+    assert to_ir(led.slack[0])[GPU] == pytest.approx(2)
+
+
+def test_unconstrained_capacity_gives_no_reclaimed() -> None:
+    cap = ir_vector(cpu=4)
+    cap[3:] = np.inf
+    led = ledgers(
+        np.array([cap]), prod_node=np.array([0]), prod_request=np.array([ir_vector(cpu=4, disk_read=100)]),
+        prod_reservation=np.array([ir_vector(cpu=1, disk_read=10)]),
+        batch_node=np.array([0]), batch_request=np.array([ir_vector(cpu=2, disk_read=5)]),
+        batch_reservation=np.array([ir_vector(cpu=2, disk_read=5)]),
+    )
+    assert np.isinf(led.slack[0, 4])
+    assert led.reclaimed[0, 4] == 0
+    assert to_ir(led.reclaimed[0])[CPU] == pytest.approx(2)

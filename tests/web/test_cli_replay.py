@@ -1,0 +1,56 @@
+"""``kalena replay`` as a user runs it: the console script, its summary file, its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REQUIRED = (
+    "nodes", "active_nodes", "production_pods", "batch_submitted", "batch_completed", "batch_evicted",
+    "production_evictions", "production_over_capacity_steps", "reclaimed_fraction_cpu",
+    "reclaimed_fraction_ram", "usage_fill_cpu", "usage_fill_ram", "slack_fill_cpu", "slack_fill_ram",
+    "clipped_fraction_cpu", "clipped_fraction_ram", "blueprint_violations", "blueprint_soft_violations",
+    "data_anomalies", "sim_seconds", "wall_seconds",
+)
+KALENA = [sys.executable, "-m", "kalena_web.cli"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KALENA, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_replay_writes_summary_with_every_field(tmp_path: Path, data_dir: Path) -> None:
+    out = tmp_path / "summary.json"
+    result = run("replay", "--hours", "0.5", "--no-progress", "--summary-json", str(out),
+                 env={"KALENA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 0, result.stderr
+    assert "reclaimed fraction cpu / ram" in result.stdout
+    summary = json.loads(out.read_text())
+    for field in REQUIRED:
+        assert field in summary, field
+    assert summary["nodes"] == 186 and summary["sim_seconds"] == 1800
+    assert summary["data_anomalies"]["alibaba.empty_plan"] == 199
+    for key in ("reclaimed_fraction_cpu", "usage_fill_ram", "slack_fill_cpu", "clipped_fraction_ram"):
+        assert 0 <= summary[key] <= 1
+
+
+def test_malformed_ir_exits_nonzero_naming_file_line_field(tmp_path: Path, data_dir: Path) -> None:
+    bad = tmp_path / "infra.yaml"
+    bad.write_text("nodes:\n  - name: a\n    allocatable:\n      cpu: 4\n      ram: 16G\n")
+    out = tmp_path / "summary.json"
+    result = run("replay", "--infra", str(bad), "--hours", "0.1", "--no-progress", "--summary-json", str(out),
+                 env={"KALENA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 2
+    assert f"{bad}:5: nodes[a].allocatable.ram: '16G'" in result.stderr
+    assert "Ki, Mi, Gi, Ti" in result.stderr
+    assert not out.exists()  # nothing half-done
+
+
+def test_missing_data_dir_is_a_clear_error(tmp_path: Path) -> None:
+    result = run("replay", "--hours", "0.1", "--no-progress", env={"KALENA_DATA_DIR": str(tmp_path / "nowhere")})
+    assert result.returncode == 2
+    assert "nowhere" in result.stderr and "file not found" in result.stderr
