@@ -75,7 +75,8 @@ class StepRecord:
     """What one step did, for metrics and for persistence (console charts).
 
     Per-node arrays are ``(n, 8)`` over all nodes; batch terms are time-weighted over the
-    step (a group ending mid-step counts for the part it ran).
+    step (a group ending mid-step counts for the part it ran). ``pod_*`` are per production
+    pod, in :attr:`Production.ids` order; arrays are shared with the simulator — copy to keep.
     """
 
     step: int
@@ -88,6 +89,9 @@ class StepRecord:
     batch_request: np.ndarray
     batch_reservation: np.ndarray
     batch_usage: np.ndarray
+    batch_limit: np.ndarray
+    pod_usage: np.ndarray        # (p, 8) production usage per pod (clipped at the limit)
+    pod_reservation: np.ndarray  # (p, 8) production reservation per pod as the ledgers read it
     clipped: np.ndarray          # (2,) production pods clipped at the limit this step: cpu, ram
     stale_pods: int
     pending_instances: int
@@ -299,6 +303,9 @@ class Simulator:
             batch_request=node_sum(g.node, tasks.request[g.task], n, g.count * weight),
             batch_reservation=node_sum(g.node, g.reservations.value, n, g.count * weight),
             batch_usage=node_sum(g.node, tasks.usage[g.task], n, g.count * weight),
+            batch_limit=node_sum(g.node, tasks.limit[g.task], n, g.count * weight),
+            pod_usage=prod_usage,
+            pod_reservation=prod_r,
             clipped=clipped[:, :2].sum(axis=0),
             stale_pods=stale,
             pending_instances=int(st.pending.sum()),
