@@ -3,8 +3,9 @@ by the plotly.js the project serves from its own static files.
 
 Every figure is returned as JSON text that a page embeds in a ``<script
 type="application/json">`` block; ``static/console/console.js`` draws it. Values are in IR
-units (cores, GiB); time is hours since the replay started, given as ``x0``/``dx`` (steps are
-regular). Arrays are numpy float64, which plotly encodes as base64 typed arrays
+units (cores, GiB). Time is a date axis that starts at 1970-01-01 00:00 UTC = replay start,
+so ticks and hovers read as clock times since the start (``13:45``; ``day 2, 01:00`` past a
+day); x values are milliseconds, given as ``x0``/``dx`` (steps are regular). Arrays are numpy float64, which plotly encodes as base64 typed arrays
 (``{"dtype": "f8", "bdata": …}``): compact, and the page carries the exact numbers the archive
 holds. An unconstrained (+inf) value is sent as NaN (a gap).
 
@@ -42,10 +43,15 @@ def _to_json(fig: go.Figure) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+MS = 1000.0
+
+
 def _xaxis(hours: float, **extra) -> dict:
+    """A date axis over ``[0, hours]`` of replay time, ticks and hovers as clock times."""
+    fmt = "%H:%M" if hours <= 24 else "day %-j, %H:%M"
     tick = 1 if hours <= 6 else 2 if hours <= 24 else 6 if hours <= 96 else 24
-    return dict(range=[0, hours], dtick=tick, ticksuffix=" h", hoverformat=".2f", gridcolor=GRID, zeroline=False,
-                showline=True, linecolor="#cbd5e1", **extra)
+    return dict(type="date", range=[0, hours * 3600 * MS * 0.999], dtick=tick * 3600 * MS, tickformat=fmt, hoverformat=fmt,
+                gridcolor=GRID, zeroline=False, showline=True, linecolor="#cbd5e1", **extra)
 
 
 def _yaxis(**extra) -> dict:
@@ -68,10 +74,10 @@ def _finite(values: np.ndarray) -> np.ndarray:
 
 
 def _timing(times_s: np.ndarray) -> dict:
-    """``x0``/``dx`` in hours for a regular time axis."""
+    """``x0``/``dx`` in milliseconds for a regular time axis."""
     times_s = np.asarray(times_s, dtype=np.float64)
-    dx = float(times_s[1] - times_s[0]) / 3600.0 if len(times_s) > 1 else 1.0
-    return dict(x0=float(times_s[0]) / 3600.0 if len(times_s) else 0.0, dx=dx)
+    dx = float(times_s[1] - times_s[0]) * MS if len(times_s) > 1 else MS
+    return dict(x0=float(times_s[0]) * MS if len(times_s) else 0.0, dx=dx)
 
 
 def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
@@ -89,10 +95,10 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
     """
     lines = (
         ("capacity", "Capacity", ts.get("capacity"), dict(width=2.5, shape="hv")),
-        ("limit", "Limits (Σ)", ts.total("limit"), dict(width=1.5, dash="dash", shape="hv")),
-        ("request", "Requests (Σ)", ts.total("request"), dict(width=1.6, dash="dot", shape="hv")),
-        ("reservation", "Reservations (Σ)", ts.total("reservation"), dict(width=2, shape="hv")),
-        ("usage", "Usage (Σ)", ts.total("usage"), dict(width=1.5, shape="hv")),
+        ("limit", "Limits (Σ)", ts.total("limit"), dict(width=1.2, dash="dash", shape="hv")),
+        ("request", "Requests (Σ)", ts.total("request"), dict(width=1.4, dash="dot", shape="hv")),
+        ("reservation", "Reservations (Σ)", ts.total("reservation"), dict(width=1.8, shape="hv")),
+        ("usage", "Usage (Σ)", ts.total("usage"), dict(width=1.2, shape="hv")),
     )
     timing = _timing(ts.times_s)
     traces = []
@@ -110,7 +116,7 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
             cap = _finite(ts.get("capacity")[:, d] / scale)
             top = float(np.nanmax(cap)) if np.isfinite(cap).any() else 0.0
             traces.append(go.Scatter(
-                x=np.array([t for t, _ in evictions], dtype=np.float64) / 3600.0, y=np.full(len(evictions), top),
+                x=np.array([t for t, _ in evictions], dtype=np.float64) * MS, y=np.full(len(evictions), top),
                 mode="markers", name="Batch evictions", legendgroup="eviction", showlegend=panel == 0,
                 text=[label for _, label in evictions], xaxis="x", yaxis=yaxis,
                 marker=dict(symbol="x-thin", size=12, line=dict(width=2.5, color=COLOURS["eviction"])),
@@ -118,13 +124,13 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
             ))
     shapes = []
     if at_s is not None:
-        shapes = [dict(type="line", xref="x", yref="paper", x0=at_s / 3600.0, x1=at_s / 3600.0, y0=0, y1=1,
+        shapes = [dict(type="line", xref="x", yref="paper", x0=at_s * MS, x1=at_s * MS, y0=0, y1=1,
                        line=dict(color="#0f172a", width=1.2, dash="dot"))]
     title = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="bottom", showarrow=False,
                  font=dict(size=13, color="#334155"))
     layout = _layout(
         height=660, shapes=shapes,
-        xaxis=_xaxis(hours, anchor="y2", title=dict(text="hours since replay start")),
+        xaxis=_xaxis(hours, anchor="y2", title=dict(text="time since replay start")),
         yaxis=_yaxis(domain=[0.56, 1.0], title=dict(text="cores")),
         yaxis2=_yaxis(domain=[0.0, 0.44], title=dict(text="GiB")),
         annotations=[dict(title, text="<b>CPU</b> · cores", y=1.0), dict(title, text="<b>RAM</b> · GiB", y=0.44)],
@@ -134,23 +140,28 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
 
 
 def reclaimed_figure(times_s: np.ndarray, cluster: dict[str, np.ndarray], *, hours: float) -> str:
-    """Reclaimed capacity in use over time (Σ_n X_n, DESIGN §6): cores (left axis), GiB (right)."""
+    """Reclaimed capacity in use over time as a share of all running requests (Σ_n X_n / Σ q,
+    DESIGN §6 — the headline's quantity), cpu and ram on one axis; the hover gives cores / GiB."""
     timing = _timing(times_s)
-    traces = [
-        go.Scatter(**timing, y=cluster["reclaimed_cpu"] / 1000.0, name="CPU reclaimed · cores", mode="lines",
-                   line=dict(color=COLOURS["reservation"], width=2, shape="hv"), fill="tozeroy",
-                   fillcolor="rgba(37, 99, 235, 0.10)", hovertemplate="%{y:,.1f} cores<extra>cpu</extra>"),
-        go.Scatter(**timing, y=cluster["reclaimed_ram"] / GIB, name="RAM reclaimed · GiB", mode="lines", yaxis="y2",
-                   line=dict(color=COLOURS["usage"], width=2, shape="hv"),
-                   hovertemplate="%{y:,.1f} GiB<extra>ram</extra>"),
-    ]
-    layout = _layout(height=290, xaxis=_xaxis(hours), yaxis=_yaxis(title=dict(text="cores")),
-                     yaxis2=_yaxis(title=dict(text="GiB"), overlaying="y", side="right", showgrid=False))
+    traces = []
+    for dim, scale, unit, colour in (("cpu", 1000.0, "cores", COLOURS["reservation"]), ("ram", GIB, "GiB", COLOURS["usage"])):
+        reclaimed = np.asarray(cluster[f"reclaimed_{dim}"], dtype=np.float64)
+        request = np.asarray(cluster[f"request_{dim}"], dtype=np.float64)
+        share = np.divide(reclaimed, request, out=np.zeros_like(request), where=request > 0) * 100.0
+        traces.append(go.Scatter(
+            **timing, y=share, customdata=reclaimed / scale, name=f"{dim.upper()} reclaimed", mode="lines",
+            line=dict(color=colour, width=1.8, shape="hv"),
+            fill="tozeroy" if dim == "cpu" else None, fillcolor="rgba(37, 99, 235, 0.08)" if dim == "cpu" else None,
+            hovertemplate=f"%{{y:.1f}} % · %{{customdata:,.0f}} {unit}<extra>{dim}</extra>"))
+    layout = _layout(height=290, xaxis=_xaxis(hours),
+                     yaxis=_yaxis(title=dict(text="share of running requests"), ticksuffix=" %"))
     return _to_json(go.Figure(data=traces, layout=layout))
 
 
-def task_figure(times_s: np.ndarray, timeline: dict[str, np.ndarray], *, hours: float) -> str:
-    """A batch task's pods running and pending after each step."""
+def task_figure(times_s: np.ndarray, timeline: dict[str, np.ndarray], *, hours: float,
+                window_s: tuple[float, float] | None = None) -> str:
+    """A batch task's pods running and pending after each step, zoomed on ``window_s`` (the
+    task's own lifetime; a double click shows the whole run)."""
     timing = _timing(times_s)
     traces = [
         go.Scatter(**timing, y=np.asarray(timeline["running"], dtype=np.float64), name="running", mode="lines",
@@ -159,7 +170,10 @@ def task_figure(times_s: np.ndarray, timeline: dict[str, np.ndarray], *, hours: 
         go.Scatter(**timing, y=np.asarray(timeline["pending"], dtype=np.float64), name="pending", mode="lines",
                    line=dict(color=COLOURS["pending"], width=2, shape="hv"), hovertemplate="%{y:,.0f}<extra>pending</extra>"),
     ]
-    layout = _layout(height=250, xaxis=_xaxis(hours), yaxis=_yaxis(title=dict(text="pods")))
+    xaxis = _xaxis(hours)
+    if window_s is not None:
+        xaxis.update(range=[window_s[0] * MS, window_s[1] * MS], dtick=None)
+    layout = _layout(height=250, xaxis=xaxis, yaxis=_yaxis(title=dict(text="pods")))
     return _to_json(go.Figure(data=traces, layout=layout))
 
 
@@ -171,7 +185,7 @@ def compare_figure(runs: Sequence[tuple[str, np.ndarray, dict[str, np.ndarray]]]
     for i, (name, times_s, cluster) in enumerate(runs):
         colour = RUN_COLOURS[i % len(RUN_COLOURS)]
         timing = _timing(times_s)
-        hours = max(hours, (float(times_s[-1]) + 3600.0 * timing["dx"]) / 3600.0 if len(times_s) else 0.0)
+        hours = max(hours, (float(times_s[-1]) + timing["dx"] / MS) / 3600.0 if len(times_s) else 0.0)
         for dim, dash in (("cpu", None), ("ram", "dash")):
             request = np.asarray(cluster[f"request_{dim}"], dtype=np.float64)
             fraction = np.divide(cluster[f"reclaimed_{dim}"], request, out=np.zeros_like(request), where=request > 0)

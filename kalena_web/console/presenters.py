@@ -115,37 +115,106 @@ def node_story(ts: NodeTimeSeries, ledger) -> list[Figure]:
     return [
         Figure("Blueprint requests", f"{cores(prod_req[CPU])} cores · {gib(prod_req[RAM])} GiB",
                f"{pct(share[0], 0)} / {pct(share[1], 0)} of capacity · {ledger.pods} production pods"),
-        Figure("Usage (mean · peak)", f"{cores(ledger.usage_mean_cpu_mcpu)} · {cores(ledger.usage_peak_cpu_mcpu)} cores",
-               f"{gib(ledger.usage_mean_ram_bytes)} · {gib(ledger.usage_peak_ram_bytes)} GiB"),
-        Figure("Slack (mean · min)", f"{cores(ledger.slack_mean_cpu_mcpu)} · {cores(ledger.slack_min_cpu_mcpu)} cores",
-               f"{gib(ledger.slack_mean_ram_bytes)} · {gib(ledger.slack_min_ram_bytes)} GiB"),
+        Figure("All usage · mean / peak", f"{cores(ledger.usage_mean_cpu_mcpu)} / {cores(ledger.usage_peak_cpu_mcpu)} cores",
+               f"{gib(ledger.usage_mean_ram_bytes)} / {gib(ledger.usage_peak_ram_bytes)} GiB · production + batch"),
+        Figure("Slack · mean / min", f"{cores(ledger.slack_mean_cpu_mcpu)} / {cores(ledger.slack_min_cpu_mcpu)} cores",
+               f"{gib(ledger.slack_mean_ram_bytes)} / {gib(ledger.slack_min_ram_bytes)} GiB · C − Σ reservations"),
         Figure("Batch", f"{integer(ledger.batch_placed)} placed · {integer(ledger.batch_evicted)} evicted",
                f"reclaimed in use: {cores(ledger.reclaimed_mean_cpu_mcpu)} cores · {gib(ledger.reclaimed_mean_ram_bytes)} GiB mean",
                "bad" if ledger.batch_evicted else ""),
     ]
 
 
-def eviction_text(detail: dict, reason: str) -> str:
-    """Why a batch group was evicted, with the numbers (DESIGN §7), e.g. ``priority: ram
-    working set 241.2 GiB ≥ 95 % of capacity 253.25 GiB; Σ reservations 260 → 254.9 GiB …``."""
+@dataclass(frozen=True)
+class EvictionWhy:
+    """Why a batch group was evicted: a one-line ``lead`` and the numbers (DESIGN §7)."""
+
+    lead: str
+    numbers: str
+
+    def __str__(self) -> str:
+        return f"{self.lead}. {self.numbers}"
+
+
+def node_sentence(node, ts: NodeTimeSeries, ledger) -> str:
+    """A node's run in one sentence, e.g. ``11 production pods request 26 cores and 252 GiB
+    (42 % and 100 % of capacity) but used 7.6 cores and 58 GiB on average; reservations left
+    27.4 cores and 107 GiB of slack on average, where 17,528 batch pods ran; 34 were evicted.``"""
+    if ledger is None or not len(ts.times_s):
+        return ""
+    cap = ts.get("capacity")[-1]
+    req = ts.get("prod_request")[-1]
+    use = ts.get("prod_usage").mean(axis=0)
+    share = [pct(req[d] / cap[d] if cap[d] > 0 else None, 0) for d in (CPU, RAM)]
+    if not node.active:
+        return (f"No production pod runs here: Kuberina's blueprint left this node empty, so its capacity is "
+                f"already freed, not slack to reclaim{'' if node.takes_batch else ', and batch is not placed here'}.")
+    text = (f"{ledger.pods} production pod{'s' if ledger.pods != 1 else ''} request {cores(req[CPU])} cores and "
+            f"{gib(req[RAM])} GiB ({share[0]} and {share[1]} of capacity) but used {cores(use[CPU])} cores and "
+            f"{gib(use[RAM])} GiB on average; reservations left {cores(ledger.slack_mean_cpu_mcpu)} cores and "
+            f"{gib(ledger.slack_mean_ram_bytes)} GiB of slack on average")
+    if not node.takes_batch:
+        return text + "; batch is not placed on this node."
+    evicted = f"; {integer(ledger.batch_evicted)} were evicted under pressure" if ledger.batch_evicted else ", none evicted"
+    return text + f", where {integer(ledger.batch_placed)} batch pods were placed{evicted}."
+
+
+def limits_equal_requests(ts: NodeTimeSeries) -> bool:
+    """True when every limit equals its request (the Irina IR declares no limits: L = q)."""
+    return bool(np.allclose(ts.total("limit")[:, [CPU, RAM]], ts.total("request")[:, [CPU, RAM]]))
+
+
+def eviction_why(detail: dict, reason: str, count: int = 1) -> EvictionWhy:
+    """Explain an eviction from the numbers the engine recorded, e.g. lead ``ram pressure:
+    working set 248.86 GiB = 98.3 % of capacity 253.25 GiB while Σ reservations 264.77 GiB >
+    capacity`` and numbers ``evicting these 6 pods (each reserved 1.997 GiB, used 1.997 GiB,
+    limit 1.997 GiB; priority 0, lowest first, youngest on ties) brought Σ reservations to
+    252.79 GiB``."""
     dim = str(detail.get("dimension") or "ram")
-    q = lambda key: quantity(dim, detail.get(key))  # noqa: E731
+
+    def q(key: str) -> str:
+        return quantity(dim, detail.get(key))
+
     cap = detail.get("capacity") or 0.0
     ws = detail.get("working_set") or 0.0
-    why = {"priority": "lowest priority first (youngest on ties)", "limit_breach": "used more than its own limit"}
-    parts = [
-        f"{why.get(reason, reason.replace('_', ' '))}",
-        f"{dim} working set {q('working_set')} = {pct(ws / cap if cap else None)} of capacity {q('capacity')}"
-        + (" (acute)" if detail.get("acute") else ""),
-        f"Σ reservations {q('ledger_before')} → {q('ledger_after')}",
-        f"this group reserved {q('reservation')}, used {q('usage')} (limit {q('limit')}), priority {detail.get('priority', '–')}",
-    ]
-    return "; ".join(parts)
+    share = pct(ws / cap if cap else None)
+    acute = " — acute, minimum run time waived" if detail.get("acute") else ""
+    lead = (f"{dim} pressure: working set {q('working_set')} = {share} of capacity {q('capacity')}{acute}, "
+            f"while Σ reservations {q('ledger_before')} > capacity")
+    pods = "this pod" if count == 1 else f"these {count:,} pods"
+    each = "" if count == 1 else "each "
+    if reason == "limit_breach":
+        chosen = f"used more than its own limit, so it goes first whatever its tier or priority"
+    elif reason == "priority":
+        chosen = f"priority {detail.get('priority', '–')}, lowest first, youngest on ties"
+    else:
+        chosen = reason.replace("_", " ")
+    numbers = (f"Evicting {pods} ({each}reserved {q('reservation')}, used {q('usage')}, limit {q('limit')}; {chosen}) "
+               f"brought Σ reservations to {q('ledger_after')}")
+    return EvictionWhy(lead=lead, numbers=numbers)
 
 
-def placement_window(started_s: float, ends_s: float, now_s: float) -> str:
+def eviction_text(detail: dict, reason: str, count: int = 1) -> str:
+    """:func:`eviction_why` as one line of text."""
+    return str(eviction_why(detail, reason, count))
+
+
+def placement_window(started_s: float, ends_s: float, now_s: float, step_s: float) -> str:
     """``since 12:03 · ends 13:40`` for a running batch task."""
-    return f"since {clock(started_s)} · ends {clock(ends_s)}" + (" (within this step)" if ends_s - now_s < 60 else "")
+    return f"since {clock(started_s)} · ends {clock(ends_s)}" + (" (within this step)" if ends_s - now_s < step_s else "")
+
+
+def task_window(task, outcome, run) -> tuple[float, float]:
+    """The part of the run worth charting for a task: from a little before it arrived to a
+    little after it last ran (the whole run's end if it never finished)."""
+    end_of_run = run.start_s + run.steps * run.step_s
+    start = task.arrival_s if task.arrival_s is not None else run.start_s
+    if outcome is not None and outcome.finished_s is not None and not (outcome.running_at_end or outcome.pending_at_end):
+        end = outcome.finished_s
+    else:
+        end = end_of_run
+    pad = max(10 * run.step_s, 0.1 * (end - start))
+    return max(run.start_s, start - pad), min(end_of_run, end + pad)
 
 
 COMPARE_ROWS = (

@@ -105,12 +105,14 @@ def node(request: HttpRequest, run: str, node: str) -> HttpResponse:
         "last_step": len(ts.times_s) - 1, "step_s": the_run.step_s,
         "nav": _step_nav(step, len(ts.times_s), the_run.step_s, tightest),
         "story": presenters.node_story(ts, ledger),
+        "sentence": presenters.node_sentence(the_node, ts, ledger),
+        "limits_are_requests": presenters.limits_equal_requests(ts),
         "at_rows": presenters.at_table(ts, step),
         "figure": figures.node_figure(ts, hours=_hours(the_run), at_s=now_s,
                                       evictions=[(e.time_s, f"{e.count} × {e.workload.name}") for e in evictions]),
         "pods": selectors.node_pods_at(run=the_run, node=the_node, step=step),
-        "batch": [(b, presenters.placement_window(b.started_s, b.ends_s, now_s)) for b in batch],
-        "evictions": [(e, presenters.eviction_text(e.detail, e.reason)) for e in evictions],
+        "batch": [(b, presenters.placement_window(b.started_s, b.ends_s, now_s, the_run.step_s)) for b in batch],
+        "evictions": [(e, presenters.eviction_why(e.detail, e.reason, e.count)) for e in evictions],
     })
 
 
@@ -134,8 +136,10 @@ def task(request: HttpRequest, run: str, task: str) -> HttpResponse:
     outcome = getattr(the_task, "outcome", None)
     return render(request, "console/task.html", {
         "run": the_run, "task": the_task, "outcome": outcome, "events": events,
-        "rows": [(e, presenters.eviction_text(e.detail, e.reason) if e.kind == "evicted" else "") for e in events],
-        "figure": figures.task_figure(times_of(the_run), timeline, hours=_hours(the_run)),
+        "rows": [(e, presenters.eviction_why(e.detail, e.reason, e.count) if e.kind == "evicted" else None)
+                 for e in events],
+        "figure": figures.task_figure(times_of(the_run), timeline, hours=_hours(the_run),
+                                      window_s=presenters.task_window(the_task, outcome, the_run)),
         "waited_s": (outcome.first_placed_s - the_task.arrival_s) if outcome and outcome.first_placed_s is not None else None,
     })
 

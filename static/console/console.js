@@ -2,7 +2,7 @@
  *
  * Each <div class="chart" data-figure="ID"> is drawn from <script type="application/json" id="ID">.
  * A chart with data-click-step="STEP_SECONDS" navigates to ?step=N when a point is clicked
- * (x is hours since the replay started). When every chart is drawn, <body data-charts="ready">.
+ * (x is a date axis whose 1970-01-01 00:00 UTC is the replay's start). When every chart is drawn, <body data-charts="ready">.
  */
 (function () {
   "use strict";
@@ -18,7 +18,10 @@
       if (stepS > 0) {
         div.on("plotly_click", function (event) {
           if (!event.points || !event.points.length) { return; }
-          var step = Math.max(0, Math.round(event.points[0].x * 3600 / stepS));
+          var x = event.points[0].x;
+          var ms = typeof x === "number" ? x : Date.parse(String(x).replace(" ", "T") + "Z");
+          if (isNaN(ms)) { return; }
+          var step = Math.max(0, Math.round(ms / 1000 / stepS));
           var url = new URL(window.location.href);
           url.searchParams.delete("at");
           url.searchParams.set("step", String(step));
