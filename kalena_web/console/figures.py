@@ -49,8 +49,8 @@ MS = 1000.0
 def _xaxis(hours: float, **extra) -> dict:
     """A date axis over ``[0, hours]`` of replay time, ticks and hovers as clock times."""
     fmt = "%H:%M" if hours <= 24 else "day %-j, %H:%M"
-    tick = 1 if hours <= 6 else 2 if hours <= 24 else 6 if hours <= 96 else 24
-    return dict(type="date", range=[0, hours * 3600 * MS * 0.999], dtick=tick * 3600 * MS, tickformat=fmt, hoverformat=fmt,
+    minutes = next((m for limit, m in ((1.5, 10), (3, 30), (6, 60), (24, 120), (96, 360)) if hours <= limit), 1440)
+    return dict(type="date", range=[0, hours * 3600 * MS * 0.999], dtick=minutes * 60 * MS, tickformat=fmt, hoverformat=fmt,
                 gridcolor=GRID, zeroline=False, showline=True, linecolor="#cbd5e1", **extra)
 
 
