@@ -105,7 +105,8 @@ else:
             "NAME": _sqlite,
             "OPTIONS": {
                 # WAL: the console keeps reading while a replay is being persisted.
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                # A 64 MiB page cache keeps a day's bulk inserts off the disk.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;",
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 30,
             },

@@ -16,6 +16,7 @@ a disagreement raises :class:`RecordingInconsistent` and the whole persist rolls
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -94,11 +95,19 @@ class RunRecorder:
         self._pod_row = {w.name: i for i, w in enumerate(inventory.production)}
         self.ledger = LedgerAccumulator(n)
         self.written: Counter = Counter()
+        self.seconds = 0.0  # wall time spent recording (buffering, encoding, writing)
 
     # -- per step ----------------------------------------------------------------------------
 
     def on_step(self, record: StepRecord) -> None:
         """Buffer one step; write a chunk when the buffer is full."""
+        started = time.perf_counter()
+        try:
+            self._on_step(record)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _on_step(self, record: StepRecord) -> None:
         if record.step != self._next_step:
             raise RecordingInconsistent(f"step {record.step} arrived, expected step {self._next_step}")
         i = self._fill
@@ -240,6 +249,7 @@ class RunRecorder:
             RecordingInconsistent: fewer steps than the run declares, or per-task counts that
                 disagree with the engine's (submitted = pending + running + completed).
         """
+        started = time.perf_counter()
         self._flush()
         if self._next_step != self.run.steps:
             raise RecordingInconsistent(f"recorded {self._next_step} steps of {self.run.steps}")
@@ -252,7 +262,8 @@ class RunRecorder:
             batch_placed=self._node_placed, batch_evicted=self._node_evicted,
         )
         self.written["node_ledgers"] += len(self.inv.nodes)
-        self.run.summary = plain(summary)
+        self.seconds += time.perf_counter() - started
+        self.run.summary = plain({**summary, "archive_write_seconds": round(self.seconds, 3)})
         self.run.persist_seconds = persist_seconds
         self.run.save(update_fields=["summary", "persist_seconds"])
         return self.run

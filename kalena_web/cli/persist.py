@@ -65,5 +65,7 @@ def persisted_line(run) -> str:
     """One line saying what was persisted, where to look, and how long writing took."""
     written = getattr(run, "written", {})
     parts = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in written.items())
-    return (f"  persisted run '{run.name}' in {run.persist_seconds:.1f} s (replay + writes; {parts})\n"
+    writes = run.summary.get("archive_write_seconds")
+    return (f"  persisted run '{run.name}' in {run.persist_seconds:.1f} s (replay and writes; {writes:.1f} s of it "
+            f"writing {parts})\n"
             f"  console: http://127.0.0.1:8000/runs/{run.name}/")
