@@ -24,10 +24,20 @@ class ConsoleLoginRequiredMiddleware(LoginRequiredMiddleware):
 
 
 class StaticFilesMiddleware(WhiteNoiseMiddleware):
-    """WhiteNoise, quiet when ``collectstatic`` has not run yet: the files are then served from
-    the finders (``WHITENOISE_USE_FINDERS``), so a missing ``STATIC_ROOT`` is not an error."""
+    """WhiteNoise where collected files win and the finders only fill gaps.
+
+    Files ``collectstatic`` wrote to ``STATIC_ROOT`` (with their gzip twins: plotly.min.js goes
+    out as ~1.4 MB instead of 4.8 MB) are served first; anything not collected yet is served
+    straight from the finders (``WHITENOISE_USE_FINDERS``), so a console started without
+    ``collectstatic`` still works and a missing ``STATIC_ROOT`` is not an error.
+    """
 
     def add_files(self, root, prefix=None):
         if root == self.static_root and not Path(root).is_dir():
             return
         super().add_files(root, prefix)
+
+    def add_files_from_finders(self):
+        collected = dict(self.files)
+        super().add_files_from_finders()
+        self.files.update(collected)
