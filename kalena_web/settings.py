@@ -11,6 +11,8 @@ Environment:
     KALENA_SECRET_KEY: secret key; unset = read or create ``var/secret_key``.
     KALENA_DEBUG: ``1`` for Django's debug mode (never in production); default off.
     KALENA_ALLOWED_HOSTS: comma-separated host names (default ``127.0.0.1,localhost``).
+    KALENA_CSRF_TRUSTED_ORIGINS: comma-separated origins behind a TLS proxy (``https://kalena.example``).
+    KALENA_SECURE_COOKIES: ``1`` when served over HTTPS (secure session and CSRF cookies).
     KALENA_STATIC_ROOT: where ``collectstatic`` writes (default ``var/static``).
     KALENA_VAR_DIR: the project-local state folder (default ``<project>/var``).
 """
@@ -143,6 +145,8 @@ STORAGES = {
 # Serve straight from the finders too, so a console started without ``collectstatic`` still works.
 WHITENOISE_USE_FINDERS = True
 
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("KALENA_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("KALENA_SECURE_COOKIES")
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
