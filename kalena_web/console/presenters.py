@@ -184,7 +184,7 @@ def eviction_why(detail: dict, reason: str, count: int = 1) -> EvictionWhy:
     pods = "this pod" if count == 1 else f"these {count:,} pods"
     each = "" if count == 1 else "each "
     if reason == "limit_breach":
-        chosen = f"used more than its own limit, so it goes first whatever its tier or priority"
+        chosen = "used more than its own limit, so it goes first whatever its tier or priority"
     elif reason == "priority":
         chosen = f"priority {detail.get('priority', '–')}, lowest first, youngest on ties"
     else:
@@ -192,11 +192,6 @@ def eviction_why(detail: dict, reason: str, count: int = 1) -> EvictionWhy:
     numbers = (f"Evicting {pods} ({each}reserved {q('reservation')}, used {q('usage')}, limit {q('limit')}; {chosen}) "
                f"brought Σ reservations to {q('ledger_after')}")
     return EvictionWhy(lead=lead, numbers=numbers)
-
-
-def eviction_text(detail: dict, reason: str, count: int = 1) -> str:
-    """:func:`eviction_why` as one line of text."""
-    return str(eviction_why(detail, reason, count))
 
 
 def placement_window(started_s: float, ends_s: float, now_s: float, step_s: float) -> str:

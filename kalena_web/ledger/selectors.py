@@ -59,8 +59,3 @@ def node_table(*, run: Run, sort: str = "name", descending: bool = False) -> Que
     fields = SORTS[sort].fields
     order = [f"-{f}" if descending else f for f in fields] + ["node__row"]
     return NodeLedger.objects.filter(run=run).select_related("node").order_by(*order)
-
-
-def node_ledger(*, run: Run, node_id: int) -> NodeLedger | None:
-    """One node's ledger of ``run``, or ``None``."""
-    return NodeLedger.objects.filter(run=run, node_id=node_id).first()

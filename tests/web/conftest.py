@@ -115,3 +115,9 @@ def console(client, operator, recorded):
     """A logged-in test client over the recorded runs."""
     client.force_login(operator)
     return client
+
+
+def pytest_collection_modifyitems(config, items):
+    """Browser tests last: they use the live server, whose transactional cleanup empties the
+    database, including the runs ``recorded`` persisted once for the session."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
