@@ -103,3 +103,21 @@ def test_step_parameter(query, expected) -> None:
             params.step_of(QueryDict(query), steps=2000, step_s=60.0, start_s=0.0, default=7)
     else:
         assert params.step_of(QueryDict(query), steps=2000, step_s=60.0, start_s=0.0, default=7) == expected
+
+
+@pytest.mark.parametrize("reason, count, chosen", [
+    pytest.param("priority", 6, "priority 0, lowest first, youngest on ties", id="priority"),
+    pytest.param("limit_breach", 1, "used more than its own limit", id="limit-breach"),
+])
+def test_eviction_reason_carries_the_numbers(reason, count, chosen) -> None:
+    from kalena_web.console.presenters import eviction_why
+
+    # working set 248.863 GiB of 253.25 GiB capacity = 98.3 %; Σ r 264.767 → 252.786 GiB
+    detail = {"dimension": "ram", "capacity": 253.25 * GIB, "working_set": 248.863 * GIB,
+              "ledger_before": 264.767 * GIB, "ledger_after": 252.786 * GIB, "reservation": 1.997 * GIB,
+              "usage": 1.997 * GIB, "limit": 1.997 * GIB, "priority": 0, "acute": False}
+    why = eviction_why(detail, reason, count)
+    assert why.lead == ("ram pressure: working set 248.863 GiB = 98.3 % of capacity 253.25 GiB, "
+                        "while Σ reservations 264.767 GiB > capacity")
+    assert chosen in why.numbers and why.numbers.endswith("brought Σ reservations to 252.786 GiB")
+    assert ("each reserved 1.997 GiB" in why.numbers) == (count > 1)
