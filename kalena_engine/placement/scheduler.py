@@ -314,20 +314,22 @@ class _Pass:
                            self.has_batch[rows], self.policy, balance=balance)
         return dyn + static_score[rows]
 
-    def _candidates(self, feasible: np.ndarray) -> np.ndarray:
-        """Feasible rows to score, ascending: all of them, or (sampling) the first
-        ``k_find`` in the permuted scan from the rotating start."""
+    def _candidates(self, feasible: np.ndarray) -> tuple[np.ndarray, int]:
+        """``(rows to score ascending, feasible nodes)``: all feasible rows, or (sampling) the
+        first ``k_find`` in the permuted scan from the rotating start, which then moves past
+        the nodes scanned (kube-scheduler ``nextStartNodeIndex``)."""
         if not self.sample:
-            return np.flatnonzero(feasible)
+            rows = np.flatnonzero(feasible)
+            return rows, len(rows)
         pos = np.flatnonzero(feasible[self.perm])
         if len(pos) == 0:
-            return pos
+            return pos, 0
         split = int(np.searchsorted(pos, self.start))
         ordered = np.concatenate((pos[split:], pos[:split]))
         take = ordered[: self.k_find]
         scanned = (int(take[-1]) - self.start) % self.n + 1 if len(ordered) > self.k_find else self.n
         self.start = (self.start + scanned) % self.n
-        return np.sort(self.perm[take])
+        return np.sort(self.perm[take]), len(pos)
 
     def _sequences(self, cls: _Class, nodes: np.ndarray, start: np.ndarray, length: np.ndarray) -> list[list[float]]:
         """Scores of ``cls`` on each of ``nodes`` after ``k`` more of its pods, for
@@ -428,6 +430,7 @@ class _Pass:
             return self._naive_unit(entries, template, request, want, only)
         cls = self._class(cid, template, request)
         placed = 0
+        unit_want = want
         while want > 0:
             room_ns = self._ns_room(template)
             if room_ns <= 0:
@@ -435,9 +438,13 @@ class _Pass:
             feasible = cls.feasible & self._dynamic_mask(template) if cls.dynamic else cls.feasible
             if only is not None:
                 feasible = feasible & (np.arange(self.n) == only)
-            cand = self._candidates(feasible)
+            cand, n_feasible = self._candidates(feasible)
             if len(cand) == 0:
                 break
+            budget = min(want, room_ns)
+            if len(cand) < n_feasible:  # sampled: this window's share of the unit, as the
+                # rotating scan would give it one pod at a time
+                budget = min(budget, -(-unit_want * len(cand) // n_feasible))
             need = cand[~cls.score_ok[cand]]
             if len(need):
                 cls.score[need] = self._score_rows(request, cls.static_score, need)
@@ -446,7 +453,7 @@ class _Pass:
                 scores = cls.score[cand]
                 taken = {int(cand[int(np.argmax(scores))]): 1}
             else:
-                taken = self._greedy(cls, cand, min(want, room_ns))
+                taken = self._greedy(cls, cand, budget)
             for node, count in taken.items():
                 self._place(entries, template, request, node, count)
             rows = np.fromiter(taken, dtype=np.int64, count=len(taken))
