@@ -15,6 +15,7 @@ See ``docs/scheduler.md`` for the filters, scores, scale techniques and the why-
 from kalena_engine.placement.binding import BindOutcome, SlackLedger, requeue
 from kalena_engine.placement.cache import ScoreCache
 from kalena_engine.placement.explain import Reduction, Shortfall, WhyPending
+from kalena_engine.placement.kuberina_batch import pending_from_workloads
 from kalena_engine.placement.ledger_view import IN_FLIGHT, PHASES, RUNNING, TERMINAL, reservation_slack
 from kalena_engine.placement.model import (
     MIN_MEMBER_ANNOTATION, BatchResidents, BatchTemplate, Bindings, ClusterSnapshot, Evictions, Gang,
@@ -32,6 +33,6 @@ __all__ = [
     "BatchResidents", "BatchTemplate", "BindOutcome", "Bindings", "ClusterSnapshot", "Evictions", "Gang", "Image",
     "LabelSelector", "NodeTable", "PassResult", "PassStats", "PendingBatch", "PlacementPolicy", "ProductionPods",
     "Reduction", "Requirement", "ScoreCache", "Shortfall", "SlackLedger", "SpreadConstraint", "VolatilityTracker",
-    "WhyPending", "min_member_from_annotations", "requeue", "reservation_slack", "schedule_batch",
+    "WhyPending", "min_member_from_annotations", "pending_from_workloads", "requeue", "reservation_slack", "schedule_batch",
     "volatility_ratio",
 ]

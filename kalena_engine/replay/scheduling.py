@@ -76,7 +76,8 @@ class ReplayScheduler:
         self._evicted_node.append(int(node))
         self._evicted_s.append(float(now_s))
 
-    def _evictions(self, now_s: float) -> Evictions:
+    def evictions(self, now_s: float) -> Evictions:
+        """Evictions still inside the cooldown window at ``now_s`` (older ones are dropped)."""
         horizon = now_s - self.policy.eviction.cooldown_s
         keep = [i for i, t in enumerate(self._evicted_s) if t > horizon]
         if len(keep) != len(self._evicted_s):
@@ -108,7 +109,7 @@ class ReplayScheduler:
             volatility=self.volatility.ratio(self.nodes.capacity), now_s=now_s, production=self.production,
             batch=BatchResidents(node=groups.node, count=groups.count, template=self.template_of[groups.task],
                                  templates=self.templates),
-            evictions=self._evictions(now_s),
+            evictions=self.evictions(now_s),
         )
         pending = PendingBatch(
             ids=tasks.task_id[waiting], template=self.template_of[waiting], templates=self.templates,

@@ -163,8 +163,9 @@ def format_summary(summary: dict[str, object]) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.repeat < 1:
-        raise SystemExit("kalena bench scheduler: error: --repeat must be ≥ 1")
+    if args.repeat < 1 or args.nodes < 1 or args.pending < 1:
+        raise SystemExit(f"kalena bench scheduler: error: --nodes ({args.nodes}), --pending ({args.pending}) "
+                         f"and --repeat ({args.repeat}) must be ≥ 1")
     try:
         summary = run_bench(args)
     except ValueError as exc:
