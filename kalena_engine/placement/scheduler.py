@@ -4,7 +4,7 @@ This is the one code path the control plane's scheduling loop and the replay sha
 
     result = schedule_batch(snapshot, pending, policy, rng=rng)      # decide (pure)
     outcome = ledger.bind(result.bindings)                            # optimistic concurrency
-    remaining = requeue(result, outcome)                              # stale bindings go back
+    remaining = requeue(result.remaining, outcome)                    # stale bindings go back
     records = result.why_pending()                                    # for every unplaced entry
 
 A pass walks the queue (priority high → low, then ``queued_s``, then row). For each entry it
@@ -17,9 +17,9 @@ Scale techniques (the ``naive=True`` path runs the same filter and score kernels
 * **Equivalence classes** — consecutive entries of one template and request form one class;
   its static filter mask (node condition, selector, taints, production anti-affinity) is
   computed once per rule signature per pass, its feasibility and scores are kept per class and
-  refreshed only on the nodes touched since (a node touch log). A run of identical pods goes
-  to the best node while it stays best — computed in closed form, exactly what placing them one
-  by one would do, because every score is node-local.
+  refreshed only on the nodes touched since (a node touch log). The class's identical pods are
+  placed by :func:`~kalena_engine.placement.greedy.greedy` — exactly the choices placing them one
+  by one would make (every score is node-local), without a decision per pod.
 * **Score cache keyed on quantised slack** (:mod:`~kalena_engine.placement.cache`).
 * **Sampling** — kube-scheduler's percentage of nodes to score: scan nodes in a random
   permutation (drawn from the pass's ``rng``) from a rotating start, stop after
@@ -30,7 +30,6 @@ Scale techniques (the ``naive=True`` path runs the same filter and score kernels
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,11 +39,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kalena_engine.placement.cache import ScoreCache
+from kalena_engine.placement.classes import PassStats, _Class, _Entries
+from kalena_engine.placement.gangs import GangTransactions
+from kalena_engine.placement.greedy import greedy
 from kalena_engine.placement.filters import (
     DYNAMIC_RULES, RULE_FILTERS, BatchAntiAffinityFilter, CooldownFilter, NamespaceCapFilter,
     NodeSelectorFilter, ProductionAntiAffinityFilter, SpreadFilter, TaintFilter, fits, instance_room,
 )
-from kalena_engine.placement.model import BatchTemplate, Bindings, ClusterSnapshot, Gang, PendingBatch
+from kalena_engine.placement.model import BatchTemplate, Bindings, ClusterSnapshot, PendingBatch
 from kalena_engine.placement.scores import dynamic_part, quantise, static_part
 
 if TYPE_CHECKING:  # kalena_engine.policy imports this package's policy module
@@ -55,45 +57,7 @@ Observer = Callable[[int, int], None]
 _MAX_CLASSES = 512
 
 
-@dataclass
-class PassStats:
-    """Counters of one pass (for benchmarks and the console)."""
-
-    units: int = 0
-    runs: int = 0
-    classes: int = 0
-    prefiltered: int = 0
-    rows_scored: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
-    gang_rollbacks: int = 0
-
-
-class _Class:
-    """Per-pass state of one equivalence class (template × request)."""
-
-    __slots__ = ("template", "request", "static", "feasible", "score", "score_ok", "static_score", "seen", "dynamic")
-
-    def __init__(self, template: BatchTemplate, request: np.ndarray, static: np.ndarray, slack: np.ndarray,
-                 static_score: np.ndarray, seen: int, dynamic: bool) -> None:
-        self.template, self.request, self.static, self.dynamic = template, request, static, dynamic
-        self.feasible = static & fits(request, slack)
-        self.score = np.zeros(len(static))
-        self.score_ok = np.zeros(len(static), dtype=bool)
-        self.static_score = static_score
-        self.seen = seen
-
-
-class _Entries:
-    """The entries of one decision unit (queue order) and a cursor past the exhausted ones."""
-
-    __slots__ = ("rows", "pos")
-
-    def __init__(self, rows: list[int]) -> None:
-        self.rows, self.pos = rows, 0
-
-
-class _Pass:
+class _Pass(GangTransactions):
     """The working state of one pass; also the :class:`~kalena_engine.placement.filters.PassView`
     filters read and, once finished, what why-pending is computed from."""
 
@@ -183,22 +147,6 @@ class _Pass:
         if self.cache is not None:
             self.stats.cache_hits = self.cache.hits - self._hits0
             self.stats.cache_misses = self.cache.misses - self._misses0
-
-    def _gangs(self) -> tuple[np.ndarray, list[Gang]]:
-        """Gang row per entry: explicit gangs, then one implicit gang per template carrying a
-        ``min-member`` annotation."""
-        p = self.pending
-        gangs = list(p.gangs)
-        gang_of = np.asarray(p.gang, dtype=np.int64).copy()
-        for t in np.unique(p.template).tolist():
-            template = p.templates[t]
-            if template.min_member is None:
-                continue
-            rows = (np.asarray(p.template) == t) & (gang_of < 0)
-            if rows.any():
-                gang_of[rows] = len(gangs)
-                gangs.append(Gang(name=template.owner, min_member=template.min_member))
-        return gang_of, gangs
 
     def _class_ids(self) -> np.ndarray:
         """``(k,)`` equivalence class per entry: equal template and request ⇔ equal id.
@@ -347,50 +295,15 @@ class _Pass:
         bounds = np.cumsum(length).tolist()
         return [scores[b - m:b] for b, m in zip(bounds, length.tolist(), strict=True)]
 
-    def _greedy(self, cls: _Class, cand: np.ndarray, budget: int) -> dict[int, int]:
-        """Pods per node for ``budget`` identical pods over candidate nodes ``cand``: exactly
-        the one-pod-at-a-time greedy (each pod to the highest score, ties → lowest row, the
-        chosen node rescored with ``S − k·q``), run on a heap of per-node score sequences —
-        every score is node-local, so one placement never changes another node's score."""
-        rooms = np.minimum(instance_room(cls.request, self.slack[cand]), budget)
-        rooms = np.maximum(rooms, 1)  # every candidate is feasible: one pod fits
-        heap = list(zip((-cls.score[cand]).tolist(), cand.tolist(), strict=True))
-        heapq.heapify(heap)
-        room_of = dict(zip(cand.tolist(), rooms.tolist(), strict=True))
-        chunk = max(1, -(-2 * budget // len(cand)))
-        first = np.minimum(rooms - 1, chunk)
-        seq = dict(zip(cand.tolist(), self._sequences(cls, cand, np.ones(len(cand), dtype=np.int64), first), strict=True))
-        taken: dict[int, int] = {}
-        while budget > 0 and heap:
-            _, node = heapq.heappop(heap)
-            k = taken.get(node, 0) + 1  # this pod goes here
-            budget -= 1
-            room = room_of[node]
-            scores = seq[node]
-            while budget > 0 and k < room:
-                if k > len(scores):
-                    more = min(room - 1 - len(scores), max(2 * len(scores), chunk, 8))
-                    scores.extend(self._sequences(cls, np.array([node]), np.array([len(scores) + 1]), np.array([more]))[0])
-                nxt = scores[k - 1]
-                if heap and (nxt < -heap[0][0] or (nxt == -heap[0][0] and node > heap[0][1])):
-                    heapq.heappush(heap, (-nxt, node))
-                    break
-                k += 1
-                budget -= 1
-            taken[node] = k
-        return taken
-
     # -- placing -------------------------------------------------------------------------------
 
     def _place(self, entries: _Entries, template: BatchTemplate, request: np.ndarray, node: int, count: int) -> None:
-        old = self.slack[node].copy()
-        if self._undo is not None:
-            self._undo.append((node, old, bool(self.has_batch[node])))
-        self.slack[node] -= count * request
-        self.has_batch[node] = True
-        self.log.append(node)
-        if self._best is not None and np.any(old >= self._best):
-            self._best = None
+        """Debit ``count`` pods on ``node`` and bind them to the unit's entries in order."""
+        self._attribute(entries, node, count)
+        self._debit(template, request, node, count)
+
+    def _attribute(self, entries: _Entries, node: int, count: int) -> None:
+        """Bindings for ``count`` pods on ``node``, taken from the entries in queue order."""
         left = count
         while left > 0 and entries.pos < len(entries.rows):
             e = entries.rows[entries.pos]
@@ -404,6 +317,17 @@ class _Pass:
                 left -= take
             if take == have:
                 entries.pos += 1
+
+    def _debit(self, template: BatchTemplate, request: np.ndarray, node: int, count: int) -> None:
+        """In-flight placements debit the working slack at once (case C2)."""
+        old = self.slack[node].copy()
+        if self._undo is not None:
+            self._undo.append((node, old, bool(self.has_batch[node])))
+        self.slack[node] -= count * request
+        self.has_batch[node] = True
+        self.log.append(node)
+        if self._best is not None and np.any(old >= self._best):
+            self._best = None
         self.p_tpl.append(template)
         self.p_node.append(node)
         self.p_count.append(count)
@@ -450,12 +374,17 @@ class _Pass:
                 cls.score[need] = self._score_rows(request, cls.static_score, need)
                 cls.score_ok[need] = True
             if cls.dynamic:  # one pod: placing it changes other nodes' feasibility
-                scores = cls.score[cand]
-                taken = {int(cand[int(np.argmax(scores))]): 1}
+                runs = [(int(cand[int(np.argmax(cls.score[cand]))]), 1)]
             else:
-                taken = self._greedy(cls, cand, budget)
+                rooms = np.maximum(np.minimum(instance_room(request, self.slack[cand]), budget), 1)
+                runs = greedy(cand, cls.score[cand], rooms, budget,
+                              lambda nodes, start, length, c=cls: self._sequences(c, nodes, start, length))
+            taken: dict[int, int] = {}
+            for node, count in runs:  # bindings in choice order, as one pod at a time would make them
+                self._attribute(entries, node, count)
+                taken[node] = taken.get(node, 0) + count
             for node, count in taken.items():
-                self._place(entries, template, request, node, count)
+                self._debit(template, request, node, count)
             rows = np.fromiter(taken, dtype=np.int64, count=len(taken))
             cls.feasible[rows] = cls.static[rows] & fits(request, self.slack[rows])
             cls.score_ok[rows] = False
@@ -496,66 +425,6 @@ class _Pass:
             placed += 1
             self._notify(1, 1)
         return placed
-
-    # -- gangs ---------------------------------------------------------------------------------
-
-    def _mark(self) -> tuple[int, int, int]:
-        return len(self.b_entry), len(self.p_tpl), len(self._undo or ())
-
-    def _rollback(self, mark: tuple[int, int, int]) -> None:
-        n_bind, n_placed, n_undo = mark
-        assert self._undo is not None
-        for node, row, had_batch in reversed(self._undo[n_undo:]):
-            self.slack[node] = row
-            self.has_batch[node] = had_batch
-            self.log.append(node)
-        del self._undo[n_undo:]
-        for e, c in zip(self.b_entry[n_bind:], self.b_count[n_bind:], strict=True):
-            self.remaining[e] += c
-        del self.b_entry[n_bind:], self.b_node[n_bind:], self.b_count[n_bind:]
-        del self.p_tpl[n_placed:], self.p_node[n_placed:], self.p_count[n_placed:]
-        self._ns_running.clear()
-        self._best = None
-
-    def _gang(self, gang: Gang, entries: list[int]) -> None:
-        """All-or-nothing: at least ``min_member`` pods of the gang's entries, or none."""
-        want = int(self.remaining[entries].sum())
-        class_of = self.class_of
-        self._undo = []
-        mark = self._mark()
-        total = 0
-        if want >= gang.min_member:
-            if gang.colocate:
-                total = self._colocated(gang, entries, class_of)
-            else:
-                for e in entries:
-                    total += self._unit([e], int(class_of[e]))
-        if total < gang.min_member:
-            self._rollback(mark)
-            self.stats.gang_rollbacks += 1
-            for e in entries:
-                self.gang_failures[e] = (gang.name, total, gang.min_member)
-            total = 0
-        self._undo = None
-        self._notify(want, total)
-
-    def _colocated(self, gang: Gang, entries: list[int], class_of: np.ndarray) -> int:
-        p = self.pending
-        first = entries[0]
-        template = p.templates[p.template[first]]
-        mask = self._static_mask(template) & fits(p.request[first], self.slack)
-        rows = np.flatnonzero(mask)
-        if len(rows) == 0:
-            return 0
-        scores = self._score_rows(p.request[first], self._static_part(template), rows)
-        for node in rows[np.lexsort((rows, -scores))]:
-            mark = self._mark()
-            total = sum(self._unit([e], int(class_of[e]), only=int(node)) for e in entries)
-            if total >= gang.min_member:
-                return total
-            self._rollback(mark)
-        return 0
-
 
 @dataclass(frozen=True, eq=False)
 class PassResult:
