@@ -23,8 +23,10 @@ Scale techniques (the ``naive=True`` path runs the same filter and score kernels
 * **Score cache keyed on quantised slack** (:mod:`~kalena_engine.placement.cache`).
 * **Sampling** — kube-scheduler's percentage of nodes to score: scan nodes in a random
   permutation (drawn from the pass's ``rng``) from a rotating start, stop after
-  :meth:`PlacementPolicy.feasible_nodes_to_find` feasible nodes, score only those. At 100 %
-  every feasible node is scored, identical to no sampling.
+  :meth:`PlacementPolicy.feasible_nodes_to_find` feasible nodes per pod of the run (a run of
+  ``m`` identical pods may score what ``m`` scheduling cycles would), score only those; a
+  window takes its share of the run and the scan moves on. At 100 % every feasible node is
+  scored, identical to no sampling.
 * **Gangs** place all-or-nothing inside a transaction that restores every debit on failure.
 """
 
@@ -262,7 +264,7 @@ class _Pass(GangTransactions):
                            self.has_batch[rows], self.policy, balance=balance)
         return dyn + static_score[rows]
 
-    def _candidates(self, feasible: np.ndarray) -> tuple[np.ndarray, int]:
+    def _candidates(self, feasible: np.ndarray, k_find: int) -> tuple[np.ndarray, int]:
         """``(rows to score ascending, feasible nodes)``: all feasible rows, or (sampling) the
         first ``k_find`` in the permuted scan from the rotating start, which then moves past
         the nodes scanned (kube-scheduler ``nextStartNodeIndex``)."""
@@ -272,10 +274,12 @@ class _Pass(GangTransactions):
         pos = np.flatnonzero(feasible[self.perm])
         if len(pos) == 0:
             return pos, 0
+        if len(pos) <= k_find:  # the whole cluster scanned: the start stays (kube: + n mod n)
+            return np.sort(self.perm[pos]), len(pos)
         split = int(np.searchsorted(pos, self.start))
         ordered = np.concatenate((pos[split:], pos[:split]))
-        take = ordered[: self.k_find]
-        scanned = (int(take[-1]) - self.start) % self.n + 1 if len(ordered) > self.k_find else self.n
+        take = ordered[:k_find]
+        scanned = (int(take[-1]) - self.start) % self.n + 1
         self.start = (self.start + scanned) % self.n
         return np.sort(self.perm[take]), len(pos)
 
@@ -362,7 +366,9 @@ class _Pass(GangTransactions):
             feasible = cls.feasible & self._dynamic_mask(template) if cls.dynamic else cls.feasible
             if only is not None:
                 feasible = feasible & (np.arange(self.n) == only)
-            cand, n_feasible = self._candidates(feasible)
+            # Sampling budget: each pod's scheduling cycle may score k_find nodes, so a run of
+            # `want` identical pods may score want × k_find (then the window takes its share).
+            cand, n_feasible = self._candidates(feasible, self.k_find * want)
             if len(cand) == 0:
                 break
             budget = min(want, room_ns)
