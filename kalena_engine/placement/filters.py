@@ -279,7 +279,7 @@ class BatchAntiAffinityFilter:
                 out.append((f"batch of {all_tpls[hit[0]].owner}", str(term.selector), term.topology_key,
                             _domain_mask(view, term.topology_key, all_nodes[hit])))
         for name in template.anti_affinity_pods:
-            rows = [i for i, pid in enumerate(snap.production.ids) if pid == name]
+            rows = snap.production.rows_of.get(name, [])
             hit = [i for i, t in enumerate(all_tpls) if name in t.member_ids]
             where = np.concatenate([snap.production.node[rows], all_nodes[hit]]).astype(np.int64)
             if len(where):

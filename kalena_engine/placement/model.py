@@ -244,6 +244,14 @@ class ProductionPods:
     names: tuple[tuple[str, ...], ...] = ()
 
     @cached_property
+    def rows_of(self) -> dict[str, list[int]]:
+        """Pod id → rows (one, unless ids repeat)."""
+        out: dict[str, list[int]] = {}
+        for i, pod in enumerate(self.ids):
+            out.setdefault(pod, []).append(i)
+        return out
+
+    @cached_property
     def term_rows(self) -> dict[AntiAffinityTerm, np.ndarray]:
         """Each distinct label-selector term → rows of the pods carrying it."""
         out: dict[AntiAffinityTerm, list[int]] = {}
