@@ -34,10 +34,12 @@ def greedy(cand: np.ndarray, heads: np.ndarray, rooms: np.ndarray, budget: int,
         budget: pods to place (at most ``rooms.sum()`` are).
         sequences: scores after more pods (see :data:`Sequences`).
     """
+    if budget == 1 or len(cand) == 0:  # one pod: the best head (ties → lowest row); no sequences
+        return [(int(cand[int(np.argmax(heads))]), 1)] if budget and len(cand) else []
     heap = list(zip((-heads).tolist(), cand.tolist(), strict=True))
     heapq.heapify(heap)
     room_of = dict(zip(cand.tolist(), rooms.tolist(), strict=True))
-    chunk = max(1, -(-2 * budget // len(cand)))
+    chunk = max(4, -(-4 * budget // len(cand)))
     first = np.minimum(rooms - 1, chunk)
     seq = dict(zip(cand.tolist(), sequences(cand, np.ones(len(cand), dtype=np.int64), first), strict=True))
     taken: dict[int, int] = {}
