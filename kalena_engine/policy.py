@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kalena_engine.placement.policy import PlacementPolicy
+
 
 @dataclass(frozen=True)
 class EstimatorPolicy:
@@ -68,6 +70,7 @@ class Policy:
 
     estimator: EstimatorPolicy = EstimatorPolicy()
     eviction: EvictionPolicy = EvictionPolicy()
+    placement: PlacementPolicy = PlacementPolicy()
 
     def with_estimator(self, **changes: float) -> Policy:
         """A copy with estimator fields replaced, e.g. ``policy.with_estimator(margin_ratio=1.3)``."""
@@ -76,3 +79,7 @@ class Policy:
     def with_eviction(self, **changes: float) -> Policy:
         """A copy with eviction fields replaced."""
         return replace(self, eviction=replace(self.eviction, **changes))
+
+    def with_placement(self, **changes: object) -> Policy:
+        """A copy with batch placement fields replaced (see :class:`PlacementPolicy`)."""
+        return replace(self, placement=replace(self.placement, **changes))

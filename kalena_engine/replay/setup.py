@@ -12,12 +12,13 @@ from kalena_engine.errors import BlueprintRefused
 from kalena_engine.estimator import initial_reservations
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.kuberina.verify import Verification
+from kalena_engine.placement import NodeTable, ProductionPods, WhyPending
 from kalena_engine.policy import Policy
-from kalena_engine.replay.simulator import Placer, SimClock, Simulator, StepRecord
+from kalena_engine.replay.scheduling import ReplayScheduler
+from kalena_engine.replay.simulator import SimClock, Simulator, StepRecord
 from kalena_engine.replay.state import BatchGroups, ClusterState, Production, TaskTable
 from kalena_engine.replay.summary import SummaryAccumulator
 from kalena_engine.replay.usage import build_production_usage
-from kalena_engine.placement.firstfit import first_fit
 from kalena_engine.traces.batch import BatchTasks, scale_load, select_window
 from kalena_engine.traces.bitbrains import BitbrainsSet
 
@@ -100,8 +101,14 @@ class Replay:
         """Static facts plus the time-averaged figures so far."""
         return {**self.facts, **self.accumulator.summary()}
 
+    def why_pending(self) -> tuple[WhyPending, ...]:
+        """Why-pending records of the latest scheduling pass (``workload`` is the batch task
+        id); empty when nothing was pending. ``to_dict()`` gives the JSON form to store."""
+        last = self.simulator.scheduler.last_pass
+        return () if last is None else last.why_pending()
 
-def build_replay(inputs: ReplayInputs, config: ReplayConfig, *, placer: Placer = first_fit) -> Replay:
+
+def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
     """Build the production set, usage model, task table and simulator.
 
     Raises:
@@ -146,8 +153,15 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig, *, placer: Placer =
         submitted=np.zeros(len(tasks), dtype=np.int64), completed=np.zeros(len(tasks), dtype=np.int64),
     )
     stale_ttl_s = config.policy.estimator.stale_ttl_s(config.usage_interval_s)
+    scheduler = ReplayScheduler(
+        nodes=NodeTable.from_infrastructure(inputs.infra, capacity),
+        production=ProductionPods(ids=production.ids, node=production.node,
+                                  namespaces=tuple(p.namespace for p in pods), labels=tuple(p.labels for p in pods),
+                                  terms=((),) * len(pods), names=tuple(p.anti_affinity for p in pods)),
+        tasks=tasks, policy=config.policy, rng=np.random.default_rng((config.seed, 4)),
+    )
     simulator = Simulator(state=state, usage=usage, clock=clock, policy=config.policy,
-                          eligible=eligible, stale_ttl_s=stale_ttl_s, placer=placer)
+                          eligible=eligible, stale_ttl_s=stale_ttl_s, scheduler=scheduler)
     facts: dict[str, object] = {
         "nodes": n_nodes,
         "active_nodes": int(active.sum()),

@@ -9,7 +9,9 @@ Each step at replay time ``t``:
    source sample older than T_stale is not fed, so its pod reads ``max(r, q)``), batch usage =
    request × ``batch_usage_ratio``;
 4. estimator → reservations → slack on the nodes batch may use;
-5. pending batch is placed into the reservation ledger (in-flight placements debit at once);
+5. pending batch is placed by the batch scheduler (:mod:`kalena_engine.placement`, the control
+   plane's code path, through :class:`~kalena_engine.replay.scheduling.ReplayScheduler`):
+   filters, scores, in-flight placements debiting at once, bound with a version check;
 6. on a node whose working set on ram (or storage) reaches the eviction threshold while
    ``Σ r > C``, batch is evicted by DESIGN §7's ordering and stop rule and requeued from
    scratch. Production is never evicted.
@@ -27,14 +29,12 @@ from kalena_engine.mitigation.eviction import (
     TIER_BATCH, TIER_SERVICE, NodeWorkloads, PressureSignal, plan_evictions,
 )
 from kalena_engine.ledger import node_sum
-from kalena_engine.placement.firstfit import first_fit
+from kalena_engine.placement import PassResult, ProductionPods
 from kalena_engine.policy import Policy
+from kalena_engine.replay.scheduling import ReplayScheduler, default_node_table
 from kalena_engine.replay.state import ClusterState
 from kalena_engine.replay.usage import ProductionUsage
 from kalena_engine.resources import RAM, STORAGE
-
-#: Placement function: (request (8,), count, slack (m, 8), eligible (m,)) → instances per node.
-Placer = Callable[[np.ndarray, int, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ class StepRecord:
     pending_instances: int
     running_instances: int
     events: tuple[BatchEvent, ...]
+    placement: PassResult | None = None  # this step's scheduling pass; .why_pending() explains the rest
 
 
 @dataclass(eq=False)
@@ -105,8 +106,9 @@ class Simulator:
 
     Attributes:
         eligible: ``(n,)`` bool, nodes batch may be placed on (the blueprint's active nodes
-            by default).
-        placer: the placement function (first fit unless a scheduler is plugged in).
+            by default) — the scheduler's slack-eligible condition.
+        scheduler: the batch scheduler's replay state; by default one with a bare node table,
+            production pods without anti-affinity and a generator seeded 0.
     """
 
     state: ClusterState
@@ -115,9 +117,17 @@ class Simulator:
     policy: Policy
     eligible: np.ndarray
     stale_ttl_s: float
-    placer: Placer = first_fit
+    scheduler: ReplayScheduler | None = None
 
     def __post_init__(self) -> None:
+        if self.scheduler is None:
+            prod = self.state.production
+            self.scheduler = ReplayScheduler(
+                nodes=default_node_table(self.state),
+                production=ProductionPods(ids=prod.ids, node=prod.node, namespaces=("",) * len(prod.ids),
+                                          labels=({},) * len(prod.ids), terms=((),) * len(prod.ids),
+                                          names=((),) * len(prod.ids)),
+                tasks=self.state.tasks, policy=self.policy, rng=np.random.default_rng(0))
         p = len(self.state.production.ids)
         self._prod_start = np.full(p, -np.inf)
         self._prod_grace = np.full(p, self.policy.estimator.grace_s)
@@ -143,10 +153,10 @@ class Simulator:
         self._arrive(now_s, events)
         prod_usage, clipped, stale = self._sample(step, now_s)
         prod_r = effective_reservations(st.prod_reservations, st.production.request, now_s, self.stale_ttl_s)
-        self._place(now_s, prod_r, events)
+        placement = self._place(now_s, prod_r, stale, events)
         self._evict(now_s, prod_r, prod_usage, stale, events)
         st.check_invariants()
-        return self._record(step, now_s, prod_usage, prod_r, clipped, int(stale.sum()), events)
+        return self._record(step, now_s, prod_usage, prod_r, clipped, int(stale.sum()), events, placement)
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -192,39 +202,18 @@ class Simulator:
             )
         return usage, clipped, ~fresh
 
-    def _place(self, now_s: float, prod_r: np.ndarray, events: list[BatchEvent]) -> None:
+    def _place(self, now_s: float, prod_r: np.ndarray, stale: np.ndarray, events: list[BatchEvent]) -> PassResult | None:
         st = self.state
-        waiting = np.flatnonzero(st.pending > 0)
-        if len(waiting) == 0:
-            return
-        waiting = waiting[np.argsort(st.tasks.arrival_s[waiting], kind="stable")]
-        slack = st.batch_ledgers(prod_r).slack
-        slack[~self.eligible] = -np.inf
-        best = slack[self.eligible].max(axis=0) if self.eligible.any() else np.full(8, -np.inf)
-        requests = st.tasks.request
-        placed_task, placed_node, placed_count = [], [], []
-        for task in waiting[np.all(requests[waiting] <= best + 1e-9, axis=1)]:
-            q = requests[task]
-            if np.any(q > best + 1e-9):
-                continue
-            take = self.placer(q, int(st.pending[task]), slack, self.eligible)
-            nodes = np.flatnonzero(take)
-            if len(nodes) == 0:
-                continue
-            counts = take[nodes]
-            slack[nodes] -= counts[:, None] * q  # in-flight placements debit at once
-            best = slack[self.eligible].max(axis=0)
-            st.pending[task] -= int(counts.sum())
-            placed_task.append(np.full(len(nodes), task))
-            placed_node.append(nodes)
-            placed_count.append(counts)
-            for node, count in zip(nodes.tolist(), counts.tolist(), strict=True):
-                events.append(BatchEvent(now_s, "placed", int(task), count, node))
-        if placed_task:
-            task_rows = np.concatenate(placed_task)
-            st.groups.append(task=task_rows, node=np.concatenate(placed_node),
-                             count=np.concatenate(placed_count), start_s=now_s,
+        ledgers = st.batch_ledgers(prod_r)
+        self.scheduler.observe(now_s, ledgers)
+        task_rows, bound = self.scheduler.place(st, ledgers, eligible=self.eligible, stale_pods=stale, now_s=now_s)
+        if len(bound):
+            np.subtract.at(st.pending, task_rows, bound.count)
+            st.groups.append(task=task_rows, node=bound.node, count=bound.count, start_s=now_s,
                              duration_s=st.tasks.duration_s[task_rows], request=st.tasks.request[task_rows])
+            for task, node, count in zip(task_rows.tolist(), bound.node.tolist(), bound.count.tolist(), strict=True):
+                events.append(BatchEvent(now_s, "placed", int(task), int(count), int(node)))
+        return self.scheduler.last_pass
 
     def _evict(self, now_s: float, prod_r: np.ndarray, prod_usage: np.ndarray, stale: np.ndarray,
                events: list[BatchEvent]) -> None:
@@ -282,12 +271,14 @@ class Simulator:
             g.count[row] -= victim.count
             keep[row] = g.count[row] > 0
             st.pending[task] += victim.count  # requeued from scratch; no migration
+            self.scheduler.record_eviction(task, node, now_s)  # cooldown for (job, node)
             events.append(BatchEvent(now_s, "evicted", task, victim.count, node, victim.reason, detail))
         if not keep.all():
             g.keep(keep)
 
     def _record(self, step: int, now_s: float, prod_usage: np.ndarray, prod_r: np.ndarray,
-                clipped: np.ndarray, stale: int, events: list[BatchEvent]) -> StepRecord:
+                clipped: np.ndarray, stale: int, events: list[BatchEvent],
+                placement: PassResult | None) -> StepRecord:
         st = self.state
         g = st.groups
         n = len(st.capacity)
@@ -311,5 +302,6 @@ class Simulator:
             pending_instances=int(st.pending.sum()),
             running_instances=int(g.count.sum()),
             events=tuple(events),
+            placement=placement,
         )
 

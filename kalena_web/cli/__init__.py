@@ -1,4 +1,4 @@
-"""The ``kalena`` command: ``kalena replay``, and more as the console grows."""
+"""The ``kalena`` command: ``kalena replay``, ``kalena bench scheduler``, and more as the console grows."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import argparse
 import sys
 
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import replay
+from kalena_web.cli import bench, replay
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalena", description="Kalena: slack harvesting downstream of Kuberina.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     replay.add_parser(commands)
+    bench.add_parser(commands)
     return parser
 
 

@@ -3,6 +3,7 @@ Alibaba batch arrivals."""
 
 from __future__ import annotations
 
+import json
 from argparse import Namespace
 from pathlib import Path
 
@@ -45,6 +46,13 @@ def test_two_hour_slice_keeps_production_safe_and_ledgers_consistent(inputs) -> 
     active = np.zeros(len(state.capacity), dtype=bool)
     active[replay.verification.active_nodes] = True
     assert active[state.groups.node].all()
+    # the engine half of why-pending: the latest pass explains every task still pending
+    records = replay.why_pending()
+    waiting = state.pending > 0
+    assert sorted(r.workload for r in records) == sorted(state.tasks.task_id[waiting].tolist())
+    assert sum(r.pending for r in records) == int(state.pending.sum())
+    assert {r.binding for r in records} <= {"cpu", "ram", "gpu", "slack_ineligible", "cooldown"}
+    json.dumps([r.to_dict() for r in records[:50]])
 
 
 def test_replay_is_deterministic_for_a_seed(inputs) -> None:

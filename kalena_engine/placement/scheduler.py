@@ -1,0 +1,500 @@
+"""The batch scheduler: one pass places pending batch into reservation-ledger slack (DESIGN §9).
+
+This is the one code path the control plane's scheduling loop and the replay share::
+
+    result = schedule_batch(snapshot, pending, policy, rng=rng)      # decide (pure)
+    outcome = ledger.bind(result.bindings)                            # optimistic concurrency
+    remaining = requeue(result.remaining, outcome)                    # stale bindings go back
+    records = result.why_pending()                                    # for every unplaced entry
+
+A pass walks the queue (priority high → low, then ``queued_s``, then row). For each entry it
+keeps the nodes that pass every filter (:mod:`~kalena_engine.placement.filters`), scores them
+(:mod:`~kalena_engine.placement.scores`) and places on the best one (ties → lowest node row);
+each placement debits the pass's working slack at once (in-flight placements, case C2).
+
+Scale techniques (the ``naive=True`` path runs the same filter and score kernels without them):
+
+* **Equivalence classes** — consecutive entries of one template and request form one class;
+  its static filter mask (node condition, selector, taints, production anti-affinity) is
+  computed once per rule signature per pass, its feasibility and scores are kept per class and
+  refreshed only on the nodes touched since (a node touch log). The class's identical pods are
+  placed by :func:`~kalena_engine.placement.greedy.greedy` — exactly the choices placing them one
+  by one would make (every score is node-local), without a decision per pod.
+* **Score cache keyed on quantised slack** (:mod:`~kalena_engine.placement.cache`).
+* **Sampling** — kube-scheduler's percentage of nodes to score: scan nodes in a random
+  permutation (drawn from the pass's ``rng``) from a rotating start, stop after
+  :meth:`PlacementPolicy.feasible_nodes_to_find` feasible nodes per pod of the run (a run of
+  ``m`` identical pods may score what ``m`` scheduling cycles would), score only those; a
+  window takes its share of the run and the scan moves on. At 100 % every feasible node is
+  scored, identical to no sampling.
+* **Gangs** place all-or-nothing inside a transaction that restores every debit on failure.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kalena_engine.placement.cache import ScoreCache
+from kalena_engine.placement.classes import PassStats, _Class, _Entries
+from kalena_engine.placement.gangs import GangTransactions
+from kalena_engine.placement.greedy import greedy
+from kalena_engine.placement.filters import (
+    DYNAMIC_RULES, RULE_FILTERS, BatchAntiAffinityFilter, CooldownFilter, NamespaceCapFilter,
+    NodeSelectorFilter, ProductionAntiAffinityFilter, SpreadFilter, TaintFilter, fits, instance_room,
+)
+from kalena_engine.placement.model import BatchTemplate, Bindings, ClusterSnapshot, PendingBatch
+from kalena_engine.placement.scores import dynamic_part, quantise, static_part
+
+if TYPE_CHECKING:  # kalena_engine.policy imports this package's policy module
+    from kalena_engine.policy import Policy
+
+#: Observer of decisions: ``(pods decided, pods placed)`` after each decision step.
+Observer = Callable[[int, int], None]
+_MAX_CLASSES = 512
+
+
+class _Pass(GangTransactions):
+    """The working state of one pass; also the :class:`~kalena_engine.placement.filters.PassView`
+    filters read and, once finished, what why-pending is computed from."""
+
+    def __init__(self, snapshot: ClusterSnapshot, pending: PendingBatch, policy: Policy, rng: np.random.Generator,
+                 naive: bool, cache: ScoreCache | None, observer: Observer | None) -> None:
+        self.snapshot, self.pending = snapshot, pending
+        self.policy = policy.placement
+        self.cooldown_s = policy.eviction.cooldown_s
+        self.naive, self.cache, self.observer = naive, cache, observer
+        n = len(snapshot.nodes)
+        self.n = n
+        self.capacity = snapshot.nodes.capacity
+        self.slack = np.array(snapshot.slack, dtype=np.float64, copy=True)
+        self.has_batch = np.array(snapshot.has_batch, dtype=bool, copy=True)
+        self.remaining = np.asarray(pending.count, dtype=np.int64).copy()
+        self.cond = snapshot.ready & snapshot.telemetry_fresh & snapshot.slack_eligible
+        self.cond_rows = np.flatnonzero(self.cond)
+        self._best: np.ndarray | None = None
+        self.log: list[int] = []
+        self.b_entry: list[int] = []
+        self.b_node: list[int] = []
+        self.b_count: list[int] = []
+        self.p_tpl: list[BatchTemplate] = []
+        self.p_node: list[int] = []
+        self.p_count: list[int] = []
+        self.caps_on = bool(self.policy.namespace_batch_caps) or self.policy.default_namespace_batch_cap is not None
+        self._ns_running: dict[str, int] = {}
+        self._static: dict[tuple, np.ndarray] = {}
+        self._static_score: dict[tuple, np.ndarray] = {}
+        self._dynamic: dict[int, bool] = {}
+        self._classes: OrderedDict[int, _Class] = OrderedDict()
+        self._undo: list[tuple[int, np.ndarray, bool]] | None = None
+        self.gang_failures: dict[int, tuple[str, int, int]] = {}
+        self.stats = PassStats()
+        self.k_find = self.policy.feasible_nodes_to_find(n)
+        self.sample = (not naive) and self.k_find < n
+        self.perm = rng.permutation(n) if self.sample else None
+        self.start = 0
+        used = [pending.templates[t] for t in np.unique(pending.template).tolist()]
+        used += [snapshot.batch.templates[t] for t in np.unique(snapshot.batch.template).tolist()]
+        self.term_templates = [t for t in used if t.anti_affinity]
+        if cache is not None:
+            cache.bind(self.capacity, self.policy)
+            self._hits0, self._misses0 = cache.hits, cache.misses
+
+    # -- PassView ------------------------------------------------------------------------------
+
+    def placed_rows(self) -> tuple[list[BatchTemplate], np.ndarray, np.ndarray]:
+        return self.p_tpl, np.array(self.p_node, dtype=np.int64), np.array(self.p_count, dtype=np.int64)
+
+    def namespace_running(self, namespace: str) -> int:
+        if namespace not in self._ns_running:
+            self._ns_running[namespace] = self.snapshot.batch.running_in(namespace) + sum(
+                c for t, c in zip(self.p_tpl, self.p_count, strict=True) if t.namespace == namespace)
+        return self._ns_running[namespace]
+
+    # -- the pass ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        pending = self.pending
+        order = np.lexsort((np.arange(len(pending)), pending.queued_s, -np.asarray(pending.priority)))
+        order = order[self.remaining[order] > 0]
+        gang_of, gangs = self._gangs()
+        class_of = self.class_of = self._class_ids()
+        done: set[int] = set()
+        request = self.pending.request
+        i = 0
+        while i < len(order):
+            e = int(order[i])
+            g = int(gang_of[e])
+            if g >= 0:
+                if g not in done:
+                    done.add(g)
+                    self._gang(gangs[g], order[gang_of[order] == g].tolist())
+                i += 1
+                continue
+            if not self.naive and not self._may_fit(request[e]):
+                i = self._skip_hopeless(order, i, gang_of)
+                continue
+            j = i + 1
+            if not self.naive:
+                while j < len(order) and gang_of[order[j]] < 0 and class_of[order[j]] == class_of[e]:
+                    j += 1
+            self._unit(order[i:j].tolist(), int(class_of[e]))
+            i = j
+        self._classes.clear()
+        if self.cache is not None:
+            self.stats.cache_hits = self.cache.hits - self._hits0
+            self.stats.cache_misses = self.cache.misses - self._misses0
+
+    def _class_ids(self) -> np.ndarray:
+        """``(k,)`` equivalence class per entry: equal template and request ⇔ equal id.
+        Column codes combined in mixed radix (1-D uniques only: cheap for many entries)."""
+        p = self.pending
+        key = np.zeros(len(p), dtype=np.int64)
+        columns = [np.asarray(p.template)] + [p.request[:, d] for d in range(p.request.shape[1])]
+        for column in columns:
+            codes, inverse = np.unique(column, return_inverse=True)
+            if len(codes) > 1:
+                if (int(key.max(initial=0)) + 1) * len(codes) > 2**62:
+                    key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+                key = key * len(codes) + inverse.reshape(-1)
+        return key
+
+    def _skip_hopeless(self, order: np.ndarray, i: int, gang_of: np.ndarray) -> int:
+        """From queue position ``i`` (which cannot fit the slack upper bound), skip every
+        following non-gang entry that cannot either, in one vectorised step; returns the
+        position of the next entry to consider. The bound only falls during a pass, so a
+        skipped entry could not have been placed later in it."""
+        rest = order[i:]
+        hopeless = gang_of[rest] < 0
+        if self._best is not None:  # None: no node in condition at all
+            hopeless &= ~fits(self.pending.request[rest], self._best)
+        stop = np.flatnonzero(~hopeless)
+        end = int(stop[0]) if len(stop) else len(rest)
+        skipped = rest[:end]
+        self.stats.units += end
+        self.stats.prefiltered += end
+        self._notify(int(self.remaining[skipped].sum()), 0)
+        return i + end
+
+    def _notify(self, decided: int, placed: int) -> None:
+        if self.observer is not None and self._undo is None and decided:
+            self.observer(decided, placed)
+
+    # -- filters -------------------------------------------------------------------------------
+
+    def _may_fit(self, request: np.ndarray) -> bool:
+        """Necessary condition: the request fits the per-dimension maximum slack over nodes
+        in condition (an upper bound, so never wrong; it spares a scan for hopeless pods)."""
+        if len(self.cond_rows) == 0:
+            return False
+        if self._best is None:
+            self._best = self.slack[self.cond_rows].max(axis=0)
+        return bool(fits(request, self._best))
+
+    def _static_mask(self, template: BatchTemplate) -> np.ndarray:
+        key = template.rule_signature
+        mask = self._static.get(key)
+        if mask is None:
+            mask = self.cond.copy()
+            for rule in (NodeSelectorFilter, TaintFilter, ProductionAntiAffinityFilter):
+                mask &= rule.mask(self, template)
+            self._static[key] = mask
+        if len(self.snapshot.evictions.node):
+            mask = mask & CooldownFilter.mask(self, template)
+        return mask
+
+    def _is_dynamic(self, template: BatchTemplate) -> bool:
+        key = id(template)
+        if key not in self._dynamic:
+            matched = any(term.matches(template.labels, template.namespace)
+                          for other in self.term_templates for term in other.anti_affinity)
+            self._dynamic[key] = template.dynamic or matched
+        return self._dynamic[key]
+
+    def _dynamic_mask(self, template: BatchTemplate) -> np.ndarray:
+        mask = BatchAntiAffinityFilter.mask(self, template)
+        if template.spread:
+            mask &= SpreadFilter.mask(self, template)
+        return mask
+
+    def _ns_room(self, template: BatchTemplate) -> int:
+        return NamespaceCapFilter.room(self, template) if self.caps_on else np.iinfo(np.int64).max
+
+    def _static_part(self, template: BatchTemplate) -> np.ndarray:
+        key = template.images
+        part = None if self.naive else self._static_score.get(key)
+        if part is None:
+            part = static_part(template.images, self.snapshot.images, self.snapshot.volatility, self.policy)
+            if not self.naive:
+                self._static_score[key] = part
+        return part
+
+    # -- classes and scores --------------------------------------------------------------------
+
+    def _class(self, cid: int, template: BatchTemplate, request: np.ndarray) -> _Class:
+        cls = self._classes.get(cid)
+        if cls is None:
+            cls = _Class(template, request, self._static_mask(template), self.slack, self._static_part(template),
+                         len(self.log), self._is_dynamic(template))
+            self._classes[cid] = cls
+            self.stats.classes += 1
+            if len(self._classes) > _MAX_CLASSES:
+                self._classes.popitem(last=False)
+            return cls
+        self._classes.move_to_end(cid)
+        if cls.seen < len(self.log):
+            dirty = np.unique(np.array(self.log[cls.seen:], dtype=np.int64))
+            cls.feasible[dirty] = cls.static[dirty] & fits(request, self.slack[dirty])
+            cls.score_ok[dirty] = False
+            cls.seen = len(self.log)
+        return cls
+
+    def _score_rows(self, request: np.ndarray, static_score: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        self.stats.rows_scored += len(rows)
+        slack = self.slack[rows]
+        balance = None
+        if self.cache is not None:
+            balance = self.cache.balance(request, rows, quantise(slack, self.policy.slack_buckets), self.capacity)
+        dyn = dynamic_part(slack, request, self.capacity[rows], self.snapshot.has_production[rows],
+                           self.has_batch[rows], self.policy, balance=balance)
+        return dyn + static_score[rows]
+
+    def _candidates(self, feasible: np.ndarray, k_find: int) -> tuple[np.ndarray, int]:
+        """``(rows to score ascending, feasible nodes)``: all feasible rows, or (sampling) the
+        first ``k_find`` in the permuted scan from the rotating start, which then moves past
+        the nodes scanned (kube-scheduler ``nextStartNodeIndex``)."""
+        if not self.sample:
+            rows = np.flatnonzero(feasible)
+            return rows, len(rows)
+        pos = np.flatnonzero(feasible[self.perm])
+        if len(pos) == 0:
+            return pos, 0
+        if len(pos) <= k_find:  # the whole cluster scanned: the start stays (kube: + n mod n)
+            return np.sort(self.perm[pos]), len(pos)
+        split = int(np.searchsorted(pos, self.start))
+        ordered = np.concatenate((pos[split:], pos[:split]))
+        take = ordered[:k_find]
+        scanned = (int(take[-1]) - self.start) % self.n + 1
+        self.start = (self.start + scanned) % self.n
+        return np.sort(self.perm[take]), len(pos)
+
+    def _sequences(self, cls: _Class, nodes: np.ndarray, start: np.ndarray, length: np.ndarray) -> list[list[float]]:
+        """Scores of ``cls`` on each of ``nodes`` after ``k`` more of its pods, for
+        ``k = start … start + length − 1`` (one vectorised evaluation for all nodes)."""
+        total = int(length.sum())
+        if total == 0:
+            return [[] for _ in range(len(nodes))]
+        reps = np.repeat(nodes, length)
+        offsets = np.repeat(np.cumsum(length) - length, length)
+        ks = (np.arange(total) - offsets + np.repeat(start, length)).astype(np.float64)
+        slack_k = self.slack[reps] - ks[:, None] * cls.request
+        dyn = dynamic_part(slack_k, cls.request, self.capacity[reps], self.snapshot.has_production[reps],
+                           np.ones(total, dtype=bool), self.policy)
+        scores = (dyn + cls.static_score[reps]).tolist()
+        bounds = np.cumsum(length).tolist()
+        return [scores[b - m:b] for b, m in zip(bounds, length.tolist(), strict=True)]
+
+    # -- placing -------------------------------------------------------------------------------
+
+    def _place(self, entries: _Entries, template: BatchTemplate, request: np.ndarray, node: int, count: int) -> None:
+        """Debit ``count`` pods on ``node`` and bind them to the unit's entries in order."""
+        self._attribute(entries, node, count)
+        self._debit(template, request, node, count)
+
+    def _attribute(self, entries: _Entries, node: int, count: int) -> None:
+        """Bindings for ``count`` pods on ``node``, taken from the entries in queue order."""
+        left = count
+        while left > 0 and entries.pos < len(entries.rows):
+            e = entries.rows[entries.pos]
+            have = int(self.remaining[e])
+            take = min(left, have)
+            if take > 0:
+                self.remaining[e] = have - take
+                self.b_entry.append(e)
+                self.b_node.append(node)
+                self.b_count.append(take)
+                left -= take
+            if take == have:
+                entries.pos += 1
+
+    def _debit(self, template: BatchTemplate, request: np.ndarray, node: int, count: int) -> None:
+        """In-flight placements debit the working slack at once (case C2)."""
+        old = self.slack[node].copy()
+        if self._undo is not None:
+            self._undo.append((node, old, bool(self.has_batch[node])))
+        self.slack[node] -= count * request
+        self.has_batch[node] = True
+        self.log.append(node)
+        if self._best is not None and np.any(old >= self._best):
+            self._best = None
+        self.p_tpl.append(template)
+        self.p_node.append(node)
+        self.p_count.append(count)
+        if self.caps_on:
+            self._ns_running[template.namespace] = self.namespace_running(template.namespace) + count
+        self.stats.runs += 1
+
+    def _unit(self, rows: list[int], cid: int, only: int | None = None) -> int:
+        """Place the pods of entries ``rows`` (one class, queue order); ``only`` restricts to
+        one node (colocated gangs). Returns the pods placed."""
+        p = self.pending
+        template = p.templates[p.template[rows[0]]]
+        request = p.request[rows[0]]
+        want = int(self.remaining[rows].sum())
+        entries = _Entries(rows)
+        self.stats.units += 1
+        if want == 0:
+            return 0
+        if not self._may_fit(request):
+            self.stats.prefiltered += 1
+            self._notify(want, 0)
+            return 0
+        if self.naive:
+            return self._naive_unit(entries, template, request, want, only)
+        cls = self._class(cid, template, request)
+        placed = 0
+        unit_want = want
+        while want > 0:
+            room_ns = self._ns_room(template)
+            if room_ns <= 0:
+                break
+            feasible = cls.feasible & self._dynamic_mask(template) if cls.dynamic else cls.feasible
+            if only is not None:
+                feasible = feasible & (np.arange(self.n) == only)
+            # Sampling budget: each pod's scheduling cycle may score k_find nodes, so a run of
+            # `want` identical pods may score want × k_find (then the window takes its share).
+            cand, n_feasible = self._candidates(feasible, self.k_find * want)
+            if len(cand) == 0:
+                break
+            budget = min(want, room_ns)
+            if len(cand) < n_feasible:  # sampled: this window's share of the unit, as the
+                # rotating scan would give it one pod at a time
+                budget = min(budget, -(-unit_want * len(cand) // n_feasible))
+            need = cand[~cls.score_ok[cand]]
+            if len(need):
+                cls.score[need] = self._score_rows(request, cls.static_score, need)
+                cls.score_ok[need] = True
+            if cls.dynamic:  # one pod: placing it changes other nodes' feasibility
+                runs = [(int(cand[int(np.argmax(cls.score[cand]))]), 1)]
+            else:
+                rooms = np.maximum(np.minimum(instance_room(request, self.slack[cand]), budget), 1)
+                runs = greedy(cand, cls.score[cand], rooms, budget,
+                              lambda nodes, start, length, c=cls: self._sequences(c, nodes, start, length))
+            taken: dict[int, int] = {}
+            for node, count in runs:  # bindings in choice order, as one pod at a time would make them
+                self._attribute(entries, node, count)
+                taken[node] = taken.get(node, 0) + count
+            for node, count in taken.items():
+                self._debit(template, request, node, count)
+            rows = np.fromiter(taken, dtype=np.int64, count=len(taken))
+            cls.feasible[rows] = cls.static[rows] & fits(request, self.slack[rows])
+            cls.score_ok[rows] = False
+            cls.seen = len(self.log)
+            got = sum(taken.values())
+            want -= got
+            placed += got
+            self._notify(got, got)
+            if not (self.sample or cls.dynamic) or got == 0:
+                break
+        self._notify(want, 0)
+        return placed
+
+    def _naive_unit(self, entries: _Entries, template: BatchTemplate, request: np.ndarray, want: int,
+                    only: int | None) -> int:
+        """One pod at a time, every filter and score over every node (the baseline)."""
+        placed = 0
+        for _ in range(want):
+            if self._ns_room(template) <= 0 or not self._may_fit(request):
+                self._notify(1, 0)
+                continue
+            mask = self.cond.copy()
+            for rule in RULE_FILTERS[1:]:
+                if rule in DYNAMIC_RULES and rule is not NamespaceCapFilter and not self._is_dynamic(template):
+                    continue
+                mask &= rule.mask(self, template)
+            if only is not None:
+                mask &= np.arange(self.n) == only
+            rows = np.flatnonzero(mask & fits(request, self.slack))
+            if len(rows) == 0:
+                self._notify(1, 0)
+                continue
+            self.stats.rows_scored += len(rows)
+            scores = dynamic_part(self.slack[rows], request, self.capacity[rows], self.snapshot.has_production[rows],
+                                  self.has_batch[rows], self.policy) + self._static_part(template)[rows]
+            node = int(rows[int(np.argmax(scores))])
+            self._place(entries, template, request, node, 1)
+            placed += 1
+            self._notify(1, 1)
+        return placed
+
+@dataclass(frozen=True, eq=False)
+class PassResult:
+    """What one pass decided.
+
+    Attributes:
+        bindings: placements to bind (``count`` pods of ``entry`` on ``node`` at ``version``).
+        remaining: ``(k,)`` pods of each entry still pending after the pass.
+        stats: counters.
+    """
+
+    bindings: Bindings
+    remaining: np.ndarray
+    stats: PassStats
+    _pass: _Pass = field(repr=False)
+
+    @property
+    def placed(self) -> int:
+        return int(self.bindings.count.sum())
+
+    @property
+    def pending(self) -> int:
+        return int(self.remaining.sum())
+
+    @cached_property
+    def _records(self) -> tuple:
+        from kalena_engine.placement.explain import explain_pass
+        return explain_pass(self._pass)
+
+    def why_pending(self) -> tuple:
+        """One :class:`~kalena_engine.placement.explain.WhyPending` per entry with pods left,
+        computed from the state at the end of the pass (lazily, once)."""
+        return self._records
+
+
+def schedule_batch(snapshot: ClusterSnapshot, pending: PendingBatch, policy: Policy, *, rng: np.random.Generator,
+                   naive: bool = False, cache: ScoreCache | bool = True, observer: Observer | None = None) -> PassResult:
+    """Place ``pending`` batch into ``snapshot``'s slack; the caller binds the result.
+
+    Args:
+        snapshot: the cluster as this pass reads it (slack, node conditions, residents).
+        pending: entries of identical pending pods.
+        policy: engine policy (``policy.placement``, ``policy.eviction.cooldown_s``).
+        rng: randomness for node sampling (deterministic for a seed).
+        naive: the baseline — one pod at a time, every filter and score over all nodes, no
+            equivalence classes, cache or sampling (same kernels).
+        cache: ``True`` a fresh score cache for this pass, ``False`` none, or a
+            :class:`ScoreCache` kept across passes by the caller.
+        observer: called with ``(pods decided, pods placed)`` after each decision step (the
+            benchmark times decisions with it; the engine reads no clock).
+
+    Returns:
+        :class:`PassResult`; nothing in ``snapshot`` or ``pending`` is modified.
+    """
+    if cache is True:
+        cache = ScoreCache()
+    elif cache is False or naive:
+        cache = None
+    work = _Pass(snapshot, pending, policy, rng, naive, cache, observer)
+    work.run()
+    bindings = Bindings(
+        entry=np.array(work.b_entry, dtype=np.int64), node=np.array(work.b_node, dtype=np.int64),
+        count=np.array(work.b_count, dtype=np.int64),
+        version=np.asarray(snapshot.version, dtype=np.int64)[np.array(work.b_node, dtype=np.int64)],
+        request=pending.request[np.array(work.b_entry, dtype=np.int64)].reshape(-1, pending.request.shape[1]),
+    )
+    return PassResult(bindings=bindings, remaining=work.remaining, stats=work.stats, _pass=work)

@@ -1,0 +1,128 @@
+"""Kubernetes label selectors, pod anti-affinity terms and topology spread constraints, as
+batch placement reads them (DESIGN §3, §9).
+
+A :class:`LabelSelector` is Kubernetes' ``metav1.LabelSelector``: every ``matchLabels`` pair
+and every ``matchExpressions`` requirement must hold (operators ``In``, ``NotIn``, ``Exists``,
+``DoesNotExist``). An empty selector matches every pod, as in Kubernetes. Example:
+``LabelSelector.of(app="noisy-io").matches({"app": "noisy-io", "team": "x"})`` is True.
+
+Topology keys name a node's domain: ``kubernetes.io/hostname`` (the node itself),
+``topology.kubernetes.io/zone`` or Kuberina's ``zone``, ``topology.kubernetes.io/rack`` or
+``rack``; any other key is read from the node's labels (a node without it is in no domain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kalena_engine.errors import InputError
+
+HOSTNAME = "kubernetes.io/hostname"
+ZONE_KEYS = frozenset({"zone", "topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"})
+RACK_KEYS = frozenset({"rack", "topology.kubernetes.io/rack"})
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One ``matchExpressions`` entry.
+
+    Raises:
+        InputError: an unknown operator, or values given with Exists/DoesNotExist, or none
+            with In/NotIn (the Kubernetes validation rules).
+    """
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.operator not in OPERATORS:
+            raise InputError(f"operator {self.operator!r} is not supported", field="matchExpressions.operator",
+                             accepted=", ".join(OPERATORS))
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise InputError(f"{self.operator} needs at least one value", field=f"matchExpressions[{self.key}].values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise InputError(f"{self.operator} takes no values", field=f"matchExpressions[{self.key}].values")
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        return labels.get(self.key) not in self.values  # NotIn: an absent key matches
+
+    def __str__(self) -> str:
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{'!' if self.operator == 'DoesNotExist' else ''}{self.key}"
+        return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """Kubernetes ``LabelSelector``; ``match_labels`` is stored as a sorted tuple of pairs so
+    selectors are hashable (equivalence classes and caches key on them)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def of(cls, match_labels: Mapping[str, str] | None = None, *, expressions: tuple[Requirement, ...] = (),
+           **labels: str) -> LabelSelector:
+        """``LabelSelector.of(app="db")`` or ``LabelSelector.of({"app": "db"}, expressions=…)``."""
+        pairs = {**dict(match_labels or {}), **labels}
+        return cls(tuple(sorted(pairs.items())), tuple(expressions))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.matches(labels) for r in self.match_expressions)
+
+    def __str__(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_labels] + [str(r) for r in self.match_expressions]
+        return ",".join(parts) or "<everything>"
+
+
+@dataclass(frozen=True)
+class AntiAffinityTerm:
+    """A required pod anti-affinity term (``requiredDuringSchedulingIgnoredDuringExecution``):
+    no pod matching ``selector`` in the same ``topology_key`` domain. ``namespaces`` empty =
+    every namespace (Kalena reads Kuberina's cluster-wide names; a Kubernetes adapter fills in
+    the term's own namespace when the manifest names none)."""
+
+    selector: LabelSelector
+    topology_key: str = HOSTNAME
+    namespaces: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str], namespace: str) -> bool:
+        return (not self.namespaces or namespace in self.namespaces) and self.selector.matches(labels)
+
+    def __str__(self) -> str:
+        return f"{self.selector} @ {self.topology_key}"
+
+
+@dataclass(frozen=True)
+class SpreadConstraint:
+    """A hard topology spread constraint for batch (``whenUnsatisfiable: DoNotSchedule``):
+    among the domains of ``topology_key`` reachable by the pod's nodeSelector, the number of
+    *batch* pods matching ``selector`` may differ by at most ``max_skew``. ``selector = None``
+    means the pod's own labels (the usual manifest). Production pods are never counted, so
+    batch never changes a production workload's skew."""
+
+    max_skew: int
+    topology_key: str = "zone"
+    selector: LabelSelector | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_skew < 1:
+            raise InputError(f"maxSkew {self.max_skew} must be ≥ 1", field="topologySpreadConstraints.maxSkew")
+
+
+@dataclass(frozen=True)
+class Image:
+    """A container image of a batch template: name and size in bytes (ImageLocality)."""
+
+    name: str
+    size_bytes: float
