@@ -208,10 +208,14 @@ class Simulator:
         self.scheduler.observe(now_s, ledgers)
         task_rows, bound = self.scheduler.place(st, ledgers, eligible=self.eligible, stale_pods=stale, now_s=now_s)
         if len(bound):
-            np.subtract.at(st.pending, task_rows, bound.count)
-            st.groups.append(task=task_rows, node=bound.node, count=bound.count, start_s=now_s,
-                             duration_s=st.tasks.duration_s[task_rows], request=st.tasks.request[task_rows])
-            for task, node, count in zip(task_rows.tolist(), bound.node.tolist(), bound.count.tolist(), strict=True):
+            # one group per (task, node) per step: a pass may bind a task to a node in several chunks
+            pairs, inverse = np.unique(np.column_stack([task_rows, bound.node]), axis=0, return_inverse=True)
+            counts = np.bincount(inverse.ravel(), weights=bound.count, minlength=len(pairs)).astype(np.int64)
+            tasks, nodes = pairs[:, 0], pairs[:, 1]
+            np.subtract.at(st.pending, tasks, counts)
+            st.groups.append(task=tasks, node=nodes, count=counts, start_s=now_s,
+                             duration_s=st.tasks.duration_s[tasks], request=st.tasks.request[tasks])
+            for task, node, count in zip(tasks.tolist(), nodes.tolist(), counts.tolist(), strict=True):
                 events.append(BatchEvent(now_s, "placed", int(task), int(count), int(node)))
         return self.scheduler.last_pass
 

@@ -1,7 +1,8 @@
 """Console fixtures: real replays of the Irina blueprint persisted once per test session.
 
 ``recorded`` persists, into the test database (SQLite in memory by default, PostgreSQL when
-``DATABASE_URL`` points at one), a 1-hour replay of the full cluster ("t-main", in 25-step
+``DATABASE_URL`` points at one), a 1-hour replay of the full cluster at twice the batch load
+(so that it evicts) ("t-main", in 25-step
 chunks so reads cross chunk boundaries) and a half-hour replay of a 12-node slice of the same
 blueprint ("t-small"), and keeps copies of what the engine computed at chosen steps so tests
 compare pages against the engine, never against hard-coded numbers.
@@ -100,7 +101,8 @@ class Recorded:
 @pytest.fixture(scope="session")
 def recorded(django_db_setup, django_db_blocker, replay_inputs) -> Recorded:
     with django_db_blocker.unblock():
-        main = persist(name="t-main", inputs=replay_inputs, config=ReplayConfig(hours=1.0), steps=MAIN_STEPS)
+        main = persist(name="t-main", inputs=replay_inputs, config=ReplayConfig(hours=1.0, load_factor=2.0),
+                       steps=MAIN_STEPS)
         small = persist(name="t-small", inputs=slice_inputs(replay_inputs, 12), config=ReplayConfig(hours=0.5))
     return Recorded(main=main, small=small)
 
