@@ -106,6 +106,10 @@ class Enforcer:
         ``cpu.max`` on v2); ``None`` removes the quota."""
         return self._write_all("cpu_quota", self.fs.cpu_quota_writes(workload.cgroup, quota_us, period_us))
 
+    def set_cpu_weight(self, workload: Workload, weight: int) -> Applied:
+        """Write the workload group's cpu weight (v1 ``cpu.shares``, v2 ``cpu.weight``)."""
+        return self._write_all("cpu_weight", self.fs.cpu_weight_writes(workload.cgroup, weight))
+
     def set_memory_cap(self, workload: Workload, high_bytes: float | None, max_bytes: float | None) -> Applied:
         """Write the workload group's memory caps (v2 ``memory.max`` + ``memory.high``; v1
         ``memory.limit_in_bytes`` = the smaller). ``EBUSY`` (usage above the new v1 limit) comes

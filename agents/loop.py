@@ -32,36 +32,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from agents.cgroups.backend import CgroupFs
 from agents.collectors.telemetry import Telemetry
 from agents.discovery.base import WorkloadSource
 from agents.enforcer import Applied, Enforcer
 from agents.link import protocol
 from agents.link.protocol import PolicyUpdate
+from agents.loop_cpu import CpuActions
+from agents.loop_memory import MemoryActions
 from agents.model import KIND_PROCESS, NodeReading, UsageSample, Workload
 from agents.pressure.arming import SignalArming
 from agents.pressure.events import SCOPE_NODE, SOURCE_POLL, PressureEvent
 from agents.settings import LoopSettings
-from agents.state import Tracked, WorkloadTable
-from kalena_engine.mitigation import (
-    NodeWorkloads, PressureSignal, batch_memory_cap, plan_batch_cpu, plan_evictions, plan_starvation_relief,
-)
-from kalena_engine.mitigation.eviction import pressure_fires
-from kalena_engine.resources import CPU, DIMS, RAM, STORAGE
+from agents.state import WorkloadTable
+from kalena_engine.resources import CPU, RAM
 
 log = logging.getLogger("kalena.agent")
-PERIODIC = {"source": "periodic", "resource": None, "scope": None}
 
-
-def _trigger(event: PressureEvent | None) -> dict[str, Any]:
-    if event is None:
-        return dict(PERIODIC)
-    return {"source": event.source, "resource": event.resource, "scope": event.scope}
-
-
-class MitigationLoop:
+class MitigationLoop(CpuActions, MemoryActions):
     """Wires discovery, telemetry, the engine and the enforcer (module docstring).
 
     Args:
@@ -152,8 +140,13 @@ class MitigationLoop:
         _, removed = self.table.sync(found, now_s)
         for wid in removed:
             self.telemetry.forget(wid)
-        if self.arming is not None:
-            self.arming.sync([t.workload for t in self.table.rows() if t.workload.tier == "service"])
+        self._sync_arming()
+
+    def _sync_arming(self) -> None:
+        if self.arming is None:
+            return
+        self.arming.sync([t.workload for t in self.table.rows() if t.workload.tier == "service"])
+        self.telemetry.exclude_psi({wid for wid in self.table.ids if self.arming.has_trigger(wid)})
 
     # --- samples ---------------------------------------------------------------------------
 
@@ -182,11 +175,16 @@ class MitigationLoop:
         self.table.update_estimator(merged, self.settings.policy.estimator)
 
     def _update_contention(self, now_s: float, now_mono: float) -> list[PressureEvent]:
-        """Clear contention marks of services seen unstalled over a whole tick; the polling
-        fallback marks services without a trigger whose cpu PSI avg10 is high."""
+        """Release contention marks and run the cpu polling fallback.
+
+        A mark set by a trigger is released once no event has come for two trigger windows and a
+        tick (a trigger fires at most once per window while the stall lasts, and its group's PSI
+        file must not be read). A mark set by polling is released once the service's stall over
+        the last tick falls below ``contention_clear_ratio``. Polling marks a service without a
+        trigger whose cpu PSI ``some`` avg10 reaches ``cpu_poll_avg10_pct``."""
         polled: list[PressureEvent] = []
-        hold = self.settings.mitigation_interval_s
-        node_psi = self._last_node.psi.get("cpu") if self._last_node is not None else None
+        tick = self.settings.mitigation_interval_s
+        hold = 2 * self.settings.psi_window_s + tick
         for tracked in self.table.rows():
             if tracked.workload.tier != "service":
                 continue
@@ -198,12 +196,12 @@ class MitigationLoop:
                     stall = (psi.some.total_us - prev[1]) / ((now_s - prev[0]) * 1e6)
                 tracked.psi_cpu_prev = (now_s, psi.some.total_us)
             if tracked.contended_since_mono is not None:
-                if now_mono - tracked.contended_since_mono < hold:
-                    continue
-                if stall is not None:
-                    calm = stall < self.settings.contention_clear_ratio
+                age = now_mono - tracked.contended_since_mono
+                if tracked.contended_source == SOURCE_POLL:
+                    calm = age >= tick and (stall is not None and stall < self.settings.contention_clear_ratio
+                                            or psi is None or psi.some.avg10_pct < self.settings.cpu_poll_avg10_pct)
                 else:
-                    calm = node_psi is None or node_psi.some.avg10_pct < self.settings.cpu_poll_avg10_pct
+                    calm = age >= hold
                 if calm:
                     tracked.contended_since_mono = None
                     tracked.contended_source = None
@@ -223,204 +221,6 @@ class MitigationLoop:
                 tracked.contended_since_mono = event.detected_mono
                 tracked.contended_source = event.source
 
-    # --- decisions ---------------------------------------------------------------------------
-
-    def _cpu(self, now_s: float, event: PressureEvent | None) -> list[dict[str, Any]]:
-        rows = self.table.rows()
-        batch = [i for i, t in enumerate(rows) if t.workload.tier == "batch" and not t.terminating]
-        if not batch:
-            return []
-        services = [i for i, t in enumerate(rows) if t.workload.tier == "service" and not t.terminating]
-        eff = self.table.effective(now_s, self.settings.stale_ttl_s)
-        request, limit = self.table.request(), self.table.declared_limit()
-        policy = self.settings.policy.eviction
-        plan = plan_batch_cpu(
-            capacity_mcpu=float(self.settings.capacity[CPU]),
-            service_reservation_mcpu=eff[services, CPU], service_request_mcpu=request[services, CPU],
-            service_contended=np.array([rows[i].contended_since_mono is not None for i in services], dtype=bool),
-            batch_request_mcpu=request[batch, CPU], batch_limit_mcpu=limit[batch, CPU],
-            batch_slack_cpu=np.array([rows[i].workload.slack_cpu for i in batch], dtype=bool), policy=policy)
-        contended = [rows[i].workload.id for i in services if rows[i].contended_since_mono is not None]
-        out = []
-        for i, share in zip(batch, plan.shares, strict=True):
-            tracked = rows[i]
-            old = tracked.quota_written
-            if old is not ... and old is not None and (
-                    share.quota_us == old or (old < share.quota_us <= old * (1 + self.settings.quota_hysteresis_ratio))):
-                continue
-            applied = self.enforcer.set_cpu_quota(tracked.workload, share.quota_us, share.period_us)
-            if applied.ok:
-                tracked.quota_written = share.quota_us
-            out.append(self._act("throttle", "cpu_budget", tracked.workload, _trigger(event), {
-                "quota_us": share.quota_us, "period_us": share.period_us, "share_mcpu": share.share_mcpu,
-                "budget_mcpu": plan.budget_mcpu, "capacity_mcpu": plan.capacity_mcpu,
-                "service_claim_mcpu": plan.service_claim_mcpu,
-                "previous_quota_us": None if old is ... else old, "contended_services": contended,
-            }, applied, now_s, event))
-        return out
-
-    def _memory_caps(self, now_s: float) -> list[dict[str, Any]]:
-        if not self.settings.enforce_memory_caps:
-            return []
-        out = []
-        for tracked in self.table.rows():
-            w = tracked.workload
-            if w.tier != "batch" or tracked.terminating:
-                continue
-            cap = batch_memory_cap(float(w.request[RAM]), float(w.limit[RAM]), w.slack_memory)
-            if cap == tracked.memory_cap_written or now_s - tracked.memory_cap_failed_s < self.settings.sampling_interval_s:
-                continue
-            applied = self.enforcer.set_memory_cap(w, cap.high_bytes, cap.max_bytes)
-            if applied.ok:
-                tracked.memory_cap_written = cap
-            else:
-                tracked.memory_cap_failed_s = now_s
-            out.append(self._act("memory_cap", "slack_memory", w, dict(PERIODIC), {
-                "high_bytes": cap.high_bytes, "max_bytes": cap.max_bytes, "request_bytes": float(w.request[RAM]),
-                "limit_bytes": float(w.limit[RAM]), "slack_memory": w.slack_memory,
-                "cgroup_version": self.fs.version}, applied, now_s, None))
-        return out
-
-    def _evict(self, now_s: float, event: PressureEvent | None) -> list[dict[str, Any]]:
-        node = self._last_node
-        rows = [t for t in self.table.rows() if t.workload.tier != "daemonset"]
-        if node is None or not rows:
-            return []
-        index = {t.workload.id: i for i, t in enumerate(self.table.rows())}
-        idx = [index[t.workload.id] for t in rows]
-        eff = self.table.effective(now_s, self.settings.stale_ttl_s)[idx]
-        usage = np.array([np.nan_to_num(t.sample.usage, nan=0.0) if t.sample is not None else np.zeros(len(DIMS))
-                          for t in rows])
-        workloads = NodeWorkloads(
-            reservation=eff, usage=usage, limit=self.table.declared_limit()[idx],
-            tier=np.array([t.workload.tier for t in rows]), priority=np.array([t.workload.priority for t in rows]),
-            start_s=np.array([t.workload.start_s for t in rows]),
-            terminating=np.array([t.terminating for t in rows], dtype=bool), count=np.ones(len(rows), dtype=np.int64))
-        ages = self.table.sample_age_s(now_s)[idx]
-        live_ages = [a for a, t in zip(ages, rows, strict=True) if not t.terminating]
-        age = max([now_s - node.ts_s, *live_ages]) if live_ages else now_s - node.ts_s
-        psi = node.psi.get("memory")
-        out = []
-        for dim in (RAM, STORAGE):
-            capacity = float(self.settings.capacity[dim])
-            if not math.isfinite(capacity):
-                continue
-            if dim == RAM:
-                working = node.working_set_bytes
-            else:
-                measured = [t.sample.usage[STORAGE] for t in rows if t.sample is not None]
-                if not measured or all(math.isnan(x) for x in measured):
-                    continue
-                working = float(np.nansum(measured))
-            signal = PressureSignal(dim, working, age,
-                                    psi.some.avg10_pct if psi is not None and dim == RAM else None,
-                                    psi.full.avg10_pct if psi is not None and psi.full is not None and dim == RAM else None)
-            plan = plan_evictions(workloads, self.settings.capacity, signal, now_s=now_s,
-                                  stale_ttl_s=self.settings.stale_ttl_s, policy=self.settings.policy.eviction)
-            common = {"dimension": DIMS[dim], "capacity": capacity, "working_set": working,
-                      "ledger_before": plan.ledger_before, "ledger_after": plan.ledger_after,
-                      "acute": plan.acute, "sample_age_s": round(age, 3), "stale_ttl_s": self.settings.stale_ttl_s}
-            pressure, _ = pressure_fires(signal, capacity, self.settings.policy.eviction)
-            if plan.decision in ("stale_sample", "no_candidate") and pressure:
-                if self._last_hold.get(DIMS[dim]) != plan.decision:
-                    out.append(self._act("hold", plan.decision, None, _trigger(event), common, None, now_s, event))
-                self._last_hold[DIMS[dim]] = plan.decision
-            else:
-                self._last_hold.pop(DIMS[dim], None)
-            for victim in plan.victims:
-                tracked = rows[victim.row]
-                grace = tracked.workload.grace_s
-                if plan.acute:
-                    grace = min(grace, self.settings.acute_grace_s)
-                applied = self.enforcer.terminate(tracked.workload, grace)
-                if applied.ok:
-                    tracked.evicted_s = now_s
-                    tracked.evict_reason = victim.reason
-                    tracked.kill_deadline_s = now_s + grace
-                out.append(self._act("evict", victim.reason, tracked.workload, _trigger(event), {
-                    **common, "ledger_before": victim.ledger_before, "ledger_after": victim.ledger_after,
-                    "usage": victim.usage, "reservation": victim.reservation,
-                    "limit": victim.limit if math.isfinite(victim.limit) else None,
-                    "priority": victim.priority, "grace_s": grace, "skipped_young": plan.skipped_young,
-                }, applied, now_s, event))
-        return out
-
-    def _terminations(self, now_s: float) -> list[dict[str, Any]]:
-        out = []
-        ended = set()
-        for tracked in self.table.rows():
-            if tracked.evicted_s is None:
-                continue
-            w = tracked.workload
-            if w.kind == KIND_PROCESS and not self.fs.procs(w.cgroup):
-                ended.add(w.id)
-                continue
-            if not tracked.killed and tracked.kill_deadline_s is not None and now_s >= tracked.kill_deadline_s:
-                applied = self.enforcer.kill(w)
-                tracked.killed = applied.ok
-                out.append(self._act("kill", "grace_expired", w, dict(PERIODIC), {
-                    "grace_s": tracked.kill_deadline_s - tracked.evicted_s, "evicted_s": tracked.evicted_s,
-                    "evict_reason": tracked.evict_reason}, applied, now_s, None))
-        if ended:
-            self.table.remove(ended)
-            for wid in ended:
-                self.telemetry.forget(wid)
-        return out
-
-    def _starvation(self, now_s: float, r_before: dict[str, float]) -> list[dict[str, Any]]:
-        policy = self.settings.policy.eviction
-        window = policy.starvation_window_s
-        rows = self.table.rows()
-        batch = [t for t in rows if t.workload.tier == "batch" and not t.terminating]
-        services = [t for t in rows if t.workload.tier == "service" and not t.terminating and t.sample is not None]
-        ratios = []
-        for tracked in batch:
-            throttling = tracked.sample.cpu_throttling if tracked.sample is not None else None
-            history = tracked.throttle_history
-            if throttling is not None:
-                history.append((now_s, throttling.nr_periods, throttling.nr_throttled))
-            while len(history) > 2 and history[1][0] <= now_s - window:
-                history.popleft()
-            ratio = 0.0
-            if len(history) >= 2 and history[-1][0] - history[0][0] >= min(window, 2 * self.settings.mitigation_interval_s):
-                periods = history[-1][1] - history[0][1]
-                ratio = (history[-1][2] - history[0][2]) / periods if periods > 0 else 0.0
-            ratios.append(ratio)
-        usage = np.array([np.nan_to_num(t.sample.usage[CPU]) for t in services])
-        reservation = np.array([r_before.get(t.workload.id, math.inf) for t in services])
-        plan = plan_starvation_relief(np.array(ratios), usage, reservation, policy=policy)
-        caps = {services[c.row].workload.id: c for c in plan.caps}
-        out = []
-        for tracked in services:
-            cap = caps.get(tracked.workload.id)
-            if cap is not None:
-                if tracked.original_quota is None:
-                    try:
-                        tracked.original_quota = self.fs.cpu_quota(tracked.workload.cgroup)
-                    except (OSError, ValueError) as exc:
-                        self._error(f"{tracked.workload.id}: cannot read cpu quota: {exc}")
-                        continue
-                if tracked.quota_written == cap.quota_us:
-                    continue
-                applied = self.enforcer.set_cpu_quota(tracked.workload, cap.quota_us, cap.period_us)
-                if applied.ok:
-                    tracked.quota_written = cap.quota_us
-                out.append(self._act("starvation_cap", "anti_starvation", tracked.workload, dict(PERIODIC), {
-                    "cap_mcpu": cap.cap_mcpu, "quota_us": cap.quota_us, "period_us": cap.period_us,
-                    "usage_mcpu": cap.usage_mcpu, "reservation_mcpu": cap.reservation_mcpu,
-                    "release_mcpu": cap.release_mcpu, "needed_mcpu": plan.needed_mcpu,
-                    "starving_batch": [b.workload.id for b, s in zip(batch, plan.starving, strict=True) if s]},
-                    applied, now_s, None))
-            elif tracked.original_quota is not None:
-                quota, period = tracked.original_quota
-                applied = self.enforcer.set_cpu_quota(tracked.workload, quota, period)
-                if applied.ok:
-                    tracked.original_quota = None
-                    tracked.quota_written = ...
-                out.append(self._act("starvation_release", "anti_starvation", tracked.workload, dict(PERIODIC), {
-                    "quota_us": quota, "period_us": period}, applied, now_s, None))
-        return out
-
     # --- entry points ------------------------------------------------------------------------
 
     def _drain_policy(self) -> None:
@@ -434,7 +234,7 @@ class MitigationLoop:
             changed = True
         if changed and self.arming is not None:
             self.arming.settings = self.settings
-            self.arming.sync([t.workload for t in self.table.rows() if t.workload.tier == "service"])
+            self._sync_arming()
 
     def tick(self, now_s: float | None = None, now_mono: float | None = None) -> list[dict[str, Any]]:
         """One periodic step (module docstring). Returns the actions taken."""

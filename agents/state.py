@@ -31,6 +31,8 @@ class Tracked:
     quota_written: object = ...
     #: a service's own quota before an anti-starvation cap, restored when the cap lifts.
     original_quota: tuple[int | None, int] | None = None
+    #: a batch group's cpu weight before it was lowered for a contended service.
+    original_weight: int | None = None
     memory_cap_written: MemoryCap | None = None
     memory_cap_failed_s: float = -math.inf
     evicted_s: float | None = None

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 
 import numpy as np
 
 from agents.errors import DiscoveryError, TelemetryError
-from kalena_engine.resources import CPU, GPU, RAM, STORAGE, DISK_READ, DISK_WRITE, NET_IN, NET_OUT, zeros
+from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, GPU, NET_IN, NET_OUT, RAM, STORAGE, zeros
 
 NS_PER_S = 1e9
 US_PER_S = 1e6

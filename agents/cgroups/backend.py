@@ -29,8 +29,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.collectors.psi import PsiStats, read_psi
 from agents.cgroups import parse
+from agents.collectors.psi import PsiStats, read_psi
 from agents.errors import ConfigError, FacilityUnavailable, TelemetryError
 from agents.model import CpuThrottling
 from agents.units import us_from_ns
@@ -103,7 +103,7 @@ class CgroupFs:
                 continue
         return out
 
-    def read_stats(self, rel: str, *, memory_only: bool = False) -> RawStats:
+    def read_stats(self, rel: str, *, memory_only: bool = False, with_psi: bool = True) -> RawStats:
         raise NotImplementedError
 
     def cpu_quota(self, rel: str) -> tuple[int | None, int]:
@@ -113,6 +113,15 @@ class CgroupFs:
         raise NotImplementedError
 
     def memory_limit_writes(self, rel: str, high_bytes: float | None, max_bytes: float | None) -> list[tuple[Path, str]]:
+        raise NotImplementedError
+
+    #: the lowest cpu weight the hierarchy accepts (v1 ``cpu.shares`` 2, v2 ``cpu.weight`` 1)
+    min_cpu_weight: int = 1
+
+    def cpu_weight(self, rel: str) -> int:
+        raise NotImplementedError
+
+    def cpu_weight_writes(self, rel: str, weight: int) -> list[tuple[Path, str]]:
         raise NotImplementedError
 
     def memory_limits(self, rel: str) -> tuple[int | None, int | None]:
@@ -152,7 +161,7 @@ class CgroupV1(CgroupFs):
     def group_dir(self, rel: str, controller: str = "cpu") -> Path:
         return self.controllers[controller] / rel
 
-    def read_stats(self, rel: str, *, memory_only: bool = False) -> RawStats:
+    def read_stats(self, rel: str, *, memory_only: bool = False, with_psi: bool = True) -> RawStats:
         mem = self.group_dir(rel, "memory")
         usage_file = mem / "memory.usage_in_bytes"
         usage = parse.parse_int(_read(usage_file), source=str(usage_file))
@@ -175,7 +184,7 @@ class CgroupV1(CgroupFs):
                 r, w = parse.parse_blkio_bytes(text, source=str(blk))
                 read, write = float(r), float(w)
         return RawStats(float(cpu_ns), throttling, float(usage), float(inactive), read, write,
-                        self.read_pressure(rel))
+                        self.read_pressure(rel) if with_psi else {})
 
     def cpu_quota(self, rel: str) -> tuple[int | None, int]:
         base = self.group_dir(rel, "cpu")
@@ -191,6 +200,15 @@ class CgroupV1(CgroupFs):
             writes.append((base / "cpu.cfs_period_us", str(int(period_us))))
         writes.append((base / "cpu.cfs_quota_us", "-1" if quota_us is None else str(int(quota_us))))
         return writes
+
+    min_cpu_weight = 2
+
+    def cpu_weight(self, rel: str) -> int:
+        path = self.group_dir(rel, "cpu") / "cpu.shares"
+        return parse.parse_int(_read(path), source=str(path))
+
+    def cpu_weight_writes(self, rel: str, weight: int) -> list[tuple[Path, str]]:
+        return [(self.group_dir(rel, "cpu") / "cpu.shares", str(int(weight)))]
 
     def memory_limit_writes(self, rel: str, high_bytes: float | None, max_bytes: float | None) -> list[tuple[Path, str]]:
         """v1 has no ``memory.high``: the cap is ``memory.limit_in_bytes`` = the smaller of the two
@@ -227,7 +245,7 @@ class CgroupV2(CgroupFs):
     def exists(self, rel: str) -> bool:
         return (self.root / rel).is_dir()
 
-    def read_stats(self, rel: str, *, memory_only: bool = False) -> RawStats:
+    def read_stats(self, rel: str, *, memory_only: bool = False, with_psi: bool = True) -> RawStats:
         base = self.root / rel
         current = base / "memory.current"
         usage = parse.parse_int(_read(current), source=str(current))
@@ -249,7 +267,7 @@ class CgroupV2(CgroupFs):
             r, w = parse.parse_io_stat(io_text, source=str(base / "io.stat"))
             read, write = float(r), float(w)
         return RawStats(cpu["usage_usec"] * 1000.0, throttling, float(usage), inactive, read, write,
-                        self.read_pressure(rel))
+                        self.read_pressure(rel) if with_psi else {})
 
     def cpu_quota(self, rel: str) -> tuple[int | None, int]:
         path = self.root / rel / "cpu.max"
@@ -257,6 +275,15 @@ class CgroupV2(CgroupFs):
 
     def cpu_quota_writes(self, rel: str, quota_us: int | None, period_us: int) -> list[tuple[Path, str]]:
         return [(self.root / rel / "cpu.max", parse.format_cpu_max(quota_us, period_us))]
+
+    min_cpu_weight = 1
+
+    def cpu_weight(self, rel: str) -> int:
+        path = self.root / rel / "cpu.weight"
+        return parse.parse_int(_read(path), source=str(path))
+
+    def cpu_weight_writes(self, rel: str, weight: int) -> list[tuple[Path, str]]:
+        return [(self.root / rel / "cpu.weight", str(int(weight)))]
 
     def memory_limit_writes(self, rel: str, high_bytes: float | None, max_bytes: float | None) -> list[tuple[Path, str]]:
         def text(v: float | None) -> str:

@@ -29,7 +29,7 @@ from agents.collectors.telemetry import Collection
 from agents.errors import ConfigError, TelemetryError
 from agents.model import CpuThrottling, UsageSample, Workload
 from agents.units import bytes_per_s, mcpu_from_nanocores, mcpu_from_ns, unix_s_from_rfc3339, us_from_ns
-from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, NET_IN, NET_OUT, N_DIMS, RAM
+from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, N_DIMS, NET_IN, NET_OUT, RAM
 
 
 def _disk(stat: Mapping[str, Any], source: str) -> tuple[float, float] | None:
@@ -174,6 +174,9 @@ class CadvisorCollector:
             except TelemetryError as exc:
                 out.errors.append(str(exc))
         return out
+
+    def exclude_psi(self, workload_ids: set[str]) -> None:
+        """Remote sources read no PSI files of their own: nothing to exclude."""
 
     def forget(self, workload_id: str) -> None:
         """Nothing to forget: rates come from cAdvisor's own history."""

@@ -24,7 +24,7 @@ from agents.cgroups.parse import parse_meminfo, parse_net_dev
 from agents.collectors.psi import PsiStats, read_psi
 from agents.model import NodeReading, UsageSample, Workload
 from agents.units import bytes_per_s, mcpu_from_ns, working_set_bytes
-from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, NET_IN, NET_OUT, RAM, N_DIMS
+from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, N_DIMS, NET_IN, NET_OUT, RAM
 
 
 @dataclass
@@ -48,6 +48,10 @@ class CgroupCollector:
         self.fs = fs
         self.proc_root = Path(proc_root)
         self.min_rate_interval_s = min_rate_interval_s
+        #: workloads whose PSI files must not be read (an unprivileged trigger is armed on them:
+        #: reading a group's pressure file folds its averages and starves the trigger — see
+        #: :mod:`agents.pressure.monitor`).
+        self.psi_excluded: set[str] = set()
         self._anchors: dict[str, _Anchor] = {}
         try:
             self._host_netns = os.readlink(self.proc_root / "1" / "ns" / "net")
@@ -78,7 +82,8 @@ class CgroupCollector:
             OSError: the group vanished (the workload ended).
             TelemetryError: a file is malformed.
         """
-        raw = self.fs.read_stats(workload.cgroup, memory_only=memory_only)
+        raw = self.fs.read_stats(workload.cgroup, memory_only=memory_only,
+                                 with_psi=workload.id not in self.psi_excluded)
         usage = np.full(N_DIMS, math.nan)
         usage[RAM] = working_set_bytes(raw.memory_usage_bytes or 0.0, raw.inactive_file_bytes or 0.0)
         anchor = self._anchors.get(workload.id)

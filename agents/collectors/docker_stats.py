@@ -32,7 +32,7 @@ from agents.collectors.telemetry import Collection
 from agents.errors import TelemetryError
 from agents.model import CpuThrottling, UsageSample, Workload
 from agents.units import mcpu_from_ns, unix_s_from_rfc3339, us_from_ns, working_set_bytes
-from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, NET_IN, NET_OUT, N_DIMS, RAM
+from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, N_DIMS, NET_IN, NET_OUT, RAM
 
 _GONE = object()
 
@@ -156,6 +156,9 @@ class DockerStatsCollector:
                 except TelemetryError as exc:
                     out.errors.append(str(exc))
         return out
+
+    def exclude_psi(self, workload_ids: set[str]) -> None:
+        """Remote sources read no PSI files of their own: nothing to exclude."""
 
     def forget(self, workload_id: str) -> None:
         self.rates.forget(f"{workload_id}/")

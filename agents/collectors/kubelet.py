@@ -33,7 +33,7 @@ from agents.collectors.telemetry import Collection
 from agents.errors import TelemetryError
 from agents.model import NodeReading, UsageSample, Workload
 from agents.units import mcpu_from_nanocores, unix_s_from_rfc3339
-from kalena_engine.resources import CPU, NET_IN, NET_OUT, N_DIMS, RAM, STORAGE
+from kalena_engine.resources import CPU, N_DIMS, NET_IN, NET_OUT, RAM, STORAGE
 
 
 def parse_summary_psi(block: Any, *, source: str, field: str) -> PsiStats | None:
@@ -190,6 +190,9 @@ class KubeletTelemetry:
             if sample is not None:
                 out.samples[workload.id] = sample
         return out
+
+    def exclude_psi(self, workload_ids: set[str]) -> None:
+        """Remote sources read no PSI files of their own: nothing to exclude."""
 
     def forget(self, workload_id: str) -> None:
         self.rates.forget(f"{workload_id}/")

@@ -36,6 +36,9 @@ class Telemetry(Protocol):
 
     def forget(self, workload_id: str) -> None: ...
 
+    def exclude_psi(self, workload_ids: set[str]) -> None:
+        """Stop reading the PSI files of these workloads (a trigger is armed on them)."""
+
 
 class CgroupTelemetry:
     """Telemetry read straight from each workload's cgroup files (the default; fastest)."""
@@ -60,3 +63,6 @@ class CgroupTelemetry:
 
     def forget(self, workload_id: str) -> None:
         self.collector.forget(workload_id)
+
+    def exclude_psi(self, workload_ids: set[str]) -> None:
+        self.collector.psi_excluded = set(workload_ids)

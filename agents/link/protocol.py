@@ -48,10 +48,11 @@ Agent → server
 ``action`` — every mitigation action, as it happens::
 
     {"type": "action", "v": 1, "batch_id": "node-a:43", "node": "node-a", "ts": …,
-     "action": "throttle" | "memory_cap" | "evict" | "kill" | "starvation_cap"
+     "action": "throttle" | "cpu_weight" | "memory_cap" | "evict" | "kill" | "starvation_cap"
                | "starvation_release" | "hold",
-     "reason": "cpu_budget" | "limit_breach" | "priority" | "grace_expired" | "anti_starvation"
-               | "stale_sample" | "no_candidate" | "slack_memory",
+     "reason": "cpu_budget" | "cpu_contention" | "contention_cleared" | "limit_breach"
+               | "priority" | "grace_expired" | "anti_starvation" | "stale_sample"
+               | "no_candidate" | "slack_memory",
      "workload": {"id", "name", "kind", "tier", "priority"} | null,
      "trigger": {"source": "psi-trigger" | "eventfd-threshold" | "poll" | "periodic",
                  "resource": "cpu" | "memory" | null, "scope": "node" | <workload id> | null},
@@ -105,7 +106,7 @@ USAGE_KEYS: tuple[str, ...] = ("cpu_mcpu", "ram_bytes", "gpu_devices", "storage_
                                "disk_write_bps", "net_in_bps", "net_out_bps")
 AGENT_TYPES = ("hello", "samples", "action", "gap")
 SERVER_TYPES = ("ack", "policy", "error")
-ACTIONS = ("throttle", "memory_cap", "evict", "kill", "starvation_cap", "starvation_release", "hold")
+ACTIONS = ("throttle", "cpu_weight", "memory_cap", "evict", "kill", "starvation_cap", "starvation_release", "hold")
 TRIGGER_SOURCES = ("psi-trigger", "eventfd-threshold", "poll", "periodic")
 
 

@@ -8,6 +8,16 @@ descriptor; unprivileged triggers (no ``CAP_SYS_RESOURCE``) need a window that i
 the first event of each trigger is ignored (counted in :attr:`PsiTrigger.ignored`). ``POLLERR``
 means the group was removed: the trigger is dropped.
 
+Two kernel behaviours shape how the agent uses unprivileged triggers (measured on 6.18):
+
+* reading a group's pressure file (any of ``cpu``/``memory``/``io.pressure``) folds the group's
+  averages, and the averaging work then skips the trigger check — a group read every second
+  never fires its trigger. The collector therefore never reads the PSI files of a group with an
+  armed trigger, and a contention mark set by a trigger is released by the *absence* of further
+  events (two windows and a tick), not by reading the file;
+* a trigger that sees stall within its first window after being armed may never fire; triggers
+  are long-lived (armed when a service is discovered), so this costs at most its first episode.
+
 **eventfd thresholds** (cgroup v1 ``Documentation/admin-guide/cgroup-v1/memory.rst`` §9): write
 ``"<eventfd> <fd of memory.usage_in_bytes> <threshold>"`` to ``cgroup.event_control``; the
 eventfd becomes readable whenever usage crosses the threshold in either direction, so the
