@@ -77,7 +77,7 @@ class Enforcer:
         self.docker = docker_client
         self.kube_api_url = kube_api_url.rstrip("/") if kube_api_url else None
         self.kube_token_file = kube_token_file
-        self._kube = httpx.Client(verify=kube_verify, timeout=5.0, transport=kube_transport) if kube_api_url else None
+        self._kube_client = httpx.Client(verify=kube_verify, timeout=5.0, transport=kube_transport) if kube_api_url else None
         self.dry_run = dry_run
         self.clock_mono = clock_mono
 
@@ -90,7 +90,7 @@ class Enforcer:
             return Applied(True, what, tuple((str(p), t) for p, t in writes), None, started, self.clock_mono(), True)
         for path, text in writes:
             try:
-                fd = os.open(path, os.O_WRONLY)
+                fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
                 try:
                     os.write(fd, text.encode())
                 finally:
@@ -162,7 +162,7 @@ class Enforcer:
 
     def _kube(self, workload: Workload, what: str, grace_s: float) -> Applied:
         started = self.clock_mono()
-        if self._kube is None or self.kube_api_url is None:
+        if self._kube_client is None or self.kube_api_url is None:
             return Applied(False, what, (), "no Kubernetes API server configured (--kube-api-url)", started,
                            self.clock_mono())
         namespace, _, name = workload.runtime_ref.partition("/")
@@ -184,7 +184,7 @@ class Enforcer:
         if self.dry_run:
             return Applied(True, what, writes, None, started, self.clock_mono(), True)
         try:
-            response = self._kube.request(method, url, json=body, headers=headers)
+            response = self._kube_client.request(method, url, json=body, headers=headers)
         except httpx.HTTPError as exc:
             return Applied(False, what, (), f"{method} {url}: {exc}", started, self.clock_mono())
         if response.status_code == 404 or response.is_success:

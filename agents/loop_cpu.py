@@ -25,7 +25,7 @@ class CpuActions:
     def _cpu(self: MitigationLoop, now_s: float, event: PressureEvent | None) -> list[dict[str, Any]]:
         rows = self.table.rows()
         batch = [i for i, t in enumerate(rows) if t.workload.tier == "batch" and not t.terminating]
-        if not batch:
+        if not batch or not math.isfinite(float(self.settings.capacity[CPU])):
             return []
         services = [i for i, t in enumerate(rows) if t.workload.tier == "service" and not t.terminating]
         eff = self.table.effective(now_s, self.settings.stale_ttl_s)
@@ -42,8 +42,9 @@ class CpuActions:
         for i, share in zip(batch, plan.shares, strict=True):
             tracked = rows[i]
             old = tracked.quota_written
-            if old is not ... and old is not None and (
-                    share.quota_us == old or (old < share.quota_us <= old * (1 + self.settings.quota_hysteresis_ratio))):
+            at_cap = share.share_mcpu >= float(limit[i, CPU]) - 1e-6
+            if old is not ... and old is not None and (share.quota_us == old or (
+                    old < share.quota_us <= old * (1 + self.settings.quota_hysteresis_ratio) and not at_cap)):
                 continue
             applied = self.enforcer.set_cpu_quota(tracked.workload, share.quota_us, share.period_us)
             if applied.ok:

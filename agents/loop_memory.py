@@ -33,7 +33,8 @@ class MemoryActions:
             if w.tier != "batch" or tracked.terminating:
                 continue
             cap = batch_memory_cap(float(w.request[RAM]), float(w.limit[RAM]), w.slack_memory)
-            if cap == tracked.memory_cap_written or now_s - tracked.memory_cap_failed_s < self.settings.sampling_interval_s:
+            if (cap.high_bytes is None and cap.max_bytes is None and tracked.memory_cap_written is None) \
+                    or cap == tracked.memory_cap_written or now_s - tracked.memory_cap_failed_s < self.settings.sampling_interval_s:
                 continue
             applied = self.enforcer.set_memory_cap(w, cap.high_bytes, cap.max_bytes)
             if applied.ok:

@@ -31,8 +31,8 @@ class LoopSettings:
             contended.
         contention_clear_ratio: a contended service is released once its cpu stall over a tick
             falls below this share of the tick.
-        quota_hysteresis_ratio: a batch quota is rewritten when it rises by more than this share
-            (any decrease is written at once).
+        quota_hysteresis_ratio: a batch quota is rewritten when it rises by more than this share,
+            or reaches the workload's limit (any decrease is written at once).
         max_psi_triggers: per-workload cpu triggers (beyond this, those services are polled).
         enforce_memory_caps: write batch memory caps (DESIGN §7).
     """
@@ -50,7 +50,7 @@ class LoopSettings:
     psi_memory_threshold_ms: float = 150.0
     cpu_poll_avg10_pct: float = 10.0
     contention_clear_ratio: float = 0.02
-    quota_hysteresis_ratio: float = 0.05
+    quota_hysteresis_ratio: float = 0.02
     max_psi_triggers: int = 256
     enforce_memory_caps: bool = True
 
