@@ -171,6 +171,7 @@ def build_agent(config: AgentConfig) -> Agent:
 
     loop = MitigationLoop(settings, sources=sources, telemetry=telemetry, fs=fs, enforcer=enforcer,
                           node_reader=node_reader, arming=arming, emit=emit)
+    loop.discover(time.time())          # arm the pressure sources before the first hello
     agent = Agent(config, loop, monitor, buffer, None)
     if buffer is not None and config.link_url and config.link_token:
         link = LinkClient(config.link_url, config.link_token, buffer, hello=agent.hello,
