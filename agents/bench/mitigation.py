@@ -155,7 +155,8 @@ def _run(harness: CgroupHarness, *, episodes: int, signal_source: str, window_s:
         proc.send_signal(signal.SIGCONT)
     log(f"reference: service alone uses {reference:.0f} mcpu; {burners} burners on {cpus} cpus")
     if reference < 300:
-        raise RuntimeError(f"the service reached only {reference:.0f} mcpu alone: the machine is too busy to measure")
+        raise SystemExit(f"kalena-agent bench: the service reached only {reference:.0f} mcpu alone; "
+                         "the machine is too busy to measure")
 
     tmp = Path(tempfile.mkdtemp(prefix="kalena-bench-"))
     workloads = tmp / "workloads.json"

@@ -20,7 +20,8 @@ Agent → server
 
     {"type": "hello", "v": 1, "node": "node-a", "agent_version": "0.1.0",
      "sampling_interval_s": 10.0, "cgroup_version": 1,
-     "signal_sources": {"cpu": "psi-trigger", "memory": "eventfd-threshold"},
+     "signal_sources": {"cpu": ["psi-trigger", "poll"],
+                        "memory": ["eventfd-threshold", "psi-trigger", "poll"]},
      "trigger_window_s": 2.0, "capacity": {<usage vector>}, "buffered": 3, "ts": 1732860000.0}
 
 ``samples`` — one batch per sampling interval::

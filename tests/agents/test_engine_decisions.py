@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from kalena_engine.mitigation import (
-    batch_memory_cap, plan_batch_cpu, plan_starvation_relief, service_cpu_claims_mcpu,
+    batch_memory_cap,
+    plan_batch_cpu,
+    plan_starvation_relief,
+    service_cpu_claims_mcpu,
 )
 from kalena_engine.policy import EvictionPolicy
 

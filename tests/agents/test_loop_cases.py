@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
+from agents.cgroups.backend import CgroupV2
 from agents.collectors.kubelet import KubeletClient, KubeletTelemetry
 from agents.discovery.kubelet import KubeletSource
 from agents.enforcer import Enforcer
@@ -16,7 +18,7 @@ from agents.link.protocol import validate_agent_message
 from agents.loop import MitigationLoop
 from agents.settings import LoopSettings
 from kalena_engine.policy import Policy
-from tests.agents.conftest import load_fixture, make_v2_tree, v2_files
+from tests.agents.conftest import make_v2_tree
 from tests.agents.rig import GIB, STUBBORN, Rig
 
 T0 = 1_000_000.0
@@ -197,10 +199,8 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
     def make_loop(messages: list) -> MitigationLoop:
         client = KubeletClient(json_server.url)
         telemetry = KubeletTelemetry(client)
-        fs_root = make_v2_tree(tmp_path / f"cg{len(messages)}{id(messages)}", {})
-        from agents.cgroups.backend import CgroupV2
-        fs = CgroupV2(fs_root)
-        settings = LoopSettings(node_name="node-c1", capacity=__import__("numpy").array(capacity), policy=Policy())
+        fs = CgroupV2(make_v2_tree(tmp_path / f"cg{id(messages)}", {}))
+        settings = LoopSettings(node_name="node-c1", capacity=np.array(capacity), policy=Policy())
         return MitigationLoop(settings, sources=[KubeletSource(client)], telemetry=telemetry, fs=fs,
                               enforcer=Enforcer(fs, kube_api_url=json_server.url),
                               node_reader=lambda now_s: telemetry.last_node, emit=messages.append)

@@ -11,8 +11,14 @@ from agents.cgroups import parse
 from agents.collectors.psi import parse_psi, read_psi
 from agents.errors import DiscoveryError, TelemetryError
 from agents.units import (
-    k8s_resources_vector, mcpu_from_ns, mcpu_from_quota, mcpu_from_us, parse_k8s_quantity, quota_us_from_mcpu,
-    unix_s_from_rfc3339, working_set_bytes,
+    k8s_resources_vector,
+    mcpu_from_ns,
+    mcpu_from_quota,
+    mcpu_from_us,
+    parse_k8s_quantity,
+    quota_us_from_mcpu,
+    unix_s_from_rfc3339,
+    working_set_bytes,
 )
 from kalena_engine.resources import CPU, GPU, RAM, STORAGE
 

@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
 from agents.bench.harness import BURNER, SPINNER, memory_hog
 from agents.cgroups.backend import detect
 from agents.enforcer import Enforcer
+from agents.model import KIND_PROCESS, Workload
 from agents.pressure.arming import SignalArming
 from agents.pressure.monitor import MemoryThreshold, PressureMonitor, PsiTrigger
 from agents.settings import LoopSettings
 from kalena_engine.policy import Policy
+from kalena_engine.resources import zeros
 from tests.agents.realagent import RunningAgent, wait_for, write_workloads
 
 pytestmark = pytest.mark.cgroup
@@ -156,11 +158,9 @@ def test_psi_trigger_fires_on_real_cpu_stall(harness) -> None:
 def test_psi_window_the_kernel_refuses_falls_back_to_poll(harness) -> None:
     fs = detect("/sys/fs/cgroup")
     harness.create("svc")
-    settings = LoopSettings(node_name="n", capacity=__import__("numpy").full(8, float("inf")), psi_window_s=1.5)
+    settings = LoopSettings(node_name="n", capacity=np.full(8, np.inf), psi_window_s=1.5)
     monitor = PressureMonitor()
     try:
-        from agents.model import KIND_PROCESS, Workload
-        from kalena_engine.resources import zeros
         w = Workload("svc", "svc", KIND_PROCESS, "service", 0, zeros(), zeros(), 0.0, 30.0, harness.rel("svc"))
         arming = SignalArming(settings, monitor, Enforcer(fs), fs)
         arming.sync([w])
