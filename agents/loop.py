@@ -119,16 +119,18 @@ class MitigationLoop(CpuActions, MemoryActions):
 
     # --- discovery -------------------------------------------------------------------------
 
-    def discover(self, now_s: float) -> None:
-        """Ask every source; keep a failed source's previous list; track exactly what runs."""
+    def discover(self, now_s: float, only: tuple[str, ...] | None = None) -> None:
+        """Ask every source (or only those named); keep a failed or skipped source's previous list;
+        track exactly what runs."""
         found: list[Workload] = []
         seen: set[str] = set()
         for source in self.sources:
-            result = source.discover(now_s)
-            for message in result.errors:
-                self._error(message)
-            if result.complete:
-                self._by_source[source.name] = result.workloads
+            if only is None or source.name in only:
+                result = source.discover(now_s)
+                for message in result.errors:
+                    self._error(message)
+                if result.complete:
+                    self._by_source[source.name] = result.workloads
             for workload in self._by_source.get(source.name, []):
                 if workload.id in seen:
                     self._error(f"{source.name}: workload id {workload.id!r} reported twice; keeping the first")
@@ -240,9 +242,11 @@ class MitigationLoop(CpuActions, MemoryActions):
         """One periodic step (module docstring). Returns the actions taken."""
         now_s, now_mono = self._now(now_s, now_mono)
         self._drain_policy()
-        if now_s >= self._next_discovery or any(s.name == "file" for s in self.sources):
+        if now_s >= self._next_discovery:
             self.discover(now_s)
             self._next_discovery = now_s + self.settings.discovery_interval_s
+        elif any(s.name == "file" for s in self.sources):
+            self.discover(now_s, only=("file",))   # a stat() per tick: file edits apply at once
         eff = self.table.effective(now_s, self.settings.stale_ttl_s)
         r_before = {wid: float(eff[i, CPU]) for i, wid in enumerate(self.table.ids)}
         self._collect(now_s, memory_only=False)
@@ -250,7 +254,9 @@ class MitigationLoop(CpuActions, MemoryActions):
         polled = self._update_contention(now_s, now_mono)
         actions = self._memory_caps(now_s)
         actions += self._evict(now_s, None)
-        actions += self._cpu(now_s, polled[0] if polled else None)
+        cpu_actions = self._cpu(now_s, polled[0] if polled else None)
+        self._record_outcomes(polled, cpu_actions)
+        actions += cpu_actions
         actions += self._starvation(now_s, r_before)
         actions += self._terminations(now_s)
         if now_s >= self._next_report:
@@ -272,6 +278,11 @@ class MitigationLoop(CpuActions, MemoryActions):
             actions += self._evict(now_s, memory[0])
         if cpu:
             actions += self._cpu(now_s, cpu[0])
+        self._record_outcomes(events, actions)
+        return actions
+
+    def _record_outcomes(self, events: Sequence[PressureEvent], actions: list[dict[str, Any]]) -> None:
+        """Remember, per event, whether it led to a write and how long after detection."""
         done = self.clock_mono()
         for event in events:
             mine = [a for a in actions if a["trigger"].get("source") == event.source
@@ -280,7 +291,6 @@ class MitigationLoop(CpuActions, MemoryActions):
                 "source": event.source, "resource": event.resource, "scope": event.scope,
                 "detected_mono": event.detected_mono, "done_mono": done, "wrote": bool(mine),
                 "latency_ms": max((a["result"]["latency_ms"] or 0.0) for a in mine) if mine else None})
-        return actions
 
     def report_samples(self, now_s: float) -> dict[str, Any] | None:
         """Emit one ``samples`` message for every workload with a sample."""

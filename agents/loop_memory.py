@@ -62,9 +62,12 @@ class MemoryActions:
             tier=np.array([t.workload.tier for t in rows]), priority=np.array([t.workload.priority for t in rows]),
             start_s=np.array([t.workload.start_s for t in rows]),
             terminating=np.array([t.terminating for t in rows], dtype=bool), count=np.ones(len(rows), dtype=np.int64))
+        # the age of the oldest measured input of the ledger: the node reading and every live
+        # workload's last sample (a workload never sampled yet — in flight — counts at its
+        # request and has no sample to be stale)
         ages = self.table.sample_age_s(now_s)[idx]
-        live_ages = [a for a, t in zip(ages, rows, strict=True) if not t.terminating]
-        age = max([now_s - node.ts_s, *live_ages]) if live_ages else now_s - node.ts_s
+        live_ages = [a for a, t in zip(ages, rows, strict=True) if not t.terminating and math.isfinite(a)]
+        age = max([now_s - node.ts_s, *live_ages])
         psi = node.psi.get("memory")
         out = []
         for dim in (RAM, STORAGE):

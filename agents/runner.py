@@ -30,6 +30,7 @@ from agents.discovery.docker import DockerSource
 from agents.discovery.files import FileSource
 from agents.discovery.kubelet import KubeletSource
 from agents.enforcer import Enforcer
+from agents.errors import FacilityUnavailable
 from agents.link import protocol
 from agents.link.buffer import LinkBuffer
 from agents.link.client import LinkClient
@@ -109,8 +110,11 @@ def build_agent(config: AgentConfig) -> Agent:
     fs = detect(config.cgroup_root, config.cgroup_version, config.psi_root)
     docker_client = None
     if "docker" in config.discovery or config.telemetry == "docker":
-        docker_client = docker.DockerClient(base_url=config.docker_host) if config.docker_host else docker.from_env()
-        docker_client.ping()
+        try:
+            docker_client = docker.DockerClient(base_url=config.docker_host) if config.docker_host else docker.from_env()
+            docker_client.ping()
+        except docker.errors.DockerException as exc:
+            raise FacilityUnavailable("Docker engine", config.docker_host or "$DOCKER_HOST / local socket", str(exc)) from None
     kubelet = None
     if "kubelet" in config.discovery:
         verify: str | bool = False if config.kubelet_insecure else (config.kubelet_ca_file or True)

@@ -189,6 +189,13 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
     summary["node"]["memory"]["time"] = stamp
     for pod in summary["pods"]:
         pod["memory"]["time"] = stamp
+    # a pending pod (priority 5, 1 GiB) has no stats yet: it counts at its request and never makes
+    # the ledger look stale
+    pods["items"].append({
+        "metadata": {"name": "pending", "namespace": "c1", "uid": "uid-pending",
+                     "labels": {"kalena.naughtian.io/tier": "batch"}, "annotations": {"kalena.naughtian.io/priority": "5"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Gi"}}}]},
+        "status": {"phase": "Pending", "qosClass": "Burstable"}})
     json_server.routes["/pods"] = pods
     json_server.routes["/stats/summary"] = summary
     json_server.status["/api/v1/namespaces/c1/pods/b1/eviction"] = 201
@@ -213,12 +220,12 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
     assert not any("eviction" in r[1] for r in json_server.requests)
     samples = [m for m in stale if m["type"] == "samples"]
     assert samples and all(s["stale"] for s in samples[0]["samples"])
-    # the same sample when fresh (t = 30 s): Σ r = 64 + 40 + 30 = 134 > 128 → B1 (priority 0) alone is evicted
+    # the same sample when fresh (t = 30 s): Σ r = 64 + 40 + 30 + 1 = 135 > 128 → B1 (priority 0) alone is evicted
     fresh: list = []
     make_loop(fresh).tick(t_sample + 30, 0.0)
     evictions = [m for m in fresh if m["type"] == "action" and m["action"] == "evict"]
     assert [e["workload"]["id"] for e in evictions] == ["c1/b1"]
-    assert evictions[0]["numbers"]["ledger_after"] == pytest.approx(94 * GIB)
+    assert evictions[0]["numbers"]["ledger_after"] == pytest.approx(95 * GIB)
     posted = [r for r in json_server.requests if r[0] == "POST"]
     assert len(posted) == 1 and posted[0][1] == "/api/v1/namespaces/c1/pods/b1/eviction"
     assert b'"gracePeriodSeconds"' in posted[0][3]
