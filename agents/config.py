@@ -26,7 +26,7 @@ import numpy as np
 from agents.cgroups.parse import parse_meminfo
 from agents.errors import ConfigError, DiscoveryError
 from agents.settings import PRESSURE_SOURCES
-from agents.units import k8s_resources_vector
+from agents.units import k8s_resources_vector, mcpu_from_cores
 from kalena_engine.policy import EstimatorPolicy, EvictionPolicy, Policy
 from kalena_engine.resources import CPU, RAM
 
@@ -86,7 +86,7 @@ def _env_name(flag: str) -> str:
 
 def _machine_capacity(proc_root: str) -> np.ndarray:
     out = np.full(8, math.inf)
-    out[CPU] = (os.cpu_count() or 1) * 1000.0
+    out[CPU] = mcpu_from_cores(os.cpu_count() or 1)
     try:
         path = Path(proc_root) / "meminfo"
         out[RAM] = float(parse_meminfo(path.read_text(), source=str(path)).get("MemTotal", math.inf))

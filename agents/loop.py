@@ -45,6 +45,7 @@ from agents.pressure.arming import SignalArming
 from agents.pressure.events import SCOPE_NODE, SOURCE_POLL, PressureEvent
 from agents.settings import LoopSettings
 from agents.state import WorkloadTable
+from agents.units import stall_ratio
 from kalena_engine.resources import CPU, RAM
 
 log = logging.getLogger("kalena.agent")
@@ -195,7 +196,7 @@ class MitigationLoop(CpuActions, MemoryActions):
             if psi is not None:
                 prev = tracked.psi_cpu_prev
                 if prev is not None and now_s > prev[0]:
-                    stall = (psi.some.total_us - prev[1]) / ((now_s - prev[0]) * 1e6)
+                    stall = stall_ratio(psi.some.total_us - prev[1], now_s - prev[0])
                 tracked.psi_cpu_prev = (now_s, psi.some.total_us)
             if tracked.contended_since_mono is not None:
                 age = now_mono - tracked.contended_since_mono

@@ -61,6 +61,31 @@ def us_from_ns(ns: float) -> float:
     return float(ns) / 1e3
 
 
+def ns_from_us(us: float) -> float:
+    """Microseconds → nanoseconds (v2 ``cpu.stat usage_usec`` to the v1 ``cpuacct.usage`` unit)."""
+    return float(us) * 1e3
+
+
+def stall_ratio(delta_stall_us: float, delta_s: float) -> float:
+    """Share of wall time a PSI ``total`` (µs) grew by: ``Δµs / (Δs · 1e6)``; 150,000 µs in 1 s → 0.15."""
+    return float(delta_stall_us) / (float(delta_s) * US_PER_S)
+
+
+def us_from_s(seconds: float) -> int:
+    """Seconds → whole microseconds (PSI trigger windows): 2.0 s → 2,000,000 µs."""
+    return int(round(float(seconds) * US_PER_S))
+
+
+def us_from_ms(milliseconds: float) -> int:
+    """Milliseconds → whole microseconds (PSI trigger thresholds): 150 ms → 150,000 µs."""
+    return int(round(float(milliseconds) * 1e3))
+
+
+def mcpu_from_cores(cores: float) -> float:
+    """Cores → mcpu (a Kubernetes cpu quantity's base unit is the core)."""
+    return float(cores) * MCPU_PER_CORE
+
+
 def mcpu_from_quota(quota_us: int | None, period_us: int) -> float:
     """A CFS quota as a cpu rate: ``quota / period × 1000`` mcpu; ``None`` (no quota) → +inf."""
     if quota_us is None or quota_us < 0:

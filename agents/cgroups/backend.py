@@ -33,7 +33,7 @@ from agents.cgroups import parse
 from agents.collectors.psi import PsiStats, read_psi
 from agents.errors import ConfigError, FacilityUnavailable, TelemetryError
 from agents.model import CpuThrottling
-from agents.units import us_from_ns
+from agents.units import ns_from_us, us_from_ns
 
 PSI_RESOURCES = ("cpu", "memory", "io")
 
@@ -266,7 +266,7 @@ class CgroupV2(CgroupFs):
         if io_text is not None:
             r, w = parse.parse_io_stat(io_text, source=str(base / "io.stat"))
             read, write = float(r), float(w)
-        return RawStats(cpu["usage_usec"] * 1000.0, throttling, float(usage), inactive, read, write,
+        return RawStats(ns_from_us(cpu["usage_usec"]), throttling, float(usage), inactive, read, write,
                         self.read_pressure(rel) if with_psi else {})
 
     def cpu_quota(self, rel: str) -> tuple[int | None, int]:

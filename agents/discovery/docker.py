@@ -28,7 +28,7 @@ from agents.discovery.base import Discovery
 from agents.discovery.labels import GRACE, PREFIX, classify
 from agents.errors import DiscoveryError, TelemetryError
 from agents.model import KIND_DOCKER, Workload
-from agents.units import mcpu_from_nanocores, mcpu_from_quota, parse_k8s_quantity, unix_s_from_rfc3339
+from agents.units import mcpu_from_cores, mcpu_from_nanocores, mcpu_from_quota, parse_k8s_quantity, unix_s_from_rfc3339
 from kalena_engine.resources import CPU, RAM, zeros
 
 REQUEST_CPU = PREFIX + "request-cpu"
@@ -59,7 +59,7 @@ def workload_from_inspect(attrs: dict[str, Any], *, cgroup: str, errors: list[st
     request = zeros()
     request[CPU] = limit[CPU] if np.isfinite(limit[CPU]) else 0.0
     if REQUEST_CPU in labels:
-        request[CPU] = parse_k8s_quantity(labels[REQUEST_CPU], source=source, field=REQUEST_CPU) * 1000.0
+        request[CPU] = mcpu_from_cores(parse_k8s_quantity(labels[REQUEST_CPU], source=source, field=REQUEST_CPU))
     if REQUEST_MEMORY in labels:
         request[RAM] = parse_k8s_quantity(labels[REQUEST_MEMORY], source=source, field=REQUEST_MEMORY)
     elif host.get("MemoryReservation"):

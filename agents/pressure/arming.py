@@ -26,6 +26,7 @@ from agents.model import Workload
 from agents.pressure.events import SCOPE_NODE, SOURCE_EVENTFD, SOURCE_POLL, SOURCE_PSI
 from agents.pressure.monitor import Arming, MemoryThreshold, PressureMonitor, PsiTrigger
 from agents.settings import LoopSettings
+from agents.units import us_from_ms, us_from_s
 from kalena_engine.resources import RAM
 
 
@@ -52,7 +53,7 @@ class SignalArming:
         return self.monitor is not None and self.settings.pressure_source in ("auto", "eventfd")
 
     def _window_us(self) -> int:
-        return int(round(self.settings.psi_window_s * 1e6))
+        return us_from_s(self.settings.psi_window_s)
 
     def _trigger(self, key: str, path, resource: str, scope: str, threshold_ms: float) -> bool:
         assert self.monitor is not None
@@ -60,7 +61,7 @@ class SignalArming:
             return True
         try:
             trigger = PsiTrigger(path, resource=resource, scope=scope, stall="some",
-                                 threshold_us=int(threshold_ms * 1000), window_us=self._window_us(), arm=self.arm)
+                                 threshold_us=us_from_ms(threshold_ms), window_us=self._window_us(), arm=self.arm)
         except OSError as exc:
             self.failures.append(f"psi trigger on {path}: {exc.strerror or exc}; falling back to poll")
             return False
