@@ -244,6 +244,7 @@ def _run(harness: CgroupHarness, *, episodes: int, signal_source: str, window_s:
     return {
         "episodes": len(counted),
         "episodes_relieved": len(reliefs),
+        "episodes_quiet_timed_out": sum(1 for r in counted if r["quiet_timed_out"]),
         "signal_source": signal_source,
         "trigger_window_s": window_s,
         "trigger_threshold_ms": threshold_ms,
