@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from agents.cgroups.backend import CgroupFs
 from agents.collectors.telemetry import Telemetry
 from agents.discovery.base import WorkloadSource
@@ -180,38 +182,44 @@ class MitigationLoop(CpuActions, MemoryActions):
     def _update_contention(self, now_s: float, now_mono: float) -> list[PressureEvent]:
         """Release contention marks and run the cpu polling fallback.
 
-        A mark set by a trigger is released once no event has come for two trigger windows and a
-        tick (a trigger fires at most once per window while the stall lasts, and its group's PSI
-        file must not be read). A mark set by polling is released once the service's stall over
-        the last tick falls below ``contention_clear_ratio``. Polling marks a service without a
-        trigger whose cpu PSI ``some`` avg10 reaches ``cpu_poll_avg10_pct``."""
+        Stall signal per service: its cpu PSI ``total`` growth over the tick, or — for a group with
+        an armed trigger, whose PSI files must not be read — the run-queue wait of its tasks
+        (``cpu_wait_ratio``). A mark is released once, for at least two trigger windows and a tick
+        after the last trigger event (a tick after a polled mark), the service is neither stalled
+        (< ``contention_clear_ratio``) nor busy (using ≥ ``contention_busy_ratio`` of its claim
+        ``max(r, q)``): while a relieved service keeps using its claim, batch stays held back.
+        Polling marks a service whose stall (or PSI ``some`` avg10) reaches ``cpu_poll_avg10_pct``
+        and that no trigger event has marked."""
         polled: list[PressureEvent] = []
         tick = self.settings.mitigation_interval_s
         hold = 2 * self.settings.psi_window_s + tick
-        for tracked in self.table.rows():
-            if tracked.workload.tier != "service":
+        threshold = self.settings.cpu_poll_avg10_pct / 100.0
+        eff = self.table.effective(now_s, self.settings.stale_ttl_s)
+        for row, tracked in enumerate(self.table.rows()):
+            if tracked.workload.tier != "service" or tracked.sample is None:
                 continue
-            psi = tracked.sample.psi.get("cpu") if tracked.sample is not None else None
-            stall = None
+            sample = tracked.sample
+            psi = sample.psi.get("cpu")
+            stall = sample.cpu_wait_ratio
             if psi is not None:
                 prev = tracked.psi_cpu_prev
                 if prev is not None and now_s > prev[0]:
                     stall = stall_ratio(psi.some.total_us - prev[1], now_s - prev[0])
                 tracked.psi_cpu_prev = (now_s, psi.some.total_us)
+            claim = max(float(eff[row, CPU]), float(tracked.workload.request[CPU]))
+            usage = float(np.nan_to_num(sample.usage[CPU]))
             if tracked.contended_since_mono is not None:
                 age = now_mono - tracked.contended_since_mono
-                if tracked.contended_source == SOURCE_POLL:
-                    calm = age >= tick and (stall is not None and stall < self.settings.contention_clear_ratio
-                                            or psi is None or psi.some.avg10_pct < self.settings.cpu_poll_avg10_pct)
-                else:
-                    calm = age >= hold
+                busy = claim > 0 and usage >= self.settings.contention_busy_ratio * claim
+                calm = (age >= (tick if tracked.contended_source == SOURCE_POLL else hold) and not busy
+                        and (stall is None or stall < self.settings.contention_clear_ratio))
                 if calm:
                     tracked.contended_since_mono = None
                     tracked.contended_source = None
-            elif psi is not None and psi.some.avg10_pct >= self.settings.cpu_poll_avg10_pct and not (
-                    self.arming is not None and self.arming.has_trigger(tracked.workload.id)):
-                event = PressureEvent(SOURCE_POLL, "cpu", tracked.workload.id, now_mono, now_s,
-                                      {"avg10_pct": psi.some.avg10_pct})
+            elif self.settings.cpu_poll and ((stall is not None and stall >= threshold) or (
+                    psi is not None and psi.some.avg10_pct >= self.settings.cpu_poll_avg10_pct)):
+                event = PressureEvent(SOURCE_POLL, "cpu", tracked.workload.id, now_mono, now_s, {
+                    "stall_ratio": stall, "avg10_pct": psi.some.avg10_pct if psi is not None else None})
                 self._mark(event)
                 polled.append(event)
         return polled

@@ -91,6 +91,9 @@ class UsageSample:
         memory_usage_bytes: raw memory usage including page cache (``NaN`` if unknown).
         cpu_throttling: cumulative CFS counters, or ``None``.
         psi: ``{"cpu"|"memory"|"io": PsiStats}`` for the workload's cgroup where available.
+        cpu_wait_ratio: cpu time its tasks spent runnable but waiting, per second of wall time
+            (from ``/proc/<pid>/task/*/schedstat``), measured for groups whose PSI files the agent
+            must not read (an armed trigger); ``None`` elsewhere.
     """
 
     workload_id: str
@@ -99,6 +102,7 @@ class UsageSample:
     memory_usage_bytes: float = math.nan
     cpu_throttling: CpuThrottling | None = None
     psi: Mapping[str, PsiStats] = field(default_factory=dict)
+    cpu_wait_ratio: float | None = None
 
     def measured(self) -> np.ndarray:
         """``(8,)`` bool, which dimensions carry a measurement."""

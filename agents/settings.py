@@ -27,10 +27,13 @@ class LoopSettings:
             ``psi-trigger``, ``eventfd`` or ``poll``.
         psi_window_s: trigger window (multiple of 2 s unless the agent has CAP_SYS_RESOURCE).
         psi_cpu_threshold_ms, psi_memory_threshold_ms: stall time within the window that fires.
-        cpu_poll_avg10_pct: polling fallback: a service whose cpu PSI ``some`` avg10 reaches this is
-            contended.
-        contention_clear_ratio: a contended service is released once its cpu stall over a tick
-            falls below this share of the tick.
+        cpu_poll_avg10_pct: polling fallback: a service whose cpu PSI ``some`` avg10 — or stall over
+            the last tick, in percent — reaches this is contended.
+        contention_clear_ratio: a contended service is released only while its cpu stall over a
+            tick is below this share of the tick …
+        contention_busy_ratio: … and its cpu usage is below this share of its claim ``max(r, q)``.
+        cpu_poll: run the cpu polling fallback beside the triggers (the benchmark turns it off to
+            measure the trigger path alone).
         quota_hysteresis_ratio: a batch quota is rewritten when it rises by more than this share,
             or reaches the workload's limit (any decrease is written at once).
         max_psi_triggers: per-workload cpu triggers (beyond this, those services are polled).
@@ -50,6 +53,8 @@ class LoopSettings:
     psi_memory_threshold_ms: float = 150.0
     cpu_poll_avg10_pct: float = 10.0
     contention_clear_ratio: float = 0.02
+    contention_busy_ratio: float = 0.5
+    cpu_poll: bool = True
     quota_hysteresis_ratio: float = 0.02
     max_psi_triggers: int = 256
     enforce_memory_caps: bool = True

@@ -11,7 +11,8 @@ Setup (cgroup v1 cpu/cpuacct/memory, PSI from the v2 hierarchy beside them):
 * the agent: the real :class:`~agents.loop.MitigationLoop` with its cgroup collector, enforcer,
   PSI trigger on the service's ``cpu.pressure`` (or polling, ``--signal poll``), driven by
   :func:`~agents.runner.drive` on its own thread, in a group of cpu weight 10× the default (as a
-  node agent would run). Policy: DESIGN defaults except ``grace_s = 0`` and ``half_life_s =
+  node agent would run). With ``--signal psi-trigger`` the cpu polling fallback is off, so the
+  trigger path is what is measured; ``--signal poll`` measures the polling fallback alone. Policy: DESIGN defaults except ``grace_s = 0`` and ``half_life_s =
   --half-life-s`` (1 s) so a quiet service's reservation decays between episodes.
 
 Reference: the service's rate spinning alone (burners stopped) before the episodes.
@@ -173,7 +174,8 @@ def _run(harness: CgroupHarness, *, episodes: int, signal_source: str, window_s:
     policy = Policy().with_estimator(grace_s=0.0, half_life_s=half_life_s)
     settings = LoopSettings(node_name="bench", capacity=capacity, policy=policy, sampling_interval_s=10.0,
                             mitigation_interval_s=tick_s, pressure_source="psi-trigger" if signal_source == "psi-trigger" else "poll",
-                            psi_window_s=window_s, psi_cpu_threshold_ms=threshold_ms, enforce_memory_caps=False)
+                            psi_window_s=window_s, psi_cpu_threshold_ms=threshold_ms, enforce_memory_caps=False,
+                            cpu_poll=signal_source == "poll")
     enforcer = Enforcer(fs)
     monitor = PressureMonitor()
     arming = SignalArming(settings, monitor if signal_source == "psi-trigger" else None, enforcer, fs,

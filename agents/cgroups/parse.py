@@ -170,3 +170,15 @@ def parse_meminfo(text: str, *, source: str) -> dict[str, int]:
             raise TelemetryError(f"non-integer value in {raw!r}", source=source, line=number) from None
         out[key.strip()] = value * 1024 if len(parts) > 1 and parts[1] == "kB" else value
     return out
+
+
+def parse_schedstat(text: str, *, source: str) -> tuple[int, int]:
+    """``/proc/<pid>/task/<tid>/schedstat`` → ``(run_ns, wait_ns)``: time on a cpu and time
+    runnable but waiting for one (``Documentation/scheduler/sched-stats.rst``)."""
+    parts = text.split()
+    if len(parts) < 2:
+        raise TelemetryError(f"expected 'run_ns wait_ns slices', got {text.strip()!r}", source=source)
+    try:
+        return int(parts[0]), int(parts[1])
+    except ValueError:
+        raise TelemetryError(f"non-integer schedstat {text.strip()!r}", source=source) from None

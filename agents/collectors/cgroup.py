@@ -5,6 +5,10 @@ same workload; gauges (memory) are taken as read. A reading less than ``min_rate
 after the previous anchor reuses the previous rate (a pressure event can ask for a fresh sample
 at any moment without producing a rate over a few milliseconds).
 
+cpu wait: for a group with an armed PSI trigger (whose pressure files must not be read), the
+collector sums the run-queue wait of its tasks from ``/proc/<pid>/task/*/schedstat`` instead and
+reports it as ``cpu_wait_ratio`` — the polling fallback's stall signal for that group.
+
 Network: cgroups do not account network traffic. For a workload whose first process lives in
 its own network namespace (a container or pod), ``/proc/<pid>/net/dev`` counts exactly its
 traffic (cAdvisor does the same); processes sharing the host namespace get ``NaN``.
@@ -20,10 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from agents.cgroups.backend import CgroupFs, RawStats
-from agents.cgroups.parse import parse_meminfo, parse_net_dev
+from agents.cgroups.parse import parse_meminfo, parse_net_dev, parse_schedstat
 from agents.collectors.psi import PsiStats, read_psi
+from agents.errors import TelemetryError
 from agents.model import NodeReading, UsageSample, Workload
-from agents.units import bytes_per_s, mcpu_from_ns, working_set_bytes
+from agents.units import NS_PER_S, bytes_per_s, mcpu_from_ns, working_set_bytes
 from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, N_DIMS, NET_IN, NET_OUT, RAM
 
 
@@ -33,6 +38,8 @@ class _Anchor:
     raw: RawStats
     net: tuple[int, int] | None
     rates: dict[int, float]
+    wait_ns: int | None = None
+    wait_ratio: float | None = None
 
 
 class CgroupCollector:
@@ -75,6 +82,20 @@ class CgroupCollector:
                 return None
         return None
 
+    def _wait_ns(self, workload: Workload) -> int | None:
+        """Σ run-queue wait (ns) of every task in the group, or None if unreadable."""
+        total = 0
+        for pid in self.fs.procs(workload.cgroup):
+            try:
+                for task in (self.proc_root / str(pid) / "task").iterdir():
+                    path = task / "schedstat"
+                    total += parse_schedstat(path.read_text(), source=str(path))[1]
+            except OSError:
+                continue
+            except TelemetryError:
+                return None
+        return total
+
     def sample(self, workload: Workload, now_s: float, *, memory_only: bool = False) -> UsageSample:
         """Read one workload.
 
@@ -88,10 +109,12 @@ class CgroupCollector:
         usage[RAM] = working_set_bytes(raw.memory_usage_bytes or 0.0, raw.inactive_file_bytes or 0.0)
         anchor = self._anchors.get(workload.id)
         rates: dict[int, float] = dict(anchor.rates) if anchor else {}
+        wait_ratio = anchor.wait_ratio if anchor else None
         if not memory_only:
             net = self._net(workload)
+            wait = self._wait_ns(workload) if workload.id in self.psi_excluded else None
             if anchor is None:
-                self._anchors[workload.id] = _Anchor(now_s, raw, net, {})
+                self._anchors[workload.id] = _Anchor(now_s, raw, net, {}, wait)
             elif now_s - anchor.ts_s >= self.min_rate_interval_s:
                 dt = now_s - anchor.ts_s
                 rates = {}
@@ -103,12 +126,15 @@ class CgroupCollector:
                 if net is not None and anchor.net is not None:
                     rates[NET_IN] = bytes_per_s(net[0] - anchor.net[0], dt)
                     rates[NET_OUT] = bytes_per_s(net[1] - anchor.net[1], dt)
-                self._anchors[workload.id] = _Anchor(now_s, raw, net, rates)
+                wait_ratio = None
+                if wait is not None and anchor.wait_ns is not None:
+                    wait_ratio = max(0.0, wait - anchor.wait_ns) / NS_PER_S / dt
+                self._anchors[workload.id] = _Anchor(now_s, raw, net, rates, wait, wait_ratio)
         for dim, value in rates.items():
             usage[dim] = value
         psi = raw.psi if not memory_only else {}
         return UsageSample(workload.id, now_s, usage, float(raw.memory_usage_bytes or math.nan),
-                           raw.throttling, psi)
+                           raw.throttling, psi, wait_ratio if workload.id in self.psi_excluded else None)
 
     def read_pressure(self, workload: Workload) -> dict[str, PsiStats]:
         """The workload group's PSI files (empty where the kernel has none)."""

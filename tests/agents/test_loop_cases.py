@@ -229,3 +229,40 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
     posted = [r for r in json_server.requests if r[0] == "POST"]
     assert len(posted) == 1 and posted[0][1] == "/api/v1/namespaces/c1/pods/b1/eviction"
     assert b'"gracePeriodSeconds"' in posted[0][3]
+
+
+def test_a_stalled_service_keeps_batch_held_back_while_it_stays_busy(rig) -> None:
+    """Fallback for a group with an armed trigger (its PSI files are never read): the run-queue
+    wait of its tasks marks it contended; batch drops to its budget and the minimum weight, and
+    stays there while the service keeps using its claim; once the service quiets down batch gets
+    its room and weight back."""
+    rig.add("s", tier="service", requests={"cpu": "2"}, limits={"cpu": "2"}, start_time=T0 - 10_000)
+    rig.add("b", tier="batch", requests={"cpu": "1"}, start_time=T0 - 10_000)
+    loop = rig.build()
+    loop.telemetry.exclude_psi({"s"})                    # as if a trigger were armed on s
+    tid = rig.procs["s"].pid
+    task = rig.proc_root / str(tid) / "task" / str(tid)
+    task.mkdir(parents=True)
+    usage = wait = 0
+
+    def step(second: int, cpu_s: float, wait_s: float) -> None:
+        nonlocal usage, wait
+        usage, wait = usage + int(cpu_s * 1e6), wait + int(wait_s * 1e9)
+        task.joinpath("schedstat").write_text(f"{usage * 1000} {wait} 10\n")
+        rig.set_files("s", usage_usec=usage, procs=f"{tid}\n", cpu_max=rig.file("s", "cpu.max"))
+        loop.tick(T0 + second, float(second))
+
+    step(0, 0.1, 0.0)
+    step(1, 0.1, 0.0)
+    assert rig.file("b", "cpu.weight") == "100"
+    step(2, 1.2, 0.4)                                    # s waits 40 % of the second: contended
+    # claim max(r, q) = 2 cores → B = 4 − 2 = 2 cores; batch at the minimum weight
+    assert rig.file("b", "cpu.max") == "200000 100000" and rig.file("b", "cpu.weight") == "1"
+    for second in range(3, 12):
+        step(second, 2.0, 0.0)                           # relieved and busy: the mark holds
+    assert rig.file("b", "cpu.weight") == "1"
+    for second in range(12, 16):
+        step(second, 0.0, 0.0)                           # quiet: batch gets its weight back
+    assert rig.file("b", "cpu.weight") == "100"
+    weights = [(a["numbers"]["weight"], a["reason"], a["trigger"]["source"]) for a in rig.actions("cpu_weight")]
+    assert weights == [(1, "cpu_contention", "poll"), (100, "contention_cleared", "periodic")]

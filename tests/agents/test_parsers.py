@@ -119,3 +119,9 @@ def test_unit_conversions_worked_examples() -> None:
     assert unix_s_from_rfc3339("2024-01-02T03:04:05.5Z", source="s", field="f") == pytest.approx(1704164645.5)
     with pytest.raises(TelemetryError, match="read"):
         unix_s_from_rfc3339("yesterday", source="docker", field="read")
+
+
+def test_parse_schedstat() -> None:
+    assert parse.parse_schedstat("123456 7890 12\n", source="schedstat") == (123456, 7890)
+    with pytest.raises(TelemetryError, match="/proc/1/task/1/schedstat"):
+        parse.parse_schedstat("x y\n", source="/proc/1/task/1/schedstat")
