@@ -107,10 +107,11 @@ def test_cpu_contention_throttles_the_batch_container(docker_client, run) -> Non
 
     time.sleep(1.0)
     before_svc, before_batch, before_throttled = rate(svc_cg, 2.0), rate(batch_cg, 1.0), throttled()
-    agent = RunningAgent(sources=[source(docker_client, run)], node_cgroup=run.parent, cpu_mcpu=CPUS * 1000.0,
+    capacity = CPUS * 1000.0 - 500.0                             # the machine less 0.5 core of system reserve
+    agent = RunningAgent(sources=[source(docker_client, run)], node_cgroup=run.parent, cpu_mcpu=capacity,
                          policy=Policy().with_estimator(grace_s=0.0), docker_client=docker_client)
     try:
-        expected = (CPUS - 1) * 100_000                            # C − the service's 1-core claim
+        expected = round((capacity - 1000.0) / 1000.0 * 100_000)   # C − the service's 1-core claim
         quota = f"/sys/fs/cgroup/cpu/{batch_cg}/cpu.cfs_quota_us"
         assert wait_for(lambda: int(open(quota).read()) == expected, 60), open(quota).read()
         time.sleep(1.0)

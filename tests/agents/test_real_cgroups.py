@@ -61,11 +61,14 @@ def test_cpu_contention_throttles_batch_and_the_service_share_recovers(harness, 
          "requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
         {"id": "job", "cgroup": harness.rel("batch"), "labels": {"kalena.naughtian.io/tier": "batch"},
          "requests": {"cpu": f"{CPUS}"}}])
-    agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), cpu_mcpu=CPUS * 1000.0,
+    # C = the machine less 0.5 core of system reserve (post-Phase-0 capacity)
+    capacity = CPUS * 1000.0 - 500.0
+    agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), cpu_mcpu=capacity,
                          policy=Policy().with_estimator(grace_s=0.0))
     try:
-        # the service's claim is its 1-core limit (r = min(1, 1.15 u)): batch gets C − 1 core
-        expected = (CPUS - 1) * 100_000
+        # the service's claim is its 1-core request/limit: batch gets C − 1 core (0.5 core on 2 cpus),
+        # less than the cpu the service leaves free, so CFS must throttle it
+        expected = round((capacity - 1000.0) / 1000.0 * 100_000)
         assert wait_for(lambda: int(harness.read("cpu", "batch", "cpu.cfs_quota_us")) == expected, 60), \
             f"batch quota {harness.read('cpu', 'batch', 'cpu.cfs_quota_us').strip()} != {expected}"
         time.sleep(1.0)
