@@ -83,7 +83,7 @@ def update_reservations(
     limit: np.ndarray,
     usage: np.ndarray,
     sampled: np.ndarray,
-    now_s: float,
+    now_s: float | np.ndarray,
     start_s: np.ndarray,
     grace_s: np.ndarray,
     pinned: np.ndarray,
@@ -96,7 +96,7 @@ def update_reservations(
         request, limit, usage: ``(n, 8)`` in internal units; ``usage`` rows are ignored where
             ``sampled`` is false. Memory usage must be the working set.
         sampled: ``(n,)`` bool, which workloads have a fresh sample taken at ``now_s``.
-        now_s: the sample time (s).
+        now_s: the sample time (s), one for all or ``(n,)`` per workload.
         start_s, grace_s: ``(n,)`` start time and startup grace of each workload (s).
         pinned: ``(n, 8)`` bool, see :func:`pinned_mask`.
         policy: margin μ and half-life h.
@@ -108,12 +108,13 @@ def update_reservations(
     if not sampled.any():
         return state
     idx = np.flatnonzero(sampled)
+    now = np.broadcast_to(np.asarray(now_s, dtype=np.float64), sampled.shape)[idx]
     q = request[idx]
     prev = state.value[idx]
     target = np.minimum(limit[idx], policy.margin_ratio * usage[idx])
     grace_end = start_s[idx] + grace_s[idx]
-    in_grace = (now_s - start_s[idx]) < grace_s[idx]
-    dt = np.maximum(0.0, now_s - np.maximum(state.updated_s[idx], grace_end))
+    in_grace = (now - start_s[idx]) < grace_s[idx]
+    dt = np.maximum(0.0, now - np.maximum(state.updated_s[idx], grace_end))
     decay = np.exp2(-dt / policy.half_life_s)[:, None]
     new = np.where(target >= prev, target, target + (prev - target) * decay)
     new = np.where(in_grace[:, None], np.maximum(q, target), new)
@@ -121,9 +122,9 @@ def update_reservations(
     value = state.value.copy()
     value[idx] = new
     updated = state.updated_s.copy()
-    updated[idx] = now_s
+    updated[idx] = now
     last = state.last_sample_s.copy()
-    last[idx] = now_s
+    last[idx] = now
     return Reservations(value=value, updated_s=updated, last_sample_s=last)
 
 
@@ -157,3 +158,64 @@ def concat(a: Reservations, b: Reservations) -> Reservations:
         np.concatenate([a.updated_s, b.updated_s]),
         np.concatenate([a.last_sample_s, b.last_sample_s]),
     )
+
+
+def apply_samples(
+    state: Reservations,
+    *,
+    workload: np.ndarray,
+    time_s: np.ndarray,
+    usage: np.ndarray,
+    request: np.ndarray,
+    limit: np.ndarray,
+    start_s: np.ndarray,
+    grace_s: np.ndarray,
+    pinned: np.ndarray,
+    policy: EstimatorPolicy,
+) -> tuple[Reservations, np.ndarray]:
+    """Fold a batch of irregular samples, several per workload allowed, into the state.
+
+    Samples are applied per workload in time order (the formula is sequential), vectorised
+    across workloads: the k-th sample of every workload is applied in one
+    :func:`update_reservations` call. A sample not newer than the workload's last sample is
+    ignored (time going backwards never rewinds a reservation).
+
+    Args:
+        workload: ``(m,)`` int row of each sample in ``state``.
+        time_s: ``(m,)`` sample times (s).
+        usage: ``(m, 8)``.
+        request, limit, start_s, grace_s, pinned: per workload, as in
+            :func:`update_reservations`.
+
+    Returns:
+        ``(new state, applied (m,) bool)``.
+    """
+    m = len(workload)
+    applied = np.zeros(m, dtype=bool)
+    if m == 0:
+        return state, applied
+    order = np.lexsort((time_s, workload))
+    w_sorted = workload[order]
+    first = np.r_[True, w_sorted[1:] != w_sorted[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(m), 0))
+    rank = np.arange(m) - group_start
+    n = len(state)
+    for k in range(int(rank.max()) + 1):
+        rows = order[rank == k]
+        wl = workload[rows]
+        fresh = time_s[rows] > state.last_sample_s[wl]
+        rows, wl = rows[fresh], wl[fresh]
+        if len(rows) == 0:
+            continue
+        full_usage = np.zeros((n, usage.shape[1]))
+        full_usage[wl] = usage[rows]
+        mask = np.zeros(n, dtype=bool)
+        mask[wl] = True
+        times = np.zeros(n)
+        times[wl] = time_s[rows]
+        state = update_reservations(
+            state, request=request, limit=limit, usage=full_usage, sampled=mask, now_s=times,
+            start_s=start_s, grace_s=grace_s, pinned=pinned, policy=policy,
+        )
+        applied[rows] = True
+    return state, applied

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tqdm import tqdm
@@ -12,7 +13,7 @@ from kalena_engine.replay import ReplayInputs
 from kalena_engine.traces.alibaba import read_batch_task
 from kalena_engine.traces.bitbrains import load_bitbrains
 from kalena_engine.traces.google import batch_tasks_from_events, production_peak_ratios, read_task_events, read_task_usage
-from kalena_web.cli.paths import data_path
+from kalena_web.cli.paths import SAMPLE_DATA, data_path, data_root
 
 DEFAULTS = {
     "infra": "kuberina/irina-186-3d/irina_infra.yaml",
@@ -53,6 +54,9 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     Raises:
         IRError, TraceError: a file is missing or malformed (nothing is half-loaded).
     """
+    if data_root() == SAMPLE_DATA:
+        print(f"kalena: ../shared/data not found and KALENA_DATA_DIR unset: using the bundled demo "
+              f"sample {SAMPLE_DATA} (see its README)", file=sys.stderr)
     steps = tqdm(total=5, desc="loading inputs", unit="file set", disable=not progress, leave=False)
     infra = load_infrastructure(data_path(args.infra))
     workloads = load_workloads(data_path(args.workloads))

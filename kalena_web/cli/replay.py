@@ -1,15 +1,17 @@
-"""``kalena replay``: replay a Kuberina blueprint with real usage and real batch arrivals."""
+"""``kalena replay``: replay a Kuberina blueprint with real usage and real batch arrivals;
+``--persist`` also records it as a named run for the console."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-from kalena_engine.replay import MAPPINGS, NODE_SETS, ReplayConfig, build_replay
+from kalena_engine.replay import MAPPINGS, NODE_SETS, Replay, ReplayConfig, ReplayInputs, build_replay
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
 
 
@@ -19,6 +21,16 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description="Deterministic replay: production from the blueprint driven by real VM usage, "
                     "batch arrivals from a real trace placed into reclaimed slack.",
     )
+    add_replay_arguments(parser)
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser, *, persist_implied: bool = False) -> None:
+    """Every flag of ``kalena replay`` — shared with ``manage.py replay_persist``.
+
+    ``persist_implied``: the command always persists (``--persist`` is then accepted and a no-op).
+    """
     add_input_arguments(parser)
     run = parser.add_argument_group("replay")
     run.add_argument("--usage-mapping", choices=MAPPINGS, default="peak",
@@ -34,8 +46,13 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="batch usage as a fraction of its request (the trace has no usage)")
     run.add_argument("--summary-json", type=Path, help="also write the summary to this JSON file")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(handler=handle)
-    return parser
+    keep = parser.add_argument_group("persistence (the console's database: $DATABASE_URL, else var/kalena.sqlite3)")
+    keep.add_argument("--persist", action="store_true", default=persist_implied,
+                      help="record the run in the database for the console (all or nothing)"
+                      + (" — always on for this command" if persist_implied else ""))
+    keep.add_argument("--run-name", metavar="NAME",
+                      help="name of the persisted run (letters, digits, . _ -; default <cluster>-<hours>h-seed<seed>-<time>)")
+    keep.add_argument("--replace", action="store_true", help="overwrite a persisted run of the same name")
 
 
 def config_from_args(args: argparse.Namespace) -> ReplayConfig:
@@ -49,14 +66,37 @@ def config_from_args(args: argparse.Namespace) -> ReplayConfig:
         raise SystemExit(f"kalena replay: error: {exc}") from None
 
 
-def run_replay(args: argparse.Namespace, on_step=None) -> tuple[dict[str, object], object]:
-    """Load, build and run a replay; returns ``(summary, replay)``."""
+@dataclass(eq=False)
+class PreparedReplay:
+    """A loaded and built replay, ready to run (nothing simulated yet)."""
+
+    config: ReplayConfig
+    inputs: ReplayInputs
+    replay: Replay
+    sources: dict[str, str]
+    load_seconds: float
+
+
+def input_sources(args: argparse.Namespace) -> dict[str, str]:
+    """The input files named by ``args`` (as given, relative to the data folder)."""
+    return {k: str(getattr(args, k)) for k in ("infra", "workloads", "blueprint", "usage_dir", "batch_trace")}
+
+
+def prepare_replay(args: argparse.Namespace) -> PreparedReplay:
+    """Load every input named by ``args`` and build the replay."""
     config = config_from_args(args)
-    progress = not args.no_progress
     started = time.perf_counter()
-    inputs = load_inputs(args, progress=progress)
-    loaded = time.perf_counter()
-    replay = build_replay(inputs, config)
+    inputs = load_inputs(args, progress=not args.no_progress)
+    loaded = time.perf_counter() - started
+    return PreparedReplay(config=config, inputs=inputs, replay=build_replay(inputs, config),
+                          sources=input_sources(args), load_seconds=loaded)
+
+
+def execute_replay(prepared: PreparedReplay, on_step=None, *, progress: bool = True) -> dict[str, object]:
+    """Run a prepared replay with a progress bar; ``on_step`` sees every StepRecord. Returns the
+    summary with the timing fields (``wall_seconds``, ``load_seconds``,
+    ``sim_seconds_per_wall_second``) and ``inputs``."""
+    config = prepared.config
     bar = tqdm(total=config.steps, desc="replay", unit="step", disable=not progress)
 
     def observe(record) -> None:
@@ -67,14 +107,20 @@ def run_replay(args: argparse.Namespace, on_step=None) -> tuple[dict[str, object
             on_step(record)
 
     run_started = time.perf_counter()
-    summary = replay.run(observe)
+    summary = prepared.replay.run(observe)
     bar.close()
     wall = time.perf_counter() - run_started
     summary["wall_seconds"] = round(wall, 3)
-    summary["load_seconds"] = round(loaded - started, 3)
+    summary["load_seconds"] = round(prepared.load_seconds, 3)
     summary["sim_seconds_per_wall_second"] = round(summary["sim_seconds"] / wall, 1) if wall > 0 else None
-    summary["inputs"] = {k: str(getattr(args, k)) for k in ("infra", "workloads", "blueprint", "usage_dir", "batch_trace")}
-    return summary, replay
+    summary["inputs"] = dict(prepared.sources)
+    return summary
+
+
+def run_replay(args: argparse.Namespace, on_step=None) -> tuple[dict[str, object], object]:
+    """Load, build and run a replay; returns ``(summary, replay)``."""
+    prepared = prepare_replay(args)
+    return execute_replay(prepared, on_step, progress=not args.no_progress), prepared.replay
 
 
 def format_summary(summary: dict[str, object]) -> str:
@@ -101,12 +147,29 @@ def format_summary(summary: dict[str, object]) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in headline)
 
 
+def write_summary(summary: dict[str, object], path: Path | None) -> str | None:
+    """Write the summary as JSON to ``path`` (if given); returns a line saying so."""
+    if not path:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True, default=float) + "\n")
+    return f"  summary written to {path}"
+
+
 def handle(args: argparse.Namespace) -> int:
-    summary, _ = run_replay(args)
+    if not args.persist and (args.run_name or args.replace):
+        raise SystemExit("kalena replay: error: --run-name and --replace need --persist")
+    if args.persist:
+        from kalena_web.cli.persist import persist_replay, persisted_line  # needs Django: import on demand
+
+        summary, run = persist_replay(args)
+    else:
+        summary, run = run_replay(args)[0], None
     print("Kalena replay summary")
     print(format_summary(summary))
-    if args.summary_json:
-        args.summary_json.parent.mkdir(parents=True, exist_ok=True)
-        args.summary_json.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        print(f"  summary written to {args.summary_json}")
+    line = write_summary(summary, args.summary_json)
+    if line:
+        print(line)
+    if run is not None:
+        print(persisted_line(run))
     return 0

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kalena_engine.estimator import (
-    effective_reservations, initial_reservations, pinned_mask, update_reservations,
+    apply_samples, effective_reservations, initial_reservations, pinned_mask, update_reservations,
 )
 from kalena_engine.policy import EstimatorPolicy
 from kalena_engine.resources import CPU, GPU, ir_vector, to_ir
@@ -92,3 +92,35 @@ def test_stale_telemetry_reads_at_least_the_request() -> None:
 def test_staleness_ttl_rule() -> None:
     assert POLICY.stale_ttl_s(10) == 60
     assert POLICY.stale_ttl_s(300) == 900
+
+
+def test_apply_samples_equals_sequential_updates_and_ignores_time_going_backwards() -> None:
+    rng = np.random.default_rng(3)
+    n = 5
+    q = np.array([ir_vector(cpu=4, ram=8)] * n)
+    start = np.array([-np.inf, 0, 100, -np.inf, 50])
+    grace = np.full(n, POLICY.grace_s)
+    pinned = pinned_mask(np.zeros(n, dtype=bool))
+    workload = rng.integers(0, n, 60)
+    times = rng.uniform(0, 3000, 60).round()
+    usage = np.array([ir_vector(cpu=c, ram=r) for c, r in rng.uniform(0, 5, (60, 2))])
+    state0 = initial_reservations(q, np.zeros(n))
+    batched, applied = apply_samples(state0, workload=workload, time_s=times, usage=usage, request=q, limit=q,
+                                     start_s=start, grace_s=grace, pinned=pinned, policy=POLICY)
+    # reference: one sample at a time, in time order per workload
+    state = state0
+    for i in np.lexsort((times, workload)):
+        if times[i] <= state.last_sample_s[workload[i]]:
+            continue
+        mask = np.zeros(n, dtype=bool)
+        mask[workload[i]] = True
+        full = np.zeros((n, 8))
+        full[workload[i]] = usage[i]
+        state = update_reservations(state, request=q, limit=q, usage=full, sampled=mask, now_s=times[i],
+                                    start_s=start, grace_s=grace, pinned=pinned, policy=POLICY)
+    np.testing.assert_allclose(batched.value, state.value)
+    # a sample older than the last one is not applied again
+    again, applied2 = apply_samples(batched, workload=workload[:3], time_s=times[:3] - 5000, usage=usage[:3],
+                                    request=q, limit=q, start_s=start, grace_s=grace, pinned=pinned, policy=POLICY)
+    assert not applied2.any()
+    np.testing.assert_array_equal(again.value, batched.value)

@@ -54,3 +54,26 @@ def test_missing_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     result = run("replay", "--hours", "0.1", "--no-progress", env={"KALENA_DATA_DIR": str(tmp_path / "nowhere")})
     assert result.returncode == 2
     assert "nowhere" in result.stderr and "file not found" in result.stderr
+
+
+def test_bundled_sample_is_used_when_shared_data_is_absent(tmp_path: Path, monkeypatch) -> None:
+    from kalena_web.cli import paths
+
+    monkeypatch.delenv("KALENA_DATA_DIR", raising=False)
+    monkeypatch.setattr(paths, "SHARED_DATA", tmp_path / "absent")
+    assert paths.data_root() == paths.SAMPLE_DATA
+    assert (paths.data_path("kuberina/irina-186-3d/irina_infra.yaml")).is_file()
+    monkeypatch.setattr(paths, "SHARED_DATA", tmp_path)
+    assert paths.data_root() == tmp_path  # the shared folder wins when it exists
+
+
+def test_replay_runs_on_the_bundled_sample(tmp_path: Path) -> None:
+    from kalena_web.cli import paths
+
+    out = tmp_path / "s.json"
+    result = run("replay", "--hours", "0.5", "--no-progress", "--summary-json", str(out),
+                 env={"KALENA_DATA_DIR": str(paths.SAMPLE_DATA)})
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    assert summary["usage_vms"] == 40 and summary["production_pods"] == 2714
+    assert summary["batch_submitted"] > 0 and summary["production_evictions"] == 0

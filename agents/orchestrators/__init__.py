@@ -1,0 +1,12 @@
+"""Orchestrator port and adapters (STYLE.md "ports and adapters"): one protocol, with an
+in-memory fake, Kubernetes, standalone Docker and Docker Swarm implementations."""
+
+from agents.orchestrators.base import (
+    BatchSpec, Orchestrator, OrchestratorError, StaleBinding, WorkloadRef, drain_batch,
+)
+from agents.orchestrators.fake import FakeOrchestrator
+
+__all__ = [
+    "BatchSpec", "FakeOrchestrator", "Orchestrator", "OrchestratorError", "StaleBinding",
+    "WorkloadRef", "drain_batch",
+]

@@ -1,0 +1,126 @@
+"""The orchestrator port: what Kalena's control plane asks of Kubernetes, Docker or Swarm.
+
+Kalena binds pending batch to the node the scheduler chose, evicts batch (graceful stop), and
+drains a node's batch on escalation (DESIGN §8). Everything else — admission, restarts, images —
+stays the orchestrator's. Labels and annotations follow DESIGN §4:
+``kalena.naughtian.io/tier`` (service | batch; unlabelled = service) and
+``kalena.naughtian.io/priority``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+TIER_LABEL = "kalena.naughtian.io/tier"
+PRIORITY_ANNOTATION = "kalena.naughtian.io/priority"
+ID_LABEL = "kalena.naughtian.io/workload"
+
+
+class OrchestratorError(Exception):
+    """The orchestrator refused or failed a request; the message says which and why."""
+
+
+class StaleBinding(OrchestratorError):
+    """A binding the orchestrator rejected because the world moved on (already bound,
+    deleted, node gone): the scheduler requeues the workload, it is never lost."""
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """A running or pending workload as the orchestrator reports it.
+
+    ``id`` is ``namespace/name`` (Kubernetes) or the Kalena workload id label (Docker, Swarm);
+    ``tier`` is ``service`` | ``batch`` | ``daemonset``; ``node`` is ``""`` while pending.
+    """
+
+    id: str
+    node: str
+    tier: str
+    priority: int = 0
+    phase: str = "Running"
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What to start for one batch workload.
+
+    Attributes:
+        id: ``namespace/name``; must be unique while the workload exists.
+        image: container image (Docker/Swarm); Kubernetes binds an existing pending pod.
+        request_mcpu, request_bytes, limit_mcpu, limit_bytes: cpu and memory in internal units.
+        priority: the Kalena priority annotation.
+        command: container command (Docker/Swarm).
+    """
+
+    id: str
+    image: str = ""
+    request_mcpu: float = 0.0
+    request_bytes: float = 0.0
+    limit_mcpu: float = 0.0
+    limit_bytes: float = 0.0
+    priority: int = 0
+    command: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        return self.id.split("/", 1)[0] if "/" in self.id else "default"
+
+    @property
+    def name(self) -> str:
+        return self.id.split("/", 1)[1] if "/" in self.id else self.id
+
+
+class Orchestrator(Protocol):
+    """The port every adapter implements; a contract test suite runs against each."""
+
+    def nodes(self) -> list[str]:
+        """Names of the nodes that can run workloads."""
+
+    def workloads(self, node: str | None = None) -> list[WorkloadRef]:
+        """Workloads known to the orchestrator, optionally only those on ``node``."""
+
+    def bind(self, spec: BatchSpec, node: str) -> None:
+        """Start (Docker, Swarm) or bind (Kubernetes) batch workload ``spec`` on ``node``.
+
+        Raises:
+            StaleBinding: already bound or running, deleted, or the node is gone.
+            OrchestratorError: any other refusal.
+        """
+
+    def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
+        """Stop a workload gracefully (SIGTERM, ``grace_s``, then SIGKILL).
+
+        Raises:
+            OrchestratorError: unknown workload, or the orchestrator refused (e.g. a PDB).
+        """
+
+
+def drain_batch(orchestrator: Orchestrator, node: str, *, grace_s: float, reason: str) -> list[str]:
+    """Evict every batch workload on ``node`` (escalation, DESIGN §8); returns their ids.
+
+    Service workloads and DaemonSets are never touched.
+    """
+    evicted = []
+    for ref in orchestrator.workloads(node):
+        if ref.tier == "batch":
+            orchestrator.evict(ref.id, grace_s=grace_s, reason=reason)
+            evicted.append(ref.id)
+    return evicted
+
+
+def tier_of(labels: Mapping[str, str] | None) -> str:
+    """DESIGN §4: the tier label, ``service`` when absent or unknown."""
+    value = (labels or {}).get(TIER_LABEL, "service")
+    return value if value in ("service", "batch") else "service"
+
+
+def priority_of(annotations: Mapping[str, str] | None) -> int:
+    """DESIGN §4: the non-negative priority annotation; 0 when absent or malformed."""
+    raw = (annotations or {}).get(PRIORITY_ANNOTATION, "0")
+    try:
+        return max(0, int(raw))
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,22 @@
+"""The REST API: one ``NinjaAPI`` mounted at ``/api/``; each app contributes one router.
+
+Authentication: the console's session (``django_auth``) for now; agents' per-node tokens come
+with the control plane. Anonymous calls answer 401.
+"""
+
+from __future__ import annotations
+
+from ninja import NinjaAPI
+from ninja.security import django_auth
+
+from kalena_web.archive.api import router as archive_router
+
+
+def build_api() -> NinjaAPI:
+    """A fresh API object with every app's router (built once, by ``kalena_web.urls``)."""
+    # docs_url=None: the interactive docs page loads Swagger UI from a CDN, and nothing here may;
+    # the schema itself stays at /api/openapi.json.
+    api = NinjaAPI(title="Kalena", version="1", auth=django_auth, urls_namespace="api", docs_url=None,
+                   description="Kalena operator API: persisted replay runs and their series.")
+    api.add_router("/", archive_router)
+    return api

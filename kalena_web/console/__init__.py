@@ -1,0 +1,1 @@
+"""Console: the operator pages (login required), figures and formatting."""

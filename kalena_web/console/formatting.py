@@ -1,0 +1,88 @@
+"""Numbers for operators: internal units (mcpu, bytes — DESIGN §2) shown in Kuberina IR units
+(cores, GiB), shares as percentages, replay times as clock times.
+
+Examples::
+
+    cores(61750.0)        → "61.75"         gib(2**30 * 253.25) → "253.25"
+    quantity("cpu", 1500) → "1.5 cores"     pct(0.13464)        → "13.5 %"
+    clock(45_900)         → "12:45"         clock(90_000)       → "1d 01:00"
+    duration(7_500)       → "2 h 05 min"
+"""
+
+from __future__ import annotations
+
+import math
+
+from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL, format_quantity
+
+GIB = float(2**30)
+
+
+def _number(value: float, decimals: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if math.isinf(value):
+        return "unconstrained"
+    text = f"{value:,.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def cores(mcpu: float | None, decimals: int = 2) -> str:
+    """Millicores → cores, e.g. ``61750`` → ``"61.75"``."""
+    return "–" if mcpu is None else _number(mcpu / 1000.0, decimals)
+
+
+def gib(value_bytes: float | None, decimals: int = 2) -> str:
+    """Bytes → GiB, e.g. ``2**31`` → ``"2"``."""
+    return "–" if value_bytes is None else _number(value_bytes / GIB, decimals)
+
+
+def in_ir(dim: str, value: float) -> float:
+    """One internal-unit value in the IR unit of ``dim`` (cores, GiB, devices, MB/s)."""
+    return value / IR_TO_INTERNAL[DIM_INDEX[dim]]
+
+
+def quantity(dim: str, value: float | None) -> str:
+    """A value with its IR unit, e.g. ``("ram", 2**30)`` → ``"1 GiB"`` (engine formatting)."""
+    return "–" if value is None else format_quantity(dim, value)
+
+
+def pct(ratio: float | None, decimals: int = 1) -> str:
+    """A 0–1 share as a percentage, e.g. ``0.13464`` → ``"13.5 %"``."""
+    if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)):
+        return "–"
+    return f"{ratio * 100:.{decimals}f} %"
+
+
+def clock(seconds: float | None) -> str:
+    """Replay time (s from start) as ``HH:MM`` (``Nd HH:MM`` past a day; ``HH:MM:SS`` when
+    not on a minute)."""
+    if seconds is None:
+        return "–"
+    total = round(float(seconds))
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{hours:02d}:{minutes:02d}" + (f":{secs:02d}" if secs else "")
+    return f"{days}d {text}" if days else text
+
+
+def duration(seconds: float | None) -> str:
+    """A length of time, e.g. ``7500`` → ``"2 h 05 min"``, ``42`` → ``"42 s"``."""
+    if seconds is None:
+        return "–"
+    total = round(float(seconds))
+    if total < 60:
+        return f"{total} s"
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min" + (f" {secs:02d} s" if secs else "")
+
+
+def integer(value: float | int | None) -> str:
+    """Thousands separators, e.g. ``903427`` → ``"903,427"``."""
+    return "–" if value is None else f"{int(round(value)):,}"

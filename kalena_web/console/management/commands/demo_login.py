@@ -1,0 +1,27 @@
+"""``manage.py demo_login``: create (or reset) the demo login and print it."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = ("Create the console's demo user (or reset its password) and print the login. The password is "
+            "random unless --password or $KALENA_DEMO_PASSWORD gives one.")
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--username", default="demo", help="user name (default demo)")
+        parser.add_argument("--password", default=None, help="password (default: $KALENA_DEMO_PASSWORD or random)")
+
+    def handle(self, *args, **options) -> None:
+        username = options["username"]
+        password = options["password"] or os.environ.get("KALENA_DEMO_PASSWORD") or secrets.token_urlsafe(9)
+        user, created = get_user_model().objects.get_or_create(username=username)
+        user.set_password(password)
+        user.is_active = True
+        user.save()
+        self.stdout.write(f"{'created' if created else 'reset'} demo login  user: {username}  password: {password}")

@@ -1,0 +1,47 @@
+"""Template filters for operator numbers (see :mod:`kalena_web.console.formatting`).
+
+``{{ v|cores }}`` ``{{ v|gib }}`` ``{{ v|pct }}`` ``{{ s|clock }}`` ``{{ s|duration }}``
+``{{ n|integer }}`` ``{{ v|quantity:"ram" }}`` ``{{ mapping|get:key }}``
+"""
+
+from __future__ import annotations
+
+from django import template
+
+from kalena_web.console import formatting
+
+register = template.Library()
+
+register.filter("cores", formatting.cores)
+register.filter("gib", formatting.gib)
+register.filter("pct", formatting.pct)
+register.filter("clock", formatting.clock)
+register.filter("duration", formatting.duration)
+register.filter("integer", formatting.integer)
+
+
+@register.filter
+def quantity(value, dim: str) -> str:
+    return formatting.quantity(dim, value)
+
+
+@register.filter
+def get(mapping, key):
+    """``mapping[key]`` (``None`` if missing)."""
+    try:
+        return mapping[key]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+@register.simple_tag(takes_context=True)
+def sort_link(context, key: str, label: str):
+    """A column header that sorts the nodes table by ``key`` (ascending first, then toggles)."""
+    from django.utils.html import format_html
+
+    active = context.get("sort") == key
+    descending = bool(context.get("descending"))
+    target = f"-{key}" if active and not descending else key
+    arrow = (" ▼" if descending else " ▲") if active else ""
+    return format_html('<a class="sort{}" href="?sort={}" title="sort by {}">{}{}</a>',
+                       " active" if active else "", target, label, label, arrow)

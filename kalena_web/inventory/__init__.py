@@ -1,0 +1,1 @@
+"""Inventory: clusters, nodes and workloads (production pods and batch tasks)."""

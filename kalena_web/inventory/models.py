@@ -1,0 +1,98 @@
+"""Inventory models: what a cluster is made of.
+
+A replay run records its own :class:`Cluster` (its nodes and workloads as the replay saw them),
+so runs on different infrastructure files coexist and deleting a run removes exactly its
+inventory. Vectors are in internal units (mcpu, bytes; DESIGN §2).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from kalena_web.inventory.fields import ResourceVectorField
+
+
+class Cluster(models.Model):
+    """A set of nodes and the workloads placed on them.
+
+    ``name`` is the infrastructure's name (e.g. ``irina-186-3d``); ``sources`` maps input kind
+    (infra, workloads, blueprint, usage_dir, batch_trace) to the file it came from.
+    """
+
+    name = models.CharField(max_length=200)
+    sources = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """One node. ``row`` is its position in the engine's node axis (``(n, 8)`` arrays).
+
+    ``allocatable`` is what the infrastructure file declares; ``capacity`` is post-Phase-0
+    ``C_n`` (allocatable minus DaemonSets), the only capacity any ledger uses (DESIGN §3).
+    ``active``: the blueprint placed production here; ``takes_batch``: batch may be placed here.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    row = models.PositiveIntegerField()
+    name = models.CharField(max_length=253)
+    zone = models.CharField(max_length=100, blank=True)
+    rack = models.CharField(max_length=100, blank=True)
+    labels = models.JSONField(default=dict)
+    taints = models.JSONField(default=list)
+    allocatable = ResourceVectorField()
+    capacity = ResourceVectorField()
+    active = models.BooleanField(default=False)
+    takes_batch = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["cluster", "row"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="inventory_node_unique_name"),
+            models.UniqueConstraint(fields=["cluster", "row"], name="inventory_node_unique_row"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Workload(models.Model):
+    """A production pod (placed by the blueprint) or a batch task (a group of identical pods).
+
+    ``name`` is the pod id (``namespace/pod``) or the batch task id (``job/task``); ``owner``
+    the declaration or job. ``row`` is the position in the engine's production-pod or task
+    axis. Vectors are per instance: ``request``, ``limit`` and, for batch (whose usage the trace
+    does not record and the replay models as a fraction of the request), ``usage``.
+    """
+
+    PRODUCTION = "production"
+    BATCH = "batch"
+    KINDS = [(PRODUCTION, "production pod"), (BATCH, "batch task")]
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workloads")
+    kind = models.CharField(max_length=16, choices=KINDS)
+    row = models.PositiveIntegerField()
+    name = models.CharField(max_length=300)
+    namespace = models.CharField(max_length=100, blank=True)
+    owner = models.CharField(max_length=200, blank=True)
+    tier = models.CharField(max_length=16, default="service")
+    priority = models.IntegerField(default=0)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True, related_name="production")
+    instances = models.PositiveIntegerField(default=1)
+    arrival_s = models.FloatField(null=True, blank=True)
+    duration_s = models.FloatField(null=True, blank=True)
+    request = ResourceVectorField()
+    limit = ResourceVectorField()
+    usage = ResourceVectorField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "kind", "row"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "kind", "name"], name="inventory_workload_unique_name"),
+        ]
+        indexes = [models.Index(fields=["node", "kind"], name="inventory_workload_node_kind")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,1 @@
+"""Ledger: per-node request/reservation ledgers, slack, headroom and reclaimed capacity (DESIGN §6)."""

@@ -1,0 +1,160 @@
+"""Django settings for the Kalena console, selected by environment (twelve-factor).
+
+Embedded default (nothing set): SQLite at ``<project>/var/kalena.sqlite3`` in WAL mode, static
+files collected to ``<project>/var/static`` and served by WhiteNoise, a secret key generated once
+into ``<project>/var/secret_key``. Production: set ``DATABASE_URL`` (PostgreSQL, e.g.
+``postgres://kalena@db:5432/kalena``), ``KALENA_SECRET_KEY`` and ``KALENA_ALLOWED_HOSTS``.
+
+Environment:
+    DATABASE_URL: database URL (dj-database-url); unset = embedded SQLite.
+    KALENA_DB_PATH: SQLite file when DATABASE_URL is unset.
+    KALENA_SECRET_KEY: secret key; unset = read or create ``var/secret_key``.
+    KALENA_DEBUG: ``1`` for Django's debug mode (never in production); default off.
+    KALENA_ALLOWED_HOSTS: comma-separated host names (default ``127.0.0.1,localhost``).
+    KALENA_CSRF_TRUSTED_ORIGINS: comma-separated origins behind a TLS proxy (``https://kalena.example``).
+    KALENA_SECURE_COOKIES: ``1`` when served over HTTPS (secure session and CSRF cookies).
+    KALENA_STATIC_ROOT: where ``collectstatic`` writes (default ``var/static``).
+    KALENA_VAR_DIR: the project-local state folder (default ``<project>/var``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("KALENA_VAR_DIR") or BASE_DIR / "var")
+
+
+def _flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _secret_key() -> str:
+    """``KALENA_SECRET_KEY``, or a key generated once into ``var/secret_key`` (mode 0600)."""
+    key = os.environ.get("KALENA_SECRET_KEY")
+    if key:
+        return key
+    path = VAR_DIR / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key
+
+
+DEBUG = _flag("KALENA_DEBUG")
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("KALENA_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "kalena_web.inventory",
+    "kalena_web.archive",
+    "kalena_web.ledger",
+    "kalena_web.console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "kalena_web.console.middleware.StaticFilesMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "kalena_web.console.middleware.ConsoleLoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "kalena_web.urls"
+ASGI_APPLICATION = "kalena_web.asgi.application"
+WSGI_APPLICATION = "kalena_web.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True)}
+else:
+    _sqlite = Path(os.environ.get("KALENA_DB_PATH") or VAR_DIR / "kalena.sqlite3")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _sqlite,
+            "OPTIONS": {
+                # WAL: the console keeps reading while a replay is being persisted.
+                # A 64 MiB page cache keeps a day's bulk inserts off the disk.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "console:runs"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(os.environ.get("KALENA_STATIC_ROOT") or VAR_DIR / "static")
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "kalena_web.staticfinders.PlotlyJsFinder",  # plotly.min.js from the plotly package, never a CDN
+]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from the finders too, so a console started without ``collectstatic`` still works.
+WHITENOISE_USE_FINDERS = True
+
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("KALENA_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("KALENA_SECURE_COOKIES")
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("KALENA_LOG_LEVEL", "WARNING")},
+}

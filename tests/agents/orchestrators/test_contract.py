@@ -1,0 +1,126 @@
+"""One contract suite for every orchestrator adapter (STYLE.md ports and adapters).
+
+The Kubernetes adapter runs against real Kubernetes JSON shapes served over HTTP by
+``kube_api.KubeAPI`` — no Kubernetes API server can run on these machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client as k8s
+
+from agents.orchestrators import BatchSpec, FakeOrchestrator, Orchestrator, OrchestratorError, StaleBinding, drain_batch
+from agents.orchestrators.kubernetes import KubernetesOrchestrator
+from tests.agents.orchestrators import kube_api
+
+
+@dataclass
+class Harness:
+    """An adapter plus how to make its world: ``prepare`` a pending batch workload (Kubernetes
+    needs the pod to exist before it is bound), ``add_service`` a production workload."""
+
+    adapter: Orchestrator
+    prepare: Callable[[BatchSpec], None]
+    add_service: Callable[[str, str], None]
+
+
+def fake_harness() -> Iterator[Harness]:
+    fake = FakeOrchestrator(node_names=["node-a", "node-b"])
+    yield Harness(fake, lambda spec: None, fake.add_service)
+
+
+def kubernetes_harness() -> Iterator[Harness]:
+    with kube_api.KubeAPI() as api:
+        api.nodes = {n: kube_api.node(n) for n in ("node-a", "node-b")} | {"node-c": kube_api.node("node-c", ready=False)}
+        api.pods["kube-system/calico-node-x1"] = kube_api.pod("kube-system", "calico-node-x1", "node-a", owner_kind="DaemonSet")
+        config = k8s.Configuration(host=api.url)
+        adapter = KubernetesOrchestrator(k8s.ApiClient(config))
+
+        def prepare(spec: BatchSpec) -> None:
+            api.pods[spec.id] = kube_api.pod(spec.namespace, spec.name, tier="batch", priority=str(spec.priority))
+
+        def add_service(workload_id: str, node: str) -> None:
+            ns, name = workload_id.split("/")
+            api.pods[workload_id] = kube_api.pod(ns, name, node)
+
+        yield Harness(adapter, prepare, add_service)
+
+
+HARNESSES = {"fake": fake_harness, "kubernetes": kubernetes_harness}
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+def harness(request) -> Iterator[Harness]:
+    yield from HARNESSES[request.param]()
+
+
+def spec(name: str, priority: int = 3) -> BatchSpec:
+    return BatchSpec(id=f"batch/{name}", image="kalena/busybox:test", request_mcpu=500, request_bytes=2**28,
+                     limit_mcpu=1000, limit_bytes=2**28, priority=priority, command=("sleep", "600"))
+
+
+def test_nodes_lists_ready_nodes(harness: Harness) -> None:
+    assert sorted(harness.adapter.nodes()) == ["node-a", "node-b"]
+
+
+def test_bind_places_batch_with_its_priority(harness: Harness) -> None:
+    s = spec("job-1", priority=3)
+    harness.prepare(s)
+    harness.adapter.bind(s, "node-b")
+    (ref,) = [w for w in harness.adapter.workloads("node-b") if w.id == s.id]
+    assert ref.tier == "batch" and ref.priority == 3 and ref.node == "node-b"
+    assert s.id not in {w.id for w in harness.adapter.workloads("node-a")}
+
+
+def test_second_binding_is_stale_never_a_duplicate(harness: Harness) -> None:
+    s = spec("job-2")
+    harness.prepare(s)
+    harness.adapter.bind(s, "node-a")
+    with pytest.raises(StaleBinding, match="job-2"):
+        harness.adapter.bind(s, "node-b")
+    assert [w.node for w in harness.adapter.workloads() if w.id == s.id] == ["node-a"]
+
+
+def test_evict_removes_and_unknown_is_an_error(harness: Harness) -> None:
+    s = spec("job-3")
+    harness.prepare(s)
+    harness.adapter.bind(s, "node-a")
+    harness.adapter.evict(s.id, grace_s=5, reason="priority")
+    assert s.id not in {w.id for w in harness.adapter.workloads()}
+    with pytest.raises(OrchestratorError, match="job-3"):
+        harness.adapter.evict(s.id, grace_s=5, reason="priority")
+
+
+def test_drain_takes_only_batch(harness: Harness) -> None:
+    harness.add_service("web/api-0", "node-a")
+    for name in ("job-4", "job-5"):
+        s = spec(name)
+        harness.prepare(s)
+        harness.adapter.bind(s, "node-a")
+    evicted = drain_batch(harness.adapter, "node-a", grace_s=5, reason="escalation: not_converged")
+    assert sorted(evicted) == ["batch/job-4", "batch/job-5"]
+    left = {w.id: w.tier for w in harness.adapter.workloads("node-a")}
+    assert left.get("web/api-0") == "service"
+    assert all(tier != "batch" for tier in left.values())
+
+
+def test_kubernetes_requests_use_the_binding_and_eviction_subresources() -> None:
+    with kube_api.KubeAPI() as api:
+        api.nodes = {"node-a": kube_api.node("node-a")}
+        api.pods["batch/job-9"] = kube_api.pod("batch", "job-9", tier="batch", priority="1")
+        adapter = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)))
+        adapter.bind(spec("job-9"), "node-a")
+        method, path, body = api.requests[-1]
+        assert (method, path) == ("POST", "/api/v1/namespaces/batch/pods/job-9/binding")
+        assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
+        api.pdb_blocks.add("batch/job-9")
+        with pytest.raises(OrchestratorError, match="429.*disruption budget"):
+            adapter.evict("batch/job-9", grace_s=30, reason="priority")
+        api.pdb_blocks.clear()
+        adapter.evict("batch/job-9", grace_s=30, reason="priority")
+        method, path, body = api.requests[-1]
+        assert path == "/api/v1/namespaces/batch/pods/job-9/eviction"
+        assert body["kind"] == "Eviction" and body["deleteOptions"]["gracePeriodSeconds"] == 30
