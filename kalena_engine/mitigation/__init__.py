@@ -1,12 +1,27 @@
 """Node-local mitigation decisions (DESIGN §7): pure functions the agent's enforcer and the
 simulator both call. Nothing here writes a cgroup file or signals a process."""
 
-from kalena_engine.mitigation.eviction import (
-    EvictionPlan, NodeWorkloads, PressureSignal, Victim, plan_evictions,
+from kalena_engine.mitigation.cpu import (
+    CpuThrottlePlan,
+    ServiceCap,
+    StarvationPlan,
+    plan_batch_cpu,
+    plan_starvation_relief,
+    service_cpu_claims_mcpu,
 )
+from kalena_engine.mitigation.eviction import (
+    EvictionPlan,
+    NodeWorkloads,
+    PressureSignal,
+    Victim,
+    plan_evictions,
+)
+from kalena_engine.mitigation.memory import MemoryCap, batch_memory_cap
 from kalena_engine.mitigation.throttle import CpuShare, batch_cpu_budget_mcpu, batch_cpu_shares
 
 __all__ = [
-    "CpuShare", "EvictionPlan", "NodeWorkloads", "PressureSignal", "Victim",
-    "batch_cpu_budget_mcpu", "batch_cpu_shares", "plan_evictions",
+    "CpuShare", "CpuThrottlePlan", "EvictionPlan", "MemoryCap", "NodeWorkloads", "PressureSignal",
+    "ServiceCap", "StarvationPlan", "Victim", "batch_cpu_budget_mcpu", "batch_cpu_shares",
+    "batch_memory_cap", "plan_batch_cpu", "plan_evictions", "plan_starvation_relief",
+    "service_cpu_claims_mcpu",
 ]

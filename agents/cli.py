@@ -1,0 +1,60 @@
+"""``kalena-agent``: ``run`` (the node agent) and ``bench mitigation`` (the benchmark).
+
+Exit status: 0 on a clean stop, 2 for a configuration error (the message names the flag or
+variable), 3 when a facility is missing (cgroup hierarchy, Docker engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from agents.errors import ConfigError, FacilityUnavailable
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: kalena-agent run [flags…] | kalena-agent bench mitigation [flags…]\n"
+              "  kalena-agent run --help       agent flags (each also KALENA_AGENT_<FLAG>)\n"
+              "  kalena-agent bench mitigation --help")
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        from agents.config import parse_run_args
+        from agents.runner import run
+
+        try:
+            config = parse_run_args(rest)
+        except ConfigError as exc:
+            print(f"kalena-agent: configuration error: {exc}", file=sys.stderr)
+            return 2
+        logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            return run(config)
+        except ConfigError as exc:
+            print(f"kalena-agent: configuration error: {exc}", file=sys.stderr)
+            return 2
+        except FacilityUnavailable as exc:
+            print(f"kalena-agent: {exc}", file=sys.stderr)
+            return 3
+    if command == "bench":
+        from agents.bench import mitigation
+
+        parser = argparse.ArgumentParser(prog="kalena-agent bench")
+        sub = parser.add_subparsers(dest="which", required=True)
+        mitigation.add_arguments(sub.add_parser("mitigation", help="cpu contention → relief on real cgroups"))
+        args = parser.parse_args(rest)
+        try:
+            return mitigation.main(args)
+        except FacilityUnavailable as exc:
+            print(f"kalena-agent bench: {exc}", file=sys.stderr)
+            return 3
+    print(f"kalena-agent: unknown command {command!r} (run, bench)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,289 @@
+"""``kalena-agent run`` configuration: flags, each with an environment variable
+(``KALENA_AGENT_<FLAG>``, e.g. ``--node-name`` ↔ ``KALENA_AGENT_NODE_NAME``); a flag wins over
+its variable. Every value is checked before the agent touches anything: a bad one is a
+:class:`~agents.errors.ConfigError` naming the flag (and variable), the value and what is
+accepted, and the agent exits with status 2.
+
+Capacity (``--capacity cpu=4,memory=16Gi``) is the node's post-Phase-0 capacity C_n in
+Kubernetes quantities; dimensions not given default to the machine (cpu = online cpus,
+memory = MemTotal) minus ``--reserved``, and the rest are unconstrained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.cgroups.parse import parse_meminfo
+from agents.errors import ConfigError, DiscoveryError
+from agents.settings import PRESSURE_SOURCES
+from agents.units import k8s_resources_vector, mcpu_from_cores
+from kalena_engine.policy import EstimatorPolicy, EvictionPolicy, Policy
+from kalena_engine.resources import CPU, RAM
+
+ENV_PREFIX = "KALENA_AGENT_"
+DISCOVERY = ("file", "docker", "kubelet")
+TELEMETRY = ("cgroup", "docker", "cadvisor", "kubelet")
+
+
+@dataclass(frozen=True, eq=False)
+class AgentConfig:
+    """Validated configuration (see ``kalena-agent run --help`` for every field)."""
+
+    node_name: str
+    capacity: np.ndarray
+    cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_version: str = "auto"
+    psi_root: str | None = None
+    proc_root: str = "/proc"
+    node_cgroup: str = ""
+    discovery: tuple[str, ...] = ("file",)
+    workloads_file: str | None = None
+    docker_host: str | None = None
+    docker_label_filter: str | None = None
+    kubelet_url: str = "https://127.0.0.1:10250"
+    kubelet_token_file: str | None = None
+    kubelet_ca_file: str | None = None
+    kubelet_insecure: bool = False
+    kube_api_url: str | None = None
+    kube_cgroup_driver: str = "cgroupfs"
+    kube_cgroup_root: str = "kubepods"
+    infer_job_batch: bool = False
+    telemetry: str = "cgroup"
+    cadvisor_url: str = "http://127.0.0.1:8080"
+    cadvisor_api: str = "v2.0"
+    sampling_interval_s: float = 10.0
+    mitigation_interval_s: float = 1.0
+    discovery_interval_s: float = 5.0
+    pressure_source: str = "auto"
+    psi_window_s: float = 2.0
+    psi_cpu_threshold_ms: float = 150.0
+    psi_memory_threshold_ms: float = 150.0
+    acute_grace_s: float = 2.0
+    policy: Policy = field(default_factory=Policy)
+    link_url: str | None = None
+    link_token: str | None = None
+    state_dir: str = "/var/lib/kalena-agent"
+    buffer_max_bytes: int = 256 * 2**20
+    dry_run: bool = False
+    actions_log: str | None = None
+    duration_s: float | None = None
+    log_level: str = "INFO"
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _machine_capacity(proc_root: str) -> np.ndarray:
+    out = np.full(8, math.inf)
+    out[CPU] = mcpu_from_cores(os.cpu_count() or 1)
+    try:
+        path = Path(proc_root) / "meminfo"
+        out[RAM] = float(parse_meminfo(path.read_text(), source=str(path)).get("MemTotal", math.inf))
+    except OSError:
+        pass
+    return out
+
+
+def parse_capacity(text: str | None, reserved: str | None, proc_root: str) -> np.ndarray:
+    """``"cpu=4,memory=16Gi"`` (+ machine defaults − ``reserved``) → ``(8,)`` internal units."""
+    def pairs(value: str | None, flag: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in filter(None, (value or "").split(",")):
+            key, eq, amount = item.partition("=")
+            if not eq or not key.strip():
+                raise ConfigError(f"{item!r} is not name=quantity", source=f"{flag} / {_env_name(flag)}",
+                                  accepted="e.g. cpu=4,memory=16Gi,ephemeral-storage=100Gi")
+            out[key.strip()] = amount.strip()
+        return out
+    given, minus = pairs(text, "--capacity"), pairs(reserved, "--reserved")
+    try:
+        capacity = k8s_resources_vector(given, source="--capacity", field="capacity", missing=math.nan)
+        reserve = k8s_resources_vector(minus, source="--reserved", field="reserved")
+    except DiscoveryError as exc:
+        raise ConfigError(exc.problem, source=exc.source, field=exc.field, accepted=exc.accepted) from None
+    machine = _machine_capacity(proc_root)
+    capacity = np.where(np.isnan(capacity), machine, capacity) - reserve
+    if not math.isfinite(capacity[CPU]) or capacity[CPU] <= 0:
+        raise ConfigError(f"cpu capacity must be > 0 (got {capacity[CPU]:g} mcpu)", source="--capacity/--reserved")
+    return capacity
+
+
+def load_policy(path: str | None, overrides: Mapping[str, Any]) -> Policy:
+    """Policy from a JSON file ``{"estimator": {...}, "eviction": {...}}`` plus flag overrides."""
+    doc: dict[str, Any] = {}
+    if path:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror or exc}", source=path) from None
+        except ValueError as exc:
+            raise ConfigError(f"not JSON: {exc}", source=path) from None
+        if not isinstance(doc, dict) or set(doc) - {"estimator", "eviction"}:
+            raise ConfigError("expected {'estimator': {...}, 'eviction': {...}}", source=path,
+                              accepted="keys estimator, eviction")
+    policy = Policy()
+    parts = {"estimator": (EstimatorPolicy, policy.estimator), "eviction": (EvictionPolicy, policy.eviction)}
+    built = {}
+    for part, (cls, base) in parts.items():
+        values = dict(doc.get(part) or {})
+        values.update({k: v for (p, k), v in overrides.items() if p == part and v is not None})
+        known = {f.name for f in fields(cls)}
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(f"unknown policy field {key!r}", source=path or "flags", field=f"{part}.{key}",
+                                  accepted=", ".join(sorted(known)))
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{value!r} is not a number ≥ 0", source=path or "flags", field=f"{part}.{key}")
+        built[part] = replace(base, **values)
+    return Policy(estimator=built["estimator"], eviction=built["eviction"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kalena-agent run", description="Run the Kalena node agent.")
+    add = parser.add_argument
+    add("--node-name", help="node name reported to the control plane (default: $NODE_NAME or the hostname)")
+    add("--capacity", help="post-Phase-0 capacity, e.g. cpu=4,memory=16Gi (default: the machine)")
+    add("--reserved", help="subtracted from machine-derived capacity (DaemonSets, system), e.g. cpu=500m")
+    add("--cgroup-root", default="/sys/fs/cgroup")
+    add("--cgroup-version", default="auto", choices=("auto", "1", "2"))
+    add("--psi-root", help="v2 hierarchy for per-group PSI beside cgroup v1 (default: <root>/unified if present)")
+    add("--proc-root", default="/proc")
+    add("--node-cgroup", default="", help="group holding every workload (kubepods, docker); '' = whole machine")
+    add("--discovery", default="file", help="comma list of: file, docker, kubelet")
+    add("--workloads-file", help="workloads file for --discovery file (JSON or YAML)")
+    add("--docker-host", help="Docker Engine address (default: $DOCKER_HOST or the local socket)")
+    add("--docker-label-filter", help="only containers carrying this label key")
+    add("--kubelet-url", default="https://127.0.0.1:10250")
+    add("--kubelet-token-file", help="bearer token for the kubelet and API server")
+    add("--kubelet-ca-file")
+    add("--kubelet-insecure", action="store_true", help="skip TLS verification of the kubelet")
+    add("--kube-api-url", help="Kubernetes API server, for pod evictions")
+    add("--kube-cgroup-driver", default="cgroupfs", choices=("cgroupfs", "systemd"))
+    add("--kube-cgroup-root", default="kubepods")
+    add("--infer-job-batch", action="store_true", help="Job/CronJob pods without a tier label are batch")
+    add("--telemetry", default="cgroup", choices=TELEMETRY)
+    add("--cadvisor-url", default="http://127.0.0.1:8080")
+    add("--cadvisor-api", default="v2.0", choices=("v1.3", "v2.0"))
+    add("--sampling-interval-s", type=float, default=10.0)
+    add("--mitigation-interval-s", type=float, default=1.0)
+    add("--discovery-interval-s", type=float, default=5.0)
+    add("--pressure-source", default="auto", choices=PRESSURE_SOURCES)
+    add("--psi-window-s", type=float, default=2.0, help="trigger window; a multiple of 2 s without CAP_SYS_RESOURCE")
+    add("--psi-cpu-threshold-ms", type=float, default=150.0)
+    add("--psi-memory-threshold-ms", type=float, default=150.0)
+    add("--acute-grace-s", type=float, default=2.0)
+    add("--policy-file", help='JSON {"estimator": {...}, "eviction": {...}} (kalena_engine.policy fields)')
+    add("--min-run-time-s", type=float, help="T_min (eviction.min_run_time_s)")
+    add("--evict-threshold-ratio", type=float, help="eviction.evict_threshold_ratio")
+    add("--link-url", help="ws:// or wss:// URL of the console's agent endpoint (none: no link)")
+    add("--link-token-file", help="file holding this node's bearer token ($KALENA_AGENT_LINK_TOKEN also works)")
+    add("--state-dir", default="/var/lib/kalena-agent", help="where the link buffer lives")
+    add("--buffer-max-bytes", type=int, default=256 * 2**20)
+    add("--dry-run", action="store_true", help="decide and report, change nothing")
+    add("--actions-log", help="append every action as a JSON line to this file")
+    add("--duration-s", type=float, help="stop after this many seconds (tests, demos)")
+    add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return parser
+
+
+def _apply_env(parser: argparse.ArgumentParser, argv: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """Prefix ``argv`` with ``--flag value`` for every ``KALENA_AGENT_*`` variable set."""
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    extra: list[str] = []
+    for action in parser._actions:
+        for flag in action.option_strings:
+            if not flag.startswith("--") or flag == "--help" or flag in given:
+                continue
+            value = environ.get(_env_name(flag))
+            if value is None:
+                continue
+            if action.nargs == 0:
+                if value.strip().lower() in ("1", "true", "yes", "on"):
+                    extra.append(flag)
+                elif value.strip().lower() not in ("0", "false", "no", "off", ""):
+                    raise ConfigError(f"{value!r} is not a boolean", source=_env_name(flag), accepted="true, false")
+            else:
+                extra += [flag, value]
+    return extra + list(argv)
+
+
+def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> AgentConfig:
+    """Flags + environment → :class:`AgentConfig`.
+
+    Raises:
+        ConfigError: naming the flag/variable, the value and what is accepted.
+    """
+    environ = os.environ if environ is None else environ
+    parser = build_parser()
+
+    def fail(message: str) -> None:
+        raise ConfigError(message, source="kalena-agent run")
+
+    parser.error = fail  # type: ignore[method-assign]
+    args = parser.parse_args(_apply_env(parser, argv, environ))
+
+    def positive(flag: str, value: float) -> None:
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{value!r} must be > 0", source=f"{flag} / {_env_name(flag)}")
+
+    for flag in ("--sampling-interval-s", "--mitigation-interval-s", "--discovery-interval-s", "--psi-window-s",
+                 "--psi-cpu-threshold-ms", "--psi-memory-threshold-ms"):
+        positive(flag, getattr(args, flag[2:].replace("-", "_")))
+    if args.acute_grace_s < 0:
+        raise ConfigError(f"{args.acute_grace_s!r} must be ≥ 0", source="--acute-grace-s")
+    if args.psi_cpu_threshold_ms >= args.psi_window_s * 1000 or args.psi_memory_threshold_ms >= args.psi_window_s * 1000:
+        raise ConfigError("a PSI threshold must be shorter than the window", source="--psi-*-threshold-ms",
+                          accepted=f"< {args.psi_window_s * 1000:g} ms")
+    discovery = tuple(x.strip() for x in args.discovery.split(",") if x.strip())
+    for name in discovery:
+        if name not in DISCOVERY:
+            raise ConfigError(f"unknown discovery source {name!r}", source=f"--discovery / {_env_name('--discovery')}",
+                              accepted=", ".join(DISCOVERY))
+    if not discovery:
+        raise ConfigError("no discovery source", source="--discovery", accepted=", ".join(DISCOVERY))
+    if "file" in discovery and not args.workloads_file:
+        raise ConfigError("--discovery file needs --workloads-file", source="--workloads-file")
+    if args.telemetry == "kubelet" and "kubelet" not in discovery:
+        raise ConfigError("--telemetry kubelet needs --discovery kubelet", source="--telemetry")
+    token = environ.get(ENV_PREFIX + "LINK_TOKEN")
+    if args.link_token_file:
+        try:
+            token = Path(args.link_token_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token: {exc.strerror or exc}", source="--link-token-file") from None
+    if args.link_url:
+        if not args.link_url.startswith(("ws://", "wss://")):
+            raise ConfigError(f"{args.link_url!r} is not a WebSocket URL", source="--link-url", accepted="ws://… or wss://…")
+        if not token:
+            raise ConfigError("--link-url needs a token", source="--link-token-file / KALENA_AGENT_LINK_TOKEN")
+    policy = load_policy(args.policy_file, {("eviction", "min_run_time_s"): args.min_run_time_s,
+                                            ("eviction", "evict_threshold_ratio"): args.evict_threshold_ratio})
+    node = args.node_name or environ.get("NODE_NAME") or socket.gethostname()
+    return AgentConfig(
+        node_name=node, capacity=parse_capacity(args.capacity, args.reserved, args.proc_root),
+        cgroup_root=args.cgroup_root, cgroup_version=args.cgroup_version, psi_root=args.psi_root,
+        proc_root=args.proc_root, node_cgroup=args.node_cgroup.strip("/"), discovery=discovery,
+        workloads_file=args.workloads_file, docker_host=args.docker_host or environ.get("DOCKER_HOST"),
+        docker_label_filter=args.docker_label_filter, kubelet_url=args.kubelet_url,
+        kubelet_token_file=args.kubelet_token_file, kubelet_ca_file=args.kubelet_ca_file,
+        kubelet_insecure=args.kubelet_insecure, kube_api_url=args.kube_api_url,
+        kube_cgroup_driver=args.kube_cgroup_driver, kube_cgroup_root=args.kube_cgroup_root,
+        infer_job_batch=args.infer_job_batch, telemetry=args.telemetry, cadvisor_url=args.cadvisor_url,
+        cadvisor_api=args.cadvisor_api, sampling_interval_s=args.sampling_interval_s,
+        mitigation_interval_s=args.mitigation_interval_s, discovery_interval_s=args.discovery_interval_s,
+        pressure_source=args.pressure_source, psi_window_s=args.psi_window_s,
+        psi_cpu_threshold_ms=args.psi_cpu_threshold_ms, psi_memory_threshold_ms=args.psi_memory_threshold_ms,
+        acute_grace_s=args.acute_grace_s, policy=policy, link_url=args.link_url, link_token=token,
+        state_dir=args.state_dir, buffer_max_bytes=args.buffer_max_bytes, dry_run=args.dry_run,
+        actions_log=args.actions_log, duration_s=args.duration_s, log_level=args.log_level)

@@ -1,0 +1,254 @@
+"""The enforcer: the only code in the agent that changes anything on the node.
+
+It writes cgroup files (CFS quota, memory limits), signals processes, makes the mutating Docker
+Engine calls (kill, update) and Kubernetes API calls (Eviction, delete), and registers kernel
+notifications (PSI triggers, eventfd thresholds). Collectors and discovery only read; the
+engine only decides; the mitigation loop only wires them together. An architecture test checks
+that no other agent module writes files, signals processes or calls a mutating Docker method.
+
+Every call returns an :class:`Applied` with what was written and how long it took, and never
+raises for an operational failure (``EBUSY`` on a memory limit below usage, a vanished
+container, a refused eviction): the failure is reported as data and the loop carries on.
+``dry_run`` records the intended writes and performs none.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import httpx
+
+from agents.cgroups.backend import CgroupFs
+from agents.model import KIND_DOCKER, KIND_KUBERNETES, KIND_PROCESS, Workload
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Outcome of one enforcement call.
+
+    Attributes:
+        ok: every step succeeded.
+        what: ``cpu_quota`` | ``memory_cap`` | ``sigterm`` | ``sigkill`` …
+        writes: ``(target, text)`` pairs written (or, in dry-run, that would have been).
+        error: what failed and why (``None`` if ok).
+        started_mono, finished_mono: ``time.monotonic()`` around the call.
+        dry_run: nothing was written.
+    """
+
+    ok: bool
+    what: str
+    writes: tuple[tuple[str, str], ...]
+    error: str | None
+    started_mono: float
+    finished_mono: float
+    dry_run: bool = False
+
+
+def _errno_text(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    return f"{name} ({exc.strerror})"
+
+
+class Enforcer:
+    """Applies decisions (module docstring).
+
+    Args:
+        fs: cgroup backend (formats the files to write).
+        docker_client: a ``docker.DockerClient`` for ``docker`` workloads (or ``None``).
+        kube_api_url: Kubernetes API server for ``kubernetes`` workloads (Eviction API).
+        kube_token_file: bearer token path for the API server.
+        kube_verify: CA bundle path / ``True`` / ``False``.
+        dry_run: record intended changes only.
+    """
+
+    def __init__(self, fs: CgroupFs, *, docker_client: Any = None, kube_api_url: str | None = None,
+                 kube_token_file: str | None = None, kube_verify: str | bool = True, dry_run: bool = False,
+                 clock_mono: Callable[[], float] = time.monotonic,
+                 kube_transport: httpx.BaseTransport | None = None) -> None:
+        self.fs = fs
+        self.docker = docker_client
+        self.kube_api_url = kube_api_url.rstrip("/") if kube_api_url else None
+        self.kube_token_file = kube_token_file
+        self._kube_client = httpx.Client(verify=kube_verify, timeout=5.0, transport=kube_transport) if kube_api_url else None
+        self.dry_run = dry_run
+        self.clock_mono = clock_mono
+
+    # --- cgroup files ---------------------------------------------------------------------
+
+    def _write_all(self, what: str, writes: Sequence[tuple[Path, str]]) -> Applied:
+        started = self.clock_mono()
+        done: list[tuple[str, str]] = []
+        if self.dry_run:
+            return Applied(True, what, tuple((str(p), t) for p, t in writes), None, started, self.clock_mono(), True)
+        for path, text in writes:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+                try:
+                    os.write(fd, text.encode())
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                return Applied(False, what, tuple(done), f"{path}: write {text!r} failed: {_errno_text(exc)}",
+                               started, self.clock_mono())
+            done.append((str(path), text))
+        return Applied(True, what, tuple(done), None, started, self.clock_mono())
+
+    def set_cpu_quota(self, workload: Workload, quota_us: int | None, period_us: int) -> Applied:
+        """Write the workload group's CFS quota (``cpu.cfs_quota_us``/``cpu.cfs_period_us`` on v1,
+        ``cpu.max`` on v2); ``None`` removes the quota."""
+        return self._write_all("cpu_quota", self.fs.cpu_quota_writes(workload.cgroup, quota_us, period_us))
+
+    def set_cpu_weight(self, workload: Workload, weight: int) -> Applied:
+        """Write the workload group's cpu weight (v1 ``cpu.shares``, v2 ``cpu.weight``)."""
+        return self._write_all("cpu_weight", self.fs.cpu_weight_writes(workload.cgroup, weight))
+
+    def set_memory_cap(self, workload: Workload, high_bytes: float | None, max_bytes: float | None) -> Applied:
+        """Write the workload group's memory caps (v2 ``memory.max`` + ``memory.high``; v1
+        ``memory.limit_in_bytes`` = the smaller). ``EBUSY`` (usage above the new v1 limit) comes
+        back as a failed :class:`Applied`."""
+        return self._write_all("memory_cap", self.fs.memory_limit_writes(workload.cgroup, high_bytes, max_bytes))
+
+    # --- termination ----------------------------------------------------------------------
+
+    def _signal_group(self, workload: Workload, sig: int, what: str) -> Applied:
+        started = self.clock_mono()
+        pids = self.fs.procs(workload.cgroup)
+        writes = tuple((f"pid {pid}", signal.Signals(sig).name) for pid in pids)
+        if self.dry_run:
+            return Applied(True, what, writes, None, started, self.clock_mono(), True)
+        failed = []
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+            except OSError as exc:
+                failed.append(f"pid {pid}: {_errno_text(exc)}")
+        error = "; ".join(failed) or None
+        return Applied(not failed, what, writes, error, started, self.clock_mono())
+
+    def _docker(self, workload: Workload, what: str, sig: str) -> Applied:
+        started = self.clock_mono()
+        ref = workload.runtime_ref
+        writes: list[tuple[str, str]] = []
+        if self.docker is None:
+            return Applied(False, what, (), "no Docker client configured", started, self.clock_mono())
+        if self.dry_run:
+            return Applied(True, what, ((f"docker:{ref[:12]}", f"kill {sig}"),), None, started, self.clock_mono(), True)
+        try:
+            if sig == "SIGTERM":
+                policy = (self.docker.api.inspect_container(ref).get("HostConfig") or {}).get("RestartPolicy") or {}
+                if policy.get("Name") not in (None, "", "no"):
+                    self.docker.api.update_container(ref, restart_policy={"Name": "no"})
+                    writes.append((f"docker:{ref[:12]}", "restart_policy=no"))
+            self.docker.api.kill(ref, signal=sig)
+            writes.append((f"docker:{ref[:12]}", f"kill {sig}"))
+        except docker.errors.NotFound:
+            return Applied(True, what, tuple(writes), None, started, self.clock_mono())
+        except docker.errors.APIError as exc:
+            if "is not running" in str(exc):
+                return Applied(True, what, tuple(writes), None, started, self.clock_mono())
+            return Applied(False, what, tuple(writes), f"docker {ref[:12]}: {exc.explanation or exc}", started,
+                           self.clock_mono())
+        return Applied(True, what, tuple(writes), None, started, self.clock_mono())
+
+    def _kube(self, workload: Workload, what: str, grace_s: float) -> Applied:
+        started = self.clock_mono()
+        if self._kube_client is None or self.kube_api_url is None:
+            return Applied(False, what, (), "no Kubernetes API server configured (--kube-api-url)", started,
+                           self.clock_mono())
+        namespace, _, name = workload.runtime_ref.partition("/")
+        headers = {}
+        if self.kube_token_file:
+            headers["Authorization"] = "Bearer " + Path(self.kube_token_file).read_text().strip()
+        grace = int(max(0, round(grace_s)))
+        if what == "sigterm":
+            url = f"{self.kube_api_url}/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+            body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "deleteOptions": {"gracePeriodSeconds": grace}}
+            method = "POST"
+        else:
+            url = f"{self.kube_api_url}/api/v1/namespaces/{namespace}/pods/{name}"
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+            method = "DELETE"
+        writes = ((f"{method} {url}", f"gracePeriodSeconds={grace if what == 'sigterm' else 0}"),)
+        if self.dry_run:
+            return Applied(True, what, writes, None, started, self.clock_mono(), True)
+        try:
+            response = self._kube_client.request(method, url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return Applied(False, what, (), f"{method} {url}: {exc}", started, self.clock_mono())
+        if response.status_code == 404 or response.is_success:
+            return Applied(True, what, writes, None, started, self.clock_mono())
+        return Applied(False, what, (), f"{method} {url}: HTTP {response.status_code} {response.text[:200]}",
+                       started, self.clock_mono())
+
+    def terminate(self, workload: Workload, grace_s: float) -> Applied:
+        """Start a graceful termination: SIGTERM to every process of the group (process), a
+        SIGTERM kill with the restart policy set to ``no`` (Docker), or an Eviction with
+        ``gracePeriodSeconds`` (Kubernetes). The SIGKILL after the grace is :meth:`kill`."""
+        if workload.kind == KIND_DOCKER:
+            return self._docker(workload, "sigterm", "SIGTERM")
+        if workload.kind == KIND_KUBERNETES:
+            return self._kube(workload, "sigterm", grace_s)
+        return self._signal_group(workload, signal.SIGTERM, "sigterm")
+
+    def kill(self, workload: Workload) -> Applied:
+        """End the grace: SIGKILL (process, Docker) or delete with grace 0 (Kubernetes)."""
+        if workload.kind == KIND_DOCKER:
+            return self._docker(workload, "sigkill", "SIGKILL")
+        if workload.kind == KIND_KUBERNETES:
+            return self._kube(workload, "sigkill", 0)
+        assert workload.kind == KIND_PROCESS
+        return self._signal_group(workload, signal.SIGKILL, "sigkill")
+
+    # --- kernel notifications -------------------------------------------------------------
+
+    def arm_psi_trigger(self, path: Path, stall: str, threshold_us: int, window_us: int) -> int:
+        """Open ``path`` ``O_RDWR|O_NONBLOCK`` and write the NUL-terminated trigger
+        ``"<stall> <threshold_us> <window_us>\\0"``; returns the fd to poll for ``POLLPRI``.
+
+        Raises:
+            OSError: as the kernel reports it (``EINVAL`` bad window, ``ENOENT`` no PSI …).
+        """
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            os.write(fd, f"{stall} {int(threshold_us)} {int(window_us)}".encode() + b"\0")
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def arm_memory_threshold(self, usage_file: Path, event_control: Path, threshold_bytes: int) -> tuple[int, int]:
+        """Register an eventfd threshold on a v1 group's ``memory.usage_in_bytes``; returns
+        ``(eventfd, usage fd)`` (close both to unregister).
+
+        Raises:
+            OSError: as the kernel reports it.
+        """
+        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            ufd = os.open(usage_file, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            os.close(efd)
+            raise
+        try:
+            cfd = os.open(event_control, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(cfd, f"{efd} {ufd} {int(threshold_bytes)}".encode())
+            finally:
+                os.close(cfd)
+        except OSError:
+            os.close(efd)
+            os.close(ufd)
+            raise
+        return efd, ufd

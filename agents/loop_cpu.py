@@ -1,0 +1,140 @@
+"""CPU actions of the mitigation loop (DESIGN §7): the batch budget as CFS quotas, the batch
+cpu weight while a service is contended, and anti-starvation caps on services above their own
+reservation. Decisions come from :mod:`kalena_engine.mitigation`; writes go through the
+enforcer; this mixin only wires them (see :class:`agents.loop.MitigationLoop`)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agents.loop_support import PERIODIC, trigger_of
+from agents.pressure.events import PressureEvent
+from kalena_engine.mitigation import plan_batch_cpu, plan_starvation_relief
+from kalena_engine.resources import CPU
+
+if TYPE_CHECKING:
+    from agents.loop import MitigationLoop
+
+
+class CpuActions:
+    """Mixin of :class:`~agents.loop.MitigationLoop`: cpu decisions → enforcer."""
+
+    def _cpu(self: MitigationLoop, now_s: float, event: PressureEvent | None) -> list[dict[str, Any]]:
+        rows = self.table.rows()
+        batch = [i for i, t in enumerate(rows) if t.workload.tier == "batch" and not t.terminating]
+        if not batch or not math.isfinite(float(self.settings.capacity[CPU])):
+            return []
+        services = [i for i, t in enumerate(rows) if t.workload.tier == "service" and not t.terminating]
+        eff = self.table.effective(now_s, self.settings.stale_ttl_s)
+        request, limit = self.table.request(), self.table.declared_limit()
+        policy = self.settings.policy.eviction
+        plan = plan_batch_cpu(
+            capacity_mcpu=float(self.settings.capacity[CPU]),
+            service_reservation_mcpu=eff[services, CPU], service_request_mcpu=request[services, CPU],
+            service_contended=np.array([rows[i].contended_since_mono is not None for i in services], dtype=bool),
+            batch_request_mcpu=request[batch, CPU], batch_limit_mcpu=limit[batch, CPU],
+            batch_slack_cpu=np.array([rows[i].workload.slack_cpu for i in batch], dtype=bool), policy=policy)
+        contended = [rows[i].workload.id for i in services if rows[i].contended_since_mono is not None]
+        out = []
+        for i, share in zip(batch, plan.shares, strict=True):
+            tracked = rows[i]
+            old = tracked.quota_written
+            at_cap = share.share_mcpu >= float(limit[i, CPU]) - 1e-6
+            if old is not ... and old is not None and (share.quota_us == old or (
+                    old < share.quota_us <= old * (1 + self.settings.quota_hysteresis_ratio) and not at_cap)):
+                continue
+            applied = self.enforcer.set_cpu_quota(tracked.workload, share.quota_us, share.period_us)
+            if applied.ok:
+                tracked.quota_written = share.quota_us
+            out.append(self._act("throttle", "cpu_budget", tracked.workload, trigger_of(event), {
+                "quota_us": share.quota_us, "period_us": share.period_us, "share_mcpu": share.share_mcpu,
+                "budget_mcpu": plan.budget_mcpu, "capacity_mcpu": plan.capacity_mcpu,
+                "service_claim_mcpu": plan.service_claim_mcpu,
+                "previous_quota_us": None if old is ... else old, "contended_services": contended,
+            }, applied, now_s, event))
+        out += self._batch_weights(now_s, event, [rows[i] for i in batch], plan.batch_weight_minimum, contended)
+        return out
+
+    def _batch_weights(self: MitigationLoop, now_s: float, event: PressureEvent | None, batch: list,
+                       minimum: bool, contended: list[str]) -> list[dict[str, Any]]:
+        """Minimum cpu weight for batch while a service is contended; restore it afterwards."""
+        out = []
+        for tracked in batch:
+            if minimum and tracked.original_weight is None:
+                try:
+                    tracked.original_weight = self.fs.cpu_weight(tracked.workload.cgroup)
+                except (OSError, ValueError) as exc:
+                    self._error(f"{tracked.workload.id}: cannot read cpu weight: {exc}")
+                    continue
+                weight, reason = self.fs.min_cpu_weight, "cpu_contention"
+            elif not minimum and tracked.original_weight is not None:
+                weight, reason = tracked.original_weight, "contention_cleared"
+            else:
+                continue
+            previous = tracked.original_weight if minimum else self.fs.min_cpu_weight
+            applied = self.enforcer.set_cpu_weight(tracked.workload, weight)
+            if applied.ok and not minimum:
+                tracked.original_weight = None
+            out.append(self._act("cpu_weight", reason, tracked.workload, trigger_of(event), {
+                "weight": weight, "previous_weight": previous, "contended_services": contended,
+                "cgroup_version": self.fs.version}, applied, now_s, event))
+        return out
+
+    def _starvation(self: MitigationLoop, now_s: float, r_before: dict[str, float]) -> list[dict[str, Any]]:
+        policy = self.settings.policy.eviction
+        window = policy.starvation_window_s
+        rows = self.table.rows()
+        batch = [t for t in rows if t.workload.tier == "batch" and not t.terminating]
+        services = [t for t in rows if t.workload.tier == "service" and not t.terminating and t.sample is not None]
+        ratios = []
+        for tracked in batch:
+            throttling = tracked.sample.cpu_throttling if tracked.sample is not None else None
+            history = tracked.throttle_history
+            if throttling is not None:
+                history.append((now_s, throttling.nr_periods, throttling.nr_throttled))
+            while len(history) > 2 and history[1][0] <= now_s - window:
+                history.popleft()
+            ratio = 0.0
+            if len(history) >= 2 and history[-1][0] - history[0][0] >= min(window, 2 * self.settings.mitigation_interval_s):
+                periods = history[-1][1] - history[0][1]
+                ratio = (history[-1][2] - history[0][2]) / periods if periods > 0 else 0.0
+            ratios.append(ratio)
+        usage = np.array([np.nan_to_num(t.sample.usage[CPU]) for t in services])
+        reservation = np.array([r_before.get(t.workload.id, math.inf) for t in services])
+        request = np.array([t.workload.request[CPU] for t in services])
+        contended = np.array([t.contended_since_mono is not None for t in services], dtype=bool)
+        plan = plan_starvation_relief(np.array(ratios), usage, reservation, request, contended, policy=policy)
+        caps = {services[c.row].workload.id: c for c in plan.caps}
+        out = []
+        for tracked in services:
+            cap = caps.get(tracked.workload.id)
+            if cap is not None:
+                if tracked.original_quota is None:
+                    try:
+                        tracked.original_quota = self.fs.cpu_quota(tracked.workload.cgroup)
+                    except (OSError, ValueError) as exc:
+                        self._error(f"{tracked.workload.id}: cannot read cpu quota: {exc}")
+                        continue
+                if tracked.quota_written == cap.quota_us:
+                    continue
+                applied = self.enforcer.set_cpu_quota(tracked.workload, cap.quota_us, cap.period_us)
+                if applied.ok:
+                    tracked.quota_written = cap.quota_us
+                out.append(self._act("starvation_cap", "anti_starvation", tracked.workload, dict(PERIODIC), {
+                    "cap_mcpu": cap.cap_mcpu, "quota_us": cap.quota_us, "period_us": cap.period_us,
+                    "usage_mcpu": cap.usage_mcpu, "reservation_mcpu": cap.reservation_mcpu,
+                    "release_mcpu": cap.release_mcpu, "needed_mcpu": plan.needed_mcpu,
+                    "starving_batch": [b.workload.id for b, s in zip(batch, plan.starving, strict=True) if s]},
+                    applied, now_s, None))
+            elif tracked.original_quota is not None:
+                quota, period = tracked.original_quota
+                applied = self.enforcer.set_cpu_quota(tracked.workload, quota, period)
+                if applied.ok:
+                    tracked.original_quota = None
+                    tracked.quota_written = ...
+                out.append(self._act("starvation_release", "anti_starvation", tracked.workload, dict(PERIODIC), {
+                    "quota_us": quota, "period_us": period}, applied, now_s, None))
+        return out

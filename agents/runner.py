@@ -1,0 +1,197 @@
+"""Builds the agent from an :class:`~agents.config.AgentConfig` and runs it until SIGTERM/SIGINT.
+
+Threads: the mitigation loop owns the main thread and waits in one ``poll()`` on every pressure
+source with a timeout until the next tick; the link client runs on its own thread and reads the
+on-disk buffer the loop appends to. Nothing the loop does waits on the network.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from agents import __version__
+from agents.cgroups.backend import detect
+from agents.collectors.cadvisor import CadvisorCollector
+from agents.collectors.cgroup import CgroupCollector, NodeCollector
+from agents.collectors.docker_stats import DockerStatsCollector
+from agents.collectors.kubelet import KubeletClient, KubeletTelemetry
+from agents.collectors.telemetry import CgroupTelemetry, Telemetry
+from agents.config import AgentConfig
+from agents.discovery.base import WorkloadSource
+from agents.discovery.docker import DockerSource
+from agents.discovery.files import FileSource
+from agents.discovery.kubelet import KubeletSource
+from agents.enforcer import Enforcer
+from agents.errors import FacilityUnavailable
+from agents.link import protocol
+from agents.link.buffer import LinkBuffer
+from agents.link.client import LinkClient
+from agents.loop import MitigationLoop
+from agents.pressure.arming import SignalArming
+from agents.pressure.monitor import PressureMonitor
+from agents.settings import LoopSettings
+
+log = logging.getLogger("kalena.agent")
+
+
+class Agent:
+    """A fully wired agent (built by :func:`build_agent`)."""
+
+    def __init__(self, config: AgentConfig, loop: MitigationLoop, monitor: PressureMonitor,
+                 buffer: LinkBuffer | None, link: LinkClient | None) -> None:
+        self.config = config
+        self.loop = loop
+        self.monitor = monitor
+        self.buffer = buffer
+        self.link = link
+        self._stop = False
+
+    def stop(self, *_: Any) -> None:
+        self._stop = True
+        self.monitor.wake()
+
+    def hello(self) -> dict[str, Any]:
+        return protocol.hello_message(
+            node=self.config.node_name, agent_version=__version__, sampling_interval_s=self.config.sampling_interval_s,
+            cgroup_version=self.loop.fs.version,
+            signal_sources=self.loop.arming.in_use if self.loop.arming else {"cpu": ["poll"], "memory": ["poll"]},
+            trigger_window_s=self.config.psi_window_s, capacity=self.config.capacity,
+            buffered=self.buffer.count() if self.buffer else 0, ts=time.time())
+
+    def run(self) -> int:
+        """Run until stopped (or ``duration_s``); returns the exit status."""
+        deadline = time.monotonic() + self.config.duration_s if self.config.duration_s else None
+        if self.link is not None:
+            self.link.start()
+        try:
+            drive(self.loop, self.monitor, self.config.mitigation_interval_s, lambda: self._stop, deadline)
+        finally:
+            if self.link is not None:
+                self.link.stop()
+            self.monitor.close()
+        return 0
+
+
+def drive(loop: MitigationLoop, monitor: PressureMonitor, interval_s: float, should_stop: Callable[[], bool],
+          deadline_mono: float | None = None) -> None:
+    """The agent's main loop: one ``poll()`` on every pressure source with a timeout until the
+    next tick; events are handled the moment ``poll()`` returns, ticks every ``interval_s``."""
+    next_tick = time.monotonic()
+    while not should_stop():
+        now = time.monotonic()
+        if deadline_mono is not None and now >= deadline_mono:
+            break
+        if now >= next_tick:
+            loop.tick()
+            next_tick = max(next_tick + interval_s, time.monotonic())
+        timeout = next_tick - time.monotonic()
+        if deadline_mono is not None:
+            timeout = min(timeout, deadline_mono - time.monotonic())
+        events = monitor.wait(max(0.0, timeout))
+        if events:
+            loop.handle_events(events)
+
+
+def build_agent(config: AgentConfig) -> Agent:
+    """Wire collectors, discovery, enforcer, pressure sources, buffer and link from ``config``.
+
+    Raises:
+        FacilityUnavailable: cgroup hierarchy or Docker engine missing.
+        ConfigError: the workloads file is malformed at start-up.
+    """
+    fs = detect(config.cgroup_root, config.cgroup_version, config.psi_root)
+    docker_client = None
+    if "docker" in config.discovery or config.telemetry == "docker":
+        try:
+            docker_client = docker.DockerClient(base_url=config.docker_host) if config.docker_host else docker.from_env()
+            docker_client.ping()
+        except docker.errors.DockerException as exc:
+            raise FacilityUnavailable("Docker engine", config.docker_host or "$DOCKER_HOST / local socket", str(exc)) from None
+    kubelet = None
+    if "kubelet" in config.discovery:
+        verify: str | bool = False if config.kubelet_insecure else (config.kubelet_ca_file or True)
+        kubelet = KubeletClient(config.kubelet_url, token_file=config.kubelet_token_file, verify=verify)
+    sources: list[WorkloadSource] = []
+    now = time.time()
+    for name in config.discovery:
+        if name == "file":
+            assert config.workloads_file
+            source = FileSource(config.workloads_file)
+            source.load(now)
+            sources.append(source)
+        elif name == "docker":
+            sources.append(DockerSource(docker_client, proc_root=config.proc_root, cgroup_version=fs.version))
+        else:
+            assert kubelet is not None
+            sources.append(KubeletSource(kubelet, driver=config.kube_cgroup_driver, cgroup_root=config.kube_cgroup_root,
+                                         infer_jobs=config.infer_job_batch))
+    node = NodeCollector(fs, config.proc_root, config.node_cgroup)
+    telemetry: Telemetry
+    node_reader = node.read
+    if config.telemetry == "cgroup":
+        telemetry = CgroupTelemetry(CgroupCollector(fs, config.proc_root))
+    elif config.telemetry == "docker":
+        telemetry = DockerStatsCollector(docker_client)
+    elif config.telemetry == "cadvisor":
+        telemetry = CadvisorCollector(config.cadvisor_url, config.cadvisor_api)
+    else:
+        assert kubelet is not None
+        kubelet_telemetry = KubeletTelemetry(kubelet)
+        telemetry = kubelet_telemetry
+        node_reader = lambda now_s: kubelet_telemetry.last_node  # noqa: E731
+    enforcer = Enforcer(fs, docker_client=docker_client, kube_api_url=config.kube_api_url,
+                        kube_token_file=config.kubelet_token_file,
+                        kube_verify=False if config.kubelet_insecure else (config.kubelet_ca_file or True),
+                        dry_run=config.dry_run)
+    settings = LoopSettings(
+        node_name=config.node_name, capacity=config.capacity, policy=config.policy,
+        sampling_interval_s=config.sampling_interval_s, mitigation_interval_s=config.mitigation_interval_s,
+        discovery_interval_s=config.discovery_interval_s, acute_grace_s=config.acute_grace_s,
+        pressure_source=config.pressure_source, psi_window_s=config.psi_window_s,
+        psi_cpu_threshold_ms=config.psi_cpu_threshold_ms, psi_memory_threshold_ms=config.psi_memory_threshold_ms)
+    monitor = PressureMonitor()
+    arming = SignalArming(settings, monitor, enforcer, fs, system_pressure_dir=str(Path(config.proc_root) / "pressure"),
+                          node_cgroup=config.node_cgroup)
+    buffer = link = None
+    actions_log = Path(config.actions_log) if config.actions_log else None
+    if config.link_url:
+        buffer = LinkBuffer(Path(config.state_dir) / "link-buffer.sqlite3", node=config.node_name,
+                            max_bytes=config.buffer_max_bytes)
+
+    def emit(message: dict[str, Any]) -> None:
+        if buffer is not None:
+            buffer.append(message)
+        if actions_log is not None and message.get("type") == "action":
+            with actions_log.open("a") as handle:
+                handle.write(json.dumps(message) + "\n")
+
+    loop = MitigationLoop(settings, sources=sources, telemetry=telemetry, fs=fs, enforcer=enforcer,
+                          node_reader=node_reader, arming=arming, emit=emit)
+    loop.discover(time.time())          # arm the pressure sources before the first hello
+    agent = Agent(config, loop, monitor, buffer, None)
+    if buffer is not None and config.link_url and config.link_token:
+        link = LinkClient(config.link_url, config.link_token, buffer, hello=agent.hello,
+                          on_policy=loop.apply_policy_update)
+        buffer.on_append = link.notify
+        agent.link = link
+    for failure in arming.failures:
+        log.warning("%s", failure)
+    return agent
+
+
+def run(config: AgentConfig) -> int:
+    """Build and run the agent, stopping cleanly on SIGTERM/SIGINT."""
+    agent = build_agent(config)
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    log.info("kalena-agent %s on %s: %s, discovery %s, telemetry %s", __version__, config.node_name,
+             agent.loop.fs.describe(), ",".join(config.discovery), config.telemetry)
+    return agent.run()

@@ -1,0 +1,142 @@
+"""CPU mitigation decisions around the batch budget (DESIGN §7): what each service claims, the
+whole batch throttle plan, and anti-starvation.
+
+**Service claims.** The budget subtracts each service's reservation computed from fresh
+samples. A service that is stalled on cpu (its cpu pressure fired, or its PSI ``some`` shows it
+waiting) cannot show its demand in its usage — usage under contention is what it *got* — so
+until it is seen uncontended its claim is ``max(r, q)``: production never loses what it asked
+for (DESIGN §1). Otherwise the claim is ``r``.
+
+**Plan.** ``B = max(min_batch_cpu · n_batch, C − Σ claims)`` split by
+:func:`~kalena_engine.mitigation.throttle.batch_cpu_shares`. Worked example (case C6): C = 4,
+r_S = q_S = 3.6 cores → B = max(0.1, 0.4) = 0.4 core → 40,000 µs per 100,000 µs.
+
+**Batch weight.** While any service is contended, batch also runs at the minimum cpu weight
+(``batch_weight_minimum``): CFS bandwidth hands a group its quota in parallel bursts across
+cpus, so a quota alone still lets batch crowd a service for part of every period; at the
+minimum weight batch uses its quota only where services leave cpu idle. The weight derived from
+the request is restored when no service is contended.
+
+**Anti-starvation.** A batch workload throttled for more than θ (default 0.5) of the rolling
+window is starving. Services *above their own reservation* are capped just enough to release
+``min_batch_cpu`` per starving batch workload, in proportion to their excess
+``u − max(r, q)``, and never below ``max(r, q)``: a service within its reservation (or its
+request — production never loses what it asked for) is never capped, nor is a contended one.
+Worked example: one starving batch, S1 u = 1.5 cores with r = q = 1.0, S2 u = 0.8 with r = 1.0
+→ release 0.1 core, all from S1: S1 capped at 1.4 cores (140,000 µs), S2 untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kalena_engine.mitigation.throttle import CpuShare, batch_cpu_budget_mcpu, batch_cpu_shares
+from kalena_engine.policy import EvictionPolicy
+
+
+def service_cpu_claims_mcpu(reservation_mcpu: np.ndarray, request_mcpu: np.ndarray,
+                            contended: np.ndarray) -> np.ndarray:
+    """``(s,)`` claims: ``max(r, q)`` where ``contended`` else ``r`` (mcpu)."""
+    r = np.asarray(reservation_mcpu, dtype=np.float64)
+    q = np.asarray(request_mcpu, dtype=np.float64)
+    return np.where(np.asarray(contended, dtype=bool), np.maximum(r, q), r)
+
+
+@dataclass(frozen=True)
+class CpuThrottlePlan:
+    """Batch cpu allowance on one node.
+
+    Attributes:
+        capacity_mcpu: C.
+        service_claim_mcpu: Σ service claims.
+        budget_mcpu: B.
+        shares: one :class:`CpuShare` per batch row, in input order.
+        batch_weight_minimum: some service is contended: batch runs at the minimum cpu weight.
+    """
+
+    capacity_mcpu: float
+    service_claim_mcpu: float
+    budget_mcpu: float
+    shares: tuple[CpuShare, ...]
+    batch_weight_minimum: bool = False
+
+
+def plan_batch_cpu(*, capacity_mcpu: float, service_reservation_mcpu: np.ndarray,
+                   service_request_mcpu: np.ndarray, service_contended: np.ndarray,
+                   batch_request_mcpu: np.ndarray, batch_limit_mcpu: np.ndarray,
+                   batch_slack_cpu: np.ndarray, policy: EvictionPolicy) -> CpuThrottlePlan:
+    """The batch throttle plan (module docstring). Shapes: services ``(s,)``, batch ``(k,)``;
+    an undeclared batch limit is +inf."""
+    claims = service_cpu_claims_mcpu(service_reservation_mcpu, service_request_mcpu, service_contended)
+    total = float(np.sum(claims))
+    n_batch = len(batch_request_mcpu)
+    budget = batch_cpu_budget_mcpu(capacity_mcpu, total, n_batch, policy.min_batch_cpu_mcpu)
+    shares: list[CpuShare] = []
+    if n_batch:
+        shares = batch_cpu_shares(budget, np.asarray(batch_request_mcpu, dtype=np.float64),
+                                  np.asarray(batch_limit_mcpu, dtype=np.float64),
+                                  np.asarray(batch_slack_cpu, dtype=bool),
+                                  min_batch_cpu_mcpu=policy.min_batch_cpu_mcpu, period_us=policy.cfs_period_us)
+    return CpuThrottlePlan(float(capacity_mcpu), total, float(budget), tuple(shares),
+                           bool(np.any(np.asarray(service_contended, dtype=bool))))
+
+
+@dataclass(frozen=True)
+class ServiceCap:
+    """A cpu cap on one service row (anti-starvation), with the numbers behind it (mcpu, µs)."""
+
+    row: int
+    cap_mcpu: float
+    quota_us: int
+    period_us: int
+    usage_mcpu: float
+    reservation_mcpu: float
+    release_mcpu: float
+
+
+@dataclass(frozen=True)
+class StarvationPlan:
+    """Result of :func:`plan_starvation_relief`."""
+
+    starving: np.ndarray
+    needed_mcpu: float
+    released_mcpu: float
+    caps: tuple[ServiceCap, ...] = ()
+
+
+def plan_starvation_relief(batch_throttled_ratio: np.ndarray, service_usage_mcpu: np.ndarray,
+                           service_reservation_mcpu: np.ndarray, service_request_mcpu: np.ndarray | None = None,
+                           service_contended: np.ndarray | None = None, *, policy: EvictionPolicy) -> StarvationPlan:
+    """Anti-starvation caps (module docstring).
+
+    Args:
+        batch_throttled_ratio: ``(k,)`` throttled share (0–1) of the rolling window per batch row.
+        service_usage_mcpu, service_reservation_mcpu: ``(s,)``.
+        service_request_mcpu: ``(s,)``, the floor of any cap (0 if omitted).
+        service_contended: ``(s,)`` bool, services that are never capped (none if omitted).
+        policy: ``starvation_threshold_ratio`` θ, ``min_batch_cpu_mcpu``, ``cfs_period_us``.
+    """
+    ratio = np.asarray(batch_throttled_ratio, dtype=np.float64)
+    starving = ratio > policy.starvation_threshold_ratio
+    needed = float(np.count_nonzero(starving)) * policy.min_batch_cpu_mcpu
+    usage = np.asarray(service_usage_mcpu, dtype=np.float64)
+    reservation = np.asarray(service_reservation_mcpu, dtype=np.float64)
+    if service_request_mcpu is not None:
+        reservation = np.maximum(reservation, np.asarray(service_request_mcpu, dtype=np.float64))
+    excess = np.maximum(0.0, usage - reservation)
+    if service_contended is not None:
+        excess = np.where(np.asarray(service_contended, dtype=bool), 0.0, excess)
+    total_excess = float(np.sum(excess))
+    if needed <= 0 or total_excess <= 0:
+        return StarvationPlan(starving, needed, 0.0)
+    released = min(needed, total_excess)
+    caps = []
+    for row in np.flatnonzero(excess > 0):
+        release = float(excess[row]) * released / total_excess
+        cap = float(usage[row]) - release
+        quota = max(1000, int(round(cap / 1000.0 * policy.cfs_period_us)))
+        caps.append(ServiceCap(int(row), cap, quota, policy.cfs_period_us, float(usage[row]),
+                               float(reservation[row]), release))
+    return StarvationPlan(starving, needed, released, tuple(caps))

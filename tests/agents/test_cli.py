@@ -1,0 +1,118 @@
+"""``kalena-agent`` as a user runs it: bad configuration exits 2 naming the flag; ``run`` on real
+cgroups talks to a real WebSocket server (hello, samples, actions, acks) and stops cleanly on
+SIGTERM; ``bench mitigation`` writes its summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.bench.harness import BURNER, SPINNER
+from agents.config import parse_run_args
+from agents.errors import ConfigError
+from tests.agents.test_link import WsServer, free_port, wait_for
+
+AGENT = [sys.executable, "-m", "agents.cli"]
+CPUS = os.cpu_count() or 1
+
+
+@pytest.mark.parametrize(("argv", "env", "named"), [
+    pytest.param(["--discovery", "file"], {}, "--workloads-file", id="file discovery without a file"),
+    pytest.param(["--workloads-file", "w", "--mitigation-interval-s", "0"], {}, "--mitigation-interval-s", id="zero interval"),
+    pytest.param(["--workloads-file", "w"], {"KALENA_AGENT_DISCOVERY": "nomad"}, "KALENA_AGENT_DISCOVERY", id="bad env"),
+    pytest.param(["--workloads-file", "w", "--capacity", "cpu=lots"], {}, "--capacity", id="bad capacity"),
+    pytest.param(["--workloads-file", "w", "--link-url", "http://console"], {}, "--link-url", id="not a websocket url"),
+    pytest.param(["--workloads-file", "w", "--link-url", "ws://console/agent"], {}, "token", id="link without token"),
+    pytest.param(["--workloads-file", "w", "--psi-window-s", "2", "--psi-cpu-threshold-ms", "2000"], {}, "window",
+                 id="threshold not shorter than window"),
+])
+def test_bad_configuration_is_refused_with_the_flag_named(argv, env, named) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_run_args(argv, env)
+    assert named in str(info.value)
+    result = subprocess.run([*AGENT, "run", *argv], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and named in result.stderr
+
+
+def test_bad_policy_file_names_the_field(tmp_path) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"eviction": {"min_run_time": 5}}))
+    with pytest.raises(ConfigError) as info:
+        parse_run_args(["--workloads-file", "w", "--policy-file", str(policy)], {})
+    assert "eviction.min_run_time" in str(info.value) and "min_run_time_s" in str(info.value)
+
+
+def test_environment_configures_the_agent() -> None:
+    config = parse_run_args([], {"KALENA_AGENT_WORKLOADS_FILE": "/w.json", "KALENA_AGENT_CAPACITY": "cpu=3,memory=2Gi",
+                                 "KALENA_AGENT_DRY_RUN": "true", "NODE_NAME": "node-x",
+                                 "KALENA_AGENT_MIN_RUN_TIME_S": "30"})
+    assert (config.node_name, config.capacity[0], config.capacity[1], config.dry_run) == ("node-x", 3000.0, 2**31, True)
+    assert config.policy.eviction.min_run_time_s == 30.0
+
+
+@pytest.mark.cgroup
+def test_agent_run_end_to_end_with_a_console(harness, tmp_path) -> None:
+    harness.create("", cpu_shares=8192)
+    harness.create("batch", cpu_shares=CPUS * 1024)
+    harness.create("service", cpu_shares=1024)
+    harness.spawn("batch", BURNER)
+    service = harness.spawn("service", SPINNER)
+    time.sleep(0.5)                                                # let it install its SIGUSR1 handler
+    service.send_signal(signal.SIGUSR1)
+    workloads = tmp_path / "w.json"
+    workloads.write_text(json.dumps({"workloads": [
+        {"id": "svc", "cgroup": harness.rel("service"), "labels": {"kalena.naughtian.io/tier": "service"},
+         "requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
+        {"id": "job", "cgroup": harness.rel("batch"), "labels": {"kalena.naughtian.io/tier": "batch"},
+         "requests": {"cpu": "500m"}}]}))
+    token = tmp_path / "token"
+    token.write_text("node-a-token\n")
+    port = free_port()
+    server = WsServer(port)
+    proc = subprocess.Popen([*AGENT, "run", "--node-name", "node-e2e", "--workloads-file", str(workloads),
+                             "--capacity", f"cpu={CPUS}", "--node-cgroup", harness.rel(""),
+                             "--sampling-interval-s", "1", "--link-url", f"ws://127.0.0.1:{port}/agent/v1/ws",
+                             "--link-token-file", str(token), "--state-dir", str(tmp_path / "state"),
+                             "--actions-log", str(tmp_path / "actions.jsonl")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: len(server.of_type("samples")) >= 2 and server.of_type("action"), 60), \
+            f"received {[m['type'] for m in server.received]}"
+        hello = server.received[0]
+        assert hello["type"] == "hello" and hello["node"] == "node-e2e" and hello["cgroup_version"] == 1
+        assert "psi-trigger" in hello["signal_sources"]["cpu"]
+        throttle = next(m for m in server.of_type("action") if m["action"] == "throttle")
+        assert throttle["workload"]["id"] == "job" and throttle["numbers"]["quota_us"] == (CPUS - 1) * 100_000
+        ids = {s["workload"] for batch in server.of_type("samples") for s in batch["samples"]}
+        assert ids == {"svc", "job"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0]
+        server.close()
+    assert proc.returncode == 0, output
+    assert (tmp_path / "actions.jsonl").read_text().count('"throttle"') >= 1
+
+
+@pytest.mark.cgroup
+def test_bench_mitigation_writes_its_summary(tmp_path) -> None:
+    summary_path = tmp_path / "bench.json"
+    result = subprocess.run([*AGENT, "bench", "mitigation", "--episodes", "1", "--summary-json", str(summary_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(summary_path.read_text())
+    for key in ("event_to_action_p50_ms", "event_to_action_p99_ms", "contention_to_relief_p50_s", "episodes",
+                "signal_source", "trigger_window_s"):
+        assert key in summary
+    assert summary["episodes"] == 1 and summary["signal_source"] == "psi-trigger" and summary["trigger_window_s"] == 2.0
+    assert summary["reference_service_mcpu"] > 300 and len(summary["per_episode"]) == 2   # warm-up + 1
+    printed = json.loads(result.stdout[result.stdout.index("{"):])
+    assert printed["episodes"] == 1
+    assert not [p for p in Path("/sys/fs/cgroup/cpu").glob("kalena-bench-*")]            # cleaned up
+

@@ -1,0 +1,268 @@
+"""The mitigation loop against a temp-dir cgroup v2 tree with real processes, time driven by
+hand: cases C6 (exact quota, throttle never evicts), C4 (one eviction, the victim credited
+through its grace, SIGKILL at its end), C1 (stale samples never start an eviction), the
+limit-breach override, memory.high, anti-starvation and DaemonSets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from agents.cgroups.backend import CgroupV2
+from agents.collectors.kubelet import KubeletClient, KubeletTelemetry
+from agents.discovery.kubelet import KubeletSource
+from agents.enforcer import Enforcer
+from agents.link.protocol import validate_agent_message
+from agents.loop import MitigationLoop
+from agents.settings import LoopSettings
+from kalena_engine.policy import Policy
+from tests.agents.conftest import make_v2_tree
+from tests.agents.rig import GIB, STUBBORN, Rig
+
+T0 = 1_000_000.0
+
+
+@pytest.fixture
+def rig(tmp_path):
+    r = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 64 * GIB})
+    yield r
+    r.close()
+
+
+# after 60 min at 1 core, r_S = 1.15 + 2.45 · 2^(−3600/600) = 1.188 cores → budget 2.812 cores
+R_FINAL = 1150 + 2450 * 2 ** -6
+
+
+@pytest.mark.parametrize(("slack", "final_quota"), [
+    pytest.param("deny", 100_000, id="C6: quota rises with the budget up to B's 1-core limit"),
+    pytest.param("allow", round((4000 - R_FINAL) * 100), id="slack-cpu allowed: with the budget toward 2.85 cores"),
+])
+def test_case_c6_cpu_contention_throttles_with_the_exact_quota_and_never_evicts(rig, slack: str, final_quota: int) -> None:
+    rig.add("s", tier="service", requests={"cpu": "3600m"}, limits={"cpu": "3600m"}, start_time=T0 - 10_000)
+    rig.add("b", tier="batch", requests={"cpu": "1"}, limits={"cpu": "1"}, start_time=T0 - 10_000,
+            annotations={"kalena.naughtian.io/slack-cpu": slack})
+    loop = rig.build()
+    loop.tick(T0, 0.0)
+    # S uses 3.2 cores and B 1 core over 10 s: r_S = min(3.6, 1.15 × 3.2 = 3.68) = 3.6 → B = max(0.1, 4 − 3.6) = 0.4 core
+    rig.set_files("s", usage_usec=32_000_000, procs=f"{rig.procs['s'].pid}\n")
+    rig.set_files("b", usage_usec=10_000_000, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+    loop.tick(T0 + 10, 10.0)
+    assert rig.file("b", "cpu.max") == "40000 100000"
+    quotas = [40_000]
+    # S falls back to 1 core: r_S decays with h = 600 s toward 1.15 cores, B's quota rises with the budget
+    usage_s, usage_b = 32_000_000, 10_000_000
+    for step in range(1, 61):
+        usage_s += 60 * 1_000_000
+        usage_b += 60 * 1_000_000
+        rig.set_files("s", usage_usec=usage_s, procs=f"{rig.procs['s'].pid}\n")
+        rig.set_files("b", usage_usec=usage_b, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+        loop.tick(T0 + 10 + 60 * step, 10.0 + 60 * step)
+        quotas.append(int(rig.file("b", "cpu.max").split()[0]))
+        if step == 1:
+            # r_S = 1.15 + (3.6 − 1.15) · 2^(−60/600) = 3.436 → B = 0.564 core → 56,400 µs
+            assert quotas[-1] == round((4000 - (1150 + 2450 * 2 ** (-0.1))) * 100)
+    assert quotas == sorted(quotas)
+    # increases smaller than the 2 % hysteresis wait; reaching the limit is written exactly
+    assert final_quota / 1.02 <= quotas[-1] <= final_quota if slack == "allow" else quotas[-1] == final_quota
+    assert rig.actions("evict") == [] and rig.alive("b")
+    for message in rig.messages:
+        validate_agent_message({**message, "batch_id": "node-t:1"})
+
+
+def test_case_c4_terminating_victim_is_credited_exactly_one_eviction(rig) -> None:
+    # C = 64 GiB; P 59.25 (its limit; 1.15 × 53.75 = 61.8) + V 5.75 (= 1.15 × 5 working set) + W 3 = 68 GiB
+    # of reservations; the node's working set 53.75 + 5 + 3 = 61.75 GiB ≥ 0.95 × 64 = 60.8 (pressure, not
+    # acute: < 0.99 × 64 = 63.36, so V keeps its full 30 s grace)
+    rig.set_files("", memory_bytes=int(61.75 * GIB))
+    rig.add("p", tier="service", requests={"memory": f"{int(59.25 * 1024)}Mi"}, limits={"memory": f"{int(59.25 * 1024)}Mi"},
+            start_time=T0 - 10_000, memory_bytes=int(53.75 * GIB))
+    rig.add("v", tier="batch", priority=0, requests={"memory": "5Gi"}, limits={"memory": "8Gi"}, grace_s=30,
+            start_time=T0 - 10_000, code=STUBBORN, memory_bytes=5 * GIB)
+    rig.add("w", tier="batch", priority=1, requests={"memory": "3Gi"}, limits={"memory": "3Gi"},
+            start_time=T0 - 10_000, memory_bytes=3 * GIB)
+    loop = rig.build()
+    for second in range(31):                                   # the loop runs every 1 s while pressure persists
+        loop.tick(T0 + second, float(second))
+        if second < 30:
+            assert rig.alive("v"), "V ignores SIGTERM and stays alive through its 30 s grace"
+    (evict,) = rig.actions("evict")
+    assert evict["workload"]["id"] == "v" and evict["reason"] == "priority"
+    assert evict["numbers"]["ledger_before"] == pytest.approx(68 * GIB)
+    assert evict["numbers"]["ledger_after"] == pytest.approx(62.25 * GIB)   # 68 − 5.75 ≤ 64: W is covered
+    (kill,) = rig.actions("kill")
+    assert kill["workload"]["id"] == "v" and kill["ts"] == T0 + 30
+    rig.procs["v"].wait(10)
+    assert not rig.alive("v") and rig.alive("w") and rig.alive("p")
+
+
+def test_limit_breach_override_takes_the_service_first(tmp_path) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 2.5 * GIB})
+    try:
+        rig.set_files("", memory_bytes=int(2.5 * GIB))
+        # S declares a 1 GiB limit (not enforced by a cgroup limit) and uses 1.5 GiB: limit breach
+        rig.add("s", tier="service", requests={"memory": "1Gi"}, limits={"memory": "1Gi"}, start_time=T0 - 10_000,
+                memory_bytes=int(1.5 * GIB))
+        rig.add("b0", tier="batch", priority=0, requests={"memory": "1Gi"}, limits={"memory": "1Gi"},
+                start_time=T0 - 10_000, memory_bytes=GIB // 2)
+        rig.add("b5", tier="batch", priority=5, requests={"memory": "1Gi"}, limits={"memory": "1Gi"},
+                start_time=T0 - 10_000, memory_bytes=GIB // 2)
+        loop = rig.build()
+        loop.tick(T0, 0.0)
+        # Σ r = 1 (S, capped at its limit) + 1 + 1 = 3 GiB > 2.5: S goes first and 3 − 1 = 2 ≤ 2.5 stops
+        (evict,) = rig.actions("evict")
+        assert (evict["workload"]["id"], evict["reason"]) == ("s", "limit_breach")
+        rig.procs["s"].wait(10)
+        assert rig.alive("b0") and rig.alive("b5")
+    finally:
+        rig.close()
+
+
+def test_batch_memory_caps_on_cgroup_v2(rig) -> None:
+    rig.add("b", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"})
+    rig.add("b-slack", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"},
+            annotations={"kalena.naughtian.io/slack-memory": "allow"})
+    rig.add("s", tier="service", requests={"memory": "64Mi"}, limits={"memory": "128Mi"})
+    rig.build().tick(T0, 0.0)
+    assert (rig.file("b", "memory.high"), rig.file("b", "memory.max")) == (str(64 * 2**20), str(128 * 2**20))
+    assert (rig.file("b-slack", "memory.high"), rig.file("b-slack", "memory.max")) == (str(128 * 2**20),) * 2
+    assert (rig.file("s", "memory.high"), rig.file("s", "memory.max")) == ("max", "max")   # services untouched
+
+
+def test_daemonsets_are_never_touched(rig) -> None:
+    rig.set_files("", memory_bytes=63 * GIB)
+    rig.add("ds", tier="batch", daemonset=True, requests={"memory": "1Gi", "cpu": "1"}, limits={"memory": "1Gi"},
+            start_time=T0 - 10_000, memory_bytes=20 * GIB)
+    rig.add("s", tier="service", requests={"memory": "60Gi"}, limits={"memory": "60Gi"}, start_time=T0 - 10_000,
+            memory_bytes=43 * GIB)
+    rig.add("b", tier="batch", requests={"memory": "10Gi", "cpu": "1"}, start_time=T0 - 10_000)
+    rig.build().tick(T0, 0.0)
+    touched = {a["workload"]["id"] for a in rig.actions() if a["workload"]}
+    assert "ds" not in touched and rig.file("ds", "cpu.max") == "max 100000" and rig.alive("ds")
+    assert [a["workload"]["id"] for a in rig.actions("evict")] == ["b"]
+
+
+def test_anti_starvation_caps_a_service_above_its_reservation_then_restores_it(tmp_path) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 2000.0}, policy=Policy().with_eviction(starvation_window_s=10.0))
+    try:
+        rig.add("s", tier="service", requests={"cpu": "500m"}, limits={"cpu": "2"}, start_time=T0 - 10_000)
+        rig.add("b", tier="batch", requests={"cpu": "500m"}, start_time=T0 - 10_000)
+        loop = rig.build()
+        usage_s = periods = throttled = 0
+        for second in range(8):
+            # S uses 0.5 core, then jumps to 1.5 cores at t = 5; B is throttled in 80 % of its periods
+            usage_s += 500_000 if second <= 5 else 1_500_000
+            periods, throttled = periods + 10, throttled + 8
+            rig.set_files("s", usage_usec=usage_s, procs=f"{rig.procs['s'].pid}\n", cpu_max=rig.file("s", "cpu.max"))
+            rig.set_files("b", usage_usec=second * 400_000, nr_periods=periods, nr_throttled=throttled,
+                          procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+            loop.tick(T0 + second, float(second))
+        (cap,) = rig.actions("starvation_cap")
+        # at t = 6: S used 1.5 cores against max(r = 1.15 × 0.5 = 0.575, q = 0.5): release 0.1 core → cap 1.4 cores
+        assert cap["workload"]["id"] == "s" and cap["numbers"]["quota_us"] == 140_000
+        (release,) = rig.actions("starvation_release")             # next tick r_S = 1.725 ≥ u: cap lifted
+        assert release["numbers"]["quota_us"] is None and rig.file("s", "cpu.max") == "max 100000"
+    finally:
+        rig.close()
+
+
+def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) -> None:
+    # kubelet reports the C1 node at t = 0 and then stops updating; C_ram = 128 GiB
+    pods = {"kind": "PodList", "items": []}
+    summary = {"node": {"nodeName": "node-c1", "memory": {"time": "", "workingSetBytes": 132 * GIB,
+                                                          "psi": {"some": {"total": 1, "avg10": 30.0, "avg60": 5.0, "avg300": 1.0}}}},
+               "pods": []}
+    for name, tier, prio, gib_request, gib_used in (("p", "service", 0, 64, 62), ("b1", "batch", 0, 40, 40),
+                                                    ("b2", "batch", 1, 30, 30)):
+        pods["items"].append({
+            "metadata": {"name": name, "namespace": "c1", "uid": f"uid-{name}",
+                         "labels": {"kalena.naughtian.io/tier": tier},
+                         "annotations": {"kalena.naughtian.io/priority": str(prio)}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": f"{gib_request}Gi"},
+                                                                "limits": {"memory": f"{gib_request}Gi"}}}]},
+            "status": {"phase": "Running", "qosClass": "Guaranteed", "startTime": "2024-05-01T00:00:00Z"}})
+        summary["pods"].append({"podRef": {"namespace": "c1", "name": name, "uid": f"uid-{name}"},
+                                "memory": {"time": "", "workingSetBytes": gib_used * GIB}})
+    t_sample = 1714557600.0                                        # 2024-05-01T10:00:00Z
+    stamp = "2024-05-01T10:00:00Z"
+    summary["node"]["memory"]["time"] = stamp
+    for pod in summary["pods"]:
+        pod["memory"]["time"] = stamp
+    # a pending pod (priority 5, 1 GiB) has no stats yet: it counts at its request and never makes
+    # the ledger look stale
+    pods["items"].append({
+        "metadata": {"name": "pending", "namespace": "c1", "uid": "uid-pending",
+                     "labels": {"kalena.naughtian.io/tier": "batch"}, "annotations": {"kalena.naughtian.io/priority": "5"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Gi"}}}]},
+        "status": {"phase": "Pending", "qosClass": "Burstable"}})
+    json_server.routes["/pods"] = pods
+    json_server.routes["/stats/summary"] = summary
+    json_server.status["/api/v1/namespaces/c1/pods/b1/eviction"] = 201
+    json_server.routes["/api/v1/namespaces/c1/pods/b1/eviction"] = {"kind": "Status", "status": "Success"}
+    capacity = [math.inf] * 8
+    capacity[1] = 128 * GIB
+
+    def make_loop(messages: list) -> MitigationLoop:
+        client = KubeletClient(json_server.url)
+        telemetry = KubeletTelemetry(client)
+        fs = CgroupV2(make_v2_tree(tmp_path / f"cg{id(messages)}", {}))
+        settings = LoopSettings(node_name="node-c1", capacity=np.array(capacity), policy=Policy())
+        return MitigationLoop(settings, sources=[KubeletSource(client)], telemetry=telemetry, fs=fs,
+                              enforcer=Enforcer(fs, kube_api_url=json_server.url),
+                              node_reader=lambda now_s: telemetry.last_node, emit=messages.append)
+
+    stale: list = []
+    make_loop(stale).tick(t_sample + 90, 0.0)                     # T_stale = 60 s: the t = 0 sample is 90 s old
+    assert [m for m in stale if m["type"] == "action" and m["action"] == "evict"] == []
+    (hold,) = [m for m in stale if m["type"] == "action" and m["action"] == "hold"]
+    assert (hold["action"], hold["reason"], hold["numbers"]["sample_age_s"]) == ("hold", "stale_sample", 90.0)
+    assert not any("eviction" in r[1] for r in json_server.requests)
+    samples = [m for m in stale if m["type"] == "samples"]
+    assert samples and all(s["stale"] for s in samples[0]["samples"])
+    # the same sample when fresh (t = 30 s): Σ r = 64 + 40 + 30 + 1 = 135 > 128 → B1 (priority 0) alone is evicted
+    fresh: list = []
+    make_loop(fresh).tick(t_sample + 30, 0.0)
+    evictions = [m for m in fresh if m["type"] == "action" and m["action"] == "evict"]
+    assert [e["workload"]["id"] for e in evictions] == ["c1/b1"]
+    assert evictions[0]["numbers"]["ledger_after"] == pytest.approx(95 * GIB)
+    posted = [r for r in json_server.requests if r[0] == "POST"]
+    assert len(posted) == 1 and posted[0][1] == "/api/v1/namespaces/c1/pods/b1/eviction"
+    assert b'"gracePeriodSeconds"' in posted[0][3]
+
+
+def test_a_stalled_service_keeps_batch_held_back_while_it_stays_busy(rig) -> None:
+    """Fallback for a group with an armed trigger (its PSI files are never read): the run-queue
+    wait of its tasks marks it contended; batch drops to its budget and the minimum weight, and
+    stays there while the service keeps using its claim; once the service quiets down batch gets
+    its room and weight back."""
+    rig.add("s", tier="service", requests={"cpu": "2"}, limits={"cpu": "2"}, start_time=T0 - 10_000)
+    rig.add("b", tier="batch", requests={"cpu": "1"}, start_time=T0 - 10_000)
+    loop = rig.build()
+    loop.telemetry.exclude_psi({"s"})                    # as if a trigger were armed on s
+    tid = rig.procs["s"].pid
+    task = rig.proc_root / str(tid) / "task" / str(tid)
+    task.mkdir(parents=True)
+    usage = wait = 0
+
+    def step(second: int, cpu_s: float, wait_s: float) -> None:
+        nonlocal usage, wait
+        usage, wait = usage + int(cpu_s * 1e6), wait + int(wait_s * 1e9)
+        task.joinpath("schedstat").write_text(f"{usage * 1000} {wait} 10\n")
+        rig.set_files("s", usage_usec=usage, procs=f"{tid}\n", cpu_max=rig.file("s", "cpu.max"))
+        loop.tick(T0 + second, float(second))
+
+    step(0, 0.1, 0.0)
+    step(1, 0.1, 0.0)
+    assert rig.file("b", "cpu.weight") == "100"
+    step(2, 1.2, 0.4)                                    # s waits 40 % of the second: contended
+    # claim max(r, q) = 2 cores → B = 4 − 2 = 2 cores; batch at the minimum weight
+    assert rig.file("b", "cpu.max") == "200000 100000" and rig.file("b", "cpu.weight") == "1"
+    for second in range(3, 12):
+        step(second, 2.0, 0.0)                           # relieved and busy: the mark holds
+    assert rig.file("b", "cpu.weight") == "1"
+    for second in range(12, 16):
+        step(second, 0.0, 0.0)                           # quiet: batch gets its weight back
+    assert rig.file("b", "cpu.weight") == "100"
+    weights = [(a["numbers"]["weight"], a["reason"], a["trigger"]["source"]) for a in rig.actions("cpu_weight")]
+    assert weights == [(1, "cpu_contention", "poll"), (100, "contention_cleared", "periodic")]
