@@ -4,14 +4,20 @@ Budget for all batch on a node (service reservations from fresh samples)::
 
     B = max(min_batch_cpu · n_batch, C_cpu − Σ_service r_s)
 
-shared among batch workloads in proportion to their requests, each capped at its own limit
-(or at B when ``slack-cpu: allow`` lets it use idle capacity beyond its limit), and written as
-a CFS quota ``share × cfs_period_us`` (period 100,000 µs).
+shared among batch workloads in proportion to their requests, each capped at its own declared
+limit, and written as a CFS quota ``share × cfs_period_us`` (period 100,000 µs). A workload that
+declares no limit is capped at B when ``slack-cpu: allow`` (the default) lets it use idle
+capacity, and at its request when ``slack-cpu: deny``.
+
+This reconciles DESIGN §7 ("capped at its own limit, or at B when slack-cpu is allowed") with
+case C6, whose batch pod has slack-cpu allowed *and* a 1-core limit and whose quota must stop at
+that limit (100,000 µs): a declared limit always binds; slack-cpu decides only where none is
+declared.
 
 Worked example (case C6): C = 4 cores, service r_S = 3.6 cores, one batch pod B (request 1,
 limit 1, slack-cpu allowed): B = max(0.1, 4 − 3.6) = 0.4 core → quota 40,000 µs per 100,000 µs.
-When r_S decays to 2.5 cores, B = 1.5 core but B's share is capped at its limit of 1 core →
-100,000 µs. Throttling, never eviction, answers cpu contention.
+When r_S decays to 2.5 cores, B = 1.5 core but B's share is capped at its declared limit of
+1 core → 100,000 µs (slack-cpu allowed or not). Throttling, never eviction, answers cpu contention.
 """
 
 from __future__ import annotations
@@ -41,8 +47,8 @@ def batch_cpu_shares(budget_mcpu: float, request_mcpu: np.ndarray, limit_mcpu: n
                      period_us: int = 100_000) -> list[CpuShare]:
     """Split the batch budget among ``k`` batch workloads.
 
-    Shares are proportional to requests; a share above its cap (the limit, or the whole budget
-    when slack-cpu is allowed) is cut to the cap and the excess is redistributed to the others
+    Shares are proportional to requests; a share above its cap (the declared limit; without one,
+    the budget if slack-cpu is allowed, else the request) is cut to the cap and the excess is redistributed to the others
     (water-filling). Each share is at least ``min_batch_cpu`` so no batch workload is frozen.
 
     Args:
@@ -54,7 +60,9 @@ def batch_cpu_shares(budget_mcpu: float, request_mcpu: np.ndarray, limit_mcpu: n
         the kernel's minimum).
     """
     request = np.asarray(request_mcpu, dtype=np.float64)
-    cap = np.where(np.asarray(slack_cpu_allowed, dtype=bool), budget_mcpu, np.asarray(limit_mcpu, dtype=np.float64))
+    limit = np.asarray(limit_mcpu, dtype=np.float64)
+    undeclared_cap = np.where(np.asarray(slack_cpu_allowed, dtype=bool), budget_mcpu, request)
+    cap = np.where(np.isfinite(limit), np.minimum(limit, budget_mcpu), undeclared_cap)
     share = np.zeros_like(request)
     free = np.ones(len(request), dtype=bool)
     left = budget_mcpu

@@ -30,7 +30,7 @@ def plan(service_r: float, *, request: float = 3600, contended: bool = False, sl
 @pytest.mark.parametrize(("service_r", "slack", "quota_us"), [
     pytest.param(3600, True, 40_000, id="C6: max(0.1, 4 − 3.6) = 0.4 core → 40,000 µs"),
     pytest.param(1150, False, 100_000, id="C6 after decay: budget 2.85 capped at B's 1-core limit → 100,000 µs"),
-    pytest.param(1150, True, 285_000, id="slack-cpu allowed: the cap is the budget 2.85 cores → 285,000 µs"),
+    pytest.param(1150, True, 100_000, id="C6 literally (slack-cpu allowed): a declared limit still binds → 100,000 µs"),
     pytest.param(3990, True, 10_000, id="floor min_batch_cpu 0.1 core → 10,000 µs"),
 ])
 def test_batch_cpu_plan(service_r: float, slack: bool, quota_us: int) -> None:
@@ -39,10 +39,12 @@ def test_batch_cpu_plan(service_r: float, slack: bool, quota_us: int) -> None:
 
 
 def test_contended_service_claims_its_request() -> None:
-    # r = 2.0 cores measured under contention, q = 3.6: uncontended claim 2.0 → budget 2.0 cores;
+    # r = 2.0 cores measured under contention, q = 3.6: uncontended claim 2.0 → budget 2.0 cores
+    # (a batch pod without a declared limit, slack-cpu allowed, takes the whole budget);
     # contended claim max(2.0, 3.6) = 3.6 → budget 0.4 core, and batch drops to the minimum weight
-    assert plan(2000).shares[0].quota_us == 200_000 and not plan(2000).batch_weight_minimum
-    contended = plan(2000, contended=True)
+    uncontended = plan(2000, limit=np.inf)
+    assert uncontended.shares[0].quota_us == 200_000 and not uncontended.batch_weight_minimum
+    contended = plan(2000, contended=True, limit=np.inf)
     assert contended.shares[0].quota_us == 40_000 and contended.batch_weight_minimum
     claims = service_cpu_claims_mcpu(np.array([500.0, 2000.0]), np.array([1000.0, 1000.0]), np.array([True, True]))
     assert claims.tolist() == [1000.0, 2000.0]

@@ -29,7 +29,22 @@ def test_shares_proportional_to_requests_with_caps_redistributed() -> None:
     shares = batch_cpu_shares(3000, np.array([1000.0, 3000.0]), np.array([500.0, 4000.0]),
                               np.array([False, False]), min_batch_cpu_mcpu=100)
     assert [s.share_mcpu for s in shares] == pytest.approx([500.0, 2500.0])
-    # slack-cpu allowed: the cap is the whole budget instead of the limit
+    # a declared limit binds whatever slack-cpu says (case C6)
     shares = batch_cpu_shares(3000, np.array([1000.0, 3000.0]), np.array([500.0, 4000.0]),
                               np.array([True, False]), min_batch_cpu_mcpu=100)
-    assert [s.share_mcpu for s in shares] == pytest.approx([750.0, 2250.0])
+    assert [s.share_mcpu for s in shares] == pytest.approx([500.0, 2500.0])
+
+
+@pytest.mark.parametrize(
+    ("allowed", "shares_mcpu"),
+    [
+        # no limit declared: allowed → capped only by the budget: 3 cores split 1 : 1 → 1.5 + 1.5
+        pytest.param(True, [1500.0, 1500.0], id="no limit, slack-cpu allow: proportional share of the budget"),
+        # deny → capped at its request 1 core; the other takes the remaining 2 cores
+        pytest.param(False, [1000.0, 2000.0], id="no limit, slack-cpu deny: capped at the request"),
+    ],
+)
+def test_undeclared_limit_follows_slack_cpu(allowed: bool, shares_mcpu: list[float]) -> None:
+    shares = batch_cpu_shares(3000, np.array([1000.0, 1000.0]), np.array([np.inf, np.inf]),
+                              np.array([allowed, True]), min_batch_cpu_mcpu=100)
+    assert [s.share_mcpu for s in shares] == pytest.approx(shares_mcpu)
