@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "kalena_web.archive",
     "kalena_web.ledger",
     "kalena_web.console",
+    "kalena_web.control",
 ]
 
 MIDDLEWARE = [
@@ -158,3 +159,39 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("KALENA_LOG_LEVEL", "WARNING")},
 }
+
+# --- Control plane (DESIGN §1, §8): Celery loops, Channels, locks -------------------------------
+# Embedded default (REDIS_URL unset): in-memory channel layer, Celery tasks run eagerly in the
+# calling process and the periodic loops run on a thread of the serving process
+# (kalena_web.control.embedded); locks live in the process-local cache. Production (REDIS_URL
+# set, e.g. redis://redis:6379/0): Redis is the Celery broker, the channel layer and the lock
+# store; loops run on Celery workers, scheduled by Celery beat.
+#   REDIS_URL: Redis URL; unset = embedded.
+#   KALENA_ESTIMATION_SHARDS: node shards for the estimation loop (default 16).
+#   KALENA_ORCHESTRATOR: fake | kubernetes | docker | swarm (default fake).
+REDIS_URL = os.environ.get("REDIS_URL", "")
+EMBEDDED = not REDIS_URL
+
+if EMBEDDED:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "kalena"}}
+    CELERY_BROKER_URL = "memory://"
+    CELERY_TASK_ALWAYS_EAGER = True
+    CELERY_TASK_EAGER_PROPAGATES = True
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 30}}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_TASK_ALWAYS_EAGER = False
+
+CELERY_TASK_ACKS_LATE = True               # a task is acknowledged only after it ran
+CELERY_TASK_REJECT_ON_WORKER_LOST = True   # … and redelivered if its worker died mid-task
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+
+KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
+KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import bench, replay
+from kalena_web.cli import bench, cluster, replay
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     replay.add_parser(commands)
     bench.add_parser(commands)
+    cluster.add_parser(commands)
     return parser
 
 

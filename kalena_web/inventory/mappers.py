@@ -71,3 +71,30 @@ def tasks_from_replay(cluster: Cluster, replay: Replay) -> list[Workload]:
         )
         for i in range(len(tasks))
     ]
+
+
+def nodes_from_ir(cluster: Cluster, infra, capacity: np.ndarray, active: np.ndarray) -> list[Node]:
+    """Unsaved :class:`Node` rows of a live cluster from a Kuberina infrastructure (row order)."""
+    return [
+        Node(cluster=cluster, row=i, name=spec.name, zone=spec.zone, rack=spec.rack, labels=dict(spec.labels),
+             taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints],
+             allocatable=spec.allocatable.tolist(), capacity=capacity[i].tolist(),
+             active=bool(active[i]), takes_batch=True)
+        for i, spec in enumerate(infra.nodes)
+    ]
+
+
+def production_from_ir(cluster: Cluster, workloads, node_of_pod: np.ndarray, nodes: Sequence[Node],
+                       limit_ratio: float) -> list[Workload]:
+    """Unsaved production :class:`Workload` rows for the blueprint's placed pods."""
+    rows = []
+    for i, pod in enumerate(workloads.pods):
+        if node_of_pod[i] < 0:
+            continue
+        limit = pod.limits if pod.limits is not None else pod.requests * limit_ratio
+        rows.append(Workload(
+            cluster=cluster, kind=Workload.PRODUCTION, row=len(rows), name=pod.id, namespace=pod.namespace,
+            owner=pod.declaration, tier="service", priority=pod.priority, node=nodes[int(node_of_pod[i])],
+            instances=1, request=pod.requests.tolist(), limit=limit.tolist(), labels=dict(pod.labels),
+        ))
+    return rows

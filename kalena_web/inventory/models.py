@@ -15,13 +15,28 @@ from kalena_web.inventory.fields import ResourceVectorField
 class Cluster(models.Model):
     """A set of nodes and the workloads placed on them.
 
+    ``kind`` is ``replay`` for the cluster a recorded replay ran on (one per run) and ``live``
+    for a cluster the control plane runs (imported from Kuberina IR, fed by node agents; its
+    name is unique among live clusters).
+
     ``name`` is the infrastructure's name (e.g. ``irina-186-3d``); ``sources`` maps input kind
     (infra, workloads, blueprint, usage_dir, batch_trace) to the file it came from.
     """
 
+    REPLAY = "replay"
+    LIVE = "live"
+    KINDS = [(REPLAY, "recorded replay"), (LIVE, "live cluster")]
+
     name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=KINDS, default=REPLAY)
     sources = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name"], condition=models.Q(kind="live"),
+                                    name="inventory_cluster_unique_live_name"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -65,6 +80,8 @@ class Workload(models.Model):
     the declaration or job. ``row`` is the position in the engine's production-pod or task
     axis. Vectors are per instance: ``request``, ``limit`` and, for batch (whose usage the trace
     does not record and the replay models as a fraction of the request), ``usage``.
+    Live clusters also keep ``labels`` (DESIGN §4: tier, priority, slack-cpu, …) and ``start_s``
+    (Unix seconds; None = running since before Kalena saw it, so no startup grace).
     """
 
     PRODUCTION = "production"
@@ -86,6 +103,8 @@ class Workload(models.Model):
     request = ResourceVectorField()
     limit = ResourceVectorField()
     usage = ResourceVectorField(null=True, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    start_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster", "kind", "row"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from django.db import models
 
 from kalena_web.archive.models import Run
-from kalena_web.inventory.models import Node
+from kalena_web.inventory.fields import ResourceVectorField
+from kalena_web.inventory.models import Node, Workload
 
 
 class NodeLedger(models.Model):
@@ -46,3 +47,39 @@ class NodeLedger(models.Model):
 
     class Meta:
         ordering = ["node__row"]
+
+
+class WorkloadReservation(models.Model):
+    """The live estimator state of one workload (DESIGN §5), updated by the estimation loop.
+
+    ``value`` is r after the last update (internal units); ``updated_s`` and ``last_sample_s``
+    are Unix seconds (``last_sample_s`` None = never sampled: the ledgers read ``max(r, q)``);
+    ``last_usage`` is the newest sample's usage vector.
+    """
+
+    workload = models.OneToOneField(Workload, on_delete=models.CASCADE, related_name="reservation")
+    value = ResourceVectorField()
+    updated_s = models.FloatField()
+    last_sample_s = models.FloatField(null=True, blank=True)
+    last_usage = ResourceVectorField(null=True, blank=True)
+
+
+class LiveNodeLedger(models.Model):
+    """One live node's ledgers as of ``updated_s`` (DESIGN §6), vectors in internal units.
+
+    ``version`` increases with every change; a binding computed against an older version is
+    stale (optimistic concurrency, DESIGN §9). ``stale`` is set when the node's freshest sample
+    is older than T_stale: its reservations then read ``max(r, q)`` and it takes no new batch.
+    """
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="live_ledger")
+    version = models.PositiveBigIntegerField(default=0)
+    capacity = ResourceVectorField()
+    prod_request = ResourceVectorField()
+    prod_reservation = ResourceVectorField()
+    batch_request = ResourceVectorField()
+    batch_reservation = ResourceVectorField()
+    usage = ResourceVectorField()
+    last_sample_s = models.FloatField(null=True, blank=True)
+    stale = models.BooleanField(default=True)
+    updated_s = models.FloatField(default=0.0)

@@ -1,0 +1,1 @@
+"""Control: the live control plane's node conditions, loop locks and schedules (DESIGN §8)."""

@@ -1,0 +1,38 @@
+"""Live node conditions and the control loops' bookkeeping (DESIGN §8)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from kalena_web.inventory.models import Cluster, Node
+
+
+class NodeCondition(models.Model):
+    """Whether a live node may take batch, and why not (shown in the console and the API).
+
+    ``slack_ineligible_until_s`` (Unix s) is set by escalation for a cooldown;
+    ``pressure_since_s`` is the start of the node's current unbroken non-compressible pressure
+    episode with Σ r > C (from the agent's reports), None when there is none.
+    """
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="condition")
+    ready = models.BooleanField(default=True)
+    pressure_since_s = models.FloatField(null=True, blank=True)
+    slack_ineligible_until_s = models.FloatField(default=0.0)
+    ineligible_reason = models.CharField(max_length=300, blank=True)
+    updated_s = models.FloatField(default=0.0)
+
+
+class LoopRun(models.Model):
+    """One run of a control loop, for the operator: what ran, when, for how long, what it did."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="loop_runs", null=True, blank=True)
+    loop = models.CharField(max_length=40)
+    started_s = models.FloatField()
+    finished_s = models.FloatField()
+    outcome = models.CharField(max_length=20)   # done | skipped (lock held) | failed
+    detail = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [models.Index(fields=["loop", "-started_s"], name="control_looprun_recent")]
+        ordering = ["-started_s"]

@@ -1,0 +1,76 @@
+"""Control-plane writes (keyword-only arguments, ``<entity>_<action>``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import transaction
+
+from kalena_engine.errors import BlueprintRefused
+from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
+from kalena_engine.ledger import node_sum
+from kalena_engine.policy import Policy
+from kalena_web.control.models import NodeCondition
+from kalena_web.inventory import mappers
+from kalena_web.inventory.models import Cluster, Node, Workload
+from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
+
+
+class ClusterExists(BlueprintRefused):
+    """A live cluster of that name exists already."""
+
+
+@dataclass(frozen=True)
+class ImportedCluster:
+    cluster: Cluster
+    nodes: int
+    production: int
+    soft_violations: int
+
+
+def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workloads, blueprint: Blueprint,
+                        now_s: float, policy: Policy | None = None) -> ImportedCluster:
+    """Create a live cluster from Kuberina IR: nodes at post-Phase-0 capacity, the blueprint's
+    production pods with ``r = q`` (Kalena has no history yet), their ledgers, and node
+    conditions. All-or-nothing.
+
+    Raises:
+        ClusterExists: a live cluster called ``name`` exists.
+        BlueprintRefused: the blueprint has hard violations (DESIGN §3) — listed by kind.
+    """
+    policy = policy or Policy()
+    if Cluster.objects.filter(kind=Cluster.LIVE, name=name).exists():
+        raise ClusterExists(f"a live cluster named {name!r} exists already", field="name",
+                            accepted="a new name, or delete the old cluster first")
+    capacity = phase0_capacity(infra)
+    report = verify_blueprint(infra, workloads, blueprint, capacity)
+    if report.hard:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.hard_counts.items()))
+        raise BlueprintRefused(f"the blueprint has {len(report.hard)} hard violation(s): {kinds}",
+                               source=blueprint.source, field="solution",
+                               accepted="a blueprint with no hard violations (see `kalena replay` for the list)")
+    active = np.zeros(len(infra.nodes), dtype=bool)
+    active[report.active_nodes] = True
+    with transaction.atomic():
+        cluster = Cluster.objects.create(name=name, kind=Cluster.LIVE, sources={
+            "infra": infra.source, "workloads": workloads.source, "blueprint": blueprint.source})
+        nodes = Node.objects.bulk_create(mappers.nodes_from_ir(cluster, infra, capacity, active), batch_size=500)
+        production = Workload.objects.bulk_create(
+            mappers.production_from_ir(cluster, workloads, report.node_of_pod, nodes,
+                                       policy.estimator.limit_ratio), batch_size=1000)
+        WorkloadReservation.objects.bulk_create(
+            [WorkloadReservation(workload=w, value=w.request, updated_s=now_s) for w in production], batch_size=1000)
+        placed = report.node_of_pod[report.node_of_pod >= 0]
+        requests = workloads.requests[report.node_of_pod >= 0]
+        prod_request = node_sum(placed, requests, len(nodes))
+        zeros = np.zeros(8).tolist()
+        LiveNodeLedger.objects.bulk_create([
+            LiveNodeLedger(node=node, capacity=capacity[i].tolist(), prod_request=prod_request[i].tolist(),
+                           prod_reservation=prod_request[i].tolist(), batch_request=zeros,
+                           batch_reservation=zeros, usage=zeros, stale=True, updated_s=now_s)
+            for i, node in enumerate(nodes)
+        ], batch_size=500)
+        NodeCondition.objects.bulk_create([NodeCondition(node=node, updated_s=now_s) for node in nodes], batch_size=500)
+    return ImportedCluster(cluster=cluster, nodes=len(nodes), production=len(production),
+                           soft_violations=len(report.soft))
