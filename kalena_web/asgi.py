@@ -1,9 +1,22 @@
-"""ASGI entry point (Daphne: ``daphne kalena_web.asgi:application``)."""
+"""ASGI entry point for HTTP and WebSockets (Daphne: ``daphne kalena_web.asgi:application``).
+
+WebSocket routes come from each app's ``routing.py``: node agents authenticate with their
+per-node bearer token and send no Origin header; console pages use the session and must come
+from an allowed host (the console's routes wrap themselves accordingly).
+"""
 
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kalena_web.settings")
+django_http = get_asgi_application()  # sets Django up before the routing modules import models
 
-application = get_asgi_application()
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+
+from kalena_web.console.routing import websocket_urlpatterns as console_routes  # noqa: E402
+
+application = ProtocolTypeRouter({
+    "http": django_http,
+    "websocket": URLRouter([*console_routes]),
+})
