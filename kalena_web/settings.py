@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "kalena_web.ledger",
     "kalena_web.console",
     "kalena_web.control",
+    "kalena_web.telemetry",
 ]
 
 MIDDLEWARE = [
@@ -195,3 +196,27 @@ CELERY_TIMEZONE = "UTC"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
+
+# --- Telemetry ingest and estimation (kalena_web.telemetry, kalena_web.ledger.estimation) -------
+# Every limit below is a setting so an operator can see and change it; docs/control-plane-ingest.md.
+#   KALENA_INGEST_MAX_BATCH_SAMPLES: samples kept from one `samples` message; the rest are
+#       rejected as `oversize_batch` (default 2000).
+#   KALENA_INGEST_MAX_FRAME_BYTES: a frame larger than this is refused unread (default 8 MiB).
+#   KALENA_INGEST_MAX_FUTURE_S: a sample stamped further ahead of the server clock is `future` (120).
+#   KALENA_INGEST_MAX_AGE_S: a sample older than this is `too_old` (default 7 days).
+#   KALENA_INGEST_MAX_USAGE_RATIO: usage above this × the node's allocatable is `out_of_range` (4).
+#   KALENA_INGEST_FLUSH_S: group-commit window of the ingest writer (default 0.05 s).
+#   KALENA_INGEST_FLUSH_MAX_SAMPLES: a group commit holds at most this many samples (20000).
+#   KALENA_ESTIMATION_LOCK_TTL_S: TTL of a shard's estimation lock (default 60 s).
+#   KALENA_ESTIMATION_MAX_BATCHES: batches one estimation transaction takes (default 2000).
+#   KALENA_ESTIMATION_BUDGET_S: a task re-queues itself after this long with work left (5 s).
+KALENA_INGEST_MAX_BATCH_SAMPLES = int(os.environ.get("KALENA_INGEST_MAX_BATCH_SAMPLES", "2000"))
+KALENA_INGEST_MAX_FRAME_BYTES = int(os.environ.get("KALENA_INGEST_MAX_FRAME_BYTES", str(8 * 1024 * 1024)))
+KALENA_INGEST_MAX_FUTURE_S = float(os.environ.get("KALENA_INGEST_MAX_FUTURE_S", "120"))
+KALENA_INGEST_MAX_AGE_S = float(os.environ.get("KALENA_INGEST_MAX_AGE_S", str(7 * 86400)))
+KALENA_INGEST_MAX_USAGE_RATIO = float(os.environ.get("KALENA_INGEST_MAX_USAGE_RATIO", "4"))
+KALENA_INGEST_FLUSH_S = float(os.environ.get("KALENA_INGEST_FLUSH_S", "0.05"))
+KALENA_INGEST_FLUSH_MAX_SAMPLES = int(os.environ.get("KALENA_INGEST_FLUSH_MAX_SAMPLES", "20000"))
+KALENA_ESTIMATION_LOCK_TTL_S = float(os.environ.get("KALENA_ESTIMATION_LOCK_TTL_S", "60"))
+KALENA_ESTIMATION_MAX_BATCHES = int(os.environ.get("KALENA_ESTIMATION_MAX_BATCHES", "2000"))
+KALENA_ESTIMATION_BUDGET_S = float(os.environ.get("KALENA_ESTIMATION_BUDGET_S", "5"))

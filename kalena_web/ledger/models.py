@@ -83,3 +83,30 @@ class LiveNodeLedger(models.Model):
     last_sample_s = models.FloatField(null=True, blank=True)
     stale = models.BooleanField(default=True)
     updated_s = models.FloatField(default=0.0)
+
+
+class EstimationRun(models.Model):
+    """One estimation run over one node shard (DESIGN §8; :mod:`kalena_web.ledger.estimation`).
+
+    It consumed ``batches`` stored sample batches (``samples`` samples, ids
+    ``first_sample_id``–``last_sample_id``; ``applied`` of them moved a reservation — the rest
+    were older than the workload's last sample or no longer on the node) and recomputed
+    ``nodes`` node ledgers. ``applied_s`` is just before its commit, ``committed_s`` just after
+    (NULL if the worker died in between); ``max_lag_s`` = ``applied_s`` − the oldest consumed
+    batch's send time. Unix seconds.
+    """
+
+    shard = models.PositiveSmallIntegerField()
+    started_s = models.FloatField()
+    applied_s = models.FloatField()
+    committed_s = models.FloatField(null=True, blank=True)
+    batches = models.PositiveIntegerField(default=0)
+    samples = models.PositiveIntegerField(default=0)
+    applied = models.PositiveIntegerField(default=0)
+    nodes = models.PositiveIntegerField(default=0)
+    first_sample_id = models.BigIntegerField(null=True, blank=True)
+    last_sample_id = models.BigIntegerField(null=True, blank=True)
+    max_lag_s = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["shard", "-id"], name="ledger_estimationrun_recent")]
