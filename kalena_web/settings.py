@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "kalena_web.ledger",
     "kalena_web.console",
     "kalena_web.control",
+    "kalena_web.scheduling",
     "kalena_web.telemetry",
 ]
 

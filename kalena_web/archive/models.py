@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from kalena_web.inventory.fields import ResourceVectorField
 from kalena_web.inventory.models import Cluster, Node, Workload
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -160,3 +161,74 @@ class TaskOutcome(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["run", "evicted"], name="archive_outcome_evicted")]
+
+
+# --- The live usage archive (DESIGN §3 export, §8 archive loop, §9 why-evicted) ------------------
+
+
+class EvictionRecord(models.Model):
+    """Why one live workload was evicted (DESIGN §9 "why evicted").
+
+    ``cause``: ``limit_breach`` | ``priority`` (the agent's local mitigation) or ``escalation``
+    (a drain). ``detail`` holds the node condition (dimension, working set, capacity, Σ r before
+    and after, acute), whose reservations rose before it (workload, from, to), the priority
+    comparison with the batch left on the node, and whether the limit-breach override applied.
+    ``source_key`` makes recording idempotent (the agent's event id, or the drain's).
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="eviction_records")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="eviction_records")
+    workload = models.ForeignKey(Workload, on_delete=models.SET_NULL, null=True, blank=True,
+                                 related_name="eviction_records")
+    workload_name = models.CharField(max_length=300)
+    time_s = models.FloatField()
+    cause = models.CharField(max_length=20)
+    tier = models.CharField(max_length=16, default="batch")
+    priority = models.IntegerField(default=0)
+    dimension = models.CharField(max_length=16, blank=True)
+    detail = models.JSONField(default=dict)
+    source_key = models.CharField(max_length=120, unique=True)
+
+    class Meta:
+        ordering = ["-time_s"]
+        indexes = [models.Index(fields=["cluster", "-time_s"], name="archive_eviction_recent"),
+                   models.Index(fields=["node", "-time_s"], name="archive_eviction_node")]
+
+
+class UsageRollup(models.Model):
+    """One bucket of a live workload's or node's series at a resolution (``1m`` or ``1h``).
+
+    Workload rows: ``usage_mean``/``usage_peak`` over the bucket's samples, ``reservation`` the
+    reservation at the bucket's end raised to ``min(L, μ · peak usage)`` (so a rise inside the
+    bucket is not lost), ``above_request``/``above_limit`` samples with usage above the request /
+    limit on any dimension. Node rows: sums over the node's workloads, plus ``batch_request``
+    (Σ q of bound batch) and ``prod_reservation``. Vectors ``(8,)`` in internal units.
+    """
+
+    MINUTE, HOUR = "1m", "1h"
+    WIDTH_S = {MINUTE: 60.0, HOUR: 3600.0}
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="rollups", db_index=False)
+    resolution = models.CharField(max_length=2)
+    bucket_s = models.FloatField()
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, null=True, blank=True, related_name="rollups",
+                                 db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True, related_name="rollups",
+                             db_index=False)
+    samples = models.PositiveIntegerField(default=0)
+    usage_mean = ResourceVectorField()
+    usage_peak = ResourceVectorField()
+    reservation = ResourceVectorField()
+    batch_request = ResourceVectorField(null=True, blank=True)
+    prod_reservation = ResourceVectorField(null=True, blank=True)
+    above_request = models.PositiveIntegerField(default=0)
+    above_limit = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["resolution", "workload", "bucket_s"], name="archive_rollup_workload",
+                                    condition=models.Q(workload__isnull=False)),
+            models.UniqueConstraint(fields=["resolution", "node", "bucket_s"], name="archive_rollup_node",
+                                    condition=models.Q(node__isnull=False)),
+        ]
+        indexes = [models.Index(fields=["cluster", "resolution", "bucket_s"], name="archive_rollup_time")]

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import bench, cluster, replay
+from kalena_web.cli import bench, cluster, replay, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(commands)
     bench.add_parser(commands)
     cluster.add_parser(commands)
+    serve.add_parser(commands)
     return parser
 
 

@@ -12,7 +12,9 @@ class NodeCondition(models.Model):
 
     ``slack_ineligible_until_s`` (Unix s) is set by escalation for a cooldown;
     ``pressure_since_s`` is the start of the node's current unbroken non-compressible pressure
-    episode with Σ r > C (from the agent's reports), None when there is none.
+    episode with Σ r > C (from the agent's reports), None when there is none. ``volatility`` is
+    σ of the node's production reservation over capacity in the last hour (the archive loop
+    keeps it; the scheduler's volatility penalty reads it).
     """
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="condition")
@@ -20,6 +22,7 @@ class NodeCondition(models.Model):
     pressure_since_s = models.FloatField(null=True, blank=True)
     slack_ineligible_until_s = models.FloatField(default=0.0)
     ineligible_reason = models.CharField(max_length=300, blank=True)
+    volatility = models.FloatField(default=0.0)
     updated_s = models.FloatField(default=0.0)
 
 
@@ -36,3 +39,18 @@ class LoopRun(models.Model):
     class Meta:
         indexes = [models.Index(fields=["loop", "-started_s"], name="control_looprun_recent")]
         ordering = ["-started_s"]
+
+
+class Escalation(models.Model):
+    """One escalation (DESIGN §8): the node's batch was drained and the node made
+    slack-ineligible until ``until_s``. ``reason``: ``not_converged`` | ``eviction_storm``."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="escalations")
+    time_s = models.FloatField()
+    reason = models.CharField(max_length=30)
+    detail = models.CharField(max_length=300)
+    drained = models.JSONField(default=list)
+    until_s = models.FloatField()
+
+    class Meta:
+        ordering = ["-time_s"]

@@ -74,3 +74,12 @@ def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workload
         NodeCondition.objects.bulk_create([NodeCondition(node=node, updated_s=now_s) for node in nodes], batch_size=500)
     return ImportedCluster(cluster=cluster, nodes=len(nodes), production=len(production),
                            soft_violations=len(report.soft))
+
+
+def loop_run_record(*, loop: str, cluster: Cluster | None, started_s: float, finished_s: float, outcome: str,
+                    detail: dict) -> None:
+    """Record one loop run for the operator (kept for a day by the archive loop)."""
+    from kalena_web.control.models import LoopRun
+
+    LoopRun.objects.create(loop=loop, cluster=cluster, started_s=started_s, finished_s=finished_s,
+                           outcome=outcome, detail=detail)

@@ -96,5 +96,6 @@ def production_from_ir(cluster: Cluster, workloads, node_of_pod: np.ndarray, nod
             cluster=cluster, kind=Workload.PRODUCTION, row=len(rows), name=pod.id, namespace=pod.namespace,
             owner=pod.declaration, tier="service", priority=pod.priority, node=nodes[int(node_of_pod[i])],
             instances=1, request=pod.requests.tolist(), limit=limit.tolist(), labels=dict(pod.labels),
+            constraints={"anti_affinity": list(pod.anti_affinity)} if pod.anti_affinity else {},
         ))
     return rows

@@ -80,8 +80,10 @@ class Workload(models.Model):
     the declaration or job. ``row`` is the position in the engine's production-pod or task
     axis. Vectors are per instance: ``request``, ``limit`` and, for batch (whose usage the trace
     does not record and the replay models as a fraction of the request), ``usage``.
-    Live clusters also keep ``labels`` (DESIGN §4: tier, priority, slack-cpu, …) and ``start_s``
-    (Unix seconds; None = running since before Kalena saw it, so no startup grace).
+    Live clusters also keep ``labels`` (DESIGN §4: tier, priority, slack-cpu, …), placement
+    ``constraints`` (``anti_affinity``: Kuberina pod ids; for batch also ``node_selector``,
+    ``tolerations``, ``anti_affinity_terms``, ``spread``) and ``start_s`` (Unix seconds; None =
+    running since before Kalena saw it, so no startup grace).
     """
 
     PRODUCTION = "production"
@@ -104,6 +106,7 @@ class Workload(models.Model):
     limit = ResourceVectorField()
     usage = ResourceVectorField(null=True, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    constraints = models.JSONField(default=dict, blank=True)
     start_s = models.FloatField(null=True, blank=True)
 
     class Meta:

@@ -1,0 +1,1 @@
+"""Scheduling: live batch pods, the scheduling loop and why-pending (DESIGN §9)."""

@@ -1,0 +1,125 @@
+"""Scheduling REST API (one ninja ``Router``): submit batch, list it, why-pending, delete.
+
+Quantities in requests are Kuberina resource blocks in IR units (``{"cpu": 0.5, "ram": "2Gi"}``,
+parsed by the planner's rules); answers give IR units too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from django.http import HttpRequest
+from ninja import Router, Schema, Status
+from ninja.errors import HttpError
+
+from kalena_engine.errors import InputError
+from kalena_engine.kuberina.fields import parse_resource_block
+from kalena_engine.kuberina.yamlio import Where
+from kalena_engine.resources import DIMS, to_ir_block
+from kalena_web.inventory.models import Cluster
+from kalena_web.scheduling import selectors, services
+from kalena_web.scheduling.models import BatchPod
+
+router = Router(tags=["scheduling"])
+
+
+class BatchIn(Schema):
+    name: str
+    owner: str = ""
+    request: dict[str, Any]
+    limit: dict[str, Any] | None = None
+    priority: int = 0
+    labels: dict[str, str] = {}
+    constraints: dict[str, Any] = {}
+    image: str = ""
+    command: list[str] = []
+    gang: str = ""
+    min_member: int | None = None
+
+
+class BatchOut(Schema):
+    name: str
+    owner: str
+    state: str
+    node: str | None
+    priority: int
+    request: dict[str, Any]
+    submitted_s: float
+    queued_s: float
+    bound_s: float | None
+    requeues: int
+    binding: str | None
+
+
+def _cluster(name: str) -> Cluster:
+    try:
+        return selectors.live_cluster(name=name)
+    except Cluster.DoesNotExist:
+        raise HttpError(404, f"no live cluster named {name!r}") from None
+
+
+def _block(raw: dict[str, Any] | None, field: str) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    vector = parse_resource_block(raw, Where("request body", field), capacity=False)
+    return {DIMS[i]: float(v) for i, v in enumerate(vector) if v}
+
+
+def _out(pod: BatchPod) -> BatchOut:
+    w = pod.workload
+    why = selectors.why_pending(pod=pod)
+    return BatchOut(name=w.name, owner=w.owner, state=pod.state, node=w.node.name if w.node_id else None,
+                    priority=w.priority, request=to_ir_block(np.asarray(w.request)), submitted_s=pod.submitted_s,
+                    queued_s=pod.queued_s, bound_s=pod.bound_s, requeues=pod.requeues,
+                    binding=why.binding if why else None)
+
+
+@router.post("/clusters/{cluster}/batch", response={201: BatchOut}, summary="Queue a batch pod")
+def submit(request: HttpRequest, cluster: str, body: BatchIn):
+    c = _cluster(cluster)
+    try:
+        pod = services.batch_submit(
+            cluster=c, name=body.name, owner=body.owner, request=_block(body.request, "request"),
+            limit=_block(body.limit, "limit"), priority=body.priority, labels=body.labels,
+            constraints=body.constraints, image=body.image, command=body.command, gang=body.gang,
+            min_member=body.min_member, now_s=time.time())
+    except InputError as exc:
+        raise HttpError(400, str(exc)) from None
+    return Status(201, _out(selectors.batch_pod(cluster=c, name=pod.workload.name)))
+
+
+@router.get("/clusters/{cluster}/batch", response=list[BatchOut], summary="Batch pods, oldest first")
+def batch_list(request: HttpRequest, cluster: str, state: str = "pending"):
+    if state not in dict(BatchPod.STATES):
+        raise HttpError(400, f"unknown state {state!r}; accepted: {', '.join(dict(BatchPod.STATES))}")
+    c = _cluster(cluster)
+    pods = (BatchPod.objects.filter(cluster=c, state=state).select_related("workload", "workload__node", "why_pending")
+            .order_by("queued_s", "id"))
+    return [_out(p) for p in pods]
+
+
+@router.get("/clusters/{cluster}/batch/{path:name}/why-pending", summary="Why a batch pod is pending")
+def why_pending(request: HttpRequest, cluster: str, name: str):
+    c = _cluster(cluster)
+    try:
+        pod = selectors.batch_pod(cluster=c, name=name)
+    except BatchPod.DoesNotExist:
+        raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+    why = selectors.why_pending(pod=pod)
+    if pod.state != BatchPod.PENDING or why is None:
+        raise HttpError(404, f"{name!r} is {pod.state}" + ("" if pod.state != BatchPod.PENDING
+                                                          else " and has not been through a scheduling pass yet"))
+    return {"pod": name, "time_s": why.time_s, **why.record}
+
+
+@router.delete("/clusters/{cluster}/batch/{path:name}", response={204: None}, summary="Delete a batch pod")
+def delete(request: HttpRequest, cluster: str, name: str):
+    c = _cluster(cluster)
+    try:
+        pod = selectors.batch_pod(cluster=c, name=name)
+    except BatchPod.DoesNotExist:
+        raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+    services.batch_finish(pod=pod, now_s=time.time(), state=BatchPod.DELETED)
+    return Status(204, None)

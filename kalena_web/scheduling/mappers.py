@@ -1,0 +1,206 @@
+"""The only place scheduling rows become engine placement types (and back).
+
+Rows → :class:`~kalena_engine.placement.ClusterSnapshot` (nodes, slack, versions, conditions,
+residents, recent evictions) and :class:`~kalena_engine.placement.PendingBatch` (pending pods
+grouped into entries of identical pods: same owner, template and request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kalena_engine.errors import InputError
+from kalena_engine.kuberina.model import Taint, Toleration
+from kalena_engine.placement import (
+    AntiAffinityTerm, BatchResidents, BatchTemplate, ClusterSnapshot, Evictions, Gang, LabelSelector,
+    NodeTable, PendingBatch, ProductionPods, Requirement, SpreadConstraint,
+)
+from kalena_engine.resources import GPU
+from kalena_web.inventory.mappers import vector
+
+# -- constraints (JSON) → engine types ------------------------------------------------------------
+
+
+def label_selector(raw: Mapping[str, Any] | None, field: str) -> LabelSelector:
+    """Kubernetes ``{matchLabels, matchExpressions}`` → :class:`LabelSelector`.
+
+    Raises:
+        InputError: a malformed selector, naming ``field``.
+    """
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise InputError("a label selector must be a mapping", field=field, accepted="{matchLabels, matchExpressions}")
+    labels = raw.get("matchLabels") or {}
+    expressions = []
+    for i, item in enumerate(raw.get("matchExpressions") or []):
+        if not isinstance(item, Mapping) or "key" not in item or "operator" not in item:
+            raise InputError("an expression needs key and operator", field=f"{field}.matchExpressions[{i}]",
+                             accepted="{key, operator: In|NotIn|Exists|DoesNotExist, values}")
+        expressions.append(Requirement(str(item["key"]), str(item["operator"]),
+                                       tuple(str(v) for v in item.get("values") or ())))
+    return LabelSelector.of({str(k): str(v) for k, v in labels.items()}, expressions=tuple(expressions))
+
+
+def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constraints: Mapping[str, Any],
+                min_member: int | None, member_id: str | None = None, image: str = "") -> BatchTemplate:
+    """A batch pod's :class:`BatchTemplate` from its stored labels and constraints.
+
+    Raises:
+        InputError: malformed constraints (the submit API rejects them before anything is stored).
+    """
+    tolerations = []
+    for i, t in enumerate(constraints.get("tolerations") or []):
+        if isinstance(t, str):
+            tolerations.append(Toleration(key=t))
+        elif isinstance(t, Mapping):
+            tolerations.append(Toleration(key=str(t.get("key", "")), operator=str(t.get("operator", "Exists")),
+                                          value=str(t.get("value", "")), effect=str(t.get("effect", ""))))
+        else:
+            raise InputError("a toleration is a key or a mapping", field=f"constraints.tolerations[{i}]")
+    terms = tuple(
+        AntiAffinityTerm(label_selector(term.get("labelSelector", term), f"constraints.anti_affinity_terms[{i}]"),
+                         topology_key=str(term.get("topologyKey", "kubernetes.io/hostname")),
+                         namespaces=tuple(term.get("namespaces") or ()))
+        for i, term in enumerate(constraints.get("anti_affinity_terms") or [])
+    )
+    spread = tuple(
+        SpreadConstraint(int(s.get("maxSkew", 1)), str(s.get("topologyKey", "zone")),
+                         label_selector(s["labelSelector"], f"constraints.spread[{i}].labelSelector")
+                         if s.get("labelSelector") else None)
+        for i, s in enumerate(constraints.get("spread") or [])
+    )
+    return BatchTemplate(
+        owner=owner, namespace=namespace, labels=dict(labels),
+        node_selector={str(k): str(v) for k, v in (constraints.get("node_selector") or {}).items()},
+        tolerations=tuple(tolerations), anti_affinity=terms,
+        anti_affinity_pods=tuple(constraints.get("anti_affinity") or ()), spread=spread,
+        member_ids=(member_id,) if member_id else (), min_member=min_member,
+    )
+
+
+# -- rows → snapshot ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """What the snapshot needs of one live node (read by a selector in one query)."""
+
+    id: int
+    name: str
+    zone: str
+    rack: str
+    labels: Mapping[str, str]
+    taints: Sequence[Mapping[str, str]]
+    takes_batch: bool
+    capacity: Sequence[float]
+    prod_request: Sequence[float]
+    prod_reservation: Sequence[float]
+    batch_request: Sequence[float]
+    batch_reservation: Sequence[float]
+    version: int
+    stale: bool
+    ready: bool
+    ineligible_until_s: float
+    volatility: float
+
+
+def node_table(rows: Sequence[NodeRow]) -> NodeTable:
+    return NodeTable(
+        names=tuple(r.name for r in rows), zone=tuple(r.zone for r in rows), rack=tuple(r.rack for r in rows),
+        labels=tuple(dict(r.labels) for r in rows),
+        taints=tuple(tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule")) for t in r.taints)
+                     for r in rows),
+        capacity=np.array([vector(r.capacity) for r in rows]).reshape(len(rows), 8),
+    )
+
+
+def snapshot(rows: Sequence[NodeRow], *, now_s: float, production: ProductionPods, batch: BatchResidents,
+             evictions: Evictions) -> ClusterSnapshot:
+    """The pass's :class:`ClusterSnapshot`: slack ``C − Σ r`` (GPU ``C − Σ q``) from the live
+    ledgers; a node is slack-eligible when it takes batch and no escalation cooldown runs."""
+    table = node_table(rows)
+    n = len(rows)
+
+    def stack(name: str) -> np.ndarray:
+        return np.array([vector(getattr(r, name)) for r in rows]).reshape(n, 8)
+
+    reserved = stack("prod_reservation") + stack("batch_reservation")
+    requested = stack("prod_request") + stack("batch_request")
+    slack = table.capacity - reserved
+    slack[:, GPU] = table.capacity[:, GPU] - requested[:, GPU]
+    return ClusterSnapshot(
+        nodes=table, slack=slack, version=np.array([r.version for r in rows], dtype=np.int64),
+        ready=np.array([r.ready for r in rows], dtype=bool),
+        telemetry_fresh=np.array([not r.stale for r in rows], dtype=bool),
+        slack_eligible=np.array([r.takes_batch and now_s >= r.ineligible_until_s for r in rows], dtype=bool),
+        has_production=requested[:, 0] > stack("batch_request")[:, 0],
+        has_batch=np.array([bool(vector(r.batch_request).any()) for r in rows], dtype=bool),
+        volatility=np.array([r.volatility for r in rows], dtype=np.float64),
+        now_s=now_s, production=production, batch=batch, evictions=evictions,
+    )
+
+
+@dataclass(frozen=True)
+class PendingRow:
+    """One pending batch pod as the queue reads it."""
+
+    pod_id: int
+    name: str
+    namespace: str
+    owner: str
+    labels: Mapping[str, str]
+    constraints: Mapping[str, Any]
+    request: Sequence[float]
+    priority: int
+    queued_s: float
+    gang: str
+    min_member: int | None
+
+
+def pending_batch(rows: Sequence[PendingRow]) -> tuple[PendingBatch, list[list[int]]]:
+    """Group identical pending pods into entries; returns the batch and, per entry, the pod
+    ids in queue order (bindings of ``count`` pods take the first ``count``)."""
+    templates: dict[tuple, int] = {}
+    template_list: list[BatchTemplate] = []
+    gangs: dict[str, int] = {}
+    gang_list: list[Gang] = []
+    entries: dict[tuple, int] = {}
+    pods: list[list[int]] = []
+    ids, tmpl, req, prio, queued, gang = [], [], [], [], [], []
+    for row in rows:
+        key_t = (row.owner, row.namespace, repr(sorted(row.labels.items())), repr(row.constraints), row.min_member,
+                 row.name if row.constraints.get("anti_affinity") else None)
+        if key_t not in templates:
+            templates[key_t] = len(template_list)
+            template_list.append(template_of(owner=row.owner, namespace=row.namespace, labels=row.labels,
+                                             constraints=row.constraints,
+                                             min_member=None if row.gang else row.min_member))
+        g = -1
+        if row.gang:
+            if row.gang not in gangs:
+                gangs[row.gang] = len(gang_list)
+                gang_list.append(Gang(row.gang, row.min_member or 1))
+            g = gangs[row.gang]
+        key_e = (templates[key_t], tuple(row.request), row.priority, g)
+        if key_e not in entries:
+            entries[key_e] = len(ids)
+            ids.append(row.name)
+            tmpl.append(templates[key_t])
+            req.append(vector(row.request))
+            prio.append(row.priority)
+            queued.append(row.queued_s)
+            gang.append(g)
+            pods.append([])
+        pods[entries[key_e]].append(row.pod_id)
+    k = len(ids)
+    batch = PendingBatch(
+        ids=np.array(ids, dtype=object), template=np.array(tmpl, dtype=np.int64), templates=tuple(template_list),
+        request=np.array(req).reshape(k, 8), count=np.array([len(p) for p in pods], dtype=np.int64),
+        priority=np.array(prio, dtype=np.int64), queued_s=np.array(queued, dtype=np.float64),
+        gang=np.array(gang, dtype=np.int64), gangs=tuple(gang_list),
+    )
+    return batch, pods

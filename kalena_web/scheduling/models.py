@@ -1,0 +1,53 @@
+"""Live batch pods and their why-pending records (DESIGN §9).
+
+A batch pod's identity, request, limit, priority and labels are its inventory
+:class:`~kalena_web.inventory.models.Workload` (kind ``batch``, one pod per row); its node is
+``Workload.node`` once bound. :class:`BatchPod` adds the scheduling state.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from kalena_web.inventory.models import Cluster, Workload
+
+
+class BatchPod(models.Model):
+    """Scheduling state of one live batch pod.
+
+    ``state``: ``pending`` (queued), ``bound`` (placed; its reservation counts on the node at
+    its request until it reports), ``completed``, ``evicted`` (requeued as pending unless
+    deleted), ``deleted``. Times are Unix seconds. ``bound_version`` is the node's ledger
+    version the binding was accepted against.
+    """
+
+    PENDING, BOUND, COMPLETED, DELETED = "pending", "bound", "completed", "deleted"
+    STATES = [(PENDING, "pending"), (BOUND, "bound"), (COMPLETED, "completed"), (DELETED, "deleted")]
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="batch_pods")
+    workload = models.OneToOneField(Workload, on_delete=models.CASCADE, related_name="batch")
+    state = models.CharField(max_length=12, choices=STATES, default=PENDING)
+    image = models.CharField(max_length=300, blank=True)
+    command = models.JSONField(default=list, blank=True)
+    gang = models.CharField(max_length=200, blank=True)
+    min_member = models.PositiveIntegerField(null=True, blank=True)
+    submitted_s = models.FloatField()
+    queued_s = models.FloatField()
+    bound_s = models.FloatField(null=True, blank=True)
+    ended_s = models.FloatField(null=True, blank=True)
+    bound_version = models.PositiveBigIntegerField(null=True, blank=True)
+    requeues = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "state", "queued_s"], name="scheduling_pod_queue")]
+
+
+class WhyPending(models.Model):
+    """The latest why-pending record of a pending batch pod (engine ``WhyPending.to_dict()``,
+    quantities in IR units): the binding constraint, nodes excluded per reason, smallest
+    shortfall per dimension and the request reduction that would fit."""
+
+    pod = models.OneToOneField(BatchPod, on_delete=models.CASCADE, related_name="why_pending")
+    time_s = models.FloatField()
+    binding = models.CharField(max_length=60)
+    record = models.JSONField()

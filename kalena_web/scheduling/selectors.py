@@ -1,0 +1,120 @@
+"""Scheduling reads: what a pass needs (a fixed number of queries, whatever the cluster size)
+and what the console and API show."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from django.db.models import QuerySet
+
+from kalena_engine.placement import BatchResidents, Evictions, ProductionPods
+from kalena_web.archive.models import EvictionRecord
+from kalena_web.inventory.models import Cluster, Node, Workload
+from kalena_web.scheduling.mappers import NodeRow, PendingRow, template_of
+from kalena_web.scheduling.models import BatchPod, WhyPending
+
+
+def live_cluster(*, name: str) -> Cluster:
+    """The live cluster called ``name``.
+
+    Raises:
+        Cluster.DoesNotExist: no such live cluster.
+    """
+    return Cluster.objects.get(kind=Cluster.LIVE, name=name)
+
+
+def node_rows(*, cluster: Cluster) -> list[NodeRow]:
+    """Every node of ``cluster`` with its live ledger and condition, in row order (1 query)."""
+    nodes = (Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("row"))
+    out = []
+    for node in nodes:
+        led, cond = node.live_ledger, node.condition
+        out.append(NodeRow(
+            id=node.id, name=node.name, zone=node.zone, rack=node.rack, labels=node.labels, taints=node.taints,
+            takes_batch=node.takes_batch, capacity=led.capacity, prod_request=led.prod_request,
+            prod_reservation=led.prod_reservation, batch_request=led.batch_request,
+            batch_reservation=led.batch_reservation, version=led.version, stale=led.stale, ready=cond.ready,
+            ineligible_until_s=cond.slack_ineligible_until_s, volatility=cond.volatility,
+        ))
+    return out
+
+
+def production_pods(*, cluster: Cluster, row_of_node: dict[int, int]) -> ProductionPods:
+    """Resident production pods with their labels and Kuberina anti-affinity lists (1 query)."""
+    rows = Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION, node__isnull=False).values_list(
+        "name", "node_id", "namespace", "labels", "constraints")
+    ids, node, namespaces, labels, names = [], [], [], [], []
+    for name, node_id, namespace, lab, constraints in rows:
+        ids.append(name)
+        node.append(row_of_node[node_id])
+        namespaces.append(namespace)
+        labels.append(lab or {})
+        names.append(tuple((constraints or {}).get("anti_affinity") or ()))
+    return ProductionPods(ids=tuple(ids), node=np.array(node, dtype=np.int64), namespaces=tuple(namespaces),
+                          labels=tuple(labels), terms=tuple(() for _ in ids), names=tuple(names))
+
+
+def batch_residents(*, cluster: Cluster, row_of_node: dict[int, int]) -> BatchResidents:
+    """Bound batch pods grouped by (template, node) (1 query)."""
+    rows = BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND, workload__node__isnull=False).values_list(
+        "workload__name", "workload__owner", "workload__namespace", "workload__labels", "workload__constraints",
+        "workload__node_id")
+    templates: dict[tuple, int] = {}
+    template_list = []
+    counts: dict[tuple[int, int], int] = defaultdict(int)
+    for name, owner, namespace, labels, constraints, node_id in rows:
+        key = (owner, namespace, repr(sorted((labels or {}).items())), repr(constraints or {}))
+        if key not in templates:
+            templates[key] = len(template_list)
+            template_list.append(template_of(owner=owner, namespace=namespace, labels=labels or {},
+                                             constraints=constraints or {}, min_member=None, member_id=name))
+        counts[(templates[key], row_of_node[node_id])] += 1
+    keys = list(counts)
+    return BatchResidents(
+        node=np.array([k[1] for k in keys], dtype=np.int64), count=np.array([counts[k] for k in keys], dtype=np.int64),
+        template=np.array([k[0] for k in keys], dtype=np.int64), templates=tuple(template_list),
+    )
+
+
+def recent_evictions(*, cluster: Cluster, since_s: float, row_of_node: dict[int, int]) -> Evictions:
+    """Batch evictions since ``since_s`` with the evicted pod's owner (eviction cooldown, 1 query)."""
+    rows = EvictionRecord.objects.filter(cluster=cluster, time_s__gte=since_s, tier="batch").values_list(
+        "workload__owner", "node_id", "time_s")
+    rows = [(owner or "", node_id, t) for owner, node_id, t in rows]
+    return Evictions(owner=np.array([r[0] for r in rows], dtype=object),
+                     node=np.array([row_of_node[r[1]] for r in rows], dtype=np.int64),
+                     time_s=np.array([r[2] for r in rows], dtype=np.float64))
+
+
+def pending_rows(*, cluster: Cluster) -> list[PendingRow]:
+    """Pending batch pods in queue order (1 query)."""
+    pods = (BatchPod.objects.filter(cluster=cluster, state=BatchPod.PENDING).select_related("workload")
+            .order_by("queued_s", "id"))
+    return [
+        PendingRow(pod_id=p.id, name=p.workload.name, namespace=p.workload.namespace, owner=p.workload.owner,
+                   labels=p.workload.labels or {}, constraints=p.workload.constraints or {},
+                   request=p.workload.request, priority=p.workload.priority, queued_s=p.queued_s,
+                   gang=p.gang, min_member=p.min_member)
+        for p in pods
+    ]
+
+
+def pending_pods(*, cluster: Cluster) -> QuerySet[BatchPod]:
+    """Pending pods with their why-pending record, oldest first (console and API; 1 query)."""
+    return (BatchPod.objects.filter(cluster=cluster, state=BatchPod.PENDING)
+            .select_related("workload", "why_pending").order_by("queued_s", "id"))
+
+
+def batch_pod(*, cluster: Cluster, name: str) -> BatchPod:
+    """One batch pod by workload name.
+
+    Raises:
+        BatchPod.DoesNotExist: no such pod in the cluster.
+    """
+    return BatchPod.objects.select_related("workload", "workload__node", "why_pending").get(
+        cluster=cluster, workload__name=name)
+
+
+def why_pending(*, pod: BatchPod) -> WhyPending | None:
+    return getattr(pod, "why_pending", None)

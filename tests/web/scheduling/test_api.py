@@ -1,0 +1,66 @@
+"""Scheduling REST API: submit in IR units, list, why-pending, delete; errors name the field."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from django.contrib.auth.models import User
+
+from kalena_engine.policy import Policy
+from kalena_web.control.orchestrators import orchestrator_for
+from kalena_web.scheduling.models import BatchPod
+from kalena_web.scheduling.services import scheduling_pass
+
+
+@pytest.fixture
+def api(client, live):
+    client.force_login(User.objects.create_user("op", password="x" * 12))
+    return client
+
+
+def post(api, body):
+    return api.post("/api/clusters/home/batch", json.dumps(body), content_type="application/json")
+
+
+def test_submit_list_why_pending_delete(api, live) -> None:
+    response = post(api, {"name": "batch/train-0", "owner": "train", "request": {"cpu": "500m", "ram": "2Gi"}, "priority": 2})
+    assert response.status_code == 201, response.content
+    assert response.json()["request"]["cpu"] == 0.5 and response.json()["request"]["ram"] == 2.0
+    assert post(api, {"name": "batch/huge-0", "request": {"cpu": 1, "ram": "64Gi"}}).status_code == 201
+    scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=2000.0,
+                    rng=np.random.default_rng(0))
+    bound = api.get("/api/clusters/home/batch?state=bound").json()
+    assert [b["name"] for b in bound] == ["batch/train-0"] and bound[0]["node"]
+    pending = api.get("/api/clusters/home/batch").json()
+    assert [(p["name"], p["binding"]) for p in pending] == [("batch/huge-0", "ram")]
+    why = api.get("/api/clusters/home/batch/batch/huge-0/why-pending").json()
+    assert why["binding"] == "ram" and why["nodes_total"] == 3
+    assert [s["unit"] for s in why["shortfall"] if s["dim"] == "ram"] == ["GiB"]
+    assert api.get("/api/clusters/home/batch/batch/train-0/why-pending").status_code == 404  # bound, not pending
+    assert api.delete("/api/clusters/home/batch/batch/huge-0").status_code == 204
+    assert BatchPod.objects.get(workload__name="batch/huge-0").state == BatchPod.DELETED
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        pytest.param({"name": "batch/a", "request": {"ram": "2G"}}, ["request.ram", "Ki, Mi, Gi, Ti"], id="decimal ram"),
+        pytest.param({"name": "batch/a", "request": {"memory": 1}}, ["memory", "ram"], id="unknown dimension"),
+        pytest.param({"name": "a", "request": {"cpu": 1}}, ["name", "namespace/pod"], id="no namespace"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 2}, "limit": {"cpu": 1}}, ["limit"], id="limit below request"),
+    ],
+)
+def test_bad_input_is_400_naming_the_field_and_changes_nothing(api, live, body, words) -> None:
+    response = post(api, body)
+    assert response.status_code == 400
+    for word in words:
+        assert word in response.content.decode()
+    assert not BatchPod.objects.exists()
+
+
+def test_unknown_cluster_and_anonymous(client, api, live) -> None:
+    assert api.get("/api/clusters/nope/batch").status_code == 404
+    client.logout()
+    assert client.get("/api/clusters/home/batch").status_code == 401

@@ -1,0 +1,133 @@
+"""The live scheduling loop: decide with the engine, bind with optimistic concurrency through
+the orchestrator port, debit at once, record why-pending."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.orchestrators import FakeOrchestrator, StaleBinding
+from kalena_engine.policy import Policy
+from kalena_engine.resources import CPU, RAM, ir_vector, to_ir
+from kalena_web.control.orchestrators import orchestrator_for
+from kalena_web.ledger.models import LiveNodeLedger
+from kalena_web.scheduling.models import BatchPod, WhyPending
+from kalena_web.scheduling.services import (
+    BatchRejected, _bind_in_ledger, batch_finish, batch_requeue, batch_submit, scheduling_pass,
+)
+
+GIB = 2**30
+
+
+def submit(cluster, name, cpu=1.0, ram=1.0, **kw):
+    v = ir_vector(cpu=cpu, ram=ram)
+    return batch_submit(cluster=cluster, name=name, owner=kw.pop("owner", "job-1"),
+                        request={"cpu": v[CPU], "ram": v[RAM]}, now_s=1000.0, **kw)
+
+
+def run_pass(cluster, orchestrator=None):
+    return scheduling_pass(cluster=cluster, orchestrator=orchestrator or orchestrator_for(cluster), policy=Policy(),
+                           now_s=1001.0, rng=np.random.default_rng(0))
+
+
+def slack_cpu(cluster) -> dict[str, float]:
+    out = {}
+    for led in LiveNodeLedger.objects.filter(node__cluster=cluster).select_related("node"):
+        out[led.node.name] = to_ir(np.array(led.capacity) - np.array(led.prod_reservation)
+                                   - np.array(led.batch_reservation))[CPU]
+    return out
+
+
+def test_pass_binds_and_debits_the_ledger_at_once(live) -> None:
+    before = slack_cpu(live)
+    for i in range(3):
+        submit(live, f"batch/job-1-{i}", cpu=1.0, ram=1.0)
+    report = run_pass(live)
+    assert report.placed == 3 and report.stale == 0
+    after = slack_cpu(live)
+    assert sum(before.values()) - sum(after.values()) == pytest.approx(3.0)  # 3 × 1 core debited in flight
+    bound = BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND).select_related("workload__node")
+    assert bound.count() == 3 and all(p.workload.node is not None for p in bound)
+    led = LiveNodeLedger.objects.get(node=bound[0].workload.node)
+    assert led.version >= 1
+
+
+def test_stale_node_takes_no_new_batch_and_why_pending_names_it(live) -> None:
+    LiveNodeLedger.objects.filter(node__cluster=live).update(stale=True)
+    submit(live, "batch/job-2-0")
+    report = run_pass(live)
+    assert report.placed == 0
+    why = WhyPending.objects.get(pod__workload__name="batch/job-2-0")
+    assert why.binding == "telemetry_stale" or "telemetry_stale" in why.record["excluded"]
+
+
+def test_too_big_request_is_pending_with_the_shortfall(live) -> None:
+    submit(live, "batch/huge-0", cpu=1.0, ram=40.0)  # 40 GiB on 16 GiB nodes
+    run_pass(live)
+    why = WhyPending.objects.get(pod__workload__name="batch/huge-0")
+    assert why.binding == "ram"
+    (short,) = [s for s in why.record["shortfall"] if s["dim"] == "ram"]
+    assert short["amount"] > 20 and short["unit"] == "GiB"
+    assert why.record["reduction"]["fits_nodes"] >= 1
+
+
+def test_stale_binding_changes_nothing(live) -> None:
+    pod = submit(live, "batch/job-3-0")
+    led = LiveNodeLedger.objects.filter(node__cluster=live).first()
+    before = (led.version, list(led.batch_request))
+    assert not _bind_in_ledger([pod], node_id=led.node_id, version=led.version - 1 if led.version else 99, now_s=1001)
+    led.refresh_from_db()
+    assert (led.version, list(led.batch_request)) == before
+    assert BatchPod.objects.get(id=pod.id).state == BatchPod.PENDING
+
+
+class RefusingOrchestrator(FakeOrchestrator):
+    def bind(self, spec, node):
+        raise StaleBinding(f"bind {spec.id}: node {node} went away")
+
+
+def test_refused_binding_is_requeued_and_credited(live) -> None:
+    before = slack_cpu(live)
+    submit(live, "batch/job-4-0")
+    report = run_pass(live, RefusingOrchestrator(node_names=["thinkcentre-alpha"]))
+    assert report.failed == 1 and report.placed == 0
+    pod = BatchPod.objects.get(workload__name="batch/job-4-0")
+    assert pod.state == BatchPod.PENDING and pod.requeues == 1
+    assert slack_cpu(live) == pytest.approx(before)
+
+
+def test_requeue_and_finish_leave_the_ledgers(live) -> None:
+    before = slack_cpu(live)
+    pod = submit(live, "batch/job-5-0")
+    run_pass(live)
+    pod.refresh_from_db()
+    batch_requeue(pod=pod, now_s=1002.0, reason="evicted")
+    assert slack_cpu(live) == pytest.approx(before)
+    run_pass(live)
+    pod.refresh_from_db()
+    assert pod.state == BatchPod.BOUND
+    batch_finish(pod=pod, now_s=1003.0)
+    assert slack_cpu(live) == pytest.approx(before)
+    assert BatchPod.objects.get(id=pod.id).state == BatchPod.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        pytest.param({"name": "nonamespace"}, "name", id="name without namespace"),
+        pytest.param({"name": "batch/x", "priority": -1}, "priority", id="negative priority"),
+        pytest.param({"name": "batch/x", "constraints": {"anti_affinity_terms": [{"labelSelector": {
+            "matchExpressions": [{"key": "app", "operator": "Near"}]}}]}}, "operator", id="bad selector operator"),
+    ],
+)
+def test_bad_submission_names_the_field_and_stores_nothing(live, kwargs, field) -> None:
+    with pytest.raises(Exception) as caught:
+        submit(live, **kwargs)
+    assert field in str(caught.value)
+    assert not BatchPod.objects.filter(cluster=live).exists()
+
+
+def test_duplicate_name_is_rejected(live) -> None:
+    submit(live, "batch/dup-0")
+    with pytest.raises(BatchRejected, match="exists"):
+        submit(live, "batch/dup-0")
