@@ -15,8 +15,9 @@ django_http = get_asgi_application()  # sets Django up before the routing module
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from kalena_web.console.routing import websocket_urlpatterns as console_routes  # noqa: E402
+from kalena_web.telemetry.routing import agent_routes  # noqa: E402
 
 application = ProtocolTypeRouter({
     "http": django_http,
-    "websocket": URLRouter([*console_routes]),
+    "websocket": URLRouter([*agent_routes(), *console_routes]),
 })

@@ -1,0 +1,94 @@
+"""Estimation tasks (DESIGN §8), thin: take ids, call :mod:`kalena_web.ledger.estimation`.
+
+* ``kalena.ledger.estimate(shard)`` — drain one node shard's pending sample batches under the
+  Redis lock ``estimation:<shard>`` (TTL ``KALENA_ESTIMATION_LOCK_TTL_S``), publishing every
+  changed node's ledger after each commit. Requested after every ingest commit, coalesced: at
+  most one request per shard is queued (a cache key, cleared when the task starts, so samples
+  committed while it runs request a new one).
+* ``kalena.ledger.sweep()`` — periodic (:mod:`kalena_web.control.schedules`): marks nodes whose
+  telemetry stopped (case C1) and re-queues shards that still have pending batches (a lost
+  request, a worker killed mid-run, a task skipped because its lock was held).
+
+acks_late + reject_on_worker_lost (settings): a task whose worker died is redelivered; it is
+idempotent because a batch is marked in the same commit that applies it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from celery import shared_task
+from django.conf import settings
+from django.core.cache import cache
+
+from kalena_web.control.locks import loop_lock
+from kalena_web.ledger import estimation
+from kalena_web.ledger.live import publish_node_ledgers
+
+log = logging.getLogger(__name__)
+
+QUEUED_TTL_S = 30  # a request marker outlives a lost task by this much at most (the sweep covers it)
+
+
+def _queued_key(shard: int) -> str:
+    return f"kalena:estimation:queued:{shard}"
+
+
+def estimation_request(*, shards: Iterable[int], countdown: float | None = None) -> list[int]:
+    """Queue ``kalena.ledger.estimate`` for each shard that has no request queued yet; returns
+    the shards queued."""
+    queued = []
+    for shard in shards:
+        if cache.add(_queued_key(shard), 1, timeout=QUEUED_TTL_S):
+            estimate.apply_async(args=[int(shard)], countdown=countdown)
+            queued.append(int(shard))
+    return queued
+
+
+def _publish(points: list) -> None:
+    try:
+        publish_node_ledgers(points)
+    except Exception:  # noqa: BLE001 - the ledgers are committed; a lost chart update is not worth a retry
+        log.exception("publishing %d node ledgers failed", len(points))
+
+
+@shared_task(name="kalena.ledger.estimate", acks_late=True, ignore_result=True)
+def estimate(shard: int) -> dict:
+    """Apply shard ``shard``'s pending sample batches (module doc); returns what it did."""
+    cache.delete(_queued_key(shard))
+    with loop_lock(f"estimation:{shard}", ttl_s=settings.KALENA_ESTIMATION_LOCK_TTL_S) as taken:
+        if not taken:
+            # Another worker holds the shard and may have read its batches before ours committed.
+            estimation_request(shards=[shard], countdown=0.5)
+            return {"shard": shard, "outcome": "skipped"}
+        deadline = time.monotonic() + settings.KALENA_ESTIMATION_BUDGET_S
+        totals = {"shard": shard, "outcome": "done", "runs": 0, "batches": 0, "samples": 0, "applied": 0}
+        while True:
+            result = estimation.estimation_run(shard=shard, max_batches=settings.KALENA_ESTIMATION_MAX_BATCHES)
+            if result.run_id is None:
+                break
+            _publish(result.points)
+            totals["runs"] += 1
+            for key in ("batches", "samples", "applied"):
+                totals[key] += getattr(result, key)
+            if not result.more:
+                break
+            if time.monotonic() > deadline:
+                estimation_request(shards=[shard])
+                break
+    return totals
+
+
+@shared_task(name="kalena.ledger.sweep", acks_late=True, ignore_result=True)
+def sweep(now_s: float | None = None) -> dict:
+    """Mark nodes with stopped telemetry stale and re-queue shards with pending batches."""
+    now = time.time() if now_s is None else now_s
+    marked = 0
+    for node_ids in estimation.stale_candidates(now_s=now).values():
+        points = estimation.stale_sweep(node_ids=node_ids, now_s=now)
+        marked += len(points)
+        _publish(points)
+    queued = estimation_request(shards=estimation.pending_shards())
+    return {"stale_marked": marked, "shards_queued": queued}

@@ -1,0 +1,211 @@
+"""The agent WebSocket endpoint ``agent/v1/ws`` (protocol: :mod:`agents.link.protocol`).
+
+Connect: the ``Authorization: Bearer <token>`` header must name a valid, unrevoked token of a
+live node — otherwise the connection is refused before it is accepted (Daphne answers the
+upgrade with HTTP 403; the agent backs off and retries) and the refusal is counted. The first
+frame must be a ``hello`` for the token's node, or the socket is closed (4403) and counted.
+
+Then every frame is checked (:mod:`kalena_web.telemetry.validation`) and handed to the
+process's group-commit writer; its ``ack`` — ``{"type": "ack", "v": 1, "batch_id", "accepted",
+"rejected": {reason: n}, "duplicate"}`` — is sent only once the transaction holding it
+committed. A message refused as a whole also gets an ``error`` naming what and where. If the
+write fails, the connection gets an ``error`` and is closed (1011) without an ack: the agent
+resends from its buffer after reconnecting and nothing it sent is lost.
+
+Frames are processed in arrival order; acks may overtake each other (each names its batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from agents.errors import ProtocolError
+from agents.link.protocol import validate_agent_message
+from kalena_web.telemetry import selectors, services
+from kalena_web.telemetry.ingest import Entry, prepare_message, rejected_message
+from kalena_web.telemetry.validation import Limits, Rejected, resolve_workload
+from kalena_web.telemetry.writer import GroupCommitWriter, Session, WriteFailed
+
+log = logging.getLogger(__name__)
+
+CLOSE_REFUSED = 4403      # hello missing, malformed or for another node
+CLOSE_REVOKED = 4401      # the connection's token was revoked
+CLOSE_NOT_STORED = 1011   # a write failed: reconnect and resend
+VIEW_REFRESH_S = 2.0      # an unknown workload reloads the node's inventory at most this often
+VIEW_MAX_AGE_S = 30.0     # and it is reloaded at least this often
+
+
+def decode(raw: str | bytes) -> Any:
+    """JSON text → Python. orjson first; the standard library only for what orjson refuses but
+    JSON producers emit (``NaN``/``Infinity``), so those reach validation and are named there.
+
+    Raises:
+        Rejected: ``bad_json``.
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise Rejected("bad_json", f"<frame>: not JSON: {str(exc)[:200]}") from None
+
+
+def limits_from_settings() -> Limits:
+    return Limits(max_batch_samples=settings.KALENA_INGEST_MAX_BATCH_SAMPLES,
+                  max_future_s=settings.KALENA_INGEST_MAX_FUTURE_S, max_age_s=settings.KALENA_INGEST_MAX_AGE_S,
+                  max_usage_ratio=settings.KALENA_INGEST_MAX_USAGE_RATIO)
+
+
+class AgentConsumer(AsyncWebsocketConsumer):
+    """One node agent's connection (module doc). ``writer`` is the process's
+    :class:`~kalena_web.telemetry.writer.GroupCommitWriter`, given to :meth:`as_asgi`."""
+
+    def __init__(self, *args, writer: GroupCommitWriter, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.writer = writer
+
+    async def connect(self) -> None:
+        self.closed = False
+        self.identity = None
+        self.view = None
+        self.peer = ":".join(str(p) for p in (self.scope.get("client") or ("?",)))
+        try:
+            token = selectors.bearer_token(self.scope.get("headers") or [])
+            self.identity = await database_sync_to_async(selectors.token_authenticate)(token)
+        except selectors.Refused as refused:
+            await self._refuse(refused.reason, refused.detail, node_id=refused.node_id)
+            await self.close()  # before accept: the upgrade is denied
+            return
+        self.session = Session(node_id=self.identity.node_id)
+        self.limits = limits_from_settings()
+        self.pending: set[asyncio.Task] = set()
+        self.view_loaded = 0.0
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(services.token_group(self.identity.token_id), self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        self.closed = True
+        if self.identity is None:
+            return
+        if self.channel_layer is not None:
+            await self.channel_layer.group_discard(services.token_group(self.identity.token_id), self.channel_name)
+        if self.view is not None:
+            await database_sync_to_async(services.agent_disconnect_record)(node_id=self.identity.node_id,
+                                                                            now_s=time.time())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        received_s = time.time()
+        if self.closed or self.session.broken:
+            return
+        raw = text_data if text_data is not None else bytes_data or b""
+        try:
+            if len(raw) > settings.KALENA_INGEST_MAX_FRAME_BYTES:
+                raise Rejected("oversize_batch", f"<frame>: {len(raw)} bytes (accepted: up to "
+                                                 f"{settings.KALENA_INGEST_MAX_FRAME_BYTES}, KALENA_INGEST_MAX_FRAME_BYTES)")
+            message = decode(raw)
+        except Rejected as error:
+            if self.view is None:
+                await self._refuse("bad_hello", error.detail, node_id=self.identity.node_id, close=True)
+                return
+            self._store(rejected_message(None, error, view=self.view, received_s=received_s))
+            return
+        if self.view is None:
+            await self._hello(message, received_s)
+            return
+        await self._refresh_view(message, received_s)
+        entry = prepare_message(message, view=self.view, now_s=time.time(), received_s=received_s, limits=self.limits)
+        self._store(entry)
+
+    async def _hello(self, message: Any, now_s: float) -> None:
+        node_id = self.identity.node_id
+        if not isinstance(message, dict) or message.get("type") != "hello":
+            kind = message.get("type") if isinstance(message, dict) else type(message).__name__
+            await self._refuse("no_hello", f"first frame is {kind!r}, expected 'hello'", node_id=node_id, close=True)
+            return
+        try:
+            validate_agent_message(message)
+        except ProtocolError as exc:
+            await self._refuse("bad_hello", str(exc), node_id=node_id, close=True)
+            return
+        interval = float(message["sampling_interval_s"])
+        if not math.isfinite(interval) or interval <= 0:
+            await self._refuse("bad_hello", f"<hello>.sampling_interval_s: {interval} (accepted: > 0)",
+                               node_id=node_id, close=True)
+            return
+        if message["node"] != self.identity.node_name:
+            await self._refuse("node_mismatch", f"<hello>.node: {message['node'][:100]!r}, but the token is for node "
+                               f"{self.identity.node_name!r}", node_id=node_id, close=True)
+            return
+        self.view = await database_sync_to_async(selectors.node_view_load)(
+            node_id=node_id, shards=settings.KALENA_ESTIMATION_SHARDS)
+        self.view_loaded = time.monotonic()
+        await database_sync_to_async(services.agent_hello_record)(node_id=node_id, hello=message, peer=self.peer,
+                                                                   now_s=now_s)
+        await database_sync_to_async(services.agent_token_used)(token_id=self.identity.token_id)
+
+    async def _refresh_view(self, message: Any, now_s: float) -> None:
+        """Reload the node's workloads when a sample names one the view does not know (at most
+        every :data:`VIEW_REFRESH_S`) or the view is older than :data:`VIEW_MAX_AGE_S`."""
+        age = time.monotonic() - self.view_loaded
+        if age < VIEW_REFRESH_S:
+            return
+        if age < VIEW_MAX_AGE_S:
+            records = message.get("samples") if isinstance(message, dict) else None
+            if not isinstance(records, list) or all(
+                    not isinstance(r, dict) or not isinstance(r.get("workload"), str)
+                    or resolve_workload(r, self.view) is not None for r in records):
+                return
+        self.view = await database_sync_to_async(selectors.node_view_load)(
+            node_id=self.identity.node_id, shards=settings.KALENA_ESTIMATION_SHARDS, last_ts=self.view.last_ts)
+        self.view_loaded = time.monotonic()
+
+    def _store(self, entry: Entry) -> None:
+        task = asyncio.get_running_loop().create_task(self._store_and_ack(entry))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _store_and_ack(self, entry: Entry) -> None:
+        try:
+            await self.writer.submit(entry, self.session)
+        except WriteFailed as exc:
+            await self._send({"type": "error", "v": 1, "message": f"batch {entry.batch_id} {exc}; resend after "
+                                                                   "reconnecting"})
+            if not self.closed:
+                self.closed = True
+                await self.close(code=CLOSE_NOT_STORED)
+            return
+        whole = [f"{reason}: {c[2]}" for reason, c in entry.rejected.items() if c[1]]
+        if whole:
+            await self._send({"type": "error", "v": 1, "message": "; ".join(whole)[:1000]})
+        if entry.batch_id is not None:
+            await self._send(entry.ack_payload())
+
+    async def _send(self, message: dict) -> None:
+        if not self.closed:
+            await self.send(text_data=orjson.dumps(message).decode())
+
+    async def _refuse(self, reason: str, detail: str, *, node_id: int | None, close: bool = False) -> None:
+        log.warning("agent connection from %s refused (%s): %s", self.peer, reason, detail)
+        await database_sync_to_async(services.refused_connection_record)(
+            reason=reason, node_id=node_id, peer=self.peer, detail=detail, now_s=time.time())
+        if close:
+            await self._send({"type": "error", "v": 1, "message": f"{reason}: {detail}"[:1000]})
+            self.closed = True
+            await self.close(code=CLOSE_REFUSED)
+
+    async def token_revoked(self, event: dict) -> None:
+        await self._send({"type": "error", "v": 1, "message": "this connection's token was revoked"})
+        self.closed = True
+        await self.close(code=CLOSE_REVOKED)

@@ -1,0 +1,114 @@
+"""Telemetry writes (keyword-only arguments, ``<entity>_<action>``): agent tokens, the agent's
+status at hello and disconnect, refused connections.
+
+Tokens: ``kna_`` + 43 URL-safe characters (256 bits from :mod:`secrets`). Only the SHA-256 hex
+digest is stored; a high-entropy secret needs no slow hash, and looking a token up by its
+digest reveals nothing about other tokens. The plaintext exists once, in the return value of
+:func:`agent_token_create`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from kalena_engine.errors import InputError
+from kalena_web.inventory.models import Cluster, Node
+from kalena_web.telemetry.models import AgentStatus, AgentToken, RefusedConnection
+
+TOKEN_PREFIX = "kna_"
+
+
+class TokenError(InputError):
+    """A token operation that cannot be done (unknown node or token, already revoked)."""
+
+
+def token_digest(token: str) -> str:
+    """SHA-256 hex digest of a plaintext token (what is stored and looked up)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def agent_token_create(*, node: Node, created_by: Any = None) -> tuple[str, AgentToken]:
+    """A new token for ``node`` → ``(plaintext, row)``. Earlier tokens stay valid until revoked
+    (so an agent can be rolled over to a new token without a gap).
+
+    Raises:
+        TokenError: ``node`` is not in a live cluster.
+    """
+    if node.cluster.kind != Cluster.LIVE:
+        raise TokenError(f"node {node.name!r} belongs to a recorded replay, not a live cluster", field="node",
+                         accepted="a node of a live cluster (kalena cluster import)")
+    plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = AgentToken.objects.create(node=node, prefix=plaintext[:12], digest=token_digest(plaintext),
+                                    created_by=created_by if getattr(created_by, "pk", None) else None)
+    return plaintext, row
+
+
+def agent_token_revoke(*, token_id: int) -> AgentToken:
+    """Revoke a token: new connections with it are refused and open ones are closed.
+
+    Raises:
+        TokenError: no such token, or it is revoked already.
+    """
+    with transaction.atomic():
+        row = AgentToken.objects.select_for_update().select_related("node").filter(id=token_id).first()
+        if row is None:
+            raise TokenError(f"no agent token with id {token_id}", field="token_id")
+        if row.revoked_at is not None:
+            raise TokenError(f"token {token_id} ({row.prefix}…) of node {row.node.name!r} was revoked at "
+                             f"{row.revoked_at:%Y-%m-%d %H:%M:%S} UTC", field="token_id")
+        row.revoked_at = timezone.now()
+        row.save(update_fields=["revoked_at"])
+    transaction.on_commit(lambda: _close_connections(token_id))
+    return row
+
+
+def token_group(token_id: int) -> str:
+    """Channels group of the open connections authenticated with token ``token_id``."""
+    return f"kalena.agent.token.{token_id}"
+
+
+def _close_connections(token_id: int) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is not None:
+        async_to_sync(layer.group_send)(token_group(token_id), {"type": "token.revoked", "token_id": token_id})
+
+
+def agent_token_used(*, token_id: int) -> None:
+    AgentToken.objects.filter(id=token_id).update(last_used_at=timezone.now())
+
+
+def agent_hello_record(*, node_id: int, hello: dict[str, Any], peer: str, now_s: float) -> None:
+    """Record a (validated) ``hello``: the agent is connected, with its version and interval."""
+    fields = dict(connected=True, peer=peer[:100], agent_version=str(hello.get("agent_version", ""))[:40],
+                  sampling_interval_s=float(hello["sampling_interval_s"]),
+                  cgroup_version=hello.get("cgroup_version") if isinstance(hello.get("cgroup_version"), int)
+                  and 0 < hello["cgroup_version"] < 10 else None,
+                  signal_sources=hello.get("signal_sources") or {}, last_hello_s=now_s)
+    with transaction.atomic():
+        status, created = AgentStatus.objects.select_for_update().get_or_create(node_id=node_id, defaults=fields)
+        if not created:
+            for key, value in fields.items():
+                setattr(status, key, value)
+        status.connections += 1
+        status.save()
+
+
+def agent_disconnect_record(*, node_id: int, now_s: float) -> None:
+    AgentStatus.objects.filter(node_id=node_id).update(connected=False, last_disconnect_s=now_s)
+
+
+def refused_connection_record(*, reason: str, node_id: int | None, peer: str, detail: str, now_s: float) -> None:
+    """Count one refused agent connection (``reason``: ``missing_token``, ``malformed_token``,
+    ``unknown_token``, ``revoked_token``, ``node_mismatch``, ``no_hello``, ``bad_hello``)."""
+    values = dict(last_s=now_s, last_peer=peer[:100], last_detail=detail[:300])
+    if not RefusedConnection.objects.filter(node_id=node_id, reason=reason).update(count=F("count") + 1, **values):
+        RefusedConnection.objects.create(node_id=node_id, reason=reason, count=1, **values)

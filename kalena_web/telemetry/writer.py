@@ -1,0 +1,171 @@
+"""The group-commit writer: every connection of a server process hands its entries here; they
+are stored together, a few transactions per second, and each connection acknowledges its
+messages only after the transaction that holds them committed.
+
+Timing: the first entry after an idle spell waits ``flush_s`` for company; while a write runs,
+new entries gather and go in the next write as soon as it ends. A write holds at most
+``max_samples`` samples. Writes run one at a time on one dedicated thread (one database
+connection), so entries are stored in the order they were submitted.
+
+Failure: an operational error (the database went away) fails every entry of the write — the
+connections send an ``error``, acknowledge nothing and close, so their agents resend after
+reconnecting. Any other error is isolated: the entries are retried one by one, and one that
+still fails is stored as refused (``unstorable``, acknowledged with that reason) so it cannot
+block the others forever. Entries of a connection that already failed are not written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from django.db import Error, InterfaceError, OperationalError, close_old_connections, connection
+
+from kalena_web.telemetry.ingest import Entry
+from kalena_web.telemetry.storage import store_entries, store_unstorable
+
+log = logging.getLogger(__name__)
+
+
+class WriteFailed(Exception):
+    """The entry was not stored; nothing may be acknowledged."""
+
+
+@dataclass(eq=False)
+class Session:
+    """One agent connection as the writer sees it: once ``broken``, none of its later entries
+    are written (its agent resends them in order after reconnecting)."""
+
+    node_id: int
+    broken: bool = False
+
+
+@dataclass(eq=False)
+class _Item:
+    entry: Entry
+    session: Session
+    future: asyncio.Future = field(repr=False)
+
+
+@dataclass
+class WriterStats:
+    writes: int = 0
+    entries: int = 0
+    samples: int = 0
+    failures: int = 0
+    write_s: float = 0.0
+
+
+class GroupCommitWriter:
+    """See module doc. Create it on the event loop that serves the connections.
+
+    Args:
+        flush_s: how long the first entry waits for others (s).
+        max_samples: samples per transaction at most.
+        store: the write (default :func:`~kalena_web.telemetry.storage.store_entries`), called
+            on the writer thread with ``(entries, now_s=…)``.
+    """
+
+    def __init__(self, *, flush_s: float = 0.05, max_samples: int = 20000,
+                 store: Callable[..., object] = store_entries) -> None:
+        self.flush_s = flush_s
+        self.max_samples = max_samples
+        self.store = store
+        self.stats = WriterStats()
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kalena-ingest-writer")
+        self._task: asyncio.Task | None = None
+
+    async def submit(self, entry: Entry, session: Session) -> Entry:
+        """Queue ``entry``; returns it once stored (``entry.duplicate`` set).
+
+        Raises:
+            WriteFailed: it was not stored (acknowledge nothing).
+        """
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="kalena-ingest-writer")
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Item(entry, session, future))
+        await future
+        return entry
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self._queue.get()
+            if self._queue.qsize() == 0 and self.flush_s > 0:
+                await asyncio.sleep(self.flush_s)
+            items = [first]
+            samples = len(first.entry.samples)
+            while not self._queue.empty() and samples < self.max_samples:
+                item = self._queue.get_nowait()
+                items.append(item)
+                samples += len(item.entry.samples)
+            live = []
+            for item in items:
+                if item.session.broken:
+                    item.future.set_exception(WriteFailed("an earlier message of this connection was not stored"))
+                else:
+                    live.append(item)
+            if not live:
+                continue
+            failed = await loop.run_in_executor(self._executor, self._write, [i.entry for i in live])
+            for item in live:
+                if item.future.done():
+                    continue
+                if item.entry in failed:
+                    item.session.broken = True
+                    item.future.set_exception(WriteFailed(failed[item.entry]))
+                else:
+                    item.future.set_result(item.entry)
+
+    def _write(self, entries: list[Entry]) -> dict[Entry, str]:
+        """Runs on the writer thread; returns the entries that were not stored, with why."""
+        close_old_connections()
+        started = time.time()
+        try:
+            self.store(entries, now_s=started)
+            self._count(entries, started)
+            return {}
+        except (OperationalError, InterfaceError) as exc:
+            return self._failed(entries, exc)
+        except Error as exc:
+            log.warning("ingest: a group write of %d messages failed (%s); retrying one by one", len(entries), exc)
+        failed: dict[Entry, str] = {}
+        for entry in entries:
+            try:
+                self.store([entry], now_s=time.time())
+                continue
+            except (OperationalError, InterfaceError) as exc:
+                failed.update(self._failed([entry], exc))
+                continue
+            except Error as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            log.error("ingest: message %s of node %s cannot be stored: %s", entry.batch_id, entry.node_id, error)
+            try:
+                store_unstorable(entry, error=error, now_s=time.time())
+            except Error as exc:
+                failed.update(self._failed([entry], exc))
+        self._count(entries, started)
+        return failed
+
+    def _failed(self, entries: list[Entry], exc: Exception) -> dict[Entry, str]:
+        self.stats.failures += 1
+        log.error("ingest: write of %d messages failed, none acknowledged: %s", len(entries), exc)
+        connection.close()  # the next write reconnects
+        return {e: f"not stored: {type(exc).__name__}" for e in entries}
+
+    def _count(self, entries: list[Entry], started: float) -> None:
+        self.stats.writes += 1
+        self.stats.entries += len(entries)
+        self.stats.samples += sum(len(e.samples) for e in entries)
+        self.stats.write_s += time.time() - started
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._executor.shutdown(wait=False)
