@@ -10,6 +10,7 @@ from ninja import NinjaAPI
 from ninja.security import django_auth
 
 from kalena_web.archive.api import router as archive_router
+from kalena_web.telemetry.api import router as telemetry_router
 from kalena_web.scheduling.api import router as scheduling_router
 
 
@@ -20,5 +21,6 @@ def build_api() -> NinjaAPI:
     api = NinjaAPI(title="Kalena", version="1", auth=django_auth, urls_namespace="api", docs_url=None,
                    description="Kalena operator API: persisted replay runs and their series.")
     api.add_router("/", archive_router)
+    api.add_router("/", telemetry_router)
     api.add_router("/", scheduling_router)
     return api

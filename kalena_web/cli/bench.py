@@ -44,6 +44,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--summary-json", type=Path, help="also write the figures to this JSON file")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     sched.set_defaults(handler=handle)
+    from kalena_web.cli import bench_ingest
+
+    bench_ingest.add_parsers(which)
     return parser
 
 

@@ -13,6 +13,8 @@ write fails, the connection gets an ``error`` and is closed (1011) without an ac
 resends from its buffer after reconnecting and nothing it sent is lost.
 
 Frames are processed in arrival order; acks may overtake each other (each names its batch).
+A revoked token's open connections are closed (4401) within ``TokenWatch.check_s``. Agent
+connections use no channel layer: nothing is sent to them from elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import orjson
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.consumer import get_handler_name
 from django.conf import settings
 
 from agents.errors import ProtocolError
@@ -67,13 +70,60 @@ def limits_from_settings() -> Limits:
                   max_usage_ratio=settings.KALENA_INGEST_MAX_USAGE_RATIO)
 
 
+class TokenWatch:
+    """This process's open agent connections by token; every ``check_s`` one query finds the
+    revoked tokens among them and their connections are closed."""
+
+    def __init__(self, check_s: float = 2.0) -> None:
+        self.check_s = check_s
+        self.by_token: dict[int, set[AgentConsumer]] = {}
+        self._task: asyncio.Task | None = None
+
+    def add(self, token_id: int, consumer: AgentConsumer) -> None:
+        self.by_token.setdefault(token_id, set()).add(consumer)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="kalena-token-watch")
+
+    def discard(self, token_id: int, consumer: AgentConsumer) -> None:
+        consumers = self.by_token.get(token_id)
+        if consumers is not None:
+            consumers.discard(consumer)
+            if not consumers:
+                del self.by_token[token_id]
+
+    async def _run(self) -> None:
+        while self.by_token:
+            await asyncio.sleep(self.check_s)
+            try:
+                revoked = await database_sync_to_async(selectors.revoked_tokens)(list(self.by_token))
+            except Exception:  # noqa: BLE001 - a failed check is retried at the next tick
+                log.exception("checking agent tokens for revocation failed")
+                continue
+            for token_id in revoked:
+                for consumer in list(self.by_token.pop(token_id, ())):
+                    await consumer.token_revoked()
+
+
 class AgentConsumer(AsyncWebsocketConsumer):
     """One node agent's connection (module doc). ``writer`` is the process's
-    :class:`~kalena_web.telemetry.writer.GroupCommitWriter`, given to :meth:`as_asgi`."""
+    :class:`~kalena_web.telemetry.writer.GroupCommitWriter` and ``tokens`` its
+    :class:`TokenWatch`, both given to :meth:`as_asgi`."""
 
-    def __init__(self, *args, writer: GroupCommitWriter, **kwargs) -> None:
+    channel_layer_alias = None  # no channel layer (module doc)
+
+    def __init__(self, *args, writer: GroupCommitWriter, tokens: TokenWatch, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.writer = writer
+        self.tokens = tokens
+
+    async def dispatch(self, message: dict) -> None:
+        """Channels' dispatch without its per-message ``close_old_connections`` thread hop: this
+        consumer touches the database only through ``database_sync_to_async`` (which does it)
+        and the writer's thread."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         self.closed = False
@@ -91,16 +141,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.limits = limits_from_settings()
         self.pending: set[asyncio.Task] = set()
         self.view_loaded = 0.0
-        if self.channel_layer is not None:
-            await self.channel_layer.group_add(services.token_group(self.identity.token_id), self.channel_name)
+        self.tokens.add(self.identity.token_id, self)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         self.closed = True
         if self.identity is None:
             return
-        if self.channel_layer is not None:
-            await self.channel_layer.group_discard(services.token_group(self.identity.token_id), self.channel_name)
+        self.tokens.discard(self.identity.token_id, self)
         if self.view is not None:
             await database_sync_to_async(services.agent_disconnect_record)(node_id=self.identity.node_id,
                                                                             now_s=time.time())
@@ -205,7 +253,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.closed = True
             await self.close(code=CLOSE_REFUSED)
 
-    async def token_revoked(self, event: dict) -> None:
+    async def token_revoked(self) -> None:
         await self._send({"type": "error", "v": 1, "message": "this connection's token was revoked"})
         self.closed = True
         await self.close(code=CLOSE_REVOKED)

@@ -71,6 +71,12 @@ def token_authenticate(token: str) -> AgentIdentity:
                          cluster_id=row.node.cluster_id)
 
 
+def revoked_tokens(token_ids: list[int]) -> list[int]:
+    """Those of ``token_ids`` that are revoked (or deleted)."""
+    alive = set(AgentToken.objects.filter(id__in=token_ids, revoked_at__isnull=True).values_list("id", flat=True))
+    return [t for t in token_ids if t not in alive]
+
+
 def node_view_load(*, node_id: int, shards: int, last_ts: dict[int, float] | None = None) -> NodeView:
     """What ingest checks samples against (:class:`~kalena_web.telemetry.validation.NodeView`):
     the node's allocatable, the workloads placed on it now (production and bound batch), and
@@ -145,3 +151,41 @@ def cluster_refusals(*, cluster: Cluster) -> list[dict]:
     naming no node at all (missing or unknown token)."""
     rows = (RefusedConnection.objects.filter(node__cluster=cluster) | RefusedConnection.objects.filter(node=None))
     return list(rows.values("reason").annotate(count=Sum("count"), last_s=Max("last_s")).order_by("reason"))
+
+
+class NotFound(Exception):
+    """A live cluster, node or token that does not exist (message names it)."""
+
+
+def live_node_get(*, cluster: str, node: str) -> Node:
+    """Node ``node`` of live cluster ``cluster``.
+
+    Raises:
+        NotFound: naming the cluster or node.
+    """
+    found = Node.objects.filter(cluster__kind=Cluster.LIVE, cluster__name=cluster, name=node).select_related(
+        "cluster").first()
+    if found is None:
+        if not Cluster.objects.filter(kind=Cluster.LIVE, name=cluster).exists():
+            raise NotFound(f"no live cluster named {cluster!r}")
+        raise NotFound(f"live cluster {cluster!r} has no node {node!r}")
+    return found
+
+
+def live_cluster_get(*, cluster: str) -> Cluster:
+    """Raises: NotFound."""
+    found = Cluster.objects.filter(kind=Cluster.LIVE, name=cluster).first()
+    if found is None:
+        raise NotFound(f"no live cluster named {cluster!r}")
+    return found
+
+
+def tokens_list(*, cluster: str | None = None, node: str | None = None):
+    """Agent tokens (newest first per node), optionally of one live cluster and node."""
+    rows = AgentToken.objects.select_related("node", "node__cluster", "created_by").order_by("node__cluster__name",
+                                                                                             "node__row", "-id")
+    if cluster is not None:
+        rows = rows.filter(node__cluster__kind=Cluster.LIVE, node__cluster__name=cluster)
+    if node is not None:
+        rows = rows.filter(node__name=node)
+    return rows

@@ -28,6 +28,14 @@ class TokenError(InputError):
     """A token operation that cannot be done (unknown node or token, already revoked)."""
 
 
+class TokenNotFound(TokenError):
+    """No token with that id."""
+
+
+class TokenAlreadyRevoked(TokenError):
+    """The token was revoked before."""
+
+
 def token_digest(token: str) -> str:
     """SHA-256 hex digest of a plaintext token (what is stored and looked up)."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
@@ -50,7 +58,8 @@ def agent_token_create(*, node: Node, created_by: Any = None) -> tuple[str, Agen
 
 
 def agent_token_revoke(*, token_id: int) -> AgentToken:
-    """Revoke a token: new connections with it are refused and open ones are closed.
+    """Revoke a token: new connections with it are refused; open ones are closed within a few
+    seconds (:class:`kalena_web.telemetry.consumers.TokenWatch`).
 
     Raises:
         TokenError: no such token, or it is revoked already.
@@ -58,28 +67,13 @@ def agent_token_revoke(*, token_id: int) -> AgentToken:
     with transaction.atomic():
         row = AgentToken.objects.select_for_update().select_related("node").filter(id=token_id).first()
         if row is None:
-            raise TokenError(f"no agent token with id {token_id}", field="token_id")
+            raise TokenNotFound(f"no agent token with id {token_id}", field="token_id")
         if row.revoked_at is not None:
-            raise TokenError(f"token {token_id} ({row.prefix}…) of node {row.node.name!r} was revoked at "
+            raise TokenAlreadyRevoked(f"token {token_id} ({row.prefix}…) of node {row.node.name!r} was revoked at "
                              f"{row.revoked_at:%Y-%m-%d %H:%M:%S} UTC", field="token_id")
         row.revoked_at = timezone.now()
         row.save(update_fields=["revoked_at"])
-    transaction.on_commit(lambda: _close_connections(token_id))
     return row
-
-
-def token_group(token_id: int) -> str:
-    """Channels group of the open connections authenticated with token ``token_id``."""
-    return f"kalena.agent.token.{token_id}"
-
-
-def _close_connections(token_id: int) -> None:
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
-    layer = get_channel_layer()
-    if layer is not None:
-        async_to_sync(layer.group_send)(token_group(token_id), {"type": "token.revoked", "token_id": token_id})
 
 
 def agent_token_used(*, token_id: int) -> None:

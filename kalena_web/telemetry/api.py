@@ -1,0 +1,131 @@
+"""Telemetry REST API (one ninja ``Router``, session-authenticated like the rest of ``/api/``):
+agent tokens per node, and the agents of a live cluster with their rejected samples.
+
+* ``GET  /api/live/{cluster}/nodes/{node}/agent-tokens`` — the node's tokens (never the secret)
+* ``POST /api/live/{cluster}/nodes/{node}/agent-tokens`` — a new token; the only response that
+  carries the plaintext ``token``
+* ``POST /api/agent-tokens/{id}/revoke`` — revoke (open connections with it are closed)
+* ``GET  /api/live/{cluster}/agents`` — per node: tokens, connection, last sample, stale,
+  accepted and rejected samples per reason
+* ``GET  /api/live/{cluster}/rejections`` — rejected samples per reason, refused connections
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+from ninja.errors import HttpError
+
+from kalena_web.telemetry import selectors
+from kalena_web.telemetry.services import TokenError, TokenNotFound, agent_token_create, agent_token_revoke
+
+router = Router(tags=["telemetry"])
+
+
+class TokenOut(Schema):
+    id: int
+    node: str
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+class NewTokenOut(TokenOut):
+    token: str
+
+
+class AgentOut(Schema):
+    node: str
+    tokens_active: int
+    tokens_revoked: int
+    connected: bool
+    agent_version: str
+    sampling_interval_s: float | None
+    last_sample_s: float | None
+    stale: bool
+    accepted_samples: int
+    duplicate_batches: int
+    rejected_samples: dict[str, int]
+
+
+class RejectionOut(Schema):
+    reason: str
+    samples: int
+    messages: int
+    last_s: float
+    node: str
+    detail: str
+
+
+class RefusalOut(Schema):
+    reason: str
+    count: int
+    last_s: float
+
+
+class RejectionsOut(Schema):
+    cluster: str
+    rejected: list[RejectionOut]
+    refused_connections: list[RefusalOut]
+
+
+def _token_out(row) -> dict:
+    return dict(id=row.id, node=row.node.name, prefix=row.prefix, created_at=row.created_at,
+                revoked_at=row.revoked_at, last_used_at=row.last_used_at)
+
+
+def _node(cluster: str, node: str):
+    try:
+        return selectors.live_node_get(cluster=cluster, node=node)
+    except selectors.NotFound as exc:
+        raise HttpError(404, str(exc)) from None
+
+
+def _cluster(cluster: str):
+    try:
+        return selectors.live_cluster_get(cluster=cluster)
+    except selectors.NotFound as exc:
+        raise HttpError(404, str(exc)) from None
+
+
+@router.get("/live/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut])
+def tokens(request: HttpRequest, cluster: str, node: str):
+    found = _node(cluster, node)
+    return [_token_out(t) for t in selectors.tokens_list(cluster=found.cluster.name, node=found.name)]
+
+
+@router.post("/live/{cluster}/nodes/{node}/agent-tokens", response={201: NewTokenOut})
+def token_create(request: HttpRequest, cluster: str, node: str):
+    plaintext, row = agent_token_create(node=_node(cluster, node), created_by=request.user)
+    return 201, {**_token_out(row), "token": plaintext}
+
+
+@router.post("/agent-tokens/{token_id}/revoke", response=TokenOut)
+def token_revoke(request: HttpRequest, token_id: int):
+    try:
+        return _token_out(agent_token_revoke(token_id=token_id))
+    except TokenError as exc:
+        raise HttpError(404 if isinstance(exc, TokenNotFound) else 409, str(exc)) from None
+
+
+@router.get("/live/{cluster}/agents", response=list[AgentOut])
+def agents(request: HttpRequest, cluster: str):
+    rows = selectors.cluster_agents(cluster=_cluster(cluster))
+    return [AgentOut(node=r.node.name, tokens_active=r.tokens_active, tokens_revoked=r.tokens_revoked,
+                     connected=bool(r.status and r.status.connected),
+                     agent_version=r.status.agent_version if r.status else "",
+                     sampling_interval_s=r.status.sampling_interval_s if r.status else None,
+                     last_sample_s=r.ledger_last_sample_s, stale=r.stale,
+                     accepted_samples=r.status.accepted_samples if r.status else 0,
+                     duplicate_batches=r.status.duplicate_batches if r.status else 0,
+                     rejected_samples=r.rejected) for r in rows]
+
+
+@router.get("/live/{cluster}/rejections", response=RejectionsOut)
+def rejections(request: HttpRequest, cluster: str):
+    found = _cluster(cluster)
+    return RejectionsOut(cluster=found.name, rejected=selectors.cluster_rejections(cluster=found),
+                         refused_connections=selectors.cluster_refusals(cluster=found))
