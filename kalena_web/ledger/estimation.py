@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import transaction
 
 from kalena_engine.estimator import Reservations, apply_samples, effective_reservations
 from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
@@ -42,12 +42,11 @@ from kalena_engine.policy import Policy
 from kalena_engine.resources import RAM
 from kalena_web.control.locks import shard_of
 from kalena_web.control.models import NodeCondition
-from kalena_web.inventory.fields import encode_vector
-from kalena_web.inventory.models import Cluster, Workload
-from kalena_web.ledger import mappers
+from kalena_web.inventory.models import Cluster
+from kalena_web.ledger import estimation_io, mappers
 from kalena_web.ledger.live import ledger_point
-from kalena_web.ledger.models import EstimationRun, LiveNodeLedger, WorkloadReservation
-from kalena_web.telemetry.models import USAGE_COLUMNS, AgentStatus, IngestBatch, NodeSample, Sample
+from kalena_web.ledger.models import EstimationRun, LiveNodeLedger
+from kalena_web.telemetry.models import AgentStatus, IngestBatch, NodeSample
 
 
 @dataclass
@@ -76,38 +75,7 @@ def _stale_ttls(node_ids: Iterable[int], policy: Policy) -> dict[int, float]:
 
 
 def _load_live(node_ids: list[int], policy: Policy) -> mappers.LiveWorkloads:
-    rows = list(Workload.objects.filter(node_id__in=node_ids, reservation__isnull=False)
-                .order_by("id").values_list(*mappers.WORKLOAD_COLUMNS))
-    return mappers.live_workloads(rows, limit_ratio=policy.estimator.limit_ratio)
-
-
-def _write_reservations(live: mappers.LiveWorkloads, rows: np.ndarray, state: Reservations,
-                        last_usage: np.ndarray) -> None:
-    """Store the estimator state of ``rows`` (one statement on PostgreSQL)."""
-    if len(rows) == 0:
-        return
-    table = WorkloadReservation._meta.db_table
-    values = [(int(live.ids[i]), encode_vector(state.value[i]), float(state.updated_s[i]),
-               float(state.last_sample_s[i]), encode_vector(last_usage[i])) for i in rows]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            import orjson
-
-            cursor.execute(
-                f"UPDATE {table} AS r SET value = v.value, updated_s = v.updated_s, last_sample_s = v.last_sample_s, "
-                f"last_usage = v.last_usage FROM (SELECT unnest(%s::bigint[]) AS workload_id, "
-                f"unnest(%s::jsonb[]) AS value, unnest(%s::float8[]) AS updated_s, "
-                f"unnest(%s::float8[]) AS last_sample_s, unnest(%s::jsonb[]) AS last_usage) AS v "
-                f"WHERE r.workload_id = v.workload_id",
-                [[v[0] for v in values], [orjson.dumps(v[1]).decode() for v in values], [v[2] for v in values],
-                 [v[3] for v in values], [orjson.dumps(v[4]).decode() for v in values]])
-        else:
-            import json
-
-            cursor.executemany(
-                f"UPDATE {table} SET value = %s, updated_s = %s, last_sample_s = %s, last_usage = %s "
-                f"WHERE workload_id = %s",
-                [(json.dumps(v[1]), v[2], v[3], json.dumps(v[4]), v[0]) for v in values])
+    return mappers.live_workloads(estimation_io.load_workloads(node_ids), limit_ratio=policy.estimator.limit_ratio)
 
 
 def _recompute(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, state: Reservations,
@@ -134,9 +102,7 @@ def _recompute(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, 
         ledger.updated_s = now_s
         changed.append(ledger)
         points.append((node_id, ledger_point(ledger, limits=live.limit[on].sum(axis=0).tolist())))
-    LiveNodeLedger.objects.bulk_update(changed, ["prod_request", "prod_reservation", "batch_request",
-                                                 "batch_reservation", "usage", "last_sample_s", "stale", "version",
-                                                 "updated_s"])
+    estimation_io.write_ledgers(changed)
     return points
 
 
@@ -185,8 +151,7 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
         node_ids = sorted(fresh_s)
         ledgers = {led.node_id: led for led in
                    LiveNodeLedger.objects.select_for_update().filter(node_id__in=node_ids).order_by("node_id")}
-        samples = mappers.sample_arrays(list(Sample.objects.filter(batch_id__in=batch_ids).values_list(
-            "id", "workload_id", "node_id", "ts", *USAGE_COLUMNS)))
+        samples = mappers.sample_arrays(estimation_io.load_samples(batch_ids))
         live = _load_live(list(ledgers), policy)
         kept, rows, pinned = mappers.estimator_inputs(live, samples)
         usage = np.nan_to_num(samples.usage[kept], nan=0.0)
@@ -200,7 +165,9 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
         newest = order[np.r_[rows[order][1:] != rows[order][:-1], True]] if len(order) else order
         last_usage[rows[newest]] = usage[newest]            # each workload's newest applied sample
         touched = rows[newest]
-        _write_reservations(live, touched, state, last_usage)
+        estimation_io.write_reservations([
+            (int(live.ids[i]), state.value[i], float(state.updated_s[i]), float(state.last_sample_s[i]), last_usage[i])
+            for i in touched])
         ttl = _stale_ttls(ledgers, policy)
         result.points = _recompute(ledgers, live, state, last_usage, now_s=now, ttl=ttl, fresh_s=fresh_s)
         _observe_pressure(ledgers, batch_ids, policy)

@@ -25,7 +25,7 @@ from django.core.cache import cache
 
 from kalena_web.control.locks import loop_lock
 from kalena_web.ledger import estimation
-from kalena_web.ledger.live import publish_node_ledgers
+from kalena_web.ledger.publisher import publish
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +47,6 @@ def estimation_request(*, shards: Iterable[int], countdown: float | None = None)
     return queued
 
 
-def _publish(points: list) -> None:
-    try:
-        publish_node_ledgers(points)
-    except Exception:  # noqa: BLE001 - the ledgers are committed; a lost chart update is not worth a retry
-        log.exception("publishing %d node ledgers failed", len(points))
-
-
 @shared_task(name="kalena.ledger.estimate", acks_late=True, ignore_result=True)
 def estimate(shard: int) -> dict:
     """Apply shard ``shard``'s pending sample batches (module doc); returns what it did."""
@@ -69,7 +62,7 @@ def estimate(shard: int) -> dict:
             result = estimation.estimation_run(shard=shard, max_batches=settings.KALENA_ESTIMATION_MAX_BATCHES)
             if result.run_id is None:
                 break
-            _publish(result.points)
+            publish(result.points)
             totals["runs"] += 1
             for key in ("batches", "samples", "applied"):
                 totals[key] += getattr(result, key)
@@ -89,6 +82,6 @@ def sweep(now_s: float | None = None) -> dict:
     for node_ids in estimation.stale_candidates(now_s=now).values():
         points = estimation.stale_sweep(node_ids=node_ids, now_s=now)
         marked += len(points)
-        _publish(points)
+        publish(points)
     queued = estimation_request(shards=estimation.pending_shards())
     return {"stale_marked": marked, "shards_queued": queued}

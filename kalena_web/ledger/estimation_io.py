@@ -1,0 +1,108 @@
+"""The estimation loop's reads and writes, in plain SQL: a run touches thousands of rows a
+second, and the ORM's per-row work (expression trees for ``bulk_update``, per-field
+converters) cost more than the estimation itself. One statement per table and run on
+PostgreSQL (``unnest`` of arrays); ``executemany`` on SQLite. Vectors are the JSON lists of
+:class:`~kalena_web.inventory.fields.ResourceVectorField` (``null`` = +inf).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import orjson
+from django.db import connection
+
+from kalena_web.inventory.fields import encode_vector
+from kalena_web.inventory.models import Workload
+from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
+from kalena_web.telemetry.models import USAGE_COLUMNS, Sample
+
+LEDGER_VECTORS = ("prod_request", "prod_reservation", "batch_request", "batch_reservation", "usage")
+
+
+def _pg() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _vector(text: str | bytes | None) -> list[float] | None:
+    """Stored JSON → eight floats (``null`` → inf), or None."""
+    if text is None:
+        return None
+    return [float("inf") if v is None else float(v) for v in orjson.loads(text)]
+
+
+def _ids(ids: Sequence[int]) -> tuple[str, list]:
+    """``= ANY(%s)`` with one array on PostgreSQL, ``IN (…)`` elsewhere."""
+    if _pg():
+        return "= ANY(%s)", [list(ids)]
+    return f"IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+
+def load_workloads(node_ids: Sequence[int]) -> list[tuple]:
+    """Workloads placed on ``node_ids`` that have a reservation, as rows of
+    :data:`kalena_web.ledger.mappers.WORKLOAD_COLUMNS` (vectors decoded, labels a dict)."""
+    if not node_ids:
+        return []
+    cast = "::text" if _pg() else ""
+    clause, params = _ids(node_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'SELECT w.id, w.node_id, w.kind, w.request{cast}, w."limit"{cast}, w.labels{cast}, w.start_s, '
+            f"r.value{cast}, r.updated_s, r.last_sample_s, r.last_usage{cast} "
+            f"FROM {Workload._meta.db_table} w JOIN {WorkloadReservation._meta.db_table} r ON r.workload_id = w.id "
+            f"WHERE w.node_id {clause} ORDER BY w.id", params)
+        rows = cursor.fetchall()
+    return [(wid, node, kind, _vector(q), _vector(lim), orjson.loads(labels) if labels else {}, start, _vector(r),
+             updated, last, _vector(usage))
+            for wid, node, kind, q, lim, labels, start, r, updated, last, usage in rows]
+
+
+def load_samples(batch_ids: Sequence[int]) -> list[tuple]:
+    """``(id, workload_id, node_id, ts, 8 usage)`` of the samples of ``batch_ids``."""
+    clause, params = _ids(batch_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, workload_id, node_id, ts, {', '.join(USAGE_COLUMNS)} "
+                       f"FROM {Sample._meta.db_table} WHERE batch_id {clause}", params)
+        return cursor.fetchall()
+
+
+def write_reservations(rows: Sequence[tuple[int, Sequence[float], float, float, Sequence[float]]]) -> None:
+    """``(workload_id, value, updated_s, last_sample_s, last_usage)`` per reservation."""
+    if not rows:
+        return
+    table = WorkloadReservation._meta.db_table
+    dump = [(w, orjson.dumps(encode_vector(v)).decode(), u, s, orjson.dumps(encode_vector(lu)).decode())
+            for w, v, u, s, lu in rows]
+    with connection.cursor() as cursor:
+        if _pg():
+            cursor.execute(
+                f"UPDATE {table} AS r SET value = v.value, updated_s = v.updated_s, last_sample_s = v.last_sample_s, "
+                f"last_usage = v.last_usage FROM (SELECT unnest(%s::bigint[]) AS workload_id, "
+                f"unnest(%s::jsonb[]) AS value, unnest(%s::float8[]) AS updated_s, "
+                f"unnest(%s::float8[]) AS last_sample_s, unnest(%s::jsonb[]) AS last_usage) AS v "
+                f"WHERE r.workload_id = v.workload_id", [list(col) for col in zip(*dump)])
+        else:
+            cursor.executemany(f"UPDATE {table} SET value = %s, updated_s = %s, last_sample_s = %s, last_usage = %s "
+                               f"WHERE workload_id = %s", [(v, u, s, lu, w) for w, v, u, s, lu in dump])
+
+
+def write_ledgers(ledgers: Sequence[LiveNodeLedger]) -> None:
+    """Store the vectors, ``last_sample_s``, ``stale``, ``version`` and ``updated_s`` of ``ledgers``."""
+    if not ledgers:
+        return
+    table = LiveNodeLedger._meta.db_table
+    rows = [(led.node_id, *(orjson.dumps(encode_vector(getattr(led, f))).decode() for f in LEDGER_VECTORS),
+             led.last_sample_s, bool(led.stale), int(led.version), float(led.updated_s)) for led in ledgers]
+    sets = ", ".join(f"{f} = v.{f}" for f in (*LEDGER_VECTORS, "last_sample_s", "stale", "version", "updated_s"))
+    with connection.cursor() as cursor:
+        if _pg():
+            vectors = ", ".join(f"unnest(%s::jsonb[]) AS {f}" for f in LEDGER_VECTORS)
+            cursor.execute(
+                f"UPDATE {table} AS l SET {sets} FROM (SELECT unnest(%s::bigint[]) AS node_id, {vectors}, "
+                f"unnest(%s::float8[]) AS last_sample_s, unnest(%s::bool[]) AS stale, "
+                f"unnest(%s::bigint[]) AS version, unnest(%s::float8[]) AS updated_s) AS v "
+                f"WHERE l.node_id = v.node_id", [list(col) for col in zip(*rows)])
+        else:
+            fields = ", ".join(f"{f} = %s" for f in (*LEDGER_VECTORS, "last_sample_s", "stale", "version",
+                                                     "updated_s"))
+            cursor.executemany(f"UPDATE {table} SET {fields} WHERE node_id = %s", [(*r[1:], r[0]) for r in rows])
