@@ -7,11 +7,12 @@ new entries gather and go in the next write as soon as it ends. A write holds at
 ``max_samples`` samples. Writes run one at a time on one dedicated thread (one database
 connection), so entries are stored in the order they were submitted.
 
-Failure: an operational error (the database went away) fails every entry of the write — the
-connections send an ``error``, acknowledge nothing and close, so their agents resend after
-reconnecting. Any other error is isolated: the entries are retried one by one, and one that
-still fails is stored as refused (``unstorable``, acknowledged with that reason) so it cannot
-block the others forever. Entries of a connection that already failed are not written.
+Failure: a database error fails every entry of the write — the connections send an ``error``,
+acknowledge nothing and close, so their agents resend after reconnecting. Only an error that
+is the data's fault (``DataError``, ``IntegrityError``: a value the checks did not foresee) is
+isolated: the entries are retried one by one, and one that still fails is stored as refused
+(``unstorable``, acknowledged with that reason) so it cannot block the others forever.
+Entries of a connection that already failed are not written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from django.db import Error, InterfaceError, OperationalError, close_old_connections, connection
+from django.db import DataError, IntegrityError, close_old_connections, connection
 
 from kalena_web.telemetry.ingest import Entry
 from kalena_web.telemetry.storage import store_entries, store_unstorable
@@ -76,9 +77,10 @@ class GroupCommitWriter:
         self.max_samples = max_samples
         self.store = store
         self.stats = WriterStats()
-        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Item] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kalena-ingest-writer")
         self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def submit(self, entry: Entry, session: Session) -> Entry:
         """Queue ``entry``; returns it once stored (``entry.duplicate`` set).
@@ -86,23 +88,26 @@ class GroupCommitWriter:
         Raises:
             WriteFailed: it was not stored (acknowledge nothing).
         """
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="kalena-ingest-writer")
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._task is None or self._task.done():
+            self._loop, self._queue = loop, asyncio.Queue()
+            self._task = loop.create_task(self._run(), name="kalena-ingest-writer")
+        future: asyncio.Future = loop.create_future()
         self._queue.put_nowait(_Item(entry, session, future))
         await future
         return entry
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        queue = self._queue
         while True:
-            first = await self._queue.get()
-            if self._queue.qsize() == 0 and self.flush_s > 0:
+            first = await queue.get()
+            if queue.qsize() == 0 and self.flush_s > 0:
                 await asyncio.sleep(self.flush_s)
             items = [first]
             samples = len(first.entry.samples)
-            while not self._queue.empty() and samples < self.max_samples:
-                item = self._queue.get_nowait()
+            while not queue.empty() and samples < self.max_samples:
+                item = queue.get_nowait()
                 items.append(item)
                 samples += len(item.entry.samples)
             live = []
@@ -131,24 +136,24 @@ class GroupCommitWriter:
             self.store(entries, now_s=started)
             self._count(entries, started)
             return {}
-        except (OperationalError, InterfaceError) as exc:
-            return self._failed(entries, exc)
-        except Error as exc:
+        except (DataError, IntegrityError) as exc:
             log.warning("ingest: a group write of %d messages failed (%s); retrying one by one", len(entries), exc)
+        except Exception as exc:  # noqa: BLE001 - any other failure: nothing stored, nothing acknowledged
+            return self._failed(entries, exc)
         failed: dict[Entry, str] = {}
         for entry in entries:
             try:
                 self.store([entry], now_s=time.time())
                 continue
-            except (OperationalError, InterfaceError) as exc:
+            except (DataError, IntegrityError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # noqa: BLE001
                 failed.update(self._failed([entry], exc))
                 continue
-            except Error as exc:
-                error = f"{type(exc).__name__}: {exc}"
             log.error("ingest: message %s of node %s cannot be stored: %s", entry.batch_id, entry.node_id, error)
             try:
                 store_unstorable(entry, error=error, now_s=time.time())
-            except Error as exc:
+            except Exception as exc:  # noqa: BLE001
                 failed.update(self._failed([entry], exc))
         self._count(entries, started)
         return failed
@@ -156,7 +161,10 @@ class GroupCommitWriter:
     def _failed(self, entries: list[Entry], exc: Exception) -> dict[Entry, str]:
         self.stats.failures += 1
         log.error("ingest: write of %d messages failed, none acknowledged: %s", len(entries), exc)
-        connection.close()  # the next write reconnects
+        try:
+            connection.close()  # the next write reconnects
+        except Exception:  # noqa: BLE001 - a broken connection may not even close cleanly
+            pass
         return {e: f"not stored: {type(exc).__name__}" for e in entries}
 
     def _count(self, entries: list[Entry], started: float) -> None:
@@ -166,6 +174,8 @@ class GroupCommitWriter:
         self.stats.write_s += time.time() - started
 
     def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        self._executor.shutdown(wait=False)
+        """Stop writing; closes the writer thread's database connection."""
+        if self._task is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._executor.submit(lambda: connection.close()).result(timeout=10)
+        self._executor.shutdown(wait=True)
