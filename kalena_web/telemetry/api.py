@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
 from kalena_web.telemetry import selectors
@@ -100,7 +100,7 @@ def tokens(request: HttpRequest, cluster: str, node: str):
 @router.post("/live/{cluster}/nodes/{node}/agent-tokens", response={201: NewTokenOut})
 def token_create(request: HttpRequest, cluster: str, node: str):
     plaintext, row = agent_token_create(node=_node(cluster, node), created_by=request.user)
-    return 201, {**_token_out(row), "token": plaintext}
+    return Status(201, {**_token_out(row), "token": plaintext})
 
 
 @router.post("/agent-tokens/{token_id}/revoke", response=TokenOut)

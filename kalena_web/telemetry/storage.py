@@ -106,10 +106,11 @@ def _count_agents(entries: list[Entry], *, now_s: float, cursor) -> None:
         [(b, a, d, now_s, last, last, node) for node, (b, a, d, last) in sorted(per_node.items())])
 
 
-def store_entries(entries: list[Entry], *, now_s: float) -> set[int]:
+def store_entries(entries: list[Entry], *, now_s: float, estimate: bool = True) -> set[int]:
     """Store ``entries`` in one transaction (see module doc); returns the shards that received
     samples. Sets ``entry.duplicate`` for messages stored before (also within ``entries``: the
-    first one wins).
+    first one wins). ``estimate=False`` leaves the new batches pending without requesting
+    estimation (a benchmark pre-filling the queue).
 
     Raises:
         django.db.Error: nothing was written; acknowledge nothing.
@@ -152,7 +153,7 @@ def store_entries(entries: list[Entry], *, now_s: float) -> set[int]:
             MitigationEvent.objects.bulk_create(events)
         _count_rejections([e for e in entries if not e.duplicate], now_s=now_s, cursor=cursor)
         _count_agents(entries, now_s=now_s, cursor=cursor)
-        if shards:
+        if shards and estimate:
             transaction.on_commit(lambda: _request_estimation(shards), robust=True)
     return shards
 

@@ -119,12 +119,13 @@ def resolve_workload(record: Mapping[str, Any], view: NodeView) -> int | None:
     """The inventory workload a sample is about, or None.
 
     In order: the record's ``workload`` id equals an inventory name on this node (Kubernetes
-    ``namespace/pod``; a workloads-file ``id`` written as ``namespace/pod``); else its ``name``
-    does; else its ``name`` equals the pod part of exactly one inventory name on the node
-    (Docker: a container named ``web-0`` for ``default/web-0``).
+    ``namespace/pod``; a workloads-file ``id`` written as ``namespace/pod``). For the other kinds
+    only (``docker``, ``process``: their ids are container ids or file ids), its ``name`` may
+    then equal an inventory name, or the pod part of exactly one inventory name on the node
+    (a container named ``web-0`` for ``default/web-0``). A Kubernetes id is never matched by name.
     """
     wid = view.by_name.get(record["workload"])
-    if wid is None:
+    if wid is None and record.get("kind") != "kubernetes":
         name = record.get("name")
         if isinstance(name, str):
             wid = view.by_name.get(name)

@@ -163,7 +163,9 @@ def agent_app():
     from kalena_web.telemetry.writer import GroupCommitWriter
 
     writer = GroupCommitWriter(flush_s=0.02)
-    yield URLRouter([path("agent/v1/ws", AgentConsumer.as_asgi(writer=writer, tokens=TokenWatch(check_s=0.2)))])
+    app = URLRouter([path("agent/v1/ws", AgentConsumer.as_asgi(writer=writer, tokens=TokenWatch(check_s=0.2)))])
+    app.writer = writer  # for the tests that look at how entries were grouped
+    yield app
     writer.close()
 
 
@@ -180,3 +182,49 @@ def run(coro):
             await database_sync_to_async(connections.close_all)()
 
     return asyncio.run(conversation())
+
+
+class Services:
+    """Daphne and Celery worker processes on the test database and the test Redis database,
+    stopped (by pid) when the test ends; logs under ``tmp_path``."""
+
+    def __init__(self, tmp_path: Path, **env: str) -> None:
+        from kalena_web.cli.benchenv import Processes
+
+        redis_url = require_redis()
+        import redis
+
+        redis.Redis.from_url(redis_url).flushdb()
+        self.env = dict(os.environ, DATABASE_URL=child_database_url(), REDIS_URL=redis_url,
+                        DJANGO_SETTINGS_MODULE="kalena_web.settings", KALENA_ESTIMATION_LOCK_TTL_S="3",
+                        KALENA_LOG_LEVEL="INFO", **env)
+        self.procs = Processes(env=self.env, log_dir=tmp_path)
+        self.redis_url = redis_url
+
+    def celery(self):
+        from celery import Celery
+
+        return Celery("kalena-test-client", broker=self.redis_url)
+
+    def log(self, name: str) -> str:
+        return (self.procs.log_dir / f"{name}.log").read_text()
+
+    def stop(self) -> None:
+        self.procs.stop_all()
+
+
+@pytest.fixture
+def services(tmp_path):
+    require_postgres()
+    s = Services(tmp_path)
+    yield s
+    s.stop()
+
+
+def wait_until(predicate, timeout_s: float = 60.0, every_s: float = 0.1, what: str = "") -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(every_s)
+    assert predicate(), f"timed out after {timeout_s:.0f} s waiting for {what or predicate}"

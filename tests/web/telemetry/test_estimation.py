@@ -1,0 +1,188 @@
+"""Live estimation: stored samples fold into the same reservations the engine computes, node
+ledgers read them as DESIGN §6 says, a batch is applied exactly once however often a run is
+repeated, and case C1 (stale telemetry) with its exact numbers.
+
+Samples go in through the real ingest path (checks → entries → the group write) without the
+WebSocket; estimation runs are called with an explicit ``now_s``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from django.conf import settings
+
+from kalena_engine.estimator import Reservations, apply_samples, effective_reservations
+from kalena_engine.policy import Policy
+from kalena_web.control.locks import shard_of
+from kalena_web.inventory.models import Node, Workload
+from kalena_web.ledger.estimation import estimation_run, stale_candidates, stale_sweep
+from kalena_web.ledger.models import EstimationRun, LiveNodeLedger, WorkloadReservation
+from kalena_web.telemetry.ingest import prepare_message
+from kalena_web.telemetry.models import IngestBatch
+from kalena_web.telemetry.selectors import node_view_load
+from kalena_web.telemetry.storage import store_entries
+from kalena_web.telemetry.validation import Limits
+from tests.web.telemetry.conftest import import_homelab, record, samples
+
+GIB = 2.0**30
+T0 = 1_700_000_000.0   # "t = 0" of the cases, as a Unix time
+
+
+def ingest(node: Node, seq: int, records: list[dict], *, now_s: float, node_sample: dict | None = None) -> None:
+    view = node_view_load(node_id=node.id, shards=settings.KALENA_ESTIMATION_SHARDS)
+    entry = prepare_message(samples(node.name, seq, records, ts=now_s, node_sample=node_sample), view=view,
+                            now_s=now_s, received_s=now_s, limits=Limits())
+    assert not entry.rejected, entry.rejected
+    store_entries([entry], now_s=now_s)
+
+
+def shard(node: Node) -> int:
+    return shard_of(node.name, settings.KALENA_ESTIMATION_SHARDS)
+
+
+@pytest.fixture
+def homelab(db, kuberina_dir, tmp_path):
+    return import_homelab(kuberina_dir, tmp_path, now_s=T0 - 1000.0)
+
+
+def test_reservations_equal_the_engine_fold_of_the_same_samples(homelab) -> None:
+    node = Node.objects.get(cluster=homelab, name="thinkcentre-beta")
+    pods = list(Workload.objects.filter(node=node).order_by("id"))
+    rng = np.random.default_rng(7)
+    times, rows, usage = [], [], []
+    for seq, base in enumerate([0.0, 40.0, 95.0, 400.0]):          # irregular batches, runs in between
+        records = []
+        for i, pod in enumerate(pods):
+            for k in range(1 + (i + seq) % 2):                      # one or two samples per pod per batch
+                t = T0 + base + 7.0 * k + i
+                u = np.asarray(pod.request) * rng.uniform(0.05, 1.3)
+                records.append(record(pod.name, t, cpu_mcpu=float(u[0]), ram_bytes=float(u[1])))
+                times.append(t)
+                rows.append(i)
+                usage.append([u[0], u[1], 0, 0, 0, 0, 0, 0])
+        for r in records:                                           # io measured as 0, gpu/storage not measured
+            r["usage"].update(disk_read_bps=0.0, disk_write_bps=0.0, net_in_bps=0.0, net_out_bps=0.0)
+        ingest(node, seq, records, now_s=T0 + base + 20)
+        if seq % 2:
+            estimation_run(shard=shard(node), now_s=T0 + base + 21)
+    estimation_run(shard=shard(node), now_s=T0 + 430.0)
+
+    request = np.array([p.request for p in pods])
+    policy = Policy().estimator
+    pinned = np.zeros((len(pods), 8), dtype=bool)
+    pinned[:, 2:4] = True                                           # gpu always; storage not measured
+    expected, _ = apply_samples(
+        Reservations(value=request.copy(), updated_s=np.full(len(pods), T0 - 1000.0),
+                     last_sample_s=np.full(len(pods), -np.inf)),
+        workload=np.array(rows), time_s=np.array(times), usage=np.array(usage), request=request,
+        limit=np.array([p.limit for p in pods]), start_s=np.full(len(pods), -np.inf),
+        grace_s=np.full(len(pods), policy.grace_s), pinned=pinned, policy=policy)
+    stored = {r.workload_id: r for r in WorkloadReservation.objects.filter(workload__in=pods)}
+    np.testing.assert_allclose([stored[p.id].value for p in pods], expected.value, rtol=1e-12)
+    np.testing.assert_allclose([stored[p.id].last_sample_s for p in pods], expected.last_sample_s)
+    ledger = LiveNodeLedger.objects.get(node=node)
+    fresh = effective_reservations(expected, request, T0 + 430.0, 60.0)
+    np.testing.assert_allclose(ledger.prod_reservation, fresh.sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(ledger.prod_request, request.sum(axis=0))
+    assert ledger.stale is False and ledger.last_sample_s == T0 + 420.0 and ledger.version == 2  # two runs
+
+
+def test_a_batch_is_applied_once_however_often_estimation_runs(homelab) -> None:
+    node = Node.objects.get(cluster=homelab, name="thinkcentre-beta")
+    ingest(node, 1, [record("database/postgres-0", T0, cpu_mcpu=100.0)], now_s=T0 + 1)
+    first = estimation_run(shard=shard(node), now_s=T0 + 2)
+    before = WorkloadReservation.objects.get(workload__name="database/postgres-0").value
+    again = estimation_run(shard=shard(node), now_s=T0 + 3)          # a redelivered task
+    assert (first.batches, first.samples, first.applied) == (1, 1, 1)
+    assert again.run_id is None and again.batches == 0
+    assert WorkloadReservation.objects.get(workload__name="database/postgres-0").value == before
+    assert list(IngestBatch.objects.values_list("estimation_run", flat=True)) == [first.run_id]
+    run = EstimationRun.objects.get()
+    assert (run.shard, run.batches, run.samples, run.nodes) == (shard(node), 1, 1, 1)
+    assert run.committed_s >= run.applied_s >= run.started_s
+
+
+C1_INFRA = """
+nodes:
+  - name: c1-node
+    zone: z
+    rack: r
+    labels: {}
+    taints: []
+    allocatable: {cpu: 64, ram: 128Gi, gpu: 0, storage: 1000Gi, disk: {read: 500M, write: 500M}, network: {in: 1G, out: 1G}}
+"""
+C1_WORKLOADS = """
+namespaces:
+  prod:
+    - name: p
+      replicas: 1
+      requests: {cpu: 8, ram: 64Gi}
+"""
+
+
+@pytest.fixture
+def c1(db, tmp_path):
+    """Case C1's node: C_ram = 128 GiB; P (prod, q = L = 64 GiB); batch B1 (q = L = 40 GiB,
+    priority 0) and B2 (30 GiB, priority 1) bound to it."""
+    from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
+    from kalena_web.control.services import live_cluster_import
+    from kalena_web.scheduling.models import BatchPod
+
+    (tmp_path / "infra.yaml").write_text(C1_INFRA)
+    (tmp_path / "workloads.yaml").write_text(C1_WORKLOADS)
+    (tmp_path / "bp.yaml").write_text("solution:\n  prod/p-0: c1-node\n")
+    workloads = load_workloads(tmp_path / "workloads.yaml")
+    cluster = live_cluster_import(name="c1", infra=load_infrastructure(tmp_path / "infra.yaml"), workloads=workloads,
+                                  blueprint=load_blueprint(tmp_path / "bp.yaml", workloads), now_s=T0 - 3600).cluster
+    node = Node.objects.get(cluster=cluster)
+    for row, (name, ram_gib, priority) in enumerate([("b1", 40, 0), ("b2", 30, 1)]):
+        request = [1000.0, ram_gib * GIB, 0, 0, 0, 0, 0, 0]
+        w = Workload.objects.create(cluster=cluster, kind=Workload.BATCH, row=row, name=f"batch/{name}", namespace="batch",
+                                    tier="batch", priority=priority, node=node, request=request, limit=request,
+                                    start_s=T0 - 1800)
+        WorkloadReservation.objects.create(workload=w, value=request, updated_s=T0 - 1800)
+        BatchPod.objects.create(cluster=cluster, workload=w, state=BatchPod.BOUND, submitted_s=T0 - 1900,
+                                queued_s=T0 - 1900, bound_s=T0 - 1800)
+    return node
+
+
+def _c1_sample(ts: float, *, p_gib: float) -> list[dict]:
+    return [record("prod/p-0", ts, cpu_mcpu=1000.0, ram_bytes=p_gib * GIB),
+            record("batch/b1", ts, cpu_mcpu=1000.0, ram_bytes=40 * GIB, tier="batch"),
+            record("batch/b2", ts, cpu_mcpu=1000.0, ram_bytes=30 * GIB, tier="batch")]
+
+
+def _ram_gib(node: Node) -> tuple[float, float, bool]:
+    ledger = LiveNodeLedger.objects.get(node=node)
+    return ledger.prod_reservation[1] / GIB, ledger.batch_reservation[1] / GIB, ledger.stale
+
+
+def test_case_c1_stale_telemetry_reads_max_r_q_and_estimation_resumes_from_the_new_sample(c1) -> None:
+    from kalena_web.control.escalation import escalation_pass
+    from kalena_web.control.orchestrators import orchestrator_for
+
+    psi = {"memory": {"some": {"avg10": 30.0, "avg60": 0, "avg300": 0, "total_us": 1}, "full": None}}
+    # t = 0: P uses 62 GiB → r_P = min(64, 1.15 · 62 = 71.3) = 64; B1, B2 use their requests → 40, 30.
+    ingest(c1, 1, _c1_sample(T0, p_gib=62.0), now_s=T0 + 0.5,
+           node_sample={"ts": T0, "working_set_bytes": 126 * GIB, "psi": psi})
+    estimation_run(shard=shard(c1), now_s=T0 + 1)
+    assert _ram_gib(c1) == (pytest.approx(64.0), pytest.approx(70.0), False)      # Σ r = 134 > 128, fresh
+
+    # The agent dies. At t = 50 the node is still fresh (T_stale = 60 s) …
+    assert stale_candidates(now_s=T0 + 50) == {}
+    # … and at t = 90 the loops run: the node reads stale, every reservation at max(r, q).
+    marked = [n for nodes in stale_candidates(now_s=T0 + 90).values() for n in nodes]
+    assert marked == [c1.id]
+    stale_sweep(node_ids=marked, now_s=T0 + 90)
+    assert _ram_gib(c1) == (pytest.approx(64.0), pytest.approx(70.0), True)       # 64 + 40 + 30, stale
+    report = escalation_pass(cluster=c1.cluster, orchestrator=orchestrator_for(c1.cluster), now_s=T0 + 90)
+    assert report.escalated == [] and report.drained == 0                          # nothing planned from t = 0
+
+    # Samples resume at t = 120: P uses 20 GiB → τ = 23, decay from 64 over Δt = 120 s:
+    # r_P = 23 + (64 − 23) · 2^(−120/600) = 58.6926 GiB; the node is fresh again.
+    ingest(c1, 2, _c1_sample(T0 + 120, p_gib=20.0), now_s=T0 + 120.5)
+    estimation_run(shard=shard(c1), now_s=T0 + 121)
+    prod, batch, stale = _ram_gib(c1)
+    assert prod == pytest.approx(23 + 41 * 2 ** (-120 / 600), rel=1e-12) == pytest.approx(58.6926, abs=1e-4)
+    assert (batch, stale) == (pytest.approx(70.0), False)
