@@ -172,6 +172,7 @@ def apply_samples(
     grace_s: np.ndarray,
     pinned: np.ndarray,
     policy: EstimatorPolicy,
+    unmeasured: np.ndarray | None = None,
 ) -> tuple[Reservations, np.ndarray]:
     """Fold a batch of irregular samples, several per workload allowed, into the state.
 
@@ -186,6 +187,9 @@ def apply_samples(
         usage: ``(m, 8)``.
         request, limit, start_s, grace_s, pinned: per workload, as in
             :func:`update_reservations`.
+        unmeasured: optional ``(m, 8)`` bool, dimensions a sample did not measure: for that
+            update they are pinned at the request, as the agent does (DESIGN §5; the agent's
+            ``update_estimator``).
 
     Returns:
         ``(new state, applied (m,) bool)``.
@@ -213,9 +217,13 @@ def apply_samples(
         mask[wl] = True
         times = np.zeros(n)
         times[wl] = time_s[rows]
+        pin = pinned
+        if unmeasured is not None:
+            pin = pinned.copy()
+            pin[wl] |= unmeasured[rows]
         state = update_reservations(
             state, request=request, limit=limit, usage=full_usage, sampled=mask, now_s=times,
-            start_s=start_s, grace_s=grace_s, pinned=pinned, policy=policy,
+            start_s=start_s, grace_s=grace_s, pinned=pin, policy=policy,
         )
         applied[rows] = True
     return state, applied

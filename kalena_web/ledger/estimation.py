@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import transaction
 
-from kalena_engine.estimator import Reservations, apply_samples, effective_reservations
+from kalena_engine.estimator import Reservations, apply_samples, effective_reservations, pinned_mask
 from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
 from kalena_engine.policy import Policy
 from kalena_engine.resources import RAM
@@ -153,12 +153,12 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
                    LiveNodeLedger.objects.select_for_update().filter(node_id__in=node_ids).order_by("node_id")}
         samples = mappers.sample_arrays(estimation_io.load_samples(batch_ids))
         live = _load_live(list(ledgers), policy)
-        kept, rows, pinned = mappers.estimator_inputs(live, samples)
+        kept, rows, unmeasured = mappers.estimator_inputs(live, samples)
         usage = np.nan_to_num(samples.usage[kept], nan=0.0)
         state, applied = apply_samples(
             live.state, workload=rows, time_s=samples.ts[kept], usage=usage, request=live.request,
             limit=live.limit, start_s=live.start_s, grace_s=np.full(len(live), policy.estimator.grace_s),
-            pinned=pinned, policy=policy.estimator)
+            pinned=pinned_mask(live.reclaim_disabled), policy=policy.estimator, unmeasured=unmeasured)
         last_usage = live.last_usage.copy()
         done = np.flatnonzero(applied)
         order = done[np.lexsort((samples.ts[kept][done], rows[done]))]      # by workload, then time

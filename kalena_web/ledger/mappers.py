@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kalena_engine.estimator import Reservations, pinned_mask
+from kalena_engine.estimator import Reservations
 from kalena_engine.resources import N_DIMS
 
 RECLAIM = "kalena.naughtian.io/reclaim"
@@ -105,23 +105,18 @@ def sample_arrays(rows: Sequence[tuple]) -> SampleArrays:
 
 
 def estimator_inputs(live: LiveWorkloads, samples: SampleArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Match samples to rows of ``live``: ``(sample index kept, row of each, pinned (n, 8))``.
+    """Match samples to rows of ``live``: ``(sample index kept, row of each, unmeasured (k, 8))``.
 
     A sample is kept when its workload is live on the node that sent it and it was taken at or
     after the workload's start (a batch pod requeued and bound elsewhere starts afresh).
-    ``pinned`` adds, to GPU and reclaim-disabled workloads, every dimension a kept sample of the
-    workload did not measure: an unmeasured dimension holds r at the request (as the agent does).
+    ``unmeasured`` marks the dimensions each kept sample did not measure (NULL): for that update
+    r holds at the request, as the agent does.
     """
-    pinned = pinned_mask(live.reclaim_disabled)
     if len(live) == 0 or len(samples.ids) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), pinned
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, N_DIMS), dtype=bool)
     order = np.argsort(live.ids)
     rows = order[np.clip(np.searchsorted(live.ids, samples.workload_ids, sorter=order), 0, len(live) - 1)]
     known = ((live.ids[rows] == samples.workload_ids) & (live.node_ids[rows] == samples.node_ids)
              & (samples.ts >= live.start_s[rows]))
     kept = np.flatnonzero(known)
-    rows = rows[kept]
-    unmeasured = np.isnan(samples.usage[kept])
-    if unmeasured.any():
-        np.logical_or.at(pinned, rows, unmeasured)
-    return kept, rows, pinned
+    return kept, rows[kept], np.isnan(samples.usage[kept])

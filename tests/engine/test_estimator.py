@@ -124,3 +124,22 @@ def test_apply_samples_equals_sequential_updates_and_ignores_time_going_backward
                                     request=q, limit=q, start_s=start, grace_s=grace, pinned=pinned, policy=POLICY)
     assert not applied2.any()
     np.testing.assert_array_equal(again.value, batched.value)
+
+
+def test_an_unmeasured_dimension_holds_the_request_for_that_update_only() -> None:
+    # q = L = 10; samples at t = 0 (cpu not measured) and t = 600 (cpu = 2, measured):
+    # t = 0 → r = q = 10 (pinned for that update); t = 600 → τ = 2.3, decay over Δt = 600 s:
+    # r = 2.3 + (10 − 2.3) · 2^(−1) = 6.15. With the same dimension pinned for the whole fold
+    # r would stay 10.
+    from kalena_engine.estimator import Reservations, apply_samples
+    from kalena_engine.policy import EstimatorPolicy
+
+    q = np.full((1, 8), 10.0)
+    state = Reservations(value=q.copy(), updated_s=np.zeros(1), last_sample_s=np.full(1, -np.inf))
+    usage = np.array([[0.0] * 8, [2.0] * 8])
+    unmeasured = np.array([[True] * 8, [False] * 8])
+    out, applied = apply_samples(state, workload=np.array([0, 0]), time_s=np.array([0.0, 600.0]), usage=usage,
+                                 request=q, limit=q, start_s=np.full(1, -np.inf), grace_s=np.full(1, 300.0),
+                                 pinned=np.zeros((1, 8), dtype=bool), policy=EstimatorPolicy(), unmeasured=unmeasured)
+    assert applied.all()
+    np.testing.assert_allclose(out.value[0], 6.15)
