@@ -10,6 +10,7 @@ from ninja import NinjaAPI
 from ninja.security import django_auth
 
 from kalena_web.archive.api import router as archive_router
+from kalena_web.replan.api import router as replan_router
 from kalena_web.scheduling.api import router as scheduling_router
 
 
@@ -21,4 +22,5 @@ def build_api() -> NinjaAPI:
                    description="Kalena operator API: persisted replay runs and their series.")
     api.add_router("/", archive_router)
     api.add_router("/", scheduling_router)
+    api.add_router("/", replan_router)
     return api
