@@ -197,6 +197,7 @@ CELERY_TIMEZONE = "UTC"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
+KALENA_METRICS_TOKEN = os.environ.get("KALENA_METRICS_TOKEN", "")  # set: /metrics needs this bearer token
 # Drift (DESIGN §10): window of the steady-state reservation and the recommendation threshold.
 KALENA_DRIFT_WINDOW_S = float(os.environ.get("KALENA_DRIFT_WINDOW_S", "86400"))
 KALENA_DRIFT_THRESHOLD = float(os.environ.get("KALENA_DRIFT_THRESHOLD", "0.25"))
