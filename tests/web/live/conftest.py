@@ -1,0 +1,28 @@
+"""A live homelab cluster (3 nodes, 10 production pods) whose agents have just reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
+from kalena_web.control.services import live_cluster_import
+from kalena_web.ledger.models import LiveNodeLedger
+
+NODES = ["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"]
+
+
+@pytest.fixture
+def live(db, kuberina_dir: Path, tmp_path: Path):
+    infra = load_infrastructure(kuberina_dir / "homelab/homelab_infra.yaml")
+    workloads = load_workloads(kuberina_dir / "homelab/homelab_workloads.yaml")
+    assignment = {pod.id: NODES[i % 3] for i, pod in enumerate(workloads.pods)}
+    assignment["smart-home/home-assistant-0"] = assignment["smart-home/zigbee2mqtt-0"] = "thinkcentre-beta"
+    path = tmp_path / "bp.yaml"
+    path.write_text("solution:\n" + "".join(f"  {p}: {n}\n" for p, n in assignment.items()))
+    imported = live_cluster_import(name="home", infra=infra, workloads=workloads,
+                                   blueprint=load_blueprint(path, workloads), now_s=1000.0,
+                                   workloads_document=(kuberina_dir / "homelab/homelab_workloads.yaml").read_text())
+    LiveNodeLedger.objects.filter(node__cluster=imported.cluster).update(stale=False, last_sample_s=1000.0)
+    return imported.cluster
