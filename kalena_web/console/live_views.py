@@ -88,9 +88,24 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
         pod = scheduling_selectors.batch_pod(cluster=c, name=name)
     except BatchPod.DoesNotExist:
         raise NotFound(f"no batch pod {name!r} in {cluster!r}") from None
+    why = scheduling_selectors.why_pending(pod=pod)
     return render(request, "console/live_batch_pod.html", {
-        "cluster": c, "pod": pod, "why": scheduling_selectors.why_pending(pod=pod),
+        "cluster": c, "pod": pod, "why": why, "examples": rejection_lines(why.record if why else {}),
         "evictions": EvictionRecord.objects.filter(workload=pod.workload).select_related("node")[:20]})
+
+
+def rejection_lines(record: dict) -> list[str]:
+    """The why-pending record's typed rejection examples as sentences an operator reads."""
+    lines = []
+    for r in record.get("rejections") or []:
+        kind, node = r.get("kind", "?"), r.get("node", "?")
+        if "shortfall" in r:
+            lines.append(f"{node}: needs {r['requested']:,.2f} {r['unit']} of {kind}, {r['free']:,.2f} free "
+                         f"(short by {r['shortfall']:,.2f})")
+        else:
+            extra = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("kind", "node"))
+            lines.append(f"{node}: {kind.replace('_', ' ')}" + (f" ({extra})" if extra else ""))
+    return lines
 
 
 @require_GET
