@@ -144,7 +144,9 @@ class BatchPlacement(models.Model):
 
 
 class TaskOutcome(models.Model):
-    """What became of one batch task over the run (instances unless named otherwise)."""
+    """What became of one batch task over the run (instances unless named otherwise).
+    ``why_pending``: for a task with pods still pending at the end, the scheduler's last
+    why-pending record (engine ``WhyPending.to_dict()``, IR units)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outcomes", db_index=False)
     workload = models.OneToOneField(Workload, on_delete=models.CASCADE, related_name="outcome")
@@ -158,6 +160,7 @@ class TaskOutcome(models.Model):
     nodes = models.PositiveIntegerField(default=0)
     first_placed_s = models.FloatField(null=True, blank=True)
     finished_s = models.FloatField(null=True, blank=True)
+    why_pending = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["run", "evicted"], name="archive_outcome_evicted")]

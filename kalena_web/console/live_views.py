@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.console.live_figures import live_node_figure
+from kalena_web.console.why import rejection_lines
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
 from kalena_web.replan.models import ReplanRecommendation
@@ -92,20 +93,6 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
     return render(request, "console/live_batch_pod.html", {
         "cluster": c, "pod": pod, "why": why, "examples": rejection_lines(why.record if why else {}),
         "evictions": EvictionRecord.objects.filter(workload=pod.workload).select_related("node")[:20]})
-
-
-def rejection_lines(record: dict) -> list[str]:
-    """The why-pending record's typed rejection examples as sentences an operator reads."""
-    lines = []
-    for r in record.get("rejections") or []:
-        kind, node = r.get("kind", "?"), r.get("node", "?")
-        if "shortfall" in r:
-            lines.append(f"{node}: needs {r['requested']:,.2f} {r['unit']} of {kind}, {r['free']:,.2f} free "
-                         f"(short by {r['shortfall']:,.2f})")
-        else:
-            extra = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("kind", "node"))
-            lines.append(f"{node}: {kind.replace('_', ' ')}" + (f" ({extra})" if extra else ""))
-    return lines
 
 
 @require_GET
