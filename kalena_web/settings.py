@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "kalena_web.control",
     "kalena_web.scheduling",
     "kalena_web.replan",
+    "kalena_web.api",
 ]
 
 MIDDLEWARE = [

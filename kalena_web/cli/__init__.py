@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import bench, cluster, export, replay, serve
+from kalena_web.cli import bench, cluster, export, replay, serve, users
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(commands)
     serve.add_parser(commands)
     export.add_parser(commands)
+    users.add_parser(commands)
     return parser
 
 

@@ -26,7 +26,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace) -> int:
     if not 60 <= args.window_s <= 90 * 86_400:
-        raise InputError(f"{args.window_s} s is outside 60 s – 90 days", field="--window-s")
+        raise InputError(f"{args.window_s} s is outside 60 s – 90 days", source="command line", field="--window-s")
     django_setup()
     from kalena_web.inventory.models import Cluster
     from kalena_web.replan.services import build_export
@@ -34,7 +34,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         cluster = Cluster.objects.get(kind=Cluster.LIVE, name=args.cluster)
     except Cluster.DoesNotExist:
-        raise InputError(f"no live cluster named {args.cluster!r}", field="cluster",
+        raise InputError(f"no live cluster named {args.cluster!r}", source="command line", field="cluster",
                          accepted=", ".join(Cluster.objects.filter(kind=Cluster.LIVE).values_list("name", flat=True))
                          or "import one with `kalena cluster import`") from None
     export = build_export(cluster=cluster, now_s=time.time(), window_s=args.window_s)
