@@ -1,4 +1,5 @@
-"""A live homelab cluster (3 nodes, 10 production pods) whose agents have just reported."""
+"""The ``live`` fixture: a live homelab cluster (3 nodes, 10 production pods) whose agents have
+just reported (every node fresh). Registered for all web tests by ``tests/web/conftest.py``."""
 
 from __future__ import annotations
 
