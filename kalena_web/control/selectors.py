@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from django.db.models import Count, Max, Q
 
+from kalena_engine.ledger import reclaimed_in_use
 from kalena_engine.resources import CPU, RAM
 from kalena_web.archive.models import EvictionRecord, UsageRollup
 from kalena_web.control.models import Escalation, LoopRun
@@ -62,8 +63,7 @@ class NodeView:
 
     @property
     def reclaimed(self) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return np.maximum(0.0, np.nan_to_num(self.request - self.capacity, nan=0.0, neginf=0.0))
+        return reclaimed_in_use(self.capacity, self.request)
 
 
 def node_views(*, cluster: Cluster) -> list[NodeView]:
