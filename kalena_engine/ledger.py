@@ -86,8 +86,13 @@ class NodeLedgers:
     @property
     def reclaimed(self) -> np.ndarray:
         """``X_n = max(0, Σ q_p + Σ q_b − C_n)``: batch beyond what requests alone admit."""
-        with np.errstate(invalid="ignore"):
-            return np.maximum(0.0, np.nan_to_num(self.request - self.capacity, nan=0.0, neginf=0.0))
+        return reclaimed_in_use(self.capacity, self.request)
+
+
+def reclaimed_in_use(capacity: np.ndarray, request: np.ndarray) -> np.ndarray:
+    """``X = max(0, Σ q − C)`` elementwise (``(..., 8)``); unconstrained (+inf) capacity gives 0."""
+    with np.errstate(invalid="ignore"):
+        return np.maximum(0.0, np.nan_to_num(request - capacity, nan=0.0, neginf=0.0))
 
 
 def ledgers(capacity: np.ndarray, *, prod_node: np.ndarray, prod_request: np.ndarray,

@@ -66,6 +66,8 @@ INSTALLED_APPS = [
     "kalena_web.console",
     "kalena_web.control",
     "kalena_web.scheduling",
+    "kalena_web.replan",
+    "kalena_web.api",
     "kalena_web.telemetry",
 ]
 
@@ -197,6 +199,15 @@ CELERY_TIMEZONE = "UTC"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
+KALENA_METRICS_TOKEN = os.environ.get("KALENA_METRICS_TOKEN", "")  # set: /metrics needs this bearer token
+# Drift (DESIGN §10): window of the steady-state reservation and the recommendation threshold.
+KALENA_DRIFT_WINDOW_S = float(os.environ.get("KALENA_DRIFT_WINDOW_S", "86400"))
+KALENA_DRIFT_THRESHOLD = float(os.environ.get("KALENA_DRIFT_THRESHOLD", "0.25"))
+# Usage archive retention (seconds): raw samples, 1-minute and 1-hour rollups, loop runs.
+KALENA_RETENTION_RAW_S = float(os.environ.get("KALENA_RETENTION_RAW_S", "86400"))
+KALENA_RETENTION_MINUTE_S = float(os.environ.get("KALENA_RETENTION_MINUTE_S", str(7 * 86400)))
+KALENA_RETENTION_HOUR_S = float(os.environ.get("KALENA_RETENTION_HOUR_S", str(90 * 86400)))
+KALENA_RETENTION_LOOPS_S = float(os.environ.get("KALENA_RETENTION_LOOPS_S", "86400"))
 
 # --- Telemetry ingest and estimation (kalena_web.telemetry, kalena_web.ledger.estimation) -------
 # Every limit below is a setting so an operator can see and change it; docs/control-plane-ingest.md.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kalena_engine.ledger import reclaimed_in_use
 from kalena_engine.replay.simulator import StepRecord
 from kalena_engine.resources import CPU, RAM
 
@@ -45,9 +46,7 @@ class SummaryAccumulator:
         cap = record.capacity
         t = self.target
         request = record.prod_request + record.batch_request
-        finite = np.isfinite(cap)
-        over = np.where(finite, request - np.where(finite, cap, 0.0), 0.0)
-        reclaimed = np.maximum(0.0, over)
+        reclaimed = reclaimed_in_use(cap, request)
         usage = record.prod_usage + record.batch_usage
         reservation = record.prod_reservation + record.batch_reservation
         for name, d in _DIMS:

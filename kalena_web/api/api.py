@@ -1,7 +1,8 @@
 """The REST API: one ``NinjaAPI`` mounted at ``/api/``; each app contributes one router.
 
-Authentication: the console's session (``django_auth``) for now; agents' per-node tokens come
-with the control plane. Anonymous calls answer 401.
+Authentication: the console's session (``django_auth``) or a user's API token
+(``Authorization: Bearer kal_…``, :mod:`kalena_web.api.auth`). Anonymous calls answer 401.
+Agents do not use this API: they stream over their own WebSocket with per-node tokens.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from ninja import NinjaAPI
 from ninja.security import django_auth
 
+from kalena_web.api.auth import ApiTokenAuth
 from kalena_web.archive.api import router as archive_router
+from kalena_web.replan.api import router as replan_router
 from kalena_web.telemetry.api import router as telemetry_router
 from kalena_web.scheduling.api import router as scheduling_router
 
@@ -18,9 +21,10 @@ def build_api() -> NinjaAPI:
     """A fresh API object with every app's router (built once, by ``kalena_web.urls``)."""
     # docs_url=None: the interactive docs page loads Swagger UI from a CDN, and nothing here may;
     # the schema itself stays at /api/openapi.json.
-    api = NinjaAPI(title="Kalena", version="1", auth=django_auth, urls_namespace="api", docs_url=None,
+    api = NinjaAPI(title="Kalena", version="1", auth=[django_auth, ApiTokenAuth()], urls_namespace="api", docs_url=None,
                    description="Kalena operator API: persisted replay runs and their series.")
     api.add_router("/", archive_router)
     api.add_router("/", telemetry_router)
     api.add_router("/", scheduling_router)
+    api.add_router("/", replan_router)
     return api

@@ -144,7 +144,9 @@ class BatchPlacement(models.Model):
 
 
 class TaskOutcome(models.Model):
-    """What became of one batch task over the run (instances unless named otherwise)."""
+    """What became of one batch task over the run (instances unless named otherwise).
+    ``why_pending``: for a task with pods still pending at the end, the scheduler's last
+    why-pending record (engine ``WhyPending.to_dict()``, IR units)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outcomes", db_index=False)
     workload = models.OneToOneField(Workload, on_delete=models.CASCADE, related_name="outcome")
@@ -158,6 +160,7 @@ class TaskOutcome(models.Model):
     nodes = models.PositiveIntegerField(default=0)
     first_placed_s = models.FloatField(null=True, blank=True)
     finished_s = models.FloatField(null=True, blank=True)
+    why_pending = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["run", "evicted"], name="archive_outcome_evicted")]
@@ -201,8 +204,10 @@ class UsageRollup(models.Model):
     Workload rows: ``usage_mean``/``usage_peak`` over the bucket's samples, ``reservation`` the
     reservation at the bucket's end raised to ``min(L, μ · peak usage)`` (so a rise inside the
     bucket is not lost), ``above_request``/``above_limit`` samples with usage above the request /
-    limit on any dimension. Node rows: sums over the node's workloads, plus ``batch_request``
-    (Σ q of bound batch) and ``prod_reservation``. Vectors ``(8,)`` in internal units.
+    limit on any dimension. Node rows: the node's ledgers at the bucket's last snapshot —
+    ``request`` Σ q, ``limit`` Σ L, ``reservation`` Σ r, ``usage_mean``/``usage_peak`` Σ u,
+    ``batch_request`` Σ q of batch, ``prod_reservation`` Σ r of production. Vectors ``(8,)`` in
+    internal units; ``samples`` counts samples (workload) or snapshots (node) folded in.
     """
 
     MINUTE, HOUR = "1m", "1h"
@@ -219,6 +224,8 @@ class UsageRollup(models.Model):
     usage_mean = ResourceVectorField()
     usage_peak = ResourceVectorField()
     reservation = ResourceVectorField()
+    request = ResourceVectorField(null=True, blank=True)
+    limit = ResourceVectorField(null=True, blank=True)
     batch_request = ResourceVectorField(null=True, blank=True)
     prod_reservation = ResourceVectorField(null=True, blank=True)
     above_request = models.PositiveIntegerField(default=0)

@@ -242,8 +242,10 @@ class RunRecorder:
             self.written["events"] += len(self._events)
             self._events = []
 
-    def finish(self, *, summary: dict, persist_seconds: float | None = None) -> Run:
+    def finish(self, *, summary: dict, persist_seconds: float | None = None,
+               why_pending: list[dict] | tuple[dict, ...] = ()) -> Run:
         """Write what remains and the end-of-run tables; store the summary on the run.
+        ``why_pending`` are the last scheduling pass's records (``workload`` = task id).
 
         Raises:
             RecordingInconsistent: fewer steps than the run declares, or per-task counts that
@@ -254,7 +256,7 @@ class RunRecorder:
         if self._next_step != self.run.steps:
             raise RecordingInconsistent(f"recorded {self._next_step} steps of {self.run.steps}")
         self._write_placements()
-        self._write_outcomes()
+        self._write_outcomes({r["workload"]: r for r in why_pending})
         production = self.state.production
         node_ledgers_create(
             run=self.run, nodes=self.inv.nodes, figures=self.ledger.figures(),
@@ -281,7 +283,7 @@ class RunRecorder:
         BatchPlacement.objects.bulk_create(rows, batch_size=EVENT_BATCH)
         self.written["placements"] += len(rows)
 
-    def _write_outcomes(self) -> None:
+    def _write_outcomes(self, why_pending: dict[str, dict]) -> None:
         st = self.state
         running = np.zeros(len(self.inv.tasks), dtype=np.int64)
         for (t, _), segments in self._open.items():
@@ -301,7 +303,8 @@ class RunRecorder:
             TaskOutcome(run=self.run, workload=w, submitted=int(st.submitted[i]), placed=int(self._placed[i]),
                         evicted=int(self._evicted[i]), completed=int(st.completed[i]), running_at_end=int(running[i]),
                         pending_at_end=int(st.pending[i]), eviction_events=int(self._eviction_events[i]),
-                        nodes=nodes.get(i, 0), first_placed_s=opt(self._first_placed[i]), finished_s=opt(self._finished[i]))
+                        nodes=nodes.get(i, 0), first_placed_s=opt(self._first_placed[i]), finished_s=opt(self._finished[i]),
+                        why_pending=why_pending.get(w.name) if st.pending[i] else None)
             for i, w in enumerate(self.inv.tasks)
         ]
         TaskOutcome.objects.bulk_create(rows, batch_size=EVENT_BATCH)

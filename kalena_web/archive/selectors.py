@@ -244,6 +244,7 @@ BATCH_FILTERS = {
     "all": Q(),
     "evicted": Q(evicted__gt=0),
     "unfinished": Q(pending_at_end__gt=0) | Q(running_at_end__gt=0),
+    "pending": Q(pending_at_end__gt=0),
     "never_placed": Q(placed=0),
 }
 

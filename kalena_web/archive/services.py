@@ -89,7 +89,8 @@ def run_persist(*, name: str, replay: Replay, inputs: ReplayInputs, config: Repl
             recorder = RunRecorder(run=run, inventory=inventory, state=replay.simulator.state,
                                    eligible=replay.simulator.eligible)
             summary = (execute or replay.run)(recorder.on_step)
-            recorder.finish(summary=summary, persist_seconds=round(time.perf_counter() - started, 3))
+            recorder.finish(summary=summary, persist_seconds=round(time.perf_counter() - started, 3),
+                            why_pending=[r.to_dict() for r in replay.why_pending()])
     except IntegrityError as exc:
         if Run.objects.filter(name=name).exists():
             raise RunExists(f"a run named {name!r} was persisted meanwhile; nothing was written") from exc

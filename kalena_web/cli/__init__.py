@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import agent_token, bench, cluster, replay, serve
+from kalena_web.cli import agent_token, bench, cluster, export, replay, serve, users
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(commands)
     cluster.add_parser(commands)
     serve.add_parser(commands)
+    export.add_parser(commands)
+    users.add_parser(commands)
     agent_token.add_parser(commands)
     return parser
 

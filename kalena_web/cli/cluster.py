@@ -33,7 +33,8 @@ def handle_import(args: argparse.Namespace) -> int:
     from kalena_web.control.services import live_cluster_import
 
     imported = live_cluster_import(name=args.name, infra=infra, workloads=workloads, blueprint=blueprint,
-                                   now_s=time.time())
+                                   now_s=time.time(),
+                                   workloads_document=data_path(args.workloads).read_text(encoding="utf-8"))
     print(f"live cluster {args.name!r}: {imported.nodes} nodes, {imported.production} production pods "
           f"({imported.soft_violations} soft blueprint violations reported, none hard)")
     return 0

@@ -69,6 +69,15 @@ def clock(seconds: float | None) -> str:
     return f"{days}d {text}" if days else text
 
 
+def utc(unix_s: float | None) -> str:
+    """Unix seconds as a UTC wall-clock time, ``2026-11-29 09:15:03`` (live clusters)."""
+    if unix_s is None:
+        return "–"
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(float(unix_s), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def duration(seconds: float | None) -> str:
     """A length of time, e.g. ``7500`` → ``"2 h 05 min"``, ``42`` → ``"42 s"``."""
     if seconds is None:

@@ -1,8 +1,8 @@
 """Console middleware.
 
 Login required everywhere by default (Django's ``LoginRequiredMiddleware``), except the
-REST API, which answers 401 itself instead of redirecting to a login page, and the health
-probe."""
+REST API, which answers 401 itself instead of redirecting to a login page, the health
+probe, and the Prometheus endpoint (guarded by its own bearer token when one is set)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from django.contrib.auth.middleware import LoginRequiredMiddleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-OPEN_PREFIXES = ("/api/", "/healthz")
+OPEN_PREFIXES = ("/api/", "/healthz", "/metrics")
 
 
 class ConsoleLoginRequiredMiddleware(LoginRequiredMiddleware):

@@ -19,6 +19,7 @@ from kalena_web.archive import selectors
 from kalena_web.archive.errors import NotFound
 from kalena_web.archive.mappers import times_of
 from kalena_web.console import figures, params, presenters
+from kalena_web.console.why import rejection_lines
 from kalena_web.ledger import selectors as ledger_selectors
 from kalena_web.ledger.selectors import SORTS, BadSort
 
@@ -141,6 +142,8 @@ def task(request: HttpRequest, run: str, task: str) -> HttpResponse:
         "figure": figures.task_figure(times_of(the_run), timeline, hours=_hours(the_run),
                                       window_s=presenters.task_window(the_task, outcome, the_run)),
         "waited_s": (outcome.first_placed_s - the_task.arrival_s) if outcome and outcome.first_placed_s is not None else None,
+        "why_pending": outcome.why_pending if outcome else None,
+        "examples": rejection_lines(outcome.why_pending) if outcome and outcome.why_pending else [],
     })
 
 

@@ -13,7 +13,7 @@ PERIODS_S: dict[str, float] = {
     "kalena.scheduling.schedule": 5.0,    # place pending batch (also event-driven)
     "kalena.control.escalate": 15.0,      # escalation: non-converging nodes, eviction storms
     "kalena.replan.drift": 600.0,         # drift metric and re-plan recommendations
-    "kalena.archive.rollup": 60.0,        # downsample raw → 1 min → 1 h, apply retention
+    "kalena.archive.rollup": 20.0,        # node snapshots, raw → 1 min → 1 h rollups, retention
 }
 
 

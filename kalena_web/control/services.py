@@ -30,10 +30,11 @@ class ImportedCluster:
 
 
 def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workloads, blueprint: Blueprint,
-                        now_s: float, policy: Policy | None = None) -> ImportedCluster:
+                        now_s: float, policy: Policy | None = None, workloads_document: str = "") -> ImportedCluster:
     """Create a live cluster from Kuberina IR: nodes at post-Phase-0 capacity, the blueprint's
     production pods with ``r = q`` (Kalena has no history yet), their ledgers, and node
-    conditions. All-or-nothing.
+    conditions. All-or-nothing. ``workloads_document`` (the workloads file's text) is kept for the
+    export back to Kuberina.
 
     Raises:
         ClusterExists: a live cluster called ``name`` exists.
@@ -53,7 +54,7 @@ def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workload
     active = np.zeros(len(infra.nodes), dtype=bool)
     active[report.active_nodes] = True
     with transaction.atomic():
-        cluster = Cluster.objects.create(name=name, kind=Cluster.LIVE, sources={
+        cluster = Cluster.objects.create(name=name, kind=Cluster.LIVE, workloads_document=workloads_document, sources={
             "infra": infra.source, "workloads": workloads.source, "blueprint": blueprint.source})
         nodes = Node.objects.bulk_create(mappers.nodes_from_ir(cluster, infra, capacity, active), batch_size=500)
         production = Workload.objects.bulk_create(

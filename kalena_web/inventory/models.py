@@ -17,7 +17,8 @@ class Cluster(models.Model):
 
     ``kind`` is ``replay`` for the cluster a recorded replay ran on (one per run) and ``live``
     for a cluster the control plane runs (imported from Kuberina IR, fed by node agents; its
-    name is unique among live clusters).
+    name is unique among live clusters; ``workloads_document`` keeps the Kuberina workloads file
+    it was imported from, verbatim, for the export back).
 
     ``name`` is the infrastructure's name (e.g. ``irina-186-3d``); ``sources`` maps input kind
     (infra, workloads, blueprint, usage_dir, batch_trace) to the file it came from.
@@ -30,6 +31,7 @@ class Cluster(models.Model):
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=KINDS, default=REPLAY)
     sources = models.JSONField(default=dict)
+    workloads_document = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

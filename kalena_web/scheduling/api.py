@@ -67,6 +67,11 @@ def _block(raw: dict[str, Any] | None, field: str) -> dict[str, float] | None:
     return {DIMS[i]: float(v) for i, v in enumerate(vector) if v}
 
 
+def _operator(request: HttpRequest) -> None:
+    if not request.user.has_perm("scheduling.operate_batch"):
+        raise HttpError(403, "submitting or deleting batch needs the operator role (permission scheduling.operate_batch)")
+
+
 def _out(pod: BatchPod) -> BatchOut:
     w = pod.workload
     why = selectors.why_pending(pod=pod)
@@ -78,6 +83,7 @@ def _out(pod: BatchPod) -> BatchOut:
 
 @router.post("/clusters/{cluster}/batch", response={201: BatchOut}, summary="Queue a batch pod")
 def submit(request: HttpRequest, cluster: str, body: BatchIn):
+    _operator(request)
     c = _cluster(cluster)
     try:
         pod = services.batch_submit(
@@ -116,6 +122,7 @@ def why_pending(request: HttpRequest, cluster: str, name: str):
 
 @router.delete("/clusters/{cluster}/batch/{path:name}", response={204: None}, summary="Delete a batch pod")
 def delete(request: HttpRequest, cluster: str, name: str):
+    _operator(request)
     c = _cluster(cluster)
     try:
         pod = selectors.batch_pod(cluster=c, name=name)

@@ -40,6 +40,7 @@ class BatchPod(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "state", "queued_s"], name="scheduling_pod_queue")]
+        permissions = [("operate_batch", "Can submit and delete batch pods (operator role)")]
 
 
 class WhyPending(models.Model):

@@ -120,13 +120,19 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     pods = {p.id: p for p in BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids])
             .select_related("workload")}
     bindings = result.bindings
+    # a pass's bindings on one node were decided together (in-flight debits): bind them together,
+    # against the version the pass read, and bump the node's version once (as SlackLedger.bind)
+    by_node: dict[int, list[BatchPod]] = {}
+    version_of: dict[int, int] = {}
     for b in range(len(bindings)):
         entry, node_row, count = int(bindings.entry[b]), int(bindings.node[b]), int(bindings.count[b])
-        chosen = [pods[i] for i in pods_of_entry[entry][taken[entry]:taken[entry] + count]]
+        by_node.setdefault(node_row, []).extend(
+            pods[i] for i in pods_of_entry[entry][taken[entry]:taken[entry] + count])
         taken[entry] += count
+        version_of[node_row] = int(bindings.version[b])
+    for node_row, chosen in by_node.items():
         node = rows[node_row]
-        accepted = _bind_in_ledger(chosen, node_id=node.id, version=int(bindings.version[b]), now_s=now_s)
-        if not accepted:
+        if not _bind_in_ledger(chosen, node_id=node.id, version=version_of[node_row], now_s=now_s):
             report.stale += len(chosen)
             continue
         for pod in chosen:

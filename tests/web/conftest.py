@@ -21,6 +21,7 @@ import pytest
 from kalena_engine.kuberina import Blueprint
 from kalena_engine.replay import ReplayConfig, StepRecord, build_replay
 from kalena_web.cli.inputs import DEFAULTS, load_inputs
+from tests.web.live_cluster import live  # noqa: F401 - the live cluster fixture for control-plane tests
 
 MAIN_STEPS = (0, 24, 25, 37, 59)   # captured steps of t-main: start, around a chunk boundary, end
 PASSWORD = "correct horse battery staple"

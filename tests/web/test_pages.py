@@ -205,3 +205,19 @@ def test_api_needs_a_login_and_serves_node_series(client, console, recorded) -> 
     assert console.get("/api/runs/t-main/nodes/std-000/series?dimension=hz").status_code == 400
     assert console.get("/api/runs/t-main/nodes/ghost/series").status_code == 404
     assert console.get("/healthz").json() == {"status": "ok"}
+
+
+def test_tasks_pending_at_the_end_say_why(console, recorded) -> None:
+    from kalena_web.archive.models import TaskOutcome
+
+    state = recorded.main.replay.simulator.state
+    pending = TaskOutcome.objects.filter(run__name="t-main", pending_at_end__gt=0).select_related("workload")
+    assert pending.count() == int((state.pending > 0).sum()) > 0
+    records = {r.workload: r.to_dict() for r in recorded.main.replay.why_pending()}
+    for outcome in pending:
+        assert outcome.why_pending == records[outcome.workload.name]  # exactly the engine's record
+    outcome = pending.first()
+    page = text(console.get(f"/runs/t-main/batch/{outcome.workload.name}/").content.decode())
+    assert f"Binding constraint: {outcome.why_pending['binding']}" in page
+    listing = text(console.get("/runs/t-main/batch/?show=pending").content.decode())
+    assert outcome.workload.name in listing and outcome.why_pending["binding"] in listing

@@ -1,6 +1,6 @@
 """Template filters for operator numbers (see :mod:`kalena_web.console.formatting`).
 
-``{{ v|cores }}`` ``{{ v|gib }}`` ``{{ v|pct }}`` ``{{ s|clock }}`` ``{{ s|duration }}``
+``{{ v|cores }}`` ``{{ v|gib }}`` ``{{ v|pct }}`` ``{{ s|clock }}`` ``{{ t|utc }}`` ``{{ s|duration }}``
 ``{{ n|integer }}`` ``{{ v|quantity:"ram" }}`` ``{{ mapping|get:key }}``
 """
 
@@ -16,6 +16,7 @@ register.filter("cores", formatting.cores)
 register.filter("gib", formatting.gib)
 register.filter("pct", formatting.pct)
 register.filter("clock", formatting.clock)
+register.filter("utc", formatting.utc)
 register.filter("duration", formatting.duration)
 register.filter("integer", formatting.integer)
 

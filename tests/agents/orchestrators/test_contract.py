@@ -1,4 +1,6 @@
-"""One contract suite for every orchestrator adapter (STYLE.md ports and adapters).
+"""One contract suite for every orchestrator adapter (STYLE.md ports and adapters): the fake,
+Kubernetes, standalone Docker and Docker Swarm (the last two on the real private engine and a real
+single-node Swarm that scripts/services starts).
 
 The Kubernetes adapter runs against real Kubernetes JSON shapes served over HTTP by
 ``kube_api.KubeAPI`` — no Kubernetes API server can run on these machines.
@@ -13,8 +15,11 @@ import pytest
 from kubernetes import client as k8s
 
 from agents.orchestrators import BatchSpec, FakeOrchestrator, Orchestrator, OrchestratorError, StaleBinding, drain_batch
+from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator, container_name
 from agents.orchestrators.kubernetes import KubernetesOrchestrator
 from tests.agents.orchestrators import kube_api
+
+IMAGE = "kalena/busybox:test"
 
 
 @dataclass
@@ -25,11 +30,12 @@ class Harness:
     adapter: Orchestrator
     prepare: Callable[[BatchSpec], None]
     add_service: Callable[[str, str], None]
+    nodes: list[str]
 
 
 def fake_harness() -> Iterator[Harness]:
     fake = FakeOrchestrator(node_names=["node-a", "node-b"])
-    yield Harness(fake, lambda spec: None, fake.add_service)
+    yield Harness(fake, lambda spec: None, fake.add_service, ["node-a", "node-b"])
 
 
 def kubernetes_harness() -> Iterator[Harness]:
@@ -46,15 +52,67 @@ def kubernetes_harness() -> Iterator[Harness]:
             ns, name = workload_id.split("/")
             api.pods[workload_id] = kube_api.pod(ns, name, node)
 
-        yield Harness(adapter, prepare, add_service)
+        yield Harness(adapter, prepare, add_service, ["node-a", "node-b"])
 
 
-HARNESSES = {"fake": fake_harness, "kubernetes": kubernetes_harness}
+def docker_harness(client) -> Iterator[Harness]:
+    """Standalone Docker on the private engine of scripts/services (the engine is the node)."""
+    adapter = DockerOrchestrator(client)
+    started: list[str] = []
+
+    def add_service(workload_id: str, node: str) -> None:
+        name = container_name(workload_id)
+        started.append(name)
+        client.containers.run(IMAGE, ["sleep", "600"], name=name, detach=True, init=True, network_mode="none",
+                              labels={"kalena.naughtian.io/workload": workload_id})
+
+    try:
+        yield Harness(adapter, lambda spec: started.append(container_name(spec.id)), add_service, [adapter.node])
+    finally:
+        for name in started:
+            try:
+                client.containers.get(name).remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+def swarm_harness(client) -> Iterator[Harness]:
+    """A single-node Swarm on the private engine (TESTBED recipe); left again afterwards."""
+    client.swarm.init(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:2377", force_new_cluster=False)
+    adapter = SwarmOrchestrator(client)
+    (host,) = adapter.nodes()
+    try:
+        yield Harness(adapter, lambda spec: None, lambda workload_id, node: client.services.create(
+            IMAGE, ["sleep", "600"], name=container_name(workload_id),
+            labels={"kalena.naughtian.io/workload": workload_id}), [host])
+    finally:
+        for service in client.services.list():
+            service.remove()
+        client.swarm.leave(force=True)
+
+
+HARNESSES = {"fake": fake_harness, "kubernetes": kubernetes_harness, "docker": docker_harness, "swarm": swarm_harness}
 
 
 @pytest.fixture(params=sorted(HARNESSES))
 def harness(request) -> Iterator[Harness]:
-    yield from HARNESSES[request.param]()
+    if request.param in ("docker", "swarm"):
+        client = request.getfixturevalue("docker_client")
+        yield from HARNESSES[request.param](client)
+    else:
+        yield from HARNESSES[request.param]()
+
+
+def _eventually(read: Callable[[], list], timeout_s: float = 30.0) -> list:
+    """Poll ``read`` until it returns something (Swarm schedules its tasks asynchronously)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = read()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.3)
 
 
 def spec(name: str, priority: int = 3) -> BatchSpec:
@@ -63,31 +121,34 @@ def spec(name: str, priority: int = 3) -> BatchSpec:
 
 
 def test_nodes_lists_ready_nodes(harness: Harness) -> None:
-    assert sorted(harness.adapter.nodes()) == ["node-a", "node-b"]
+    assert sorted(harness.adapter.nodes()) == sorted(harness.nodes)  # kubernetes: node-c is NotReady
 
 
 def test_bind_places_batch_with_its_priority(harness: Harness) -> None:
     s = spec("job-1", priority=3)
     harness.prepare(s)
-    harness.adapter.bind(s, "node-b")
-    (ref,) = [w for w in harness.adapter.workloads("node-b") if w.id == s.id]
-    assert ref.tier == "batch" and ref.priority == 3 and ref.node == "node-b"
-    assert s.id not in {w.id for w in harness.adapter.workloads("node-a")}
+    target = harness.nodes[-1]
+    harness.adapter.bind(s, target)
+    (ref,) = _eventually(lambda: [w for w in harness.adapter.workloads(target) if w.id == s.id and w.node])
+    assert ref.tier == "batch" and ref.priority == 3 and ref.node == target
+    if len(harness.nodes) > 1:
+        assert s.id not in {w.id for w in harness.adapter.workloads(harness.nodes[0])}
 
 
 def test_second_binding_is_stale_never_a_duplicate(harness: Harness) -> None:
     s = spec("job-2")
     harness.prepare(s)
-    harness.adapter.bind(s, "node-a")
+    harness.adapter.bind(s, harness.nodes[0])
     with pytest.raises(StaleBinding, match="job-2"):
-        harness.adapter.bind(s, "node-b")
-    assert [w.node for w in harness.adapter.workloads() if w.id == s.id] == ["node-a"]
+        harness.adapter.bind(s, harness.nodes[-1])
+    assert [w.node for w in _eventually(lambda: [w for w in harness.adapter.workloads() if w.id == s.id and w.node])] \
+        == [harness.nodes[0]]
 
 
 def test_evict_removes_and_unknown_is_an_error(harness: Harness) -> None:
     s = spec("job-3")
     harness.prepare(s)
-    harness.adapter.bind(s, "node-a")
+    harness.adapter.bind(s, harness.nodes[0])
     harness.adapter.evict(s.id, grace_s=5, reason="priority")
     assert s.id not in {w.id for w in harness.adapter.workloads()}
     with pytest.raises(OrchestratorError, match="job-3"):
@@ -95,14 +156,17 @@ def test_evict_removes_and_unknown_is_an_error(harness: Harness) -> None:
 
 
 def test_drain_takes_only_batch(harness: Harness) -> None:
-    harness.add_service("web/api-0", "node-a")
+    node = harness.nodes[0]
+    harness.add_service("web/api-0", node)
     for name in ("job-4", "job-5"):
         s = spec(name)
         harness.prepare(s)
-        harness.adapter.bind(s, "node-a")
-    evicted = drain_batch(harness.adapter, "node-a", grace_s=5, reason="escalation: not_converged")
+        harness.adapter.bind(s, node)
+    _eventually(lambda: [w for w in harness.adapter.workloads(node) if w.id in ("batch/job-4", "batch/job-5")][1:])
+    evicted = drain_batch(harness.adapter, node, grace_s=5, reason="escalation: not_converged")
     assert sorted(evicted) == ["batch/job-4", "batch/job-5"]
-    left = {w.id: w.tier for w in harness.adapter.workloads("node-a")}
+    left = {w.id: w.tier for w in _eventually(lambda: [w for w in harness.adapter.workloads(node)
+                                                       if w.id == "web/api-0"])}
     assert left.get("web/api-0") == "service"
     assert all(tier != "batch" for tier in left.values())
 

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 
 from kalena_engine.policy import Policy
 from kalena_web.control.orchestrators import orchestrator_for
@@ -16,7 +16,9 @@ from kalena_web.scheduling.services import scheduling_pass
 
 @pytest.fixture
 def api(client, live):
-    client.force_login(User.objects.create_user("op", password="x" * 12))
+    user = User.objects.create_user("op", password="x" * 12)
+    user.groups.add(Group.objects.get(name="operator"))
+    client.force_login(user)
     return client
 
 
@@ -64,3 +66,21 @@ def test_unknown_cluster_and_anonymous(client, api, live) -> None:
     assert api.get("/api/clusters/nope/batch").status_code == 404
     client.logout()
     assert client.get("/api/clusters/home/batch").status_code == 401
+
+
+def test_viewers_cannot_submit_but_api_tokens_act_as_their_user(client, live) -> None:
+    from kalena_web.api.services import api_token_create, api_token_revoke
+
+    viewer = User.objects.create_user("viewer", password="x" * 12)
+    viewer.groups.add(Group.objects.get(name="viewer"))
+    token, row = api_token_create(user=viewer, name="ci")
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    assert client.get("/api/clusters/home/batch", **headers).status_code == 200
+    body = json.dumps({"name": "batch/a-0", "request": {"cpu": 1}})
+    denied = client.post("/api/clusters/home/batch", body, content_type="application/json", **headers)
+    assert denied.status_code == 403 and "operator role" in denied.content.decode()
+    viewer.groups.add(Group.objects.get(name="operator"))
+    assert client.post("/api/clusters/home/batch", body, content_type="application/json", **headers).status_code == 201
+    assert api_token_revoke(token_id=row.id)
+    assert client.get("/api/clusters/home/batch", **headers).status_code == 401
+    assert client.get("/api/clusters/home/batch", HTTP_AUTHORIZATION="Bearer kal_forged").status_code == 401

@@ -131,3 +131,12 @@ def test_duplicate_name_is_rejected(live) -> None:
     submit(live, "batch/dup-0")
     with pytest.raises(BatchRejected, match="exists"):
         submit(live, "batch/dup-0")
+
+
+def test_one_pass_binds_many_pods_on_one_node_without_calling_its_own_bindings_stale(live) -> None:
+    for i in range(12):
+        submit(live, f"batch/many-{i}", cpu=0.1, ram=0.1)
+    report = run_pass(live)
+    assert (report.placed, report.stale) == (12, 0)
+    versions = LiveNodeLedger.objects.filter(node__cluster=live).values_list("version", flat=True)
+    assert max(versions) == 1  # each touched node's version bumped once for the whole pass

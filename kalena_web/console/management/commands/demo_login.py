@@ -24,4 +24,7 @@ class Command(BaseCommand):
         user.set_password(password)
         user.is_active = True
         user.save()
+        from django.contrib.auth.models import Group
+
+        user.groups.add(*Group.objects.filter(name__in=("operator", "approver")))  # the demo may do everything
         self.stdout.write(f"{'created' if created else 'reset'} demo login  user: {username}  password: {password}")

@@ -1,4 +1,5 @@
-"""A live homelab cluster (3 nodes, 10 production pods) whose agents have just reported."""
+"""The ``live`` fixture: a live homelab cluster (3 nodes, 10 production pods) whose agents have
+just reported (every node fresh). Registered for all web tests by ``tests/web/conftest.py``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def live(db, kuberina_dir: Path, tmp_path: Path):
     path = tmp_path / "bp.yaml"
     path.write_text("solution:\n" + "".join(f"  {p}: {n}\n" for p, n in assignment.items()))
     imported = live_cluster_import(name="home", infra=infra, workloads=workloads,
-                                   blueprint=load_blueprint(path, workloads), now_s=1000.0)
+                                   blueprint=load_blueprint(path, workloads), now_s=1000.0,
+                                   workloads_document=(kuberina_dir / "homelab/homelab_workloads.yaml").read_text())
     LiveNodeLedger.objects.filter(node__cluster=imported.cluster).update(stale=False, last_sample_s=1000.0)
     return imported.cluster

@@ -1,0 +1,23 @@
+"""API tokens: how scripts and automation call the REST API as a user (DESIGN §12)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class ApiToken(models.Model):
+    """A user's API token. Only ``digest`` (SHA-256 hex) is stored; the token is shown once.
+    Requests made with it act as ``user``, with that user's permissions (viewer, operator,
+    approver). A revoked token is refused."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]

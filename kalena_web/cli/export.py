@@ -1,0 +1,46 @@
+"""``kalena export CLUSTER --out DIR``: the two-part export back to Kuberina (DESIGN §3)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from kalena_engine.errors import InputError
+from kalena_web.cli.persist import django_setup
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "export", help="write the workloads IR with observed: blocks and the Kalena report for a live cluster",
+        description="Writes DIR/workloads-observed.yaml (the imported workloads file with an IR v1 observed: block "
+                    "per production declaration) and DIR/kalena-report.json (per workload and per node figures the IR "
+                    "has no field for).")
+    parser.add_argument("cluster", help="live cluster name")
+    parser.add_argument("--out", type=Path, required=True, help="output folder (created)")
+    parser.add_argument("--window-s", type=float, default=86_400.0, help="window the statistics cover (s)")
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def handle(args: argparse.Namespace) -> int:
+    if not 60 <= args.window_s <= 90 * 86_400:
+        raise InputError(f"{args.window_s} s is outside 60 s – 90 days", source="command line", field="--window-s")
+    django_setup()
+    from kalena_web.inventory.models import Cluster
+    from kalena_web.replan.services import build_export
+
+    try:
+        cluster = Cluster.objects.get(kind=Cluster.LIVE, name=args.cluster)
+    except Cluster.DoesNotExist:
+        raise InputError(f"no live cluster named {args.cluster!r}", source="command line", field="cluster",
+                         accepted=", ".join(Cluster.objects.filter(kind=Cluster.LIVE).values_list("name", flat=True))
+                         or "import one with `kalena cluster import`") from None
+    export = build_export(cluster=cluster, now_s=time.time(), window_s=args.window_s)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "workloads-observed.yaml").write_text(export.workloads_yaml, encoding="utf-8")
+    (args.out / "kalena-report.json").write_text(json.dumps(export.report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out / 'workloads-observed.yaml'} and {args.out / 'kalena-report.json'} "
+          f"({len(export.steady)} workloads with steady statistics)")
+    return 0

@@ -1,0 +1,133 @@
+"""Live-cluster console pages: clusters, a cluster's nodes and events, a node's live chart,
+pending batch with why-pending, why-evicted, and re-plan recommendations (approve / reject).
+
+Views parse, call selectors/services, shape, render. Unknown names → 404 page; a decision by a
+user without the approver permission → 403; a decision on a closed recommendation → 409.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import wraps
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from kalena_web.archive.models import EvictionRecord
+from kalena_web.console.live_figures import live_node_figure
+from kalena_web.console.why import rejection_lines
+from kalena_web.control import selectors
+from kalena_web.control.selectors import NotFound
+from kalena_web.replan.models import ReplanRecommendation
+from kalena_web.replan.services import RecommendationClosed, recommendation_decide
+from kalena_web.scheduling import selectors as scheduling_selectors
+from kalena_web.scheduling.models import BatchPod
+
+HISTORY_S = 6 * 3600.0
+
+
+def _error(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    title = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict"}.get(status, "Error")
+    return render(request, "console/error.html", {"status": status, "title": title, "message": message}, status=status)
+
+
+def live_page(view):
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except NotFound as exc:
+            return _error(request, 404, str(exc))
+    return wrapper
+
+
+@require_GET
+@live_page
+def clusters(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/live_clusters.html", {"clusters": selectors.live_clusters()})
+
+
+@require_GET
+@live_page
+def cluster(request: HttpRequest, cluster: str) -> HttpResponse:
+    c = selectors.live_cluster_get(name=cluster)
+    now = time.time()
+    views = selectors.node_views(cluster=c)
+    pending = BatchPod.objects.filter(cluster=c, state=BatchPod.PENDING).count()
+    return render(request, "console/live_cluster.html", {
+        "cluster": c, "views": views, "now_s": now, "totals": selectors.totals(views, now_s=now),
+        "pending": pending, **selectors.cluster_events(cluster=c)})
+
+
+@require_GET
+@live_page
+def node(request: HttpRequest, cluster: str, node: str) -> HttpResponse:
+    c = selectors.live_cluster_get(name=cluster)
+    view = selectors.node_view(cluster=c, name=node)
+    now = time.time()
+    history = selectors.node_history(node=view.node, since_s=now - HISTORY_S)
+    return render(request, "console/live_node.html", {
+        "cluster": c, "view": view, "now_s": now, "figure": live_node_figure(history),
+        "points": len(history["times_s"]), "workloads": selectors.node_workloads(node=view.node),
+        "evictions": EvictionRecord.objects.filter(node=view.node)[:20]})
+
+
+@require_GET
+@live_page
+def pending(request: HttpRequest, cluster: str) -> HttpResponse:
+    c = selectors.live_cluster_get(name=cluster)
+    return render(request, "console/live_pending.html", {
+        "cluster": c, "pods": scheduling_selectors.pending_pods(cluster=c)[:500]})
+
+
+@require_GET
+@live_page
+def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
+    c = selectors.live_cluster_get(name=cluster)
+    try:
+        pod = scheduling_selectors.batch_pod(cluster=c, name=name)
+    except BatchPod.DoesNotExist:
+        raise NotFound(f"no batch pod {name!r} in {cluster!r}") from None
+    why = scheduling_selectors.why_pending(pod=pod)
+    return render(request, "console/live_batch_pod.html", {
+        "cluster": c, "pod": pod, "why": why, "examples": rejection_lines(why.record if why else {}),
+        "evictions": EvictionRecord.objects.filter(workload=pod.workload).select_related("node")[:20]})
+
+
+@require_GET
+@live_page
+def evictions(request: HttpRequest, cluster: str) -> HttpResponse:
+    c = selectors.live_cluster_get(name=cluster)
+    return render(request, "console/live_evictions.html", {
+        "cluster": c, "records": EvictionRecord.objects.filter(cluster=c).select_related("node")[:200]})
+
+
+@require_GET
+@live_page
+def recommendations(request: HttpRequest, cluster: str) -> HttpResponse:
+    c = selectors.live_cluster_get(name=cluster)
+    return render(request, "console/live_replan.html", {
+        "cluster": c, "recommendations": ReplanRecommendation.objects.filter(cluster=c).select_related("decided_by")[:20],
+        "can_approve": request.user.has_perm("replan.approve_replan")})
+
+
+@require_POST
+@live_page
+def decide(request: HttpRequest, cluster: str, rec_id: int) -> HttpResponse:
+    c = selectors.live_cluster_get(name=cluster)
+    if not request.user.has_perm("replan.approve_replan"):
+        return _error(request, 403, "approving or rejecting a re-plan needs the approver role")
+    try:
+        rec = ReplanRecommendation.objects.get(cluster=c, id=rec_id)
+    except ReplanRecommendation.DoesNotExist:
+        raise NotFound(f"no recommendation {rec_id} in {cluster!r}") from None
+    decision = request.POST.get("decision")
+    if decision not in ("approve", "reject"):
+        return _error(request, 400, f"decision {decision!r} is not approve or reject")
+    try:
+        recommendation_decide(recommendation=rec, user=request.user, approve=decision == "approve",
+                              note=request.POST.get("note", ""), now_s=time.time())
+    except RecommendationClosed as exc:
+        return _error(request, 409, str(exc))
+    return redirect("console:live_replan", cluster=c.name)

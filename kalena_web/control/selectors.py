@@ -1,0 +1,140 @@
+"""Reads for the live console pages: a live cluster's nodes with their ledgers and conditions,
+node history from the archive, workloads on a node, and the operator's recent events. Each
+function runs a fixed number of queries whatever the cluster size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from django.db.models import Count, Max, Q
+
+from kalena_engine.ledger import reclaimed_in_use
+from kalena_engine.resources import CPU, RAM
+from kalena_web.archive.models import EvictionRecord, UsageRollup
+from kalena_web.control.models import Escalation, LoopRun
+from kalena_web.inventory.mappers import vector
+from kalena_web.inventory.models import Cluster, Node, Workload
+from kalena_web.replan.models import ReplanRecommendation
+from kalena_web.scheduling.models import BatchPod
+
+
+class NotFound(LookupError):
+    """An unknown live cluster or node (the page answers 404 with this message)."""
+
+
+def live_clusters() -> list[Cluster]:
+    return list(Cluster.objects.filter(kind=Cluster.LIVE).annotate(node_count=Count("nodes")).order_by("name"))
+
+
+def live_cluster_get(*, name: str) -> Cluster:
+    try:
+        return Cluster.objects.get(kind=Cluster.LIVE, name=name)
+    except Cluster.DoesNotExist:
+        raise NotFound(f"no live cluster named {name!r}") from None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node's ledgers and condition, vectors ``(8,)`` in internal units."""
+
+    node: Node
+    capacity: np.ndarray
+    request: np.ndarray
+    prod_request: np.ndarray
+    reservation: np.ndarray
+    usage: np.ndarray
+    batch_request: np.ndarray
+    stale: bool
+    last_sample_s: float | None
+    version: int
+    ineligible_until_s: float
+    ineligible_reason: str
+    pressure_since_s: float | None
+    batch_pods: int
+
+    @property
+    def slack(self) -> np.ndarray:
+        return self.capacity - self.reservation
+
+    @property
+    def headroom(self) -> np.ndarray:
+        return self.capacity - self.prod_request
+
+    @property
+    def reclaimed(self) -> np.ndarray:
+        return reclaimed_in_use(self.capacity, self.request)
+
+
+def node_views(*, cluster: Cluster) -> list[NodeView]:
+    """Every node of a live cluster in row order (2 queries)."""
+    bound = dict(BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND).values_list("workload__node_id")
+                 .annotate(n=Count("id")).values_list("workload__node_id", "n"))
+    out = []
+    for node in Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("row"):
+        led, cond = node.live_ledger, node.condition
+        prod_q, batch_q = vector(led.prod_request), vector(led.batch_request)
+        out.append(NodeView(
+            node=node, capacity=vector(led.capacity), request=prod_q + batch_q, prod_request=prod_q,
+            reservation=vector(led.prod_reservation) + vector(led.batch_reservation), usage=vector(led.usage),
+            batch_request=batch_q, stale=led.stale, last_sample_s=led.last_sample_s, version=led.version,
+            ineligible_until_s=cond.slack_ineligible_until_s, ineligible_reason=cond.ineligible_reason,
+            pressure_since_s=cond.pressure_since_s, batch_pods=bound.get(node.id, 0)))
+    return out
+
+
+def node_view(*, cluster: Cluster, name: str) -> NodeView:
+    views = [v for v in node_views(cluster=cluster) if v.node.name == name]
+    if not views:
+        raise NotFound(f"no node {name!r} in live cluster {cluster.name!r}")
+    return views[0]
+
+
+def node_history(*, node: Node, since_s: float) -> dict[str, np.ndarray]:
+    """The node's 1-minute archive since ``since_s``: ``times_s (m,)`` and ``(m, 8)`` series
+    capacity, limit, request, reservation, usage (1 query)."""
+    rows = list(UsageRollup.objects.filter(node=node, resolution=UsageRollup.MINUTE, bucket_s__gte=since_s)
+                .order_by("bucket_s").values_list("bucket_s", "limit", "request", "reservation", "usage_mean"))
+    m = len(rows)
+    capacity = vector(node.live_ledger.capacity)
+
+    def col(i: int) -> np.ndarray:
+        return np.array([vector(r[i]) for r in rows]).reshape(m, 8)
+
+    return {"times_s": np.array([r[0] for r in rows], dtype=np.float64),
+            "capacity": np.repeat(capacity[None, :], m, axis=0), "limit": col(1), "request": col(2),
+            "reservation": col(3), "usage": col(4)}
+
+
+def node_workloads(*, node: Node) -> list[Workload]:
+    """Production and bound batch workloads on the node with their reservation (1 query)."""
+    return list(Workload.objects.filter(node=node).select_related("reservation", "batch").order_by("kind", "name"))
+
+
+def cluster_events(*, cluster: Cluster, limit: int = 20) -> dict[str, list]:
+    """Recent escalations, evictions, open recommendations and each loop's last run."""
+    loops = {}
+    for loop, last in LoopRun.objects.filter(Q(cluster=cluster) | Q(cluster__isnull=True)).values_list("loop").annotate(
+            last=Max("started_s")).values_list("loop", "last"):
+        loops[loop] = last
+    last_runs = {r.loop: r for r in LoopRun.objects.filter(cluster=cluster, started_s__in=list(loops.values()))}
+    return {
+        "escalations": list(Escalation.objects.filter(node__cluster=cluster).select_related("node")[:limit]),
+        "evictions": list(EvictionRecord.objects.filter(cluster=cluster).select_related("node")[:limit]),
+        "recommendations": list(ReplanRecommendation.objects.filter(cluster=cluster, state="open")[:5]),
+        "loops": [last_runs[name] for name in sorted(last_runs)],
+    }
+
+
+def totals(views: list[NodeView], *, now_s: float) -> dict[str, float]:
+    """Cluster headline: reclaimed in use as a share of running requests, slack, counts."""
+    request = np.sum([v.request for v in views], axis=0) if views else np.zeros(8)
+    reclaimed = np.sum([v.reclaimed for v in views], axis=0) if views else np.zeros(8)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(request > 0, reclaimed / request, 0.0)
+    return {
+        "reclaimed_cpu": float(share[CPU]), "reclaimed_ram": float(share[RAM]),
+        "reclaimed_cores": float(reclaimed[CPU] / 1000.0), "reclaimed_gib": float(reclaimed[RAM] / 2**30),
+        "stale": sum(v.stale for v in views), "ineligible": sum(v.ineligible_until_s > now_s for v in views),
+        "batch_pods": sum(v.batch_pods for v in views),
+    }

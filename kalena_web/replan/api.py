@@ -1,0 +1,84 @@
+"""Re-plan REST API: the two-part export and the recommendations."""
+
+from __future__ import annotations
+
+import time
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Router, Schema
+from ninja.errors import HttpError
+
+from kalena_web.inventory.models import Cluster
+from kalena_web.replan.models import ReplanRecommendation
+from kalena_web.replan.services import RecommendationClosed, build_export, recommendation_decide
+
+router = Router(tags=["replan"])
+MAX_WINDOW_S = 90 * 86_400
+
+
+def _cluster(name: str) -> Cluster:
+    try:
+        return Cluster.objects.get(kind=Cluster.LIVE, name=name)
+    except Cluster.DoesNotExist:
+        raise HttpError(404, f"no live cluster named {name!r}") from None
+
+
+def _window(window_s: float) -> float:
+    if not 60 <= window_s <= MAX_WINDOW_S:
+        raise HttpError(400, f"window_s {window_s} is outside 60–{MAX_WINDOW_S} s")
+    return window_s
+
+
+@router.get("/clusters/{cluster}/export", summary="Kalena report (JSON) beside the IR")
+def export_report(request: HttpRequest, cluster: str, window_s: float = 86_400):
+    return build_export(cluster=_cluster(cluster), now_s=time.time(), window_s=_window(window_s)).report
+
+
+@router.get("/clusters/{cluster}/export/workloads.yaml", summary="The workloads IR with observed: blocks")
+def export_workloads(request: HttpRequest, cluster: str, window_s: float = 86_400):
+    text = build_export(cluster=_cluster(cluster), now_s=time.time(), window_s=_window(window_s)).workloads_yaml
+    return HttpResponse(text, content_type="application/yaml; charset=utf-8")
+
+
+class RecommendationOut(Schema):
+    id: int
+    created_s: float
+    state: str
+    drift: dict
+    threshold: float
+    top_nodes: list
+    decided_by: str | None
+    note: str
+
+
+class DecisionIn(Schema):
+    approve: bool
+    note: str = ""
+
+
+def _out(rec: ReplanRecommendation) -> RecommendationOut:
+    return RecommendationOut(id=rec.id, created_s=rec.created_s, state=rec.state, drift=rec.drift,
+                             threshold=rec.threshold, top_nodes=rec.top_nodes,
+                             decided_by=rec.decided_by.get_username() if rec.decided_by else None, note=rec.note)
+
+
+@router.get("/clusters/{cluster}/recommendations", response=list[RecommendationOut])
+def recommendations(request: HttpRequest, cluster: str):
+    return [_out(r) for r in ReplanRecommendation.objects.filter(cluster=_cluster(cluster)).select_related("decided_by")]
+
+
+@router.post("/clusters/{cluster}/recommendations/{rec_id}/decision", response=RecommendationOut)
+def decide(request: HttpRequest, cluster: str, rec_id: int, body: DecisionIn):
+    if not request.user.has_perm("replan.approve_replan"):
+        raise HttpError(403, "approving a re-plan needs the approver role (permission replan.approve_replan)")
+    try:
+        rec = ReplanRecommendation.objects.get(cluster=_cluster(cluster), id=rec_id)
+    except ReplanRecommendation.DoesNotExist:
+        raise HttpError(404, f"no recommendation {rec_id} in {cluster!r}") from None
+    try:
+        recommendation_decide(recommendation=rec, user=request.user, approve=body.approve, note=body.note,
+                              now_s=time.time())
+    except RecommendationClosed as exc:
+        raise HttpError(409, str(exc)) from None
+    rec.refresh_from_db()
+    return _out(rec)

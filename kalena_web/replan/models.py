@@ -1,0 +1,38 @@
+"""Re-plan recommendations (DESIGN §10): Kalena recommends, a human approves; Kalena never
+re-plans by itself."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from kalena_web.inventory.models import Cluster
+
+
+class ReplanRecommendation(models.Model):
+    """Drift above the operator's threshold, with the export a re-plan would start from.
+
+    ``drift``: ``{dimension: D}`` (0–1); ``top_nodes``: the nodes contributing most, with their
+    share; ``workloads_yaml``: the workloads file with IR v1 ``observed:`` blocks;
+    ``report``: the Kalena report beside it. ``state``: open → approved | rejected.
+    """
+
+    OPEN, APPROVED, REJECTED = "open", "approved", "rejected"
+    STATES = [(OPEN, "open"), (APPROVED, "approved"), (REJECTED, "rejected")]
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="recommendations")
+    created_s = models.FloatField()
+    window_s = models.FloatField()
+    threshold = models.FloatField()
+    drift = models.JSONField()
+    top_nodes = models.JSONField(default=list)
+    workloads_yaml = models.TextField(blank=True)
+    report = models.JSONField(default=dict)
+    state = models.CharField(max_length=10, choices=STATES, default=OPEN)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    decided_s = models.FloatField(null=True, blank=True)
+    note = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-created_s"]
+        permissions = [("approve_replan", "Can approve or reject re-plan recommendations")]

@@ -1,0 +1,72 @@
+"""The control plane's deployment files parse and call commands that exist with flags the
+parsers accept, read settings that exist, and grant the scheduler exactly what it uses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kalena_web.celery import app as celery_app
+from kalena_web.cli import build_parser
+from kalena_web.control.schedules import PERIODS_S
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+SETTINGS = (Path(__file__).resolve().parents[2] / "kalena_web" / "settings.py").read_text()
+
+
+def containers() -> list[tuple[str, list[str], dict]]:
+    out = []
+    for doc in yaml.safe_load_all((DEPLOY / "kubernetes/control-plane.yaml").read_text()):
+        spec = (doc.get("spec") or {}).get("template", {}).get("spec", {})
+        for c in spec.get("containers", []):
+            out.append((f"k8s {doc['metadata']['name']}", (c.get("command") or []) + (c.get("args") or []), c))
+    for name in ("compose/docker-compose.yml", "swarm/stack.yml"):
+        for svc, c in yaml.safe_load((DEPLOY / name).read_text())["services"].items():
+            entry = c.get("entrypoint") or []
+            command = c.get("command") or []
+            if "image" in c and "kalena/control-plane" in c["image"]:
+                out.append((f"{name} {svc}", (entry or ["kalena"]) + command, c))
+    return out
+
+
+@pytest.mark.parametrize(("where", "argv", "spec"), containers(), ids=[c[0] for c in containers()])
+def test_every_command_exists_with_accepted_flags(where, argv, spec) -> None:
+    if argv[:1] == ["celery"]:
+        assert argv[1:3] == ["-A", "kalena_web"] and argv[3] in ("worker", "beat")
+        return
+    if argv[:2] == ["python", "manage.py"]:
+        assert argv[2] == "migrate"
+        return
+    args = argv[1:] if argv[:1] == ["kalena"] else argv
+    parsed = build_parser().parse_args(args)  # exits (fails the test) on an unknown flag
+    assert parsed.command == "serve"
+
+
+def test_environment_names_are_settings_kalena_reads() -> None:
+    names = set()
+    for _, _, spec in containers():
+        env = spec.get("environment") or {}
+        names |= set(env) if isinstance(env, dict) else set()
+    for doc in yaml.safe_load_all((DEPLOY / "kubernetes/control-plane.yaml").read_text()):
+        if doc["kind"] == "ConfigMap":
+            names |= set(doc["data"])
+    names -= {"DOCKER_HOST"}  # read by the Docker SDK
+    for name in names:
+        assert re.search(rf'"{name}"', SETTINGS), f"{name} is not read by kalena_web/settings.py"
+
+
+def test_scheduler_rbac_binds_and_evicts_and_nothing_more() -> None:
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes/control-plane.yaml").read_text()))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert ("pods/binding", "create") in grants and ("pods/eviction", "create") in grants
+    assert not any(v in ("delete", "update", "*") for _, v in grants)
+
+
+def test_beat_schedules_only_registered_tasks() -> None:
+    celery_app.loader.import_default_modules()
+    for name in PERIODS_S:
+        assert name in celery_app.tasks, f"{name} is scheduled but no task has that name"

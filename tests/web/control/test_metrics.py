@@ -1,0 +1,32 @@
+"""Prometheus /metrics: live ledgers, conditions, batch and evictions, token-guarded when set."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from kalena_web.archive.models import EvictionRecord
+from kalena_web.ledger.models import LiveNodeLedger
+
+
+def samples(response) -> dict[tuple, float]:
+    out = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_expose_ledgers_stale_nodes_and_evictions(client, live, settings) -> None:
+    node = live.nodes.get(name="thinkcentre-beta")
+    LiveNodeLedger.objects.filter(node=node).update(stale=True)
+    EvictionRecord.objects.create(cluster=live, node=node, workload_name="batch/x", time_s=1.0, cause="priority",
+                                  source_key="m1")
+    got = samples(client.get("/metrics"))
+    key = (("cluster", "home"), ("node", "thinkcentre-beta"), ("resource", "cpu"))
+    assert got[("kalena_node_capacity", key)] == 3.55
+    assert got[("kalena_node_telemetry_stale", key[:2])] == 1.0
+    assert got[("kalena_node_telemetry_stale", (("cluster", "home"), ("node", "thinkcentre-alpha")))] == 0.0
+    assert got[("kalena_evictions_total", (("cause", "priority"), ("cluster", "home"), ("node", "thinkcentre-beta")))] == 1
+    settings.KALENA_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200

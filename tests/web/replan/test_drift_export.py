@@ -1,0 +1,86 @@
+"""Drift (DESIGN §10) and the two-part export (DESIGN §3) from the live archive's rollups."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from django.contrib.auth.models import Permission, User
+
+from kalena_engine.kuberina import parse_workloads
+from kalena_web.archive.models import EvictionRecord, UsageRollup
+from kalena_web.inventory.models import Workload
+from kalena_web.replan.models import ReplanRecommendation
+from kalena_web.replan.services import build_export
+from kalena_web.replan.tasks import drift
+
+DAY = 86_400.0
+NOW = 1_000_000.0
+
+
+def fill_rollups(cluster, fraction: float, minutes: int = 120) -> None:
+    """Every production pod's reservation at ``fraction`` of its request, one row a minute;
+    usage above the request in 1 of 4 samples of the first minute."""
+    rows = []
+    for w in Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION):
+        q = np.array(w.request)
+        for m in range(minutes):
+            rows.append(UsageRollup(cluster=cluster, resolution="1m", bucket_s=NOW - 60 * (m + 1), workload=w,
+                                    samples=4, usage_mean=(q * fraction / 1.15).tolist(), usage_peak=(q * fraction).tolist(),
+                                    reservation=(q * fraction).tolist(), above_request=1 if m == 0 else 0))
+    UsageRollup.objects.bulk_create(rows)
+
+
+def test_export_blocks_parse_with_the_strict_reader_and_carry_the_statistics(live) -> None:
+    fill_rollups(live, 0.4)
+    export = build_export(cluster=live, now_s=NOW, window_s=DAY)
+    doc = yaml.safe_load(export.workloads_yaml)
+    workloads = parse_workloads(doc, source="export.yaml")  # closed IR v1 mappings: unknown keys would fail
+    assert len(workloads.pods) == 10
+    postgres = doc["namespaces"]["database"][0]["observed"]
+    assert list(postgres) == ["window", "p50", "p95", "p99", "peak", "exceeded_request_fraction"]
+    assert postgres["window"] == "86400s"
+    assert postgres["p95"]["cpu"] == pytest.approx(0.4 * 1.0) and postgres["p95"]["ram"] == pytest.approx(0.4 * 2.0)
+    assert postgres["exceeded_request_fraction"] == pytest.approx(1 / (4 * 120), abs=1e-6)  # rounded to 6 places
+    report = export.report
+    assert report["drift"]["cpu"] == pytest.approx(0.6) and report["drift"]["ram"] == pytest.approx(0.6)
+    by_id = {w["id"]: w for w in report["workloads"]}
+    assert by_id["database/postgres-0"]["declared_request"]["cpu"] == 1.0
+    assert sum(n["drift"].get("cpu", 0) for n in report["nodes"]) == pytest.approx(0.6, abs=1e-5)  # contributions sum to D
+
+
+def test_drift_loop_opens_one_recommendation_a_human_decides(live, client) -> None:
+    fill_rollups(live, 0.4)
+    node = live.nodes.first()
+    EvictionRecord.objects.create(cluster=live, node=node, workload_name="batch/x", time_s=NOW - 100, cause="priority",
+                                  source_key="t1")
+    drift(now_s=NOW)
+    drift(now_s=NOW + 600)
+    (rec,) = ReplanRecommendation.objects.filter(cluster=live)
+    assert rec.state == "open" and rec.drift["cpu"] == pytest.approx(0.6)
+    assert "observed:" in rec.workloads_yaml
+    assert any(n["eviction_events"] == {"priority": 1} for n in rec.report["nodes"])
+    viewer = User.objects.create_user("viewer", password="x" * 12)
+    client.force_login(viewer)
+    url = f"/api/clusters/home/recommendations/{rec.id}/decision"
+    assert client.post(url, json.dumps({"approve": True}), content_type="application/json").status_code == 403
+    approver = User.objects.create_user("approver", password="x" * 12)
+    approver.user_permissions.add(Permission.objects.get(codename="approve_replan"))
+    client.force_login(approver)
+    answer = client.post(url, json.dumps({"approve": True, "note": "re-plan tonight"}), content_type="application/json")
+    assert answer.status_code == 200 and answer.json()["state"] == "approved"
+    assert client.post(url, json.dumps({"approve": False}), content_type="application/json").status_code == 409
+
+
+def test_small_drift_recommends_nothing_and_export_api(live, client) -> None:
+    fill_rollups(live, 0.9)
+    drift(now_s=NOW)
+    assert not ReplanRecommendation.objects.exists()
+    client.force_login(User.objects.create_user("op", password="x" * 12))
+    assert client.get("/api/clusters/home/export?window_s=10").status_code == 400
+    text = client.get("/api/clusters/home/export/workloads.yaml").content.decode()
+    assert text.startswith("namespaces:") or "namespaces:" in text
+    report = client.get("/api/clusters/home/export").json()
+    assert report["kind"] == "KalenaReport"
