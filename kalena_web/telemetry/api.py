@@ -1,4 +1,5 @@
-"""Telemetry REST API (one ninja ``Router``, session-authenticated like the rest of ``/api/``):
+"""Telemetry REST API (one ninja ``Router``, authenticated like the rest of ``/api/``; creating and
+revoking tokens needs the operator role — permission ``telemetry.manage_agent_tokens``):
 agent tokens per node, and the agents of a live cluster with their rejected samples.
 
 * ``GET  /api/live/{cluster}/nodes/{node}/agent-tokens`` — the node's tokens (never the secret)
@@ -91,6 +92,12 @@ def _cluster(cluster: str):
         raise HttpError(404, str(exc)) from None
 
 
+def _operator(request: HttpRequest) -> None:
+    if not request.user.has_perm("telemetry.manage_agent_tokens"):
+        raise HttpError(403, "creating or revoking agent tokens needs the operator role "
+                             "(permission telemetry.manage_agent_tokens)")
+
+
 @router.get("/live/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut])
 def tokens(request: HttpRequest, cluster: str, node: str):
     found = _node(cluster, node)
@@ -99,12 +106,14 @@ def tokens(request: HttpRequest, cluster: str, node: str):
 
 @router.post("/live/{cluster}/nodes/{node}/agent-tokens", response={201: NewTokenOut})
 def token_create(request: HttpRequest, cluster: str, node: str):
+    _operator(request)
     plaintext, row = agent_token_create(node=_node(cluster, node), created_by=request.user)
     return Status(201, {**_token_out(row), "token": plaintext})
 
 
 @router.post("/agent-tokens/{token_id}/revoke", response=TokenOut)
 def token_revoke(request: HttpRequest, token_id: int):
+    _operator(request)
     try:
         return _token_out(agent_token_revoke(token_id=token_id))
     except TokenError as exc:

@@ -50,6 +50,7 @@ class AgentToken(models.Model):
 
     class Meta:
         ordering = ["node_id", "-id"]
+        permissions = [("manage_agent_tokens", "Create and revoke node agent tokens")]
 
     @property
     def active(self) -> bool:

@@ -52,7 +52,16 @@ def test_revoke_once_then_refuse_to_revoke_again(beta) -> None:
 def test_api_creates_lists_and_revokes_tokens(client, django_user_model, beta) -> None:
     url = "/api/live/home/nodes/thinkcentre-beta/agent-tokens"
     assert client.get(url).status_code == 401  # session login required, as for the rest of /api/
-    client.force_login(django_user_model.objects.create_user(username="op", password="pw-long-enough"))
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user(username="viewer", password="pw-long-enough")
+    client.force_login(viewer)
+    assert client.get(url).status_code == 200
+    denied = client.post(url)
+    assert denied.status_code == 403 and "operator role" in denied.json()["detail"]
+    operator = django_user_model.objects.create_user(username="op", password="pw-long-enough")
+    operator.user_permissions.add(Permission.objects.get(codename="manage_agent_tokens"))
+    client.force_login(operator)
     created = client.post(url)
     assert created.status_code == 201
     body = created.json()
@@ -64,6 +73,13 @@ def test_api_creates_lists_and_revokes_tokens(client, django_user_model, beta) -
     assert client.post(f"/api/agent-tokens/{body['id']}/revoke").status_code == 409
     assert client.post("/api/agent-tokens/987654/revoke").status_code == 404
     assert client.get("/api/live/home/nodes/nope/agent-tokens").status_code == 404
+
+
+def test_operators_and_approvers_may_manage_agent_tokens_viewers_may_not(db) -> None:
+    from django.contrib.auth.models import Group
+
+    holders = set(Group.objects.filter(permissions__codename="manage_agent_tokens").values_list("name", flat=True))
+    assert holders == {"operator", "approver"}
 
 
 @pytest.mark.parametrize(("header", "reason"), [
@@ -125,3 +141,28 @@ def test_revoking_a_token_closes_its_open_connection(agent_app, beta) -> None:
     assert result["ack"]["accepted"] == 1
     assert "revoked" in result["error"]["message"] and result["closed"]["code"] == 4401
     assert AgentStatus.objects.get(node=beta).connected is False
+
+
+def test_the_agents_page_shows_tokens_staleness_and_rejections_per_reason(client, django_user_model, agent_app,
+                                                                          beta, beta_token) -> None:
+    async def conversation() -> None:
+        agent = Agent(agent_app, beta_token)
+        assert await agent.connect()
+        await agent.send(hello("thinkcentre-beta"))
+        now = time.time()
+        await agent.send(samples("thinkcentre-beta", 1, [record("database/postgres-0", now - 1),
+                                                         record("nope/gone", now - 1)]))
+        await agent.until("ack")
+        await agent.close()
+
+    run(conversation())
+    assert client.get("/live/home/agents/").status_code == 302          # login required
+    client.force_login(django_user_model.objects.create_user(username="v", password="pw-long-enough"))
+    page = client.get("/live/home/agents/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "unknown_workload" in html and "&#x27;nope/gone&#x27; is not a live workload" in html
+    assert html.count("<span class=\"bad\">none</span>") == 2         # alpha and gamma have no token
+    assert "1 active" in html and "fresh" in html
+    assert client.get("/live/nowhere/agents/").status_code == 404
+    assert 'href="/live/home/agents/"' in client.get("/live/home/").content.decode()   # linked from the nav

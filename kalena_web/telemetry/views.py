@@ -1,0 +1,37 @@
+"""The agents page of a live cluster (login required by the console middleware): every node
+with its tokens, its agent's connection, last sample and staleness, accepted samples and
+rejected samples per reason; then rejections per reason with the last problem, and refused
+connections. GET only; nothing changes."""
+
+from __future__ import annotations
+
+import time
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from kalena_web.telemetry import selectors
+from kalena_web.telemetry.validation import REASONS
+
+
+@require_GET
+def agents(request: HttpRequest, cluster: str) -> HttpResponse:
+    try:
+        found = selectors.live_cluster_get(cluster=cluster)
+    except selectors.NotFound as exc:
+        raise Http404(str(exc)) from None
+    rows = selectors.cluster_agents(cluster=found)
+    reasons = sorted({reason for r in rows for reason in r.rejected})
+    now = time.time()
+    for r in rows:
+        r.age_s = None if r.ledger_last_sample_s is None else max(0.0, now - r.ledger_last_sample_s)
+    return render(request, "telemetry/agents.html", {
+        "cluster": found, "rows": rows, "reasons": reasons, "reason_labels": REASONS, "now_s": now,
+        "connected": sum(1 for r in rows if r.status and r.status.connected),
+        "stale": sum(1 for r in rows if r.stale), "without_token": sum(1 for r in rows if not r.tokens_active),
+        "accepted": sum(r.status.accepted_samples for r in rows if r.status),
+        "rejected": sum(r.rejected_total for r in rows),
+        "rejections": selectors.cluster_rejections(cluster=found),
+        "refusals": selectors.cluster_refusals(cluster=found),
+    })
