@@ -6,8 +6,9 @@
   most one request per shard is queued (a cache key, cleared when the task starts, so samples
   committed while it runs request a new one).
 * ``kalena.ledger.sweep()`` — periodic (:mod:`kalena_web.control.schedules`): marks nodes whose
-  telemetry stopped (case C1) and re-queues shards that still have pending batches (a lost
-  request, a worker killed mid-run, a task skipped because its lock was held).
+  telemetry stopped (case C1), re-queues shards that still have pending batches (a lost
+  request, a worker killed mid-run, a task skipped because its lock was held), and every
+  ``PRUNE_EVERY_S`` deletes applied raw samples older than ``KALENA_RETENTION_RAW_S``.
 
 acks_late + reject_on_worker_lost (settings): a task whose worker died is redelivered; it is
 idempotent because a batch is marked in the same commit that applies it.
@@ -30,6 +31,7 @@ from kalena_web.ledger.publisher import publish
 log = logging.getLogger(__name__)
 
 QUEUED_TTL_S = 30  # a request marker outlives a lost task by this much at most (the sweep covers it)
+PRUNE_EVERY_S = 300  # raw samples past KALENA_RETENTION_RAW_S are deleted at most this often
 
 
 def _queued_key(shard: int) -> str:
@@ -84,4 +86,9 @@ def sweep(now_s: float | None = None) -> dict:
         marked += len(points)
         publish(points)
     queued = estimation_request(shards=estimation.pending_shards())
-    return {"stale_marked": marked, "shards_queued": queued}
+    pruned = 0
+    if cache.add("kalena:telemetry:prune", 1, timeout=PRUNE_EVERY_S):
+        from kalena_web.telemetry.services import telemetry_prune
+
+        pruned = telemetry_prune(before_s=now - settings.KALENA_RETENTION_RAW_S)
+    return {"stale_marked": marked, "shards_queued": queued, "batches_pruned": pruned}

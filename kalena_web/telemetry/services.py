@@ -106,3 +106,33 @@ def refused_connection_record(*, reason: str, node_id: int | None, peer: str, de
     values = dict(last_s=now_s, last_peer=peer[:100], last_detail=detail[:300])
     if not RefusedConnection.objects.filter(node_id=node_id, reason=reason).update(count=F("count") + 1, **values):
         RefusedConnection.objects.create(node_id=node_id, reason=reason, count=1, **values)
+
+
+def telemetry_prune(*, before_s: float, max_batches: int = 200_000, chunk: int = 20_000) -> int:
+    """Delete raw samples older than ``before_s`` (``stored_s``) that estimation has applied,
+    with their node samples and sample batches; returns the batches deleted. Bounded: at most
+    ``max_batches`` per call, in transactions of ``chunk``. Action and gap messages (mitigation
+    events: why-evicted evidence) and pending batches are kept; so are the rejection counters."""
+    from django.db import connection
+
+    from kalena_web.ledger.models import EstimationRun
+    from kalena_web.telemetry.models import IngestBatch, NodeSample, Sample
+
+    batches, samples, nodes = IngestBatch._meta.db_table, Sample._meta.db_table, NodeSample._meta.db_table
+    deleted = 0
+    while deleted < max_batches:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {batches} WHERE stored_s < %s AND kind = 'samples' "
+                           f"AND estimation_run IS NOT NULL ORDER BY stored_s LIMIT %s", [before_s, chunk])
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                break
+            marks = ", ".join(["%s"] * len(ids))
+            for table in (samples, nodes):
+                cursor.execute(f"DELETE FROM {table} WHERE batch_id IN ({marks})", ids)
+            cursor.execute(f"DELETE FROM {batches} WHERE id IN ({marks})", ids)
+        deleted += len(ids)
+        if len(ids) < chunk:
+            break
+    EstimationRun.objects.filter(applied_s__lt=before_s).delete()
+    return deleted

@@ -186,3 +186,23 @@ def test_case_c1_stale_telemetry_reads_max_r_q_and_estimation_resumes_from_the_n
     prod, batch, stale = _ram_gib(c1)
     assert prod == pytest.approx(23 + 41 * 2 ** (-120 / 600), rel=1e-12) == pytest.approx(58.6926, abs=1e-4)
     assert (batch, stale) == (pytest.approx(70.0), False)
+
+
+def test_raw_samples_past_retention_are_pruned_once_applied_and_actions_are_kept(homelab) -> None:
+    from kalena_web.telemetry.models import MitigationEvent, Sample
+    from kalena_web.telemetry.services import telemetry_prune
+
+    node = Node.objects.get(cluster=homelab, name="thinkcentre-beta")
+    ingest(node, 1, [record("database/postgres-0", T0)], now_s=T0 + 1)          # old, applied below
+    estimation_run(shard=shard(node), now_s=T0 + 2)
+    ingest(node, 2, [record("database/postgres-0", T0 + 5)], now_s=T0 + 6)      # old but still pending
+    view = node_view_load(node_id=node.id, shards=settings.KALENA_ESTIMATION_SHARDS)
+    action = {"type": "action", "v": 1, "batch_id": f"{node.name}:3", "node": node.name, "ts": T0, "action": "hold",
+              "reason": "stale_sample", "workload": None, "trigger": {"source": "poll"}, "numbers": {},
+              "result": {"ok": True}}
+    store_entries([prepare_message(action, view=view, now_s=T0, received_s=T0, limits=Limits())], now_s=T0)
+    assert telemetry_prune(before_s=T0 + 100) == 1
+    assert list(IngestBatch.objects.order_by("id").values_list("batch_id", flat=True)) == \
+        [f"{node.name}:2", f"{node.name}:3"]
+    assert Sample.objects.count() == 1 and MitigationEvent.objects.count() == 1
+    assert not EstimationRun.objects.exists()
