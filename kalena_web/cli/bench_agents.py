@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -179,7 +180,8 @@ async def run_agents(nodes: list[SimNode], *, url: str, rate: float, seconds: fl
                 await asyncio.sleep(5.0)
                 progress(stats, time.time() - start)
         ticker = asyncio.get_running_loop().create_task(tick())
-    await asyncio.gather(*(a.run(start=start + period * i / len(live), period_s=period, end=end)
+    phases = random.Random(0).sample(range(len(live)), len(live))   # spread big and small nodes evenly
+    await asyncio.gather(*(a.run(start=start + period * phases[i] / len(live), period_s=period, end=end)
                            for i, a in enumerate(live)))
     stats.send_ended_s = time.time()
     await asyncio.gather(*(a.drain(ack_timeout_s) for a in live))

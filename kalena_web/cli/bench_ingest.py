@@ -140,8 +140,12 @@ def _stored_and_latency(sent_keys: list[tuple[int, int, float]]) -> dict:
             " FROM telemetry_sample s JOIN telemetry_ingestbatch b ON b.id = s.batch_id"
             " JOIN ledger_estimationrun r ON r.id = b.estimation_run")
         (p50, p99), worst, estimated, runs = cursor.fetchone()
+        cursor.execute("SELECT floor(stored_s) AS s, sum(samples) FROM telemetry_ingestbatch GROUP BY 1 ORDER BY 1")
+        per_second = [int(n) for _, n in cursor.fetchall()][1:-1]    # full seconds only
     matched = sum(1 for key in sent_keys if key in stored)
     return {"samples_stored": matched, "samples_in_database": len(stored), "samples_estimated": estimated,
+            "stored_samples_per_s_min_1s": min(per_second) if per_second else None,
+            "stored_samples_per_s_mean": round(sum(per_second) / len(per_second), 1) if per_second else None,
             "estimation_runs": runs, "ingest_to_ledger_p50_ms": round(p50 * 1000, 1) if p50 is not None else None,
             "ingest_to_ledger_p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
             "ingest_to_ledger_max_ms": round(worst * 1000, 1) if worst is not None else None}
@@ -191,8 +195,8 @@ def handle_ingest(args: argparse.Namespace) -> int:
 
 
 def _summary(args, stats, cpu: dict, left: int, workloads: int) -> dict:
-    seconds = [stats.sent_per_second[s] for s in range(int(stats.send_started_s) + 1, int(stats.send_ended_s))]
-    duration = max(1e-9, stats.send_ended_s - stats.send_started_s)
+    seconds = [stats.sent_per_second[s] for s in range(int(stats.send_started_s) + 1,
+                                                       int(stats.send_started_s + args.seconds))]
     ack50, ack99 = _percentiles(stats.ack_latency_s)
     return {
         "agents": args.agents, "connected": stats.connected, "connect_failures": len(stats.connect_failures),
@@ -200,8 +204,8 @@ def _summary(args, stats, cpu: dict, left: int, workloads: int) -> dict:
         "samples_sent": stats.samples_sent, "samples_acked": stats.samples_acked,
         "batches_sent": stats.batches_sent, "batches_acked": stats.batches_acked,
         "rejected_by_reason": dict(stats.rejected), "server_errors": len(stats.errors),
-        "sent_samples_per_s": round(stats.samples_sent / duration, 1),
-        "min_samples_per_s_1s_window": min(seconds) if seconds else None,
+        "sent_samples_per_s": round(stats.samples_sent / args.seconds, 1),
+        "sent_samples_per_s_min_1s": min(seconds) if seconds else None,
         "ack_latency_p50_ms": round(ack50 * 1000, 1) if ack50 is not None else None,
         "ack_latency_p99_ms": round(ack99 * 1000, 1) if ack99 is not None else None,
         "batches_pending_after_drain": left, "workers": args.workers, "shards": args.shards, "cpu": cpu,

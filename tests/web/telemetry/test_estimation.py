@@ -8,6 +8,8 @@ WebSocket; estimation runs are called with an explicit ``now_s``.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from django.conf import settings
@@ -205,4 +207,7 @@ def test_raw_samples_past_retention_are_pruned_once_applied_and_actions_are_kept
     assert list(IngestBatch.objects.order_by("id").values_list("batch_id", flat=True)) == \
         [f"{node.name}:2", f"{node.name}:3"]
     assert Sample.objects.count() == 1 and MitigationEvent.objects.count() == 1
-    assert not EstimationRun.objects.exists()
+    assert EstimationRun.objects.count() == 1                    # its run is recent (wall clock): kept
+    assert telemetry_prune(before_s=time.time() + 1) == 0        # nothing applied is left to prune …
+    assert not EstimationRun.objects.exists()                    # … and runs past retention go too
+    assert IngestBatch.objects.count() == 2
