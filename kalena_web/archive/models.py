@@ -239,3 +239,16 @@ class UsageRollup(models.Model):
                                     condition=models.Q(node__isnull=False)),
         ]
         indexes = [models.Index(fields=["cluster", "resolution", "bucket_s"], name="archive_rollup_time")]
+
+
+class ArchiveCursor(models.Model):
+    """How far an archive step has read an append-only table, per cluster: ``name`` is
+    ``samples`` (raw samples rolled into minutes) or ``evictions`` (agent eviction actions
+    turned into why-evicted records); ``position`` the last row id done."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="archive_cursors")
+    name = models.CharField(max_length=20)
+    position = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="archive_cursor_unique")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from kalena_web.archive.evictions import evictions_record
 from kalena_web.control.escalation import escalation_pass
 from kalena_web.control.loops import run_for_clusters
 from kalena_web.control.orchestrators import orchestrator_for
@@ -12,7 +13,7 @@ from kalena_web.control.orchestrators import orchestrator_for
 @shared_task(name="kalena.control.escalate", acks_late=True, ignore_result=True)
 def escalate(cluster_id: int | None = None, now_s: float | None = None) -> dict[str, str]:
     """Drain and cool down every node whose local mitigation did not converge (per cluster lock)."""
-    return run_for_clusters(
-        "escalation", lambda cluster, now: escalation_pass(cluster=cluster, orchestrator=orchestrator_for(cluster),
-                                                           now_s=now),
-        ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)
+    def body(cluster, now):
+        evictions_record(cluster=cluster, now_s=now)  # the agents' evictions count toward a storm
+        return escalation_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), now_s=now)
+    return run_for_clusters("escalation", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)

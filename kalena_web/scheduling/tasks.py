@@ -6,6 +6,7 @@ import numpy as np
 from celery import shared_task
 
 from kalena_engine.policy import Policy
+from kalena_web.archive.evictions import evictions_record
 from kalena_web.control.loops import run_for_clusters
 from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.scheduling.services import scheduling_pass
@@ -15,6 +16,7 @@ from kalena_web.scheduling.services import scheduling_pass
 def schedule(cluster_id: int | None = None, now_s: float | None = None) -> dict[str, str]:
     """One scheduling pass per live cluster, under the cluster's lock."""
     def body(cluster, now):
+        evictions_record(cluster=cluster, now_s=now)  # batch the agents evicted is queued again first
         return scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=Policy(),
                                now_s=now, rng=np.random.default_rng())
     return run_for_clusters("scheduling", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)

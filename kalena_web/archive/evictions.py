@@ -1,0 +1,80 @@
+"""Agent eviction actions → why-evicted records (DESIGN §9), and the evicted batch requeued.
+
+For every ``evict`` action an agent reported (its :class:`MitigationEvent`), one
+:class:`EvictionRecord` with: the node condition from the agent's numbers (dimension, working
+set, capacity, Σ r before and after, acute), whose reservations rose on that node in the ten
+minutes before (from the archive's minute rows), the priority comparison with the batch left on
+the node, and whether the limit-breach override applied. A bound batch pod that was evicted is
+taken off its node's ledger and queued again from scratch. Idempotent (a cursor and a unique
+``source_key``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.db import transaction
+
+from kalena_engine.resources import DIM_INDEX
+from kalena_web.archive.models import ArchiveCursor, EvictionRecord, UsageRollup
+from kalena_web.inventory.mappers import vector
+from kalena_web.inventory.models import Cluster
+from kalena_web.scheduling.models import BatchPod
+from kalena_web.scheduling.services import batch_requeue
+from kalena_web.telemetry.models import MitigationEvent
+
+ROSE_WINDOW_S = 600.0
+
+
+def _rose(cluster: Cluster, node_id: int, t: float, dimension: str, victim_id: int | None) -> list[dict]:
+    """The three workloads on the node whose reservation on ``dimension`` rose most in the
+    ten minutes before ``t`` (archive minute rows)."""
+    d = DIM_INDEX.get(dimension, 1)
+    series: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    names = {}
+    for wid, name, bucket, reservation in UsageRollup.objects.filter(
+            cluster=cluster, resolution=UsageRollup.MINUTE, workload__node_id=node_id,
+            bucket_s__gte=t - ROSE_WINDOW_S, bucket_s__lte=t).values_list(
+                "workload_id", "workload__name", "bucket_s", "reservation").order_by("bucket_s"):
+        series[wid].append((bucket, vector(reservation)[d]))
+        names[wid] = name
+    rises = [(points[-1][1] - points[0][1], wid, points[0][1], points[-1][1])
+             for wid, points in series.items() if wid != victim_id and len(points) > 1]
+    rises = sorted((r for r in rises if r[0] > 0), reverse=True)[:3]
+    return [{"workload": names[wid], "from": a, "to": b} for _, wid, a, b in rises]
+
+
+def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> int:
+    """Turn new agent eviction actions into why-evicted records; returns how many."""
+    with transaction.atomic():
+        cursor, _ = ArchiveCursor.objects.select_for_update().get_or_create(cluster=cluster, name="evictions")
+        events = list(MitigationEvent.objects.filter(node__cluster=cluster, action="evict", id__gt=cursor.position)
+                      .select_related("workload").order_by("id")[:limit])
+        if not events:
+            return 0
+        requeue = []
+        for e in events:
+            n = e.numbers or {}
+            dimension = str(n.get("dimension") or "ram")
+            node_batch = list(BatchPod.objects.filter(workload__node_id=e.node_id, state=BatchPod.BOUND)
+                              .exclude(workload_id=e.workload_id).values_list("workload__priority", flat=True))
+            detail = {
+                "dimension": dimension, "capacity": n.get("capacity"), "working_set": n.get("working_set"),
+                "ledger_before": n.get("ledger_before"), "ledger_after": n.get("ledger_after"),
+                "acute": bool(n.get("acute")), "usage": n.get("usage"), "reservation": n.get("reservation"),
+                "limit": n.get("limit"), "limit_breach": e.reason == "limit_breach",
+                "rose": _rose(cluster, e.node_id, e.ts, dimension, e.workload_id),
+                "priority_comparison": (f"{e.priority} ≤ {sorted(set(node_batch))}" if node_batch else "no other batch"),
+                "trigger": e.trigger_source,
+            }
+            EvictionRecord.objects.get_or_create(source_key=f"agent:{e.id}", defaults=dict(
+                cluster=cluster, node_id=e.node_id, workload=e.workload,
+                workload_name=e.workload_name or e.workload_ref, time_s=e.ts, cause=e.reason, tier=e.tier or "batch",
+                priority=e.priority or 0, dimension=dimension, detail=detail))
+            if e.workload_id is not None:
+                requeue.append(e.workload_id)
+        cursor.position = events[-1].id
+        cursor.save(update_fields=["position"])
+    for pod in BatchPod.objects.filter(workload_id__in=requeue, state=BatchPod.BOUND):
+        batch_requeue(pod=pod, now_s=now_s, reason="evicted by its node's agent")
+    return len(events)

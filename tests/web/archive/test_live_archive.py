@@ -1,0 +1,103 @@
+"""The live archive: raw samples fold into minute rows (idempotently), and the agents' eviction
+actions become why-evicted records that requeue the evicted batch and count toward storms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kalena_engine.policy import Policy
+from kalena_engine.resources import GIB
+from kalena_web.archive.evictions import evictions_record
+from kalena_web.archive.models import EvictionRecord, UsageRollup
+from kalena_web.archive.samples import samples_rollup
+from kalena_web.control.models import Escalation
+from kalena_web.control.orchestrators import orchestrator_for
+from kalena_web.control.tasks import escalate
+from kalena_web.inventory.models import Workload
+from kalena_web.ledger.models import LiveNodeLedger
+from kalena_web.scheduling.models import BatchPod
+from kalena_web.scheduling.services import batch_submit, scheduling_pass
+from kalena_web.telemetry.models import IngestBatch, MitigationEvent, Sample
+
+_seq = iter(range(1, 10**6))
+
+
+def batch(node, kind="samples", ts=1000.0) -> IngestBatch:
+    return IngestBatch.objects.create(node=node, batch_id=f"{node.name}:{next(_seq)}", kind=kind, shard=0, ts=ts,
+                                      received_s=ts, stored_s=ts, estimation_run=0)
+
+
+def sample(b, workload, ts, cpu, ram) -> Sample:
+    return Sample(batch=b, node_id=b.node_id, workload=workload, ts=ts, cpu_mcpu=cpu, ram_bytes=ram)
+
+
+def test_samples_fold_into_minutes_once(live) -> None:
+    postgres = Workload.objects.get(cluster=live, name="database/postgres-0")  # q = 1 core, 2 GiB
+    b = batch(postgres.node)
+    Sample.objects.bulk_create([sample(b, postgres, 1000.0 + 10 * i, cpu, 0.5 * GIB)
+                                for i, cpu in enumerate((200.0, 400.0, 1200.0, 600.0))])  # 960–1030 s: 2 minutes
+    assert samples_rollup(cluster=live) == 4
+    rows = {r.bucket_s: r for r in UsageRollup.objects.filter(workload=postgres)}
+    assert sorted(rows) == [960.0, 1020.0]
+    first = rows[960.0]  # ts 1000, 1010 → cpu 200, 400
+    assert (first.samples, first.usage_mean[0], first.usage_peak[0], first.above_request) == (2, 300.0, 400.0, 0)
+    second = rows[1020.0]  # ts 1020, 1030 → 1200 (above the 1-core request), 600
+    assert second.above_request == 1 and second.above_limit == 1 and second.usage_peak[0] == 1200.0
+    assert second.reservation[0] >= 1000.0  # r never below what the estimator holds (q until samples)
+    assert samples_rollup(cluster=live) == 0  # the cursor moved: nothing is folded twice
+    Sample.objects.bulk_create([sample(batch(postgres.node), postgres, 1035.0, 800.0, None)])
+    assert samples_rollup(cluster=live) == 1
+    merged = UsageRollup.objects.get(workload=postgres, bucket_s=1020.0)
+    assert merged.samples == 3 and merged.usage_mean[0] == pytest.approx((1200 + 600 + 800) / 3)
+    assert merged.usage_mean[1] == pytest.approx(0.5 * GIB)  # the unmeasured ram (NULL) took no part
+
+
+def bound_pods(live, n=6):
+    for i in range(n):
+        batch_submit(cluster=live, name=f"batch/j-{i}", owner="j", request={"cpu": 200.0, "ram": GIB}, now_s=1000.0)
+    scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=1000.0,
+                    rng=np.random.default_rng(0))
+    return list(BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND).select_related("workload__node"))
+
+
+def agent_evicts(pod, ts: float) -> MitigationEvent:
+    w = pod.workload
+    return MitigationEvent.objects.create(
+        batch=batch(w.node, kind="action", ts=ts), node=w.node, ts=ts, action="evict", reason="priority",
+        workload=w, workload_ref=w.name, workload_name=w.name, tier="batch", priority=w.priority,
+        trigger_source="psi-trigger", trigger_resource="memory",
+        numbers={"dimension": "ram", "capacity": 15.75 * GIB, "working_set": 15.1 * GIB, "ledger_before": 16.2 * GIB,
+                 "ledger_after": 15.2 * GIB, "acute": False, "reservation": GIB, "usage": GIB, "limit": GIB},
+        result_ok=True, result={})
+
+
+def test_agent_evictions_become_why_evicted_records_and_requeue_the_pod(live) -> None:
+    pod = bound_pods(live)[0]
+    node = pod.workload.node
+    before = LiveNodeLedger.objects.get(node=node).batch_request[1]
+    agent_evicts(pod, 1100.0)
+    assert evictions_record(cluster=live, now_s=1101.0) == 1
+    record = EvictionRecord.objects.get(workload=pod.workload)
+    assert record.cause == "priority" and record.dimension == "ram" and record.node == node
+    assert record.detail["working_set"] == 15.1 * GIB and record.detail["limit_breach"] is False
+    pod.refresh_from_db()
+    assert pod.state == BatchPod.PENDING and pod.requeues == 1
+    assert LiveNodeLedger.objects.get(node=node).batch_request[1] == pytest.approx(before - GIB)
+    assert evictions_record(cluster=live, now_s=1102.0) == 0  # idempotent
+    assert EvictionRecord.objects.count() == 1
+
+
+def test_three_agent_evictions_in_five_minutes_escalate_the_node(live) -> None:
+    pods = bound_pods(live)
+    node = pods[0].workload.node
+    same = [p for p in pods if p.workload.node == node]
+    assert len(same) >= 1
+    for i, t in enumerate((1100.0, 1200.0, 1300.0)):
+        agent_evicts(same[0], t) if i == 0 else MitigationEvent.objects.create(
+            batch=batch(node, kind="action", ts=t), node=node, ts=t, action="evict", reason="priority",
+            workload_ref=f"batch/gone-{i}", workload_name=f"batch/gone-{i}", tier="batch", priority=0,
+            trigger_source="poll", numbers={"dimension": "ram"}, result_ok=True, result={})
+    escalate(now_s=1310.0)
+    assert Escalation.objects.get(node=node).reason == "eviction_storm"
+    assert EvictionRecord.objects.filter(node=node, cause="priority").count() == 3
