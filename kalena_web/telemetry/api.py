@@ -2,13 +2,13 @@
 revoking tokens needs the operator role — permission ``telemetry.manage_agent_tokens``):
 agent tokens per node, and the agents of a live cluster with their rejected samples.
 
-* ``GET  /api/live/{cluster}/nodes/{node}/agent-tokens`` — the node's tokens (never the secret)
-* ``POST /api/live/{cluster}/nodes/{node}/agent-tokens`` — a new token; the only response that
+* ``GET  /api/clusters/{cluster}/nodes/{node}/agent-tokens`` — the node's tokens (never the secret)
+* ``POST /api/clusters/{cluster}/nodes/{node}/agent-tokens`` — a new token; the only response that
   carries the plaintext ``token``
 * ``POST /api/agent-tokens/{id}/revoke`` — revoke (open connections with it are closed)
-* ``GET  /api/live/{cluster}/agents`` — per node: tokens, connection, last sample, stale,
+* ``GET  /api/clusters/{cluster}/agents`` — per node: tokens, connection, last sample, stale,
   accepted and rejected samples per reason
-* ``GET  /api/live/{cluster}/rejections`` — rejected samples per reason, refused connections
+* ``GET  /api/clusters/{cluster}/rejections`` — rejected samples per reason, refused connections
 """
 
 from __future__ import annotations
@@ -98,13 +98,13 @@ def _operator(request: HttpRequest) -> None:
                              "(permission telemetry.manage_agent_tokens)")
 
 
-@router.get("/live/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut])
+@router.get("/clusters/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut])
 def tokens(request: HttpRequest, cluster: str, node: str):
     found = _node(cluster, node)
     return [_token_out(t) for t in selectors.tokens_list(cluster=found.cluster.name, node=found.name)]
 
 
-@router.post("/live/{cluster}/nodes/{node}/agent-tokens", response={201: NewTokenOut})
+@router.post("/clusters/{cluster}/nodes/{node}/agent-tokens", response={201: NewTokenOut})
 def token_create(request: HttpRequest, cluster: str, node: str):
     _operator(request)
     plaintext, row = agent_token_create(node=_node(cluster, node), created_by=request.user)
@@ -120,7 +120,7 @@ def token_revoke(request: HttpRequest, token_id: int):
         raise HttpError(404 if isinstance(exc, TokenNotFound) else 409, str(exc)) from None
 
 
-@router.get("/live/{cluster}/agents", response=list[AgentOut])
+@router.get("/clusters/{cluster}/agents", response=list[AgentOut])
 def agents(request: HttpRequest, cluster: str):
     rows = selectors.cluster_agents(cluster=_cluster(cluster))
     return [AgentOut(node=r.node.name, tokens_active=r.tokens_active, tokens_revoked=r.tokens_revoked,
@@ -133,7 +133,7 @@ def agents(request: HttpRequest, cluster: str):
                      rejected_samples=r.rejected) for r in rows]
 
 
-@router.get("/live/{cluster}/rejections", response=RejectionsOut)
+@router.get("/clusters/{cluster}/rejections", response=RejectionsOut)
 def rejections(request: HttpRequest, cluster: str):
     found = _cluster(cluster)
     return RejectionsOut(cluster=found.name, rejected=selectors.cluster_rejections(cluster=found),

@@ -155,6 +155,35 @@ def _c1_sample(ts: float, *, p_gib: float) -> list[dict]:
             record("batch/b2", ts, cpu_mcpu=1000.0, ram_bytes=30 * GIB, tier="batch")]
 
 
+def _c1_takes_no_batch_and_says_stale(node: Node) -> None:
+    """C1 at t = 90 beyond estimation: the scheduling loop places nothing on the stale node (its
+    why-pending names it), and the console page and the API show the node as telemetry stale."""
+    import numpy as np
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from kalena_engine.policy import Policy
+    from kalena_web.control.orchestrators import orchestrator_for
+    from kalena_web.scheduling.models import BatchPod, WhyPending
+    from kalena_web.scheduling.services import batch_submit, scheduling_pass
+
+    batch_submit(cluster=node.cluster, name="batch/new-0", owner="new", request={"cpu": 100.0, "ram": GIB},
+                 now_s=T0 + 90)
+    report = scheduling_pass(cluster=node.cluster, orchestrator=orchestrator_for(node.cluster), policy=Policy(),
+                             now_s=T0 + 90, rng=np.random.default_rng(0))
+    assert report.placed == 0
+    assert BatchPod.objects.get(workload__name="batch/new-0").state == BatchPod.PENDING
+    assert "telemetry_stale" in WhyPending.objects.get(pod__workload__name="batch/new-0").record["excluded"]
+    client = Client()
+    client.force_login(User.objects.create_user("c1-viewer", password="x" * 12))
+    page = client.get(f"/live/{node.cluster.name}/nodes/{node.name}/").content.decode()
+    assert "telemetry stale" in page and "every reservation reads max(r, request)" in page
+    (api_node,) = client.get(f"/api/clusters/{node.cluster.name}/nodes").json()
+    assert api_node["telemetry_stale"] is True and api_node["reservations"]["ram"] == 134.0  # 64 + 40 + 30 GiB
+    metrics = client.get("/metrics").content.decode()
+    assert f'kalena_node_telemetry_stale{{cluster="{node.cluster.name}",node="{node.name}"}} 1.0' in metrics
+
+
 def _ram_gib(node: Node) -> tuple[float, float, bool]:
     ledger = LiveNodeLedger.objects.get(node=node)
     return ledger.prod_reservation[1] / GIB, ledger.batch_reservation[1] / GIB, ledger.stale
@@ -180,6 +209,7 @@ def test_case_c1_stale_telemetry_reads_max_r_q_and_estimation_resumes_from_the_n
     assert _ram_gib(c1) == (pytest.approx(64.0), pytest.approx(70.0), True)       # 64 + 40 + 30, stale
     report = escalation_pass(cluster=c1.cluster, orchestrator=orchestrator_for(c1.cluster), now_s=T0 + 90)
     assert report.escalated == [] and report.drained == 0                          # nothing planned from t = 0
+    _c1_takes_no_batch_and_says_stale(c1)
 
     # Samples resume at t = 120: P uses 20 GiB → τ = 23, decay from 64 over Δt = 120 s:
     # r_P = 23 + (64 − 23) · 2^(−120/600) = 58.6926 GiB; the node is fresh again.

@@ -50,7 +50,7 @@ def test_revoke_once_then_refuse_to_revoke_again(beta) -> None:
 
 
 def test_api_creates_lists_and_revokes_tokens(client, django_user_model, beta) -> None:
-    url = "/api/live/home/nodes/thinkcentre-beta/agent-tokens"
+    url = "/api/clusters/home/nodes/thinkcentre-beta/agent-tokens"
     assert client.get(url).status_code == 401  # session login required, as for the rest of /api/
     from django.contrib.auth.models import Permission
 
@@ -72,7 +72,7 @@ def test_api_creates_lists_and_revokes_tokens(client, django_user_model, beta) -
     assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
     assert client.post(f"/api/agent-tokens/{body['id']}/revoke").status_code == 409
     assert client.post("/api/agent-tokens/987654/revoke").status_code == 404
-    assert client.get("/api/live/home/nodes/nope/agent-tokens").status_code == 404
+    assert client.get("/api/clusters/home/nodes/nope/agent-tokens").status_code == 404
 
 
 def test_operators_and_approvers_may_manage_agent_tokens_viewers_may_not(db) -> None:
