@@ -1,5 +1,6 @@
 """Prometheus metrics (``GET /metrics``): ledgers, slack, conditions, evictions, batch, ingest
-lag and loop health of every live cluster, read from the database at scrape time (so every
+(accepted and rejected samples, refused connections, estimation lag) and loop health of every
+live cluster, read from the database at scrape time (so every
 Kalena process answers the same, whichever worker changed what).
 
 With ``KALENA_METRICS_TOKEN`` set, a scrape must send ``Authorization: Bearer <token>``.
@@ -13,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Sum
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -22,7 +23,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.control.models import LoopRun
 from kalena_web.inventory.models import Cluster, Node
+from kalena_web.ledger.models import EstimationRun
 from kalena_web.scheduling.models import BatchPod
+from kalena_web.telemetry.models import AgentStatus, RefusedConnection, RejectedSamples
 
 #: (metric dimension label, vector index, divisor to base units)
 _DIMS = (("cpu", 0, 1000.0), ("memory", 1, 1.0))
@@ -81,6 +84,30 @@ class KalenaCollector:
         for loop, outcome, last in LoopRun.objects.values_list("loop", "outcome").annotate(last=Max("started_s")):
             loops.add_metric([loop, outcome], max(0.0, now - last))
         yield loops
+        yield from self.telemetry()
+
+    def telemetry(self) -> Iterator:
+        """Ingest: accepted and rejected samples, refused connections, estimation lag."""
+        accepted = CounterMetricFamily("kalena_accepted_samples", "Samples stored from each node's agent",
+                                       labels=["cluster", "node"])
+        for cluster, node, n in AgentStatus.objects.values_list("node__cluster__name", "node__name", "accepted_samples"):
+            accepted.add_metric([cluster, node], n)
+        rejected = CounterMetricFamily("kalena_rejected_samples", "Samples refused, per node and reason",
+                                       labels=["cluster", "node", "reason"])
+        for cluster, node, reason, n in RejectedSamples.objects.values_list("node__cluster__name", "node__name",
+                                                                            "reason", "samples"):
+            rejected.add_metric([cluster, node, reason], n)
+        refused = CounterMetricFamily("kalena_refused_connections", "Agent connections refused, per reason",
+                                      labels=["reason"])
+        for reason, n in RefusedConnection.objects.values_list("reason").annotate(n=Sum("count")):
+            refused.add_metric([reason], n or 0)
+        lag = GaugeMetricFamily("kalena_estimation_lag_seconds", "Send-to-ledger lag of the oldest sample in each "
+                                "shard's latest estimation run", labels=["shard"])
+        latest = EstimationRun.objects.values("shard").annotate(last=Max("id")).values_list("last", flat=True)
+        for shard, max_lag in EstimationRun.objects.filter(id__in=list(latest)).values_list("shard", "max_lag_s"):
+            if max_lag is not None:
+                lag.add_metric([str(shard)], max_lag)
+        yield from (accepted, rejected, refused, lag)
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

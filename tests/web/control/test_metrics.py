@@ -27,6 +27,12 @@ def test_metrics_expose_ledgers_stale_nodes_and_evictions(client, live, settings
     assert got[("kalena_node_telemetry_stale", key[:2])] == 1.0
     assert got[("kalena_node_telemetry_stale", (("cluster", "home"), ("node", "thinkcentre-alpha")))] == 0.0
     assert got[("kalena_evictions_total", (("cause", "priority"), ("cluster", "home"), ("node", "thinkcentre-beta")))] == 1
+    from kalena_web.telemetry.models import RejectedSamples
+
+    RejectedSamples.objects.create(node=node, reason="nan_or_inf", samples=3, messages=1, first_s=1.0, last_s=2.0)
+    got = samples(client.get("/metrics"))
+    assert got[("kalena_rejected_samples_total", (("cluster", "home"), ("node", "thinkcentre-beta"),
+                                                  ("reason", "nan_or_inf")))] == 3
     settings.KALENA_METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
