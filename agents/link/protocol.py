@@ -201,11 +201,31 @@ def _require(obj: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: s
     return value
 
 
+_USAGE_KEY_SET = frozenset(USAGE_KEYS)
+
+
 def _vector(obj: Any, where: str, field: str) -> None:
-    if not isinstance(obj, Mapping) or set(obj) != set(USAGE_KEYS):
+    if not isinstance(obj, Mapping) or obj.keys() != _USAGE_KEY_SET:
         raise ProtocolError("expected a usage vector", source=where, field=field, accepted=", ".join(USAGE_KEYS))
     for key in USAGE_KEYS:
-        _require(obj, key, (int, float), where, nullable=True)
+        value = obj[key]
+        if value is not None and type(value) not in (int, float):  # the common case stays cheap
+            _require(obj, key, (int, float), where, nullable=True)
+
+
+def validate_sample_record(record: Any, where: str) -> None:
+    """Check one record of a ``samples`` message (``where`` names it in errors).
+
+    Raises:
+        ProtocolError: naming the record and the field.
+    """
+    if not isinstance(record, Mapping):
+        raise ProtocolError("expected an object", source=where)
+    _require(record, "workload", (str,), where)
+    _require(record, "tier", (str,), where)
+    _require(record, "ts", (int, float), where)
+    for key in ("usage", "request", "limit", "reservation"):
+        _vector(record.get(key), where, key)
 
 
 def validate_agent_message(message: Any) -> None:
@@ -233,14 +253,7 @@ def validate_agent_message(message: Any) -> None:
         _vector(message.get("capacity"), where, "capacity")
     elif kind == "samples":
         for i, record in enumerate(_require(message, "samples", (list,), where)):
-            at = f"{where}.samples[{i}]"
-            if not isinstance(record, Mapping):
-                raise ProtocolError("expected an object", source=at)
-            _require(record, "workload", (str,), at)
-            _require(record, "tier", (str,), at)
-            _require(record, "ts", (int, float), at)
-            for key in ("usage", "request", "limit", "reservation"):
-                _vector(record.get(key), at, key)
+            validate_sample_record(record, f"{where}.samples[{i}]")
     elif kind == "action":
         action = _require(message, "action", (str,), where)
         if action not in ACTIONS:

@@ -33,6 +33,8 @@ SAMPLE_COLUMNS = ("batch_id", "node_id", "workload_id", "ts", *USAGE_COLUMNS, "m
 NODE_SAMPLE_COLUMNS = ("batch_id", "node_id", "ts", "working_set_bytes", *PSI_COLUMNS)
 BATCH_COLUMNS = ("node_id", "batch_id", "kind", "shard", "ts", "received_s", "stored_s", "samples", "rejected",
                  "estimation_run")
+BATCH_COLUMN_TYPES = ("bigint", "text", "text", "integer", "double precision", "double precision",
+                      "double precision", "integer", "integer", "bigint")
 
 
 def _copy_or_insert(table: str, columns: Sequence[str], rows: Iterable[tuple], cursor) -> None:
@@ -50,6 +52,18 @@ def _insert_batches(entries: list[Entry], *, stored_s: float, cursor) -> dict[tu
     """Insert the batch rows; returns ``{(node_id, batch_id): id}`` of those newly inserted."""
     table = IngestBatch._meta.db_table
     inserted: dict[tuple[int, str], int] = {}
+    if connection.vendor == "postgresql":  # one statement of constant text: arrays, unnested
+        columns: list[list] = [[] for _ in BATCH_COLUMNS]
+        for e in entries:
+            pending = e.kind == IngestBatch.SAMPLES and bool(e.samples)
+            for column, value in zip(columns, (e.node_id, e.batch_id, e.kind, e.shard, e.ts, e.received_s, stored_s,
+                                               len(e.samples), e.rejected_samples, None if pending else 0)):
+                column.append(value)
+        arrays = ", ".join(f"%s::{kind}[]" for kind in BATCH_COLUMN_TYPES)
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(BATCH_COLUMNS)}) SELECT * FROM unnest({arrays}) "
+            f"ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING id, node_id, batch_id", columns)
+        return {(node_id, batch_id): row_id for row_id, node_id, batch_id in cursor.fetchall()}
     for start in range(0, len(entries), 500):
         chunk = entries[start:start + 500]
         params: list = []
@@ -99,11 +113,21 @@ def _count_agents(entries: list[Entry], *, now_s: float, cursor) -> None:
     if not per_node:
         return
     table = AgentStatus._meta.db_table
+    rows = [(node, b, a, d, last) for node, (b, a, d, last) in sorted(per_node.items())]
+    if connection.vendor == "postgresql":  # one statement for every node of the write
+        values = ", ".join(["(%s::bigint, %s::bigint, %s::bigint, %s::bigint, %s::double precision)"] * len(rows))
+        cursor.execute(
+            f"UPDATE {table} AS s SET batches = s.batches + v.b, accepted_samples = s.accepted_samples + v.a, "
+            f"duplicate_batches = s.duplicate_batches + v.d, last_batch_s = %s, last_sample_s = CASE "
+            f"WHEN s.last_sample_s IS NULL OR s.last_sample_s < v.last THEN v.last ELSE s.last_sample_s END "
+            f"FROM (VALUES {values}) AS v (node, b, a, d, last) WHERE s.node_id = v.node",
+            [now_s, *(x for row in rows for x in row)])
+        return
     cursor.executemany(
         f"UPDATE {table} SET batches = batches + %s, accepted_samples = accepted_samples + %s, "
         f"duplicate_batches = duplicate_batches + %s, last_batch_s = %s, last_sample_s = CASE "
         f"WHEN last_sample_s IS NULL OR last_sample_s < %s THEN %s ELSE last_sample_s END WHERE node_id = %s",
-        [(b, a, d, now_s, last, last, node) for node, (b, a, d, last) in sorted(per_node.items())])
+        [(b, a, d, now_s, last, last, node) for node, b, a, d, last in rows])
 
 
 def store_entries(entries: list[Entry], *, now_s: float, estimate: bool = True) -> set[int]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.errors import ProtocolError
-from agents.link.protocol import USAGE_KEYS, validate_agent_message
+from agents.link.protocol import USAGE_KEYS, validate_agent_message, validate_sample_record
 
 REASONS: dict[str, str] = {
     "schema": "malformed (protocol schema)",
@@ -152,13 +152,18 @@ def _number(value: Any, where: str, *, nullable: bool = True) -> float | None:
     return number
 
 
-def _protocol(message: Mapping[str, Any], where: str) -> None:
+def _protocol(message: Mapping[str, Any], where: str, *, record: Mapping[str, Any] | None = None) -> None:
+    """Run the protocol's own validator — over ``record`` alone (one sample record, against
+    :func:`~agents.link.protocol.validate_sample_record`) when given, else over ``message`` — and
+    turn its error into a :class:`Rejected` naming ``where`` and the field."""
     try:
-        validate_agent_message(message)
+        if record is not None:
+            validate_sample_record(record, where)
+        else:
+            validate_agent_message(message)
     except ProtocolError as exc:
         field_name = exc.field or ""
-        vector = message.get("samples", [{}])[0].get(field_name) if message.get("type") == "samples" and \
-            message.get("samples") and isinstance(message["samples"][0], Mapping) else None
+        vector = record.get(field_name) if record is not None else None
         if field_name in ("usage", "request", "limit", "reservation") and isinstance(vector, Mapping):
             got = ", ".join(sorted(str(k) for k in vector)[:8])
             raise Rejected("unit", f"{where}.{field_name}: keys {got} (accepted: {', '.join(USAGE_KEYS)})") from None
@@ -240,8 +245,7 @@ def check_sample(record: Any, i: int, *, envelope: Mapping[str, Any], view: Node
     where = f"samples[{i}]"
     if not isinstance(record, Mapping):
         raise Rejected("schema", f"{where}: expected an object")
-    _protocol({"type": "samples", "v": envelope["v"], "node": envelope["node"], "ts": envelope["ts"],
-               "batch_id": envelope["batch_id"], "samples": [record]}, where)
+    _protocol(envelope, where, record=record)
     usage = record["usage"]
     values = []
     for d, key in enumerate(USAGE_KEYS):
