@@ -98,16 +98,19 @@ def test_sampling_scores_a_subset_deterministically_for_a_seed() -> None:
     assert a.placed == full.placed  # ample capacity: sampling changes where, not how many
 
 
-@pytest.mark.parametrize(("n", "pct", "expected"), [
-    (50, 0, 50),        # below 100 nodes: all of them
-    (186, 0, 100),      # adaptive 50 − 186//125 = 49 % → 91 → floor of 100 feasible
-    (5000, 0, 500),     # adaptive 50 − 40 = 10 % → 500
-    (20000, 0, 1000),   # adaptive 50 − 160 < 5 → 5 % → 1,000
-    (1000, 30, 300),    # explicit 30 %
-    (1000, 100, 1000),  # 100 %: every node
-], ids=["small", "irina", "5000", "floor_5pct", "explicit", "all"])
-def test_feasible_nodes_to_find_follows_kube_scheduler(n, pct, expected) -> None:
-    assert PlacementPolicy(percentage_of_nodes_to_score=pct).feasible_nodes_to_find(n) == expected
+@pytest.mark.parametrize(("n", "pct", "floor", "expected"), [
+    (50, 0, 20, 50),         # below 100 nodes: all of them
+    (186, 0, 20, 100),       # adaptive 50 − 186//125 = 49 % → 91 → floor of 100 feasible
+    (3000, 0, 20, 780),      # adaptive 50 − 24 = 26 % → 780
+    (5000, 0, 20, 1000),     # adaptive 50 − 40 = 10 % < Kalena's floor of 20 % → 1,000
+    (5000, 0, 5, 500),       # with kube-scheduler's floor of 5 %: 10 % → 500
+    (20000, 0, 5, 1000),     # kube-scheduler: 50 − 160 < 5 → 5 % → 1,000
+    (1000, 30, 20, 300),     # explicit 30 %
+    (1000, 100, 20, 1000),   # 100 %: every node
+], ids=["small", "irina", "3000", "5000", "5000_kube", "kube_floor_5pct", "explicit", "all"])
+def test_feasible_nodes_to_find_follows_kube_scheduler(n, pct, floor, expected) -> None:
+    policy = PlacementPolicy(percentage_of_nodes_to_score=pct, adaptive_min_percentage=floor)
+    assert policy.feasible_nodes_to_find(n) == expected
 
 
 def test_equivalence_classes_are_computed_once_per_class() -> None:
