@@ -5,8 +5,9 @@ For every ``evict`` action an agent reported (its :class:`MitigationEvent`), one
 set, capacity, Σ r before and after, acute), whose reservations rose on that node in the ten
 minutes before (from the archive's minute rows), the priority comparison with the batch left on
 the node, and whether the limit-breach override applied. A bound batch pod that was evicted is
-taken off its node's ledger and queued again from scratch. Idempotent (a cursor and a unique
-``source_key``).
+taken off its node's ledger and queued again from scratch. Idempotent (a cursor over settled
+action batches, :mod:`kalena_web.archive.cursors`, and a unique ``source_key``); a record
+appears once its batch has settled, ``SETTLE_S`` after it was stored.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from collections import defaultdict
 from django.db import transaction
 
 from kalena_engine.resources import DIM_INDEX
+from kalena_web.archive.cursors import settled_batches
 from kalena_web.archive.models import ArchiveCursor, EvictionRecord, UsageRollup
 from kalena_web.inventory.mappers import vector
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.services import batch_requeue
-from kalena_web.telemetry.models import MitigationEvent
+from kalena_web.telemetry.models import IngestBatch, MitigationEvent
 
 ROSE_WINDOW_S = 600.0
 
@@ -48,10 +50,13 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
     """Turn new agent eviction actions into why-evicted records; returns how many."""
     with transaction.atomic():
         cursor, _ = ArchiveCursor.objects.select_for_update().get_or_create(cluster=cluster, name="evictions")
-        events = list(MitigationEvent.objects.filter(node__cluster=cluster, action="evict", id__gt=cursor.position)
-                      .select_related("workload").order_by("id")[:limit])
-        if not events:
+        batches = settled_batches(cluster=cluster, after=cursor.position, now_s=now_s, kinds=(IngestBatch.ACTION,),
+                                  max_batches=limit)
+        if not batches:
             return 0
+        events = list(MitigationEvent.objects.filter(node__cluster=cluster, action="evict",
+                                                     batch_id__gt=cursor.position, batch_id__lte=batches[-1])
+                      .select_related("workload").order_by("id"))
         requeue = []
         for e in events:
             n = e.numbers or {}
@@ -73,7 +78,7 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
                 priority=e.priority or 0, dimension=dimension, detail=detail))
             if e.workload_id is not None:
                 requeue.append(e.workload_id)
-        cursor.position = events[-1].id
+        cursor.position = batches[-1]
         cursor.save(update_fields=["position"])
     for pod in BatchPod.objects.filter(workload_id__in=requeue, state=BatchPod.BOUND):
         batch_requeue(pod=pod, now_s=now_s, reason="evicted by its node's agent")

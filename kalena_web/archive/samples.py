@@ -1,6 +1,7 @@
 """Raw samples → 1-minute workload rollups (the live archive's first resolution).
 
-Each run reads the samples stored since the cluster's ``samples`` cursor (bounded per run),
+Each run reads the samples of the sample batches settled since the cluster's ``samples`` cursor
+(a batch id; :mod:`kalena_web.archive.cursors` says why not a sample id; bounded per run),
 folds them per (workload, minute) — count-weighted mean, peak, samples above the request and
 above the limit on any dimension — into the minute rows, and raises each row's reservation to
 ``max(the workload's current reservation, min(L, μ · peak usage))``. Unmeasured dimensions
@@ -14,24 +15,33 @@ import numpy as np
 from django.db import transaction
 
 from kalena_engine.policy import EstimatorPolicy
+from kalena_web.archive.cursors import settled_batches
 from kalena_web.archive.models import ArchiveCursor, UsageRollup
 from kalena_web.inventory.mappers import vector
 from kalena_web.inventory.models import Cluster, Workload
 from kalena_web.ledger.models import WorkloadReservation
-from kalena_web.telemetry.models import USAGE_COLUMNS, Sample
+from kalena_web.telemetry.models import USAGE_COLUMNS, IngestBatch, Sample
 
 MAX_SAMPLES_PER_RUN = 500_000
 
 
-def samples_rollup(*, cluster: Cluster, policy: EstimatorPolicy | None = None,
+def samples_rollup(*, cluster: Cluster, now_s: float, policy: EstimatorPolicy | None = None,
                    limit: int = MAX_SAMPLES_PER_RUN) -> int:
-    """Fold new samples into 1-minute workload rows; returns the samples folded."""
+    """Fold the samples of newly settled batches (at ``now_s``, s) into 1-minute workload rows;
+    returns the samples folded."""
     policy = policy or EstimatorPolicy()
     with transaction.atomic():
         cursor, _ = ArchiveCursor.objects.select_for_update().get_or_create(cluster=cluster, name="samples")
-        rows = list(Sample.objects.filter(node__cluster=cluster, id__gt=cursor.position).order_by("id")
-                    .values_list("id", "workload_id", "ts", *USAGE_COLUMNS)[:limit])
+        batches = settled_batches(cluster=cluster, after=cursor.position, now_s=now_s,
+                                  kinds=(IngestBatch.SAMPLES,), max_samples=limit)
+        if not batches:
+            return 0
+        rows = list(Sample.objects.filter(batch_id__gt=cursor.position, batch_id__lte=batches[-1],
+                                          node__cluster=cluster).order_by("id")
+                    .values_list("id", "workload_id", "ts", *USAGE_COLUMNS))
         if not rows:
+            cursor.position = batches[-1]
+            cursor.save(update_fields=["position"])
             return 0
         data = np.array([r[3:] for r in rows], dtype=np.float64)  # None → nan
         workload = np.array([r[1] for r in rows], dtype=np.int64)
@@ -83,6 +93,6 @@ def samples_rollup(*, cluster: Cluster, policy: EstimatorPolicy | None = None,
         UsageRollup.objects.bulk_create(create, batch_size=1000)
         UsageRollup.objects.bulk_update(update, ["usage_mean", "usage_peak", "reservation", "samples", "above_request",
                                                  "above_limit"], batch_size=1000)
-        cursor.position = rows[-1][0]
+        cursor.position = batches[-1]
         cursor.save(update_fields=["position"])
     return len(rows)

@@ -13,7 +13,7 @@ def archive_pass(cluster, now_s: float) -> RollupReport:
     """One archive run for a live cluster: raw samples into minutes, node snapshot, hour
     folding, volatility, retention."""
     report = RollupReport()
-    report.workload_rows = samples_rollup(cluster=cluster)
+    report.workload_rows = samples_rollup(cluster=cluster, now_s=now_s)
     report.node_rows = node_snapshot_rollup(cluster=cluster, now_s=now_s)
     report.hour_rows = fold_hours(cluster=cluster, now_s=now_s)
     node_volatility(cluster=cluster, now_s=now_s)

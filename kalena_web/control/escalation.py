@@ -28,6 +28,7 @@ from kalena_web.inventory.models import Cluster, Node
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.services import batch_requeue
+from kalena_web.telemetry.models import MitigationEvent
 
 
 def node_pressure_observe(*, node: Node, ts: float, working_set_bytes: float | None,
@@ -76,9 +77,17 @@ def escalation_pass(*, cluster: Cluster, orchestrator: Orchestrator, now_s: floa
     report.nodes = len(nodes)
     since = now_s - policy.window_s
     evictions: dict[int, list[float]] = {}
-    for node_id, t in EvictionRecord.objects.filter(cluster=cluster, time_s__gte=since).exclude(
-            cause="escalation").values_list("node_id", "time_s"):
+    # Every recorded eviction, plus the agents' eviction reports not yet recorded (a why-evicted
+    # record follows once its report settles, kalena_web.archive.cursors): a storm counts at once.
+    recorded = set()
+    for node_id, t, key in EvictionRecord.objects.filter(cluster=cluster, time_s__gte=since).exclude(
+            cause="escalation").values_list("node_id", "time_s", "source_key"):
         evictions.setdefault(node_id, []).append(t)
+        recorded.add(key)
+    for event_id, node_id, t in MitigationEvent.objects.filter(
+            node__cluster=cluster, action="evict", ts__gte=since).values_list("id", "node_id", "ts"):
+        if f"agent:{event_id}" not in recorded:
+            evictions.setdefault(node_id, []).append(t)
     for node in nodes:
         condition = node.condition
         decision = decide_escalation(

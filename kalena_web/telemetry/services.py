@@ -112,18 +112,25 @@ def telemetry_prune(*, before_s: float, max_batches: int = 200_000, chunk: int =
     """Delete raw samples older than ``before_s`` (``stored_s``) that estimation has applied,
     with their node samples and sample batches; returns the batches deleted. Bounded: at most
     ``max_batches`` per call, in transactions of ``chunk``. Action and gap messages (mitigation
-    events: why-evicted evidence) and pending batches are kept; so are the rejection counters."""
+    events: why-evicted evidence), pending batches and batches the archive has not yet rolled
+    into minute rows (past its cluster's ``samples`` cursor) are kept; so are the rejection
+    counters."""
     from django.db import connection
 
+    from kalena_web.archive.models import ArchiveCursor
+    from kalena_web.inventory.models import Node
     from kalena_web.ledger.models import EstimationRun
     from kalena_web.telemetry.models import IngestBatch, NodeSample, Sample
 
     batches, samples, nodes = IngestBatch._meta.db_table, Sample._meta.db_table, NodeSample._meta.db_table
+    rolled = (f"id <= COALESCE((SELECT c.position FROM {ArchiveCursor._meta.db_table} c JOIN {Node._meta.db_table} n "
+              f"ON n.cluster_id = c.cluster_id WHERE n.id = {batches}.node_id AND c.name = 'samples'), 0)")
     deleted = 0
     while deleted < max_batches:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SELECT id FROM {batches} WHERE stored_s < %s AND kind = 'samples' "
-                           f"AND estimation_run IS NOT NULL ORDER BY stored_s LIMIT %s", [before_s, chunk])
+                           f"AND estimation_run IS NOT NULL AND {rolled} ORDER BY stored_s LIMIT %s",
+                           [before_s, chunk])
             ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 break

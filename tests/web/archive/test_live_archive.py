@@ -8,6 +8,7 @@ import pytest
 
 from kalena_engine.policy import Policy
 from kalena_engine.resources import GIB
+from kalena_web.archive.cursors import SETTLE_S
 from kalena_web.archive.evictions import evictions_record
 from kalena_web.archive.models import EvictionRecord, UsageRollup
 from kalena_web.archive.samples import samples_rollup
@@ -21,11 +22,12 @@ from kalena_web.scheduling.services import batch_submit, scheduling_pass
 from kalena_web.telemetry.models import IngestBatch, MitigationEvent, Sample
 
 _seq = iter(range(1, 10**6))
+LATER = 5000.0  # every batch of these tests has settled by then
 
 
-def batch(node, kind="samples", ts=1000.0) -> IngestBatch:
+def batch(node, kind="samples", ts=1000.0, stored_s=None) -> IngestBatch:
     return IngestBatch.objects.create(node=node, batch_id=f"{node.name}:{next(_seq)}", kind=kind, shard=0, ts=ts,
-                                      received_s=ts, stored_s=ts, estimation_run=0)
+                                      received_s=ts, stored_s=ts if stored_s is None else stored_s, estimation_run=0)
 
 
 def sample(b, workload, ts, cpu, ram) -> Sample:
@@ -37,7 +39,7 @@ def test_samples_fold_into_minutes_once(live) -> None:
     b = batch(postgres.node)
     Sample.objects.bulk_create([sample(b, postgres, 1000.0 + 10 * i, cpu, 0.5 * GIB)
                                 for i, cpu in enumerate((200.0, 400.0, 1200.0, 600.0))])  # 960–1030 s: 2 minutes
-    assert samples_rollup(cluster=live) == 4
+    assert samples_rollup(cluster=live, now_s=LATER) == 4
     rows = {r.bucket_s: r for r in UsageRollup.objects.filter(workload=postgres)}
     assert sorted(rows) == [960.0, 1020.0]
     first = rows[960.0]  # ts 1000, 1010 → cpu 200, 400
@@ -45,12 +47,37 @@ def test_samples_fold_into_minutes_once(live) -> None:
     second = rows[1020.0]  # ts 1020, 1030 → 1200 (above the 1-core request), 600
     assert second.above_request == 1 and second.above_limit == 1 and second.usage_peak[0] == 1200.0
     assert second.reservation[0] >= 1000.0  # r never below what the estimator holds (q until samples)
-    assert samples_rollup(cluster=live) == 0  # the cursor moved: nothing is folded twice
+    assert samples_rollup(cluster=live, now_s=LATER) == 0  # the cursor moved: nothing is folded twice
     Sample.objects.bulk_create([sample(batch(postgres.node), postgres, 1035.0, 800.0, None)])
-    assert samples_rollup(cluster=live) == 1
+    assert samples_rollup(cluster=live, now_s=LATER) == 1
     merged = UsageRollup.objects.get(workload=postgres, bucket_s=1020.0)
     assert merged.samples == 3 and merged.usage_mean[0] == pytest.approx((1200 + 600 + 800) / 3)
     assert merged.usage_mean[1] == pytest.approx(0.5 * GIB)  # the unmeasured ram (NULL) took no part
+
+
+def test_a_batch_that_commits_late_with_a_lower_id_is_not_skipped(live) -> None:
+    """Two writers: the one that took the lower batch id commits after the other. The cursor
+    waits until both have settled, then folds both; neither is read twice."""
+    postgres = Workload.objects.get(cluster=live, name="database/postgres-0")
+    late = batch(postgres.node, stored_s=1010.0)   # lower id, stored (and visible) later
+    early = batch(postgres.node, stored_s=1000.0)  # higher id, stored first
+    Sample.objects.bulk_create([sample(early, postgres, 1000.0, 300.0, GIB), sample(late, postgres, 1001.0, 500.0, GIB)])
+    assert samples_rollup(cluster=live, now_s=1000.0 + SETTLE_S + 1) == 0  # `late` is not settled: nothing moves
+    assert samples_rollup(cluster=live, now_s=1010.0 + SETTLE_S + 1) == 2
+    assert UsageRollup.objects.get(workload=postgres).usage_peak[0] == 500.0
+    assert samples_rollup(cluster=live, now_s=LATER) == 0
+
+
+def test_raw_samples_are_pruned_only_after_the_archive_rolled_them_up(live) -> None:
+    from kalena_web.telemetry.services import telemetry_prune
+
+    postgres = Workload.objects.get(cluster=live, name="database/postgres-0")
+    b = batch(postgres.node)
+    Sample.objects.bulk_create([sample(b, postgres, 1000.0, 300.0, GIB)])
+    assert telemetry_prune(before_s=LATER) == 0 and Sample.objects.count() == 1  # not yet in a minute row
+    assert samples_rollup(cluster=live, now_s=LATER) == 1
+    assert telemetry_prune(before_s=LATER) == 1 and Sample.objects.count() == 0
+    assert UsageRollup.objects.get(workload=postgres).samples == 1
 
 
 def bound_pods(live, n=6):
@@ -77,14 +104,15 @@ def test_agent_evictions_become_why_evicted_records_and_requeue_the_pod(live) ->
     node = pod.workload.node
     before = LiveNodeLedger.objects.get(node=node).batch_request[1]
     agent_evicts(pod, 1100.0)
-    assert evictions_record(cluster=live, now_s=1101.0) == 1
+    assert evictions_record(cluster=live, now_s=1101.0) == 0  # not settled yet
+    assert evictions_record(cluster=live, now_s=1100.0 + SETTLE_S + 1) == 1
     record = EvictionRecord.objects.get(workload=pod.workload)
     assert record.cause == "priority" and record.dimension == "ram" and record.node == node
     assert record.detail["working_set"] == 15.1 * GIB and record.detail["limit_breach"] is False
     pod.refresh_from_db()
     assert pod.state == BatchPod.PENDING and pod.requeues == 1
     assert LiveNodeLedger.objects.get(node=node).batch_request[1] == pytest.approx(before - GIB)
-    assert evictions_record(cluster=live, now_s=1102.0) == 0  # idempotent
+    assert evictions_record(cluster=live, now_s=1200.0) == 0  # idempotent
     assert EvictionRecord.objects.count() == 1
 
 
@@ -98,6 +126,8 @@ def test_three_agent_evictions_in_five_minutes_escalate_the_node(live) -> None:
             batch=batch(node, kind="action", ts=t), node=node, ts=t, action="evict", reason="priority",
             workload_ref=f"batch/gone-{i}", workload_name=f"batch/gone-{i}", tier="batch", priority=0,
             trigger_source="poll", numbers={"dimension": "ram"}, result_ok=True, result={})
-    escalate(now_s=1310.0)
+    escalate(now_s=1310.0)  # the third report has not settled into a record yet: it counts all the same
     assert Escalation.objects.get(node=node).reason == "eviction_storm"
+    escalate(now_s=1310.0 + SETTLE_S)
     assert EvictionRecord.objects.filter(node=node, cause="priority").count() == 3
+    assert Escalation.objects.filter(node=node).count() == 1  # in its cooldown: not escalated twice

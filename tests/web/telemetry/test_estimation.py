@@ -220,7 +220,8 @@ def test_case_c1_stale_telemetry_reads_max_r_q_and_estimation_resumes_from_the_n
     assert (batch, stale) == (pytest.approx(70.0), False)
 
 
-def test_raw_samples_past_retention_are_pruned_once_applied_and_actions_are_kept(homelab) -> None:
+def test_raw_samples_past_retention_are_pruned_once_applied_and_rolled_up_and_actions_are_kept(homelab) -> None:
+    from kalena_web.archive.samples import samples_rollup
     from kalena_web.telemetry.models import MitigationEvent, Sample
     from kalena_web.telemetry.services import telemetry_prune
 
@@ -233,6 +234,8 @@ def test_raw_samples_past_retention_are_pruned_once_applied_and_actions_are_kept
               "reason": "stale_sample", "workload": None, "trigger": {"source": "poll"}, "numbers": {},
               "result": {"ok": True}}
     store_entries([prepare_message(action, view=view, now_s=T0, received_s=T0, limits=Limits())], now_s=T0)
+    assert telemetry_prune(before_s=T0 + 100) == 0               # not yet rolled into minute rows: kept
+    samples_rollup(cluster=homelab, now_s=T0 + 100)
     assert telemetry_prune(before_s=T0 + 100) == 1
     assert list(IngestBatch.objects.order_by("id").values_list("batch_id", flat=True)) == \
         [f"{node.name}:2", f"{node.name}:3"]
