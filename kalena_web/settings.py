@@ -72,6 +72,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "kalena_web.console.middleware.HealthProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "kalena_web.console.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -22,6 +22,10 @@ class OrchestratorError(Exception):
     """The orchestrator refused or failed a request; the message says which and why."""
 
 
+class WorkloadGone(OrchestratorError):
+    """The workload an eviction named does not exist (any more): nothing is left to stop."""
+
+
 class StaleBinding(OrchestratorError):
     """A binding the orchestrator rejected because the world moved on (already bound,
     deleted, node gone): the scheduler requeues the workload, it is never lost."""

@@ -17,7 +17,7 @@ from docker.types import Resources, RestartPolicy
 
 from agents.orchestrators.base import (
     ID_LABEL, PRIORITY_ANNOTATION, TIER_LABEL, BatchSpec, OrchestratorError, StaleBinding,
-    WorkloadRef, priority_of, tier_of,
+    WorkloadGone, WorkloadRef, priority_of, tier_of,
 )
 
 CFS_PERIOD_US = 100_000
@@ -76,7 +76,7 @@ class DockerOrchestrator:
             container.stop(timeout=max(0, int(round(grace_s))))  # SIGTERM, grace, SIGKILL
             container.remove(force=True)
         except NotFound:
-            raise OrchestratorError(f"evict {workload_id}: no such container") from None
+            raise WorkloadGone(f"evict {workload_id}: no such container") from None
         except APIError as exc:
             raise OrchestratorError(f"evict {workload_id} ({reason}): {exc.explanation or exc}") from None
 
@@ -128,6 +128,6 @@ class SwarmOrchestrator:
         try:
             self.client.services.get(container_name(workload_id)).remove()
         except NotFound:
-            raise OrchestratorError(f"evict {workload_id}: no such service") from None
+            raise WorkloadGone(f"evict {workload_id}: no such service") from None
         except APIError as exc:
             raise OrchestratorError(f"evict {workload_id} ({reason}): {exc.explanation or exc}") from None

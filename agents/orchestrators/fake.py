@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.orchestrators.base import BatchSpec, OrchestratorError, StaleBinding, WorkloadRef
+from agents.orchestrators.base import BatchSpec, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef
 
 
 @dataclass
@@ -36,6 +36,6 @@ class FakeOrchestrator:
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
         if workload_id not in self.running:
-            raise OrchestratorError(f"evict {workload_id}: no such workload")
+            raise WorkloadGone(f"evict {workload_id}: no such workload")
         del self.running[workload_id]
         self.log.append(("evict", workload_id, reason))

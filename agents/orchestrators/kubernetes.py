@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from agents.orchestrators.base import (
-    BatchSpec, OrchestratorError, StaleBinding, WorkloadRef, priority_of, tier_of,
+    BatchSpec, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
 )
 
 
@@ -69,6 +69,8 @@ class KubernetesOrchestrator:
         try:
             self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
         except ApiException as exc:
+            if exc.status == 404:
+                raise WorkloadGone(f"evict {workload_id}: no such pod") from None
             hint = " (a PodDisruptionBudget refused it)" if exc.status == 429 else ""
             raise OrchestratorError(f"evict {workload_id} ({reason}): {exc.status} {_reason(exc)}{hint}") from None
 

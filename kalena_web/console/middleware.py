@@ -14,6 +14,22 @@ from whitenoise.middleware import WhiteNoiseMiddleware
 OPEN_PREFIXES = ("/api/", "/healthz", "/metrics")
 
 
+class HealthProbeMiddleware:
+    """``/healthz`` answered before anything reads the Host header: orchestrator probes address
+    the pod or container by its IP (``Host: 10.1.2.3:8000``), which ``ALLOWED_HOSTS`` rightly
+    refuses for everything else. First in ``MIDDLEWARE``."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path_info == "/healthz" and request.method in ("GET", "HEAD"):
+            from kalena_web.console.views import healthz
+
+            return healthz(request)
+        return self.get_response(request)
+
+
 class ConsoleLoginRequiredMiddleware(LoginRequiredMiddleware):
     """Anonymous requests to console pages are redirected to the login page."""
 

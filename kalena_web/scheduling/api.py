@@ -10,19 +10,24 @@ import time
 from typing import Any
 
 import numpy as np
+from django.db import transaction
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
+from agents.orchestrators.base import OrchestratorError, WorkloadGone
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina.fields import parse_resource_block
 from kalena_engine.kuberina.yamlio import Where
 from kalena_engine.resources import DIMS, to_ir_block
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling import selectors, services
+from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.scheduling.models import BatchPod
+from kalena_web.scheduling.tasks import scheduling_request
 
 router = Router(tags=["scheduling"])
+DELETE_GRACE_S = 30.0  # SIGTERM → this long → SIGKILL when the API deletes a running pod
 
 
 class BatchIn(Schema):
@@ -93,7 +98,9 @@ def submit(request: HttpRequest, cluster: str, body: BatchIn):
             min_member=body.min_member, now_s=time.time())
     except InputError as exc:
         raise HttpError(400, str(exc)) from None
-    return Status(201, _out(selectors.batch_pod(cluster=c, name=pod.workload.name)))
+    out = _out(selectors.batch_pod(cluster=c, name=pod.workload.name))
+    transaction.on_commit(lambda: scheduling_request(cluster_id=c.id), robust=True)
+    return Status(201, out)
 
 
 @router.get("/clusters/{cluster}/batch", response=list[BatchOut], summary="Batch pods, oldest first")
@@ -120,6 +127,23 @@ def why_pending(request: HttpRequest, cluster: str, name: str):
     return {"pod": name, "time_s": why.time_s, **why.record}
 
 
+@router.post("/clusters/{cluster}/batch/{path:name}/complete", response={200: BatchOut},
+             summary="Report a batch pod completed")
+def complete(request: HttpRequest, cluster: str, name: str):
+    """The pod's job finished (reported by its orchestrator integration or the job itself): it
+    leaves every ledger at once. Completing a completed pod changes nothing."""
+    _operator(request)
+    c = _cluster(cluster)
+    try:
+        pod = selectors.batch_pod(cluster=c, name=name)
+    except BatchPod.DoesNotExist:
+        raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+    if pod.state == BatchPod.DELETED:
+        raise HttpError(409, f"{name!r} was deleted; it cannot complete")
+    services.batch_finish(pod=pod, now_s=time.time(), state=BatchPod.COMPLETED)
+    return _out(selectors.batch_pod(cluster=c, name=name))
+
+
 @router.delete("/clusters/{cluster}/batch/{path:name}", response={204: None}, summary="Delete a batch pod")
 def delete(request: HttpRequest, cluster: str, name: str):
     _operator(request)
@@ -128,5 +152,12 @@ def delete(request: HttpRequest, cluster: str, name: str):
         pod = selectors.batch_pod(cluster=c, name=name)
     except BatchPod.DoesNotExist:
         raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+    if pod.state == BatchPod.BOUND:  # stop what runs first; if that fails, nothing changes
+        try:
+            orchestrator_for(c).evict(name, grace_s=DELETE_GRACE_S, reason="deleted through the API")
+        except WorkloadGone:
+            pass
+        except OrchestratorError as exc:
+            raise HttpError(502, f"{name!r} was not deleted: the orchestrator refused to stop it: {exc}") from None
     services.batch_finish(pod=pod, now_s=time.time(), state=BatchPod.DELETED)
     return Status(204, None)

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 from celery import shared_task
+from django.core.cache import cache
 
 from kalena_engine.policy import Policy
 from kalena_web.archive.evictions import evictions_record
 from kalena_web.control.loops import run_for_clusters
 from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.scheduling.services import scheduling_pass
+
+
+REQUEST_TTL_S = 2.0  # submissions within this long share one event-driven pass
+
+
+def scheduling_request(*, cluster_id: int) -> bool:
+    """Queue one scheduling pass for the cluster now (DESIGN §8: event-driven, beside the
+    periodic pass) unless one was queued in the last ``REQUEST_TTL_S``; returns whether it
+    queued one."""
+    if not cache.add(f"kalena:scheduling:requested:{cluster_id}", 1, timeout=REQUEST_TTL_S):
+        return False
+    schedule.delay(cluster_id=cluster_id)
+    return True
 
 
 @shared_task(name="kalena.scheduling.schedule", acks_late=True, ignore_result=True)

@@ -84,3 +84,53 @@ def test_viewers_cannot_submit_but_api_tokens_act_as_their_user(client, live) ->
     assert api_token_revoke(token_id=row.id)
     assert client.get("/api/clusters/home/batch", **headers).status_code == 401
     assert client.get("/api/clusters/home/batch", HTTP_AUTHORIZATION="Bearer kal_forged").status_code == 401
+
+
+def test_a_submission_is_scheduled_at_once_and_completion_frees_the_ledger(api, live,
+                                                                         django_capture_on_commit_callbacks) -> None:
+    from kalena_web.ledger.models import LiveNodeLedger
+
+    with django_capture_on_commit_callbacks(execute=True):  # the event-driven pass runs after the commit
+        assert post(api, {"name": "batch/etl-0", "request": {"cpu": "250m", "ram": "1Gi"}}).status_code == 201
+    pod = BatchPod.objects.select_related("workload__node").get(workload__name="batch/etl-0")
+    assert pod.state == BatchPod.BOUND  # no periodic pass ran: the submission asked for one
+    ledger = LiveNodeLedger.objects.get(node=pod.workload.node)
+    assert ledger.batch_request[1] == pytest.approx(2**30)
+    done = api.post("/api/clusters/home/batch/batch/etl-0/complete")
+    assert done.status_code == 200 and done.json()["state"] == "completed"
+    ledger.refresh_from_db()
+    assert ledger.batch_request[1] == pytest.approx(0.0)
+    assert api.post("/api/clusters/home/batch/batch/etl-0/complete").status_code == 200  # again: nothing changes
+    ledger.refresh_from_db()
+    assert ledger.batch_request[1] == pytest.approx(0.0)
+    assert api.post("/api/clusters/home/batch/batch/nope-0/complete").status_code == 404
+
+
+def test_deleting_a_running_pod_stops_it_first_and_a_refusal_changes_nothing(api, live, monkeypatch) -> None:
+    from agents.orchestrators.base import OrchestratorError
+    from kalena_web.scheduling import api as scheduling_api
+
+    assert post(api, {"name": "batch/etl-1", "request": {"cpu": "250m", "ram": "1Gi"}}).status_code == 201
+    orchestrator = orchestrator_for(live)
+    scheduling_pass(cluster=live, orchestrator=orchestrator, policy=Policy(), now_s=2000.0, rng=np.random.default_rng(0))
+    assert BatchPod.objects.get(workload__name="batch/etl-1").state == BatchPod.BOUND
+
+    class Refusing:
+        def evict(self, workload_id, *, grace_s, reason):
+            raise OrchestratorError(f"evict {workload_id}: 503 unavailable")
+
+    monkeypatch.setattr(scheduling_api, "orchestrator_for", lambda cluster: Refusing())
+    response = api.delete("/api/clusters/home/batch/batch/etl-1")
+    assert response.status_code == 502 and "not deleted" in response.json()["detail"]
+    assert BatchPod.objects.get(workload__name="batch/etl-1").state == BatchPod.BOUND  # unchanged
+
+    stopped = []
+
+    class Stopping:
+        def evict(self, workload_id, *, grace_s, reason):
+            stopped.append((workload_id, grace_s))
+
+    monkeypatch.setattr(scheduling_api, "orchestrator_for", lambda cluster: Stopping())
+    assert api.delete("/api/clusters/home/batch/batch/etl-1").status_code == 204
+    assert stopped == [("batch/etl-1", 30.0)]
+    assert BatchPod.objects.get(workload__name="batch/etl-1").state == BatchPod.DELETED
