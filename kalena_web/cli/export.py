@@ -25,12 +25,11 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if not 60 <= args.window_s <= 90 * 86_400:
-        raise InputError(f"{args.window_s} s is outside 60 s – 90 days", source="command line", field="--window-s")
     django_setup()
     from kalena_web.inventory.models import Cluster
-    from kalena_web.replan.services import build_export
+    from kalena_web.replan.services import build_export, export_window_check
 
+    export_window_check(args.window_s, field="--window-s")
     try:
         cluster = Cluster.objects.get(kind=Cluster.LIVE, name=args.cluster)
     except Cluster.DoesNotExist:

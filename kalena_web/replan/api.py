@@ -8,12 +8,12 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Router, Schema
 from ninja.errors import HttpError
 
+from kalena_engine.errors import InputError
 from kalena_web.inventory.models import Cluster
 from kalena_web.replan.models import ReplanRecommendation
-from kalena_web.replan.services import RecommendationClosed, build_export, recommendation_decide
+from kalena_web.replan.services import RecommendationClosed, build_export, export_window_check, recommendation_decide
 
 router = Router(tags=["replan"])
-MAX_WINDOW_S = 90 * 86_400
 
 
 def _cluster(name: str) -> Cluster:
@@ -24,9 +24,10 @@ def _cluster(name: str) -> Cluster:
 
 
 def _window(window_s: float) -> float:
-    if not 60 <= window_s <= MAX_WINDOW_S:
-        raise HttpError(400, f"window_s {window_s} is outside 60–{MAX_WINDOW_S} s")
-    return window_s
+    try:
+        return export_window_check(window_s, field="window_s")
+    except InputError as exc:
+        raise HttpError(400, str(exc)) from None
 
 
 @router.get("/clusters/{cluster}/export", summary="Kalena report (JSON) beside the IR")

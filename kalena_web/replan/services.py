@@ -19,6 +19,7 @@ from django.db import transaction
 
 from kalena_engine.archive import ObservedStats
 from kalena_engine.drift import drift
+from kalena_engine.errors import InputError
 from kalena_engine.export import annotate_workloads, kalena_report, observed_block
 from kalena_engine.kuberina.yamlio import parse_yaml
 from kalena_engine.policy import EstimatorPolicy
@@ -52,6 +53,20 @@ def _stats(rows: list[tuple[float, list, int, int, int]], window_s: float) -> Ob
                          usage_peak=r.max(axis=0),
                          exceeded_request_fraction=(sum(row[3] for row in rows) / samples) if samples else 0.0,
                          exceeded_limit_events=sum(row[4] for row in rows))
+
+
+def export_window_check(window_s: float, *, field: str) -> float:
+    """The export window (s) if the archive can cover it: 60 s up to the retention of the
+    1-minute rows the export reads (``KALENA_RETENTION_MINUTE_S``).
+
+    Raises:
+        InputError: naming ``field`` and the accepted range.
+    """
+    longest = float(settings.KALENA_RETENTION_MINUTE_S)
+    if not 60 <= window_s <= longest:
+        raise InputError(f"{window_s:g} s is outside what the archive's minute rows cover", source="export",
+                         field=field, accepted=f"60–{longest:g} s (KALENA_RETENTION_MINUTE_S)")
+    return window_s
 
 
 def build_export(*, cluster: Cluster, now_s: float, window_s: float, policy: EstimatorPolicy | None = None) -> Export:

@@ -19,7 +19,9 @@ def used_flags(args: list[str]) -> set[str]:
 
 def test_daemonset_with_rbac_for_pods_on_its_node() -> None:
     docs = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "daemonset.yaml").read_text())}
-    assert set(docs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"}
+    assert set(docs) == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"}
+    namespace = docs["Namespace"]["metadata"]["name"]  # every namespaced object lives in the one the file creates
+    assert docs["ServiceAccount"]["metadata"]["namespace"] == docs["DaemonSet"]["metadata"]["namespace"] == namespace
     rules = {(tuple(r["resources"]), tuple(r["verbs"])) for r in docs["ClusterRole"]["rules"]}
     assert (("pods",), ("get", "list", "watch")) in rules
     assert (("nodes/proxy", "nodes/stats"), ("get",)) in rules and (("pods/eviction",), ("create",)) in rules

@@ -80,6 +80,8 @@ def test_small_drift_recommends_nothing_and_export_api(live, client) -> None:
     assert not ReplanRecommendation.objects.exists()
     client.force_login(User.objects.create_user("op", password="x" * 12))
     assert client.get("/api/clusters/home/export?window_s=10").status_code == 400
+    beyond = client.get("/api/clusters/home/export?window_s=2592000")  # 30 days: minute rows are kept 7
+    assert beyond.status_code == 400 and "KALENA_RETENTION_MINUTE_S" in beyond.json()["detail"]
     text = client.get("/api/clusters/home/export/workloads.yaml").content.decode()
     assert text.startswith("namespaces:") or "namespaces:" in text
     report = client.get("/api/clusters/home/export").json()
