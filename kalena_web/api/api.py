@@ -23,7 +23,8 @@ def build_api() -> NinjaAPI:
     # docs_url=None: the interactive docs page loads Swagger UI from a CDN, and nothing here may;
     # the schema itself stays at /api/openapi.json.
     api = NinjaAPI(title="Kalena", version="1", auth=[django_auth, ApiTokenAuth()], urls_namespace="api", docs_url=None,
-                   description="Kalena operator API: persisted replay runs and their series.")
+                   description="Kalena operator API: replay runs, live clusters, batch pods and why-pending, "
+                               "agents and tokens, nodes and escalations, export and re-plan.")
     api.add_router("/", archive_router)
     api.add_router("/", telemetry_router)
     api.add_router("/", scheduling_router)

@@ -134,3 +134,13 @@ def test_deleting_a_running_pod_stops_it_first_and_a_refusal_changes_nothing(api
     assert api.delete("/api/clusters/home/batch/batch/etl-1").status_code == 204
     assert stopped == [("batch/etl-1", 30.0)]
     assert BatchPod.objects.get(workload__name="batch/etl-1").state == BatchPod.DELETED
+
+
+@pytest.mark.django_db
+def test_the_role_groups_hold_exactly_the_documented_permissions() -> None:
+    from kalena_web.api.roles import ROLES
+
+    for role, perms in ROLES.items():
+        group = Group.objects.get(name=role)
+        held = {f"{p.content_type.app_label}.{p.codename}" for p in group.permissions.select_related("content_type")}
+        assert held == set(perms), role
