@@ -72,6 +72,14 @@ def _block(raw: dict[str, Any] | None, field: str) -> dict[str, float] | None:
     return {DIMS[i]: float(v) for i, v in enumerate(vector) if v}
 
 
+def _pod(cluster: str, name: str) -> tuple[Cluster, BatchPod]:
+    c = _cluster(cluster)
+    try:
+        return c, selectors.batch_pod(cluster=c, name=name)
+    except BatchPod.DoesNotExist:
+        raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+
+
 def _operator(request: HttpRequest) -> None:
     if not request.user.has_perm("scheduling.operate_batch"):
         raise HttpError(403, "submitting or deleting batch needs the operator role (permission scheduling.operate_batch)")
@@ -115,11 +123,7 @@ def batch_list(request: HttpRequest, cluster: str, state: str = "pending"):
 
 @router.get("/clusters/{cluster}/batch/{path:name}/why-pending", summary="Why a batch pod is pending")
 def why_pending(request: HttpRequest, cluster: str, name: str):
-    c = _cluster(cluster)
-    try:
-        pod = selectors.batch_pod(cluster=c, name=name)
-    except BatchPod.DoesNotExist:
-        raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+    _, pod = _pod(cluster, name)
     why = selectors.why_pending(pod=pod)
     if pod.state != BatchPod.PENDING or why is None:
         raise HttpError(404, f"{name!r} is {pod.state}" + ("" if pod.state != BatchPod.PENDING
@@ -133,11 +137,7 @@ def complete(request: HttpRequest, cluster: str, name: str):
     """The pod's job finished (reported by its orchestrator integration or the job itself): it
     leaves every ledger at once. Completing a completed pod changes nothing."""
     _operator(request)
-    c = _cluster(cluster)
-    try:
-        pod = selectors.batch_pod(cluster=c, name=name)
-    except BatchPod.DoesNotExist:
-        raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+    c, pod = _pod(cluster, name)
     if pod.state == BatchPod.DELETED:
         raise HttpError(409, f"{name!r} was deleted; it cannot complete")
     services.batch_finish(pod=pod, now_s=time.time(), state=BatchPod.COMPLETED)
@@ -147,11 +147,7 @@ def complete(request: HttpRequest, cluster: str, name: str):
 @router.delete("/clusters/{cluster}/batch/{path:name}", response={204: None}, summary="Delete a batch pod")
 def delete(request: HttpRequest, cluster: str, name: str):
     _operator(request)
-    c = _cluster(cluster)
-    try:
-        pod = selectors.batch_pod(cluster=c, name=name)
-    except BatchPod.DoesNotExist:
-        raise HttpError(404, f"no batch pod {name!r} in {cluster!r}") from None
+    c, pod = _pod(cluster, name)
     if pod.state == BatchPod.BOUND:  # stop what runs first; if that fails, nothing changes
         try:
             orchestrator_for(c).evict(name, grace_s=DELETE_GRACE_S, reason="deleted through the API")
