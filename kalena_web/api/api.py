@@ -22,7 +22,9 @@ def build_api() -> NinjaAPI:
     """A fresh API object with every app's router (built once, by ``kalena_web.urls``)."""
     # docs_url=None: the interactive docs page loads Swagger UI from a CDN, and nothing here may;
     # the schema itself stays at /api/openapi.json.
-    api = NinjaAPI(title="Kalena", version="1", auth=[django_auth, ApiTokenAuth()], urls_namespace="api", docs_url=None,
+    # Bearer first: django-ninja's session auth refuses a request without a CSRF token outright,
+    # which would stop a script's bearer-token write before its token is even looked at.
+    api = NinjaAPI(title="Kalena", version="1", auth=[ApiTokenAuth(), django_auth], urls_namespace="api", docs_url=None,
                    description="Kalena operator API: replay runs, live clusters, batch pods and why-pending, "
                                "agents and tokens, nodes and escalations, export and re-plan.")
     api.add_router("/", archive_router)

@@ -12,12 +12,27 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from celery import current_app
 from django.db import close_old_connections
 
 from kalena_web.control.schedules import PERIODS_S
 
 log = logging.getLogger(__name__)
+
+
+def registered_tasks(names) -> dict:
+    """The Celery tasks called ``names``, after importing every app's ``tasks`` module (Celery's
+    autodiscovery is lazy: in a serving process nothing else would import them).
+
+    Raises:
+        RuntimeError: a name no app registers.
+    """
+    from kalena_web.celery import app
+
+    app.loader.import_default_modules()
+    missing = sorted(set(names) - set(app.tasks))
+    if missing:
+        raise RuntimeError(f"no Celery task registered as {', '.join(missing)}")
+    return {name: app.tasks[name] for name in names}
 
 
 class EmbeddedLoops:
@@ -27,6 +42,7 @@ class EmbeddedLoops:
     def __init__(self, periods_s: Mapping[str, float] = PERIODS_S, *, clock: Callable[[], float] = time.monotonic,
                  tick_s: float = 0.5) -> None:
         self.periods_s = dict(periods_s)
+        self.tasks = registered_tasks(self.periods_s)
         self.clock = clock
         self.tick_s = tick_s
         self.next_due = {name: 0.0 for name in self.periods_s}
@@ -44,7 +60,7 @@ class EmbeddedLoops:
             self.next_due[name] = now + period
             close_old_connections()
             try:
-                current_app.tasks[name].apply()
+                self.tasks[name].apply()
                 self.runs[name] += 1
                 ran.append(name)
             except Exception:  # noqa: BLE001 - one loop's failure must not stop the others

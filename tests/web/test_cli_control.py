@@ -62,3 +62,18 @@ def test_import_users_tokens_and_export(env, tmp_path: Path) -> None:
     assert report["kind"] == "KalenaReport" and len(report["nodes"]) == 3
     assert (out / "workloads-observed.yaml").read_text().startswith("namespaces:")
     assert kalena(env, "export", "nope", "--out", str(out)).returncode == 2
+
+
+def test_a_serving_process_runs_every_loop_of_the_schedule(env) -> None:
+    """`kalena serve` imports no task module itself: the embedded loops must find every task of
+    the schedule in a fresh process, and each must run (no live cluster: nothing to do)."""
+    code = ("from kalena_web.cli.persist import django_setup; django_setup()\n"
+            "from kalena_web.control.embedded import EmbeddedLoops\n"
+            "from kalena_web.control.schedules import PERIODS_S\n"
+            "loops = EmbeddedLoops(clock=lambda: 0.0)\n"
+            "ran = loops.run_due()\n"
+            "print(sorted(ran) == sorted(PERIODS_S), sorted(set(PERIODS_S) - set(ran)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True []", out.stdout + out.stderr

@@ -68,9 +68,12 @@ def test_unknown_cluster_and_anonymous(client, api, live) -> None:
     assert client.get("/api/clusters/home/batch").status_code == 401
 
 
-def test_viewers_cannot_submit_but_api_tokens_act_as_their_user(client, live) -> None:
+def test_viewers_cannot_submit_but_api_tokens_act_as_their_user(live) -> None:
+    from django.test import Client
+
     from kalena_web.api.services import api_token_create, api_token_revoke
 
+    client = Client(enforce_csrf_checks=True)  # as curl meets the server: a bearer write needs no CSRF token
     viewer = User.objects.create_user("viewer", password="x" * 12)
     viewer.groups.add(Group.objects.get(name="viewer"))
     token, row = api_token_create(user=viewer, name="ci")
@@ -84,6 +87,10 @@ def test_viewers_cannot_submit_but_api_tokens_act_as_their_user(client, live) ->
     assert api_token_revoke(token_id=row.id)
     assert client.get("/api/clusters/home/batch", **headers).status_code == 401
     assert client.get("/api/clusters/home/batch", HTTP_AUTHORIZATION="Bearer kal_forged").status_code == 401
+    client.force_login(viewer)  # a browser session still needs its CSRF token to write
+    refused = client.post("/api/clusters/home/batch", json.dumps({"name": "batch/a-1", "request": {"cpu": 1}}),
+                          content_type="application/json")
+    assert refused.status_code == 403 and "CSRF" in refused.content.decode()
 
 
 def test_a_submission_is_scheduled_at_once_and_completion_frees_the_ledger(api, live,
