@@ -302,9 +302,11 @@ class MitigationLoop(CpuActions, MemoryActions):
                 "latency_ms": max((a["result"]["latency_ms"] or 0.0) for a in mine) if mine else None})
 
     def report_samples(self, now_s: float) -> dict[str, Any] | None:
-        """Emit one ``samples`` message for every workload with a sample."""
+        """Emit one ``samples`` message: a record for every workload with a sample, and the node
+        reading. A node without workloads still reports its reading, so the control plane
+        knows its telemetry is current (an idle node must be able to take batch)."""
         rows = self.table.rows()
-        if not rows:
+        if not rows and self._last_node is None:
             return None
         eff = self.table.effective(now_s, self.settings.stale_ttl_s)
         ages = self.table.sample_age_s(now_s)

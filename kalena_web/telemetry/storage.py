@@ -48,6 +48,12 @@ def _copy_or_insert(table: str, columns: Sequence[str], rows: Iterable[tuple], c
     cursor.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", list(rows))
 
 
+def _pending(e: Entry) -> bool:
+    """Whether estimation must apply the batch: it carries samples, or at least a node sample
+    (a node without workloads is fresh too)."""
+    return e.kind == IngestBatch.SAMPLES and (bool(e.samples) or e.node_sample is not None)
+
+
 def _insert_batches(entries: list[Entry], *, stored_s: float, cursor) -> dict[tuple[int, str], int]:
     """Insert the batch rows; returns ``{(node_id, batch_id): id}`` of those newly inserted."""
     table = IngestBatch._meta.db_table
@@ -55,7 +61,7 @@ def _insert_batches(entries: list[Entry], *, stored_s: float, cursor) -> dict[tu
     if connection.vendor == "postgresql":  # one statement of constant text: arrays, unnested
         columns: list[list] = [[] for _ in BATCH_COLUMNS]
         for e in entries:
-            pending = e.kind == IngestBatch.SAMPLES and bool(e.samples)
+            pending = _pending(e)
             for column, value in zip(columns, (e.node_id, e.batch_id, e.kind, e.shard, e.ts, e.received_s, stored_s,
                                                len(e.samples), e.rejected_samples, None if pending else 0)):
                 column.append(value)
@@ -68,7 +74,7 @@ def _insert_batches(entries: list[Entry], *, stored_s: float, cursor) -> dict[tu
         chunk = entries[start:start + 500]
         params: list = []
         for e in chunk:
-            pending = e.kind == IngestBatch.SAMPLES and bool(e.samples)
+            pending = _pending(e)
             params += [e.node_id, e.batch_id, e.kind, e.shard, e.ts, e.received_s, stored_s, len(e.samples),
                        e.rejected_samples, None if pending else 0]
         values = ", ".join([f"({', '.join(['%s'] * len(BATCH_COLUMNS))})"] * len(chunk))
@@ -162,8 +168,9 @@ def store_entries(entries: list[Entry], *, now_s: float, estimate: bool = True) 
             if batch_pk is None:
                 e.duplicate = True
                 continue
-            if e.samples:
+            if _pending(e):
                 shards.add(e.shard)
+            if e.samples:
                 samples.extend((batch_pk, *row) for row in e.samples)
             if e.node_sample is not None:
                 node_samples.append((batch_pk, e.node_id, *e.node_sample))

@@ -264,3 +264,13 @@ def test_a_stalled_service_keeps_batch_held_back_while_it_stays_busy(rig) -> Non
     assert rig.file("b", "cpu.weight") == "100"
     weights = [(a["numbers"]["weight"], a["reason"], a["trigger"]["source"]) for a in rig.actions("cpu_weight")]
     assert weights == [(1, "cpu_contention", "poll"), (100, "contention_cleared", "periodic")]
+
+
+def test_an_agent_without_workloads_still_reports_its_node(rig) -> None:
+    """No workload on the node: every report still carries the node reading, so the control
+    plane sees current telemetry and may place batch here."""
+    loop = rig.build()
+    loop.tick(T0, 0.0)
+    (message,) = [m for m in rig.messages if m["type"] == "samples"]
+    assert message["samples"] == [] and message["node_sample"] is not None
+    assert message["node_sample"]["ts"] == T0

@@ -244,3 +244,14 @@ def test_raw_samples_past_retention_are_pruned_once_applied_and_rolled_up_and_ac
     assert telemetry_prune(before_s=time.time() + 1) == 0        # nothing applied is left to prune …
     assert not EstimationRun.objects.exists()                    # … and runs past retention go too
     assert IngestBatch.objects.count() == 2
+
+
+def test_a_report_of_the_node_alone_keeps_it_fresh(homelab) -> None:
+    """An idle node's agent has no workload to report, only the node: that keeps its telemetry
+    current, so the node can take batch."""
+    idle = Node.objects.filter(cluster=homelab).order_by("name").first()
+    assert LiveNodeLedger.objects.get(node=idle).stale  # nothing heard yet
+    ingest(idle, 1, [], now_s=T0 + 1, node_sample={"ts": T0, "working_set_bytes": 2 * GIB, "psi": None})
+    estimation_run(shard=shard(idle), now_s=T0 + 2)
+    ledger = LiveNodeLedger.objects.get(node=idle)
+    assert (ledger.stale, ledger.last_sample_s) == (False, T0 + 1)  # the report's time
