@@ -67,6 +67,8 @@ def escalations(request: HttpRequest, cluster: str, limit: int = 100):
         c = selectors.live_cluster_get(name=cluster)
     except selectors.NotFound as exc:
         raise HttpError(404, str(exc)) from None
-    rows = Escalation.objects.filter(node__cluster=c).select_related("node")[:max(1, min(limit, 1000))]
+    if not 1 <= limit <= 1000:
+        raise HttpError(400, f"limit {limit} is outside 1–1000")
+    rows = Escalation.objects.filter(node__cluster=c).select_related("node")[:limit]
     return [EscalationOut(node=e.node.name, time_s=e.time_s, reason=e.reason, detail=e.detail, drained=e.drained,
                           until_s=e.until_s) for e in rows]

@@ -138,8 +138,9 @@ def complete(request: HttpRequest, cluster: str, name: str):
     leaves every ledger at once. Completing a completed pod changes nothing."""
     _operator(request)
     c, pod = _pod(cluster, name)
-    if pod.state == BatchPod.DELETED:
-        raise HttpError(409, f"{name!r} was deleted; it cannot complete")
+    if pod.state in (BatchPod.DELETED, BatchPod.PENDING):
+        raise HttpError(409, f"{name!r} is {pod.state}: only a pod that was placed can complete"
+                             + (" (delete a pending pod instead)" if pod.state == BatchPod.PENDING else ""))
     services.batch_finish(pod=pod, now_s=time.time(), state=BatchPod.COMPLETED)
     return _out(selectors.batch_pod(cluster=c, name=name))
 
@@ -148,6 +149,8 @@ def complete(request: HttpRequest, cluster: str, name: str):
 def delete(request: HttpRequest, cluster: str, name: str):
     _operator(request)
     c, pod = _pod(cluster, name)
+    if pod.state in (BatchPod.COMPLETED, BatchPod.DELETED):
+        raise HttpError(409, f"{name!r} is already {pod.state}")
     if pod.state == BatchPod.BOUND:  # stop what runs first; if that fails, nothing changes
         try:
             orchestrator_for(c).evict(name, grace_s=DELETE_GRACE_S, reason="deleted through the API")

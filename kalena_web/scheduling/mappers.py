@@ -45,6 +45,46 @@ def label_selector(raw: Mapping[str, Any] | None, field: str) -> LabelSelector:
     return LabelSelector.of({str(k): str(v) for k, v in labels.items()}, expressions=tuple(expressions))
 
 
+CONSTRAINT_SHAPES = {  # key → (JSON type, what one is)
+    "node_selector": (Mapping, "a mapping of label → value"),
+    "tolerations": (list, "a list of taint keys or {key, operator, value, effect}"),
+    "anti_affinity_terms": (list, "a list of {labelSelector, topologyKey, namespaces}"),
+    "anti_affinity": (list, "a list of Kuberina workload names"),
+    "spread": (list, "a list of {maxSkew, topologyKey, labelSelector}"),
+}
+
+
+def constraints_check(constraints: Any) -> None:
+    """Refuse a constraints object that is not exactly of the accepted shape (a closed mapping,
+    as the IR's are): unknown keys, wrong container types, wrong item types.
+
+    Raises:
+        InputError: naming ``constraints.<key>[i]`` and what is accepted.
+    """
+    if not isinstance(constraints, Mapping):
+        raise InputError("constraints must be a mapping", field="constraints", accepted=", ".join(CONSTRAINT_SHAPES))
+    for key, value in constraints.items():
+        if key not in CONSTRAINT_SHAPES:
+            raise InputError(f"unknown key {key!r}", field=f"constraints.{key}", accepted=", ".join(CONSTRAINT_SHAPES))
+        kind, what = CONSTRAINT_SHAPES[key]
+        if value is not None and not isinstance(value, kind):
+            raise InputError(f"expected {what}, got {type(value).__name__}", field=f"constraints.{key}")
+    for k, v in (constraints.get("node_selector") or {}).items():
+        if not isinstance(v, str):
+            raise InputError(f"expected a string, got {type(v).__name__}", field=f"constraints.node_selector.{k}")
+    for key in ("anti_affinity_terms", "spread"):
+        for i, item in enumerate(constraints.get(key) or []):
+            if not isinstance(item, Mapping):
+                raise InputError("expected a mapping", field=f"constraints.{key}[{i}]", accepted=CONSTRAINT_SHAPES[key][1])
+    for i, item in enumerate(constraints.get("spread") or []):
+        skew = item.get("maxSkew", 1)
+        if isinstance(skew, bool) or not isinstance(skew, int) or skew < 1:
+            raise InputError(f"maxSkew {skew!r}", field=f"constraints.spread[{i}].maxSkew", accepted="an integer ≥ 1")
+    for i, name in enumerate(constraints.get("anti_affinity") or []):
+        if not isinstance(name, str):
+            raise InputError("expected a workload name", field=f"constraints.anti_affinity[{i}]")
+
+
 def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constraints: Mapping[str, Any],
                 min_member: int | None, member_id: str | None = None, image: str = "") -> BatchTemplate:
     """A batch pod's :class:`BatchTemplate` from its stored labels and constraints.
@@ -52,6 +92,7 @@ def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constr
     Raises:
         InputError: malformed constraints (the submit API rejects them before anything is stored).
     """
+    constraints_check(constraints)
     tolerations = []
     for i, t in enumerate(constraints.get("tolerations") or []):
         if isinstance(t, str):

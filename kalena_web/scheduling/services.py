@@ -4,6 +4,7 @@ concurrency, record why-pending), requeue evicted batch (DESIGN §9)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from kalena_web.scheduling import mappers, selectors
 from kalena_web.scheduling.models import BatchPod, WhyPending
 
 NAME_MAX = 253
+POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?")
 
 
 class BatchRejected(InputError):
@@ -36,6 +38,8 @@ def _vector(raw: Mapping[str, float] | None, field_name: str) -> list[float]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
             raise BatchRejected(f"{value!r} is not a finite non-negative number", field=f"{field_name}.{key}",
                                 accepted="internal units: mcpu, bytes, devices, bytes/s")
+        if key == "gpu" and value != int(value):
+            raise BatchRejected(f"{value!r} is not a whole number of devices", field=f"{field_name}.gpu")
         out[DIM_INDEX[key]] = float(value)
     return out
 
@@ -51,13 +55,17 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
         BatchRejected: bad name, vector, priority, constraints, or a name already in use —
             naming the field; nothing is stored.
     """
-    if "/" not in name or not all(name.split("/", 1)) or len(name) > NAME_MAX:
-        raise BatchRejected(f"{name!r} is not namespace/pod", field="name", accepted="namespace/pod, ≤ 253 characters")
+    if not isinstance(name, str) or not POD_NAME.fullmatch(name) or len(name) > NAME_MAX:
+        raise BatchRejected(f"{name!r} is not namespace/pod", field="name",
+                            accepted="namespace/pod in Kubernetes' DNS-1123 form (lower-case letters, digits, "
+                                     "'-', '.' in the pod name), ≤ 253 characters")
     if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
         raise BatchRejected(f"{priority!r} is not a non-negative integer", field="priority")
     if min_member is not None and (not isinstance(min_member, int) or min_member < 1):
         raise BatchRejected(f"{min_member!r} is not a positive integer", field="min_member")
     req = _vector(request, "request")
+    if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
+        raise BatchRejected("a batch pod must request cpu or ram", field="request", accepted="cpu > 0 or ram > 0")
     lim = _vector(limit, "limit") if limit else list(req)
     if any(lv < rv for lv, rv in zip(lim, req, strict=True)):
         raise BatchRejected("a limit is below its request", field="limit", accepted="limit ≥ request per dimension")

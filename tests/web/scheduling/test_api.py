@@ -52,6 +52,19 @@ def test_submit_list_why_pending_delete(api, live) -> None:
         pytest.param({"name": "batch/a", "request": {"memory": 1}}, ["memory", "ram"], id="unknown dimension"),
         pytest.param({"name": "a", "request": {"cpu": 1}}, ["name", "namespace/pod"], id="no namespace"),
         pytest.param({"name": "batch/a", "request": {"cpu": 2}, "limit": {"cpu": 1}}, ["limit"], id="limit below request"),
+        pytest.param({"name": "batch/a", "request": {}}, ["request", "cpu or ram"], id="empty request"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1, "gpu": 0.5}}, ["request.gpu", "whole"], id="half a gpu"),
+        pytest.param({"name": "a/b/c", "request": {"cpu": 1}}, ["name", "DNS-1123"], id="two slashes"),
+        pytest.param({"name": "batch/ j8", "request": {"cpu": 1}}, ["name"], id="space"),
+        pytest.param({"name": "Batch/A", "request": {"cpu": 1}}, ["name"], id="upper case"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"node_selector": "gpu"}},
+                     ["constraints.node_selector", "mapping"], id="selector not a mapping"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"tolerations": 5}},
+                     ["constraints.tolerations", "list"], id="tolerations not a list"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"nodeSelector": {"gpu": "a100"}}},
+                     ["constraints.nodeSelector", "node_selector"], id="unknown constraint key"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"spread": [{"maxSkew": 0}]}},
+                     ["constraints.spread[0].maxSkew"], id="skew below 1"),
     ],
 )
 def test_bad_input_is_400_naming_the_field_and_changes_nothing(api, live, body, words) -> None:
@@ -60,6 +73,18 @@ def test_bad_input_is_400_naming_the_field_and_changes_nothing(api, live, body, 
     for word in words:
         assert word in response.content.decode()
     assert not BatchPod.objects.exists()
+
+
+def test_only_a_placed_pod_completes_and_a_finished_pod_cannot_be_deleted(api, live) -> None:
+    assert post(api, {"name": "batch/idle-0", "request": {"cpu": "250m"}}).status_code == 201
+    pending = api.post("/api/clusters/home/batch/batch/idle-0/complete")
+    assert pending.status_code == 409 and "pending" in pending.json()["detail"]
+    assert BatchPod.objects.get(workload__name="batch/idle-0").state == BatchPod.PENDING  # unchanged
+    assert api.delete("/api/clusters/home/batch/batch/idle-0").status_code == 204
+    again = api.delete("/api/clusters/home/batch/batch/idle-0")
+    assert again.status_code == 409 and "already deleted" in again.json()["detail"]
+    assert api.get("/api/clusters/home/escalations?limit=0").status_code == 400
+    assert api.get("/api/clusters/home/escalations?limit=1000").status_code == 200
 
 
 def test_unknown_cluster_and_anonymous(client, api, live) -> None:
