@@ -22,6 +22,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     imp.add_argument("--workloads", default=DEFAULTS["workloads"], help="Kuberina workloads file")
     imp.add_argument("--blueprint", default=DEFAULTS["blueprint"], help="Kuberina solution (blueprint) file")
     imp.set_defaults(handler=handle_import)
+    delete = actions.add_parser("delete", help="delete a live cluster and everything recorded about it")
+    delete.add_argument("name", help="name of the live cluster")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.set_defaults(handler=handle_delete)
     return parser
 
 
@@ -37,4 +41,16 @@ def handle_import(args: argparse.Namespace) -> int:
                                    workloads_document=data_path(args.workloads).read_text(encoding="utf-8"))
     print(f"live cluster {args.name!r}: {imported.nodes} nodes, {imported.production} production pods "
           f"({imported.soft_violations} soft blueprint violations reported, none hard)")
+    return 0
+
+
+def handle_delete(args: argparse.Namespace) -> int:
+    django_setup()
+    from kalena_web.control.services import live_cluster_delete
+
+    if not args.yes and input(f"delete live cluster {args.name!r} and all its data? [y/N] ").strip().lower() != "y":
+        print("nothing deleted")
+        return 1
+    deleted = live_cluster_delete(name=args.name)
+    print(f"live cluster {args.name!r} deleted ({deleted} rows)")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -36,10 +37,24 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError(f"no live cluster named {args.cluster!r}", source="command line", field="cluster",
                          accepted=", ".join(Cluster.objects.filter(kind=Cluster.LIVE).values_list("name", flat=True))
                          or "import one with `kalena cluster import`") from None
+    if args.out.exists() and not args.out.is_dir():
+        raise InputError(f"{args.out} exists and is not a folder", source="command line", field="--out")
     export = build_export(cluster=cluster, now_s=time.time(), window_s=args.window_s)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "workloads-observed.yaml").write_text(export.workloads_yaml, encoding="utf-8")
-    (args.out / "kalena-report.json").write_text(json.dumps(export.report, indent=2) + "\n", encoding="utf-8")
+    files = {"workloads-observed.yaml": export.workloads_yaml,
+             "kalena-report.json": json.dumps(export.report, indent=2) + "\n"}
+    for name in files:
+        if (args.out / name).is_dir():
+            raise InputError(f"{args.out / name} is a folder", source="command line", field="--out")
+    try:  # both files or neither: written beside their targets, then renamed
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (args.out / f".{name}.tmp").write_text(text, encoding="utf-8")
+        for name in files:
+            os.replace(args.out / f".{name}.tmp", args.out / name)
+    except OSError as exc:
+        for name in files:
+            (args.out / f".{name}.tmp").unlink(missing_ok=True)
+        raise InputError(f"cannot write the export: {exc}", source="command line", field="--out") from None
     print(f"wrote {args.out / 'workloads-observed.yaml'} and {args.out / 'kalena-report.json'} "
           f"({len(export.steady)} workloads with steady statistics)")
     return 0

@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import re
 import secrets
 
 from kalena_engine.errors import InputError
 from kalena_web.api.roles import ROLES
 from kalena_web.cli.persist import django_setup
+
+MIN_PASSWORD = 10
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -46,6 +49,9 @@ def _user(name: str):
 
 
 def handle_user_add(args: argparse.Namespace) -> int:
+    if not re.fullmatch(r"[\w.@+-]{1,150}", args.name):
+        raise InputError(f"{args.name!r} is not a user name", source="command line", field="name",
+                         accepted="1–150 letters, digits and @ . + - _")
     django_setup()
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
@@ -55,6 +61,9 @@ def handle_user_add(args: argparse.Namespace) -> int:
         password = getpass.getpass(f"password for {args.name} (empty: random): ") if os.isatty(0) else ""
     shown = not password
     password = password or secrets.token_urlsafe(12)
+    if len(password) < MIN_PASSWORD:
+        raise InputError(f"the password has {len(password)} characters", source="command line", field="password",
+                         accepted=f"at least {MIN_PASSWORD} characters, or none for a random one")
     user, created = get_user_model().objects.get_or_create(username=args.name)
     user.set_password(password)
     user.is_active = True

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 from django.db import transaction
 
-from kalena_engine.errors import BlueprintRefused
+from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.ledger import node_sum
 from kalena_engine.policy import Policy
+from kalena_web.archive.models import RUN_NAME_PATTERN
 from kalena_web.control.models import NodeCondition
 from kalena_web.inventory import mappers
 from kalena_web.inventory.models import Cluster, Node, Workload
@@ -41,9 +43,12 @@ def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workload
         BlueprintRefused: the blueprint has hard violations (DESIGN §3) — listed by kind.
     """
     policy = policy or Policy()
+    if not isinstance(name, str) or not re.fullmatch(RUN_NAME_PATTERN, name):
+        raise InputError(f"{name!r} is not a cluster name", field="name",
+                         accepted="1–64 letters, digits, '.', '_', '-', starting with a letter or digit")
     if Cluster.objects.filter(kind=Cluster.LIVE, name=name).exists():
         raise ClusterExists(f"a live cluster named {name!r} exists already", field="name",
-                            accepted="a new name, or delete the old cluster first")
+                            accepted="a new name, or delete the old cluster first (`kalena cluster delete`)")
     capacity = phase0_capacity(infra)
     report = verify_blueprint(infra, workloads, blueprint, capacity)
     if report.hard:
@@ -84,3 +89,19 @@ def loop_run_record(*, loop: str, cluster: Cluster | None, started_s: float, fin
 
     LoopRun.objects.create(loop=loop, cluster=cluster, started_s=started_s, finished_s=finished_s,
                            outcome=outcome, detail=detail)
+
+
+def live_cluster_delete(*, name: str) -> int:
+    """Delete the live cluster ``name`` with everything recorded about it (nodes, workloads,
+    ledgers, samples, batch pods, archive rows, recommendations); returns the rows deleted.
+
+    Raises:
+        InputError: no live cluster is called ``name``.
+    """
+    with transaction.atomic():
+        cluster = Cluster.objects.filter(kind=Cluster.LIVE, name=name).first()
+        if cluster is None:
+            names = ", ".join(Cluster.objects.filter(kind=Cluster.LIVE).values_list("name", flat=True))
+            raise InputError(f"no live cluster named {name!r}", field="name", accepted=names or "none exists")
+        deleted, _ = cluster.delete()
+    return deleted

@@ -50,6 +50,16 @@ def test_import_users_tokens_and_export(env, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "3 nodes, 10 production pods" in result.stdout
     assert kalena(env, "cluster", "import", "home", *args).returncode == 2  # the name is taken
+    for bad in ("", "bad name/with slash"):
+        refused = kalena(env, "cluster", "import", bad, *args)
+        assert refused.returncode == 2 and "cluster name" in refused.stderr
+    assert kalena(env, "user", "add", "", "--password", "x" * 12).returncode == 2
+    assert kalena(env, "user", "add", "short", "--password", "x").returncode == 2
+    assert kalena(env, "cluster", "import", "spare", *args).returncode == 0
+    assert kalena(env, "cluster", "delete", "nope", "--yes").returncode == 2
+    deleted = kalena(env, "cluster", "delete", "spare", "--yes")
+    assert deleted.returncode == 0 and "deleted" in deleted.stdout
+    assert kalena(env, "cluster", "import", "spare", *args).returncode == 0  # the name is free again
     env["KALENA_PASSWORD"] = "pw-0123456789"
     assert kalena(env, "user", "add", "ops", "--role", "operator").returncode == 0
     token = kalena(env, "api-token", "create", "ops", "--name", "ci")
@@ -62,6 +72,14 @@ def test_import_users_tokens_and_export(env, tmp_path: Path) -> None:
     assert report["kind"] == "KalenaReport" and len(report["nodes"]) == 3
     assert (out / "workloads-observed.yaml").read_text().startswith("namespaces:")
     assert kalena(env, "export", "nope", "--out", str(out)).returncode == 2
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep")
+    refused = kalena(env, "export", "home", "--out", str(a_file))
+    assert refused.returncode == 2 and "not a folder" in refused.stderr and a_file.read_text() == "keep"
+    blocked = tmp_path / "blocked"
+    (blocked / "kalena-report.json").mkdir(parents=True)  # the second file cannot be written
+    refused = kalena(env, "export", "home", "--out", str(blocked))
+    assert refused.returncode == 2 and not (blocked / "workloads-observed.yaml").exists()  # neither file
 
 
 def test_a_serving_process_runs_every_loop_of_the_schedule(env) -> None:
