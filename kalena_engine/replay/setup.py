@@ -3,6 +3,7 @@ batch trace → task table, then run it and summarise (DESIGN §11)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -52,8 +53,10 @@ class ReplayConfig:
     policy: Policy = field(default_factory=Policy)
 
     def __post_init__(self) -> None:
-        if self.hours <= 0 or self.step_s <= 0:
-            raise ValueError(f"hours ({self.hours}) and step ({self.step_s} s) must be positive")
+        if not (0 < self.hours < math.inf and 0 < self.step_s < math.inf):
+            raise ValueError(f"hours ({self.hours}) and step ({self.step_s} s) must be positive and finite")
+        if self.hours * 3600.0 < self.step_s:
+            raise ValueError(f"{self.hours} h is shorter than one step of {self.step_s:g} s")
         if self.node_set not in NODE_SETS:
             raise ValueError(f"node set {self.node_set!r} is not one of {', '.join(NODE_SETS)}")
         if self.load_factor <= 0:

@@ -13,6 +13,7 @@ from kalena_engine.replay import ReplayInputs
 from kalena_engine.traces.alibaba import read_batch_task
 from kalena_engine.traces.bitbrains import load_bitbrains
 from kalena_engine.traces.google import batch_tasks_from_events, production_peak_ratios, read_task_events, read_task_usage
+from kalena_web.cli.argtypes import POSITIVE
 from kalena_web.cli.paths import SAMPLE_DATA, data_path, data_root
 
 DEFAULTS = {
@@ -41,10 +42,10 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                        help="Google 2011 task_events shard (production peak ratios)")
     group.add_argument("--google-usage", default=DEFAULTS["google_usage"],
                        help="Google 2011 task_usage rows (production peak ratios)")
-    group.add_argument("--machine-ram-gib", type=float, default=None,
+    group.add_argument("--machine-ram-gib", type=POSITIVE, default=None,
                        help="memory of the machine the batch trace's memory is normalised to "
                             "(GiB; default Alibaba 512, Google 64 — see docs/traces.md)")
-    group.add_argument("--machine-cores", type=float, default=None,
+    group.add_argument("--machine-cores", type=POSITIVE, default=None,
                        help="cores of the machine Google requests are normalised to (default 32)")
 
 

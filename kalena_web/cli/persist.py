@@ -68,4 +68,4 @@ def persisted_line(run) -> str:
     writes = run.summary.get("archive_write_seconds")
     return (f"  persisted run '{run.name}' in {run.persist_seconds:.1f} s (replay and writes; {writes:.1f} s of it "
             f"writing {parts})\n"
-            f"  console: http://127.0.0.1:8000/runs/{run.name}/")
+            f"  console page: /runs/{run.name}/ (`kalena serve` serves it; ./scripts/demo on http://127.0.0.1:8000)")

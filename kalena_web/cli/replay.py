@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from kalena_engine.replay import MAPPINGS, NODE_SETS, Replay, ReplayConfig, ReplayInputs, build_replay
+from kalena_web.cli.argtypes import NON_NEGATIVE, POSITIVE, SEED
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
 
 
@@ -35,14 +37,14 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, persist_implied: bo
     run = parser.add_argument_group("replay")
     run.add_argument("--usage-mapping", choices=MAPPINGS, default="peak",
                      help="peak: VM shape scaled to a real production peak/request ratio (default); raw: usage/provisioned")
-    run.add_argument("--offset", type=float, default=86_400.0, help="batch trace time of replay start (s)")
-    run.add_argument("--load-factor", type=float, default=1.0, help="multiply batch instance counts")
+    run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
+    run.add_argument("--load-factor", type=POSITIVE, default=1.0, help="multiply batch instance counts")
     run.add_argument("--node-set", choices=NODE_SETS, default="active",
                      help="nodes batch may use: the blueprint's active nodes (default) or all")
-    run.add_argument("--hours", type=float, default=24.0, help="simulated hours")
-    run.add_argument("--step", type=float, default=60.0, help="step (s)")
-    run.add_argument("--seed", type=int, default=0, help="seed for VM and ratio draws and load scaling")
-    run.add_argument("--batch-usage-ratio", type=float, default=1.0,
+    run.add_argument("--hours", type=POSITIVE, default=24.0, help="simulated hours")
+    run.add_argument("--step", type=POSITIVE, default=60.0, help="step (s)")
+    run.add_argument("--seed", type=SEED, default=0, help="seed for VM and ratio draws and load scaling")
+    run.add_argument("--batch-usage-ratio", type=NON_NEGATIVE, default=1.0,
                      help="batch usage as a fraction of its request (the trace has no usage)")
     run.add_argument("--summary-json", type=Path, help="also write the summary to this JSON file")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -147,18 +149,38 @@ def format_summary(summary: dict[str, object]) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in headline)
 
 
+def summary_path_check(path: Path | None) -> None:
+    """Refuse a ``--summary-json`` path that could not be written, before anything runs.
+
+    Raises:
+        SystemExit: naming the path and why.
+    """
+    if not path:
+        return
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise SystemExit(f"kalena replay: error: --summary-json {path}: "
+                         + ("is a folder" if path.is_dir() else f"{folder} is not a writable folder"))
+
+
 def write_summary(summary: dict[str, object], path: Path | None) -> str | None:
-    """Write the summary as JSON to ``path`` (if given); returns a line saying so."""
+    """Write the summary as JSON to ``path`` (if given; whole or not at all); returns a line
+    saying so."""
     if not path:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2, sort_keys=True, default=float) + "\n")
+    partial = path.with_name(f".{path.name}.tmp")
+    partial.write_text(json.dumps(summary, indent=2, sort_keys=True, default=float) + "\n")
+    os.replace(partial, path)
     return f"  summary written to {path}"
 
 
 def handle(args: argparse.Namespace) -> int:
     if not args.persist and (args.run_name or args.replace):
         raise SystemExit("kalena replay: error: --run-name and --replace need --persist")
+    summary_path_check(args.summary_json)
     if args.persist:
         from kalena_web.cli.persist import persist_replay, persisted_line  # needs Django: import on demand
 

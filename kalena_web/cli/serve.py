@@ -4,7 +4,9 @@ the control loops on a thread of the same process."""
 from __future__ import annotations
 
 import argparse
+import sys
 
+from kalena_web.cli.argtypes import port
 from kalena_web.cli.persist import django_setup
 
 
@@ -15,7 +17,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                     "escalation, drift and archive loops run on a thread of this process. With REDIS_URL set, run "
                     "`celery -A kalena_web worker` and `celery -A kalena_web beat` beside it instead.")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=port, default=8000)
     parser.add_argument("--no-loops", action="store_true", help="do not run the embedded loops")
     parser.set_defaults(handler=handle)
     return parser
@@ -36,10 +38,14 @@ def handle(args: argparse.Namespace) -> int:
         loops.start()
         print("kalena serve: embedded control loops running in this process")
     print(f"kalena serve: console on http://{args.host}:{args.port}/")
+    server = Server(application=application,
+                    endpoints=build_endpoint_description_strings(host=args.host, port=args.port))
     try:
-        Server(application=application,
-               endpoints=build_endpoint_description_strings(host=args.host, port=args.port)).run()
+        server.run()
     finally:
         if loops is not None:
             loops.stop()
+    if not server.listening_addresses:  # Daphne logs a listen failure and returns: say so in the status
+        print(f"kalena serve: error: could not listen on {args.host}:{args.port}", file=sys.stderr)
+        return 2
     return 0

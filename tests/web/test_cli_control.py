@@ -95,3 +95,15 @@ def test_a_serving_process_runs_every_loop_of_the_schedule(env) -> None:
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True []", out.stdout + out.stderr
+
+
+def test_serve_says_so_when_it_cannot_listen(env) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        result = kalena(env, "serve", "--port", str(taken), "--no-loops")
+    assert result.returncode == 2 and f"could not listen on 127.0.0.1:{taken}" in result.stderr
+    assert kalena(env, "serve", "--port", "99999").returncode == 2

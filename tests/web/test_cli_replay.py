@@ -77,3 +77,22 @@ def test_replay_runs_on_the_bundled_sample(tmp_path: Path) -> None:
     summary = json.loads(out.read_text())
     assert summary["usage_vms"] == 40 and summary["production_pods"] == 2714
     assert summary["batch_submitted"] > 0 and summary["production_evictions"] == 0
+
+
+def test_bad_numbers_and_an_unwritable_summary_stop_before_anything_loads(tmp_path: Path) -> None:
+    """Each refused at once, naming the flag — not after the inputs load, not with a traceback."""
+    cases = {("--hours", "nan"): "--hours", ("--hours", "inf"): "--hours", ("--hours", "-1"): "--hours",
+             ("--step", "0"): "--step", ("--load-factor", "abc"): "--load-factor", ("--seed", "-1"): "--seed",
+             ("--offset", "-1"): "--offset", ("--machine-ram-gib", "0"): "--machine-ram-gib",
+             ("--machine-cores", "-3"): "--machine-cores"}
+    for (flag, value), named in cases.items():
+        result = run("replay", flag, value, "--no-progress", env={"KALENA_DATA_DIR": str(tmp_path / "nowhere")})
+        assert result.returncode == 2 and named in result.stderr and "Traceback" not in result.stderr, (flag, value)
+    short = run("replay", "--hours", "0.001", "--no-progress", env={"KALENA_DATA_DIR": str(tmp_path / "nowhere")})
+    assert short.returncode != 0 and "shorter than one step" in short.stderr
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for target in (tmp_path, a_file / "s.json"):
+        result = run("replay", "--hours", "0.1", "--no-progress", "--summary-json", str(target),
+                     env={"KALENA_DATA_DIR": str(tmp_path / "nowhere")})
+        assert result.returncode != 0 and "--summary-json" in result.stderr and "Traceback" not in result.stderr

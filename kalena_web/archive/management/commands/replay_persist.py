@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from kalena_engine.errors import KalenaError
 from kalena_web.cli.persist import persist_replay, persisted_line
-from kalena_web.cli.replay import add_replay_arguments, format_summary, write_summary
+from kalena_web.cli.replay import add_replay_arguments, format_summary, summary_path_check, write_summary
 
 
 class Command(BaseCommand):
@@ -23,6 +23,7 @@ class Command(BaseCommand):
         ns = Namespace(**options)
         ns.persist = True
         try:
+            summary_path_check(ns.summary_json)
             summary, run = persist_replay(ns, setup=False)
         except KalenaError as exc:
             raise CommandError(str(exc)) from exc
