@@ -107,7 +107,8 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
         for key, label, values, style in lines:
             traces.append(go.Scatter(
                 **timing, y=_finite(values[:, d] / scale), name=label, legendgroup=key, showlegend=panel == 0,
-                mode="lines", line=dict(color=COLOURS[key], **style), xaxis="x", yaxis=yaxis,
+                mode="lines" if len(ts.times_s) > 2 else "lines+markers",  # a lone point still shows
+                line=dict(color=COLOURS[key], **style), xaxis="x", yaxis=yaxis,
                 fill="tozeroy" if key == "usage" else None,
                 fillcolor="rgba(234, 88, 12, 0.13)" if key == "usage" else None,
                 hovertemplate=f"%{{y:,.2f}} {unit}<extra>{label}</extra>",
