@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from kalena_engine.errors import InputError
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.console.live_figures import live_node_figure
 from kalena_web.console.why import rejection_lines
@@ -130,4 +131,6 @@ def decide(request: HttpRequest, cluster: str, rec_id: int) -> HttpResponse:
                               note=request.POST.get("note", ""), now_s=time.time())
     except RecommendationClosed as exc:
         return _error(request, 409, str(exc))
+    except InputError as exc:
+        return _error(request, 400, str(exc))
     return redirect("console:live_replan", cluster=c.name)

@@ -81,5 +81,7 @@ def decide(request: HttpRequest, cluster: str, rec_id: int, body: DecisionIn):
                               now_s=time.time())
     except RecommendationClosed as exc:
         raise HttpError(409, str(exc)) from None
+    except InputError as exc:
+        raise HttpError(400, str(exc)) from None
     rec.refresh_from_db()
     return _out(rec)

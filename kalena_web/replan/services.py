@@ -28,6 +28,8 @@ from kalena_web.inventory.mappers import vector
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.replan.models import ReplanRecommendation
 
+NOTE_MAX = 500  # characters of a decision's note
+
 
 class RecommendationClosed(ValueError):
     """A decision on a recommendation that is no longer open."""
@@ -158,12 +160,15 @@ def recommendation_decide(*, recommendation: ReplanRecommendation, user, approve
 
     Raises:
         RecommendationClosed: it was already decided.
+        InputError: the note is longer than ``NOTE_MAX`` characters (nothing is decided).
     """
+    if len(note) > NOTE_MAX:
+        raise InputError(f"the note has {len(note)} characters", field="note", accepted=f"at most {NOTE_MAX}")
     with transaction.atomic():
         rec = ReplanRecommendation.objects.select_for_update().get(id=recommendation.id)
         if rec.state != ReplanRecommendation.OPEN:
             raise RecommendationClosed(f"recommendation {rec.id} is already {rec.state}")
         rec.state = ReplanRecommendation.APPROVED if approve else ReplanRecommendation.REJECTED
-        rec.decided_by, rec.decided_s, rec.note = user, now_s, note[:500]
+        rec.decided_by, rec.decided_s, rec.note = user, now_s, note
         rec.save(update_fields=["state", "decided_by", "decided_s", "note"])
 

@@ -69,6 +69,10 @@ def test_drift_loop_opens_one_recommendation_a_human_decides(live, client) -> No
     approver = User.objects.create_user("approver", password="x" * 12)
     approver.user_permissions.add(Permission.objects.get(codename="approve_replan"))
     client.force_login(approver)
+    too_long = client.post(url, json.dumps({"approve": True, "note": "x" * 501}), content_type="application/json")
+    assert too_long.status_code == 400 and "note" in too_long.json()["detail"]
+    rec.refresh_from_db()
+    assert rec.state == "open"  # nothing decided
     answer = client.post(url, json.dumps({"approve": True, "note": "re-plan tonight"}), content_type="application/json")
     assert answer.status_code == 200 and answer.json()["state"] == "approved"
     assert client.post(url, json.dumps({"approve": False}), content_type="application/json").status_code == 409
