@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "kalena_web.console.middleware.HealthProbeMiddleware",
+    "kalena_web.console.middleware.NulRefusedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "kalena_web.console.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

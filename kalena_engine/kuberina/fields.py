@@ -10,7 +10,7 @@ import numpy as np
 from kalena_engine.kuberina.model import Taint, Toleration
 from kalena_engine.kuberina.quantity import parse_quantity
 from kalena_engine.kuberina.yamlio import Where
-from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL, N_DIMS
+from kalena_engine.resources import DIM_INDEX, DIMS, IR_TO_INTERNAL, N_DIMS
 
 API_VERSION = "kuberina.io/v1"
 
@@ -77,8 +77,11 @@ def parse_resource_block(raw: Any, where: Where, *, capacity: bool) -> np.ndarra
             dim = ("disk_" if outer == "disk" else "net_") + short
             if short in inner:
                 out[DIM_INDEX[dim]] = parse_quantity(dim, inner[short], inner_where.key(inner, short))
-    with np.errstate(invalid="ignore"):
-        return out * IR_TO_INTERNAL
+    with np.errstate(invalid="ignore", over="ignore"):  # inf · 0 and overflow: checked below
+        internal = out * IR_TO_INTERNAL
+    for d in np.flatnonzero(np.isinf(internal) & np.isfinite(out)):
+        raise where.error(f"{DIMS[d]}: {out[d]:g} is too large", accepted="a quantity that fits the internal unit")
+    return internal
 
 
 def parse_string_map(raw: Any, where: Where) -> dict[str, str]:

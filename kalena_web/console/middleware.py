@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.contrib.auth.middleware import LoginRequiredMiddleware
+from django.http import HttpResponseBadRequest
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 OPEN_PREFIXES = ("/api/", "/healthz", "/metrics")
@@ -27,6 +28,20 @@ class HealthProbeMiddleware:
             from kalena_web.console.views import healthz
 
             return healthz(request)
+        return self.get_response(request)
+
+
+class NulRefusedMiddleware:
+    """A request whose path or query holds a NUL character is refused (400) before any view:
+    no name, cluster or node contains one, and PostgreSQL cannot even compare text with it."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or "\x00" in request.META.get("QUERY_STRING", "") or \
+                any("\x00" in v for values in request.GET.lists() for v in values[1]):
+            return HttpResponseBadRequest("the request's path or query contains a NUL character")
         return self.get_response(request)
 
 

@@ -21,6 +21,7 @@ from kalena_web.inventory.models import Cluster, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
 from kalena_web.scheduling import mappers, selectors
 from kalena_web.scheduling.models import BatchPod, WhyPending
+from kalena_web.telemetry.validation import Rejected, check_json_values
 
 NAME_MAX = 253
 POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?")
@@ -69,6 +70,15 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
     lim = _vector(limit, "limit") if limit else list(req)
     if any(lv < rv for lv, rv in zip(lim, req, strict=True)):
         raise BatchRejected("a limit is below its request", field="limit", accepted="limit ≥ request per dimension")
+    for field_name, text, longest in (("owner", owner, 200), ("image", image, 300), ("gang", gang, 200)):
+        if not isinstance(text, str) or "\x00" in text or len(text) > longest:
+            raise BatchRejected(f"{str(text)[:40]!r} is not a string of at most {longest} characters without NUL",
+                                field=field_name)
+    for field_name, value in (("labels", labels), ("constraints", constraints), ("command", list(command))):
+        try:
+            check_json_values(value, field_name)
+        except Rejected as exc:
+            raise BatchRejected(exc.detail, field=field_name) from None
     namespace = name.split("/", 1)[0]
     constraints = dict(constraints or {})
     mappers.template_of(owner=owner, namespace=namespace, labels=labels or {}, constraints=constraints,
