@@ -162,8 +162,9 @@ def recommendation_decide(*, recommendation: ReplanRecommendation, user, approve
         RecommendationClosed: it was already decided.
         InputError: the note is longer than ``NOTE_MAX`` characters (nothing is decided).
     """
-    if len(note) > NOTE_MAX:
-        raise InputError(f"the note has {len(note)} characters", field="note", accepted=f"at most {NOTE_MAX}")
+    if len(note) > NOTE_MAX or "\x00" in note:
+        raise InputError(f"the note has {len(note)} characters" + (" and a NUL" if "\x00" in note else ""),
+                         field="note", accepted=f"at most {NOTE_MAX}, without NUL")
     with transaction.atomic():
         rec = ReplanRecommendation.objects.select_for_update().get(id=recommendation.id)
         if rec.state != ReplanRecommendation.OPEN:

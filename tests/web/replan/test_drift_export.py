@@ -71,6 +71,8 @@ def test_drift_loop_opens_one_recommendation_a_human_decides(live, client) -> No
     client.force_login(approver)
     too_long = client.post(url, json.dumps({"approve": True, "note": "x" * 501}), content_type="application/json")
     assert too_long.status_code == 400 and "note" in too_long.json()["detail"]
+    nul = client.post(url, json.dumps({"approve": True, "note": "a\u0000b"}), content_type="application/json")
+    assert nul.status_code == 400
     rec.refresh_from_db()
     assert rec.state == "open"  # nothing decided
     answer = client.post(url, json.dumps({"approve": True, "note": "re-plan tonight"}), content_type="application/json")
