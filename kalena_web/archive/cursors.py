@@ -41,4 +41,3 @@ def settled_batches(*, cluster: Cluster, after: int, now_s: float, kinds: tuple[
         out.append(batch_id)
         total += samples
     return out
-
