@@ -26,6 +26,7 @@ PSI                     ``<psi_root>/<rel>/*.pressure``       ``*.pressure``
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,16 +64,18 @@ def _read_optional(path: Path) -> str | None:
         return None
 
 
-class CgroupFs:
-    """Common interface of :class:`CgroupV1` and :class:`CgroupV2`. ``rel`` is a group path
-    relative to every hierarchy root (``""`` is the root group)."""
+class CgroupFs(ABC):
+    """Common interface of :class:`CgroupV1` and :class:`CgroupV2` (each implements every
+    abstract method). ``rel`` is a group path relative to every hierarchy root (``""`` is the
+    root group)."""
 
     version: int = 0
     root: Path
     psi_root: Path | None
 
+    @abstractmethod
     def group_dir(self, rel: str, controller: str = "cpu") -> Path:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
     def exists(self, rel: str) -> bool:
         """True if the group exists in the cpu and memory hierarchies."""
@@ -103,29 +106,36 @@ class CgroupFs:
                 continue
         return out
 
+    @abstractmethod
     def read_stats(self, rel: str, *, memory_only: bool = False, with_psi: bool = True) -> RawStats:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
+    @abstractmethod
     def cpu_quota(self, rel: str) -> tuple[int | None, int]:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
+    @abstractmethod
     def cpu_quota_writes(self, rel: str, quota_us: int | None, period_us: int) -> list[tuple[Path, str]]:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
+    @abstractmethod
     def memory_limit_writes(self, rel: str, high_bytes: float | None, max_bytes: float | None) -> list[tuple[Path, str]]:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
     #: the lowest cpu weight the hierarchy accepts (v1 ``cpu.shares`` 2, v2 ``cpu.weight`` 1)
     min_cpu_weight: int = 1
 
+    @abstractmethod
     def cpu_weight(self, rel: str) -> int:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
+    @abstractmethod
     def cpu_weight_writes(self, rel: str, weight: int) -> list[tuple[Path, str]]:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
+    @abstractmethod
     def memory_limits(self, rel: str) -> tuple[int | None, int | None]:
-        raise NotImplementedError
+        """Implemented by each hierarchy version."""
 
     def memory_threshold_files(self, rel: str) -> tuple[Path, Path] | None:
         """``(memory.usage_in_bytes, cgroup.event_control)`` for eventfd thresholds (v1 only)."""
