@@ -74,9 +74,7 @@ class NodeLedgers:
     @property
     def slack(self) -> np.ndarray:
         """``S_n = C_n − Σ r``; GPU slack is ``C_gpu − Σ q_gpu`` (no GPU reclaim)."""
-        slack = self.capacity - self.reservation
-        slack[:, GPU] = self.capacity[:, GPU] - self.request[:, GPU]
-        return slack
+        return slack_of(self.capacity, self.reservation, self.request)
 
     @property
     def headroom(self) -> np.ndarray:
@@ -87,6 +85,15 @@ class NodeLedgers:
     def reclaimed(self) -> np.ndarray:
         """``X_n = max(0, Σ q_p + Σ q_b − C_n)``: batch beyond what requests alone admit."""
         return reclaimed_in_use(self.capacity, self.request)
+
+
+def slack_of(capacity: np.ndarray, reservation: np.ndarray, request: np.ndarray) -> np.ndarray:
+    """Slack (DESIGN §6) from ``(…, 8)`` capacity, Σ r and Σ q: ``C − Σ r`` on every dimension
+    but GPU, where it is ``C − Σ q`` (GPU is never reclaimed). Example: C = (4 cores, …, 1 GPU),
+    Σ r = (2.5, …, 0), Σ q = (3, …, 1) → cpu 1.5, GPU 0."""
+    slack = capacity - reservation
+    slack[..., GPU] = capacity[..., GPU] - request[..., GPU]
+    return slack
 
 
 def reclaimed_in_use(capacity: np.ndarray, request: np.ndarray) -> np.ndarray:

@@ -205,6 +205,17 @@ def _domain_mask(view: PassView, topology_key: str, node_rows: np.ndarray) -> np
     return hit[codes]
 
 
+
+def _blocker_rejections(blockers, view: PassView, rows: np.ndarray, rejection) -> list[R.Rejection]:
+    """One ``rejection(node, pod=, rule=, topology_key=)`` per excluded row, naming the first
+    blocker ``(pod, rule, topology_key, excluded mask)`` that excludes it."""
+    names = view.snapshot.nodes.names
+    out: list[R.Rejection] = []
+    for row in rows:
+        pod, rule, key, _ = next(b for b in blockers if b[3][row])
+        out.append(rejection(names[row], pod=pod, rule=rule, topology_key=key))
+    return out
+
 class ProductionAntiAffinityFilter:
     """Production anti-affinity binds batch (DESIGN §9): a resident production pod's required
     term — a label selector in its topology domain, or a Kuberina name list naming one of the
@@ -244,13 +255,7 @@ class ProductionAntiAffinityFilter:
 
     @classmethod
     def explain(cls, view: PassView, template: BatchTemplate, rows: np.ndarray) -> list[R.Rejection]:
-        blockers = cls._blockers(view, template)
-        names = view.snapshot.nodes.names
-        out: list[R.Rejection] = []
-        for row in rows:
-            pod, rule, key, _ = next(b for b in blockers if b[3][row])
-            out.append(R.AntiAffinity(names[row], pod=pod, rule=rule, topology_key=key))
-        return out
+        return _blocker_rejections(cls._blockers(view, template), view, rows, R.AntiAffinity)
 
 
 class BatchAntiAffinityFilter:
@@ -300,13 +305,7 @@ class BatchAntiAffinityFilter:
 
     @classmethod
     def explain(cls, view: PassView, template: BatchTemplate, rows: np.ndarray) -> list[R.Rejection]:
-        blockers = cls._blockers(view, template)
-        names = view.snapshot.nodes.names
-        out: list[R.Rejection] = []
-        for row in rows:
-            pod, rule, key, _ = next(b for b in blockers if b[3][row])
-            out.append(R.BatchAntiAffinity(names[row], pod=pod, rule=rule, topology_key=key))
-        return out
+        return _blocker_rejections(cls._blockers(view, template), view, rows, R.BatchAntiAffinity)
 
 
 class SpreadFilter:

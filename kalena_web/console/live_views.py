@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from kalena_engine.errors import InputError
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.console.live_figures import live_node_figure
+from kalena_web.console.views import error_page
 from kalena_web.console.why import rejection_lines
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
@@ -28,18 +29,13 @@ from kalena_web.scheduling.models import BatchPod
 HISTORY_S = 6 * 3600.0
 
 
-def _error(request: HttpRequest, status: int, message: str) -> HttpResponse:
-    title = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict"}.get(status, "Error")
-    return render(request, "console/error.html", {"status": status, "title": title, "message": message}, status=status)
-
-
 def live_page(view):
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
         except NotFound as exc:
-            return _error(request, 404, str(exc))
+            return error_page(request, 404, str(exc))
     return wrapper
 
 
@@ -118,19 +114,19 @@ def recommendations(request: HttpRequest, cluster: str) -> HttpResponse:
 def decide(request: HttpRequest, cluster: str, rec_id: int) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
     if not request.user.has_perm("replan.approve_replan"):
-        return _error(request, 403, "approving or rejecting a re-plan needs the approver role")
+        return error_page(request, 403, "approving or rejecting a re-plan needs the approver role")
     try:
         rec = ReplanRecommendation.objects.get(cluster=c, id=rec_id)
     except ReplanRecommendation.DoesNotExist:
         raise NotFound(f"no recommendation {rec_id} in {cluster!r}") from None
     decision = request.POST.get("decision")
     if decision not in ("approve", "reject"):
-        return _error(request, 400, f"decision {decision!r} is not approve or reject")
+        return error_page(request, 400, f"decision {decision!r} is not approve or reject")
     try:
         recommendation_decide(recommendation=rec, user=request.user, approve=decision == "approve",
                               note=request.POST.get("note", ""), now_s=time.time())
     except RecommendationClosed as exc:
-        return _error(request, 409, str(exc))
+        return error_page(request, 409, str(exc))
     except InputError as exc:
-        return _error(request, 400, str(exc))
+        return error_page(request, 400, str(exc))
     return redirect("console:live_replan", cluster=c.name)

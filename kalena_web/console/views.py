@@ -24,8 +24,9 @@ from kalena_web.ledger import selectors as ledger_selectors
 from kalena_web.ledger.selectors import SORTS, BadSort
 
 
-def _error(request: HttpRequest, status: int, message: str) -> HttpResponse:
-    title = {400: "Bad request", 404: "Not found"}.get(status, "Error")
+def error_page(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    """The console's error page for ``status`` carrying the user-facing ``message``."""
+    title = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict"}.get(status, "Error")
     return render(request, "console/error.html", {"status": status, "title": title, "message": message}, status=status)
 
 
@@ -37,11 +38,11 @@ def page(view):
         try:
             return view(request, *args, **kwargs)
         except NotFound as exc:
-            return _error(request, 404, str(exc))
+            return error_page(request, 404, str(exc))
         except InvalidPage as exc:
-            return _error(request, 404, f"page: {exc}")
+            return error_page(request, 404, f"page: {exc}")
         except (params.BadParameter, BadSort) as exc:
-            return _error(request, 400, str(exc))
+            return error_page(request, 400, str(exc))
     return wrapper
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from django.db.models import Count, Max, Q
 
-from kalena_engine.ledger import reclaimed_in_use
+from kalena_engine.ledger import reclaimed_in_use, slack_of
 from kalena_engine.resources import CPU, RAM
 from kalena_web.archive.models import EvictionRecord, UsageRollup
 from kalena_web.control.models import Escalation, LoopRun
@@ -55,7 +55,7 @@ class NodeView:
 
     @property
     def slack(self) -> np.ndarray:
-        return self.capacity - self.reservation
+        return slack_of(self.capacity, self.reservation, self.request)
 
     @property
     def headroom(self) -> np.ndarray:

@@ -59,3 +59,15 @@ def test_unconstrained_capacity_gives_no_reclaimed() -> None:
     assert np.isinf(led.slack[0, 4])
     assert led.reclaimed[0, 4] == 0
     assert to_ir(led.reclaimed[0])[CPU] == pytest.approx(2)
+
+
+def test_slack_of_reclaims_every_dimension_but_gpu() -> None:
+    from kalena_engine.ledger import slack_of
+
+    capacity, reservation, request = np.zeros((3, 2, 8))
+    capacity[:, CPU], capacity[:, GPU] = 4000.0, 1.0
+    reservation[0, CPU], request[0, CPU], request[0, GPU] = 2500.0, 3000.0, 1.0   # GPU fully requested
+    reservation[1, CPU], request[1, CPU], reservation[1, GPU] = 4500.0, 4000.0, 0.0  # overcommitted cpu
+    slack = slack_of(capacity, reservation, request)
+    assert slack[0, CPU] == 1500.0 and slack[0, GPU] == 0.0   # a requested GPU is never slack, used or not
+    assert slack[1, CPU] == -500.0 and slack[1, GPU] == 1.0

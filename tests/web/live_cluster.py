@@ -14,16 +14,21 @@ from kalena_web.ledger.models import LiveNodeLedger
 NODES = ["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"]
 
 
-@pytest.fixture
-def live(db, kuberina_dir: Path, tmp_path: Path):
+def import_homelab(kuberina_dir: Path, tmp_path: Path, *, now_s: float, name: str = "home"):
+    """The homelab spread over its three nodes (the smart-home pair together) as a live cluster."""
     infra = load_infrastructure(kuberina_dir / "homelab/homelab_infra.yaml")
     workloads = load_workloads(kuberina_dir / "homelab/homelab_workloads.yaml")
     assignment = {pod.id: NODES[i % 3] for i, pod in enumerate(workloads.pods)}
     assignment["smart-home/home-assistant-0"] = assignment["smart-home/zigbee2mqtt-0"] = "thinkcentre-beta"
     path = tmp_path / "bp.yaml"
     path.write_text("solution:\n" + "".join(f"  {p}: {n}\n" for p, n in assignment.items()))
-    imported = live_cluster_import(name="home", infra=infra, workloads=workloads,
-                                   blueprint=load_blueprint(path, workloads), now_s=1000.0,
-                                   workloads_document=(kuberina_dir / "homelab/homelab_workloads.yaml").read_text())
-    LiveNodeLedger.objects.filter(node__cluster=imported.cluster).update(stale=False, last_sample_s=1000.0)
-    return imported.cluster
+    return live_cluster_import(name=name, infra=infra, workloads=workloads, blueprint=load_blueprint(path, workloads),
+                               now_s=now_s,
+                               workloads_document=(kuberina_dir / "homelab/homelab_workloads.yaml").read_text()).cluster
+
+
+@pytest.fixture
+def live(db, kuberina_dir: Path, tmp_path: Path):
+    cluster = import_homelab(kuberina_dir, tmp_path, now_s=1000.0)
+    LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=1000.0)
+    return cluster

@@ -20,12 +20,9 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
-from kalena_web.control.services import live_cluster_import
 from kalena_web.inventory.models import Node
 from kalena_web.telemetry.services import agent_token_create
-
-NODES = ["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"]
+from tests.web.live_cluster import import_homelab
 BETA_PODS = ["database/postgres-0", "monitoring/grafana-0", "smart-home/home-assistant-0", "smart-home/zigbee2mqtt-0"]
 REDIS_TEST_URL = os.environ.get("KALENA_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
@@ -44,17 +41,6 @@ def require_redis() -> str:
     except redis.exceptions.RedisError as exc:
         pytest.fail(f"this test needs Redis at {REDIS_TEST_URL}: {exc} (scripts/services up starts it)")
     return REDIS_TEST_URL
-
-
-def import_homelab(kuberina_dir: Path, tmp_path: Path, *, now_s: float, name: str = "home"):
-    infra = load_infrastructure(kuberina_dir / "homelab/homelab_infra.yaml")
-    workloads = load_workloads(kuberina_dir / "homelab/homelab_workloads.yaml")
-    assignment = {pod.id: NODES[i % 3] for i, pod in enumerate(workloads.pods)}
-    assignment["smart-home/home-assistant-0"] = assignment["smart-home/zigbee2mqtt-0"] = "thinkcentre-beta"
-    path = tmp_path / "bp.yaml"
-    path.write_text("solution:\n" + "".join(f"  {p}: {n}\n" for p, n in assignment.items()))
-    return live_cluster_import(name=name, infra=infra, workloads=workloads, blueprint=load_blueprint(path, workloads),
-                               now_s=now_s).cluster
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from kalena_web.telemetry.models import IngestBatch
 from kalena_web.telemetry.selectors import node_view_load
 from kalena_web.telemetry.storage import store_entries
 from kalena_web.telemetry.validation import Limits
-from tests.web.telemetry.conftest import import_homelab, record, samples
+from tests.web.live_cluster import import_homelab
+from tests.web.telemetry.conftest import record, samples
 
 GIB = 2.0**30
 T0 = 1_700_000_000.0   # "t = 0" of the cases, as a Unix time
