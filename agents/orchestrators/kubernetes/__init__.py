@@ -1,0 +1,6 @@
+"""Kubernetes: ``client.py`` is the only module that calls the API; pure modules beside it turn
+API JSON into Kalena's types and decide (STYLE.md "Growing the orchestrator side")."""
+
+from agents.orchestrators.kubernetes.client import KubernetesOrchestrator
+
+__all__ = ["KubernetesOrchestrator"]
