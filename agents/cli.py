@@ -7,11 +7,12 @@ variable), 3 when a facility is missing (cgroup hierarchy, Docker engine).
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from agents.errors import ConfigError, FacilityUnavailable
+from agents.logs import configure as configure_logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,7 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"kalena-agent: configuration error: {exc}", file=sys.stderr)
             return 2
-        logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            configure_logs(fmt=os.environ.get("KALENA_LOG_FORMAT", "json"), level=config.log_level,
+                           defaults={"node": config.node_name})
+        except ValueError as exc:
+            print(f"kalena-agent: configuration error: {exc}", file=sys.stderr)
+            return 2
         try:
             return run(config)
         except ConfigError as exc:

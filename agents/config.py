@@ -78,6 +78,22 @@ class AgentConfig:
     actions_log: str | None = None
     duration_s: float | None = None
     log_level: str = "INFO"
+    health_address: str = "127.0.0.1:9640"
+
+
+def _health_address(text: str) -> str:
+    """``HOST:PORT`` (port 1–65535) or ``off``.
+
+    Raises:
+        ConfigError: anything else, naming the flag.
+    """
+    if text.strip().lower() == "off":
+        return "off"
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{text!r} is not HOST:PORT", source=f"--health-address / {_env_name('--health-address')}",
+                          accepted="e.g. 127.0.0.1:9640, 0.0.0.0:9640 or off")
+    return text.strip()
 
 
 def _env_name(flag: str) -> str:
@@ -194,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--actions-log", help="append every action as a JSON line to this file")
     add("--duration-s", type=float, help="stop after this many seconds (tests, demos)")
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add("--health-address", default="127.0.0.1:9640",
+        help="HOST:PORT serving /healthz and /metrics (0.0.0.0:PORT for a kubelet probe on a hostNetwork pod; "
+             "'off' serves nothing)")
     return parser
 
 
@@ -286,4 +305,5 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         psi_cpu_threshold_ms=args.psi_cpu_threshold_ms, psi_memory_threshold_ms=args.psi_memory_threshold_ms,
         acute_grace_s=args.acute_grace_s, policy=policy, link_url=args.link_url, link_token=token,
         state_dir=args.state_dir, buffer_max_bytes=args.buffer_max_bytes, dry_run=args.dry_run,
-        actions_log=args.actions_log, duration_s=args.duration_s, log_level=args.log_level)
+        actions_log=args.actions_log, duration_s=args.duration_s, log_level=args.log_level,
+        health_address=_health_address(args.health_address))

@@ -31,6 +31,7 @@ from agents.discovery.files import FileSource
 from agents.discovery.kubelet import KubeletSource
 from agents.enforcer import Enforcer
 from agents.errors import FacilityUnavailable
+from agents.health import AgentMetrics, HealthServer
 from agents.link import protocol
 from agents.link.buffer import LinkBuffer
 from agents.link.client import LinkClient
@@ -46,8 +47,9 @@ class Agent:
     """A fully wired agent (built by :func:`build_agent`)."""
 
     def __init__(self, config: AgentConfig, loop: MitigationLoop, monitor: PressureMonitor,
-                 buffer: LinkBuffer | None, link: LinkClient | None) -> None:
+                 buffer: LinkBuffer | None, link: LinkClient | None, metrics: AgentMetrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics or AgentMetrics()
         self.loop = loop
         self.monitor = monitor
         self.buffer = buffer
@@ -66,24 +68,47 @@ class Agent:
             trigger_window_s=self.config.psi_window_s, capacity=self.config.capacity,
             buffered=self.buffer.count() if self.buffer else 0, ts=time.time())
 
+    def link_state(self) -> dict[str, Any]:
+        """For ``/healthz``: whether the link is up and what waits in the buffer."""
+        return {"configured": self.link is not None,
+                "connected": bool(self.link is not None and self.link.connected.is_set()),
+                "buffered": self.buffer.count() if self.buffer else 0}
+
     def run(self) -> int:
-        """Run until stopped (or ``duration_s``); returns the exit status."""
+        """Run until stopped (or ``duration_s``); returns the exit status.
+
+        A ``--health-address`` that cannot be bound is logged as an error and the agent runs on
+        without it: protecting production never waits on a metrics port (its probe then fails,
+        which is how the operator learns of it)."""
         deadline = time.monotonic() + self.config.duration_s if self.config.duration_s else None
+        health = None
+        if self.config.health_address != "off":
+            try:
+                health = HealthServer(self.config.health_address, self.metrics, link_state=self.link_state,
+                                      max_tick_age_s=max(10.0, 5 * self.config.mitigation_interval_s))
+                health.start()
+            except OSError as exc:
+                log.error("--health-address %s: cannot listen (%s); /healthz and /metrics are not served",
+                          self.config.health_address, exc.strerror or exc)
         if self.link is not None:
             self.link.start()
         try:
-            drive(self.loop, self.monitor, self.config.mitigation_interval_s, lambda: self._stop, deadline)
+            drive(self.loop, self.monitor, self.config.mitigation_interval_s, lambda: self._stop, deadline,
+                  metrics=self.metrics)
         finally:
             if self.link is not None:
                 self.link.stop()
+            if health is not None:
+                health.stop()
             self.monitor.close()
         return 0
 
 
 def drive(loop: MitigationLoop, monitor: PressureMonitor, interval_s: float, should_stop: Callable[[], bool],
-          deadline_mono: float | None = None) -> None:
+          deadline_mono: float | None = None, *, metrics: AgentMetrics | None = None) -> None:
     """The agent's main loop: one ``poll()`` on every pressure source with a timeout until the
-    next tick; events are handled the moment ``poll()`` returns, ticks every ``interval_s``."""
+    next tick; events are handled the moment ``poll()`` returns, ticks every ``interval_s``
+    (each tick and each handled event recorded in ``metrics`` when given)."""
     next_tick = time.monotonic()
     while not should_stop():
         now = time.monotonic()
@@ -91,13 +116,18 @@ def drive(loop: MitigationLoop, monitor: PressureMonitor, interval_s: float, sho
             break
         if now >= next_tick:
             loop.tick()
+            if metrics is not None:
+                metrics.ticked(time.time())
             next_tick = max(next_tick + interval_s, time.monotonic())
         timeout = next_tick - time.monotonic()
         if deadline_mono is not None:
             timeout = min(timeout, deadline_mono - time.monotonic())
         events = monitor.wait(max(0.0, timeout))
         if events:
+            started = time.monotonic()
             loop.handle_events(events)
+            if metrics is not None:
+                metrics.events_handled(events, started_mono=started, finished_mono=time.monotonic())
 
 
 def build_agent(config: AgentConfig) -> Agent:
@@ -166,7 +196,10 @@ def build_agent(config: AgentConfig) -> Agent:
         buffer = LinkBuffer(Path(config.state_dir) / "link-buffer.sqlite3", node=config.node_name,
                             max_bytes=config.buffer_max_bytes)
 
+    metrics = AgentMetrics()
+
     def emit(message: dict[str, Any]) -> None:
+        metrics.action_emitted(message)
         if buffer is not None:
             buffer.append(message)
         if actions_log is not None and message.get("type") == "action":
@@ -176,7 +209,7 @@ def build_agent(config: AgentConfig) -> Agent:
     loop = MitigationLoop(settings, sources=sources, telemetry=telemetry, fs=fs, enforcer=enforcer,
                           node_reader=node_reader, arming=arming, emit=emit)
     loop.discover(time.time())          # arm the pressure sources before the first hello
-    agent = Agent(config, loop, monitor, buffer, None)
+    agent = Agent(config, loop, monitor, buffer, None, metrics)
     if buffer is not None and config.link_url and config.link_token:
         link = LinkClient(config.link_url, config.link_token, buffer, hello=agent.hello,
                           on_policy=loop.apply_policy_update)
@@ -192,6 +225,6 @@ def run(config: AgentConfig) -> int:
     agent = build_agent(config)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
-    log.info("kalena-agent %s on %s: %s, discovery %s, telemetry %s", __version__, config.node_name,
-             agent.loop.fs.describe(), ",".join(config.discovery), config.telemetry)
+    log.info("kalena-agent %s on %s: %s, discovery %s, telemetry %s, health %s", __version__, config.node_name,
+             agent.loop.fs.describe(), ",".join(config.discovery), config.telemetry, config.health_address)
     return agent.run()

@@ -22,3 +22,12 @@ def _schedules(sender: Celery, **_: object) -> None:
     from kalena_web.control.schedules import beat_schedule
 
     sender.conf.beat_schedule = beat_schedule()
+
+
+def _add_worker_heartbeat() -> None:
+    from kalena_web.control.heartbeat import WorkerHeartbeat
+
+    app.steps["worker"].add(WorkerHeartbeat)
+
+
+_add_worker_heartbeat()

@@ -12,7 +12,14 @@ Environment:
     KALENA_DEBUG: ``1`` for Django's debug mode (never in production); default off.
     KALENA_ALLOWED_HOSTS: comma-separated host names (default ``127.0.0.1,localhost``).
     KALENA_CSRF_TRUSTED_ORIGINS: comma-separated origins behind a TLS proxy (``https://kalena.example``).
-    KALENA_SECURE_COOKIES: ``1`` when served over HTTPS (secure session and CSRF cookies).
+    KALENA_HTTPS: ``1`` when served over HTTPS behind a TLS-terminating proxy: SSL redirect (the
+        proxy's ``X-Forwarded-Proto`` trusted), HSTS, secure session and CSRF cookies. Probes
+        (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are exempt from the redirect and the
+        host check, so an orchestrator can probe a pod by its IP over plain HTTP.
+    KALENA_SECURE_COOKIES: ``1``: secure cookies only (implied by ``KALENA_HTTPS``).
+    KALENA_HSTS_SECONDS: HSTS max-age with ``KALENA_HTTPS`` (default one year).
+    KALENA_STATIC_MANIFEST: ``1`` once ``collectstatic`` has run (the images): hashed static names.
+    KALENA_LOG_FORMAT: ``json`` (default) or ``text`` (human-readable); KALENA_LOG_LEVEL.
     KALENA_STATIC_ROOT: where ``collectstatic`` writes (default ``var/static``).
     KALENA_VAR_DIR: the project-local state folder (default ``<project>/var``).
 """
@@ -24,6 +31,9 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from agents.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("KALENA_VAR_DIR") or BASE_DIR / "var")
@@ -34,10 +44,27 @@ def _flag(name: str, default: bool = False) -> bool:
     return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+#: Secret keys shipped in examples or guessed first: never accepted.
+KNOWN_SECRET_KEYS = frozenset({"change-me", "changeme", "change_me", "secret", "kalena", "django", "build", "test"})
+MIN_SECRET_KEY_LENGTH = 50  # Django's own deploy check (security.W009)
+
+
 def _secret_key() -> str:
-    """``KALENA_SECRET_KEY``, or a key generated once into ``var/secret_key`` (mode 0600)."""
-    key = os.environ.get("KALENA_SECRET_KEY")
-    if key:
+    """``KALENA_SECRET_KEY``, or (embedded default: the variable unset) a key generated once into
+    ``var/secret_key`` (mode 0600).
+
+    Raises:
+        ImproperlyConfigured: the variable is set but empty, a known example value, shorter than
+            50 characters or with fewer than 5 distinct characters (Django's security.W009 rule).
+    """
+    if "KALENA_SECRET_KEY" in os.environ:
+        key = os.environ["KALENA_SECRET_KEY"].strip()
+        if not key or key.lower() in KNOWN_SECRET_KEYS or key.startswith("django-insecure") \
+                or len(key) < MIN_SECRET_KEY_LENGTH or len(set(key)) < 5:
+            raise ImproperlyConfigured(
+                "KALENA_SECRET_KEY is empty, an example value or too weak: set at least "
+                f"{MIN_SECRET_KEY_LENGTH} random characters (e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(50))'), or unset it for the embedded default's generated key")
         return key
     path = VAR_DIR / "secret_key"
     if path.exists():
@@ -72,7 +99,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "kalena_web.console.middleware.HealthProbeMiddleware",
+    "kalena_web.console.middleware.ProbeMiddleware",
     "kalena_web.console.middleware.NulRefusedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "kalena_web.console.middleware.StaticFilesMiddleware",
@@ -152,19 +179,28 @@ STORAGES = {
 # Serve straight from the finders too, so a console started without ``collectstatic`` still works.
 WHITENOISE_USE_FINDERS = True
 
+if _flag("KALENA_STATIC_MANIFEST"):
+    STORAGES["staticfiles"] = {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}
+
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("KALENA_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _flag("KALENA_SECURE_COOKIES")
+HTTPS = _flag("KALENA_HTTPS")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS or _flag("KALENA_SECURE_COOKIES")
+#: Paths answered for orchestrator probes and scrapers by pod IP over plain HTTP
+#: (kalena_web.console.middleware.ProbeMiddleware; exempt from the SSL redirect and host check).
+PROBE_PATHS = ("/livez", "/readyz", "/healthz", "/metrics", "/metrics/cluster")
+if HTTPS:
+    SECURE_SSL_REDIRECT = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_REDIRECT_EXEMPT = [rf"^{p.lstrip('/')}$" for p in PROBE_PATHS]
+    SECURE_HSTS_SECONDS = int(os.environ.get("KALENA_HSTS_SECONDS", str(365 * 86400)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = _flag("KALENA_HSTS_PRELOAD")
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("KALENA_LOG_LEVEL", "WARNING")},
-}
+LOGGING = logging_config(fmt=os.environ.get("KALENA_LOG_FORMAT", "json"), level=os.environ.get("KALENA_LOG_LEVEL", "WARNING"))
 
 # --- Control plane (DESIGN §1, §8): Celery loops, Channels, locks -------------------------------
 # Embedded default (REDIS_URL unset): in-memory channel layer, Celery tasks run eagerly in the
@@ -198,6 +234,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False   # workers and beat log through LOGGING (agents.logs)
+# Liveness of workers and beat: each writes a heartbeat file the probe reads (kalena probe).
+#   KALENA_HEARTBEAT_DIR: where (default var/heartbeat); KALENA_HEARTBEAT_S: how often (10 s).
+KALENA_HEARTBEAT_DIR = Path(os.environ.get("KALENA_HEARTBEAT_DIR") or VAR_DIR / "heartbeat")
+KALENA_HEARTBEAT_S = float(os.environ.get("KALENA_HEARTBEAT_S", "10"))
+CELERY_BEAT_SCHEDULER = "kalena_web.control.heartbeat:HeartbeatScheduler"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")

@@ -1,8 +1,8 @@
 """Console middleware.
 
 Login required everywhere by default (Django's ``LoginRequiredMiddleware``), except the
-REST API, which answers 401 itself instead of redirecting to a login page, the health
-probe, and the Prometheus endpoint (guarded by its own bearer token when one is set)."""
+REST API, which answers 401 itself instead of redirecting to a login page, the probes
+(``/livez``, ``/readyz``), and the Prometheus endpoint (guarded by its own bearer token when one is set)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,27 @@ from django.contrib.auth.middleware import LoginRequiredMiddleware
 from django.http import HttpResponseBadRequest
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-OPEN_PREFIXES = ("/api/", "/healthz", "/metrics")
+OPEN_PREFIXES = ("/api/", "/livez", "/readyz", "/healthz", "/metrics")
 
 
-class HealthProbeMiddleware:
-    """``/healthz`` answered before anything reads the Host header: orchestrator probes address
-    the pod or container by its IP (``Host: 10.1.2.3:8000``), which ``ALLOWED_HOSTS`` rightly
-    refuses for everything else. First in ``MIDDLEWARE``."""
+class ProbeMiddleware:
+    """Probes and scrapes (``settings.PROBE_PATHS``: ``/livez``, ``/readyz``, ``/healthz``,
+    ``/metrics``, ``/metrics/cluster``) answered before anything reads the Host header or
+    redirects to HTTPS: orchestrators and Prometheus address the pod by its IP over plain HTTP
+    (``Host: 10.1.2.3:8000``), which ``ALLOWED_HOSTS`` rightly refuses for everything else.
+    First in ``MIDDLEWARE``; only GET and HEAD."""
 
     def __init__(self, get_response):
+        from kalena_web.control import health, metrics
+
         self.get_response = get_response
+        self.views = {"/livez": health.livez, "/readyz": health.readyz, "/healthz": health.readyz,
+                      "/metrics": metrics.metrics_view, "/metrics/cluster": metrics.cluster_metrics_view}
 
     def __call__(self, request):
-        if request.path_info == "/healthz" and request.method in ("GET", "HEAD"):
-            from kalena_web.console.views import healthz
-
-            return healthz(request)
+        view = self.views.get(request.path_info)
+        if view is not None and request.method in ("GET", "HEAD"):
+            return view(request)
         return self.get_response(request)
 
 

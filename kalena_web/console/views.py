@@ -10,8 +10,7 @@ from __future__ import annotations
 from functools import wraps
 
 from django.core.paginator import InvalidPage
-from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
@@ -48,13 +47,6 @@ def page(view):
 
 def _hours(run) -> float:
     return run.steps * run.step_s / 3600.0
-
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness and database reachability, for probes (no login)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return JsonResponse({"status": "ok"})
 
 
 @page

@@ -1,10 +1,17 @@
-"""Prometheus metrics (``GET /metrics``): ledgers, slack, conditions, evictions, batch, ingest
-(accepted and rejected samples, refused connections, estimation lag) and loop health of every
-live cluster, read from the database at scrape time (so every
-Kalena process answers the same, whichever worker changed what).
+"""Prometheus metrics, named per the Prometheus naming guide (base units in the name, ``_total``
+counters, ``_timestamp_seconds`` instead of ages).
 
-With ``KALENA_METRICS_TOKEN`` set, a scrape must send ``Authorization: Bearer <token>``.
-Quantities are in base units (cores for cpu, bytes for memory) as Prometheus prefers.
+Two endpoints, so per-pod scraping never multiplies cluster-wide series:
+
+* ``GET /metrics/cluster`` — the cluster's state, read from the database at scrape time (ledgers,
+  slack, conditions, evictions, batch, ingest counters, loop health) and the cumulative
+  scheduling and loop histograms every process records into :class:`MetricSeries`. Every pod
+  answers the same: scrape it once, through the Service.
+* ``GET /metrics`` — this process only (``process_*``, ``python_*``, ``kalena_build_info``):
+  scrape every pod.
+
+With ``KALENA_METRICS_TOKEN`` set, both need ``Authorization: Bearer <token>``. Every metric
+served is listed in docs/metrics.md (a test checks that none is missing).
 """
 
 from __future__ import annotations
@@ -16,59 +23,89 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db.models import Count, Max, Sum
 from django.http import HttpRequest, HttpResponse
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kalena_web.archive.models import EvictionRecord
-from kalena_web.control.models import LoopRun
+from kalena_web.control.models import LoopRun, MetricSeries
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.ledger.models import EstimationRun
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.telemetry.models import AgentStatus, RefusedConnection, RejectedSamples
 
-#: (metric dimension label, vector index, divisor to base units)
-_DIMS = (("cpu", 0, 1000.0), ("memory", 1, 1.0))
+#: (name suffix, vector index, divisor to base units): cpu in cores, memory in bytes.
+_UNITS = (("cores", 0, 1000.0), ("bytes", 1, 1.0))
+
+#: Histograms recorded into :class:`MetricSeries`: name → (help, upper bounds in seconds).
+#: Buckets follow kube-scheduler's (exponential from 1 ms) for the scheduling pair.
+HISTOGRAMS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "kalena_scheduling_attempt_duration_seconds": (
+        "Duration of one scheduling pass (snapshot, decision, ledger binds, orchestrator binds)",
+        (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384)),
+    "kalena_scheduling_bind_latency_seconds": (
+        "Queue to bind: from a batch pod entering the pending queue to its ledger binding",
+        (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)),
+    "kalena_loop_duration_seconds": (
+        "Duration of one run of a control loop, by loop and outcome",
+        (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)),
+}
+#: Counters recorded into :class:`MetricSeries`: name (without ``_total``) → help.
+COUNTERS: dict[str, str] = {
+    "kalena_scheduling_attempts": "Scheduling attempts of batch pods by result (scheduled, unschedulable, "
+                                  "error, stale) — kube-scheduler's scheduler_schedule_attempts_total",
+}
 
 
-class KalenaCollector:
-    """Reads the live state on every collect (no cached values between scrapes)."""
+class ClusterCollector:
+    """The cluster-wide series of ``/metrics/cluster``, read from the database on every collect."""
 
     def __init__(self, now_s: float | None = None) -> None:
         self.now_s = now_s
 
     def collect(self) -> Iterator:
+        yield from self.nodes()
+        yield from self.workloads()
+        yield from self.loops()
+        yield from self.telemetry()
+        yield from self.recorded()
+
+    def nodes(self) -> Iterator:
         now = self.now_s if self.now_s is not None else time.time()
-        labels = ["cluster", "node", "resource"]
-        gauges = {name: GaugeMetricFamily(f"kalena_node_{name}", help_, labels=labels) for name, help_ in (
-            ("capacity", "Post-Phase-0 capacity C_n (cores or bytes)"),
-            ("requests", "Σ requests of production and batch on the node"),
-            ("reservations", "Σ reservations (the reservation ledger)"),
-            ("usage", "Σ usage reported by the node's agent"),
-            ("slack", "Slack C_n − Σ reservations (negative: the ledger is overcommitted)"),
-        )}
+        labels = ["cluster", "node"]
+        gauges = {}
+        for name, help_ in (("capacity", "Post-Phase-0 capacity C_n"),
+                            ("requests", "Σ requests of production and batch on the node"),
+                            ("reservations", "Σ reservations (the reservation ledger)"),
+                            ("usage", "Σ usage reported by the node's agent"),
+                            ("slack", "Slack C_n − Σ reservations (negative: the ledger is overcommitted)")):
+            for unit, _, _ in _UNITS:
+                gauges[name, unit] = GaugeMetricFamily(f"kalena_node_{name}_{unit}", f"{help_}, in {unit}",
+                                                       labels=labels)
         stale = GaugeMetricFamily("kalena_node_telemetry_stale", "1 when the node's freshest sample is older than "
-                                  "T_stale (its reservations read max(r, q) and it takes no batch)", labels=labels[:2])
+                                  "T_stale (its reservations read max(r, q) and it takes no batch)", labels=labels)
         ineligible = GaugeMetricFamily("kalena_node_slack_ineligible", "1 while escalation keeps the node off batch",
-                                       labels=labels[:2])
-        lag = GaugeMetricFamily("kalena_node_ingest_lag_seconds", "Seconds since the node's freshest sample",
-                                labels=labels[:2])
+                                       labels=labels)
+        last = GaugeMetricFamily("kalena_node_last_sample_timestamp_seconds",
+                                 "Unix time of the node's freshest sample (absent before the first)", labels=labels)
         nodes = Node.objects.filter(cluster__kind=Cluster.LIVE).select_related("cluster", "live_ledger", "condition")
         for node in nodes:
             led, key = node.live_ledger, [node.cluster.name, node.name]
-            for dim, i, div in _DIMS:
+            for unit, i, div in _UNITS:
                 cap = led.capacity[i]
                 req = led.prod_request[i] + led.batch_request[i]
                 res = led.prod_reservation[i] + led.batch_reservation[i]
                 for name, value in (("capacity", cap), ("requests", req), ("reservations", res),
                                     ("usage", led.usage[i]), ("slack", cap - res)):
-                    gauges[name].add_metric([*key, dim], value / div)
+                    gauges[name, unit].add_metric(key, value / div)
             stale.add_metric(key, 1.0 if led.stale else 0.0)
             ineligible.add_metric(key, 1.0 if node.condition.slack_ineligible_until_s > now else 0.0)
             if led.last_sample_s is not None:
-                lag.add_metric(key, max(0.0, now - led.last_sample_s))
+                last.add_metric(key, led.last_sample_s)
         yield from gauges.values()
-        yield from (stale, ineligible, lag)
+        yield from (stale, ineligible, last)
+
+    def workloads(self) -> Iterator:
         evictions = CounterMetricFamily("kalena_evictions", "Evictions by cause (why-evicted records)",
                                         labels=["cluster", "node", "cause"])
         for cluster, node, cause, n in (EvictionRecord.objects.values_list("cluster__name", "node__name", "cause")
@@ -79,12 +116,19 @@ class KalenaCollector:
         for cluster, state, n in BatchPod.objects.values_list("cluster__name", "state").annotate(n=Count("id")):
             batch.add_metric([cluster, state], n)
         yield batch
-        loops = GaugeMetricFamily("kalena_loop_last_run_age_seconds", "Seconds since each loop last ran",
-                                  labels=["loop", "outcome"])
-        for loop, outcome, last in LoopRun.objects.values_list("loop", "outcome").annotate(last=Max("started_s")):
-            loops.add_metric([loop, outcome], max(0.0, now - last))
-        yield loops
-        yield from self.telemetry()
+
+    def loops(self) -> Iterator:
+        runs = GaugeMetricFamily("kalena_loop_last_run_timestamp_seconds",
+                                 "Unix time each loop last started, by outcome (done, skipped, failed)",
+                                 labels=["loop", "outcome"])
+        success = GaugeMetricFamily("kalena_loop_last_success_timestamp_seconds",
+                                    "Unix time each loop last finished a run successfully", labels=["loop"])
+        for loop, outcome, started in LoopRun.objects.values_list("loop", "outcome").annotate(last=Max("started_s")):
+            runs.add_metric([loop, outcome], started)
+        for loop, finished in (LoopRun.objects.filter(outcome="done").values_list("loop")
+                               .annotate(last=Max("finished_s"))):
+            success.add_metric([loop], finished)
+        yield from (runs, success)
 
     def telemetry(self) -> Iterator:
         """Ingest: accepted and rejected samples, refused connections, estimation lag."""
@@ -109,14 +153,72 @@ class KalenaCollector:
                 lag.add_metric([str(shard)], max_lag)
         yield from (accepted, rejected, refused, lag)
 
+    def recorded(self) -> Iterator:
+        """The histograms and counters of :data:`HISTOGRAMS` and :data:`COUNTERS`."""
+        rows: dict[str, list[MetricSeries]] = {}
+        for row in MetricSeries.objects.order_by("key"):
+            rows.setdefault(row.name, []).append(row)
+        for name, (help_, bounds) in HISTOGRAMS.items():
+            label_names = sorted({k for r in rows.get(name, []) for k in r.labels})
+            family = HistogramMetricFamily(name, help_, labels=label_names)
+            for r in rows.get(name, []):
+                cumulative, acc = [], 0
+                for bound, n in zip([*map(_le, bounds), "+Inf"], r.buckets, strict=False):
+                    acc += n
+                    cumulative.append((bound, acc))
+                family.add_metric([r.labels.get(k, "") for k in label_names], cumulative, sum_value=r.total)
+            yield family
+        for name, help_ in COUNTERS.items():
+            label_names = sorted({k for r in rows.get(name, []) for k in r.labels})
+            family = CounterMetricFamily(name, help_, labels=label_names)
+            for r in rows.get(name, []):
+                family.add_metric([r.labels.get(k, "") for k in label_names], r.count)
+            yield family
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+class BuildInfoCollector:
+    """``kalena_build_info{version}`` (value 1) for this process."""
+
+    def collect(self) -> Iterator:
+        from agents import __version__
+
+        info = InfoMetricFamily("kalena_build", "Kalena's version in this process")
+        info.add_metric([], {"version": __version__})
+        yield info
+
+
+def _authorised(request: HttpRequest) -> bool:
+    token = getattr(settings, "KALENA_METRICS_TOKEN", "")
+    if not token:
+        return True
+    sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    return hmac.compare_digest(sent.encode(), token.encode())
+
+
+def _exposition(registry) -> HttpResponse:
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+def cluster_metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics/cluster`` (see module doc)."""
+    if not _authorised(request):
+        return HttpResponse("missing or wrong bearer token\n", status=401, content_type="text/plain")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ClusterCollector())
+    return _exposition(registry)
+
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """``GET /metrics`` in the Prometheus text format (see module doc)."""
-    token = getattr(settings, "KALENA_METRICS_TOKEN", "")
-    if token:
-        sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(sent.encode(), token.encode()):
-            return HttpResponse("missing or wrong bearer token\n", status=401, content_type="text/plain")
+    """``GET /metrics``: this process's own metrics (see module doc)."""
+    if not _authorised(request):
+        return HttpResponse("missing or wrong bearer token\n", status=401, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(KalenaCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    registry.register(BuildInfoCollector())
+    return _exposition(registry)

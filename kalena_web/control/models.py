@@ -54,3 +54,21 @@ class Escalation(models.Model):
 
     class Meta:
         ordering = ["-time_s"]
+
+
+class MetricSeries(models.Model):
+    """One cumulative counter or histogram series of ``/metrics/cluster``, kept in the database
+    so every process serves the same monotonic values whichever worker observed them, and a
+    restart loses nothing (Prometheus' rules for counters).
+
+    ``key`` is the metric name and its sorted labels (unique); ``count`` the counter's value or
+    the histogram's observation count; ``total`` the histogram's sum; ``buckets`` per-bucket
+    (not cumulative) counts aligned with the metric's declared upper bounds, the last one +Inf.
+    """
+
+    key = models.CharField(max_length=400, unique=True)
+    name = models.CharField(max_length=120)
+    labels = models.JSONField(default=dict)
+    count = models.FloatField(default=0.0)
+    total = models.FloatField(default=0.0)
+    buckets = models.JSONField(default=list)

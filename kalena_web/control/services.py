@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import bisect
+import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.ledger import node_sum
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import RUN_NAME_PATTERN
-from kalena_web.control.models import NodeCondition
+from kalena_web.control import metrics
+from kalena_web.control.models import MetricSeries, NodeCondition
 from kalena_web.inventory import mappers
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
@@ -89,6 +93,8 @@ def loop_run_record(*, loop: str, cluster: Cluster | None, started_s: float, fin
 
     LoopRun.objects.create(loop=loop, cluster=cluster, started_s=started_s, finished_s=finished_s,
                            outcome=outcome, detail=detail)
+    metric_observe(name="kalena_loop_duration_seconds", labels={"loop": loop, "outcome": outcome},
+                   values_s=[max(0.0, finished_s - started_s)])
 
 
 def live_cluster_delete(*, name: str) -> int:
@@ -105,3 +111,72 @@ def live_cluster_delete(*, name: str) -> int:
             raise InputError(f"no live cluster named {name!r}", field="name", accepted=names or "none exists")
         deleted, _ = cluster.delete()
     return deleted
+
+
+def _series_key(name: str, labels: Mapping[str, str]) -> str:
+    return name + json.dumps(dict(sorted(labels.items())), separators=(",", ":"))
+
+
+def _locked_series(name: str, labels: Mapping[str, str], n_buckets: int) -> MetricSeries:
+    key = _series_key(name, labels)
+    try:
+        with transaction.atomic():
+            MetricSeries.objects.get_or_create(key=key, defaults={"name": name, "labels": dict(labels),
+                                                                  "buckets": [0] * n_buckets})
+    except IntegrityError:  # created meanwhile by another process
+        pass
+    return MetricSeries.objects.select_for_update().get(key=key)
+
+
+def metric_observe(*, name: str, labels: Mapping[str, str], values_s: Iterable[float]) -> None:
+    """Add observations (seconds) to the histogram ``name`` (one of :data:`HISTOGRAMS`).
+
+    Raises:
+        KeyError: ``name`` is not a declared histogram.
+    """
+    bounds = metrics.HISTOGRAMS[name][1]
+    values = [float(v) for v in values_s]
+    if not values:
+        return
+    with transaction.atomic():
+        row = _locked_series(name, labels, len(bounds) + 1)
+        buckets = list(row.buckets) + [0] * (len(bounds) + 1 - len(row.buckets))
+        for v in values:
+            buckets[bisect.bisect_left(bounds, v)] += 1
+        row.buckets, row.count, row.total = buckets, row.count + len(values), row.total + sum(values)
+        row.save(update_fields=["buckets", "count", "total"])
+
+
+def metric_increment(*, name: str, labels: Mapping[str, str], by: float = 1.0) -> None:
+    """Add ``by`` (≥ 0) to the counter ``name`` (one of :data:`COUNTERS`).
+
+    Raises:
+        KeyError: ``name`` is not a declared counter. ValueError: ``by`` is negative.
+    """
+    metrics.COUNTERS[name]  # noqa: B018 - declared names only
+    if by < 0:
+        raise ValueError(f"counter {name}: cannot add {by} (counters only rise)")
+    if by == 0:
+        return
+    with transaction.atomic():
+        row = _locked_series(name, labels, 0)
+        row.count += by
+        row.save(update_fields=["count"])
+
+
+def scheduling_pass_metrics_record(*, cluster: Cluster, report: object, started_s: float, finished_s: float,
+                                   now_s: float) -> None:
+    """Record one scheduling pass: its duration, its attempts by result and the queue → bind
+    latency of every pod it bound (``bound_s == now_s``)."""
+    metric_observe(name="kalena_scheduling_attempt_duration_seconds", labels={"cluster": cluster.name},
+                   values_s=[max(0.0, finished_s - started_s)])
+    unschedulable = max(0, report.pending - report.placed - report.failed - report.stale)
+    for result, n in (("scheduled", report.placed), ("unschedulable", unschedulable), ("error", report.failed),
+                      ("stale", report.stale)):
+        metric_increment(name="kalena_scheduling_attempts", labels={"cluster": cluster.name, "result": result}, by=n)
+    from kalena_web.scheduling.models import BatchPod
+
+    latencies = [now_s - q for q in BatchPod.objects.filter(cluster=cluster, bound_s=now_s)
+                 .values_list("queued_s", flat=True)]
+    metric_observe(name="kalena_scheduling_bind_latency_seconds", labels={"cluster": cluster.name},
+                   values_s=[max(0.0, v) for v in latencies])

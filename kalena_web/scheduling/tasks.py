@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from celery import shared_task
 from django.core.cache import cache
@@ -10,6 +12,7 @@ from kalena_engine.policy import Policy
 from kalena_web.archive.evictions import evictions_record
 from kalena_web.control.loops import run_for_clusters
 from kalena_web.control.orchestrators import orchestrator_for
+from kalena_web.control.services import scheduling_pass_metrics_record
 from kalena_web.scheduling.services import scheduling_pass
 
 
@@ -31,6 +34,10 @@ def schedule(cluster_id: int | None = None, now_s: float | None = None) -> dict[
     """One scheduling pass per live cluster, under the cluster's lock."""
     def body(cluster, now):
         evictions_record(cluster=cluster, now_s=now)  # batch the agents evicted is queued again first
-        return scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=Policy(),
-                               now_s=now, rng=np.random.default_rng())
+        started = time.time()
+        report = scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=Policy(),
+                                 now_s=now, rng=np.random.default_rng())
+        scheduling_pass_metrics_record(cluster=cluster, report=report, started_s=started, finished_s=time.time(),
+                                       now_s=now)
+        return report
     return run_for_clusters("scheduling", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)

@@ -204,9 +204,10 @@ def test_api_needs_a_login_and_serves_node_series(client, console, recorded) -> 
     assert data["series"]["prod_usage"][24] == record.prod_usage[0, RAM] / 2**30
     assert console.get("/api/runs/t-main/nodes/std-000/series?dimension=hz").status_code == 400
     assert console.get("/api/runs/t-main/nodes/ghost/series").status_code == 404
-    assert console.get("/healthz").json() == {"status": "ok"}
-    # A probe addresses the pod by its IP: /healthz answers, every other page still refuses the host.
-    assert console.get("/healthz", HTTP_HOST="10.244.1.7:8000").status_code == 200
+    assert console.get("/livez").json() == {"status": "ok"}
+    # A probe addresses the pod by its IP: the probes answer, every other page still refuses the host.
+    for probe in ("/livez", "/readyz", "/healthz", "/metrics", "/metrics/cluster"):
+        assert console.get(probe, HTTP_HOST="10.244.1.7:8000").status_code == 200, probe
     assert console.get("/runs/", HTTP_HOST="10.244.1.7:8000").status_code == 400
 
 

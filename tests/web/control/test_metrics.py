@@ -21,18 +21,18 @@ def test_metrics_expose_ledgers_stale_nodes_and_evictions(client, live, settings
     LiveNodeLedger.objects.filter(node=node).update(stale=True)
     EvictionRecord.objects.create(cluster=live, node=node, workload_name="batch/x", time_s=1.0, cause="priority",
                                   source_key="m1")
-    got = samples(client.get("/metrics"))
-    key = (("cluster", "home"), ("node", "thinkcentre-beta"), ("resource", "cpu"))
-    assert got[("kalena_node_capacity", key)] == 3.55
+    got = samples(client.get("/metrics/cluster"))
+    key = (("cluster", "home"), ("node", "thinkcentre-beta"))
+    assert got[("kalena_node_capacity_cores", key)] == 3.55
     assert got[("kalena_node_telemetry_stale", key[:2])] == 1.0
     assert got[("kalena_node_telemetry_stale", (("cluster", "home"), ("node", "thinkcentre-alpha")))] == 0.0
     assert got[("kalena_evictions_total", (("cause", "priority"), ("cluster", "home"), ("node", "thinkcentre-beta")))] == 1
     from kalena_web.telemetry.models import RejectedSamples
 
     RejectedSamples.objects.create(node=node, reason="nan_or_inf", samples=3, messages=1, first_s=1.0, last_s=2.0)
-    got = samples(client.get("/metrics"))
+    got = samples(client.get("/metrics/cluster"))
     assert got[("kalena_rejected_samples_total", (("cluster", "home"), ("node", "thinkcentre-beta"),
                                                   ("reason", "nan_or_inf")))] == 3
     settings.KALENA_METRICS_TOKEN = "s3cret"
-    assert client.get("/metrics").status_code == 401
-    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+    assert client.get("/metrics/cluster").status_code == 401
+    assert client.get("/metrics/cluster", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200

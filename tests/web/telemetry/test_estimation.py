@@ -181,7 +181,7 @@ def _c1_takes_no_batch_and_says_stale(node: Node) -> None:
     assert "telemetry stale" in page and "every reservation reads max(r, request)" in page
     (api_node,) = client.get(f"/api/clusters/{node.cluster.name}/nodes").json()
     assert api_node["telemetry_stale"] is True and api_node["reservations"]["ram"] == 134.0  # 64 + 40 + 30 GiB
-    metrics = client.get("/metrics").content.decode()
+    metrics = client.get("/metrics/cluster").content.decode()
     assert f'kalena_node_telemetry_stale{{cluster="{node.cluster.name}",node="{node.name}"}} 1.0' in metrics
 
 

@@ -1,0 +1,66 @@
+"""``kalena probe``: liveness checks for exec probes and container health checks.
+
+``kalena probe worker`` / ``kalena probe beat`` read the heartbeat file the Celery worker / beat
+refreshes (:mod:`kalena_web.control.heartbeat`) and fail when it is missing or older than
+``--max-age`` (default three heartbeat periods). ``kalena probe url URL`` GETs a URL (``/livez``,
+``/readyz``, the agent's ``/healthz``) and fails unless it answers 2xx within ``--timeout`` — for
+images that carry no curl. Exit status: 0 healthy, 1 unhealthy (the reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import urllib.error
+import urllib.request
+
+from kalena_web.cli.argtypes import POSITIVE
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = commands.add_parser("probe", help="liveness checks for exec probes and health checks (exit 0 = healthy)")
+    which = parser.add_subparsers(dest="what", required=True, metavar="WHAT")
+    for role in ("worker", "beat"):
+        sub = which.add_parser(role, help=f"the Celery {role}'s heartbeat is fresh")
+        sub.add_argument("--max-age", type=POSITIVE, default=None, metavar="S",
+                         help="oldest acceptable heartbeat in seconds (default 3 × KALENA_HEARTBEAT_S)")
+        sub.set_defaults(handler=_heartbeat, role=role)
+    url = which.add_parser("url", help="a URL answers 2xx")
+    url.add_argument("url")
+    url.add_argument("--timeout", type=POSITIVE, default=3.0, metavar="S")
+    url.set_defaults(handler=_url)
+    return parser
+
+
+def _heartbeat(args: argparse.Namespace) -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kalena_web.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from kalena_web.control.heartbeat import heartbeat_age_s, heartbeat_path
+
+    max_age = args.max_age if args.max_age is not None else 3 * settings.KALENA_HEARTBEAT_S
+    age = heartbeat_age_s(args.role)
+    if age is None:
+        print(f"kalena probe {args.role}: no heartbeat at {heartbeat_path(args.role)}", file=sys.stderr)
+        return 1
+    if age > max_age:
+        print(f"kalena probe {args.role}: last heartbeat {age:.1f} s ago (> {max_age:g} s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _url(args: argparse.Namespace) -> int:
+    try:
+        with urllib.request.urlopen(args.url, timeout=args.timeout) as response:  # noqa: S310 - operator's URL
+            if 200 <= response.status < 300:
+                return 0
+            print(f"kalena probe url: {args.url} answered {response.status}", file=sys.stderr)
+    except urllib.error.HTTPError as exc:
+        print(f"kalena probe url: {args.url} answered {exc.code}", file=sys.stderr)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"kalena probe url: {args.url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+    return 1

@@ -1,0 +1,78 @@
+"""Liveness of Celery workers and beat: a heartbeat file each process refreshes, read by
+``kalena probe worker|beat`` (an exec probe in Kubernetes, a health check in Compose/Swarm).
+
+A probe that asked the broker (``celery inspect ping``) would restart every worker during a Redis
+outage — exactly when restarting helps nothing — so liveness is local: the worker's heartbeat is
+written from its own timer (the thread that also drives its task consumer, so a wedged consumer
+stops it); beat's from its scheduler's ``tick``. A probe fails when the file is missing or older
+than ``max_age_s`` (default three heartbeat periods).
+
+Files: ``KALENA_HEARTBEAT_DIR/worker`` and ``KALENA_HEARTBEAT_DIR/beat``, each holding the Unix
+time of the last beat.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from celery import bootsteps
+from celery.beat import PersistentScheduler
+from django.conf import settings
+
+ROLES = ("worker", "beat")
+
+
+def heartbeat_path(role: str) -> Path:
+    """The heartbeat file of ``role`` (one of :data:`ROLES`)."""
+    return Path(settings.KALENA_HEARTBEAT_DIR) / role
+
+
+def heartbeat_write(role: str, *, now_s: float | None = None) -> None:
+    """Record that ``role`` is alive now (atomic replace: a probe never reads half a file)."""
+    path = heartbeat_path(role)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{role}.{os.getpid()}")
+    tmp.write_text(f"{time.time() if now_s is None else now_s:.3f}\n")
+    tmp.replace(path)
+
+
+def heartbeat_age_s(role: str, *, now_s: float | None = None) -> float | None:
+    """Seconds since ``role``'s last heartbeat; None when it never wrote one (or the file is
+    unreadable)."""
+    try:
+        beat = float(heartbeat_path(role).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return max(0.0, (time.time() if now_s is None else now_s) - beat)
+
+
+class WorkerHeartbeat(bootsteps.StartStopStep):
+    """Worker bootstep: refresh the worker heartbeat every ``KALENA_HEARTBEAT_S`` on the worker's
+    own timer."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker, **kwargs) -> None:
+        super().__init__(worker, **kwargs)
+        self.tref = None
+
+    def start(self, worker) -> None:
+        heartbeat_write("worker")
+        self.tref = worker.timer.call_repeatedly(settings.KALENA_HEARTBEAT_S, heartbeat_write, ("worker",))
+
+    def stop(self, worker) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+
+
+class HeartbeatScheduler(PersistentScheduler):
+    """Celery beat's persistent scheduler that also refreshes the beat heartbeat on every tick
+    (``CELERY_BEAT_SCHEDULER``)."""
+
+    def tick(self, *args, **kwargs):
+        heartbeat_write("beat")
+        interval = super().tick(*args, **kwargs)
+        # beat sleeps ``interval`` between ticks: wake often enough to keep the heartbeat fresh
+        return min(interval, settings.KALENA_HEARTBEAT_S)
