@@ -18,9 +18,10 @@ from agents.logs import configure as configure_logs
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: kalena-agent run [flags…] | kalena-agent bench mitigation [flags…]\n"
+        print("usage: kalena-agent run [flags…] | kalena-agent bench mitigation [flags…] | kalena-agent probe\n"
               "  kalena-agent run --help       agent flags (each also KALENA_AGENT_<FLAG>)\n"
-              "  kalena-agent bench mitigation --help")
+              "  kalena-agent bench mitigation --help\n"
+              "  kalena-agent probe [--address HOST:PORT]   exit 0 when the agent's /healthz answers 200")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "run":
@@ -58,8 +59,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         except FacilityUnavailable as exc:
             print(f"kalena-agent bench: {exc}", file=sys.stderr)
             return 3
-    print(f"kalena-agent: unknown command {command!r} (run, bench)", file=sys.stderr)
+    if command == "probe":
+        return _probe(rest)
+    print(f"kalena-agent: unknown command {command!r} (run, bench, probe)", file=sys.stderr)
     return 2
+
+
+def _probe(argv: Sequence[str]) -> int:
+    """GET the agent's ``/healthz`` (a container health check; the image carries no curl)."""
+    import urllib.error
+    import urllib.request
+
+    parser = argparse.ArgumentParser(prog="kalena-agent probe")
+    parser.add_argument("--address", default=os.environ.get("KALENA_AGENT_HEALTH_ADDRESS", "127.0.0.1:9640"))
+    parser.add_argument("--timeout", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    host, _, port = args.address.rpartition(":")
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    url = f"http://{host}:{port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as response:  # noqa: S310 - local address
+            return 0 if response.status == 200 else 1
+    except urllib.error.HTTPError as exc:
+        print(f"kalena-agent probe: {url} answered {exc.code}: {exc.read().decode(errors='replace')}", file=sys.stderr)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"kalena-agent probe: {url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

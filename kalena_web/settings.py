@@ -8,7 +8,10 @@ into ``<project>/var/secret_key``. Production: set ``DATABASE_URL`` (PostgreSQL,
 Environment:
     DATABASE_URL: database URL (dj-database-url); unset = embedded SQLite.
     KALENA_DB_PATH: SQLite file when DATABASE_URL is unset.
-    KALENA_SECRET_KEY: secret key; unset = read or create ``var/secret_key``.
+    KALENA_SECRET_KEY: secret key; unset = read or create ``var/secret_key``; set, it must be
+        strong (50+ random characters; empty or example values such as ``change-me`` are refused).
+    <NAME>_FILE: read KALENA_SECRET_KEY, DATABASE_URL, REDIS_URL or KALENA_METRICS_TOKEN from a
+        file (Docker secrets: ``/run/secrets/...``).
     KALENA_DEBUG: ``1`` for Django's debug mode (never in production); default off.
     KALENA_ALLOWED_HOSTS: comma-separated host names (default ``127.0.0.1,localhost``).
     KALENA_CSRF_TRUSTED_ORIGINS: comma-separated origins behind a TLS proxy (``https://kalena.example``).
@@ -17,7 +20,8 @@ Environment:
         (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are exempt from the redirect and the
         host check, so an orchestrator can probe a pod by its IP over plain HTTP.
     KALENA_SECURE_COOKIES: ``1``: secure cookies only (implied by ``KALENA_HTTPS``).
-    KALENA_HSTS_SECONDS: HSTS max-age with ``KALENA_HTTPS`` (default one year).
+    KALENA_HSTS_SECONDS: HSTS max-age with ``KALENA_HTTPS`` (default one year); KALENA_HSTS_PRELOAD=0
+        drops the ``preload`` directive.
     KALENA_STATIC_MANIFEST: ``1`` once ``collectstatic`` has run (the images): hashed static names.
     KALENA_LOG_FORMAT: ``json`` (default) or ``text`` (human-readable); KALENA_LOG_LEVEL.
     KALENA_STATIC_ROOT: where ``collectstatic`` writes (default ``var/static``).
@@ -37,6 +41,25 @@ from agents.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("KALENA_VAR_DIR") or BASE_DIR / "var")
+
+
+#: Settings that may come from a file (Docker/Swarm secrets, Kubernetes secret volumes): with
+#: ``<NAME>_FILE`` set and ``<NAME>`` unset, ``<NAME>`` is that file's content, stripped.
+FILE_SETTINGS = ("KALENA_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "KALENA_METRICS_TOKEN")
+
+
+def _settings_from_files() -> None:
+    """Raises ImproperlyConfigured: a ``<NAME>_FILE`` that cannot be read (naming it)."""
+    for name in FILE_SETTINGS:
+        path = os.environ.get(f"{name}_FILE")
+        if path and name not in os.environ:
+            try:
+                os.environ[name] = Path(path).read_text().strip()
+            except OSError as exc:
+                raise ImproperlyConfigured(f"{name}_FILE={path}: cannot read it ({exc.strerror or exc})") from None
+
+
+_settings_from_files()
 
 
 def _flag(name: str, default: bool = False) -> bool:
@@ -194,7 +217,7 @@ if HTTPS:
     SECURE_REDIRECT_EXEMPT = [rf"^{p.lstrip('/')}$" for p in PROBE_PATHS]
     SECURE_HSTS_SECONDS = int(os.environ.get("KALENA_HSTS_SECONDS", str(365 * 86400)))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = _flag("KALENA_HSTS_PRELOAD")
+    SECURE_HSTS_PRELOAD = _flag("KALENA_HSTS_PRELOAD", default=True)
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"

@@ -4,7 +4,8 @@
 refreshes (:mod:`kalena_web.control.heartbeat`) and fail when it is missing or older than
 ``--max-age`` (default three heartbeat periods). ``kalena probe url URL`` GETs a URL (``/livez``,
 ``/readyz``, the agent's ``/healthz``) and fails unless it answers 2xx within ``--timeout`` — for
-images that carry no curl. Exit status: 0 healthy, 1 unhealthy (the reason on stderr).
+images that carry no curl. ``kalena probe migrations --wait S`` succeeds once every migration is
+applied (Swarm ignores ``depends_on``: entrypoints wait with it for the migrate job). Exit status: 0 healthy, 1 unhealthy (the reason on stderr).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
-from kalena_web.cli.argtypes import POSITIVE
+from kalena_web.cli.argtypes import NON_NEGATIVE, POSITIVE
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -26,6 +28,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         sub.add_argument("--max-age", type=POSITIVE, default=None, metavar="S",
                          help="oldest acceptable heartbeat in seconds (default 3 × KALENA_HEARTBEAT_S)")
         sub.set_defaults(handler=_heartbeat, role=role)
+    migrations = which.add_parser("migrations", help="every migration is applied (waiting up to --wait)")
+    migrations.add_argument("--wait", type=NON_NEGATIVE, default=0.0, metavar="S",
+                            help="keep checking for this long (database down or migrations pending) before failing")
+    migrations.set_defaults(handler=_migrations)
     url = which.add_parser("url", help="a URL answers 2xx")
     url.add_argument("url")
     url.add_argument("--timeout", type=POSITIVE, default=3.0, metavar="S")
@@ -51,6 +57,25 @@ def _heartbeat(args: argparse.Namespace) -> int:
         print(f"kalena probe {args.role}: last heartbeat {age:.1f} s ago (> {max_age:g} s)", file=sys.stderr)
         return 1
     return 0
+
+
+def _migrations(args: argparse.Namespace) -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kalena_web.settings")
+    import django
+
+    django.setup()
+    from kalena_web.control.health import readiness_checks
+
+    deadline = time.monotonic() + args.wait
+    while True:
+        checks = readiness_checks()
+        if checks["migrations"] == "ok":
+            return 0
+        if time.monotonic() >= deadline:
+            print(f"kalena probe migrations: database {checks['database']}; migrations {checks['migrations']}",
+                  file=sys.stderr)
+            return 1
+        time.sleep(2.0)
 
 
 def _url(args: argparse.Namespace) -> int:

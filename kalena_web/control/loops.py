@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 
+from agents.logs import log_context
 from kalena_web.control.locks import loop_lock
 from kalena_web.control.services import loop_run_record
 from kalena_web.inventory.models import Cluster
@@ -28,7 +29,7 @@ def run_for_clusters(loop: str, body: Callable[[Cluster, float], object], *, ttl
     for cluster in clusters:
         started = time.time()
         now = started if now_s is None else now_s
-        with loop_lock(f"{loop}:{cluster.id}", ttl_s=ttl_s) as taken:
+        with log_context(cluster=cluster.name), loop_lock(f"{loop}:{cluster.id}", ttl_s=ttl_s) as taken:
             if not taken:
                 loop_run_record(loop=loop, cluster=cluster, started_s=started, finished_s=time.time(),
                                 outcome="skipped", detail={"why": "lock held by another worker"})

@@ -4,6 +4,7 @@ parsers accept, read settings that exist, and grant the scheduler exactly what i
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import yaml
 from kalena_web.celery import app as celery_app
 from kalena_web.cli import build_parser
 from kalena_web.control.schedules import PERIODS_S
+from kalena_web.settings import FILE_SETTINGS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SETTINGS = (Path(__file__).resolve().parents[2] / "kalena_web" / "settings.py").read_text()
@@ -32,8 +34,14 @@ def containers() -> list[tuple[str, list[str], dict]]:
     return out
 
 
-@pytest.mark.parametrize(("where", "argv", "spec"), containers(), ids=[c[0] for c in containers()])
-def test_every_command_exists_with_accepted_flags(where, argv, spec) -> None:
+def _commands(argv: list[str]) -> list[list[str]]:
+    """``sh -c "a && exec b"`` → ``[a, b]``; anything else is one command."""
+    if argv[:2] == ["sh", "-c"]:
+        return [shlex.split(part.strip().removeprefix("exec ")) for part in argv[2].split("&&")]
+    return [argv]
+
+
+def _check_command(argv: list[str]) -> None:
     if argv[:1] == ["celery"]:
         assert argv[1:3] == ["-A", "kalena_web"] and argv[3] in ("worker", "beat")
         return
@@ -42,7 +50,18 @@ def test_every_command_exists_with_accepted_flags(where, argv, spec) -> None:
         return
     args = argv[1:] if argv[:1] == ["kalena"] else argv
     parsed = build_parser().parse_args(args)  # exits (fails the test) on an unknown flag
-    assert parsed.command == "serve"
+    assert parsed.command in ("serve", "probe")
+
+
+@pytest.mark.parametrize(("where", "argv", "spec"), containers(), ids=[c[0] for c in containers()])
+def test_every_command_exists_with_accepted_flags(where, argv, spec) -> None:
+    for command in _commands(argv):
+        _check_command(command)
+    probes = [spec.get("healthcheck", {}).get("test", [])[1:]] if "healthcheck" in spec else []
+    probes += [p["exec"]["command"] for p in (spec.get("livenessProbe"), spec.get("readinessProbe")) if p and "exec" in p]
+    for probe in probes:
+        assert probe[:2] == ["kalena", "probe"], probe
+        _check_command(probe)
 
 
 def test_environment_names_are_settings_kalena_reads() -> None:
@@ -54,6 +73,7 @@ def test_environment_names_are_settings_kalena_reads() -> None:
         if doc["kind"] == "ConfigMap":
             names |= set(doc["data"])
     names -= {"DOCKER_HOST"}  # read by the Docker SDK
+    names = {n.removesuffix("_FILE") if n.removesuffix("_FILE") in FILE_SETTINGS else n for n in names}
     for name in names:
         assert re.search(rf'"{name}"', SETTINGS), f"{name} is not read by kalena_web/settings.py"
 
