@@ -23,6 +23,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               "  kalena-agent bench mitigation --help\n"
               "  kalena-agent probe [--address HOST:PORT]   exit 0 when the agent's /healthz answers 200")
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from agents import __version__
+
+        print(f"kalena-agent {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "run":
         from agents.config import parse_run_args
@@ -85,6 +90,25 @@ def _probe(argv: Sequence[str]) -> int:
     except (urllib.error.URLError, OSError) as exc:
         print(f"kalena-agent probe: {url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
     return 1
+
+
+WEB_EXTRA_MODULES = ("django", "ninja", "celery", "channels", "daphne", "plotly", "whitenoise", "dj_database_url")
+
+
+def kalena_main() -> int:
+    """The ``kalena`` console script: the console and control plane (``kalena_web.cli``), which
+    need the ``web`` extra; without it, say so and exit 2 instead of a traceback."""
+    import importlib
+
+    try:
+        cli = importlib.import_module("kalena_web.cli")  # dynamic: the agent never imports the web stack
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in WEB_EXTRA_MODULES:
+            raise
+        print(f"kalena: the console and control plane need the web extra ({exc.name} is not installed): "
+              "pip install 'kalena[web]'. The node agent alone is kalena-agent.", file=sys.stderr)
+        return 2
+    return cli.main()
 
 
 if __name__ == "__main__":

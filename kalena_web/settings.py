@@ -25,7 +25,8 @@ Environment:
     KALENA_STATIC_MANIFEST: ``1`` once ``collectstatic`` has run (the images): hashed static names.
     KALENA_LOG_FORMAT: ``json`` (default) or ``text`` (human-readable); KALENA_LOG_LEVEL.
     KALENA_STATIC_ROOT: where ``collectstatic`` writes (default ``var/static``).
-    KALENA_VAR_DIR: the project-local state folder (default ``<project>/var``).
+    KALENA_VAR_DIR: the state folder (default ``<checkout>/var`` in a source checkout, else
+        ``$XDG_STATE_HOME/kalena``, i.e. ``~/.local/state/kalena``; never inside the package).
 """
 
 from __future__ import annotations
@@ -39,8 +40,32 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agents.logs import logging_config
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("KALENA_VAR_DIR") or BASE_DIR / "var")
+PACKAGE_DIR = Path(__file__).resolve().parent
+BASE_DIR = PACKAGE_DIR.parent
+#: A source checkout (the repository: ``pyproject.toml`` beside the package) keeps its state in
+#: ``<checkout>/var``; an installed package never writes beside itself.
+SOURCE_CHECKOUT = (BASE_DIR / "pyproject.toml").is_file()
+
+
+def _state_dir() -> Path:
+    """``KALENA_VAR_DIR``; else ``<checkout>/var`` in a source checkout; else
+    ``$XDG_STATE_HOME/kalena`` (``~/.local/state/kalena``) for an installed package."""
+    if os.environ.get("KALENA_VAR_DIR"):
+        return Path(os.environ["KALENA_VAR_DIR"])
+    if SOURCE_CHECKOUT:
+        return BASE_DIR / "var"
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "kalena"
+
+
+def _asset_dir(name: str) -> Path:
+    """``templates`` or ``static``: shipped inside the package in a wheel (copied at build time by
+    setup.py from the top-level folders, the one place pages are edited); the top-level folder
+    in a source checkout or an editable install."""
+    packaged = PACKAGE_DIR / name
+    return packaged if packaged.is_dir() else BASE_DIR / name
+
+
+VAR_DIR = _state_dir()
 
 
 #: Settings that may come from a file (Docker/Swarm secrets, Kubernetes secret volumes): with
@@ -142,7 +167,7 @@ WSGI_APPLICATION = "kalena_web.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [_asset_dir("templates")],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -189,7 +214,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("KALENA_STATIC_ROOT") or VAR_DIR / "static")
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [_asset_dir("static")]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",

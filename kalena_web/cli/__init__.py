@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from agents import __version__
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import agent_token, bench, cluster, export, probe, replay, serve, users
+from kalena_web.cli import agent_token, bench, cluster, export, migrate, probe, replay, serve, users
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalena", description="Kalena: slack harvesting downstream of Kuberina.")
+    parser.add_argument("--version", action="version", version=f"kalena {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     replay.add_parser(commands)
     bench.add_parser(commands)
@@ -20,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     users.add_parser(commands)
     agent_token.add_parser(commands)
     probe.add_parser(commands)
+    migrate.add_parser(commands)
     return parser
 
 

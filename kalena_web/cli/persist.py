@@ -28,7 +28,7 @@ def django_setup() -> None:
     if pending:
         raise ArchiveError(
             f"the database {connection.settings_dict['NAME']} has {len(pending)} unapplied migration(s): "
-            "run `python manage.py migrate` first")
+            "run `kalena migrate` (or `python manage.py migrate` in a checkout) first")
 
 
 def persist_replay(args: argparse.Namespace, *, setup: bool = True):

@@ -79,3 +79,21 @@ def test_every_long_running_kubernetes_container_has_a_liveness_probe() -> None:
                 continue
             for c in doc["spec"]["template"]["spec"]["containers"]:
                 assert "livenessProbe" in c, f"{name}: {doc['metadata']['name']}/{c['name']} has no livenessProbe"
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "agent/Dockerfile"])
+def test_dockerfiles_are_multi_stage_unprivileged_and_checked(name: str) -> None:
+    """What scripts/build-images verifies on the built images (it needs debootstrap and several
+    minutes, so it runs on demand); here the Dockerfiles' shape."""
+    text = (DEPLOY / name).read_text()
+    froms = [line for line in text.splitlines() if line.startswith("FROM ")]
+    assert froms[0] == "FROM ${BASE} AS build" and froms[-1] == "FROM ${BASE}", froms   # base as a build arg
+    final = text[text.rindex("FROM ${BASE}\n"):]
+    assert "COPY --from=build /opt/kalena /opt/kalena" in final
+    assert "pip install" not in final and "apt-get" not in final                       # nothing built there
+    (user,) = [line.split()[1] for line in final.splitlines() if line.startswith("USER ")]
+    assert user.split(":")[0].isdigit() and int(user.split(":")[0]) > 0
+    assert "\nHEALTHCHECK " in final
+    assert "-e ." not in text and "--editable" not in text                              # the wheel, installed
+    ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
+    assert {".venv", ".git", "var"} <= set(ignored)
