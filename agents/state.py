@@ -39,7 +39,9 @@ class Tracked:
     evict_reason: str | None = None
     kill_deadline_s: float | None = None
     killed: bool = False
-    #: ``(ts_s, nr_periods, nr_throttled)`` history for the anti-starvation window.
+    #: the anti-starvation cap this service holds (mcpu), ``None`` when uncapped.
+    starvation_cap_mcpu: float | None = None
+    #: ``(ts_s, cumulative throttled_time_us)`` history for the anti-starvation window.
     throttle_history: deque = field(default_factory=lambda: deque(maxlen=4096))
 
     @property

@@ -8,6 +8,7 @@ from kalena_engine.mitigation.cpu import (
     plan_batch_cpu,
     plan_starvation_relief,
     service_cpu_claims_mcpu,
+    throttled_window_ratio,
 )
 from kalena_engine.mitigation.eviction import (
     EvictionPlan,
@@ -23,5 +24,5 @@ __all__ = [
     "CpuShare", "CpuThrottlePlan", "EvictionPlan", "MemoryCap", "NodeWorkloads", "PressureSignal",
     "ServiceCap", "StarvationPlan", "Victim", "batch_cpu_budget_mcpu", "batch_cpu_shares",
     "batch_memory_cap", "plan_batch_cpu", "plan_evictions", "plan_starvation_relief",
-    "service_cpu_claims_mcpu",
+    "service_cpu_claims_mcpu", "throttled_window_ratio",
 ]

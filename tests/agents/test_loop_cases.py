@@ -141,26 +141,78 @@ def test_daemonsets_are_never_touched(rig) -> None:
     assert [a["workload"]["id"] for a in rig.actions("evict")] == ["b"]
 
 
-def test_anti_starvation_caps_a_service_above_its_reservation_then_restores_it(tmp_path) -> None:
-    rig = Rig(tmp_path, capacity={"cpu": 2000.0}, policy=Policy().with_eviction(starvation_window_s=10.0))
+def _cap_mcpu(cpu_max: str) -> float:
+    quota, period = cpu_max.split()
+    return math.inf if quota == "max" else int(quota) / int(period) * 1000.0
+
+
+@pytest.mark.parametrize("throttled_periods_per_s", [
+    pytest.param(4, id="few long throttled periods (40 % of periods, 80 % of the time)"),
+    pytest.param(8, id="many throttled periods (80 % of periods and of the time)"),
+])
+def test_anti_starvation_caps_a_service_above_its_request_and_holds_the_cap_while_batch_starves(
+        tmp_path, throttled_periods_per_s: int) -> None:
+    # C = 2 cores; S requests 0.5 core and wants 1.5 cores (its reservation follows at once: 1.15 × 1.5
+    # > 1.5, so S is never "above its reservation"); B is throttled 0.8 s of every second for 600 s
+    rig = Rig(tmp_path, capacity={"cpu": 2000.0})
     try:
         rig.add("s", tier="service", requests={"cpu": "500m"}, limits={"cpu": "2"}, start_time=T0 - 10_000)
         rig.add("b", tier="batch", requests={"cpu": "500m"}, start_time=T0 - 10_000)
         loop = rig.build()
-        usage_s = periods = throttled = 0
-        for second in range(8):
-            # S uses 0.5 core, then jumps to 1.5 cores at t = 5; B is throttled in 80 % of its periods
-            usage_s += 500_000 if second <= 5 else 1_500_000
-            periods, throttled = periods + 10, throttled + 8
+        usage_s = usage_b = 0
+        caps: list[float] = []
+        for second in range(601):
+            cap = _cap_mcpu(rig.file("s", "cpu.max"))
+            usage_s += int(min(1500.0, cap) * 1000)            # S gets what its quota lets it have
+            usage_b += 200_000
             rig.set_files("s", usage_usec=usage_s, procs=f"{rig.procs['s'].pid}\n", cpu_max=rig.file("s", "cpu.max"))
-            rig.set_files("b", usage_usec=second * 400_000, nr_periods=periods, nr_throttled=throttled,
-                          procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+            rig.set_files("b", usage_usec=usage_b, nr_periods=10 * second, nr_throttled=throttled_periods_per_s * second,
+                          throttled_usec=800_000 * second, procs=f"{rig.procs['b'].pid}\n",
+                          cpu_max=rig.file("b", "cpu.max"))
             loop.tick(T0 + second, float(second))
-        (cap,) = rig.actions("starvation_cap")
-        # at t = 6: S used 1.5 cores against max(r = 1.15 × 0.5 = 0.575, q = 0.5): release 0.1 core → cap 1.4 cores
-        assert cap["workload"]["id"] == "s" and cap["numbers"]["quota_us"] == 140_000
-        (release,) = rig.actions("starvation_release")             # next tick r_S = 1.725 ≥ u: cap lifted
+            caps.append(_cap_mcpu(rig.file("s", "cpu.max")))
+        decisions = rig.actions("starvation_cap")
+        assert decisions, "80 % of the window throttled (> θ = 50 %) must cap the service above its request"
+        first = decisions[0]
+        # throttled time 0.8 s/s passes θ × 60 s = 30 s at t = 38 s (38 × 0.8 = 30.4 s); usage 1.5 > q = 0.5:
+        # release min_batch_cpu = 0.1 core → cap 1.4 cores
+        assert first["ts"] == T0 + 38 and first["workload"]["id"] == "s"
+        assert first["numbers"]["quota_us"] == 140_000 and first["numbers"]["request_mcpu"] == 500.0
+        # the cap is held from then on: never released while B starves, re-decided once per 60 s window
+        assert rig.actions("starvation_release") == []
+        assert all(math.isfinite(c) for c in caps[38:]), "the cap lapsed while batch was still starving"
+        times = [a["ts"] for a in decisions]
+        assert all(b - a >= 60 for a, b in zip(times, times[1:], strict=False))
+        # each re-decision releases another 0.1 core, never below S's request of 0.5 core
+        assert [a["numbers"]["cap_mcpu"] for a in decisions] == pytest.approx(
+            [1400.0 - 100.0 * i for i in range(len(decisions))][:len(decisions)])
+        assert min(caps[38:]) >= 500.0 and len(decisions) == 10       # 1.4 … 0.5 core, t = 38 … 578
+        # B stops being throttled: a window later (and after the hold) the cap is lifted
+        for second in range(601, 760):
+            usage_s += int(min(1500.0, _cap_mcpu(rig.file("s", "cpu.max"))) * 1000)
+            rig.set_files("s", usage_usec=usage_s, procs=f"{rig.procs['s'].pid}\n", cpu_max=rig.file("s", "cpu.max"))
+            rig.set_files("b", usage_usec=usage_b, nr_periods=6000, nr_throttled=600 * throttled_periods_per_s,
+                          throttled_usec=800_000 * 600, procs=f"{rig.procs['b'].pid}\n",
+                          cpu_max=rig.file("b", "cpu.max"))
+            loop.tick(T0 + second, float(second))
+        (release,) = rig.actions("starvation_release")
         assert release["numbers"]["quota_us"] is None and rig.file("s", "cpu.max") == "max 100000"
+    finally:
+        rig.close()
+
+
+def test_anti_starvation_never_caps_a_service_within_its_request(tmp_path) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 2000.0})
+    try:
+        rig.add("s", tier="service", requests={"cpu": "1500m"}, limits={"cpu": "2"}, start_time=T0 - 10_000)
+        rig.add("b", tier="batch", requests={"cpu": "500m"}, start_time=T0 - 10_000)
+        loop = rig.build()
+        for second in range(120):                   # S uses 1.5 cores = its request; B throttled 80 % of the time
+            rig.set_files("s", usage_usec=1_500_000 * second, procs=f"{rig.procs['s'].pid}\n")
+            rig.set_files("b", usage_usec=200_000 * second, throttled_usec=800_000 * second, nr_periods=10 * second,
+                          nr_throttled=8 * second, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+            loop.tick(T0 + second, float(second))
+        assert rig.actions("starvation_cap") == [] and rig.file("s", "cpu.max") == "max 100000"
     finally:
         rig.close()
 
