@@ -58,7 +58,7 @@ class MemoryActions:
         usage = np.array([np.nan_to_num(t.sample.usage, nan=0.0) if t.sample is not None else np.zeros(len(DIMS))
                           for t in rows])
         workloads = NodeWorkloads(
-            reservation=eff, usage=usage, limit=self.table.declared_limit()[idx],
+            reservation=eff, usage=usage, limit=self.table.estimator_limit(self.settings.policy.estimator)[idx],
             tier=np.array([t.workload.tier for t in rows]), priority=np.array([t.workload.priority for t in rows]),
             start_s=np.array([t.workload.start_s for t in rows]),
             terminating=np.array([t.terminating for t in rows], dtype=bool), count=np.ones(len(rows), dtype=np.int64))

@@ -63,11 +63,6 @@ class Workload:
     source: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
 
-    def limit_or_request(self, limit_ratio: float = 1.0) -> np.ndarray:
-        """``L`` for the estimator (DESIGN §5): the declared limit, or ``limit_ratio × q`` where
-        none is declared."""
-        return np.where(np.isfinite(self.limit), self.limit, self.request * limit_ratio)
-
 
 @dataclass(frozen=True)
 class CpuThrottling:

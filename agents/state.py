@@ -101,6 +101,10 @@ class WorkloadTable:
     def declared_limit(self) -> np.ndarray:
         return np.array([self.by_id[i].workload.limit for i in self.ids]).reshape(-1, N_DIMS)
 
+    def estimator_limit(self, policy: EstimatorPolicy) -> np.ndarray:
+        """``(n, 8)`` L of every row (declared, else ``limit_ratio × q``; DESIGN §5)."""
+        return estimator.estimator_limit(self.declared_limit(), self.request(), policy.limit_ratio)
+
     def update_estimator(self, samples: dict[str, UsageSample], policy: EstimatorPolicy) -> None:
         """Feed new samples (those newer than the row's last sample) to the estimator. A
         dimension a sample did not measure is pinned at the request for that update; samples
@@ -108,7 +112,7 @@ class WorkloadTable:
         if not self.ids:
             return
         request = self.request()
-        limit = np.array([self.by_id[i].workload.limit_or_request(policy.limit_ratio) for i in self.ids])
+        limit = self.estimator_limit(policy)
         start = np.array([self.by_id[i].workload.start_s for i in self.ids])
         grace = np.full(len(self.ids), policy.grace_s)
         reclaim = np.array([self.by_id[i].workload.reclaim_disabled for i in self.ids])

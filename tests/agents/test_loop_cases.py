@@ -117,6 +117,34 @@ def test_limit_breach_override_takes_the_service_first(tmp_path) -> None:
         rig.close()
 
 
+@pytest.mark.parametrize("limit_ratio", [
+    pytest.param(1.0, id="no limit declared: L = q"),
+    pytest.param(1.25, id="no limit declared: L = 1.25 × q (policy limit ratio)"),
+])
+def test_limit_breach_override_uses_the_estimators_limit_when_none_is_declared(tmp_path, limit_ratio: float) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 2.95 * GIB},
+              policy=Policy().with_estimator(limit_ratio=limit_ratio))
+    try:
+        rig.set_files("", memory_bytes=int(2.85 * GIB))          # ≥ 0.95 × C: pressure (not acute)
+        # S1 requests 1 GiB, declares no limit and uses 1.5 GiB > L (1 or 1.25 GiB): a breach;
+        # S2 requests 1 GiB, no limit, uses 0.9 GiB: within L
+        rig.add("s1", tier="service", requests={"memory": "1Gi"}, start_time=T0 - 10_000, memory_bytes=int(1.5 * GIB))
+        rig.add("s2", tier="service", requests={"memory": "1Gi"}, start_time=T0 - 10_000, memory_bytes=int(0.9 * GIB))
+        rig.add("b0", tier="batch", priority=0, requests={"memory": "1Gi"}, limits={"memory": "1Gi"},
+                start_time=T0 - 10_000, memory_bytes=GIB // 2)
+        loop = rig.build()
+        loop.tick(T0, 0.0)
+        # Σ r = L_S1 (τ = 1.15 × 1.5 capped at L) + min(L, 1.15 × 0.9) (S2) + 1 (B0, r = q on its first sample)
+        #     = 3 or 3.285 GiB > 2.95: S1 goes first, and then Σ r ≤ 2.95 stops
+        (evict,) = rig.actions("evict")
+        assert (evict["workload"]["id"], evict["reason"]) == ("s1", "limit_breach")
+        assert evict["numbers"]["limit"] == pytest.approx(limit_ratio * GIB)
+        rig.procs["s1"].wait(10)
+        assert rig.alive("s2") and rig.alive("b0")
+    finally:
+        rig.close()
+
+
 def test_batch_memory_caps_on_cgroup_v2(rig) -> None:
     rig.add("b", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"})
     rig.add("b-slack", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"},
