@@ -145,6 +145,37 @@ def test_limit_breach_override_uses_the_estimators_limit_when_none_is_declared(t
         rig.close()
 
 
+def test_one_stale_workload_does_not_disarm_the_node(tmp_path) -> None:
+    # C = 10 GiB, T_stale = max(60 s, 3 × 10 s) = 60 s. P (service, 6 GiB request) uses 5.8 → r = 6 (its L);
+    # B1 (priority 1, 3 GiB) uses 3 → r = 3; B2 (priority 0, 2 GiB) reports 1 GiB at t = 0 and then its
+    # samples stop (its memory.stat turns unreadable), so at t = 90 it reads max(r, q) = 2
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 10 * GIB})
+    try:
+        rig.set_files("", memory_bytes=int(8.0 * GIB))
+        rig.add("p", tier="service", requests={"memory": "6Gi"}, start_time=T0 - 10_000, memory_bytes=int(5.8 * GIB))
+        rig.add("b1", tier="batch", priority=1, requests={"memory": "3Gi"}, limits={"memory": "3Gi"},
+                start_time=T0 - 10_000, memory_bytes=3 * GIB)
+        rig.add("b2", tier="batch", priority=0, requests={"memory": "2Gi"}, limits={"memory": "2Gi"},
+                start_time=T0 - 10_000, memory_bytes=GIB)
+        loop = rig.build()
+        loop.tick(T0, 0.0)                                 # 8 GiB in use < 0.95 × C: no pressure yet
+        assert rig.actions("evict") == []
+        rig.set_file("b2", "memory.stat", "anon not-a-number\n")
+        rig.set_files("", memory_bytes=int(9.8 * GIB))      # fresh pressure: 9.8 ≥ 0.95 × 10, not acute
+        loop.tick(T0 + 90, 90.0)
+        # Σ r = 6 + 3 + 2 (B2 held at max(r, q)) = 11 > 10: decided on the fresh workloads — B2, stale, is
+        # never chosen even though its priority is lowest; B1 goes and 11 − 3 = 8 ≤ 10 stops
+        (evict,) = rig.actions("evict")
+        assert (evict["workload"]["id"], evict["reason"]) == ("b1", "priority")
+        assert evict["numbers"]["ledger_before"] == pytest.approx(11 * GIB)
+        assert evict["numbers"]["held_stale"] == ["b2"] and evict["numbers"]["sample_age_s"] <= 60
+        assert rig.actions("hold") == []
+        rig.procs["b1"].wait(10)
+        assert rig.alive("b2") and rig.alive("p")
+    finally:
+        rig.close()
+
+
 def test_batch_memory_caps_on_cgroup_v2(rig) -> None:
     rig.add("b", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"})
     rig.add("b-slack", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"},
