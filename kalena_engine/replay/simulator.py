@@ -260,7 +260,7 @@ class Simulator:
         signal = PressureSignal(dimension=dim, working_set=working_set, sample_age_s=freshness.sample_age_s)
         plan = plan_evictions(workloads, st.capacity[node], signal, now_s=now_s,
                               stale_ttl_s=self.stale_ttl_s, policy=self.policy.eviction)
-        keep = np.ones(len(g), dtype=bool)
+        requeue = np.zeros(len(g), dtype=np.int64)
         for victim in plan.victims:
             detail = {
                 "dimension": plan.dimension, "capacity": plan.capacity, "working_set": working_set,
@@ -275,13 +275,11 @@ class Simulator:
                 continue
             row = int(group_rows[victim.row - k_p])
             task = int(g.task[row])
-            g.count[row] -= victim.count
-            keep[row] = g.count[row] > 0
-            st.pending[task] += victim.count  # requeued from scratch; no migration
+            requeue[row] += victim.count
             self.scheduler.record_eviction(task, node, now_s)  # cooldown for (job, node)
             events.append(BatchEvent(now_s, "evicted", task, victim.count, node, victim.reason, detail))
-        if not keep.all():
-            g.keep(keep)
+        if requeue.any():
+            st.requeue_batch(requeue)  # requeued from scratch; no migration
 
     def _record(self, step: int, now_s: float, prod_usage: np.ndarray, prod_r: np.ndarray,
                 clipped: np.ndarray, stale: int, events: list[BatchEvent],
