@@ -1,6 +1,6 @@
-"""Prometheus metrics (``GET /metrics``): ledgers, slack, conditions, evictions, batch, ingest
-(accepted and rejected samples, refused connections, estimation lag) and loop health of every
-live cluster, read from the database at scrape time (so every
+"""Prometheus metrics (``GET /metrics``): ledgers, slack, conditions, the blueprint check,
+evictions, batch, ingest (accepted and rejected samples, refused connections, estimation lag)
+and loop health of every live cluster, read from the database at scrape time (so every
 Kalena process answers the same, whichever worker changed what).
 
 With ``KALENA_METRICS_TOKEN`` set, a scrape must send ``Authorization: Bearer <token>``.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -27,6 +28,8 @@ from kalena_web.ledger.models import EstimationRun
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.telemetry.models import AgentStatus, RefusedConnection, RejectedSamples
 
+#: kinds of :class:`kalena_engine.ledger.BlueprintViolation`, always exported (0 when none)
+BLUEPRINT_KINDS = ("missing", "extra", "over_capacity")
 #: (metric dimension label, vector index, divisor to base units)
 _DIMS = (("cpu", 0, 1000.0), ("memory", 1, 1.0))
 
@@ -53,6 +56,10 @@ class KalenaCollector:
                                        labels=labels[:2])
         lag = GaugeMetricFamily("kalena_node_ingest_lag_seconds", "Seconds since the node's freshest sample",
                                 labels=labels[:2])
+        blueprint = GaugeMetricFamily("kalena_node_blueprint_violations", "Blueprint check of the last estimation "
+                                      "pass (DESIGN §6): ways removing all batch would not leave the blueprint's "
+                                      "production set within capacity on the node (0 = holds; any other value is a bug)",
+                                      labels=[*labels[:2], "kind"])
         nodes = Node.objects.filter(cluster__kind=Cluster.LIVE).select_related("cluster", "live_ledger", "condition")
         for node in nodes:
             led, key = node.live_ledger, [node.cluster.name, node.name]
@@ -67,8 +74,13 @@ class KalenaCollector:
             ineligible.add_metric(key, 1.0 if node.condition.slack_ineligible_until_s > now else 0.0)
             if led.last_sample_s is not None:
                 lag.add_metric(key, max(0.0, now - led.last_sample_s))
+            kinds = Counter(v.get("kind", "unknown") for v in led.blueprint_violations or [])
+            for kind in BLUEPRINT_KINDS:
+                blueprint.add_metric([*key, kind], float(kinds.pop(kind, 0)))
+            for kind, n in kinds.items():
+                blueprint.add_metric([*key, kind], float(n))
         yield from gauges.values()
-        yield from (stale, ineligible, lag)
+        yield from (stale, ineligible, lag, blueprint)
         evictions = CounterMetricFamily("kalena_evictions", "Evictions by cause (why-evicted records)",
                                         labels=["cluster", "node", "cause"])
         for cluster, node, cause, n in (EvictionRecord.objects.values_list("cluster__name", "node__name", "cause")
