@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from django.db import transaction
@@ -113,9 +113,7 @@ def _blueprint_check(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkl
             row = {**v.to_dict(), "node": nodes.get(node_id, v.node),
                    "workloads": [names.get(int(w), w) for w in v.workloads]}
             by_node[node_id].append(row)
-            log.error("blueprint check failed on node %s: %s %s%s", row["node"], row["kind"],
-                      ", ".join(row["workloads"]), f" {row['dimension']} {row['request']:.6g} > {row['capacity']:.6g}"
-                      if row["kind"] == "over_capacity" else "")
+            log.error("blueprint check failed: %s", replace(v, node=row["node"], workloads=tuple(row["workloads"])))
     for node_id, ledger in ledgers.items():
         ledger.blueprint_violations = by_node[node_id]
         ledger.blueprint_checked_s = now_s
