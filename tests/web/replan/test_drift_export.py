@@ -88,7 +88,13 @@ def test_small_drift_recommends_nothing_and_export_api(live, client) -> None:
     assert client.get("/api/clusters/home/export?window_s=10").status_code == 400
     beyond = client.get("/api/clusters/home/export?window_s=2592000")  # 30 days: minute rows are kept 7
     assert beyond.status_code == 400 and "KALENA_RETENTION_MINUTE_S" in beyond.json()["detail"]
-    text = client.get("/api/clusters/home/export/workloads.yaml").content.decode()
-    assert text.startswith("namespaces:") or "namespaces:" in text
+    served = client.get("/api/clusters/home/export/workloads.yaml")
+    assert served.status_code == 200 and served["Content-Type"].startswith("application/yaml")
+    text = served.content.decode()
+    assert text.startswith("namespaces:")               # the imported IR v1 document, its top-level key first
+    doc = yaml.safe_load(text)
+    assert len(parse_workloads(doc, source="served.yaml").pods) == 10
+    # the rollups above are from 1970, outside the default day before now: no declaration gets a block
+    assert not any("observed" in d for decls in doc["namespaces"].values() for d in decls)
     report = client.get("/api/clusters/home/export").json()
     assert report["kind"] == "KalenaReport"
