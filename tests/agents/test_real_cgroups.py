@@ -93,19 +93,23 @@ def throttled_time_ns(harness, name: str) -> int:
 
 def test_anti_starvation_caps_the_service_from_real_throttled_time_and_holds_the_cap(harness, tmp_path) -> None:
     window_s = 8.0
-    harness.create("")
-    harness.create("batch")
-    harness.create("service")
+    # the largest cpu weight v1 allows for the test's groups, so both burners get cpu on a loaded machine
+    # (at load 12 a group of weight 2 never ran and was never throttled)
+    harness.create("", cpu_shares=262144)
+    harness.create("batch", cpu_shares=262144)
+    harness.create("service", cpu_shares=262144)
     for _ in range(2):
-        harness.spawn("batch", BURNER)       # two threads' worth of demand against a quota of a third of a cpu
-    harness.spawn("service", BURNER)         # the service wants a whole cpu and requests 0.2 core
+        harness.spawn("batch", BURNER)       # batch wants two cpus; its quota is min_batch_cpu (0.1 core)
+    harness.spawn("service", BURNER)         # the service wants a whole cpu and requests 0.05 core
     source = write_workloads(tmp_path / "w.json", [
         {"id": "svc", "cgroup": harness.rel("service"), "labels": {"kalena.naughtian.io/tier": "service"},
-         "requests": {"cpu": "200m"}, "limits": {"cpu": "2"}},
+         "requests": {"cpu": "50m"}, "limits": {"cpu": "2"}},
         {"id": "job", "cgroup": harness.rel("batch"), "labels": {"kalena.naughtian.io/tier": "batch"},
          "requests": {"cpu": "500m"}}])
-    # contention marks (which exempt a stalled service from caps) are off: this test is about the cap
-    agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), cpu_mcpu=1500.0, pressure_source="eventfd",
+    # C = 0.3 core: once the service's reservation passes 0.2 core, B = min_batch_cpu = 0.1 core whatever
+    # else the machine runs, so CFS throttles batch. Contention marks (which exempt a stalled service from
+    # caps) are off: this test is about the cap
+    agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), cpu_mcpu=300.0, pressure_source="eventfd",
                          cpu_poll=False, policy=Policy().with_estimator(grace_s=0.0).with_eviction(
                              starvation_window_s=window_s))
     try:
@@ -117,7 +121,7 @@ def test_anti_starvation_caps_the_service_from_real_throttled_time_and_holds_the
         # the decision came from throttled time the kernel counted: more than θ = 50 % of the window
         assert numbers["throttled_ratio"]["job"] > 0.5 and numbers["starving_batch"] == ["job"]
         assert (throttled_time_ns(harness, "batch") - before) / 1e9 > 0.5 * window_s
-        assert cap["workload"]["id"] == "svc" and numbers["cap_mcpu"] >= 200.0
+        assert cap["workload"]["id"] == "svc" and numbers["cap_mcpu"] >= 50.0
         assert numbers["cap_mcpu"] == pytest.approx(numbers["usage_mcpu"] - 100.0)   # releases min_batch_cpu
         # held for at least the window: the real quota stays written (or deepens), never back to -1
         end = time.monotonic() + window_s
