@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.collectors.psi import PsiStats
+from kalena_engine.estimator import estimator_limit
 
 KIND_PROCESS = "process"
 KIND_DOCKER = "docker"
@@ -62,6 +63,11 @@ class Workload:
     runtime_ref: str = ""
     source: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+
+    def limit_or_request(self, limit_ratio: float = 1.0) -> np.ndarray:
+        """``L`` (DESIGN §5, §7) of this workload: :func:`kalena_engine.estimator.estimator_limit`
+        (the declared limit, else ``limit_ratio × q``)."""
+        return estimator_limit(self.limit, self.request, limit_ratio)
 
 
 @dataclass(frozen=True)
