@@ -90,6 +90,7 @@ class MitigationLoop(CpuActions, MemoryActions):
         self._next_report = -math.inf
         self._last_hold: dict[str, str] = {}
         self._last_node: NodeReading | None = None
+        self._starvation_hold_until_s = -math.inf
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -256,8 +257,6 @@ class MitigationLoop(CpuActions, MemoryActions):
             self._next_discovery = now_s + self.settings.discovery_interval_s
         elif any(s.name == "file" for s in self.sources):
             self.discover(now_s, only=("file",))   # a stat() per tick: file edits apply at once
-        eff = self.table.effective(now_s, self.settings.stale_ttl_s)
-        r_before = {wid: float(eff[i, CPU]) for i, wid in enumerate(self.table.ids)}
         self._collect(now_s, memory_only=False)
         self._last_node = self.node_reader(now_s)
         polled = self._update_contention(now_s, now_mono)
@@ -266,7 +265,7 @@ class MitigationLoop(CpuActions, MemoryActions):
         cpu_actions = self._cpu(now_s, polled[0] if polled else None)
         self._record_outcomes(polled, cpu_actions)
         actions += cpu_actions
-        actions += self._starvation(now_s, r_before)
+        actions += self._starvation(now_s)
         actions += self._terminations(now_s)
         if now_s >= self._next_report:
             self.report_samples(now_s)

@@ -1,6 +1,6 @@
 """CPU actions of the mitigation loop (DESIGN §7): the batch budget as CFS quotas, the batch
 cpu weight while a service is contended, and anti-starvation caps on services above their own
-reservation. Decisions come from :mod:`kalena_engine.mitigation`; writes go through the
+request (held for the window). Decisions come from :mod:`kalena_engine.mitigation`; writes go through the
 enforcer; this mixin only wires them (see :class:`agents.loop.MitigationLoop`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from agents.loop_support import PERIODIC, trigger_of
 from agents.pressure.events import PressureEvent
-from kalena_engine.mitigation import plan_batch_cpu, plan_starvation_relief
+from kalena_engine.mitigation import plan_batch_cpu, plan_starvation_relief, throttled_window_ratio
 from kalena_engine.resources import CPU
 
 if TYPE_CHECKING:
@@ -83,7 +83,9 @@ class CpuActions:
                 "cgroup_version": self.fs.version}, applied, now_s, event))
         return out
 
-    def _starvation(self: MitigationLoop, now_s: float, r_before: dict[str, float]) -> list[dict[str, Any]]:
+    def _starvation(self: MitigationLoop, now_s: float) -> list[dict[str, Any]]:
+        """Anti-starvation (DESIGN §7): throttled *time* per batch over the rolling window; caps on
+        services above their request, held for the window before the next decision."""
         policy = self.settings.policy.eviction
         window = policy.starvation_window_s
         rows = self.table.rows()
@@ -93,23 +95,26 @@ class CpuActions:
         for tracked in batch:
             throttling = tracked.sample.cpu_throttling if tracked.sample is not None else None
             history = tracked.throttle_history
-            if throttling is not None:
-                history.append((now_s, throttling.nr_periods, throttling.nr_throttled))
+            if throttling is not None and (not history or history[-1][0] < tracked.sample.ts_s):
+                history.append((tracked.sample.ts_s, throttling.throttled_time_us))
             while len(history) > 2 and history[1][0] <= now_s - window:
                 history.popleft()
             ratio = 0.0
-            if len(history) >= 2 and history[-1][0] - history[0][0] >= min(window, 2 * self.settings.mitigation_interval_s):
-                periods = history[-1][1] - history[0][1]
-                ratio = (history[-1][2] - history[0][2]) / periods if periods > 0 else 0.0
+            if len(history) >= 2:
+                ratio = throttled_window_ratio(history[-1][1] - history[0][1], history[-1][0] - history[0][0], window)
             ratios.append(ratio)
+        held = [t for t in services if t.starvation_cap_mcpu is not None]
+        if held and batch and now_s < self._starvation_hold_until_s:
+            return []           # a cap holds for the window before the next decision
         usage = np.array([np.nan_to_num(t.sample.usage[CPU]) for t in services])
-        reservation = np.array([r_before.get(t.workload.id, math.inf) for t in services])
         request = np.array([t.workload.request[CPU] for t in services])
         contended = np.array([t.contended_since_mono is not None for t in services], dtype=bool)
-        plan = plan_starvation_relief(np.array(ratios), usage, reservation, request, contended, policy=policy)
+        current = np.array([np.nan if t.starvation_cap_mcpu is None else t.starvation_cap_mcpu for t in services])
+        plan = plan_starvation_relief(np.array(ratios), usage, request, contended, current, policy=policy)
         caps = {services[c.row].workload.id: c for c in plan.caps}
+        starving = [b.workload.id for b, s in zip(batch, plan.starving, strict=True) if s]
         out = []
-        for tracked in services:
+        for tracked in [t for t in rows if t.workload.tier == "service"]:
             cap = caps.get(tracked.workload.id)
             if cap is not None:
                 if tracked.original_quota is None:
@@ -118,23 +123,29 @@ class CpuActions:
                     except (OSError, ValueError) as exc:
                         self._error(f"{tracked.workload.id}: cannot read cpu quota: {exc}")
                         continue
+                self._starvation_hold_until_s = now_s + window
                 if tracked.quota_written == cap.quota_us:
+                    tracked.starvation_cap_mcpu = cap.cap_mcpu
                     continue
                 applied = self.enforcer.set_cpu_quota(tracked.workload, cap.quota_us, cap.period_us)
                 if applied.ok:
                     tracked.quota_written = cap.quota_us
+                    tracked.starvation_cap_mcpu = cap.cap_mcpu
                 out.append(self._act("starvation_cap", "anti_starvation", tracked.workload, dict(PERIODIC), {
                     "cap_mcpu": cap.cap_mcpu, "quota_us": cap.quota_us, "period_us": cap.period_us,
-                    "usage_mcpu": cap.usage_mcpu, "reservation_mcpu": cap.reservation_mcpu,
+                    "usage_mcpu": cap.usage_mcpu, "request_mcpu": cap.request_mcpu,
                     "release_mcpu": cap.release_mcpu, "needed_mcpu": plan.needed_mcpu,
-                    "starving_batch": [b.workload.id for b, s in zip(batch, plan.starving, strict=True) if s]},
+                    "hold_until_s": self._starvation_hold_until_s, "window_s": window,
+                    "starving_batch": starving,
+                    "throttled_ratio": {b.workload.id: round(r, 4) for b, r in zip(batch, ratios, strict=True)}},
                     applied, now_s, None))
             elif tracked.original_quota is not None:
                 quota, period = tracked.original_quota
                 applied = self.enforcer.set_cpu_quota(tracked.workload, quota, period)
                 if applied.ok:
                     tracked.original_quota = None
+                    tracked.starvation_cap_mcpu = None
                     tracked.quota_written = ...
                 out.append(self._act("starvation_release", "anti_starvation", tracked.workload, dict(PERIODIC), {
-                    "quota_us": quota, "period_us": period}, applied, now_s, None))
+                    "quota_us": quota, "period_us": period, "starving_batch": starving}, applied, now_s, None))
         return out

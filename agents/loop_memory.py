@@ -14,7 +14,7 @@ from agents.loop_support import PERIODIC, trigger_of
 from agents.model import KIND_PROCESS
 from agents.pressure.events import PressureEvent
 from kalena_engine.mitigation import NodeWorkloads, PressureSignal, batch_memory_cap, plan_evictions
-from kalena_engine.mitigation.eviction import pressure_fires
+from kalena_engine.mitigation.eviction import ledger_freshness, pressure_fires
 from kalena_engine.resources import DIMS, RAM, STORAGE
 
 if TYPE_CHECKING:
@@ -57,17 +57,18 @@ class MemoryActions:
         eff = self.table.effective(now_s, self.settings.stale_ttl_s)[idx]
         usage = np.array([np.nan_to_num(t.sample.usage, nan=0.0) if t.sample is not None else np.zeros(len(DIMS))
                           for t in rows])
+        terminating = np.array([t.terminating for t in rows], dtype=bool)
+        # decide on the fresh inputs: a workload whose samples stopped is held at max(r, q) and never
+        # chosen; a node whose sampled workloads are all stale (or whose reading is) evicts nothing (C1)
+        freshness = ledger_freshness(now_s - node.ts_s, self.table.sample_age_s(now_s)[idx], ~terminating,
+                                     self.settings.stale_ttl_s)
         workloads = NodeWorkloads(
-            reservation=eff, usage=usage, limit=self.table.declared_limit()[idx],
+            reservation=eff, usage=usage, limit=self.table.estimator_limit(self.settings.policy.estimator)[idx],
             tier=np.array([t.workload.tier for t in rows]), priority=np.array([t.workload.priority for t in rows]),
-            start_s=np.array([t.workload.start_s for t in rows]),
-            terminating=np.array([t.terminating for t in rows], dtype=bool), count=np.ones(len(rows), dtype=np.int64))
-        # the age of the oldest measured input of the ledger: the node reading and every live
-        # workload's last sample (a workload never sampled yet — in flight — counts at its
-        # request and has no sample to be stale)
-        ages = self.table.sample_age_s(now_s)[idx]
-        live_ages = [a for a, t in zip(ages, rows, strict=True) if not t.terminating and math.isfinite(a)]
-        age = max([now_s - node.ts_s, *live_ages])
+            start_s=np.array([t.workload.start_s for t in rows]), terminating=terminating,
+            count=np.ones(len(rows), dtype=np.int64), held=freshness.held)
+        age = freshness.sample_age_s
+        held_ids = [t.workload.id for t, h in zip(rows, freshness.held, strict=True) if h]
         psi = node.psi.get("memory")
         out = []
         for dim in (RAM, STORAGE):
@@ -88,7 +89,8 @@ class MemoryActions:
                                   stale_ttl_s=self.settings.stale_ttl_s, policy=self.settings.policy.eviction)
             common = {"dimension": DIMS[dim], "capacity": capacity, "working_set": working,
                       "ledger_before": plan.ledger_before, "ledger_after": plan.ledger_after,
-                      "acute": plan.acute, "sample_age_s": round(age, 3), "stale_ttl_s": self.settings.stale_ttl_s}
+                      "acute": plan.acute, "sample_age_s": round(age, 3), "stale_ttl_s": self.settings.stale_ttl_s,
+                      "held_stale": held_ids}
             pressure, _ = pressure_fires(signal, capacity, self.settings.policy.eviction)
             if plan.decision in ("stale_sample", "no_candidate") and pressure:
                 if self._last_hold.get(DIMS[dim]) != plan.decision:

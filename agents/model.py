@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.collectors.psi import PsiStats
+from kalena_engine.estimator import estimator_limit
 
 KIND_PROCESS = "process"
 KIND_DOCKER = "docker"
@@ -64,9 +65,9 @@ class Workload:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def limit_or_request(self, limit_ratio: float = 1.0) -> np.ndarray:
-        """``L`` for the estimator (DESIGN §5): the declared limit, or ``limit_ratio × q`` where
-        none is declared."""
-        return np.where(np.isfinite(self.limit), self.limit, self.request * limit_ratio)
+        """``L`` (DESIGN §5, §7) of this workload: :func:`kalena_engine.estimator.estimator_limit`
+        (the declared limit, else ``limit_ratio × q``)."""
+        return estimator_limit(self.limit, self.request, limit_ratio)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ class Tracked:
     evict_reason: str | None = None
     kill_deadline_s: float | None = None
     killed: bool = False
-    #: ``(ts_s, nr_periods, nr_throttled)`` history for the anti-starvation window.
+    #: the anti-starvation cap this service holds (mcpu), ``None`` when uncapped.
+    starvation_cap_mcpu: float | None = None
+    #: ``(ts_s, cumulative throttled_time_us)`` history for the anti-starvation window.
     throttle_history: deque = field(default_factory=lambda: deque(maxlen=4096))
 
     @property
@@ -99,6 +101,10 @@ class WorkloadTable:
     def declared_limit(self) -> np.ndarray:
         return np.array([self.by_id[i].workload.limit for i in self.ids]).reshape(-1, N_DIMS)
 
+    def estimator_limit(self, policy: EstimatorPolicy) -> np.ndarray:
+        """``(n, 8)`` L of every row (declared, else ``limit_ratio × q``; DESIGN §5)."""
+        return estimator.estimator_limit(self.declared_limit(), self.request(), policy.limit_ratio)
+
     def update_estimator(self, samples: dict[str, UsageSample], policy: EstimatorPolicy) -> None:
         """Feed new samples (those newer than the row's last sample) to the estimator. A
         dimension a sample did not measure is pinned at the request for that update; samples
@@ -106,7 +112,7 @@ class WorkloadTable:
         if not self.ids:
             return
         request = self.request()
-        limit = np.array([self.by_id[i].workload.limit_or_request(policy.limit_ratio) for i in self.ids])
+        limit = self.estimator_limit(policy)
         start = np.array([self.by_id[i].workload.start_s for i in self.ids])
         grace = np.full(len(self.ids), policy.grace_s)
         reclaim = np.array([self.by_id[i].workload.reclaim_disabled for i in self.ids])

@@ -86,6 +86,16 @@ class ObservedStats:
     exceeded_limit_events: int
 
 
+def reservation_percentiles(reservation: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(p50, p95, p99, peak)``, each ``(8,)``, of a reservation series ``(m, 8)`` (m ≥ 1), every
+    row weighted equally (numpy's linear percentile). The one definition the export's
+    ``observed:`` blocks and the drift's r̃ (p95) use, whether the rows are samples (replay) or
+    the live archive's minute rows. Example: cpu rows 1, 2, 3, 4 cores → p50 2.5, peak 4."""
+    r = np.asarray(reservation, dtype=np.float64)
+    p50, p95, p99 = np.percentile(r, [50, 95, 99], axis=0)
+    return p50, p95, p99, r.max(axis=0)
+
+
 def observed_stats(*, times_s: np.ndarray, reservation: np.ndarray, usage: np.ndarray,
                    request: np.ndarray, limit: np.ndarray, start_s: float, grace_s: float,
                    window_s: float) -> ObservedStats | None:
@@ -109,12 +119,12 @@ def observed_stats(*, times_s: np.ndarray, reservation: np.ndarray, usage: np.nd
     if not steady.any():
         return None
     r = reservation[steady]
-    p50, p95, p99 = np.percentile(r, [50, 95, 99], axis=0)
+    p50, p95, p99, peak = reservation_percentiles(r)
     above_request = np.any(usage > request * (1 + 1e-9), axis=1)
     above_limit = np.any(usage > limit * (1 + 1e-9), axis=1)
     return ObservedStats(
         window_s=float(window_s), samples=int(steady.sum()), p50=p50, p95=p95, p99=p99,
-        peak=r.max(axis=0), usage_peak=usage.max(axis=0),
+        peak=peak, usage_peak=usage.max(axis=0),
         exceeded_request_fraction=float(above_request.mean()),
         exceeded_limit_events=int(above_limit.sum()),
     )

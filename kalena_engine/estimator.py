@@ -64,6 +64,18 @@ def initial_reservations(request: np.ndarray, tracked_s: np.ndarray) -> Reservat
     )
 
 
+def estimator_limit(declared_limit: np.ndarray, request: np.ndarray, limit_ratio: float) -> np.ndarray:
+    """``L`` (DESIGN §5): the declared limit, or ``limit_ratio × q`` where none is declared (+inf).
+
+    The one definition of L: the estimator caps ``τ`` at it and the agent's limit-breach
+    override (DESIGN §7) evicts a workload using more than it, so the override also protects
+    workloads that declare no limit. Shapes ``(…, 8)``, internal units. Example: q = 1 GiB, no
+    limit, ratio 1.25 → L = 1.25 GiB; declared 2 GiB → L = 2 GiB whatever the ratio.
+    """
+    declared = np.asarray(declared_limit, dtype=np.float64)
+    return np.where(np.isfinite(declared), declared, np.asarray(request, dtype=np.float64) * float(limit_ratio))
+
+
 def pinned_mask(reclaim_disabled: np.ndarray) -> np.ndarray:
     """``(n, 8)`` bool: dimensions whose reservation stays at the request.
 

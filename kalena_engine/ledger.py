@@ -16,11 +16,11 @@ Unconstrained (+inf) capacity gives +inf slack and headroom and 0 reclaimed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from kalena_engine.errors import InvariantViolation
 from kalena_engine.resources import DIMS, GPU, N_DIMS
 
 #: Relative tolerance for ledger comparisons (float sums of decimal quantities).
@@ -131,16 +131,77 @@ def fits(request: np.ndarray, slack: np.ndarray) -> np.ndarray:
     return np.all(request <= slack + LEDGER_RTOL * np.abs(slack) + 1e-9, axis=1)
 
 
-def check_request_ledger(capacity: np.ndarray, prod_request: np.ndarray, node_names: list[str] | tuple[str, ...]) -> None:
-    """Blueprint fidelity: removing all batch leaves every request ledger within capacity.
+@dataclass(frozen=True)
+class BlueprintViolation:
+    """One way a node's state without batch differs from the blueprint (DESIGN §6 invariant).
 
-    Raises:
-        InvariantViolation: naming the first node and dimension over capacity.
+    ``kind``: ``missing`` (the blueprint placed these production pods here and they are not),
+    ``extra`` (production pods here the blueprint did not place here) or ``over_capacity``
+    (the request ledger Σ_{p∈P_n} q_p exceeds C_n on ``dimension``: ``request`` > ``capacity``,
+    internal units).
     """
-    over = prod_request > capacity * (1 + LEDGER_RTOL) + 1e-6
-    if over.any():
-        row, dim = (int(x[0]) for x in np.nonzero(over))
-        raise InvariantViolation(
-            f"request ledger over capacity on {node_names[row]} ({DIMS[dim]}: "
-            f"{prod_request[row, dim]:.6g} > {capacity[row, dim]:.6g}) — the blueprint state is broken"
-        )
+
+    node: str
+    kind: str
+    workloads: tuple[str, ...] = ()
+    dimension: str | None = None
+    request: float | None = None
+    capacity: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "kind": self.kind, "workloads": list(self.workloads),
+                "dimension": self.dimension, "request": self.request, "capacity": self.capacity}
+
+    def __str__(self) -> str:
+        if self.kind == "over_capacity":
+            return (f"{self.node}: production requests {self.request:.6g} > capacity {self.capacity:.6g} "
+                    f"on {self.dimension}")
+        listed = ", ".join(self.workloads[:5]) + (f" and {len(self.workloads) - 5} more" if len(self.workloads) > 5 else "")
+        return f"{self.node}: {self.kind} production {listed}"
+
+
+def blueprint_violations(*, node_names: Sequence[str], capacity: np.ndarray, prod_ids: Sequence[str],
+                         prod_node: np.ndarray, prod_request: np.ndarray, blueprint_ids: Sequence[str] | None,
+                         blueprint_node: np.ndarray | None) -> tuple[BlueprintViolation, ...]:
+    """Blueprint fidelity (DESIGN §6): with every batch workload removed, each node holds exactly
+    the blueprint's production set and its request ledger fits, ``Σ_{p∈P_n} q_p ≤ C_n``.
+
+    Args:
+        node_names: ``n`` names, for the violations.
+        capacity: ``(n, 8)`` post-Phase-0 capacity.
+        prod_ids, prod_node, prod_request: the production workloads in the state now — ids,
+            ``(p,)`` node row (−1: on no node), ``(p, 8)`` requests. Batch must not be among them.
+        blueprint_ids, blueprint_node: the blueprint's production pods and ``(b,)`` node rows;
+            ``None`` checks the request ledger only (no blueprint recorded).
+
+    Returns:
+        Violations by node, then kind (``missing``, ``extra``, ``over_capacity``); empty when the
+        blueprint state holds. Example: the blueprint puts ``a`` and ``b`` on n0; the state has
+        ``a`` on n0 and ``b`` on n1 → ``(n0 missing b, n1 extra b)``, and ``over_capacity`` on n1
+        if ``b`` does not fit there.
+    """
+    n = len(node_names)
+    prod_node = np.asarray(prod_node, dtype=np.int64)
+    out: list[BlueprintViolation] = []
+    now: list[set[str]] = [set() for _ in range(n)]
+    for wid, row in zip(prod_ids, prod_node.tolist(), strict=True):
+        if 0 <= row < n:
+            now[row].add(str(wid))
+    want: list[set[str]] | None = None
+    if blueprint_ids is not None and blueprint_node is not None:
+        want = [set() for _ in range(n)]
+        for wid, row in zip(blueprint_ids, np.asarray(blueprint_node, dtype=np.int64).tolist(), strict=True):
+            if 0 <= row < n:
+                want[row].add(str(wid))
+    ledger = node_sum(prod_node, np.asarray(prod_request, dtype=np.float64).reshape(-1, N_DIMS), n)
+    over = ledger > capacity * (1 + LEDGER_RTOL) + 1e-6
+    for row in range(n):
+        if want is not None:
+            if missing := sorted(want[row] - now[row]):
+                out.append(BlueprintViolation(node_names[row], "missing", tuple(missing)))
+            if extra := sorted(now[row] - want[row]):
+                out.append(BlueprintViolation(node_names[row], "extra", tuple(extra)))
+        for dim in np.flatnonzero(over[row]).tolist():
+            out.append(BlueprintViolation(node_names[row], "over_capacity", dimension=DIMS[dim],
+                                          request=float(ledger[row, dim]), capacity=float(capacity[row, dim])))
+    return tuple(out)

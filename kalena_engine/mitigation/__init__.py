@@ -8,20 +8,23 @@ from kalena_engine.mitigation.cpu import (
     plan_batch_cpu,
     plan_starvation_relief,
     service_cpu_claims_mcpu,
+    throttled_window_ratio,
 )
 from kalena_engine.mitigation.eviction import (
     EvictionPlan,
+    LedgerFreshness,
     NodeWorkloads,
     PressureSignal,
     Victim,
+    ledger_freshness,
     plan_evictions,
 )
 from kalena_engine.mitigation.memory import MemoryCap, batch_memory_cap
 from kalena_engine.mitigation.throttle import CpuShare, batch_cpu_budget_mcpu, batch_cpu_shares
 
 __all__ = [
-    "CpuShare", "CpuThrottlePlan", "EvictionPlan", "MemoryCap", "NodeWorkloads", "PressureSignal",
+    "CpuShare", "CpuThrottlePlan", "EvictionPlan", "LedgerFreshness", "MemoryCap", "NodeWorkloads", "PressureSignal",
     "ServiceCap", "StarvationPlan", "Victim", "batch_cpu_budget_mcpu", "batch_cpu_shares",
-    "batch_memory_cap", "plan_batch_cpu", "plan_evictions", "plan_starvation_relief",
-    "service_cpu_claims_mcpu",
+    "batch_memory_cap", "ledger_freshness", "plan_batch_cpu", "plan_evictions", "plan_starvation_relief",
+    "service_cpu_claims_mcpu", "throttled_window_ratio",
 ]

@@ -17,13 +17,19 @@ cpus, so a quota alone still lets batch crowd a service for part of every period
 minimum weight batch uses its quota only where services leave cpu idle. The weight derived from
 the request is restored when no service is contended.
 
-**Anti-starvation.** A batch workload throttled for more than θ (default 0.5) of the rolling
-window is starving. Services *above their own reservation* are capped just enough to release
-``min_batch_cpu`` per starving batch workload, in proportion to their excess
-``u − max(r, q)``, and never below ``max(r, q)``: a service within its reservation (or its
-request — production never loses what it asked for) is never capped, nor is a contended one.
-Worked example: one starving batch, S1 u = 1.5 cores with r = q = 1.0, S2 u = 0.8 with r = 1.0
-→ release 0.1 core, all from S1: S1 capped at 1.4 cores (140,000 µs), S2 untouched.
+**Anti-starvation.** A batch workload whose cumulative throttled *time* (cgroup
+``throttled_time`` / ``throttled_usec``, not the count of throttled periods) over the rolling
+window exceeds θ (default 0.5) of the window is starving (:func:`throttled_window_ratio`).
+Services whose usage is above their *request* are capped just enough to release
+``min_batch_cpu`` per starving batch workload, in proportion to their excess ``u − q``, and never
+below ``q``: a service within its request is never capped, nor is a contended one. (Comparing
+with the reservation cannot work: the reservation rises at once to ``μ·u``, so a service is never
+"above its reservation" for more than one sample.) The caller holds the caps for the window and
+then re-decides: a service still capped counts its usage at most its cap, and while batch still
+starves it keeps a cap (deepened by the new release, floored at ``q``); once no batch starves
+every cap is lifted. Worked example: one starving batch, S1 u = 1.5 cores with q = 1.0, S2
+u = 0.8 with q = 1.0 → release 0.1 core, all from S1: S1 capped at 1.4 cores (140,000 µs), S2
+untouched. A window later, batch still starving and S1 at its cap (u = 1.4): cap 1.3 cores.
 """
 
 from __future__ import annotations
@@ -92,7 +98,7 @@ class ServiceCap:
     quota_us: int
     period_us: int
     usage_mcpu: float
-    reservation_mcpu: float
+    request_mcpu: float
     release_mcpu: float
 
 
@@ -106,37 +112,57 @@ class StarvationPlan:
     caps: tuple[ServiceCap, ...] = ()
 
 
+def throttled_window_ratio(throttled_us: float, span_s: float, window_s: float) -> float:
+    """Throttled share of the anti-starvation window: ``Δthrottled_time / max(span, window)``.
+
+    ``throttled_us`` is the growth of the group's cumulative throttled time (µs) over the last
+    ``span_s`` seconds of samples; dividing by at least the full window means a workload seen for
+    less than a window must already have been throttled for θ × window to count as starving.
+    Example: 40 s throttled over a 60 s window → 0.667 > θ = 0.5; 40 s seen over 20 s of a 60 s
+    window → 40 / 60 as well. CFS adds throttled time per cpu, so the ratio can exceed 1.
+    """
+    return max(0.0, float(throttled_us)) / 1e6 / max(float(span_s), float(window_s), 1e-9)
+
+
 def plan_starvation_relief(batch_throttled_ratio: np.ndarray, service_usage_mcpu: np.ndarray,
-                           service_reservation_mcpu: np.ndarray, service_request_mcpu: np.ndarray | None = None,
-                           service_contended: np.ndarray | None = None, *, policy: EvictionPolicy) -> StarvationPlan:
-    """Anti-starvation caps (module docstring).
+                           service_request_mcpu: np.ndarray, service_contended: np.ndarray | None = None,
+                           service_cap_mcpu: np.ndarray | None = None, *, policy: EvictionPolicy) -> StarvationPlan:
+    """Anti-starvation caps (module docstring, DESIGN §7).
 
     Args:
-        batch_throttled_ratio: ``(k,)`` throttled share (0–1) of the rolling window per batch row.
-        service_usage_mcpu, service_reservation_mcpu: ``(s,)``.
-        service_request_mcpu: ``(s,)``, the floor of any cap (0 if omitted).
+        batch_throttled_ratio: ``(k,)`` throttled time over the rolling window per batch row
+            (:func:`throttled_window_ratio`).
+        service_usage_mcpu, service_request_mcpu: ``(s,)``; the request is the floor of any cap.
         service_contended: ``(s,)`` bool, services that are never capped (none if omitted).
+        service_cap_mcpu: ``(s,)`` the cap each service holds now (NaN where none); a capped
+            service's usage counts at most its cap, and while batch starves it stays capped.
         policy: ``starvation_threshold_ratio`` θ, ``min_batch_cpu_mcpu``, ``cfs_period_us``.
+    Returns:
+        A :class:`StarvationPlan`; ``caps`` lists every service that should hold a cap now (none
+        when no batch starves).
     """
     ratio = np.asarray(batch_throttled_ratio, dtype=np.float64)
     starving = ratio > policy.starvation_threshold_ratio
     needed = float(np.count_nonzero(starving)) * policy.min_batch_cpu_mcpu
     usage = np.asarray(service_usage_mcpu, dtype=np.float64)
-    reservation = np.asarray(service_reservation_mcpu, dtype=np.float64)
-    if service_request_mcpu is not None:
-        reservation = np.maximum(reservation, np.asarray(service_request_mcpu, dtype=np.float64))
-    excess = np.maximum(0.0, usage - reservation)
+    request = np.asarray(service_request_mcpu, dtype=np.float64)
+    held = np.full(usage.shape, np.nan) if service_cap_mcpu is None else np.asarray(service_cap_mcpu, dtype=np.float64)
+    capped = np.isfinite(held)
+    base = np.where(capped, np.minimum(usage, np.where(capped, held, 0.0)), usage)
+    excess = np.maximum(0.0, base - request)
+    allowed = np.ones(usage.shape, dtype=bool)
     if service_contended is not None:
-        excess = np.where(np.asarray(service_contended, dtype=bool), 0.0, excess)
+        allowed = ~np.asarray(service_contended, dtype=bool)
+    excess = np.where(allowed, excess, 0.0)
     total_excess = float(np.sum(excess))
-    if needed <= 0 or total_excess <= 0:
+    if needed <= 0:
         return StarvationPlan(starving, needed, 0.0)
     released = min(needed, total_excess)
     caps = []
-    for row in np.flatnonzero(excess > 0):
-        release = float(excess[row]) * released / total_excess
-        cap = float(usage[row]) - release
+    for row in np.flatnonzero((excess > 0) | (capped & allowed)):
+        release = float(excess[row]) * released / total_excess if total_excess > 0 else 0.0
+        cap = max(float(request[row]), float(base[row]) - release)
         quota = max(1000, int(round(cap / 1000.0 * policy.cfs_period_us)))
         caps.append(ServiceCap(int(row), cap, quota, policy.cfs_period_us, float(usage[row]),
-                               float(reservation[row]), release))
+                               float(request[row]), release))
     return StarvationPlan(starving, needed, released, tuple(caps))

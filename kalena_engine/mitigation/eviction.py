@@ -5,7 +5,10 @@ dimension, recomputed from the freshest samples, ``Σ r``.
 
 * Start: a pressure signal fires (working set ≥ ``evict_threshold_ratio · C`` or PSI memory
   ``some`` avg10 ≥ its threshold) **and** ``Σ r > C``. A sample older than ``T_stale`` never
-  starts an eviction.
+  starts an eviction: a workload whose samples stopped is *held* — it counts at ``max(r, q)``
+  (the caller passes the effective reservation) and is never chosen — and the decision rests on
+  the fresh workloads; when every sampled workload (or the node reading) is stale, nothing is
+  evicted (case C1). See :func:`ledger_freshness`.
 * Order: (1) limit-breach override — any non-DaemonSet workload using more than its own limit,
   largest excess first, regardless of tier, priority or age; (2) batch in ascending priority,
   ties youngest first, then largest usage on the pressured dimension; batch younger than
@@ -52,6 +55,7 @@ class NodeWorkloads:
         start_s: ``(k,)`` start time (s).
         terminating: ``(k,)`` bool — already evicted and in its grace period (credited).
         count: ``(k,)`` int instances per row (1 unless grouped).
+        held: ``(k,)`` bool or None — rows whose samples are stale: counted, never chosen.
     """
 
     reservation: np.ndarray
@@ -62,6 +66,7 @@ class NodeWorkloads:
     start_s: np.ndarray
     terminating: np.ndarray
     count: np.ndarray
+    held: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,44 @@ def pressure_fires(signal: PressureSignal, capacity: float, policy: EvictionPoli
     return pressure, acute
 
 
+@dataclass(frozen=True)
+class LedgerFreshness:
+    """Result of :func:`ledger_freshness`: ``sample_age_s`` for :class:`PressureSignal` and the
+    ``held`` rows (``(k,)`` bool) for :class:`NodeWorkloads`."""
+
+    sample_age_s: float
+    held: np.ndarray
+
+
+def ledger_freshness(node_age_s: float, sample_age_s: np.ndarray, live: np.ndarray,
+                     stale_ttl_s: float) -> LedgerFreshness:
+    """Which inputs an eviction decision may rest on (DESIGN §5, §7; case C1).
+
+    A live workload whose last sample is older than ``T_stale`` is held: it counts in the
+    ledger at ``max(r, q)`` and is never a victim. The decision's sample age is the oldest of
+    the node reading and the *fresh* workloads' samples — so one stale workload does not disarm
+    the node — unless every sampled live workload is stale, when it is the oldest of all (the
+    node's telemetry is wholly stale and nothing is evicted). A workload never sampled (in
+    flight, ``inf``) counts at its request and ages nothing.
+
+    Args:
+        node_age_s: age of the node reading (s).
+        sample_age_s: ``(k,)`` age of each row's last sample (s; ``inf`` = never sampled).
+        live: ``(k,)`` bool, rows not terminating.
+        stale_ttl_s: T_stale.
+
+    Example: T_stale = 60 s, node reading 1 s old, ages (2, 3, 90) → held (F, F, T), age 3 s;
+    ages (90, 95) → held (T, T), age 95 s (> T_stale: no eviction).
+    """
+    ages = np.asarray(sample_age_s, dtype=np.float64)
+    sampled = np.asarray(live, dtype=bool) & np.isfinite(ages)
+    held = sampled & (ages > stale_ttl_s)
+    fresh = sampled & ~held
+    basis = ages[fresh] if fresh.any() else ages[sampled]
+    age = max([float(node_age_s), *basis.tolist()])
+    return LedgerFreshness(age, held)
+
+
 def plan_evictions(workloads: NodeWorkloads, capacity: np.ndarray, signal: PressureSignal, *,
                    now_s: float, stale_ttl_s: float, policy: EvictionPolicy) -> EvictionPlan:
     """Choose victims on one node (see the module doc for the rules and a worked example).
@@ -190,14 +233,16 @@ def plan_evictions(workloads: NodeWorkloads, capacity: np.ndarray, signal: Press
             return int(remaining[row])
         return min(int(remaining[row]), max(1, math.ceil((running - cap) / per_unit - 1e-12)))
 
-    breach = live & (tier != TIER_DAEMONSET) & (usage > limit)
+    held = np.zeros(len(r), dtype=bool) if workloads.held is None else np.asarray(workloads.held, dtype=bool)
+    candidate = live & ~held
+    breach = candidate & (tier != TIER_DAEMONSET) & (usage > limit)
     for row in np.flatnonzero(breach)[np.argsort(-(usage - limit)[breach], kind="stable")]:
         if running <= cap:
             break
         take(int(row), "limit_breach", units_needed(int(row)))
 
     skipped_young = 0
-    batch = live & (tier == TIER_BATCH) & (remaining > 0)
+    batch = candidate & (tier == TIER_BATCH) & (remaining > 0)
     rows = np.flatnonzero(batch)
     order = np.lexsort((-usage[rows], -workloads.start_s[rows], workloads.priority[rows]))
     for row in rows[order]:

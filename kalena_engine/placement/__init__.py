@@ -19,7 +19,7 @@ from kalena_engine.placement.kuberina_batch import pending_from_workloads
 from kalena_engine.placement.ledger_view import IN_FLIGHT, PHASES, RUNNING, TERMINAL, reservation_slack
 from kalena_engine.placement.model import (
     MIN_MEMBER_ANNOTATION, BatchResidents, BatchTemplate, Bindings, ClusterSnapshot, Evictions, Gang,
-    NodeTable, PendingBatch, ProductionPods, min_member_from_annotations,
+    NodeTable, PendingBatch, ProductionPods, gang_pass_minimum, min_member_from_annotations,
 )
 from kalena_engine.placement.policy import PlacementPolicy
 from kalena_engine.placement.scheduler import PassResult, PassStats, schedule_batch
@@ -33,6 +33,6 @@ __all__ = [
     "BatchResidents", "BatchTemplate", "BindOutcome", "Bindings", "ClusterSnapshot", "Evictions", "Gang", "Image",
     "LabelSelector", "NodeTable", "PassResult", "PassStats", "PendingBatch", "PlacementPolicy", "ProductionPods",
     "Reduction", "Requirement", "ScoreCache", "Shortfall", "SlackLedger", "SpreadConstraint", "VolatilityTracker",
-    "WhyPending", "min_member_from_annotations", "pending_from_workloads", "requeue", "reservation_slack", "schedule_batch",
+    "WhyPending", "gang_pass_minimum", "min_member_from_annotations", "pending_from_workloads", "requeue", "reservation_slack", "schedule_batch",
     "volatility_ratio",
 ]

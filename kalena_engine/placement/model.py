@@ -26,6 +26,19 @@ from kalena_engine.resources import N_DIMS
 MIN_MEMBER_ANNOTATION = "kalena.naughtian.io/min-member"
 
 
+def gang_pass_minimum(*, min_member: int | None, members: int, running: int = 0) -> int:
+    """Pods of a gang one pass must place, or place none (DESIGN §9: all-or-nothing).
+
+    ``min_member`` defaults to the gang's size ``members`` (every pod, as IR v1 ``groups``
+    default ``min_members`` to their member count); members already ``running`` count toward it,
+    so a requeued member of a running gang is not held back by the others. At least 1. A
+    ``min_member`` above the pods submitted so far waits for more members.
+    Example: 4 pods, no min_member, none running → 4; min_member 3 with 2 running → 1.
+    """
+    wanted = members if min_member is None else int(min_member)
+    return max(1, wanted - int(running))
+
+
 def min_member_from_annotations(annotations: Mapping[str, str], *, source: str = "") -> int | None:
     """Read ``kalena.naughtian.io/min-member`` (a positive integer) or ``None`` when absent.
 

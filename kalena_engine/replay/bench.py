@@ -25,7 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kalena_engine.estimator import effective_reservations, initial_reservations, pinned_mask, update_reservations
+from kalena_engine.estimator import (
+    effective_reservations,
+    estimator_limit,
+    initial_reservations,
+    pinned_mask,
+    update_reservations,
+)
 from kalena_engine.kuberina import NodeSpec, phase0_capacity, verify_blueprint
 from kalena_engine.kuberina.model import Infrastructure
 from kalena_engine.ledger import ledgers
@@ -103,7 +109,7 @@ def build_bench(inputs: ReplayInputs, *, n_nodes: int, m_pending: int, seed: int
             namespaces.append(pod.namespace)
     node_of = np.concatenate(rows).astype(np.int64)
     q = np.concatenate(request)
-    limit = q * policy.estimator.limit_ratio
+    limit = estimator_limit(np.full_like(q, np.inf), q, policy.estimator.limit_ratio)
     times = np.arange(0.0, instant_s + SAMPLE_S / 2, SAMPLE_S)
     start = inputs.bitbrains.earliest_start_s()
     window_s = max(instant_s, 24 * 3600.0)

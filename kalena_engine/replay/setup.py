@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kalena_engine.errors import BlueprintRefused
-from kalena_engine.estimator import initial_reservations
+from kalena_engine.estimator import estimator_limit, initial_reservations
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.kuberina.verify import Verification
 from kalena_engine.placement import NodeTable, ProductionPods, WhyPending
@@ -132,7 +132,7 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
     placed = np.flatnonzero(verification.node_of_pod >= 0)
     pods = [inputs.workloads.pods[i] for i in placed]
     request = inputs.workloads.requests[placed]
-    limit = request * config.policy.estimator.limit_ratio
+    limit = estimator_limit(np.full_like(request, np.inf), request, config.policy.estimator.limit_ratio)  # IR: no limits
     production = Production(ids=tuple(p.id for p in pods), node=verification.node_of_pod[placed],
                             request=request, limit=limit)
     clock = SimClock(0.0, config.step_s, config.steps)
@@ -201,6 +201,7 @@ def _task_table(batch: BatchTasks, config: ReplayConfig, rng: np.random.Generato
         instances=window.instances[order].astype(np.int64),
         arrival_s=window.arrival_s[order] - config.batch_offset_s,
         duration_s=window.duration_s[order].astype(np.float64),
-        request=request, limit=request * config.policy.estimator.limit_ratio,
+        request=request, limit=estimator_limit(np.full_like(request, np.inf), request,
+                                               config.policy.estimator.limit_ratio),
         usage=request * config.batch_usage_ratio, priority=window.priority[order].astype(np.int64),
     )

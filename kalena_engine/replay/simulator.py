@@ -26,7 +26,7 @@ import numpy as np
 
 from kalena_engine.estimator import effective_reservations, pinned_mask, update_reservations
 from kalena_engine.mitigation.eviction import (
-    TIER_BATCH, TIER_SERVICE, NodeWorkloads, PressureSignal, plan_evictions,
+    TIER_BATCH, TIER_SERVICE, NodeWorkloads, PressureSignal, ledger_freshness, plan_evictions,
 )
 from kalena_engine.ledger import node_sum
 from kalena_engine.placement import PassResult, ProductionPods
@@ -241,6 +241,11 @@ class Simulator:
         prod_rows = self._prod_by_node[node]
         group_rows = np.flatnonzero(g.node == node)
         k_p, k_b = len(prod_rows), len(group_rows)
+        # The replay's samples are at most one step old; a stale production sample is the source's
+        # gap. The agent's rule applies: a stale pod is held at max(r, q) and never chosen, the
+        # decision rests on the fresh ones, and a node wholly stale evicts nothing.
+        ages = np.concatenate([np.where(stale[prod_rows], self.stale_ttl_s + 1.0, 0.0), np.zeros(k_b)])
+        freshness = ledger_freshness(0.0, ages, np.ones(k_p + k_b, dtype=bool), self.stale_ttl_s)
         workloads = NodeWorkloads(
             reservation=np.concatenate([prod_r[prod_rows], g.reservations.value[group_rows]]),
             usage=np.concatenate([prod_usage[prod_rows], tasks.usage[g.task[group_rows]]]),
@@ -250,14 +255,12 @@ class Simulator:
             start_s=np.concatenate([self._prod_start[prod_rows], g.start_s[group_rows]]),
             terminating=np.zeros(k_p + k_b, dtype=bool),
             count=np.concatenate([np.ones(k_p, dtype=np.int64), g.count[group_rows]]),
+            held=freshness.held,
         )
-        # The replay's samples are at most one step old; a stale production sample is the
-        # source's gap, and the agent's rule is the same: stale data never starts an eviction.
-        age = 0.0 if not stale[prod_rows].any() else self.stale_ttl_s + 1.0
-        signal = PressureSignal(dimension=dim, working_set=working_set, sample_age_s=age)
+        signal = PressureSignal(dimension=dim, working_set=working_set, sample_age_s=freshness.sample_age_s)
         plan = plan_evictions(workloads, st.capacity[node], signal, now_s=now_s,
                               stale_ttl_s=self.stale_ttl_s, policy=self.policy.eviction)
-        keep = np.ones(len(g), dtype=bool)
+        requeue = np.zeros(len(g), dtype=np.int64)
         for victim in plan.victims:
             detail = {
                 "dimension": plan.dimension, "capacity": plan.capacity, "working_set": working_set,
@@ -272,13 +275,11 @@ class Simulator:
                 continue
             row = int(group_rows[victim.row - k_p])
             task = int(g.task[row])
-            g.count[row] -= victim.count
-            keep[row] = g.count[row] > 0
-            st.pending[task] += victim.count  # requeued from scratch; no migration
+            requeue[row] += victim.count
             self.scheduler.record_eviction(task, node, now_s)  # cooldown for (job, node)
             events.append(BatchEvent(now_s, "evicted", task, victim.count, node, victim.reason, detail))
-        if not keep.all():
-            g.keep(keep)
+        if requeue.any():
+            st.requeue_batch(requeue)  # requeued from scratch; no migration
 
     def _record(self, step: int, now_s: float, prod_usage: np.ndarray, prod_r: np.ndarray,
                 clipped: np.ndarray, stale: int, events: list[BatchEvent],

@@ -14,7 +14,7 @@ import numpy as np
 
 from kalena_engine.errors import InvariantViolation
 from kalena_engine.estimator import Reservations, concat, initial_reservations, take
-from kalena_engine.ledger import NodeLedgers, check_request_ledger, ledgers, node_sum
+from kalena_engine.ledger import BlueprintViolation, NodeLedgers, blueprint_violations, ledgers, node_sum
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +95,9 @@ class ClusterState:
         pending: ``(k,)`` instances of each task waiting to be placed.
         groups: running batch.
         submitted, completed: ``(k,)`` instances per task so far.
+        blueprint_ids, blueprint_node: the blueprint's production pods and ``(p,)`` node rows,
+            an independent copy taken when the state is built (default: from ``production``) —
+            what :meth:`check_invariants` compares the running state with.
     """
 
     capacity: np.ndarray
@@ -106,6 +109,14 @@ class ClusterState:
     groups: BatchGroups
     submitted: np.ndarray
     completed: np.ndarray
+    blueprint_ids: tuple[str, ...] | None = None
+    blueprint_node: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.blueprint_ids is None:
+            self.blueprint_ids = tuple(self.production.ids)
+        if self.blueprint_node is None:
+            self.blueprint_node = np.array(self.production.node, dtype=np.int64, copy=True)
 
     def batch_ledgers(self, prod_reservation: np.ndarray, batch_weight: np.ndarray | None = None) -> NodeLedgers:
         """Ledgers from the current state; ``batch_weight`` ``(G,)`` scales each group's
@@ -121,17 +132,55 @@ class ClusterState:
         )
 
     def blueprint_request_ledger(self) -> np.ndarray:
-        """``(n, 8)`` request ledger with every batch workload removed (production only)."""
-        return node_sum(self.production.node, self.production.request, self.capacity.shape[0])
+        """``(n, 8)`` request ledger of the blueprint's production set (its recorded placement)."""
+        request = dict(zip(self.production.ids, self.production.request, strict=True))
+        rows = np.array([request[i] for i in self.blueprint_ids]).reshape(-1, self.capacity.shape[1])
+        return node_sum(self.blueprint_node, rows, self.capacity.shape[0])
+
+    def requeue_batch(self, counts: np.ndarray) -> None:
+        """Take ``counts`` ``(G,)`` instances off each running group and queue them again from
+        scratch (eviction; no migration); emptied groups leave.
+
+        Raises:
+            InvariantViolation: a count below 0 or above the group's.
+        """
+        counts = np.asarray(counts, dtype=np.int64)
+        g = self.groups
+        if counts.shape != g.count.shape or (counts < 0).any() or (counts > g.count).any():
+            raise InvariantViolation(f"cannot requeue {counts.tolist()} of groups holding {g.count.tolist()}")
+        np.add.at(self.pending, g.task, counts)
+        g.count = g.count - counts
+        if (g.count == 0).any():
+            g.keep(g.count > 0)
+
+    def without_batch_ledgers(self, prod_reservation: np.ndarray) -> NodeLedgers:
+        """The ledgers with every running batch workload removed (what evicting all batch leaves),
+        computed by the same :func:`~kalena_engine.ledger.ledgers` as the running ones."""
+        empty = np.zeros(0, dtype=np.int64)
+        return ledgers(self.capacity, prod_node=self.production.node, prod_request=self.production.request,
+                       prod_reservation=prod_reservation, batch_node=empty,
+                       batch_request=np.zeros((0, self.capacity.shape[1])),
+                       batch_reservation=np.zeros((0, self.capacity.shape[1])))
+
+    def blueprint_violations(self) -> tuple[BlueprintViolation, ...]:
+        """:func:`~kalena_engine.ledger.blueprint_violations` of the state now against the
+        blueprint recorded at construction (DESIGN §6)."""
+        return blueprint_violations(
+            node_names=self.node_names, capacity=self.capacity, prod_ids=self.production.ids,
+            prod_node=self.production.node, prod_request=self.production.request,
+            blueprint_ids=self.blueprint_ids, blueprint_node=self.blueprint_node)
 
     def check_invariants(self) -> None:
         """Blueprint fidelity and conservation of batch instances.
 
         Raises:
-            InvariantViolation: a request ledger over capacity without batch, a negative count,
-                or instances submitted ≠ pending + running + completed for some task.
+            InvariantViolation: removing all batch would not leave the blueprint's production set
+                on every node with its request ledger within capacity (the running production
+                arrays against the blueprint recorded at construction), a negative count, or
+                instances submitted ≠ pending + running + completed for some task.
         """
-        check_request_ledger(self.capacity, self.blueprint_request_ledger(), self.node_names)
+        if violations := self.blueprint_violations():
+            raise InvariantViolation("the blueprint state is broken: " + "; ".join(str(v) for v in violations[:5]))
         if (self.pending < 0).any() or (self.groups.count <= 0).any():
             raise InvariantViolation("a batch count went negative or a zero-count group survived")
         running = np.bincount(self.groups.task, weights=self.groups.count, minlength=len(self.tasks))

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 
 from kalena_engine.archive import downsample
-from kalena_engine.resources import CPU, RAM
+from kalena_engine.placement import PlacementPolicy, VolatilityTracker
 from kalena_web.archive.models import UsageRollup
 from kalena_web.control.models import LoopRun, NodeCondition
 from kalena_web.inventory.mappers import vector
@@ -129,25 +129,47 @@ def fold_hours(*, cluster: Cluster, now_s: float) -> int:
     return len(rows)
 
 
-def node_volatility(*, cluster: Cluster, now_s: float) -> None:
-    """σ of each node's production reservation (cpu and ram, the larger) over capacity in the
-    last hour of 1-minute rows → ``NodeCondition.volatility`` (the scheduler's penalty)."""
-    since = now_s - 3600.0
-    series: dict[int, list[np.ndarray]] = defaultdict(list)
-    for node_id, prod in UsageRollup.objects.filter(cluster=cluster, resolution=MINUTE, node__isnull=False,
-                                                    bucket_s__gte=since).values_list("node_id", "prod_reservation"):
-        if prod is not None:
-            series[node_id].append(vector(prod))
-    capacity = {led.node_id: vector(led.capacity) for led in LiveNodeLedger.objects.filter(node__cluster=cluster)}
+#: Half-lives of 1-minute rows :func:`node_volatility` folds: older rows weigh below 2⁻⁴.
+VOLATILITY_HALF_LIVES = 4.0
+
+
+def node_volatility(*, cluster: Cluster, now_s: float, policy: PlacementPolicy | None = None) -> None:
+    """Each node's production-reservation volatility → ``NodeCondition.volatility`` (the
+    scheduler's penalty, DESIGN §9), with the engine's
+    :class:`~kalena_engine.placement.VolatilityTracker` — the same exponentially weighted σ the
+    replay's scheduler uses (half-life ``volatility_half_life_s``, 1 h by default).
+
+    The tracker is folded afresh on every run over the 1-minute rows of the last
+    :data:`VOLATILITY_HALF_LIVES` half-lives, all nodes at once in bucket order; a node missing
+    from a bucket keeps its last value (no gap resets its variance). Nodes with fewer than two
+    rows keep their volatility.
+    """
+    policy = policy or PlacementPolicy()
+    since = now_s - VOLATILITY_HALF_LIVES * policy.volatility_half_life_s
+    ledgers = {led.node_id: vector(led.capacity) for led in LiveNodeLedger.objects.filter(node__cluster=cluster)}
+    nodes = sorted(ledgers)
+    column = {n: i for i, n in enumerate(nodes)}
+    by_bucket: dict[float, list[tuple[int, np.ndarray]]] = defaultdict(list)
+    seen = np.zeros(len(nodes), dtype=np.int64)
+    for node_id, bucket, prod in UsageRollup.objects.filter(
+            cluster=cluster, resolution=MINUTE, node__isnull=False, bucket_s__gte=since,
+            bucket_s__lte=now_s).values_list("node_id", "bucket_s", "prod_reservation"):
+        if prod is not None and node_id in column:
+            by_bucket[bucket].append((column[node_id], vector(prod)))
+            seen[column[node_id]] += 1
+    if not by_bucket:
+        return
+    tracker = VolatilityTracker(policy.volatility_half_life_s)
+    values = np.full((len(nodes), 8), np.nan)
+    for bucket in sorted(by_bucket):
+        for col, prod in by_bucket[bucket]:
+            values[col] = prod
+        tracker.update(bucket, values)
+    ratio = tracker.ratio(np.array([ledgers[n] for n in nodes]))
     with transaction.atomic():
-        for node_id, values in series.items():
-            cap = capacity.get(node_id)
-            if cap is None or len(values) < 2:
-                continue
-            stack = np.array(values)[:, [CPU, RAM]]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(cap[[CPU, RAM]] > 0, stack.std(axis=0) / cap[[CPU, RAM]], 0.0)
-            NodeCondition.objects.filter(node_id=node_id).update(volatility=float(np.nanmax(ratio)))
+        for col, node_id in enumerate(nodes):
+            if seen[col] >= 2:
+                NodeCondition.objects.filter(node_id=node_id).update(volatility=float(ratio[col]))
 
 
 def retention_apply(*, cluster: Cluster, now_s: float) -> int:

@@ -202,8 +202,8 @@ class UsageRollup(models.Model):
     """One bucket of a live workload's or node's series at a resolution (``1m`` or ``1h``).
 
     Workload rows: ``usage_mean``/``usage_peak`` over the bucket's samples, ``reservation`` the
-    reservation at the bucket's end raised to ``min(L, μ · peak usage)`` (so a rise inside the
-    bucket is not lost), ``above_request``/``above_limit`` samples with usage above the request /
+    reservation the estimator held when the bucket was folded (normally within a minute of its
+    end) raised to ``min(L, μ · peak usage)`` (so a rise inside the bucket is not lost), ``above_request``/``above_limit`` samples with usage above the request /
     limit on any dimension. Node rows: the node's ledgers at the bucket's last snapshot —
     ``request`` Σ q, ``limit`` Σ L, ``reservation`` Σ r, ``usage_mean``/``usage_peak`` Σ u,
     ``batch_request`` Σ q of batch, ``prod_reservation`` Σ r of production. Vectors ``(8,)`` in

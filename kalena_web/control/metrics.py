@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -34,6 +35,8 @@ from kalena_web.ledger.models import EstimationRun
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.telemetry.models import AgentStatus, RefusedConnection, RejectedSamples
 
+#: kinds of :class:`kalena_engine.ledger.BlueprintViolation`, always exported (0 when none)
+BLUEPRINT_KINDS = ("missing", "extra", "over_capacity")
 #: (name suffix, vector index, divisor to base units): cpu in cores, memory in bytes.
 _UNITS = (("cores", 0, 1000.0), ("bytes", 1, 1.0))
 
@@ -88,9 +91,18 @@ class ClusterCollector:
                                        labels=labels)
         last = GaugeMetricFamily("kalena_node_last_sample_timestamp_seconds",
                                  "Unix time of the node's freshest sample (absent before the first)", labels=labels)
+        blueprint = GaugeMetricFamily("kalena_node_blueprint_violations", "Blueprint check of the last estimation "
+                                      "pass (DESIGN §6): ways removing all batch would not leave the blueprint's "
+                                      "production set within capacity on the node (0 = holds; any other value is a bug)",
+                                      labels=[*labels, "kind"])
         nodes = Node.objects.filter(cluster__kind=Cluster.LIVE).select_related("cluster", "live_ledger", "condition")
         for node in nodes:
             led, key = node.live_ledger, [node.cluster.name, node.name]
+            kinds = Counter(v.get("kind", "unknown") for v in led.blueprint_violations or [])
+            for kind in BLUEPRINT_KINDS:
+                blueprint.add_metric([*key, kind], float(kinds.pop(kind, 0)))
+            for kind, n in kinds.items():
+                blueprint.add_metric([*key, kind], float(n))
             for unit, i, div in _UNITS:
                 cap = led.capacity[i]
                 req = led.prod_request[i] + led.batch_request[i]
@@ -103,7 +115,7 @@ class ClusterCollector:
             if led.last_sample_s is not None:
                 last.add_metric(key, led.last_sample_s)
         yield from gauges.values()
-        yield from (stale, ineligible, last)
+        yield from (stale, ineligible, last, blueprint)
 
     def workloads(self) -> Iterator:
         evictions = CounterMetricFamily("kalena_evictions", "Evictions by cause (why-evicted records)",

@@ -52,6 +52,9 @@ class NodeView:
     ineligible_reason: str
     pressure_since_s: float | None
     batch_pods: int
+    #: the last estimation pass's blueprint check (DESIGN §6): violation dicts, empty = holds
+    blueprint_violations: tuple[dict, ...] = ()
+    blueprint_checked_s: float | None = None
 
     @property
     def slack(self) -> np.ndarray:
@@ -79,7 +82,8 @@ def node_views(*, cluster: Cluster) -> list[NodeView]:
             reservation=vector(led.prod_reservation) + vector(led.batch_reservation), usage=vector(led.usage),
             batch_request=batch_q, stale=led.stale, last_sample_s=led.last_sample_s, version=led.version,
             ineligible_until_s=cond.slack_ineligible_until_s, ineligible_reason=cond.ineligible_reason,
-            pressure_since_s=cond.pressure_since_s, batch_pods=bound.get(node.id, 0)))
+            pressure_since_s=cond.pressure_since_s, batch_pods=bound.get(node.id, 0),
+            blueprint_violations=tuple(led.blueprint_violations or ()), blueprint_checked_s=led.blueprint_checked_s))
     return out
 
 
@@ -137,4 +141,6 @@ def totals(views: list[NodeView], *, now_s: float) -> dict[str, float]:
         "reclaimed_cores": float(reclaimed[CPU] / 1000.0), "reclaimed_gib": float(reclaimed[RAM] / 2**30),
         "stale": sum(v.stale for v in views), "ineligible": sum(v.ineligible_until_s > now_s for v in views),
         "batch_pods": sum(v.batch_pods for v in views),
+        "blueprint_broken": sum(bool(v.blueprint_violations) for v in views),
+        "blueprint_unchecked": sum(v.blueprint_checked_s is None for v in views),
     }

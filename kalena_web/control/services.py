@@ -75,10 +75,14 @@ def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workload
         requests = workloads.requests[report.node_of_pod >= 0]
         prod_request = node_sum(placed, requests, len(nodes))
         zeros = np.zeros(8).tolist()
+        blueprint: dict[int, list[int]] = {node.id: [] for node in nodes}   # the blueprint check's reference
+        for w in production:
+            blueprint[w.node.id].append(w.id)
         LiveNodeLedger.objects.bulk_create([
             LiveNodeLedger(node=node, capacity=capacity[i].tolist(), prod_request=prod_request[i].tolist(),
                            prod_reservation=prod_request[i].tolist(), batch_request=zeros,
-                           batch_reservation=zeros, usage=zeros, stale=True, updated_s=now_s)
+                           batch_reservation=zeros, usage=zeros, stale=True, updated_s=now_s,
+                           blueprint_workloads=sorted(blueprint[node.id]))
             for i, node in enumerate(nodes)
         ], batch_size=500)
         NodeCondition.objects.bulk_create([NodeCondition(node=node, updated_s=now_s) for node in nodes], batch_size=500)

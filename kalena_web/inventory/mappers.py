@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from kalena_engine.estimator import estimator_limit
 from kalena_engine.replay import Replay, ReplayInputs
 from kalena_web.inventory.models import Cluster, Node, Workload
 
@@ -91,7 +92,8 @@ def production_from_ir(cluster: Cluster, workloads, node_of_pod: np.ndarray, nod
     for i, pod in enumerate(workloads.pods):
         if node_of_pod[i] < 0:
             continue
-        limit = pod.limits if pod.limits is not None else pod.requests * limit_ratio
+        limit = estimator_limit(pod.limits if pod.limits is not None else np.full(8, np.inf), pod.requests,
+                                limit_ratio)
         rows.append(Workload(
             cluster=cluster, kind=Workload.PRODUCTION, row=len(rows), name=pod.id, namespace=pod.namespace,
             owner=pod.declaration, tier="service", priority=pod.priority, node=nodes[int(node_of_pod[i])],

@@ -14,6 +14,10 @@ PostgreSQL) and, **in one transaction**:
    Σ q and Σ r as the ledgers read them (a workload whose last sample is older than T_stale,
    or that never reported, reads ``max(r, q)``), Σ usage, ``version + 1``, ``stale`` when the
    node's freshest batch is older than T_stale = max(60 s, 3 × the agent's sampling interval);
+   and checks the blueprint on that state (DESIGN §6): with every batch workload removed, each
+   node holds exactly the blueprint's production set (recorded at import) and ``Σ q ≤ C``; what
+   fails is stored on the ledger (``blueprint_violations``), logged as an error, shown on the
+   console and exported as ``kalena_node_blueprint_violations``;
 4. marks the batches with the new :class:`~kalena_web.ledger.models.EstimationRun` — the
    cursor moves in the same commit, so a redelivered task finds nothing to apply twice, and a
    worker killed mid-run leaves the batches pending for the next one.
@@ -29,24 +33,28 @@ stopped (case C1) and recomputes their ledgers at ``max(r, q)``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from django.db import transaction
 
 from kalena_engine.estimator import Reservations, apply_samples, effective_reservations, pinned_mask
+from kalena_engine.ledger import blueprint_violations
 from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
 from kalena_engine.policy import Policy
 from kalena_engine.resources import RAM
 from kalena_web.control.locks import shard_of
 from kalena_web.control.models import NodeCondition
-from kalena_web.inventory.models import Cluster
+from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger import estimation_io, mappers
 from kalena_web.ledger.live import ledger_point
 from kalena_web.ledger.models import EstimationRun, LiveNodeLedger
 from kalena_web.telemetry.models import AgentStatus, IngestBatch, NodeSample
+
+log = logging.getLogger("kalena.estimation")
 
 
 @dataclass
@@ -78,6 +86,39 @@ def _load_live(node_ids: list[int], policy: Policy) -> mappers.LiveWorkloads:
     return mappers.live_workloads(estimation_io.load_workloads(node_ids), limit_ratio=policy.estimator.limit_ratio)
 
 
+def _blueprint_check(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, *, now_s: float) -> None:
+    """Remove all batch from ``live`` and check each node of ``ledgers`` against the blueprint
+    (:func:`kalena_engine.ledger.blueprint_violations`, DESIGN §6): its production set is the
+    blueprint's and ``Σ q ≤ C``. Sets ``blueprint_violations`` (workload and node names) and
+    ``blueprint_checked_s``; a violation is logged as an error."""
+    order = list(ledgers)
+    row_of = {node_id: i for i, node_id in enumerate(order)}
+    prod = ~live.batch
+    recorded = all(ledgers[n].blueprint_workloads is not None for n in order)
+    bp_ids = [str(w) for n in order for w in (ledgers[n].blueprint_workloads or [])]
+    bp_node = np.array([row_of[n] for n in order for _ in (ledgers[n].blueprint_workloads or [])], dtype=np.int64)
+    found = blueprint_violations(
+        node_names=[str(n) for n in order], capacity=np.array([ledgers[n].capacity for n in order], dtype=np.float64),
+        prod_ids=[str(w) for w in live.ids[prod]],
+        prod_node=np.array([row_of.get(int(n), -1) for n in live.node_ids[prod]], dtype=np.int64),
+        prod_request=live.request[prod], blueprint_ids=bp_ids if recorded else None,
+        blueprint_node=bp_node if recorded else None)
+    by_node: dict[int, list[dict]] = {n: [] for n in order}
+    if found:
+        names = dict(Workload.objects.filter(id__in={int(w) for v in found for w in v.workloads})
+                     .values_list("id", "name"))
+        nodes = dict(Node.objects.filter(id__in=order).values_list("id", "name"))
+        for v in found:
+            node_id = int(v.node)
+            row = {**v.to_dict(), "node": nodes.get(node_id, v.node),
+                   "workloads": [names.get(int(w), w) for w in v.workloads]}
+            by_node[node_id].append(row)
+            log.error("blueprint check failed: %s", replace(v, node=row["node"], workloads=tuple(row["workloads"])))
+    for node_id, ledger in ledgers.items():
+        ledger.blueprint_violations = by_node[node_id]
+        ledger.blueprint_checked_s = now_s
+
+
 def _recompute(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, state: Reservations,
                last_usage: np.ndarray, *, now_s: float, ttl: dict[int, float],
                fresh_s: dict[int, float]) -> list[tuple[int, dict]]:
@@ -102,6 +143,7 @@ def _recompute(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, 
         ledger.updated_s = now_s
         changed.append(ledger)
         points.append((node_id, ledger_point(ledger, limits=live.limit[on].sum(axis=0).tolist())))
+    _blueprint_check(ledgers, live, now_s=now_s)
     estimation_io.write_ledgers(changed)
     return points
 
@@ -117,7 +159,6 @@ def _observe_pressure(ledgers: dict[int, LiveNodeLedger], batch_ids: list[int], 
         return
     since = dict(NodeCondition.objects.filter(node_id__in=list(newest)).values_list("node_id", "pressure_since_s"))
     from kalena_web.control.escalation import node_pressure_observe
-    from kalena_web.inventory.models import Node
 
     for node_id, (ts, ws, some, full) in newest.items():
         ledger = ledgers[node_id]

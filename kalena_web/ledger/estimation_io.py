@@ -87,22 +87,25 @@ def write_reservations(rows: Sequence[tuple[int, Sequence[float], float, float, 
 
 
 def write_ledgers(ledgers: Sequence[LiveNodeLedger]) -> None:
-    """Store the vectors, ``last_sample_s``, ``stale``, ``version`` and ``updated_s`` of ``ledgers``."""
+    """Store the vectors, ``last_sample_s``, ``stale``, ``version``, ``updated_s`` and the blueprint
+    check (``blueprint_violations``, ``blueprint_checked_s``) of ``ledgers``."""
     if not ledgers:
         return
     table = LiveNodeLedger._meta.db_table
     rows = [(led.node_id, *(orjson.dumps(encode_vector(getattr(led, f))).decode() for f in LEDGER_VECTORS),
-             led.last_sample_s, bool(led.stale), int(led.version), float(led.updated_s)) for led in ledgers]
-    sets = ", ".join(f"{f} = v.{f}" for f in (*LEDGER_VECTORS, "last_sample_s", "stale", "version", "updated_s"))
+             led.last_sample_s, bool(led.stale), int(led.version), float(led.updated_s),
+             orjson.dumps(led.blueprint_violations or []).decode(), led.blueprint_checked_s) for led in ledgers]
+    scalars = ("last_sample_s", "stale", "version", "updated_s", "blueprint_violations", "blueprint_checked_s")
+    sets = ", ".join(f"{f} = v.{f}" for f in (*LEDGER_VECTORS, *scalars))
     with connection.cursor() as cursor:
         if _pg():
             vectors = ", ".join(f"unnest(%s::jsonb[]) AS {f}" for f in LEDGER_VECTORS)
             cursor.execute(
                 f"UPDATE {table} AS l SET {sets} FROM (SELECT unnest(%s::bigint[]) AS node_id, {vectors}, "
                 f"unnest(%s::float8[]) AS last_sample_s, unnest(%s::bool[]) AS stale, "
-                f"unnest(%s::bigint[]) AS version, unnest(%s::float8[]) AS updated_s) AS v "
+                f"unnest(%s::bigint[]) AS version, unnest(%s::float8[]) AS updated_s, "
+                f"unnest(%s::jsonb[]) AS blueprint_violations, unnest(%s::float8[]) AS blueprint_checked_s) AS v "
                 f"WHERE l.node_id = v.node_id", [list(col) for col in zip(*rows)])
         else:
-            fields = ", ".join(f"{f} = %s" for f in (*LEDGER_VECTORS, "last_sample_s", "stale", "version",
-                                                     "updated_s"))
+            fields = ", ".join(f"{f} = %s" for f in (*LEDGER_VECTORS, *scalars))
             cursor.executemany(f"UPDATE {table} SET {fields} WHERE node_id = %s", [(*r[1:], r[0]) for r in rows])

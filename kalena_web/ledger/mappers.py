@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kalena_engine.estimator import Reservations
+from kalena_engine.estimator import Reservations, estimator_limit
 from kalena_engine.resources import N_DIMS
 
 RECLAIM = "kalena.naughtian.io/reclaim"
@@ -66,7 +66,7 @@ def live_workloads(rows: Sequence[tuple], *, limit_ratio: float) -> LiveWorkload
     cols = list(zip(*rows)) if rows else [()] * len(WORKLOAD_COLUMNS)
     request = _vectors(cols[3], n)
     declared = _vectors(cols[4], n, fill=np.inf)
-    limit = np.where(np.isfinite(declared), declared, request * limit_ratio)
+    limit = estimator_limit(declared, request, limit_ratio)
     start = np.array([-np.inf if s is None else float(s) for s in cols[6]], dtype=np.float64)
     last = np.array([-np.inf if s is None else float(s) for s in cols[9]], dtype=np.float64)
     state = Reservations(value=_vectors(cols[7], n), updated_s=np.array(cols[8], dtype=np.float64).reshape(n),

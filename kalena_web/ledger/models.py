@@ -70,6 +70,8 @@ class LiveNodeLedger(models.Model):
     ``version`` increases with every change; a binding computed against an older version is
     stale (optimistic concurrency, DESIGN §9). ``stale`` is set when the node's freshest sample
     is older than T_stale: its reservations then read ``max(r, q)`` and it takes no new batch.
+    ``blueprint_violations`` is what the last estimation pass found when it removed all batch
+    (:func:`kalena_engine.ledger.blueprint_violations`); any row there is a bug, surfaced loudly.
     """
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="live_ledger")
@@ -83,6 +85,13 @@ class LiveNodeLedger(models.Model):
     last_sample_s = models.FloatField(null=True, blank=True)
     stale = models.BooleanField(default=True)
     updated_s = models.FloatField(default=0.0)
+    #: ids of the production workloads the blueprint placed on this node (recorded at import;
+    #: None: not recorded, only the request ledger is checked)
+    blueprint_workloads = models.JSONField(null=True, blank=True)
+    #: the last estimation pass's blueprint check (DESIGN §6): ``BlueprintViolation.to_dict()``
+    #: rows with workload names, empty when removing all batch leaves the blueprint state
+    blueprint_violations = models.JSONField(default=list, blank=True)
+    blueprint_checked_s = models.FloatField(null=True, blank=True)
 
 
 class EstimationRun(models.Model):

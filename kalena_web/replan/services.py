@@ -17,7 +17,7 @@ import yaml
 from django.conf import settings
 from django.db import transaction
 
-from kalena_engine.archive import ObservedStats
+from kalena_engine.archive import ObservedStats, reservation_percentiles
 from kalena_engine.drift import drift
 from kalena_engine.errors import InputError
 from kalena_engine.export import annotate_workloads, kalena_report, observed_block
@@ -45,14 +45,21 @@ class Export:
 
 
 def _stats(rows: list[tuple[float, list, int, int, int]], window_s: float) -> ObservedStats | None:
-    """ObservedStats from rollup rows ``(bucket_s, reservation, samples, above_request, above_limit)``."""
+    """ObservedStats from minute rows ``(bucket_s, reservation, samples, above_request, above_limit)``.
+
+    The percentiles are :func:`~kalena_engine.archive.reservation_percentiles` of the rows'
+    ``reservation`` — per minute, the estimator's reservation when the minute was archived raised
+    to ``min(L, μ · the minute's peak usage)`` (:mod:`kalena_web.archive.samples`): an upper
+    envelope of the estimator's series, one value per minute, every minute weighted equally (not
+    every sample). ``exceeded_request_fraction`` counts samples: above-request samples / samples.
+    """
     if not rows:
         return None
     r = np.array([vector(row[1]) for row in rows])
     samples = sum(row[2] for row in rows)
-    p50, p95, p99 = np.percentile(r, [50, 95, 99], axis=0)
-    return ObservedStats(window_s=window_s, samples=samples, p50=p50, p95=p95, p99=p99, peak=r.max(axis=0),
-                         usage_peak=r.max(axis=0),
+    p50, p95, p99, peak = reservation_percentiles(r)
+    return ObservedStats(window_s=window_s, samples=samples, p50=p50, p95=p95, p99=p99, peak=peak,
+                         usage_peak=peak,
                          exceeded_request_fraction=(sum(row[3] for row in rows) / samples) if samples else 0.0,
                          exceeded_limit_events=sum(row[4] for row in rows))
 

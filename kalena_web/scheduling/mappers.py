@@ -7,6 +7,7 @@ grouped into entries of identical pods: same owner, template and request).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from kalena_engine.errors import InputError
 from kalena_engine.kuberina.model import Taint, Toleration
 from kalena_engine.placement import (
     AntiAffinityTerm, BatchResidents, BatchTemplate, ClusterSnapshot, Evictions, Gang, LabelSelector,
-    NodeTable, PendingBatch, ProductionPods, Requirement, SpreadConstraint,
+    NodeTable, PendingBatch, ProductionPods, Requirement, SpreadConstraint, gang_pass_minimum,
 )
 from kalena_engine.resources import GPU
 from kalena_web.inventory.mappers import vector
@@ -200,11 +201,15 @@ class PendingRow:
     queued_s: float
     gang: str
     min_member: int | None
+    #: pods of the same gang already bound (they count toward its minimum)
+    gang_running: int = 0
 
 
 def pending_batch(rows: Sequence[PendingRow]) -> tuple[PendingBatch, list[list[int]]]:
     """Group identical pending pods into entries; returns the batch and, per entry, the pod
-    ids in queue order (bindings of ``count`` pods take the first ``count``)."""
+    ids in queue order (bindings of ``count`` pods take the first ``count``). A gang's minimum
+    is :func:`~kalena_engine.placement.gang_pass_minimum` (``min_member``, by default the gang's
+    size — its pending and bound pods — less those bound), taken from its first pod."""
     templates: dict[tuple, int] = {}
     template_list: list[BatchTemplate] = []
     gangs: dict[str, int] = {}
@@ -212,6 +217,7 @@ def pending_batch(rows: Sequence[PendingRow]) -> tuple[PendingBatch, list[list[i
     entries: dict[tuple, int] = {}
     pods: list[list[int]] = []
     ids, tmpl, req, prio, queued, gang = [], [], [], [], [], []
+    pending_members = Counter(row.gang for row in rows if row.gang)
     for row in rows:
         key_t = (row.owner, row.namespace, repr(sorted(row.labels.items())), repr(row.constraints), row.min_member,
                  row.name if row.constraints.get("anti_affinity") else None)
@@ -224,7 +230,9 @@ def pending_batch(rows: Sequence[PendingRow]) -> tuple[PendingBatch, list[list[i
         if row.gang:
             if row.gang not in gangs:
                 gangs[row.gang] = len(gang_list)
-                gang_list.append(Gang(row.gang, row.min_member or 1))
+                members = pending_members[row.gang] + row.gang_running
+                gang_list.append(Gang(row.gang, gang_pass_minimum(min_member=row.min_member, members=members,
+                                                                  running=row.gang_running)))
             g = gangs[row.gang]
         key_e = (templates[key_t], tuple(row.request), row.priority, g)
         if key_e not in entries:

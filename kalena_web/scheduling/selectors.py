@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from kalena_engine.placement import BatchResidents, Evictions, ProductionPods
 from kalena_web.archive.models import EvictionRecord
@@ -88,14 +88,16 @@ def recent_evictions(*, cluster: Cluster, since_s: float, row_of_node: dict[int,
 
 
 def pending_rows(*, cluster: Cluster) -> list[PendingRow]:
-    """Pending batch pods in queue order (1 query)."""
+    """Pending batch pods in queue order, each with how many pods of its gang are bound (2 queries)."""
     pods = (BatchPod.objects.filter(cluster=cluster, state=BatchPod.PENDING).select_related("workload")
             .order_by("queued_s", "id"))
+    running = dict(BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND).exclude(gang="")
+                   .values("gang").annotate(n=Count("id")).values_list("gang", "n"))
     return [
         PendingRow(pod_id=p.id, name=p.workload.name, namespace=p.workload.namespace, owner=p.workload.owner,
                    labels=p.workload.labels or {}, constraints=p.workload.constraints or {},
                    request=p.workload.request, priority=p.workload.priority, queued_s=p.queued_s,
-                   gang=p.gang, min_member=p.min_member)
+                   gang=p.gang, min_member=p.min_member, gang_running=running.get(p.gang, 0) if p.gang else 0)
         for p in pods
     ]
 

@@ -60,10 +60,11 @@ def make_v2_tree(root: Path, groups: dict[str, dict[str, str]]) -> Path:
 
 
 def v2_files(*, usage_usec: int = 0, memory_bytes: int = 0, inactive_file: int = 0, procs: str = "",
-             cpu_max: str = "max 100000", nr_periods: int = 0, nr_throttled: int = 0) -> dict[str, str]:
+             cpu_max: str = "max 100000", nr_periods: int = 0, nr_throttled: int = 0,
+             throttled_usec: int = 0) -> dict[str, str]:
     return {
         "cpu.stat": f"usage_usec {usage_usec}\nuser_usec {usage_usec}\nsystem_usec 0\n"
-                    f"nr_periods {nr_periods}\nnr_throttled {nr_throttled}\nthrottled_usec 0\n",
+                    f"nr_periods {nr_periods}\nnr_throttled {nr_throttled}\nthrottled_usec {throttled_usec}\n",
         "cpu.max": cpu_max + "\n", "cpu.weight": "100\n",
         "memory.current": f"{memory_bytes}\n",
         "memory.stat": f"anon {memory_bytes - inactive_file}\nfile {inactive_file}\ninactive_file {inactive_file}\n",

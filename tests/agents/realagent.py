@@ -31,13 +31,13 @@ class RunningAgent:
 
     def __init__(self, *, sources: list[WorkloadSource], node_cgroup: str, cpu_mcpu: float = math.inf,
                  ram_bytes: float = math.inf, policy: Policy | None = None, docker_client: Any = None,
-                 pressure_source: str = "auto", tick_s: float = 0.5) -> None:
+                 pressure_source: str = "auto", tick_s: float = 0.5, cpu_poll: bool = True) -> None:
         self.fs = detect("/sys/fs/cgroup")
         capacity = np.full(8, math.inf)
         capacity[0], capacity[1] = cpu_mcpu, ram_bytes
         self.settings = LoopSettings(node_name="test-node", capacity=capacity, policy=policy or Policy(),
                                      mitigation_interval_s=tick_s, discovery_interval_s=tick_s,
-                                     pressure_source=pressure_source)
+                                     pressure_source=pressure_source, cpu_poll=cpu_poll)
         self.enforcer = Enforcer(self.fs, docker_client=docker_client)
         self.monitor = PressureMonitor()
         self.arming = SignalArming(self.settings, self.monitor, self.enforcer, self.fs, node_cgroup=node_cgroup)

@@ -13,6 +13,7 @@ from kalena_engine.mitigation import (
     plan_batch_cpu,
     plan_starvation_relief,
     service_cpu_claims_mcpu,
+    throttled_window_ratio,
 )
 from kalena_engine.policy import EvictionPolicy
 
@@ -51,31 +52,50 @@ def test_contended_service_claims_its_request() -> None:
 
 
 def test_starvation_worked_example() -> None:
-    # one batch throttled 80 % of the window (> θ = 50 %); S1 u = 1.5 > r = q = 1.0, S2 u = 0.8 within
+    # one batch throttled 80 % of the window (> θ = 50 %); S1 u = 1.5 > q = 1.0, S2 u = 0.8 within
     result = plan_starvation_relief(np.array([0.8]), np.array([1500.0, 800.0]), np.array([1000.0, 1000.0]),
-                                    np.array([1000.0, 1000.0]), policy=POLICY)
+                                    policy=POLICY)
     (cap,) = result.caps
     assert (cap.row, cap.cap_mcpu, cap.quota_us, cap.release_mcpu) == (0, 1400.0, 140_000, 100.0)
+    # a window later, batch still starving and S1 at its 1.4-core cap: deepened to 1.3 cores
+    again = plan_starvation_relief(np.array([0.8]), np.array([1400.0, 800.0]), np.array([1000.0, 1000.0]),
+                                   None, np.array([1400.0, np.nan]), policy=POLICY)
+    assert [(c.row, c.cap_mcpu) for c in again.caps] == [(0, 1300.0)]
+    # at its request S1 stays capped at q while batch starves; once no batch starves every cap lifts
+    floor = plan_starvation_relief(np.array([0.8]), np.array([1000.0]), np.array([1000.0]), None,
+                                   np.array([1000.0]), policy=POLICY)
+    assert [(c.row, c.cap_mcpu) for c in floor.caps] == [(0, 1000.0)]
+    assert plan_starvation_relief(np.array([0.2]), np.array([1400.0]), np.array([1000.0]), None,
+                                  np.array([1400.0]), policy=POLICY).caps == ()
 
 
-@pytest.mark.parametrize(("ratio", "usage", "reservation", "svc_request", "contended"), [
-    pytest.param(0.5, 1500.0, 1000.0, 1000.0, False, id="throttled exactly θ: not starving"),
-    pytest.param(0.9, 900.0, 1000.0, 0.0, False, id="service within its reservation"),
-    pytest.param(0.9, 1500.0, 300.0, 1500.0, False, id="service within its request"),
-    pytest.param(0.9, 1500.0, 1000.0, 1000.0, True, id="contended service"),
+@pytest.mark.parametrize(("throttled_s", "span_s", "ratio"), [
+    pytest.param(48.0, 60.0, 0.8, id="48 s throttled in a 60 s window: 0.8"),
+    pytest.param(20.0, 20.0, 1 / 3, id="seen for 20 s only: divided by the whole 60 s window"),
+    pytest.param(90.0, 60.0, 1.5, id="throttled on two cpus at once: above 1"),
 ])
-def test_starvation_never_caps(ratio: float, usage: float, reservation: float, svc_request: float, contended: bool) -> None:
-    result = plan_starvation_relief(np.array([ratio]), np.array([usage]), np.array([reservation]),
-                                    np.array([svc_request]), np.array([contended]), policy=POLICY)
+def test_throttled_window_ratio_is_throttled_time_over_the_window(throttled_s: float, span_s: float, ratio: float) -> None:
+    assert throttled_window_ratio(throttled_s * 1e6, span_s, 60.0) == pytest.approx(ratio)
+
+
+@pytest.mark.parametrize(("ratio", "usage", "svc_request", "contended"), [
+    pytest.param(0.5, 1500.0, 1000.0, False, id="throttled exactly θ: not starving"),
+    pytest.param(0.9, 900.0, 1000.0, False, id="service within its request"),
+    pytest.param(0.9, 1500.0, 1500.0, False, id="service using exactly its request"),
+    pytest.param(0.9, 1500.0, 1000.0, True, id="contended service"),
+])
+def test_starvation_never_caps(ratio: float, usage: float, svc_request: float, contended: bool) -> None:
+    result = plan_starvation_relief(np.array([ratio]), np.array([usage]), np.array([svc_request]),
+                                    np.array([contended]), policy=POLICY)
     assert result.caps == ()
 
 
 def test_starvation_release_is_shared_by_excess_and_bounded() -> None:
-    # two starving batch → need 0.2 core; excess 0.3 and 0.1 core → releases 0.15 and 0.05
+    # two starving batch → need 0.2 core; excess over the request 0.3 and 0.1 core → releases 0.15 and 0.05
     result = plan_starvation_relief(np.array([0.9, 0.7]), np.array([1300.0, 1100.0]), np.array([1000.0, 1000.0]),
                                     policy=POLICY)
     assert [c.release_mcpu for c in result.caps] == pytest.approx([150.0, 50.0])
-    # only 0.05 core of excess in total: release 0.05, cap never below r
+    # only 0.05 core of excess in total: release 0.05, cap never below q
     small = plan_starvation_relief(np.array([0.9, 0.9]), np.array([1050.0]), np.array([1000.0]), policy=POLICY)
     assert small.released_mcpu == pytest.approx(50.0) and small.caps[0].cap_mcpu == pytest.approx(1000.0)
 

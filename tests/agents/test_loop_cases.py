@@ -117,6 +117,65 @@ def test_limit_breach_override_takes_the_service_first(tmp_path) -> None:
         rig.close()
 
 
+@pytest.mark.parametrize("limit_ratio", [
+    pytest.param(1.0, id="no limit declared: L = q"),
+    pytest.param(1.25, id="no limit declared: L = 1.25 × q (policy limit ratio)"),
+])
+def test_limit_breach_override_uses_the_estimators_limit_when_none_is_declared(tmp_path, limit_ratio: float) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 2.95 * GIB},
+              policy=Policy().with_estimator(limit_ratio=limit_ratio))
+    try:
+        rig.set_files("", memory_bytes=int(2.85 * GIB))          # ≥ 0.95 × C: pressure (not acute)
+        # S1 requests 1 GiB, declares no limit and uses 1.5 GiB > L (1 or 1.25 GiB): a breach;
+        # S2 requests 1 GiB, no limit, uses 0.9 GiB: within L
+        rig.add("s1", tier="service", requests={"memory": "1Gi"}, start_time=T0 - 10_000, memory_bytes=int(1.5 * GIB))
+        rig.add("s2", tier="service", requests={"memory": "1Gi"}, start_time=T0 - 10_000, memory_bytes=int(0.9 * GIB))
+        rig.add("b0", tier="batch", priority=0, requests={"memory": "1Gi"}, limits={"memory": "1Gi"},
+                start_time=T0 - 10_000, memory_bytes=GIB // 2)
+        loop = rig.build()
+        loop.tick(T0, 0.0)
+        # Σ r = L_S1 (τ = 1.15 × 1.5 capped at L) + min(L, 1.15 × 0.9) (S2) + 1 (B0, r = q on its first sample)
+        #     = 3 or 3.285 GiB > 2.95: S1 goes first, and then Σ r ≤ 2.95 stops
+        (evict,) = rig.actions("evict")
+        assert (evict["workload"]["id"], evict["reason"]) == ("s1", "limit_breach")
+        assert evict["numbers"]["limit"] == pytest.approx(limit_ratio * GIB)
+        rig.procs["s1"].wait(10)
+        assert rig.alive("s2") and rig.alive("b0")
+    finally:
+        rig.close()
+
+
+def test_one_stale_workload_does_not_disarm_the_node(tmp_path) -> None:
+    # C = 10 GiB, T_stale = max(60 s, 3 × 10 s) = 60 s. P (service, 6 GiB request) uses 5.8 → r = 6 (its L);
+    # B1 (priority 1, 3 GiB) uses 3 → r = 3; B2 (priority 0, 2 GiB) reports 1 GiB at t = 0 and then its
+    # samples stop (its memory.stat turns unreadable), so at t = 90 it reads max(r, q) = 2
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 10 * GIB})
+    try:
+        rig.set_files("", memory_bytes=int(8.0 * GIB))
+        rig.add("p", tier="service", requests={"memory": "6Gi"}, start_time=T0 - 10_000, memory_bytes=int(5.8 * GIB))
+        rig.add("b1", tier="batch", priority=1, requests={"memory": "3Gi"}, limits={"memory": "3Gi"},
+                start_time=T0 - 10_000, memory_bytes=3 * GIB)
+        rig.add("b2", tier="batch", priority=0, requests={"memory": "2Gi"}, limits={"memory": "2Gi"},
+                start_time=T0 - 10_000, memory_bytes=GIB)
+        loop = rig.build()
+        loop.tick(T0, 0.0)                                 # 8 GiB in use < 0.95 × C: no pressure yet
+        assert rig.actions("evict") == []
+        rig.set_file("b2", "memory.stat", "anon not-a-number\n")
+        rig.set_files("", memory_bytes=int(9.8 * GIB))      # fresh pressure: 9.8 ≥ 0.95 × 10, not acute
+        loop.tick(T0 + 90, 90.0)
+        # Σ r = 6 + 3 + 2 (B2 held at max(r, q)) = 11 > 10: decided on the fresh workloads — B2, stale, is
+        # never chosen even though its priority is lowest; B1 goes and 11 − 3 = 8 ≤ 10 stops
+        (evict,) = rig.actions("evict")
+        assert (evict["workload"]["id"], evict["reason"]) == ("b1", "priority")
+        assert evict["numbers"]["ledger_before"] == pytest.approx(11 * GIB)
+        assert evict["numbers"]["held_stale"] == ["b2"] and evict["numbers"]["sample_age_s"] <= 60
+        assert rig.actions("hold") == []
+        rig.procs["b1"].wait(10)
+        assert rig.alive("b2") and rig.alive("p")
+    finally:
+        rig.close()
+
+
 def test_batch_memory_caps_on_cgroup_v2(rig) -> None:
     rig.add("b", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"})
     rig.add("b-slack", tier="batch", requests={"memory": "64Mi"}, limits={"memory": "128Mi"},
@@ -141,26 +200,78 @@ def test_daemonsets_are_never_touched(rig) -> None:
     assert [a["workload"]["id"] for a in rig.actions("evict")] == ["b"]
 
 
-def test_anti_starvation_caps_a_service_above_its_reservation_then_restores_it(tmp_path) -> None:
-    rig = Rig(tmp_path, capacity={"cpu": 2000.0}, policy=Policy().with_eviction(starvation_window_s=10.0))
+def _cap_mcpu(cpu_max: str) -> float:
+    quota, period = cpu_max.split()
+    return math.inf if quota == "max" else int(quota) / int(period) * 1000.0
+
+
+@pytest.mark.parametrize("throttled_periods_per_s", [
+    pytest.param(4, id="few long throttled periods (40 % of periods, 80 % of the time)"),
+    pytest.param(8, id="many throttled periods (80 % of periods and of the time)"),
+])
+def test_anti_starvation_caps_a_service_above_its_request_and_holds_the_cap_while_batch_starves(
+        tmp_path, throttled_periods_per_s: int) -> None:
+    # C = 2 cores; S requests 0.5 core and wants 1.5 cores (its reservation follows at once: 1.15 × 1.5
+    # > 1.5, so S is never "above its reservation"); B is throttled 0.8 s of every second for 600 s
+    rig = Rig(tmp_path, capacity={"cpu": 2000.0})
     try:
         rig.add("s", tier="service", requests={"cpu": "500m"}, limits={"cpu": "2"}, start_time=T0 - 10_000)
         rig.add("b", tier="batch", requests={"cpu": "500m"}, start_time=T0 - 10_000)
         loop = rig.build()
-        usage_s = periods = throttled = 0
-        for second in range(8):
-            # S uses 0.5 core, then jumps to 1.5 cores at t = 5; B is throttled in 80 % of its periods
-            usage_s += 500_000 if second <= 5 else 1_500_000
-            periods, throttled = periods + 10, throttled + 8
+        usage_s = usage_b = 0
+        caps: list[float] = []
+        for second in range(601):
+            cap = _cap_mcpu(rig.file("s", "cpu.max"))
+            usage_s += int(min(1500.0, cap) * 1000)            # S gets what its quota lets it have
+            usage_b += 200_000
             rig.set_files("s", usage_usec=usage_s, procs=f"{rig.procs['s'].pid}\n", cpu_max=rig.file("s", "cpu.max"))
-            rig.set_files("b", usage_usec=second * 400_000, nr_periods=periods, nr_throttled=throttled,
-                          procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+            rig.set_files("b", usage_usec=usage_b, nr_periods=10 * second, nr_throttled=throttled_periods_per_s * second,
+                          throttled_usec=800_000 * second, procs=f"{rig.procs['b'].pid}\n",
+                          cpu_max=rig.file("b", "cpu.max"))
             loop.tick(T0 + second, float(second))
-        (cap,) = rig.actions("starvation_cap")
-        # at t = 6: S used 1.5 cores against max(r = 1.15 × 0.5 = 0.575, q = 0.5): release 0.1 core → cap 1.4 cores
-        assert cap["workload"]["id"] == "s" and cap["numbers"]["quota_us"] == 140_000
-        (release,) = rig.actions("starvation_release")             # next tick r_S = 1.725 ≥ u: cap lifted
+            caps.append(_cap_mcpu(rig.file("s", "cpu.max")))
+        decisions = rig.actions("starvation_cap")
+        assert decisions, "80 % of the window throttled (> θ = 50 %) must cap the service above its request"
+        first = decisions[0]
+        # throttled time 0.8 s/s passes θ × 60 s = 30 s at t = 38 s (38 × 0.8 = 30.4 s); usage 1.5 > q = 0.5:
+        # release min_batch_cpu = 0.1 core → cap 1.4 cores
+        assert first["ts"] == T0 + 38 and first["workload"]["id"] == "s"
+        assert first["numbers"]["quota_us"] == 140_000 and first["numbers"]["request_mcpu"] == 500.0
+        # the cap is held from then on: never released while B starves, re-decided once per 60 s window
+        assert rig.actions("starvation_release") == []
+        assert all(math.isfinite(c) for c in caps[38:]), "the cap lapsed while batch was still starving"
+        times = [a["ts"] for a in decisions]
+        assert all(b - a >= 60 for a, b in zip(times, times[1:], strict=False))
+        # each re-decision releases another 0.1 core, never below S's request of 0.5 core
+        assert [a["numbers"]["cap_mcpu"] for a in decisions] == pytest.approx(
+            [1400.0 - 100.0 * i for i in range(len(decisions))][:len(decisions)])
+        assert min(caps[38:]) >= 500.0 and len(decisions) == 10       # 1.4 … 0.5 core, t = 38 … 578
+        # B stops being throttled: a window later (and after the hold) the cap is lifted
+        for second in range(601, 760):
+            usage_s += int(min(1500.0, _cap_mcpu(rig.file("s", "cpu.max"))) * 1000)
+            rig.set_files("s", usage_usec=usage_s, procs=f"{rig.procs['s'].pid}\n", cpu_max=rig.file("s", "cpu.max"))
+            rig.set_files("b", usage_usec=usage_b, nr_periods=6000, nr_throttled=600 * throttled_periods_per_s,
+                          throttled_usec=800_000 * 600, procs=f"{rig.procs['b'].pid}\n",
+                          cpu_max=rig.file("b", "cpu.max"))
+            loop.tick(T0 + second, float(second))
+        (release,) = rig.actions("starvation_release")
         assert release["numbers"]["quota_us"] is None and rig.file("s", "cpu.max") == "max 100000"
+    finally:
+        rig.close()
+
+
+def test_anti_starvation_never_caps_a_service_within_its_request(tmp_path) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 2000.0})
+    try:
+        rig.add("s", tier="service", requests={"cpu": "1500m"}, limits={"cpu": "2"}, start_time=T0 - 10_000)
+        rig.add("b", tier="batch", requests={"cpu": "500m"}, start_time=T0 - 10_000)
+        loop = rig.build()
+        for second in range(120):                   # S uses 1.5 cores = its request; B throttled 80 % of the time
+            rig.set_files("s", usage_usec=1_500_000 * second, procs=f"{rig.procs['s'].pid}\n")
+            rig.set_files("b", usage_usec=200_000 * second, throttled_usec=800_000 * second, nr_periods=10 * second,
+                          nr_throttled=8 * second, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+            loop.tick(T0 + second, float(second))
+        assert rig.actions("starvation_cap") == [] and rig.file("s", "cpu.max") == "max 100000"
     finally:
         rig.close()
 

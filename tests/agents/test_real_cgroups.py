@@ -86,6 +86,58 @@ def test_cpu_contention_throttles_batch_and_the_service_share_recovers(harness, 
     assert agent.actions("evict") == []                             # cpu contention never evicts (C6)
 
 
+def throttled_time_ns(harness, name: str) -> int:
+    stat = dict(line.split() for line in harness.read("cpu", name, "cpu.stat").splitlines())
+    return int(stat["throttled_time"])
+
+
+def test_anti_starvation_caps_the_service_from_real_throttled_time_and_holds_the_cap(harness, tmp_path) -> None:
+    window_s = 8.0
+    # the largest cpu weight v1 allows for the test's groups, so both burners get cpu on a loaded machine
+    # (at load 12 a group of weight 2 never ran and was never throttled)
+    harness.create("", cpu_shares=262144)
+    harness.create("batch", cpu_shares=262144)
+    harness.create("service", cpu_shares=262144)
+    for _ in range(2):
+        harness.spawn("batch", BURNER)       # batch wants two cpus; its quota is min_batch_cpu (0.1 core)
+    harness.spawn("service", BURNER)         # the service wants a whole cpu and requests 0.05 core
+    source = write_workloads(tmp_path / "w.json", [
+        {"id": "svc", "cgroup": harness.rel("service"), "labels": {"kalena.naughtian.io/tier": "service"},
+         "requests": {"cpu": "50m"}, "limits": {"cpu": "2"}},
+        {"id": "job", "cgroup": harness.rel("batch"), "labels": {"kalena.naughtian.io/tier": "batch"},
+         "requests": {"cpu": "500m"}}])
+    # C = 0.3 core: once the service's reservation passes 0.2 core, B = min_batch_cpu = 0.1 core whatever
+    # else the machine runs, so CFS throttles batch. Contention marks (which exempt a stalled service from
+    # caps) are off: this test is about the cap
+    agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), cpu_mcpu=300.0, pressure_source="eventfd",
+                         cpu_poll=False, policy=Policy().with_estimator(grace_s=0.0).with_eviction(
+                             starvation_window_s=window_s))
+    try:
+        before = throttled_time_ns(harness, "batch")
+        assert wait_for(lambda: agent.actions("starvation_cap"), 90), \
+            f"no cap; batch throttled {(throttled_time_ns(harness, 'batch') - before) / 1e9:.1f} s"
+        (cap,) = agent.actions("starvation_cap")[:1]
+        numbers = cap["numbers"]
+        # the decision came from throttled time the kernel counted: more than θ = 50 % of the window
+        assert numbers["throttled_ratio"]["job"] > 0.5 and numbers["starving_batch"] == ["job"]
+        assert (throttled_time_ns(harness, "batch") - before) / 1e9 > 0.5 * window_s
+        assert cap["workload"]["id"] == "svc" and numbers["cap_mcpu"] >= 50.0
+        assert numbers["cap_mcpu"] == pytest.approx(numbers["usage_mcpu"] - 100.0)   # releases min_batch_cpu
+        # held for at least the window: the real quota stays written (or deepens), never back to -1
+        end = time.monotonic() + window_s
+        while time.monotonic() < end:
+            quota = int(harness.read("cpu", "service", "cpu.cfs_quota_us"))
+            assert quota != -1 and quota <= numbers["quota_us"], quota
+            time.sleep(0.25)
+        assert agent.actions("starvation_release") == []
+        # CFS enforces it: the service never gets more than its cap (an upper bound, whatever the load)
+        quota = int(harness.read("cpu", "service", "cpu.cfs_quota_us"))
+        assert rate_mcpu(harness, "service", 2.0) <= quota / 100.0 * 1.1 + 20.0
+    finally:
+        agent.stop()
+    assert agent.actions("evict") == []
+
+
 def test_memory_pressure_kills_the_limit_breach_first_then_the_lowest_priority(harness, tmp_path) -> None:
     # node capacity 200 MiB; every hog touches 64 MiB (+ its interpreter, ~70-80 MiB working set)
     def entry(name: str, tier: str, prio: int, requests: dict, limits: dict, slack: str = "deny") -> dict:

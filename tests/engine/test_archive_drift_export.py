@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kalena_engine.archive import downsample, observed_stats
+from kalena_engine.archive import downsample, observed_stats, reservation_percentiles
 from kalena_engine.drift import drift
 from kalena_engine.escalation import EscalationPolicy, decide_escalation
 from kalena_engine.export import OBSERVED_FIELDS, annotate_workloads, kalena_report, observed_block
@@ -98,3 +98,9 @@ def test_kalena_report_shape() -> None:
     assert report["drift"] == {"cpu": 0.2, "ram": 0.1}
     assert report["workloads"][0]["declared_request"]["cpu"] == 4.0
     assert report["nodes"][0]["eviction_events"] == {"priority": 2}
+
+
+def test_reservation_percentiles_worked_example() -> None:
+    rows = np.array([ir_vector(cpu=c) for c in (1, 2, 3, 4)])
+    p50, p95, p99, peak = reservation_percentiles(rows)
+    assert (p50[0], peak[0]) == (2500.0, 4000.0) and p95[0] == pytest.approx(3850.0) and p99[0] == pytest.approx(3970.0)

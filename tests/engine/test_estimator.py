@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from kalena_engine.estimator import (
-    apply_samples, effective_reservations, initial_reservations, pinned_mask, update_reservations,
+    apply_samples, effective_reservations, estimator_limit, initial_reservations, pinned_mask, update_reservations,
 )
 from kalena_engine.policy import EstimatorPolicy
 from kalena_engine.resources import CPU, GPU, ir_vector, to_ir
@@ -143,3 +145,14 @@ def test_an_unmeasured_dimension_holds_the_request_for_that_update_only() -> Non
                                  pinned=np.zeros((1, 8), dtype=bool), policy=EstimatorPolicy(), unmeasured=unmeasured)
     assert applied.all()
     np.testing.assert_allclose(out.value[0], 6.15)
+
+
+@pytest.mark.parametrize(("declared", "request_q", "ratio", "expected"), [
+    pytest.param(math.inf, 1.0, 1.0, 1.0, id="no limit, ratio 1: L = q"),
+    pytest.param(math.inf, 1.0, 1.25, 1.25, id="no limit, ratio 1.25: L = 1.25 q"),
+    pytest.param(2.0, 1.0, 1.25, 2.0, id="declared 2: L = 2 whatever the ratio"),
+])
+def test_estimator_limit_is_declared_else_request_times_ratio(declared: float, request_q: float, ratio: float,
+                                                               expected: float) -> None:
+    out = estimator_limit(np.full((1, 8), declared), np.full((1, 8), request_q), ratio)
+    assert out.tolist() == [[expected] * 8]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kalena_engine.ledger import fits, ledgers
+from kalena_engine.ledger import blueprint_violations, fits, ledgers
 from kalena_engine.resources import CPU, GPU, RAM, ir_vector, to_ir
 
 
@@ -71,3 +71,20 @@ def test_slack_of_reclaims_every_dimension_but_gpu() -> None:
     slack = slack_of(capacity, reservation, request)
     assert slack[0, CPU] == 1500.0 and slack[0, GPU] == 0.0   # a requested GPU is never slack, used or not
     assert slack[1, CPU] == -500.0 and slack[1, GPU] == 1.0
+
+
+@pytest.mark.parametrize(("prod_node", "cpu", "expected"), [
+    pytest.param([0, 0], 1.0, [], id="the blueprint state: nothing"),
+    pytest.param([0, 1], 1.0, [("n0", "missing", ("b",)), ("n1", "extra", ("b",))], id="b moved to n1 (fits)"),
+    pytest.param([0, -1], 1.0, [("n0", "missing", ("b",))], id="b on no node"),
+    pytest.param([0, 0], 3.0, [("n0", "over_capacity", ())], id="requests 6 > 4 cores"),
+])
+def test_blueprint_violations(prod_node: list[int], cpu: float, expected: list[tuple]) -> None:
+    # the blueprint puts a and b on n0 (4 cores each node)
+    capacity = np.array([ir_vector(cpu=4, ram=8)] * 2)
+    got = blueprint_violations(node_names=["n0", "n1"], capacity=capacity, prod_ids=["a", "b"],
+                               prod_node=np.array(prod_node), prod_request=np.array([ir_vector(cpu=cpu, ram=1)] * 2),
+                               blueprint_ids=["a", "b"], blueprint_node=np.array([0, 0]))
+    assert [(v.node, v.kind, v.workloads) for v in got] == expected
+    if expected and expected[0][1] == "over_capacity":
+        assert (got[0].dimension, got[0].request, got[0].capacity) == ("cpu", 6000.0, 4000.0)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from kalena_engine.mitigation import NodeWorkloads, PressureSignal, plan_evictions
+from kalena_engine.mitigation import NodeWorkloads, PressureSignal, ledger_freshness, plan_evictions
 from kalena_engine.policy import EvictionPolicy
 from kalena_engine.resources import GIB, RAM, ir_vector
 
@@ -122,3 +124,30 @@ def test_service_is_never_evicted_by_priority() -> None:
     rows = [("service", 0, -1e9, 70, 62, 72)]
     plan = plan_evictions(node(rows), CAP, signal(62), now_s=1000, stale_ttl_s=60, policy=POLICY)
     assert plan.victims == () and plan.decision == "no_candidate"
+
+
+@pytest.mark.parametrize(("node_age", "ages", "live", "held", "age"), [
+    pytest.param(1.0, [2.0, 3.0, 90.0], [True, True, True], [False, False, True], 3.0,
+                 id="one stale row is held; the decision rests on the fresh ones"),
+    pytest.param(1.0, [90.0, 95.0], [True, True], [True, True], 95.0, id="wholly stale (C1): the oldest, > T_stale"),
+    pytest.param(1.0, [2.0, math.inf], [True, True], [False, False], 2.0, id="in flight: never sampled, ages nothing"),
+    pytest.param(1.0, [2.0, 500.0], [True, False], [False, False], 2.0, id="a terminating row is not held"),
+    pytest.param(70.0, [2.0], [True], [False], 70.0, id="a stale node reading"),
+])
+def test_ledger_freshness(node_age: float, ages: list[float], live: list[bool], held: list[bool], age: float) -> None:
+    out = ledger_freshness(node_age, np.array(ages), np.array(live), 60.0)
+    assert out.held.tolist() == held and out.sample_age_s == age
+
+
+def test_a_held_row_counts_in_the_ledger_but_is_never_chosen() -> None:
+    # C = 10; P r = 6, B2 (priority 0, held) r = 2, B1 (priority 1) r = 3: Σ r = 11 → B1 goes, B2 never
+    wl = NodeWorkloads(
+        reservation=np.array([[0, 6.0] + [0] * 6, [0, 2.0] + [0] * 6, [0, 3.0] + [0] * 6]),
+        usage=np.array([[0, 5.8] + [0] * 6, [0, 5.0] + [0] * 6, [0, 3.0] + [0] * 6]),
+        limit=np.array([[0, 6.0] + [0] * 6, [0, 2.0] + [0] * 6, [0, 3.0] + [0] * 6]),
+        tier=np.array(["service", "batch", "batch"]), priority=np.array([0, 0, 1]),
+        start_s=np.zeros(3), terminating=np.zeros(3, dtype=bool), count=np.ones(3, dtype=np.int64),
+        held=np.array([False, True, False]))
+    cap = np.array([0, 10.0] + [0] * 6)
+    plan = plan_evictions(wl, cap, PressureSignal(RAM, 9.8), now_s=1000.0, stale_ttl_s=60.0, policy=EvictionPolicy())
+    assert [(v.row, v.reason) for v in plan.victims] == [(2, "priority")] and plan.ledger_after == 8.0

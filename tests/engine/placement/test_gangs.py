@@ -10,7 +10,8 @@ import yaml
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina import parse_workloads
 from kalena_engine.placement import (
-    MIN_MEMBER_ANNOTATION, BatchTemplate, Gang, min_member_from_annotations, pending_from_workloads, schedule_batch,
+    MIN_MEMBER_ANNOTATION, BatchTemplate, Gang, gang_pass_minimum, min_member_from_annotations, pending_from_workloads,
+    schedule_batch,
 )
 from kalena_engine.policy import Policy
 from tests.engine.placement.builders import Entry, Node, pending, placements, snapshot
@@ -32,7 +33,11 @@ def test_a_gang_that_cannot_fit_takes_nothing_and_leaves_no_debit(naive: bool) -
     assert set(records) == {"g0", "g1", "g2"}
     gang = records["g0"].gang
     assert (gang.gang, gang.placeable, gang.min_member) == ("trainer", 4, 6)
-    assert records["g0"].binding == "gang" or records["g0"].binding == "cpu"
+    # once the gang rolled back, "after" took all 8 cores: what binds each member now is cpu, 2 cores short
+    # on both nodes
+    assert records["g0"].binding == "cpu"
+    (short,) = records["g0"].to_dict()["shortfall"]
+    assert (short["dim"], float(short["amount"]), short["nodes"]) == ("cpu", 2.0, 2)
 
 
 def test_a_gang_that_fits_is_placed_whole_and_min_member_allows_a_partial_gang() -> None:
@@ -113,3 +118,14 @@ def test_colocated_group(free, placed) -> None:
     result = schedule_batch(snapshot(nodes), queue, Policy(), rng=RNG(0))
     assert result.placed == placed
     assert len({n for _, n, _ in placements(result)}) == (1 if placed else 0)
+
+
+@pytest.mark.parametrize(("min_member", "members", "running", "expected"), [
+    pytest.param(None, 4, 0, 4, id="no min_member: the gang's size"),
+    pytest.param(3, 4, 0, 3, id="declared 3 of 4"),
+    pytest.param(3, 4, 2, 1, id="2 running count toward 3: 1 more"),
+    pytest.param(None, 4, 4, 1, id="all running (a requeued member): 1"),
+    pytest.param(5, 3, 0, 5, id="more than submitted: waits for members"),
+])
+def test_gang_pass_minimum(min_member, members: int, running: int, expected: int) -> None:
+    assert gang_pass_minimum(min_member=min_member, members=members, running=running) == expected

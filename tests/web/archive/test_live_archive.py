@@ -131,3 +131,28 @@ def test_three_agent_evictions_in_five_minutes_escalate_the_node(live) -> None:
     escalate(now_s=1310.0 + SETTLE_S)
     assert EvictionRecord.objects.filter(node=node, cause="priority").count() == 3
     assert Escalation.objects.filter(node=node).count() == 1  # in its cooldown: not escalated twice
+
+
+def test_live_volatility_is_the_engines_tracker_over_the_minute_rows(live) -> None:
+    from kalena_engine.placement import VolatilityTracker
+    from kalena_web.archive.live import node_volatility
+    from kalena_web.control.models import NodeCondition
+
+    led = LiveNodeLedger.objects.filter(node__cluster=live).select_related("node").first()
+    zero = [0.0] * 8
+    now = 100_000.0
+    # production reservation 10, 14, 14 cores at 2 h, 1 h and 0 h ago (h = 3600 s, so α = 0.5 each step):
+    # m 10 → 12 → 13, v 0 → 0.5 · (0 + 0.5 · 16) = 4 → 0.5 · (4 + 0.5 · 4) = 3: σ = √3 cores
+    for ago_h, cores in ((2, 10.0), (1, 14.0), (0, 14.0)):
+        prod = [cores * 1000.0, *zero[1:]]
+        UsageRollup.objects.create(cluster=live, resolution="1m", bucket_s=now - 3600.0 * ago_h, node=led.node,
+                                   samples=1, usage_mean=zero, usage_peak=zero, reservation=prod, request=zero,
+                                   limit=zero, batch_request=zero, prod_reservation=prod)
+    node_volatility(cluster=live, now_s=now)
+    got = NodeCondition.objects.get(node=led.node).volatility
+    capacity_cores = led.capacity[0] / 1000.0
+    tracker = VolatilityTracker(3600.0)
+    for t, cores in ((now - 7200, 10.0), (now - 3600, 14.0), (now, 14.0)):
+        tracker.update(t, np.array([[cores * 1000.0] + [0.0] * 7]))
+    assert got == pytest.approx(float(tracker.ratio(np.array([led.capacity]))[0]))
+    assert got == pytest.approx(3 ** 0.5 / capacity_cores)      # not the plain σ of the last hour (0)

@@ -88,7 +88,30 @@ def test_small_drift_recommends_nothing_and_export_api(live, client) -> None:
     assert client.get("/api/clusters/home/export?window_s=10").status_code == 400
     beyond = client.get("/api/clusters/home/export?window_s=2592000")  # 30 days: minute rows are kept 7
     assert beyond.status_code == 400 and "KALENA_RETENTION_MINUTE_S" in beyond.json()["detail"]
-    text = client.get("/api/clusters/home/export/workloads.yaml").content.decode()
-    assert text.startswith("namespaces:") or "namespaces:" in text
+    served = client.get("/api/clusters/home/export/workloads.yaml")
+    assert served.status_code == 200 and served["Content-Type"].startswith("application/yaml")
+    text = served.content.decode()
+    assert text.startswith("namespaces:")               # the imported IR v1 document, its top-level key first
+    doc = yaml.safe_load(text)
+    assert len(parse_workloads(doc, source="served.yaml").pods) == 10
+    # the rollups above are from 1970, outside the default day before now: no declaration gets a block
+    assert not any("observed" in d for decls in doc["namespaces"].values() for d in decls)
     report = client.get("/api/clusters/home/export").json()
     assert report["kind"] == "KalenaReport"
+
+
+def test_observed_percentiles_weight_every_minute_equally_as_documented(live) -> None:
+    # postgres-0 (q = 1 core): one minute with 100 samples at r = 1 core, two minutes of 1 sample at 3 cores.
+    # Per minute the values are 1, 3, 3 → p50 3 cores (per sample it would be 1); peak 3
+    w = Workload.objects.get(cluster=live, name="database/postgres-0")
+    q = np.array(w.request)
+    for m, (samples, cores) in enumerate(((100, 1.0), (1, 3.0), (1, 3.0))):
+        r = q.copy()
+        r[0] = cores * 1000.0
+        UsageRollup.objects.create(cluster=live, resolution="1m", bucket_s=NOW - 60 * (m + 1), workload=w,
+                                   samples=samples, usage_mean=(r / 1.15).tolist(), usage_peak=(r / 1.15).tolist(),
+                                   reservation=r.tolist(), above_request=0)
+    block = yaml.safe_load(build_export(cluster=live, now_s=NOW, window_s=DAY).workloads_yaml)
+    observed = block["namespaces"]["database"][0]["observed"]
+    assert observed["p50"]["cpu"] == pytest.approx(3.0) and observed["peak"]["cpu"] == pytest.approx(3.0)
+    assert observed["exceeded_request_fraction"] == 0.0

@@ -58,7 +58,7 @@ def test_stale_node_takes_no_new_batch_and_why_pending_names_it(live) -> None:
     report = run_pass(live)
     assert report.placed == 0
     why = WhyPending.objects.get(pod__workload__name="batch/job-2-0")
-    assert why.binding == "telemetry_stale" or "telemetry_stale" in why.record["excluded"]
+    assert why.binding == "telemetry_stale" and why.record["excluded"] == {"telemetry_stale": 3}   # all 3 nodes
 
 
 def test_too_big_request_is_pending_with_the_shortfall(live) -> None:
@@ -140,3 +140,28 @@ def test_one_pass_binds_many_pods_on_one_node_without_calling_its_own_bindings_s
     assert (report.placed, report.stale) == (12, 0)
     versions = LiveNodeLedger.objects.filter(node__cluster=live).values_list("version", flat=True)
     assert max(versions) == 1  # each touched node's version bumped once for the whole pass
+
+
+def test_a_live_gang_without_min_member_is_all_or_nothing(live) -> None:
+    slack = slack_cpu(live)                              # cores of slack on each of the three nodes
+    fit = sum(int(np.floor(s + 1e-9)) for s in slack.values())
+    size = fit + 1                                       # one 1-core pod more than the slack holds
+    for i in range(size):
+        submit(live, f"batch/mpi-{i}", cpu=1.0, ram=0.1, owner="mpi", gang="mpi")
+    report = run_pass(live)
+    # min_member defaults to the gang's size: only size − 1 pods would fit, so none is placed
+    assert report.placed == 0
+    assert BatchPod.objects.filter(cluster=live, gang="mpi", state=BatchPod.BOUND).count() == 0
+    why = WhyPending.objects.get(pod__workload__name="batch/mpi-0")
+    assert why.record["gang"]["min_member"] == size and why.record["gang"]["placeable"] == fit
+    assert slack_cpu(live) == pytest.approx(slack)      # the rolled-back gang debited nothing
+
+
+def test_a_live_gang_places_whole_and_a_requeued_member_rejoins_its_running_gang(live) -> None:
+    pods = [submit(live, f"batch/pair-{i}", cpu=1.0, ram=0.1, owner="pair", gang="pair") for i in range(2)]
+    assert run_pass(live).placed == 2
+    pods[0].refresh_from_db()
+    batch_requeue(pod=pods[0], now_s=1002.0, reason="evicted")
+    # one member still runs: it counts toward the gang's size of 2, so the requeued one is placed alone
+    assert run_pass(live).placed == 1
+    assert BatchPod.objects.filter(cluster=live, gang="pair", state=BatchPod.BOUND).count() == 2

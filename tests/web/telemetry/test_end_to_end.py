@@ -58,9 +58,12 @@ def test_a_real_agent_streams_to_daphne_and_the_reservations_follow(home, beta, 
     imported_s = WorkloadReservation.objects.values_list("updated_s", flat=True).first()
     token = tmp_path / "token"
     token.write_text(agent_token_create(node=beta)[0] + "\n")
-    harness.create("", cpu_shares=1024)
-    harness.create("pg", cpu_shares=1024)
-    harness.create("graf", cpu_shares=1024)
+    # the burner's group gets the largest cpu weight v1 allows (cpu.shares 262144, at both levels), so on
+    # a machine loaded by other work it still gets about one core whenever it competes for a cpu — what it
+    # measures is its demand, not what is left over
+    harness.create("", cpu_shares=262144)
+    harness.create("pg", cpu_shares=262144)
+    harness.create("graf", cpu_shares=2)
     harness.spawn("pg", BURNER)                 # postgres-0 busy: one core, above its 0.5-core request
     harness.spawn("graf", SPINNER)              # grafana-0 idle
     workloads = tmp_path / "w.json"
@@ -105,7 +108,11 @@ def test_a_real_agent_streams_to_daphne_and_the_reservations_follow(home, beta, 
         assert stored.last_sample_s == rows[-1][0]
         reservations[name] = (np.asarray(stored.value), np.asarray(w.request), rows)
     pg, graf = reservations[PG], reservations[GRAF]
-    assert np.nanmean([r[1] for r in pg[2]]) > 600                 # the burner really used > 0.6 core …
+    pg_cpu = np.array([r[1] for r in pg[2]], dtype=np.float64)
+    pg_cpu = pg_cpu[np.isfinite(pg_cpu)]                          # the first reading has no rate yet
+    # the burner really used more than its 0.5-core request in most samples (μ·u ≥ L = 0.5 core needs
+    # u ≥ 435 mcpu; the median is robust to a sample or two the machine's load squeezed) …
+    assert np.median(pg_cpu) > 600, pg_cpu.tolist()
     assert pg[0][0] == pytest.approx(pg[1][0])                   # … so r_cpu stays at its limit (= request)
     assert graf[0][0] < graf[1][0] and np.nanmax([r[1] for r in graf[2]]) < 50   # idle grafana: decaying (h = 600 s)
     assert AgentStatus.objects.get(node=beta).accepted_samples == Sample.objects.filter(node=beta).count()
