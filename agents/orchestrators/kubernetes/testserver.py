@@ -31,7 +31,8 @@ concepts page):
   when stale), PATCH.
 * faults: :meth:`fault` answers matching requests with a code or delays them (timeouts).
 * every request is recorded in ``requests`` as ``(verb, path, body)`` (and ``queries`` as
-  ``(verb, path, query parameters)``) and counted in ``calls``.
+  ``(verb, path, query parameters)``; ``answers`` has ``(verb, path, status code)``) and counted
+  in ``calls``.
 
 What it does not model: authentication and authorization, admission plugins beyond the
 hooks, validation of most fields (names, resource quantities are taken as given), defaulting
@@ -146,6 +147,7 @@ class TestAPIServer:
         self.record_bodies = record_bodies
         self.requests: list[tuple[str, str, object]] = []
         self.queries: list[tuple[str, str, dict]] = []
+        self.answers: list[tuple[str, str, int]] = []
         self.calls: Counter = Counter()
         self.pod_create_hooks: list[Callable[[dict], dict | None]] = []
         self.bind_hooks: list[Callable[[dict, str], None]] = []
@@ -395,6 +397,7 @@ class TestAPIServer:
                 return
 
             def _send(self, code: int, body) -> None:
+                api.answers.append((self.command, self.path.split("?", 1)[0], code))
                 data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")

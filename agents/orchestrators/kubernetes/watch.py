@@ -93,7 +93,7 @@ class KubernetesWatcher:
                     (self.nodes if resource == "nodes" else self.pods).add(exc.name)
             return []
 
-    def _relist(self, resource: str, out: Callable[[WatchEvent], None]) -> str:
+    def _relist(self, resource: str, out: Callable[[WatchEvent], None], *, resynced: bool = True) -> str:
         items, version = self.api.list_objects(resource)
         if not version or str(version) == "0":
             raise RuntimeError(f"list {resource} answered no resourceVersion")
@@ -111,7 +111,8 @@ class KubernetesWatcher:
             else:
                 self.nodes = listed
             pods, nodes = frozenset(self.pods), frozenset(self.nodes)
-        out(Resynced(pods=pods, nodes=nodes))
+        if resynced:
+            out(Resynced(pods=pods, nodes=nodes))
         self.versions[resource] = str(version)
         return str(version)
 
@@ -159,13 +160,14 @@ class KubernetesWatcher:
                     need_list = True
 
     def events(self, stop: threading.Event) -> Iterator[WatchEvent]:
-        """The port's ``watch``: nodes then pods listed (each list ending with ``Resynced``),
-        then the changes of both, until ``stop`` is set."""
+        """The port's ``watch``: nodes then pods listed, one ``Resynced`` with both sets, then
+        the changes of both (a later re-list of one resource ends with a ``Resynced`` carrying
+        its new set and the other's current one), until ``stop`` is set."""
         q: queue.Queue = queue.Queue()
-        for resource in ("nodes", "pods"):
+        for resource in ("nodes", "pods"):  # both lists before the first Resynced: it needs both sets whole
             while not stop.is_set():
                 try:
-                    self._relist(resource, q.put)
+                    self._relist(resource, q.put, resynced=resource == "pods")
                     break
                 except Exception as exc:  # noqa: BLE001 - the API may not be up yet
                     self.reconnects[resource] += 1
