@@ -65,11 +65,21 @@ class Reconciler:
     clock: Callable[[], float] = time.time
     counts: dict[str, Counter] = field(default_factory=dict)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
+    _seen: dict[tuple, object] = field(default_factory=dict, repr=False)
 
     def apply(self, event: WatchEvent) -> str:
         """Apply one event; returns ``changed`` | ``unchanged`` | ``unknown`` (names a pod or node
-        Kalena does not hold) | ``rejected`` (bad input, logged, nothing changed)."""
+        Kalena does not hold) | ``rejected`` (bad input, logged, nothing changed).
+
+        An event equal to the last one applied for the same object and kind is ``unchanged``
+        without a database read (a re-list repeats every object; idempotency makes the answer
+        certain). A terminal event for an object forgets its cached events; ``Resynced``
+        forgets all of them."""
         kind = type(event).__name__
+        key = (type(event), _ref_of(event))
+        if type(event) in _CACHED and self._seen.get(key) == event:
+            self.counts.setdefault(kind, Counter())[UNCHANGED] += 1
+            return UNCHANGED
         handler = _HANDLERS.get(type(event))
         if handler is None:
             outcome = self._reject(kind, "", f"{kind} is not a watch event")
@@ -79,6 +89,14 @@ class Reconciler:
             except InputError as exc:
                 outcome = self._reject(kind, _ref_of(event), str(exc))
         self.counts.setdefault(kind, Counter())[outcome] += 1
+        if type(event) in _CACHED and outcome in (CHANGED, UNCHANGED):
+            self._seen[key] = event
+        elif isinstance(event, Resynced):
+            self._seen.clear()
+        elif isinstance(event, PodFinished | PodRefused | PodGone | NodeGone):
+            ref = key[1]
+            for cached in _CACHED:
+                self._seen.pop((cached, ref), None)
         return outcome
 
     def apply_all(self, events: Iterable[WatchEvent]) -> Counter:
@@ -210,6 +228,9 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
     PodRunning: Reconciler._pod_running, PodFinished: Reconciler._pod_finished, PodRefused: Reconciler._pod_refused,
     PodGone: Reconciler._pod_gone, ProductionSeen: Reconciler._production_seen, Resynced: Reconciler._resynced,
 }
+
+
+_CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
 
 
 def _ref_of(event: object) -> str:

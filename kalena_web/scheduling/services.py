@@ -244,11 +244,12 @@ def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: 
         ledger.batch_reservation = (np.asarray(ledger.batch_reservation) + request).tolist()
         ledger.version += 1
         ledger.save(update_fields=["batch_request", "batch_reservation", "version"])
-        for pod in pods:
-            Workload.objects.filter(id=pod.workload_id).update(node_id=node_id, start_s=now_s)
-            WorkloadReservation.objects.update_or_create(
-                workload_id=pod.workload_id,
-                defaults={"value": pod.workload.request, "updated_s": now_s, "last_sample_s": None})
+        ids = [pod.workload_id for pod in pods]
+        Workload.objects.filter(id__in=ids).update(node_id=node_id, start_s=now_s)
+        WorkloadReservation.objects.filter(workload_id__in=ids).delete()
+        WorkloadReservation.objects.bulk_create([
+            WorkloadReservation(workload_id=pod.workload_id, value=pod.workload.request, updated_s=now_s,
+                                last_sample_s=None) for pod in pods])
         BatchPod.objects.filter(id__in=[p.id for p in pods]).update(
             state=BatchPod.BOUND, bound_s=now_s, bound_version=ledger.version)
         WhyPending.objects.filter(pod__in=pods).delete()
