@@ -254,3 +254,22 @@ def test_the_fake_orchestrator_emits_the_same_events(rec) -> None:
     finally:
         running.stop()
     assert running.reconciler.counts["Resynced"][CHANGED] + running.reconciler.counts["Resynced"][UNCHANGED] == 2
+
+
+def test_runs_of_events_applied_in_bulk_answer_as_one_by_one(rec) -> None:
+    bad = PodPending("batch/x-0", (float("nan"),) + (0.0,) * 7, (0.0,) * 8)
+    events = [pending("a-0", cpu=0.5), pending("a-0", cpu=0.5), bad, pending("b-0", cpu=0.25)]
+    assert rec.apply_many(events) == [CHANGED, UNCHANGED, REJECTED, CHANGED]
+    assert sorted(BatchPod.objects.values_list("workload__name", "state")) == [("batch/a-0", "pending"),
+                                                                                ("batch/b-0", "pending")]
+    assert BatchPod.objects.get(workload__name="batch/b-0").workload.request[CPU] == 250
+    before = state(rec.cluster)
+    assert Reconciler(cluster=rec.cluster).apply_many(events) == [UNCHANGED, UNCHANGED, REJECTED, UNCHANGED]
+    assert state(rec.cluster) == before
+    fake = FakeOrchestrator(node_names=NODES)
+    run_pass(rec.cluster, fake)
+    placed = {pod: node for _, pod, node in fake.log}
+    running = [PodRunning(ref, node, at_s=1003.0) for ref, node in placed.items()] + [PodRunning("batch/zz-0", NODES[0])]
+    assert rec.apply_many(running) == [CHANGED, CHANGED, "unknown"]
+    assert set(BatchPod.objects.values_list("running_s", flat=True)) == {1003.0}
+    assert Reconciler(cluster=rec.cluster).apply_many(running) == [UNCHANGED, UNCHANGED, "unknown"]
