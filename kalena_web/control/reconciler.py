@@ -123,6 +123,8 @@ class Reconciler:
                 out += self._pending_run(run)
             elif kind is PodRunning and len(run) > 1:
                 out += self._running_run(run)
+            elif kind is NodeSeen and len(run) > 1:
+                out += self._nodes_run(run)
             else:
                 out += [self.apply(e) for e in run]
             i = j
@@ -160,6 +162,17 @@ class Reconciler:
         if CHANGED in out and self.wake is not None:
             self.wake(self.cluster.id)
         return out
+
+    def _nodes_run(self, run: list[NodeSeen]) -> list[str]:
+        todo = [e for e in run if not self._cached(e)]
+        answers = control.node_observe_many(cluster=self.cluster, now_s=self.clock(), nodes=[dict(
+            name=e.name, ready=e.ready, schedulable=e.schedulable, allocatable=e.allocatable, labels=e.labels,
+            taints=e.taints, images=_images_of(e), at_s=e.at_s) for e in todo])
+        results = {}
+        for e, answer in zip(todo, answers, strict=True):
+            results[id(e)] = (self._reject("NodeSeen", e.name, str(answer)) if isinstance(answer, InputError)
+                              else CHANGED if answer else UNCHANGED)
+        return [self._tally(e, results.get(id(e), UNCHANGED)) for e in run]
 
     def _running_run(self, run: list[PodRunning]) -> list[str]:
         todo = [e for e in run if not self._cached(e)]
@@ -217,11 +230,8 @@ class Reconciler:
         return REJECTED
 
     def _node_seen(self, e: NodeSeen) -> str:
-        images = dict(e.image_bytes) or {name: 0.0 for name in e.images}
-        for name in e.images:
-            images.setdefault(name, 0.0)
         changed = control.node_observe(cluster=self.cluster, name=e.name, ready=e.ready, schedulable=e.schedulable,
-                                       allocatable=e.allocatable, labels=e.labels, taints=e.taints, images=images,
+                                       allocatable=e.allocatable, labels=e.labels, taints=e.taints, images=_images_of(e),
                                        at_s=e.at_s, now_s=self.clock())
         return CHANGED if changed else UNCHANGED
 
@@ -322,6 +332,13 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
 
 
 _CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
+
+
+def _images_of(e: NodeSeen) -> dict[str, float]:
+    images = dict(e.image_bytes)
+    for name in e.images:
+        images.setdefault(name, 0.0)
+    return images
 
 
 def _ref_of(event: object) -> str:

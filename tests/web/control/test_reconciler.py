@@ -273,3 +273,17 @@ def test_runs_of_events_applied_in_bulk_answer_as_one_by_one(rec) -> None:
     assert rec.apply_many(running) == [CHANGED, CHANGED, "unknown"]
     assert set(BatchPod.objects.values_list("running_s", flat=True)) == {1003.0}
     assert Reconciler(cluster=rec.cluster).apply_many(running) == [UNCHANGED, UNCHANGED, "unknown"]
+
+
+def test_node_runs_applied_in_bulk_answer_as_one_by_one(rec) -> None:
+    alloc = (INF,) * 8
+    events = [NodeSeen("thinkcentre-alpha", False, True, alloc), NodeSeen("thinkcentre-beta", True, False, alloc,
+                                                                          labels={"disk": "ssd"}),
+              NodeSeen("", True, True, alloc), NodeSeen("new-node", True, True, (8000.0, 16 * GIB) + (INF,) * 6)]
+    assert rec.apply_many(events) == [CHANGED, CHANGED, REJECTED, CHANGED]
+    conditions = dict(NodeCondition.objects.values_list("node__name", "ready"))
+    assert conditions["thinkcentre-alpha"] is False and conditions["new-node"] is True
+    assert Node.objects.get(name="thinkcentre-beta").labels == {"disk": "ssd"}
+    before = state(rec.cluster)
+    assert Reconciler(cluster=rec.cluster).apply_many(events) == [UNCHANGED, UNCHANGED, REJECTED, UNCHANGED]
+    assert state(rec.cluster) == before
