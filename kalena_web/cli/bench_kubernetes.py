@@ -8,8 +8,10 @@ telemetry marked fresh: no agents run here), and the same nodes registered in
 Two candidate schedulers (:class:`~kalena_web.control.leading.ClusterScheduler`, each with its
 own ``kubernetes`` client, watch, reconciler and Lease elector) run in this process.
 
-Run: ``--pods`` batch pods (``schedulerName: kalena``, owned by 200 Jobs, requests drawn from
-a seeded grid of 100m–1 cpu and 128Mi–2Gi) are created in the server at ``--arrival-rate``
+Run: ``--pods`` batch pods (``schedulerName: kalena``, owned by ``--jobs`` Jobs; as in
+kube-scheduler's scheduler_perf SchedulingBasic, the pods of one Job are identical: each Job's
+request is drawn once from a seeded grid of 100m–1 cpu and 128Mi–2Gi) are created in the
+server at ``--arrival-rate``
 pods/s (default 0 = all at once, i.e. faster than the scheduler can bind). When a third are
 bound, every open watch gets ``ERROR 410`` (a re-list); when two thirds are bound, the leader
 is killed (its lease left to expire) and the standby takes over.
@@ -47,6 +49,7 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
     p.add_argument("--renew-deadline", type=float, default=10.0, help="renew deadline s (client-go 10)")
     p.add_argument("--retry-period", type=float, default=2.0, help="retry period s (client-go 2)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (900)")
+    p.add_argument("--jobs", type=int, default=20, help="Jobs owning the pods (20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--database-url", default=DEFAULT_DB, help=f"PostgreSQL database to (re)create ({DEFAULT_DB})")
     p.add_argument("--keep-db", action="store_true", help="keep the database afterwards")
@@ -141,8 +144,9 @@ def handle(args: argparse.Namespace) -> int:
     print(f"  leader kalena-a watching ({time.monotonic() - t0:.1f} s since start)")
 
     rng = np.random.default_rng(args.seed)
-    cpus = rng.choice([100, 250, 500, 1000], size=args.pods)
-    mems = rng.choice([128, 256, 512, 1024, 2048], size=args.pods)
+    job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
+    job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
+    cpus, mems = job_cpu[np.arange(args.pods) % args.jobs], job_mem[np.arange(args.pods) % args.jobs]
     created_at: dict[str, float] = {}
 
     def create_all() -> None:
@@ -152,9 +156,10 @@ def handle(args: argparse.Namespace) -> int:
                 wait = start + i / args.arrival_rate - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-            name = f"job-{i % 200}-{i}"
+            job = f"job-{i % args.jobs}"
+            name = f"{job}-{i}"
             created_at[f"bench/{name}"] = time.time()
-            api.create_pod(pod("bench", name, tier="batch", owner_kind="Job", owner_name=f"job-{i % 200}",
+            api.create_pod(pod("bench", name, tier="batch", owner_kind="Job", owner_name=job, labels={"app": job},
                                cpu=f"{cpus[i]}m", memory=f"{mems[i]}Mi", limit_cpu=f"{cpus[i]}m",
                                limit_memory=f"{mems[i]}Mi"))
 

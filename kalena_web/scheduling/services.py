@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import BatchSpec, Orchestrator, OrchestratorError, StaleBinding
+from agents.orchestrators import BatchSpec, BindingUncertain, Orchestrator, OrchestratorError, StaleBinding
 from kalena_engine.errors import InputError
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
@@ -106,6 +106,7 @@ class PassReport:
     failed: int = 0
     why_pending: int = 0
     stale_bindings: int = 0
+    uncertain: int = 0
     noticed: int = 0
     stopped_early: bool = False
     errors: list[str] = field(default_factory=list)
@@ -235,6 +236,12 @@ def _bind_one(orchestrator: Orchestrator, pod: BatchPod, node_name: str, *, now_
             batch_drop(pod=pod, now_s=now_s, reason=str(exc))
         else:
             batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+    except BindingUncertain as exc:
+        report.uncertain += 1
+        report.errors.append(str(exc))
+        if pod.source != BatchPod.WATCH:
+            batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
+        # a watched pod stays bound, unconfirmed: the watch or a read (batch_unconfirmed) settles it
     except OrchestratorError as exc:
         report.failed += 1
         report.errors.append(str(exc))
@@ -523,22 +530,19 @@ def batch_gone(*, pod: BatchPod, now_s: float, reason: str = "deleted") -> bool:
     return changed or bool(marked)
 
 
-UNCONFIRMED_S = 30.0  # a binding the watch has not confirmed this long after it was made is redone
+UNCONFIRMED_S = 30.0  # a binding the watch has not confirmed this long after it was made is checked
 
 
-def batch_requeue_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = UNCONFIRMED_S) -> int:
-    """Watched pods Kalena bound more than ``older_than_s`` ago that the watch never reported on
-    a node (no ``PodRunning``): the binding call never reached the orchestrator (a scheduler
-    died between its ledger commit and the call, a timeout), so the pod object is still pending
-    there. They are queued again — never lost; if the binding did land after all, the next one
-    gets a 409 and the watch's report adopts it. Returns how many."""
-    pods = BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND, running_s__isnull=True,
-                                   bound_s__lt=now_s - older_than_s)
-    count = 0
-    for pod in pods:
-        batch_requeue(pod=pod, now_s=now_s, reason="binding never confirmed by the watch")
-        count += 1
-    return count
+def batch_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = UNCONFIRMED_S,
+                      limit: int = 100) -> list[BatchPod]:
+    """Watched pods Kalena bound more than ``older_than_s`` ago that the watch never reported
+    on a node (no ``PodRunning``), oldest first: their binding call may never have reached the
+    orchestrator (a scheduler died between its ledger commit and the call, a timeout). The
+    caller asks the orchestrator where each one is and settles it with
+    :func:`batch_observe_running`, :func:`batch_requeue` or :func:`batch_gone` (1 query)."""
+    return list(BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND,
+                                        running_s__isnull=True, bound_s__lt=now_s - older_than_s)
+                .select_related("workload").order_by("bound_s")[:limit])
 
 
 def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,
