@@ -241,6 +241,9 @@ def _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, clu
         "pods_double_bound": conflicts + differing,
         "failover_gap_s": round(gap_s, 2) if gap_s is not None else None,
         "passes": a.stats.passes + b.stats.passes,
+        "pass_phase_s": {k: round(a.stats.phase_s.get(k, 0.0) + b.stats.phase_s.get(k, 0.0), 2)
+                         for k in sorted(set(a.stats.phase_s) | set(b.stats.phase_s))},
+        "reconciler_counts": _merged_counts([r for s in (a, b) for r in s.reconcilers]),
         "watch_lists": sum(sum(w.lists.values()) for s in (a, b) for w in s.orchestrator.watchers),
         "watch_410_expired": sum(sum(w.expired.values()) for s in (a, b) for w in s.orchestrator.watchers),
         "watch_reconnects": sum(sum(w.reconnects.values()) for s in (a, b) for w in s.orchestrator.watchers),
@@ -248,6 +251,14 @@ def _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, clu
         "events_dropped": a.orchestrator.events_dropped + b.orchestrator.events_dropped,
         "api_calls": {f"{v} {r}": n for (v, r), n in sorted(api.calls.items())},
     }
+
+
+def _merged_counts(reconcilers) -> dict[str, dict[str, int]]:
+    out: dict[str, Counter] = {}
+    for r in reconcilers:
+        for kind, c in r.counts.items():
+            out.setdefault(kind, Counter()).update(c)
+    return {k: dict(v) for k, v in sorted(out.items())}
 
 
 def _engine_only(cluster, created_at) -> float:

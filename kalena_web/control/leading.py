@@ -42,6 +42,7 @@ class SchedulerStats:
     leader_since_s: list[float] = field(default_factory=list)
     lost_s: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)
 
 
 class ClusterScheduler:
@@ -59,6 +60,7 @@ class ClusterScheduler:
         self.stats = SchedulerStats()
         self.wake = threading.Event()
         self.watch: RunningWatch | None = None
+        self.reconcilers: list[Reconciler] = []  # of the watches this candidate ran and stopped
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -90,6 +92,7 @@ class ClusterScheduler:
     def _stop_watch(self) -> None:
         if self.watch is not None:
             self.watch.stop()
+            self.reconcilers.append(self.watch.reconciler)
             self.watch = None
             self.stats.lost_s.append(time.time())
 
@@ -159,4 +162,6 @@ class ClusterScheduler:
         self.stats.placed += report.placed
         self.stats.stale_bindings += report.stale_bindings
         self.stats.errors = (self.stats.errors + report.errors)[-20:]
+        for phase, seconds in report.phase_s.items():
+            self.stats.phase_s[phase] = round(self.stats.phase_s.get(phase, 0.0) + seconds, 3)
         return report

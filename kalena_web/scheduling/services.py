@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +111,7 @@ class PassReport:
     noticed: int = 0
     stopped_early: bool = False
     errors: list[str] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)  # wall seconds: read, engine, ledger, bind_api, why_pending
 
 
 def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Policy, now_s: float,
@@ -129,6 +131,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     as stale (409 already assigned, 404 gone) leaves the queue (:func:`batch_drop`).
     """
     report = PassReport()
+    mark = time.perf_counter()
     rows = selectors.node_rows(cluster=cluster)
     pending_rows = selectors.pending_rows(cluster=cluster)
     report.pending = len(pending_rows)
@@ -144,7 +147,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
         images=cached,
     )
     pending, pods_of_entry = mappers.pending_batch(pending_rows, image_sizes)
+    mark = _phase(report, "read", mark)
     result = schedule_batch(snapshot, pending, policy, rng=rng)
+    mark = _phase(report, "engine", mark)
     taken = [0] * len(pods_of_entry)
     pods = {p.id: p for p in BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids])
             .select_related("workload")}
@@ -166,7 +171,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             report.stopped_early = True
             break
         chunk = groups[i:i + BIND_CHUNK_NODES]
+        mark = time.perf_counter()
         accepted = _bind_many_in_ledger(chunk, now_s=now_s)
+        mark = _phase(report, "ledger", mark)
         for node_id, node_name, chosen, _ in chunk:
             if node_id not in accepted:
                 report.stale += len(chosen)
@@ -177,10 +184,20 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
                     batch_requeue(pod=pod, now_s=now_s, reason="scheduler lost its lease before binding")
                     continue
                 _bind_one(orchestrator, pod, node_name, now_s=now_s, report=report)
+        _phase(report, "bind_api", mark)
+    mark = time.perf_counter()
     left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
     report.why_pending = _record_why_pending(result.why_pending(), pods_of_entry, pending, left, now_s)
     report.noticed = _notice_pending(orchestrator, left, now_s=now_s)
+    _phase(report, "why_pending", mark)
     return report
+
+
+def _phase(report: PassReport, name: str, since: float) -> float:
+    """Add the wall time since ``since`` to ``report.phase_s[name]``; returns now."""
+    now = time.perf_counter()
+    report.phase_s[name] = round(report.phase_s.get(name, 0.0) + now - since, 4)
+    return now
 
 
 NOTICE_EVERY_S = 60.0  # at most one FailedScheduling event per pod per minute (DESIGN §14)
