@@ -19,6 +19,9 @@ is killed (its lease left to expire) and the standby takes over.
 Figures: ``created_to_bound_p50_ms`` / ``_p99_ms`` (server-side creation → binding stored);
 ``pods_bound_per_s`` = pods bound / (last binding − first creation − ``failover_gap_s``);
 ``failover_gap_s`` = the killed leader's last lease renewal → the standby's acquisition;
+``process_cpu_s`` and ``pods_bound_per_cpu_s``: the CPU this one process (API server, both
+schedulers, watches, reconcilers, event senders) used while the pods were bound — on a shared
+machine the wall-clock rate says as much about the neighbours as about Kalena;
 ``pods_lost`` = created, never bound and not pending in Kalena at the end;
 ``pods_double_bound`` = 409 "already assigned" answers + binding requests naming a node other
 than the pod's first; ``engine_only_per_s`` = the engine's placement rate for the same pods on
@@ -165,6 +168,8 @@ def handle(args: argparse.Namespace) -> int:
 
     creator = threading.Thread(target=create_all, name="bench-creator", daemon=True)
     started_wall = time.time()
+    cpu_start = time.process_time()
+    load_start = os.getloadavg()[0]
     creator.start()
     expired = killed = False
     gap_s = None
@@ -189,6 +194,8 @@ def handle(args: argparse.Namespace) -> int:
             print(f"  … {n}/{args.pods} bound")
             last_print = time.monotonic()
         time.sleep(0.05)
+    cpu_s = time.process_time() - cpu_start
+    load_end = os.getloadavg()[0]
     b.stop()
     if not killed:
         a.stop()
@@ -196,6 +203,12 @@ def handle(args: argparse.Namespace) -> int:
 
     figures = _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, cluster, a, b)
     figures["setup_s"] = round(setup_s, 1)
+    # the whole run shares this process (API server, both schedulers, watches, reconcilers):
+    # CPU seconds it used while pods were bound, and the machine's load, say how contended it was
+    figures["process_cpu_s"] = round(cpu_s, 1)
+    figures["pods_bound_per_cpu_s"] = round(figures["pods_bound"] / max(cpu_s, 1e-9), 1)
+    figures["load_average_1m"] = [round(load_start, 1), round(load_end, 1)]
+    figures["cpus"] = os.cpu_count()
     for key, value in figures.items():
         print(f"  {key}: {value}")
     if args.summary_json:
