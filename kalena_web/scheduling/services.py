@@ -292,13 +292,31 @@ def _bind_many_in_ledger(groups: list[tuple[int, str, list[BatchPod], int]], *, 
         if not accepted:
             return accepted
         LiveNodeLedger.objects.bulk_update(changed, ["batch_request", "batch_reservation", "version"], batch_size=500)
-        Workload.objects.bulk_update(workloads, ["node_id", "start_s"], batch_size=500)
         ids = [w.id for w in workloads]
+        _set_by_id(Workload._meta.db_table, "node_id", [(w.id, w.node_id) for w in workloads])
+        Workload.objects.filter(id__in=ids).update(start_s=now_s)
         WorkloadReservation.objects.filter(workload_id__in=ids).delete()
         WorkloadReservation.objects.bulk_create(reservations, batch_size=1000)
-        BatchPod.objects.bulk_update(bound, ["state", "bound_s", "bound_version"], batch_size=500)
+        BatchPod.objects.filter(id__in=[p.id for p in bound]).update(state=BatchPod.BOUND, bound_s=now_s)
+        _set_by_id(BatchPod._meta.db_table, "bound_version", [(p.id, p.bound_version) for p in bound])
         WhyPending.objects.filter(pod__in=bound).delete()
     return accepted
+
+
+def _set_by_id(table: str, column: str, pairs: list[tuple[int, int]], chunk: int = 1000) -> None:
+    """``UPDATE table SET column = v WHERE id = k`` for every ``(k, v)`` integer pair in one
+    statement per ``chunk`` (a VALUES list joined by id; PostgreSQL and SQLite alike) —
+    Django's ``bulk_update`` builds a CASE per row, which is slow for thousands of rows."""
+    from django.db import connection
+
+    quote = connection.ops.quote_name
+    for i in range(0, len(pairs), chunk):
+        part = pairs[i:i + chunk]
+        values = ", ".join(["(CAST(%s AS BIGINT), CAST(%s AS BIGINT))"] * len(part))
+        sql = (f"WITH v(k, val) AS (VALUES {values}) UPDATE {quote(table)} SET {quote(column)} = v.val "
+               f"FROM v WHERE {quote(table)}.{quote('id')} = v.k")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [x for pair in part for x in pair])
 
 
 def _spec(pod: BatchPod) -> BatchSpec:
