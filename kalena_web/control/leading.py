@@ -61,6 +61,7 @@ class ClusterScheduler:
         self.wake = threading.Event()
         self.watch: RunningWatch | None = None
         self.reconcilers: list[Reconciler] = []  # of the watches this candidate ran and stopped
+        self._cache: dict = {}  # production pods between passes (scheduling_pass ``cache``)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -157,7 +158,7 @@ class ClusterScheduler:
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
         eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=self.policy, now_s=now,
-                                 rng=self.rng, keep_going=self.elector.is_leader)
+                                 rng=self.rng, keep_going=self.elector.is_leader, cache=self._cache)
         self.stats.passes += 1
         self.stats.placed += report.placed
         self.stats.stale_bindings += report.stale_bindings

@@ -115,7 +115,8 @@ class PassReport:
 
 
 def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Policy, now_s: float,
-                    rng: np.random.Generator, keep_going: Callable[[], bool] | None = None) -> PassReport:
+                    rng: np.random.Generator, keep_going: Callable[[], bool] | None = None,
+                    cache: dict | None = None) -> PassReport:
     """Place pending batch into reservation-ledger slack (DESIGN §9).
 
     Decides with the engine's scheduler on a snapshot, then binds each placement inside a
@@ -125,6 +126,8 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     bumps its version; the orchestrator is then asked to bind; if it refuses, the debit is
     undone and the pod is requeued. Every pod left pending gets its why-pending record.
 
+    ``cache``: kept by a long-lived caller between passes (the production pods are re-read
+    only when they changed, :func:`~kalena_web.scheduling.selectors.production_pods`).
     ``keep_going`` (e.g. "this scheduler still holds its Lease") is asked before each node's
     bindings: once it answers False the pass binds nothing more (the rest stays pending), so a
     pass never outlives the right to bind. A watched pod whose binding the orchestrator refuses
@@ -140,7 +143,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     row_of_node = {r.id: i for i, r in enumerate(rows)}
     cached, image_sizes = mappers.node_images(rows)
     snapshot = mappers.snapshot(
-        rows, now_s=now_s, production=selectors.production_pods(cluster=cluster, row_of_node=row_of_node),
+        rows, now_s=now_s, production=selectors.production_pods(cluster=cluster, row_of_node=row_of_node, cache=cache),
         batch=selectors.batch_residents(cluster=cluster, row_of_node=row_of_node),
         evictions=selectors.recent_evictions(cluster=cluster, since_s=now_s - policy.eviction.cooldown_s,
                                              row_of_node=row_of_node),
