@@ -4,7 +4,6 @@ applies its events, then applies the last one again and checks that nothing chan
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 import numpy as np
