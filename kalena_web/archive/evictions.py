@@ -22,7 +22,7 @@ from kalena_web.archive.models import ArchiveCursor, EvictionRecord, UsageRollup
 from kalena_web.inventory.mappers import vector
 from kalena_web.inventory.models import Cluster, Workload
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.services import batch_requeue
+from kalena_web.scheduling.services import batch_evicted
 from kalena_web.telemetry.models import IngestBatch, MitigationEvent
 
 ROSE_WINDOW_S = 600.0
@@ -87,7 +87,7 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
         # and placed again (elsewhere, or later) is left alone — requeued exactly once
         for pod in BatchPod.objects.filter(workload_id=workload_id, state=BatchPod.BOUND, workload__node_id=node_id,
                                            bound_s__lte=at_s):
-            batch_requeue(pod=pod, now_s=now_s, reason="evicted by its node's agent")
+            batch_evicted(pod=pod, now_s=now_s, reason="evicted by its node's agent")
     return len(events)
 
 
