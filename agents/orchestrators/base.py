@@ -67,6 +67,7 @@ class BatchSpec:
         attempt: which placement of the pod this is (0 first, +1 per requeue): Docker and Swarm
             name the container/service per attempt so a re-placement never collides with the
             stopped one it replaces.
+        grace_s: the pod's stop grace (s), Kubernetes' default 30 (Docker and Swarm stop grace).
     """
 
     id: str
@@ -79,6 +80,7 @@ class BatchSpec:
     command: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     attempt: int = 0
+    grace_s: float = 30.0
 
     @property
     def namespace(self) -> str:

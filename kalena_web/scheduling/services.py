@@ -221,7 +221,7 @@ def _spec(pod: BatchPod) -> BatchSpec:
     w = pod.workload
     return BatchSpec(id=w.name, image=pod.image, request_mcpu=w.request[0], request_bytes=w.request[1],
                      limit_mcpu=w.limit[0], limit_bytes=w.limit[1], priority=w.priority, command=tuple(pod.command),
-                     attempt=pod.requeues, labels={k: str(v) for k, v in (w.labels or {}).items()})
+                     attempt=pod.requeues, grace_s=pod.grace_s, labels={k: str(v) for k, v in (w.labels or {}).items()})
 
 
 def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: float) -> bool:

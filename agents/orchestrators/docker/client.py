@@ -16,6 +16,7 @@ container), restart condition none and the pod's stop grace.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ from agents.orchestrators.docker.labels import (
     ATTEMPT, container_name, cpu_shares_from_mcpu, labels_for,
 )
 from agents.orchestrators.docker.engines import EngineConfig
-from agents.orchestrators.events import NodeSeen
+from agents.orchestrators.events import NodeSeen, WatchEvent
 
 CFS_PERIOD_US = 100_000
 #: Kubernetes' default ``terminationGracePeriodSeconds``: a pod's stop grace when none is labelled.
@@ -181,11 +182,12 @@ class Engine:
 
 
 def grace_of(spec: BatchSpec) -> float:
-    """The pod's stop grace: its ``termination-grace-seconds`` label, else 30 s (Kubernetes)."""
+    """The pod's stop grace: its ``termination-grace-seconds`` label where it has one, else
+    ``spec.grace_s`` (the pod's, default 30 s as Kubernetes)."""
     try:
-        value = float(spec.labels.get(GRACE, DEFAULT_GRACE_S))
+        value = float(spec.labels.get(GRACE, spec.grace_s))
     except (TypeError, ValueError):
-        return DEFAULT_GRACE_S
+        value = spec.grace_s
     return value if value >= 0 else DEFAULT_GRACE_S
 
 
@@ -284,6 +286,12 @@ class DockerOrchestrator:
                 raise StaleBinding(f"bind {spec.id}: container {container_name(spec.id, attempt)} exists on "
                                    f"{node}") from None
             raise OrchestratorError(f"bind {spec.id} on {node}: {exc.explanation or exc}") from None
+
+    def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
+        """The engines' events as watch events (:class:`~agents.orchestrators.docker.watch.DockerWatcher`)."""
+        from agents.orchestrators.docker.watch import DockerWatcher
+
+        yield from DockerWatcher(self.engines).events(stop)
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
         """Stop and remove every container of ``workload_id`` (SIGTERM, ``grace_s``, SIGKILL).
@@ -400,6 +408,13 @@ class SwarmOrchestrator:
             service.remove()
         except NotFound:
             pass
+
+    def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
+        """The manager engine's container events (task containers carry Kalena's labels) and its
+        services' task states, as watch events."""
+        from agents.orchestrators.docker.watch import DockerWatcher
+
+        yield from DockerWatcher([self.engine], swarm=self).events(stop)
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
         """Remove the pod's services (Swarm stops the task: SIGTERM, its stop grace, SIGKILL)."""

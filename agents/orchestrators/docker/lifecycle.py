@@ -179,8 +179,12 @@ class Lifecycle:
                 del self.containers[(node, cid)]
                 if not old.finished and self.current(old.identity.ref) is None:
                     out += self._emit(PodGone(ref=old.identity.ref, at_s=at_s))
-        out.append(Resynced(pods=self.refs(), nodes=frozenset(self.nodes), at_s=at_s))
+        out.append(self.resynced(at_s=at_s))
         return out
+
+    def resynced(self, *, at_s: float) -> Resynced:
+        """Every pod and node this store holds (all engines')."""
+        return Resynced(pods=self.refs(), nodes=frozenset(self.nodes), at_s=at_s)
 
     def _from_inspect(self, node: str, attrs: Mapping[str, Any]) -> Tracked | None:
         cid = str(attrs.get("Id", ""))

@@ -18,14 +18,15 @@ the container's name and skipped; nothing stops the watcher but :meth:`DockerWat
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from agents.orchestrators.docker.client import Engine, SwarmOrchestrator
 from agents.orchestrators.docker.lifecycle import LOST_AFTER_S, RESCHEDULE_NODES_PER_S, Lifecycle
 from agents.orchestrators.docker.swarm import service_events
-from agents.orchestrators.events import WatchEvent
+from agents.orchestrators.events import Resynced, WatchEvent
 
 log = logging.getLogger(__name__)
 BACKOFF_START_S = 0.5
@@ -45,11 +46,13 @@ class DockerWatcher:
         clock: Unix seconds (tests pass their own).
     """
 
-    def __init__(self, engines: Sequence[Engine], emit: Callable[[WatchEvent], None], *,
+    def __init__(self, engines: Sequence[Engine], emit: Callable[[WatchEvent], None] | None = None, *,
                  swarm: SwarmOrchestrator | None = None, lost_after_s: float = LOST_AFTER_S,
                  reschedule_nodes_per_s: float = RESCHEDULE_NODES_PER_S, clock: Callable[[], float] = time.time) -> None:
         self.engines = list(engines)
-        self.emit = emit
+        self._queue: queue.Queue[WatchEvent] = queue.Queue()
+        self.emit = emit or self._queue.put
+        self._attempted: set[int] = set()
         self.swarm = swarm
         self.clock = clock
         self.lifecycle = Lifecycle(lost_after_s=lost_after_s, reschedule_nodes_per_s=reschedule_nodes_per_s)
@@ -78,6 +81,18 @@ class DockerWatcher:
         for thread in self._threads:
             thread.join(timeout_s)
 
+    def events(self, stop: threading.Event) -> Iterator[WatchEvent]:
+        """Start, and yield every event until ``stop`` is set (the port's ``watch``)."""
+        self.start()
+        try:
+            while not stop.is_set():
+                try:
+                    yield self._queue.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+        finally:
+            self.stop()
+
     def run_forever(self) -> None:
         """Start and block until stopped (``kalena watch``)."""
         self.start()
@@ -86,6 +101,7 @@ class DockerWatcher:
 
     # --- one engine ------------------------------------------------------------------------------
     def _engine_loop(self, engine: Engine) -> None:
+        index = self.engines.index(engine)
         backoff = BACKOFF_START_S
         name = engine.config.node or engine.config.url
         while not self._stop.is_set():
@@ -96,7 +112,9 @@ class DockerWatcher:
                 stream = engine.events(since_s=since)
                 with self._lock:
                     self._hand(self.lifecycle.node_up(seen))
-                    self._hand(self.lifecycle.resync(name, engine.kalena_containers(), at_s=self.clock()))
+                    listed = self.lifecycle.resync(name, engine.kalena_containers(), at_s=self.clock())
+                    self._attempted.add(index)
+                    self._hand(self._complete_lists_only(listed))
                     self._swarm_resync()
                     self.connects[name] = self.connects.get(name, 0) + 1
                 self._act(engine)
@@ -121,8 +139,18 @@ class DockerWatcher:
                 log.warning("docker watch %s: %s; retrying in %.1f s", name, exc, backoff)
                 with self._lock:
                     self._hand(self.lifecycle.node_down(name, at_s=self.clock(), reason=str(exc)))
+                    if index not in self._attempted:
+                        self._attempted.add(index)
+                        self._hand(self._complete_lists_only([self.lifecycle.resynced(at_s=self.clock())]))
                 self._stop.wait(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+    def _complete_lists_only(self, events: list[WatchEvent]) -> list[WatchEvent]:
+        """``Resynced`` says "the list holds every pod": hold it back until every engine was
+        listed (or found down) once, so a pod on an engine not listed yet is never dropped."""
+        if len(self._attempted) == len(self.engines):
+            return events
+        return [e for e in events if not isinstance(e, Resynced)]
 
     def _swarm_resync(self) -> None:
         if self.swarm is None:
