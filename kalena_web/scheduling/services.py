@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import BatchSpec, Orchestrator, OrchestratorError, StaleBinding
+from agents.orchestrators import BatchSpec, Orchestrator, OrchestratorError, StaleBinding, WorkloadGone
 from kalena_engine.errors import InputError
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
@@ -29,6 +29,61 @@ POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[
 
 class BatchRejected(InputError):
     """A batch submission that cannot be accepted; nothing was stored."""
+
+
+class BatchConflict(InputError):
+    """A complete or delete the pod's state does not allow (HTTP 409); nothing changed."""
+
+
+class BatchNotStopped(InputError):
+    """A delete of a running pod the orchestrator refused to stop (HTTP 502); nothing changed."""
+
+
+#: Orchestrators whose watch reports completion: completing a pod by hand is refused there.
+OBSERVES_COMPLETION = ("kubernetes", "docker", "swarm")
+DELETE_GRACE_S = 30.0  # SIGTERM → this long → SIGKILL when a running pod is deleted
+
+
+def batch_complete(*, pod: BatchPod, orchestrator_kind: str, now_s: float) -> None:
+    """Report a placed pod completed (the REST ``complete`` and ``kalena batch complete``):
+    it leaves every ledger at once; completing a completed pod changes nothing.
+
+    Raises:
+        BatchConflict: the orchestrator observes completion itself (Kubernetes, Docker, Swarm:
+            a hand-made completion would free a ledger while the pod still runs), or the pod is
+            pending or deleted.
+    """
+    name = pod.workload.name
+    if orchestrator_kind in OBSERVES_COMPLETION:
+        raise BatchConflict(f"{name!r}: completion is observed from the orchestrator ({orchestrator_kind}), "
+                            "not reported by hand; delete the pod to stop it", field="name")
+    if pod.state in (BatchPod.DELETED, BatchPod.PENDING):
+        raise BatchConflict(f"{name!r} is {pod.state}: only a pod that was placed can complete"
+                            + (" (delete a pending pod instead)" if pod.state == BatchPod.PENDING else ""),
+                            field="name")
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.COMPLETED)
+
+
+def batch_delete(*, pod: BatchPod, orchestrator: Callable[[], Orchestrator], now_s: float, by: str) -> None:
+    """Delete a pod (the REST ``DELETE`` and ``kalena batch delete``): a running one is stopped
+    through ``orchestrator()`` first (SIGTERM, :data:`DELETE_GRACE_S`, SIGKILL).
+
+    Raises:
+        BatchConflict: the pod already completed or was deleted.
+        BatchNotStopped: the orchestrator refused to stop it; nothing changed.
+    """
+    name = pod.workload.name
+    if pod.state in (BatchPod.COMPLETED, BatchPod.DELETED):
+        raise BatchConflict(f"{name!r} is already {pod.state}", field="name")
+    if pod.state == BatchPod.BOUND:  # stop what runs first; if that fails, nothing changes
+        try:
+            orchestrator().evict(name, grace_s=DELETE_GRACE_S, reason=f"deleted {by}")
+        except WorkloadGone:
+            pass
+        except OrchestratorError as exc:
+            raise BatchNotStopped(f"{name!r} was not deleted: the orchestrator refused to stop it: {exc}",
+                                  field="name") from None
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED)
 
 
 def _vector(raw: Mapping[str, float] | None, field_name: str) -> list[float]:

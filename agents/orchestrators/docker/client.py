@@ -27,6 +27,7 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.types import EndpointSpec, Resources, RestartPolicy
 
 from agents.discovery.labels import GRACE
+from agents.errors import DiscoveryError
 from agents.orchestrators.base import (
     ID_LABEL, BatchSpec, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
 )
@@ -35,8 +36,11 @@ from agents.orchestrators.docker.labels import (
 )
 from agents.orchestrators.docker.engines import EngineConfig
 from agents.orchestrators.events import NodeSeen, WatchEvent
+from agents.units import parse_k8s_quantity
 
 CFS_PERIOD_US = 100_000
+ALLOCATABLE_CPU = "kalena.naughtian.io/allocatable-cpu"
+ALLOCATABLE_MEMORY = "kalena.naughtian.io/allocatable-memory"
 #: Kubernetes' default ``terminationGracePeriodSeconds``: a pod's stop grace when none is labelled.
 DEFAULT_GRACE_S = 30.0
 log = logging.getLogger(__name__)
@@ -98,15 +102,26 @@ class Engine:
 
     def node_seen(self, *, at_s: float) -> NodeSeen:
         """The engine as a node: ready, allocatable cpu (``NCPU`` × 1000 mcpu) and memory
-        (``MemTotal`` bytes), the engine's labels (``key=value``) and its images."""
+        (``MemTotal`` bytes) — or the engine labels ``kalena.naughtian.io/allocatable-cpu`` /
+        ``allocatable-memory`` (quantities, set with ``dockerd --label``) where the engine's
+        share of the host is smaller (a cpuset) — its labels and its images."""
         info = self._call("info", lambda c: c.info())
         images = self._call("images", lambda c: c.images.list())
         labels = {}
         for item in info.get("Labels") or []:
             key, _, value = str(item).partition("=")
             labels[key] = value
-        allocatable = (float(info.get("NCPU") or 0) * 1000.0, float(info.get("MemTotal") or 0),
-                       0.0, float("inf"), float("inf"), float("inf"), float("inf"), float("inf"))
+        cpu_mcpu = float(info.get("NCPU") or 0) * 1000.0
+        memory_bytes = float(info.get("MemTotal") or 0)
+        try:
+            if ALLOCATABLE_CPU in labels:
+                cpu_mcpu = parse_k8s_quantity(labels[ALLOCATABLE_CPU], source=self.node, field=ALLOCATABLE_CPU) * 1000.0
+            if ALLOCATABLE_MEMORY in labels:
+                memory_bytes = parse_k8s_quantity(labels[ALLOCATABLE_MEMORY], source=self.node, field=ALLOCATABLE_MEMORY)
+        except DiscoveryError as exc:
+            log.warning("engine %s: %s; the engine's own figures are used", self.node, exc)
+        allocatable = (cpu_mcpu, memory_bytes, 0.0, float("inf"), float("inf"), float("inf"), float("inf"),
+                       float("inf"))
         names = tuple(sorted({tag for image in images for tag in (image.tags or [])}))
         return NodeSeen(name=self.node, ready=True, schedulable=True, allocatable=allocatable, labels=labels,
                         images=names, at_s=at_s)
