@@ -127,6 +127,11 @@ class PrivateEngines:
         return self
 
     def _cpuset(self, engine: PrivateEngine) -> None:
+        # the node's groups exist before any container (as kubepods does on a kubelet node): the
+        # agent reads the node's working set and PSI there from the start
+        for hierarchy in ("cpu", "cpuacct", "memory", "unified"):
+            if (CGROUP_ROOT / hierarchy).is_dir():
+                (CGROUP_ROOT / hierarchy / engine.node_cgroup).mkdir(exist_ok=True)
         base = CGROUP_ROOT / "cpuset"
         if not base.is_dir():
             return

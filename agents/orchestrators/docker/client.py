@@ -139,6 +139,17 @@ class Engine:
         except Exception:  # noqa: BLE001 - an engine without SystemTime: our clock
             return time.time()
 
+    def all_containers(self) -> list[dict[str, Any]]:
+        """Inspect data of every container (any state): the watcher's re-list."""
+        return [c.attrs for c in self._call("list", lambda c: c.containers.list(all=True))]
+
+    def inspect(self, container_id: str) -> dict[str, Any] | None:
+        """One container's inspect data, None when it is gone."""
+        try:
+            return self._call("inspect", lambda c: c.containers.get(container_id)).attrs
+        except NotFound:
+            return None
+
     def kalena_containers(self, ref: str | None = None) -> list[dict[str, Any]]:
         """Inspect data of every container (any state) carrying Kalena's workload label
         (``ref``: only that pod's)."""

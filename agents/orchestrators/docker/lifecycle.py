@@ -13,6 +13,8 @@ engine                          watch event
 ``die`` after an ``oom``        ``PodFinished(outcome="oom", reason="OOMKilled: …numbers")``
 ``die`` after a ``kill``        ``PodFinished(outcome="evicted", reason="Killed (signal N)")``
 ``die`` otherwise               ``PodFinished(outcome="failed", reason="Error")``
+other containers (production)   ``ProductionSeen`` while running (ref: workload label, else
+                                ``<node>/<name>``), ``PodGone`` when they die
 ``destroy``                     ``PodGone(ref)`` when an unfinished container of the pod is
                                 removed and none is left (removing a finished one is
                                 housekeeping: nothing is emitted)
@@ -40,7 +42,9 @@ from typing import Any
 from agents.errors import TelemetryError
 from agents.orchestrators.docker.labels import LabelError, PodIdentity, identity_of
 from agents.units import unix_s_from_rfc3339
-from agents.orchestrators.events import NodeSeen, PodFinished, PodGone, PodRunning, Resynced, WatchEvent
+from agents.orchestrators.events import (
+    NodeSeen, PodFinished, PodGone, PodRunning, ProductionSeen, Resynced, WatchEvent,
+)
 
 #: Kubernetes' default node-eviction rate (``--node-eviction-rate``), DESIGN §14.
 RESCHEDULE_NODES_PER_S = 0.1
@@ -93,6 +97,10 @@ class Lifecycle:
     stale: list[tuple[str, str]] = field(default_factory=list)
     #: (node, container id) of finished containers of a superseded attempt (safe to remove).
     removable: list[tuple[str, str]] = field(default_factory=list)
+    #: (node, container id) of production containers that started: the watcher inspects them
+    #: and hands the data to :meth:`production_seen`.
+    inspect_wanted: list[tuple[str, str]] = field(default_factory=list)
+    production: dict[tuple[str, str], str] = field(default_factory=dict)
     _last_reschedule_s: float | None = None
     _lost_attempts: set[tuple[str, int]] = field(default_factory=set)
     _last: dict[str, tuple] = field(default_factory=dict)
@@ -104,7 +112,8 @@ class Lifecycle:
         return max(mine, key=lambda t: (t.identity.attempt, t.status == "running")) if mine else None
 
     def refs(self) -> frozenset[str]:
-        return frozenset(t.identity.ref for t in self.containers.values())
+        """Every pod this store holds: batch pods and production containers."""
+        return frozenset(t.identity.ref for t in self.containers.values()) | frozenset(self.production.values())
 
     def max_attempt(self, ref: str) -> int:
         """Highest attempt of ``ref`` seen anywhere (−1 when none): a new placement uses more."""
@@ -161,7 +170,15 @@ class Lifecycle:
         before = {cid: t for (n, cid), t in self.containers.items() if n == node}
         seen: set[str] = set()
         out: list[WatchEvent] = []
+        inspects = list(inspects)
+        production_before = {cid: ref for (n, cid), ref in self.production.items() if n == node}
+        production_now: set[str] = set()
         for attrs in inspects:
+            if not _is_batch(attrs):
+                if (attrs.get("State") or {}).get("Status") == "running":
+                    out += self.production_seen(node, attrs, at_s=at_s)
+                    production_now.add(str(attrs.get("Id", "")))
+                continue
             tracked = self._from_inspect(node, attrs)
             if tracked is None:
                 continue
@@ -179,8 +196,40 @@ class Lifecycle:
                 del self.containers[(node, cid)]
                 if not old.finished and self.current(old.identity.ref) is None:
                     out += self._emit(PodGone(ref=old.identity.ref, at_s=at_s))
+        for cid, ref in production_before.items():
+            if cid not in production_now:
+                out += self._production_gone(node, cid, at_s)
         out.append(self.resynced(at_s=at_s))
         return out
+
+    def production_seen(self, node: str, attrs: Mapping[str, Any], *, at_s: float) -> list[WatchEvent]:
+        """A running container that is not Kalena batch is production on its node (service tier,
+        DESIGN §14 ``ProductionSeen``): its ref is its workload label, else ``<node>/<container
+        name>``; requests and limits as the agent reads them (labels, HostConfig)."""
+        from agents.discovery.docker import workload_from_inspect
+        from agents.errors import DiscoveryError
+
+        errors: list[str] = []
+        try:
+            w = workload_from_inspect(dict(attrs), cgroup="", errors=errors)
+        except (DiscoveryError, KeyError) as exc:
+            self.errors.append(f"{node}: production container {attrs.get('Name', '?')!r}: {exc}; skipped")
+            return []
+        self.errors += [f"{node}: {m}" for m in errors]
+        if w.tier != "service":
+            return []  # a DaemonSet-like container: never charged, never evicted
+        labels = (attrs.get("Config") or {}).get("Labels") or {}
+        ref = labels.get("kalena.naughtian.io/workload") or f"{node}/{str(attrs.get('Name', '')).lstrip('/')}"
+        self.production[(node, str(attrs["Id"]))] = ref
+        event = ProductionSeen(ref=ref, node=node, requests=tuple(float(v) for v in w.request),
+                               limits=tuple(float(v) for v in w.limit), labels=dict(labels), at_s=at_s)
+        return self._emit(event)
+
+    def _production_gone(self, node: str, cid: str, at_s: float) -> list[WatchEvent]:
+        ref = self.production.pop((node, cid), None)
+        if ref is None or ref in self.production.values():
+            return []
+        return self._emit(PodGone(ref=ref, at_s=at_s))
 
     def resynced(self, *, at_s: float) -> Resynced:
         """Every pod and node this store holds (all engines')."""
@@ -220,6 +269,8 @@ class Lifecycle:
         at_s = _event_time(message)
         name = str(attributes.get("name", cid[:12]))
         key = (node, cid)
+        if key in self.production:
+            return self._production_gone(node, cid, at_s) if action in ("die", "destroy") else []
         tracked = self.containers.get(key)
         if tracked is None:
             try:
@@ -228,6 +279,8 @@ class Lifecycle:
                 self.errors.append(f"{node}: {exc}; event {action!r} skipped")
                 return []
             if identity is None or identity.tier != "batch":
+                if action == "start" and str(attributes.get("kalena.naughtian.io/daemonset", "")).lower() != "true":
+                    self.inspect_wanted.append(key)
                 return []
             if action in ("destroy", "die", "kill", "oom"):
                 self.errors.append(f"{node}: event {action!r} for container {name!r} ({cid[:12]}) this watcher "
@@ -298,6 +351,11 @@ class Lifecycle:
         return [event]
 
 
+def _is_batch(attrs: Mapping[str, Any]) -> bool:
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    return "kalena.naughtian.io/workload" in labels and labels.get("kalena.naughtian.io/tier") == "batch"
+
+
 def _finished(t: Tracked, exit_code: int | None, at_s: float) -> PodFinished:
     ref, node = t.identity.ref, t.node
     if t.oom:
@@ -322,6 +380,8 @@ def _dedup_key(event: WatchEvent) -> tuple:
         return ("finished", event.node)
     if isinstance(event, PodGone):
         return ("gone",)
+    if isinstance(event, ProductionSeen):
+        return ("production", event.node, event.requests, event.limits)
     return (type(event).__name__,)
 
 

@@ -112,7 +112,7 @@ class DockerWatcher:
                 stream = engine.events(since_s=since)
                 with self._lock:
                     self._hand(self.lifecycle.node_up(seen))
-                    listed = self.lifecycle.resync(name, engine.kalena_containers(), at_s=self.clock())
+                    listed = self.lifecycle.resync(name, engine.all_containers(), at_s=self.clock())
                     self._attempted.add(index)
                     self._hand(self._complete_lists_only(listed))
                     self._swarm_resync()
@@ -129,6 +129,7 @@ class DockerWatcher:
                             log.exception("docker watch %s: event %r skipped", name, str(message)[:200])
                         if message.get("Action") in ("die", "destroy") and self.swarm is not None:
                             self._swarm_resync()
+                    self._inspect_production(engine, name)
                     self._act(engine)
                 if self._stop.is_set():
                     return
@@ -144,6 +145,21 @@ class DockerWatcher:
                         self._hand(self._complete_lists_only([self.lifecycle.resynced(at_s=self.clock())]))
                 self._stop.wait(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+    def _inspect_production(self, engine: Engine, name: str) -> None:
+        """A production container started: inspect it (its requests and limits) for the store."""
+        with self._lock:
+            wanted = [cid for n, cid in self.lifecycle.inspect_wanted if n == name]
+            self.lifecycle.inspect_wanted = [(n, c) for n, c in self.lifecycle.inspect_wanted if n != name]
+        for cid in wanted:
+            try:
+                attrs = engine.inspect(cid)
+            except Exception as exc:  # noqa: BLE001 - the next re-list sees it
+                log.warning("docker watch %s: cannot inspect %s: %s", name, cid[:12], exc)
+                continue
+            if attrs is not None and (attrs.get("State") or {}).get("Status") == "running":
+                with self._lock:
+                    self._hand(self.lifecycle.production_seen(name, attrs, at_s=self.clock()))
 
     def _complete_lists_only(self, events: list[WatchEvent]) -> list[WatchEvent]:
         """``Resynced`` says "the list holds every pod": hold it back until every engine was

@@ -260,3 +260,22 @@ def test_swarm_services_use_their_newest_task_and_skip_foreign_labels() -> None:
     events, errors = service_events(services, hostnames={"n1": "vm"}, at_s=2.0)
     assert events == [PodRunning(ref="b/j", node="vm", at_s=2.0)]
     assert len(errors) == 1 and "'web'" in errors[0]
+
+
+def test_other_containers_are_production_on_their_node() -> None:
+    store = Lifecycle()
+    web = _running("web/api-0", 0, "d" * 64)
+    labels = web["Config"]["Labels"]
+    for key in [k for k in labels if k.startswith("kalena.naughtian.io/")]:
+        del labels[key]
+    labels.update({"kalena.naughtian.io/tier": "service", "kalena.naughtian.io/request-cpu": "800m"})
+    web["Name"] = "/api-0"
+    (seen, _) = store.resync("a", [web], at_s=1.0)
+    assert (seen.ref, seen.node, seen.requests[0], seen.limits[1]) == ("a/api-0", "a", 800.0, 64 * 2**20)
+    assert "a/api-0" in store.resync("a", [web], at_s=2.0)[-1].pods  # listed again: no new event, still held
+    gone = store.event("a", {"Type": "container", "Action": "die", "Actor": {"ID": "d" * 64, "Attributes": {}},
+                             "timeNano": int(3e18)})
+    assert gone == [PodGone(ref="a/api-0", at_s=3e9)]
+    started = {"Type": "container", "Action": "start", "Actor": {"ID": "e" * 64, "Attributes": {"name": "db"}},
+               "timeNano": int(4e18)}
+    assert store.event("a", started) == [] and store.inspect_wanted == [("a", "e" * 64)]  # the watcher inspects it

@@ -35,21 +35,23 @@ from kalena_web.scheduling.services import batch_submit, scheduling_pass
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[3] / "var"
 MIB = 2**20
+NODE_MEMORY_MIB = 384  # each engine's node (its label kalena.naughtian.io/allocatable-memory)
 
 
-def wait_until(predicate, *, timeout_s: float = 60.0, what: str) -> None:
+def wait_until(predicate, *, timeout_s: float = 60.0, what: str, why=None) -> None:
+    """Wait for a condition (generous deadlines; ``why()`` explains a timeout)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.2)
-    assert predicate(), f"timed out after {timeout_s:.0f} s waiting for {what}"
+    assert predicate(), f"timed out after {timeout_s:.0f} s waiting for {what}" + (f": {why()}" if why else "")
 
 
 @pytest.fixture
 def engines():
     tag = uuid.uuid4().hex[:6]
-    with PrivateEngines(ROOT / f"e2e-{tag}", ("node-a", "node-b"), ("0", "1"), memory="512Mi", tag=tag) as pe:
+    with PrivateEngines(ROOT / f"e2e-{tag}", ("node-a", "node-b"), ("0", "1"), memory=f"{NODE_MEMORY_MIB}Mi", tag=tag) as pe:
         yield pe
     shutil.rmtree(pe.root, ignore_errors=True)
     assert pe.cgroup_leftovers() == []
@@ -108,7 +110,7 @@ def test_two_engines_lifecycle_replacement_and_engine_restart(engines: PrivateEn
     watch, reconciler = start_watch(cluster, orchestrator)
     try:
         nodes = {n.name: n for n in Node.objects.filter(cluster=cluster)}
-        assert nodes["node-a"].capacity[0] == 1000 and nodes["node-a"].capacity[1] == 512 * MIB  # its cpuset
+        assert nodes["node-a"].capacity[0] == 1000 and nodes["node-a"].capacity[1] == NODE_MEMORY_MIB * MIB  # its cpuset
 
         submit(cluster, "done", "sleep 1; exit 0")
         submit(cluster, "fails", "sleep 1; exit 3")
