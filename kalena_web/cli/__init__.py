@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import agent_token, batch, bench, cluster, export, replay, serve, users
+from kalena_web.cli import agent_token, batch, bench, cluster, export, replay, serve, users, watch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     users.add_parser(commands)
     agent_token.add_parser(commands)
     batch.add_parser(commands)
+    watch.add_parser(commands)
     return parser
 
 

@@ -156,6 +156,7 @@ def handle_submit(args: argparse.Namespace) -> int:
     if not isinstance(constraints, dict):
         raise BatchCommandError("constraints are a JSON object", field="--constraints")
     django_setup()
+    from django.conf import settings
     from django.db import transaction
 
     from kalena_web.scheduling import services
@@ -163,6 +164,7 @@ def handle_submit(args: argparse.Namespace) -> int:
     from kalena_web.scheduling.tasks import scheduling_request
 
     cluster = _cluster(args.cluster)
+    services.batch_submit_allowed(name=args.name, orchestrator_kind=settings.KALENA_ORCHESTRATOR)
     with transaction.atomic():
         pod = services.batch_submit(
             cluster=cluster, name=args.name, owner=args.owner, request=resource_block(_block_arg(args.request, "request"),

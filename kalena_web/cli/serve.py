@@ -37,6 +37,12 @@ def handle(args: argparse.Namespace) -> int:
         loops = EmbeddedLoops()
         loops.start()
         print("kalena serve: embedded control loops running in this process")
+    watching = None
+    if settings.KALENA_ORCHESTRATOR in ("kubernetes", "docker", "swarm") and not args.no_loops:
+        from kalena_web.cli import watch
+
+        watching = watch.start(watch.defaults())
+        print(f"kalena serve: {settings.KALENA_ORCHESTRATOR} watch running in this process")
     print(f"kalena serve: console on http://{args.host}:{args.port}/")
     server = Server(application=application,
                     endpoints=build_endpoint_description_strings(host=args.host, port=args.port))
@@ -45,6 +51,8 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         if loops is not None:
             loops.stop()
+        if watching is not None:
+            watching.stop()
     if not server.listening_addresses:  # Daphne logs a listen failure and returns: say so in the status
         print(f"kalena serve: error: could not listen on {args.host}:{args.port}", file=sys.stderr)
         return 2

@@ -101,6 +101,10 @@ def submit(request: HttpRequest, cluster: str, body: BatchIn):
     _operator(request)
     c = _cluster(cluster)
     try:
+        services.batch_submit_allowed(name=body.name, orchestrator_kind=settings.KALENA_ORCHESTRATOR)
+    except services.BatchConflict as exc:
+        raise HttpError(409, exc.problem) from None
+    try:
         pod = services.batch_submit(
             cluster=c, name=body.name, owner=body.owner, request=resource_block(body.request, "request"),
             limit=resource_block(body.limit, "limit"), priority=body.priority, labels=body.labels,
