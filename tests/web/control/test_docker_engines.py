@@ -172,3 +172,26 @@ def test_two_engines_lifecycle_replacement_and_engine_restart(engines: PrivateEn
     for name in ("long-0", "long-1"):
         orchestrator.evict(f"batch/{name}", grace_s=1, reason="test over")
     assert kalena_containers(engines) == {"node-a": [], "node-b": []}
+
+
+def test_kalena_watch_runs_the_docker_watcher_over_the_configured_engines(engines: PrivateEngines, settings) -> None:
+    from kalena_web.cli import watch
+
+    cluster = Cluster.objects.create(name="docker-watch", kind=Cluster.LIVE)
+    settings.KALENA_ORCHESTRATOR = "docker"
+    settings.KALENA_DOCKER_ENGINES = ",".join(f"{e.node}={e.url}" for e in engines.engines)
+    submit(cluster, "seen", "sleep 30")
+    handle = watch.start(watch.defaults())  # what `kalena watch` and `kalena serve` start
+    try:
+        wait_until(lambda: Node.objects.filter(cluster=cluster).count() == 2, what="both engines seen as nodes")
+        from kalena_web.control.orchestrators import orchestrator_for
+
+        place(cluster, orchestrator_for(cluster), 1)
+        wait_until(lambda: pod("seen").running_s is not None, what="the engine's start event applied")
+    finally:
+        handle.stop()
+    orchestrator_for(cluster).evict("batch/seen", grace_s=0, reason="test over")
+    bad = watch.defaults()
+    settings.KALENA_DOCKER_ENGINES = "node-a=http://nowhere"
+    with pytest.raises(Exception, match="KALENA_DOCKER_ENGINES entry 1"):
+        watch.start(bad)
