@@ -237,3 +237,20 @@ def remove_cgroups(relative: str) -> None:
                     break
                 except OSError:
                     time.sleep(0.1)
+
+
+def agent_command(*, node: str, url: str, node_cgroup: str, capacity: str, link_url: str, token_file: Path,
+                  state_dir: Path, actions_log: Path | None = None) -> list[str]:
+    """``kalena-agent run`` for one engine's node: Docker discovery on its socket, its own
+    ``--capacity`` and node cgroup, 1 s sampling, T_min 0 (tests and benchmarks run for
+    seconds, not the production 120 s)."""
+    import sys
+
+    argv = [sys.executable, "-m", "agents.cli", "run", "--node-name", node, "--discovery", "docker",
+            "--docker-host", url, "--capacity", capacity, "--node-cgroup", node_cgroup,
+            "--sampling-interval-s", "1", "--mitigation-interval-s", "0.5", "--discovery-interval-s", "1",
+            "--min-run-time-s", "0", "--link-url", link_url, "--link-token-file", str(token_file),
+            "--state-dir", str(state_dir)]
+    if actions_log is not None:
+        argv += ["--actions-log", str(actions_log)]
+    return argv

@@ -400,7 +400,7 @@ def batch_drop(*, pod: BatchPod, now_s: float, reason: str) -> None:
 def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
     """Take a bound pod off its node (evicted, or its binding refused): its request leaves the
     node's ledger at once (terminated workloads never count) and it is pending again, from
-    scratch (no migration)."""
+    scratch (no migration): not running, ``reason`` kept as why it was requeued."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
         if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
@@ -409,7 +409,8 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
         Workload.objects.filter(id=pod.workload_id).update(node_id=None, start_s=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.PENDING, queued_s=now_s, bound_s=None,
-                                                  bound_version=None, requeues=pod.requeues + 1)
+                                                  bound_version=None, running_s=None, reason=reason[:300],
+                                                  requeues=pod.requeues + 1)
 
 
 def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED, outcome: str = "",

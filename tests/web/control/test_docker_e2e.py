@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from agents.bench.dockerd import agent_command
 from agents.orchestrators.docker import DockerOrchestrator, Engine, EngineConfig
 from kalena_engine.policy import Policy
 from kalena_web.archive.evictions import evictions_record
@@ -50,15 +50,12 @@ BATCH_SCRIPT = ("dd if=/dev/zero bs=40M count=1 2>/dev/null | sleep 600 & "
 def agent(engine, *, port: int, token: str, tmp_path: Path) -> subprocess.Popen:
     token_file = tmp_path / f"{engine.node}.token"
     token_file.write_text(token + "\n")
-    return subprocess.Popen(
-        [sys.executable, "-m", "agents.cli", "run", "--node-name", engine.node, "--discovery", "docker",
-         "--docker-host", engine.url, "--capacity", f"cpu=1,memory={CAPACITY_MIB}Mi",
-         "--node-cgroup", engine.node_cgroup, "--sampling-interval-s", "1", "--mitigation-interval-s", "0.5",
-         "--discovery-interval-s", "1", "--min-run-time-s", "0",
-         "--link-url", f"ws://127.0.0.1:{port}/agent/v1/ws", "--link-token-file", str(token_file),
-         "--state-dir", str(tmp_path / f"state-{engine.node}"), "--actions-log", str(tmp_path / f"actions-{engine.node}.jsonl"),
-         ],
-        stdout=open(tmp_path / f"agent-{engine.node}.log", "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    argv = agent_command(node=engine.node, url=engine.url, node_cgroup=engine.node_cgroup,
+                         capacity=f"cpu=1,memory={CAPACITY_MIB}Mi", link_url=f"ws://127.0.0.1:{port}/agent/v1/ws",
+                         token_file=token_file, state_dir=tmp_path / f"state-{engine.node}",
+                         actions_log=tmp_path / f"actions-{engine.node}.jsonl")
+    return subprocess.Popen(argv, stdout=open(tmp_path / f"agent-{engine.node}.log", "w"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT)
 
 
 def stop(process: subprocess.Popen) -> None:
