@@ -35,6 +35,7 @@ from agents.orchestrators.docker.labels import (
     ATTEMPT, container_name, cpu_shares_from_mcpu, labels_for,
 )
 from agents.orchestrators.docker.engines import EngineConfig
+from agents.orchestrators.docker.swarm import WAITING
 from agents.orchestrators.events import NodeSeen, WatchEvent
 from agents.units import parse_k8s_quantity
 
@@ -391,9 +392,8 @@ class SwarmOrchestrator:
         attempt = int(spec.attempt)
         for service in self.engine._call("services", lambda c: c.services.list(filters={"label": f"{ID_LABEL}={spec.id}"})):
             seen = int((service.attrs["Spec"].get("Labels") or {}).get(ATTEMPT, "0") or 0)
-            if seen >= spec.attempt and any(t.get("DesiredState") == "running" and t["Status"]["State"] in
-                                            ("new", "pending", "assigned", "accepted", "preparing", "starting",
-                                             "running") for t in service.tasks()):
+            if seen >= spec.attempt and any(t.get("DesiredState") in ("running", "ready") and t["Status"]["State"] in
+                                            WAITING | {"running"} for t in service.tasks()):
                 raise StaleBinding(f"bind {spec.id}: service {service.name} is already placed")
             attempt = max(attempt, seen + 1)
             self._remove(service)
