@@ -74,12 +74,15 @@ class DockerWatcher:
         self._threads.append(timer)
         return self
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop every thread (waiting at most ``timeout_s`` in all: they are daemons, and an
+        engine that hangs must not hold the caller)."""
         self._stop.set()
         for engine in self.engines:
             engine.close_stream()
+        deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join(timeout_s)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def events(self, stop: threading.Event) -> Iterator[WatchEvent]:
         """Start, and yield every event until ``stop`` is set (the port's ``watch``)."""

@@ -25,6 +25,7 @@ from agents.bench.dockerd import PrivateEngines
 from agents.orchestrators.docker import DockerOrchestrator, Engine, EngineConfig
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import EvictionRecord
+from kalena_web.control.models import NodeCondition
 from kalena_web.control.reconciler import Reconciler
 from kalena_web.control.watching import watch_start
 from kalena_web.inventory.models import Cluster, Node
@@ -154,6 +155,9 @@ def test_two_engines_lifecycle_replacement_and_engine_restart(engines: PrivateEn
         target = next(e for e in engines.engines if e.node in on)
         hit = [f"long-{i}" for i in range(2) if pod(f"long-{i}").workload.node.name == target.node]
         engines.kill(target)
+        condition = NodeCondition.objects.filter(node__cluster=cluster, node__name=target.node)
+        wait_until(lambda: not condition.get().ready, what="the unreachable engine's node not ready")
+        assert "unreachable" in " ".join(Node.objects.get(cluster=cluster, name=target.node).labels)  # shown so
         engines.launch(target)
         wait_until(lambda: all(pod(n).state == BatchPod.PENDING and pod(n).requeues == 1 for n in hit),
                    timeout_s=90, what="the restarted engine's pods requeued")
