@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from agents.orchestrators.base import BatchSpec, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef
+from agents.orchestrators.base import BatchSpec, StaleBinding, WorkloadGone, WorkloadRef
 from agents.orchestrators.events import (
     NodeGone, NodeSeen, PodFinished, PodGone, PodPending, PodRefused, PodRunning, ProductionSeen, Resynced,
     Vector, WatchEvent,

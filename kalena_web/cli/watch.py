@@ -71,9 +71,15 @@ def start_kubernetes(cluster, args: argparse.Namespace):
     from kalena_web.control.leading import ClusterScheduler
     from kalena_web.control.orchestrators import kubernetes_api_client
 
+    from kalena_web.control.orchestrators import OrchestratorNotConfigured
+
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
-    orchestrator = KubernetesOrchestrator(kubernetes_api_client(), request_timeout_s=args.request_timeout,
-                                          identity=identity)
+    try:
+        api_client = kubernetes_api_client()
+    except OrchestratorNotConfigured as exc:
+        raise InputError(str(exc), field="KALENA_ORCHESTRATOR=kubernetes",
+                         accepted="an in-cluster service account, KUBECONFIG or ~/.kube/config") from None
+    orchestrator = KubernetesOrchestrator(api_client, request_timeout_s=args.request_timeout, identity=identity)
     elector = LeaderElector(orchestrator, identity=identity, namespace=args.lease_namespace, name=args.lease_name,
                             lease_duration_s=args.lease_duration, renew_deadline_s=args.renew_deadline,
                             retry_period_s=args.retry_period)

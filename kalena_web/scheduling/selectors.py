@@ -43,8 +43,30 @@ def node_rows(*, cluster: Cluster) -> list[NodeRow]:
     return out
 
 
-def production_pods(*, cluster: Cluster, row_of_node: dict[int, int]) -> ProductionPods:
-    """Resident production pods with their labels and Kuberina anti-affinity lists (1 query)."""
+def production_fingerprint(*, cluster: Cluster) -> tuple:
+    """A cheap summary that changes whenever a resident production pod is added, removed or
+    moved: ``(count, max id, Σ node id, Σ id · node id)`` (1 aggregate query)."""
+    from django.db.models import Count, F, Max, Sum
+
+    agg = Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION, node__isnull=False).aggregate(
+        n=Count("id"), top=Max("id"), nodes=Sum("node_id"), mix=Sum(F("id") * F("node_id")))
+    return agg["n"], agg["top"], agg["nodes"], agg["mix"]
+
+
+def production_pods(*, cluster: Cluster, row_of_node: dict[int, int], cache: dict | None = None) -> ProductionPods:
+    """Resident production pods with their labels and Kuberina anti-affinity lists (1 query).
+
+    ``cache`` (a dict the caller keeps between passes, e.g. the lease-holding scheduler's):
+    reused while :func:`production_fingerprint` and the node rows are unchanged (then 1
+    aggregate query instead of reading every production pod)."""
+    if cache is not None:
+        key = (production_fingerprint(cluster=cluster), tuple(sorted(row_of_node.items())))
+        if cache.get("key") == key:
+            return cache["value"]
+        value = production_pods(cluster=cluster, row_of_node=row_of_node)
+        cache.clear()
+        cache.update(key=key, value=value)
+        return value
     rows = Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION, node__isnull=False).values_list(
         "name", "node_id", "namespace", "labels", "constraints")
     ids, node, namespaces, labels, names = [], [], [], [], []

@@ -65,7 +65,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from agents.orchestrators.kubernetes.teststore import (
-    RESOURCES, APIError, Store, apply_patch, disruptions_allowed, field_matcher, key_of, label_matcher, now_rfc3339,
+    RESOURCES, APIError, Store, apply_patch, disruptions_allowed, field_matcher, label_matcher, now_rfc3339,
     selects, status_body,
 )
 

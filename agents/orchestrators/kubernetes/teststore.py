@@ -15,7 +15,6 @@ import copy
 import json
 import math
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -412,6 +411,3 @@ class Store:
         """Block (holding ``lock``) until a write or ``timeout_s``."""
         self.changed.wait(timeout=timeout_s)
 
-
-def wall_s() -> float:
-    return time.time()

@@ -152,6 +152,8 @@ class KubernetesWatcher:
                 log.info("watch %s: 410 Gone at resourceVersion %s, re-listing", resource, self.versions.get(resource))
                 need_list = True
             except Exception as exc:  # noqa: BLE001 - any transport failure: back off and resume
+                if stop.is_set():
+                    return  # the stream was cut because the watch is stopping
                 self.reconnects[resource] += 1
                 log.warning("watch %s: %s; retrying in %.1f s", resource, exc, delay)
                 self.sleep(delay * (0.5 + self.rng.random()), stop)

@@ -4,7 +4,6 @@ applies its events, then applies the last one again and checks that nothing chan
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 import numpy as np
@@ -287,3 +286,22 @@ def test_node_runs_applied_in_bulk_answer_as_one_by_one(rec) -> None:
     before = state(rec.cluster)
     assert Reconciler(cluster=rec.cluster).apply_many(events) == [UNCHANGED, UNCHANGED, REJECTED, UNCHANGED]
     assert state(rec.cluster) == before
+
+
+def test_fidelity_findings_reach_the_console_and_drift(rec, client) -> None:
+    from django.contrib.auth.models import User
+
+    from kalena_web.replan.models import ReplanRecommendation
+    from kalena_web.replan.services import drift_pass
+
+    prod = Workload.objects.filter(cluster=rec.cluster, kind=Workload.PRODUCTION).select_related("node").first()
+    other = next(n for n in NODES if n != prod.node.name)
+    rec.apply(ProductionSeen(prod.name, other, prod.request, prod.limit))
+    report = drift_pass(cluster=rec.cluster, now_s=1001.0)
+    assert report.fidelity_findings == 1 and report.recommended
+    (recommendation,) = ReplanRecommendation.objects.filter(cluster=rec.cluster)
+    assert recommendation.report["fidelity_findings"] == [{"pod": prod.name, "blueprint_node": prod.node.name,
+                                                           "seen_node": other}]
+    client.force_login(User.objects.create_user("viewer", password="x" * 12))
+    page = client.get(f"/live/{rec.cluster.name}/").content.decode()
+    assert "Blueprint fidelity" in page and prod.name in page

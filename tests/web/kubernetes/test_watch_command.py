@@ -45,3 +45,11 @@ def test_on_kubernetes_pods_come_from_the_watch_not_rest(operator, live, setting
     BatchPod.objects.filter(workload__name="batch/w-0").update(state="bound")
     answer = operator.post("/api/clusters/home/batch/batch/w-0/complete")
     assert answer.status_code == 409 and "observed, not reported" in answer.json()["detail"]
+
+
+def test_watch_without_kubernetes_credentials_says_so(live, settings, capsys, monkeypatch, tmp_path) -> None:
+    settings.KALENA_ORCHESTRATOR = "kubernetes"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["watch"]) == 2
+    assert "no in-cluster or kubeconfig credentials" in capsys.readouterr().err

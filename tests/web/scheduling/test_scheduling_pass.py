@@ -140,3 +140,20 @@ def test_one_pass_binds_many_pods_on_one_node_without_calling_its_own_bindings_s
     assert (report.placed, report.stale) == (12, 0)
     versions = LiveNodeLedger.objects.filter(node__cluster=live).values_list("version", flat=True)
     assert max(versions) == 1  # each touched node's version bumped once for the whole pass
+
+
+def test_the_production_cache_is_reused_until_a_production_pod_moves(live) -> None:
+    from kalena_web.inventory.models import Node, Workload
+    from kalena_web.scheduling import selectors
+
+    rows = selectors.node_rows(cluster=live)
+    row_of_node = {r.id: i for i, r in enumerate(rows)}
+    cache: dict = {}
+    first = selectors.production_pods(cluster=live, row_of_node=row_of_node, cache=cache)
+    assert selectors.production_pods(cluster=live, row_of_node=row_of_node, cache=cache) is first
+    prod = Workload.objects.filter(cluster=live, kind=Workload.PRODUCTION).first()
+    other = Node.objects.filter(cluster=live).exclude(id=prod.node_id).first()
+    Workload.objects.filter(id=prod.id).update(node=other)
+    moved = selectors.production_pods(cluster=live, row_of_node=row_of_node, cache=cache)
+    assert moved is not first
+    assert moved.node[list(moved.ids).index(prod.name)] == row_of_node[other.id]
