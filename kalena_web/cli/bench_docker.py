@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 import uuid
 from dataclasses import replace
@@ -250,6 +251,10 @@ def handle(args: argparse.Namespace) -> int:
             except Exception:  # noqa: BLE001 - stopping anyway
                 pass
         engines.stop()
+        shutil.rmtree(root / "data", ignore_errors=True)
+        for engine in engines.engines:  # the engines' data roots; the logs stay for a look
+            shutil.rmtree(engine.directory / "data", ignore_errors=True)
+            shutil.rmtree(engine.directory / "exec", ignore_errors=True)
     print(format_figures(figures))
     if args.summary_json:
         args.summary_json.write_text(json.dumps(figures, indent=2))
