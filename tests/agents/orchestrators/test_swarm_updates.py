@@ -23,6 +23,9 @@ def swarm(docker_client):
         for service in docker_client.services.list():
             service.remove()
         docker_client.swarm.leave(force=True)
+        # task containers Swarm created but never started outlive the swarm: nothing is left behind
+        for container in docker_client.containers.list(all=True, filters={"label": "kalena.naughtian.io/workload"}):
+            container.remove(force=True)
 
 
 def spec(attempt: int = 0) -> BatchSpec:
