@@ -291,6 +291,8 @@ CELERY_BEAT_SCHEDULER = "kalena_web.control.heartbeat:HeartbeatScheduler"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
+# docker/swarm: engines as nodes, "[node=]unix:///path,[node=]tcp://host:2376" (docs/docker.md)
+KALENA_DOCKER_ENGINES = os.environ.get("KALENA_DOCKER_ENGINES", "")
 KALENA_METRICS_TOKEN = os.environ.get("KALENA_METRICS_TOKEN", "")  # set: /metrics needs this bearer token
 # Drift (DESIGN §10): window of the steady-state reservation and the recommendation threshold.
 KALENA_DRIFT_WINDOW_S = float(os.environ.get("KALENA_DRIFT_WINDOW_S", "86400"))

@@ -69,6 +69,10 @@ class BatchSpec:
         request_mcpu, request_bytes, limit_mcpu, limit_bytes: cpu and memory in internal units.
         priority: the Kalena priority annotation.
         command: container command (Docker/Swarm).
+        attempt: which placement of the pod this is (0 first, +1 per requeue): Docker and Swarm
+            name the container/service per attempt so a re-placement never collides with the
+            stopped one it replaces.
+        grace_s: the pod's stop grace (s), Kubernetes' default 30 (Docker and Swarm stop grace).
     """
 
     id: str
@@ -80,6 +84,8 @@ class BatchSpec:
     priority: int = 0
     command: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    attempt: int = 0
+    grace_s: float = 30.0
 
     @property
     def namespace(self) -> str:

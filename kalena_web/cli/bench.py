@@ -50,6 +50,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from kalena_web.cli import bench_kubernetes
 
     bench_kubernetes.add_parsers(which)
+    from kalena_web.cli import bench_docker
+
+    bench_docker.add_parsers(which)
     return parser
 
 

@@ -38,11 +38,11 @@ def handle(args: argparse.Namespace) -> int:
         loops.start()
         print("kalena serve: embedded control loops running in this process")
     watching = None
-    if settings.KALENA_ORCHESTRATOR == "kubernetes" and not args.no_loops:
+    if settings.KALENA_ORCHESTRATOR in ("kubernetes", "docker", "swarm") and not args.no_loops:
         from kalena_web.cli import watch
 
         watching = watch.start(watch.defaults())
-        print("kalena serve: Kubernetes watch and lease-held scheduler running in this process")
+        print(f"kalena serve: {settings.KALENA_ORCHESTRATOR} watch running in this process")
     print(f"kalena serve: console on http://{args.host}:{args.port}/")
     server = Server(application=application,
                     endpoints=build_endpoint_description_strings(host=args.host, port=args.port))

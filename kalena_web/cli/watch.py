@@ -7,6 +7,10 @@ Dispatches on ``KALENA_ORCHESTRATOR``; each orchestrator adds its entry to :data
   list+watches pods and nodes into the reconciler and runs the scheduling passes
   (:class:`~kalena_web.control.leading.ClusterScheduler`). ``kalena serve`` starts the same
   on a thread when ``KALENA_ORCHESTRATOR=kubernetes``.
+* ``docker`` / ``swarm``: every engine of ``KALENA_DOCKER_ENGINES`` (Swarm: its manager) — the
+  engines' events API, re-listed on every (re)connect — into the reconciler
+  (:func:`start_docker`); ``kalena serve`` runs it on a thread when the orchestrator is docker or
+  swarm (docs/docker.md).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "watch", help="watch the orchestrator and feed the control plane (KALENA_ORCHESTRATOR)",
         description="Kubernetes: list+watch pods and nodes (resourceVersion, 410 re-list, bookmarks, backoff) "
                     "into the live cluster, and schedule while holding the cluster's Lease (one scheduler per "
-                    "cluster; start several for a standby). Runs until SIGTERM or Ctrl-C.")
+                    "cluster; start several for a standby). Docker/Swarm: every engine's events API (re-listed on "
+                    "each reconnect) into the live cluster. Runs until SIGTERM or Ctrl-C.")
     parser.add_argument("--cluster", default="", help="live cluster to feed (default: the only live cluster)")
     parser.add_argument("--identity", default="", help="this candidate's name in the Lease (default host-pid)")
     parser.add_argument("--lease-namespace", default="kube-system")
@@ -83,7 +88,20 @@ def start_kubernetes(cluster, args: argparse.Namespace):
     return scheduler
 
 
-STARTERS = {"kubernetes": start_kubernetes}
+def start_docker(cluster, args: argparse.Namespace):
+    """Start the Docker/Swarm watcher for ``cluster``: every engine's events API into the
+    reconciler on a thread (:class:`~agents.orchestrators.docker.watch.DockerWatcher`); the
+    scheduling passes are the scheduling loop's (Celery beat, or ``kalena serve``'s embedded loops)."""
+    from django.conf import settings
+
+    from kalena_web.control.orchestrators import docker_orchestrator
+    from kalena_web.control.watching import watch_start
+
+    return watch_start(cluster=cluster, orchestrator=docker_orchestrator(settings.KALENA_ORCHESTRATOR),
+                       name=f"kalena-watch-{settings.KALENA_ORCHESTRATOR}")
+
+
+STARTERS = {"kubernetes": start_kubernetes, "docker": start_docker, "swarm": start_docker}
 
 
 def start(args: argparse.Namespace):

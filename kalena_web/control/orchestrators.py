@@ -3,7 +3,8 @@
 ``fake`` (the embedded default) is rebuilt from the database for every pass: the cluster's
 nodes, its production pods and its bound batch pods — so it holds no state of its own between
 passes and the database stays the truth. ``kubernetes`` uses the in-cluster service account
-(or ``KUBECONFIG``); ``docker`` and ``swarm`` use the Docker environment (``DOCKER_HOST``).
+(or ``KUBECONFIG``); ``docker`` uses every engine of ``KALENA_DOCKER_ENGINES`` as a node (else ``DOCKER_HOST``);
+``swarm`` talks to the first engine of that list (a manager).
 """
 
 from __future__ import annotations
@@ -33,15 +34,34 @@ def orchestrator_for(cluster: Cluster) -> Orchestrator:
         from agents.orchestrators.kubernetes import KubernetesOrchestrator
         return KubernetesOrchestrator(kubernetes_api_client())
     if kind in ("docker", "swarm"):
-        import docker
-
-        from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator
-        try:
-            engine = docker.from_env()
-        except docker.errors.DockerException as exc:
-            raise OrchestratorNotConfigured(f"{kind}: cannot reach the Docker engine ({exc})") from None
-        return DockerOrchestrator(engine) if kind == "docker" else SwarmOrchestrator(engine)
+        return docker_orchestrator(kind)
     raise OrchestratorNotConfigured(f"KALENA_ORCHESTRATOR={kind!r} is not one of {', '.join(KINDS)}")
+
+
+def docker_engines() -> list:
+    """The engines of ``KALENA_DOCKER_ENGINES`` (docs/docker.md), one per node.
+
+    Raises:
+        OrchestratorNotConfigured: a malformed engine list (the message names the entry).
+    """
+    import os
+
+    from agents.orchestrators.docker import Engine
+    from agents.orchestrators.docker.engines import EngineConfigError, parse_engines
+
+    try:
+        configs = parse_engines({**os.environ, "KALENA_DOCKER_ENGINES": settings.KALENA_DOCKER_ENGINES})
+    except EngineConfigError as exc:
+        raise OrchestratorNotConfigured(str(exc)) from None
+    return [Engine(c) for c in configs]
+
+
+def docker_orchestrator(kind: str) -> Orchestrator:
+    """Standalone Docker over every configured engine, or Swarm through the first (a manager)."""
+    from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator
+
+    engines = docker_engines()
+    return DockerOrchestrator(engines) if kind == "docker" else SwarmOrchestrator(engines[0])
 
 
 def kubernetes_api_client():

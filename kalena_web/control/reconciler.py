@@ -15,6 +15,8 @@ the rows, idempotently — the same event twice changes nothing:
   once; a refusal (``OutOf…``) is never a completion; a pod the orchestrator evicted closes its
   owner × node pair for the eviction cooldown (owner-keyed: the replacement is a new pod).
 * ``ProductionSeen`` → the pod's real placement against the blueprint (fidelity findings).
+* Pods Kalena started itself (Docker, Swarm) follow :mod:`kalena_web.control.started`: only
+  their current placement's events count, an eviction requeues them.
 * ``Resynced`` → what Kalena holds and the list no longer does is gone (watched batch pods, pods
   the blueprint does not know, nodes).
 
@@ -41,6 +43,7 @@ from agents.orchestrators.events import (
 from kalena_engine.errors import InputError
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.control import services as control
+from kalena_web.control import started
 from kalena_web.control.models import NodeCondition, ProductionPlacement
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.scheduling import services as scheduling
@@ -266,6 +269,9 @@ class Reconciler:
         pod = self._pod(e.ref)
         if pod is None:
             return UNKNOWN
+        if pod.source == BatchPod.REST:  # Kalena started it (Docker, Swarm): kalena_web.control.started
+            return CHANGED if started.finished(pod, node=e.node, outcome=e.outcome, reason=e.reason,
+                                               exit_code=e.exit_code, at_s=e.at_s, now_s=self.clock()) else UNCHANGED
         if e.outcome == "evicted" and pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
             self._eviction_cooldown(pod, e)
         changed = scheduling.batch_finish(pod=pod, now_s=self.clock(), state=BatchPod.COMPLETED, outcome=e.outcome,
@@ -293,6 +299,8 @@ class Reconciler:
 
     def _pod_gone(self, e: PodGone) -> str:
         pod = self._pod(e.ref)
+        if pod is not None and pod.source == BatchPod.REST:
+            return CHANGED if started.gone(pod, now_s=self.clock()) else UNCHANGED
         if pod is not None:
             return CHANGED if scheduling.batch_gone(pod=pod, now_s=self.clock()) else UNCHANGED
         return CHANGED if control.production_gone(cluster=self.cluster, ref=e.ref, now_s=self.clock()) else UNKNOWN
@@ -306,8 +314,8 @@ class Reconciler:
         return CHANGED if changed else UNCHANGED
 
     def _resynced(self, e: Resynced) -> str:
-        changed = False
         now = self.clock()
+        changed = started.relisted(self.cluster, pods=e.pods, nodes=e.nodes, at_s=e.at_s, now_s=now)
         held = BatchPod.objects.filter(cluster=self.cluster, source=BatchPod.WATCH, gone=False).select_related("workload")
         for pod in held:
             if pod.workload.name not in e.pods:

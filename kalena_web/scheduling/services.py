@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import BatchSpec, BindingUncertain, Orchestrator, OrchestratorError, StaleBinding
+from agents.orchestrators import (
+    BatchSpec, BindingUncertain, Orchestrator, OrchestratorError, StaleBinding, WorkloadGone,
+)
 from kalena_engine.errors import InputError
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
@@ -30,6 +32,76 @@ POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[
 
 class BatchRejected(InputError):
     """A batch submission that cannot be accepted; nothing was stored."""
+
+
+class BatchConflict(InputError):
+    """A complete or delete the pod's state does not allow (HTTP 409); nothing changed."""
+
+
+class BatchNotStopped(InputError):
+    """A delete of a running pod the orchestrator refused to stop (HTTP 502); nothing changed."""
+
+
+#: Orchestrators whose watch reports completion: completing a pod by hand is refused there.
+OBSERVES_COMPLETION = ("kubernetes", "docker", "swarm")
+DELETE_GRACE_S = 30.0  # SIGTERM → this long → SIGKILL when a running pod is deleted
+
+
+def batch_submit_allowed(*, name: str, orchestrator_kind: str) -> None:
+    """Submitting by hand (REST, ``kalena batch submit``) is for Docker, Swarm and automation.
+
+    Raises:
+        BatchConflict: on Kubernetes, where Kalena takes batch pods from the watch.
+    """
+    if orchestrator_kind == "kubernetes":
+        raise BatchConflict(f"{name!r} was not queued: on Kubernetes, Kalena takes batch pods from the watch — "
+                            "create the pod with schedulerName: kalena (DESIGN §14); the REST submit path is for "
+                            "Docker and automation", field="name")
+
+
+def batch_complete(*, pod: BatchPod, orchestrator_kind: str, now_s: float) -> None:
+    """Report a placed pod completed (the REST ``complete`` and ``kalena batch complete``):
+    it leaves every ledger at once; completing a completed pod changes nothing.
+
+    Raises:
+        BatchConflict: the orchestrator observes completion itself (Kubernetes, Docker, Swarm:
+            a hand-made completion would free a ledger while the pod still runs), or the pod is
+            pending or deleted.
+    """
+    name = pod.workload.name
+    if pod.source == BatchPod.WATCH:
+        raise BatchConflict(f"{name!r} is watched from its orchestrator: its completion is observed, not reported",
+                            field="name")
+    if orchestrator_kind in OBSERVES_COMPLETION:
+        raise BatchConflict(f"{name!r}: completion is observed from the orchestrator ({orchestrator_kind}), "
+                            "not reported by hand; delete the pod to stop it", field="name")
+    if pod.state in (BatchPod.DELETED, BatchPod.PENDING):
+        raise BatchConflict(f"{name!r} is {pod.state}: only a pod that was placed can complete"
+                            + (" (delete a pending pod instead)" if pod.state == BatchPod.PENDING else ""),
+                            field="name")
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.COMPLETED)
+
+
+def batch_delete(*, pod: BatchPod, orchestrator: Callable[[], Orchestrator], now_s: float, by: str) -> None:
+    """Delete a pod (the REST ``DELETE`` and ``kalena batch delete``): a running one is stopped
+    through ``orchestrator()`` first (SIGTERM, :data:`DELETE_GRACE_S`, SIGKILL).
+
+    Raises:
+        BatchConflict: the pod already completed or was deleted.
+        BatchNotStopped: the orchestrator refused to stop it; nothing changed.
+    """
+    name = pod.workload.name
+    if pod.state in (BatchPod.COMPLETED, BatchPod.DELETED):
+        raise BatchConflict(f"{name!r} is already {pod.state}", field="name")
+    if pod.state == BatchPod.BOUND:  # stop what runs first; if that fails, nothing changes
+        try:
+            orchestrator().evict(name, grace_s=DELETE_GRACE_S, reason=f"deleted {by}")
+        except WorkloadGone:
+            pass
+        except OrchestratorError as exc:
+            raise BatchNotStopped(f"{name!r} was not deleted: the orchestrator refused to stop it: {exc}",
+                                  field="name") from None
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED)
 
 
 def _vector(raw: Mapping[str, float] | None, field_name: str) -> list[float]:
@@ -326,7 +398,7 @@ def _spec(pod: BatchPod) -> BatchSpec:
     w = pod.workload
     return BatchSpec(id=w.name, image=pod.image, request_mcpu=w.request[0], request_bytes=w.request[1],
                      limit_mcpu=w.limit[0], limit_bytes=w.limit[1], priority=w.priority, command=tuple(pod.command),
-                     labels={k: str(v) for k, v in (w.labels or {}).items()})
+                     attempt=pod.requeues, grace_s=pod.grace_s, labels={k: str(v) for k, v in (w.labels or {}).items()})
 
 
 def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: float) -> bool:
@@ -375,7 +447,7 @@ def batch_drop(*, pod: BatchPod, now_s: float, reason: str) -> None:
 def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
     """Take a bound pod off its node (evicted, or its binding refused): its request leaves the
     node's ledger at once (terminated workloads never count) and it is pending again, from
-    scratch (no migration)."""
+    scratch (no migration): not running, ``reason`` kept as why it was requeued."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
         if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
@@ -384,7 +456,8 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
         Workload.objects.filter(id=pod.workload_id).update(node_id=None, start_s=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.PENDING, queued_s=now_s, bound_s=None,
-                                                  bound_version=None, requeues=pod.requeues + 1)
+                                                  bound_version=None, running_s=None, reason=reason[:300],
+                                                  requeues=pod.requeues + 1)
 
 
 def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED, outcome: str = "",

@@ -204,13 +204,17 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await database_sync_to_async(services.agent_token_used)(token_id=self.identity.token_id)
 
     async def _refresh_view(self, message: Any, now_s: float) -> None:
-        """Reload the node's workloads when a sample names one the view does not know (at most
+        """Reload the node's workloads when a sample or an action names one the view does not know (at most
         every :data:`VIEW_REFRESH_S`) or the view is older than :data:`VIEW_MAX_AGE_S`."""
         age = time.monotonic() - self.view_loaded
         if age < VIEW_REFRESH_S:
             return
         if age < VIEW_MAX_AGE_S:
             records = message.get("samples") if isinstance(message, dict) else None
+            workload = message.get("workload") if isinstance(message, dict) else None
+            if isinstance(workload, dict) and isinstance(workload.get("id"), str):
+                # an action names its workload as a sample does (a pod bound since the view loaded)
+                records = [{"workload": workload["id"], "name": workload.get("name")}]
             if not isinstance(records, list) or all(
                     not isinstance(r, dict) or not isinstance(r.get("workload"), str)
                     or resolve_workload(r, self.view) is not None for r in records):

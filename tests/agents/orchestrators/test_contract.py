@@ -80,7 +80,7 @@ def docker_harness(client) -> Iterator[Harness]:
 
 def swarm_harness(client) -> Iterator[Harness]:
     """A single-node Swarm on the private engine (TESTBED recipe); left again afterwards."""
-    client.swarm.init(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:2377", force_new_cluster=False)
+    client.swarm.init(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:22377", force_new_cluster=False)
     adapter = SwarmOrchestrator(client)
     (host,) = adapter.nodes()
     try:
