@@ -291,6 +291,12 @@ CELERY_BEAT_SCHEDULER = "kalena_web.control.heartbeat:HeartbeatScheduler"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
+#   KALENA_ORCHESTRATOR_THROUGH_WORKERS: 1 in a console that mounts no docker.sock / holds no
+#       orchestrator credentials: its pod stops are forwarded to the Celery workers and awaited
+#       (kalena_web.control.forwarding) for at most KALENA_FORWARDED_EVICT_TIMEOUT_S (60 s).
+KALENA_ORCHESTRATOR_THROUGH_WORKERS = os.environ.get("KALENA_ORCHESTRATOR_THROUGH_WORKERS", "").strip().lower() in {
+    "1", "true", "yes", "on"}
+KALENA_FORWARDED_EVICT_TIMEOUT_S = float(os.environ.get("KALENA_FORWARDED_EVICT_TIMEOUT_S", "60"))
 # docker/swarm: engines as nodes, "[node=]unix:///path,[node=]tcp://host:2376" (docs/docker.md)
 KALENA_DOCKER_ENGINES = os.environ.get("KALENA_DOCKER_ENGINES", "")
 KALENA_METRICS_TOKEN = os.environ.get("KALENA_METRICS_TOKEN", "")  # set: /metrics needs this bearer token

@@ -21,13 +21,20 @@ class OrchestratorNotConfigured(RuntimeError):
     """``KALENA_ORCHESTRATOR`` names an unknown kind, or its client cannot be configured."""
 
 
-def orchestrator_for(cluster: Cluster) -> Orchestrator:
-    """The orchestrator adapter for ``cluster`` (see module doc).
+def orchestrator_for(cluster: Cluster, *, direct: bool = False) -> Orchestrator:
+    """The orchestrator adapter for ``cluster`` (see module doc). In a process with
+    ``KALENA_ORCHESTRATOR_THROUGH_WORKERS`` (the console of the Compose and Swarm files, which
+    mounts no ``docker.sock``), evictions are forwarded to the workers
+    (:class:`~kalena_web.control.forwarding.ThroughWorkers`) unless ``direct``.
 
     Raises:
         OrchestratorNotConfigured: unknown kind or unusable client configuration.
     """
     kind = settings.KALENA_ORCHESTRATOR
+    if settings.KALENA_ORCHESTRATOR_THROUGH_WORKERS and not direct and kind != "fake":
+        from kalena_web.control.forwarding import ThroughWorkers
+
+        return ThroughWorkers(cluster, timeout_s=settings.KALENA_FORWARDED_EVICT_TIMEOUT_S)
     if kind == "fake":
         return _fake_from_database(cluster)
     if kind == "kubernetes":

@@ -17,3 +17,17 @@ def escalate(cluster_id: int | None = None, now_s: float | None = None) -> dict[
         evictions_record(cluster=cluster, now_s=now)  # the agents' evictions count toward a storm
         return escalation_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), now_s=now)
     return run_for_clusters("escalation", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)
+
+
+@shared_task(name="kalena.control.evict", acks_late=False, ignore_result=True)
+def evict_forwarded(*, cluster_id: int, workload_id: str, grace_s: float, reason: str, reply_key: str) -> str:
+    """Stop a pod for a console that holds no orchestrator credentials
+    (:mod:`kalena_web.control.forwarding`); the answer goes back under ``reply_key``. Not
+    acknowledged late: a stop that a dead worker may have half done is reported by the console's
+    timeout, never repeated behind its back."""
+    from kalena_web.control.forwarding import evict_and_reply
+    from kalena_web.inventory.models import Cluster
+
+    cluster = Cluster.objects.get(id=cluster_id)
+    return evict_and_reply(cluster=cluster, workload_id=workload_id, grace_s=grace_s, reason=reason,
+                           reply_key=reply_key, orchestrator=orchestrator_for(cluster, direct=True))
