@@ -9,8 +9,11 @@ Then every frame is checked (:mod:`kalena_web.telemetry.validation`) and handed 
 process's group-commit writer; its ``ack`` — ``{"type": "ack", "v": 1, "batch_id", "accepted",
 "rejected": {reason: n}, "duplicate"}`` — is sent only once the transaction holding it
 committed. A message refused as a whole also gets an ``error`` naming what and where. If the
-write fails, the connection gets an ``error`` and is closed (1011) without an ack: the agent
-resends from its buffer after reconnecting and nothing it sent is lost.
+write fails — or the database cannot be read for the hello or the node's workloads — the
+connection gets an ``error`` and is closed with :data:`CLOSE_NOT_STORED` (4500) without an ack:
+the agent resends from its buffer after reconnecting and nothing it sent is lost. (Not 1011:
+Daphne's autobahn refuses application close codes outside 1000 and 3000–4999, raises inside
+the protocol, and leaves a socket that answers pings but no longer delivers frames.)
 
 Frames are processed in arrival order; acks may overtake each other (each names its batch).
 A revoked token's open connections are closed (4401) within ``TokenWatch.check_s``. Agent
@@ -31,6 +34,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
 from django.conf import settings
+from django.db import DatabaseError
 
 from agents.errors import ProtocolError
 from agents.link.protocol import validate_agent_message
@@ -43,7 +47,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_REFUSED = 4403      # hello missing, malformed or for another node
 CLOSE_REVOKED = 4401      # the connection's token was revoked
-CLOSE_NOT_STORED = 1011   # a write failed: reconnect and resend
+CLOSE_NOT_STORED = 4500   # a write (or a read it needs) failed: reconnect and resend. Never 1011 (module doc)
 VIEW_REFRESH_S = 2.0      # an unknown workload reloads the node's inventory at most this often
 VIEW_MAX_AGE_S = 30.0     # and it is reloaded at least this often
 
@@ -137,6 +141,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._refuse(refused.reason, refused.detail, node_id=refused.node_id)
             await self.close()  # before accept: the upgrade is denied
             return
+        except DatabaseError as exc:  # the database is away: deny the upgrade, the agent retries with backoff
+            log.warning("agent connection from %s not accepted, database unavailable: %s", self.peer, exc)
+            self.identity = None
+            await self.close()
+            return
         self.session = Session(node_id=self.identity.node_id)
         self.limits = limits_from_settings()
         self.pending: set[asyncio.Task] = set()
@@ -150,8 +159,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         self.tokens.discard(self.identity.token_id, self)
         if self.view is not None:
-            await database_sync_to_async(services.agent_disconnect_record)(node_id=self.identity.node_id,
-                                                                            now_s=time.time())
+            try:
+                await database_sync_to_async(services.agent_disconnect_record)(node_id=self.identity.node_id,
+                                                                                now_s=time.time())
+            except DatabaseError as exc:  # the next hello records the connection again
+                log.warning("recording the disconnect of node %s failed: %s", self.identity.node_name, exc)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         received_s = time.time()
@@ -169,10 +181,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 return
             self._store(rejected_message(None, error, view=self.view, received_s=received_s))
             return
-        if self.view is None:
-            await self._hello(message, received_s)
+        try:
+            if self.view is None:
+                await self._hello(message, received_s)
+                return
+            await self._refresh_view(message, received_s)
+        except DatabaseError as exc:
+            await self._not_stored(f"the database is unavailable ({type(exc).__name__}); reconnect and resend")
             return
-        await self._refresh_view(message, received_s)
         entry = prepare_message(message, view=self.view, now_s=time.time(), received_s=received_s, limits=self.limits)
         self._store(entry)
 
@@ -228,17 +244,22 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             await self.writer.submit(entry, self.session)
         except WriteFailed as exc:
-            await self._send({"type": "error", "v": 1, "message": f"batch {entry.batch_id} {exc}; resend after "
-                                                                   "reconnecting"})
-            if not self.closed:
-                self.closed = True
-                await self.close(code=CLOSE_NOT_STORED)
+            await self._not_stored(f"batch {entry.batch_id} {exc}; resend after reconnecting")
             return
         whole = [f"{reason}: {c[2]}" for reason, c in entry.rejected.items() if c[1]]
         if whole:
             await self._send({"type": "error", "v": 1, "message": "; ".join(whole)[:1000]})
         if entry.batch_id is not None:
             await self._send(entry.ack_payload())
+
+    async def _not_stored(self, why: str) -> None:
+        """Nothing more of this connection is stored: send ``error`` and close
+        :data:`CLOSE_NOT_STORED` (the agent reconnects and resends what is unacknowledged)."""
+        self.session.broken = True
+        await self._send({"type": "error", "v": 1, "message": why[:1000]})
+        if not self.closed:
+            self.closed = True
+            await self.close(code=CLOSE_NOT_STORED)
 
     async def _send(self, message: dict) -> None:
         if not self.closed:

@@ -36,8 +36,10 @@ def free_port() -> int:
 class WsServer:
     """A real WebSocket server checking ``Authorization: Bearer <token>``; acks what it receives."""
 
-    def __init__(self, port: int, *, token: str = TOKEN, ack: bool = True, on_connect: list[str] | None = None) -> None:
+    def __init__(self, port: int, *, token: str = TOKEN, ack: bool = True, on_connect: list[str] | None = None,
+                 ack_from_connection: int = 1) -> None:
         self.port, self.token, self.ack = port, token, ack
+        self.ack_from_connection = ack_from_connection  # connections before this one store and ack nothing
         self.on_connect = on_connect or []
         self.received: list[dict] = []
         self.connections = 0
@@ -60,12 +62,13 @@ class WsServer:
 
         async def handler(ws):
             self.connections += 1
+            acking = self.connections >= self.ack_from_connection
             for frame in self.on_connect:
                 await ws.send(frame)
             async for frame in ws:
                 message = json.loads(frame)
                 self.received.append(message)
-                if self.ack and "batch_id" in message:
+                if self.ack and acking and "batch_id" in message:
                     await ws.send(json.dumps({"type": "ack", "v": 1, "batch_id": message["batch_id"]}))
 
         async def main():
@@ -260,3 +263,18 @@ def test_local_mitigation_never_waits_on_a_hung_control_plane(tmp_path, client_f
     finally:
         rig.close()
         hung.close()
+
+
+def test_a_connection_that_never_acks_is_given_up_and_everything_resent(tmp_path, client_factory) -> None:
+    port = free_port()
+    server = WsServer(port, ack_from_connection=2)                 # the first connection is half-dead: no acks
+    buffer = LinkBuffer(tmp_path / "buf.sqlite3", node="node-a")
+    try:
+        ids = [buffer.append(samples_batch(2, float(i))) for i in range(3)]
+        client = client_factory(port, buffer, ack_timeout_s=1.0)
+        assert wait_for(lambda: buffer.count() == 0, 60)
+        assert server.connections >= 2 and client.ack_timeouts >= 1
+        sent = [m["batch_id"] for m in server.of_type("samples")]
+        assert sent[:3] == ids and set(sent[3:]) == set(ids)      # resent after the reconnect, in order
+    finally:
+        server.close()

@@ -1,0 +1,85 @@
+"""Ingest under faults, end to end: a real Daphne (``kalena serve``) on the test database and real
+``LinkClient`` agents with on-disk buffers. A failed write never wedges a connection (the agent
+is closed with a code Daphne accepts, reconnects and resends; every sample is stored exactly
+once once the database takes writes again); a batch larger than the transport's limit is split
+by the agent and stored whole; a buffer whose state file was lost starts a new epoch, so its
+new messages are stored, not taken for duplicates."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agents.link.buffer import LinkBuffer
+from agents.link.client import LinkClient
+from kalena_web.cli.benchenv import free_port
+from kalena_web.inventory.models import Node
+from kalena_web.telemetry.models import IngestBatch, Sample
+from kalena_web.telemetry.services import agent_token_create
+from tests.web.telemetry.conftest import child_database_url, hello, record, samples, wait_until
+
+NODE = "thinkcentre-beta"
+PODS = ["database/postgres-0", "monitoring/grafana-0"]
+
+
+@pytest.fixture
+def daphne(home, services) -> str:
+    """The agent endpoint's URL on a real Daphne serving the test database."""
+    port = free_port()
+    services.procs.daphne(port)
+    return f"ws://127.0.0.1:{port}/agent/v1/ws"
+
+
+@pytest.fixture
+def link(tmp_path: Path, daphne: str):
+    """``make(buffer) -> LinkClient`` for node beta, started; all stopped at the end."""
+    token = agent_token_create(node=Node.objects.get(name=NODE))[0]
+    clients: list[LinkClient] = []
+
+    def make(buffer: LinkBuffer, **kwargs) -> LinkClient:
+        client = LinkClient(daphne, token, buffer, hello=lambda: hello(NODE), backoff_base_s=0.1,
+                            backoff_max_s=1.0, open_timeout_s=10, **kwargs)
+        buffer.on_append = client.notify
+        client.start()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.stop()
+
+
+def batch(t0: float, *, rounds: int = 1, pods: list[str] = PODS) -> dict:
+    """A ``samples`` message with ``rounds`` samples of each pod, 1 s apart from ``t0``."""
+    return samples(NODE, 0, [record(p, t0 + r + 0.01 * k) for r in range(rounds) for k, p in enumerate(pods)])
+
+
+def stored_keys() -> list[tuple]:
+    return list(Sample.objects.values_list("workload_id", "ts"))
+
+
+def test_a_failed_write_never_wedges_ingest_and_every_sample_is_stored_once(tmp_path, link) -> None:
+    buffer = LinkBuffer(tmp_path / "buf.sqlite3", node=NODE)
+    client = link(buffer, ack_timeout_s=3600)   # only the server's close may end the connection here
+    t0 = time.time() - 100
+    buffer.append(batch(t0))
+    wait_until(lambda: buffer.count() == 0, what="the first batch to be acked")
+    with psycopg.connect(child_database_url(), autocommit=True) as db:
+        db.execute("ALTER TABLE telemetry_sample RENAME TO telemetry_sample_away")   # every write now fails
+        try:
+            buffer.append(batch(t0 + 10))
+            buffer.append(batch(t0 + 20))
+            failures = client.failures
+            # closed (4500) and reconnected, more than once: the connection is not left half-dead
+            wait_until(lambda: client.failures >= failures + 2 and client.connects >= 3, timeout_s=60,
+                       what="the agent to be closed and to reconnect after the failed writes")
+            assert buffer.count() == 2                                # nothing acknowledged
+        finally:
+            db.execute("ALTER TABLE telemetry_sample_away RENAME TO telemetry_sample")
+    wait_until(lambda: buffer.count() == 0, timeout_s=60, what="the resent batches to be acked")
+    keys = stored_keys()
+    assert len(keys) == len(set(keys)) == 3 * len(PODS)               # every sample, exactly once
+    assert IngestBatch.objects.count() == 3
