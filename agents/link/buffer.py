@@ -5,6 +5,12 @@ Every agent→server message (``samples``, ``action``, ``gap``) is appended here
 the server's ``ack`` for that ``batch_id`` arrives. The link client sends from here; local
 mitigation only appends, which takes well under a millisecond and never waits for the network.
 
+A ``samples`` message larger than what the server accepts in one frame — more than
+``max_batch_samples`` records or more than ``max_message_bytes`` of JSON — is split on append
+(:func:`~agents.link.protocol.split_samples`) into several messages, each with its own
+``batch_id``. The defaults (2,000 samples, 1 MiB) fit the server's defaults and also a Daphne
+left at its own 1 MiB ``websocket_max_message_size``.
+
 Sizing: one ``samples`` batch of 200 workloads is about 200 KB of JSON; a 5-minute disconnect
 at 10 s sampling is 30 batches ≈ 6 MB. The default bound, 256 MiB, holds hours. When a new
 message would exceed the bound, the oldest ``samples`` batches are dropped (actions are never
@@ -44,14 +50,19 @@ class LinkBuffer:
         node: node name, the ``batch_id`` prefix.
         max_bytes: bound on stored message bytes.
         on_append: called after each append (the client's wake-up), from the appending thread.
+        max_batch_samples, max_message_bytes: a ``samples`` message is split into parts within
+            both (module doc).
     """
 
     def __init__(self, path: str | Path, *, node: str, max_bytes: int = 256 * 2**20,
-                 on_append: Callable[[], None] | None = None, clock_s: Callable[[], float] = time.time) -> None:
+                 on_append: Callable[[], None] | None = None, clock_s: Callable[[], float] = time.time,
+                 max_batch_samples: int = 2000, max_message_bytes: int = 2**20) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.node = node
         self.max_bytes = int(max_bytes)
+        self.max_batch_samples = int(max_batch_samples)
+        self.max_message_bytes = int(max_message_bytes)
         self.on_append = on_append
         self.clock_s = clock_s
         self._lock = threading.Lock()
@@ -98,13 +109,17 @@ class LinkBuffer:
                                           first_dropped=dropped[0][1], last_dropped=dropped[-1][1]))
 
     def append(self, message: dict[str, Any]) -> str:
-        """Store one message (its ``batch_id`` is assigned here) and return the ``batch_id``."""
+        """Store one message (its ``batch_id`` is assigned here) and return the ``batch_id``. A
+        ``samples`` message too large for one frame is stored as several (module doc), in one
+        transaction; the id of the last part is returned."""
+        parts = protocol.split_samples(message, max_samples=self.max_batch_samples, max_bytes=self.max_message_bytes)
         size_hint = len(json.dumps(message, separators=(",", ":"), default=str))
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._make_room(size_hint)
-                batch_id = self._insert(message)
+                for part in parts:
+                    batch_id = self._insert(part)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")

@@ -185,6 +185,42 @@ def encode(message: Mapping[str, Any]) -> str:
     return json.dumps(message, separators=(",", ":"), allow_nan=False)
 
 
+#: Room kept in every frame for the ``batch_id`` the buffer adds (a 253-character node name,
+#: the buffer's epoch and a sequence number fit).
+BATCH_ID_ROOM_BYTES = 320
+
+
+def split_samples(message: Mapping[str, Any], *, max_samples: int, max_bytes: int) -> list[dict[str, Any]]:
+    """Split a ``samples`` message into parts that each hold at most ``max_samples`` records
+    and encode to at most ``max_bytes`` bytes once a ``batch_id`` is added (the server's
+    ``KALENA_INGEST_MAX_BATCH_SAMPLES`` and frame limits). Records keep their order; the
+    ``node_sample`` goes with the first part. Any other message, or one that fits, is returned
+    as the only part. A single record larger than ``max_bytes`` travels alone (the server
+    refuses it as ``oversize_batch`` and counts it). Sizes are UTF-8 bytes of :func:`encode`.
+
+    Example: 5,000 records of ~1 KB with ``max_samples=2000, max_bytes=2**20`` → parts of
+    ≤ 1,000 records (1 MiB / ~1 KB), the first with the node sample.
+    """
+    records = message.get("samples") if message.get("type") == "samples" else None
+    if not isinstance(records, list):
+        return [dict(message)]
+    envelope = {k: v for k, v in message.items() if k != "samples"}
+    base = len(encode({**envelope, "samples": []}).encode()) + BATCH_ID_ROOM_BYTES
+    sizes = [len(encode(r).encode()) + 1 for r in records]     # + the separating comma
+    if len(records) <= max_samples and base + sum(sizes) <= max_bytes:
+        return [dict(message)]
+    parts: list[list[Any]] = [[]]
+    size = base
+    for record, n in zip(records, sizes):
+        if parts[-1] and (len(parts[-1]) >= max_samples or size + n > max_bytes):
+            parts.append([])
+            size = base
+        parts[-1].append(record)
+        size += n
+    return [{**envelope, "node_sample": envelope.get("node_sample") if i == 0 else None, "samples": part}
+            for i, part in enumerate(parts)]
+
+
 # --- validation (agent → server), for the server implementation and the tests ---------------
 
 def _require(obj: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str, *, nullable: bool = False) -> Any:

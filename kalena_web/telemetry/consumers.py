@@ -68,6 +68,18 @@ def decode(raw: str | bytes) -> Any:
             raise Rejected("bad_json", f"<frame>: not JSON: {str(exc)[:200]}") from None
 
 
+def transport_max_message_bytes() -> int:
+    """Daphne's ``websocket_max_message_size`` for the one setting
+    ``KALENA_INGEST_MAX_FRAME_BYTES`` F: 2 F (8 MiB → 16 MiB). Frames up to 2 F reach the
+    consumer, which refuses one over F as ``oversize_batch`` — counted with its samples, and
+    acknowledged when its ``batch_id`` can be read, so the agent drops it instead of resending it
+    forever. A frame over 2 F never reaches Kalena: autobahn drops the connection (logging
+    "failing WebSocket connection (code=1009)"); Kalena's agent never sends one, it splits its
+    batches to 1 MiB (:func:`agents.link.protocol.split_samples`). ``kalena serve`` passes this
+    to Daphne."""
+    return 2 * settings.KALENA_INGEST_MAX_FRAME_BYTES
+
+
 def limits_from_settings() -> Limits:
     return Limits(max_batch_samples=settings.KALENA_INGEST_MAX_BATCH_SAMPLES,
                   max_future_s=settings.KALENA_INGEST_MAX_FUTURE_S, max_age_s=settings.KALENA_INGEST_MAX_AGE_S,
@@ -171,15 +183,23 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         raw = text_data if text_data is not None else bytes_data or b""
         try:
-            if len(raw) > settings.KALENA_INGEST_MAX_FRAME_BYTES:
-                raise Rejected("oversize_batch", f"<frame>: {len(raw)} bytes (accepted: up to "
-                                                 f"{settings.KALENA_INGEST_MAX_FRAME_BYTES}, KALENA_INGEST_MAX_FRAME_BYTES)")
             message = decode(raw)
         except Rejected as error:
+            message = None
+            if len(raw) <= settings.KALENA_INGEST_MAX_FRAME_BYTES:
+                if self.view is None:
+                    await self._refuse("bad_hello", error.detail, node_id=self.identity.node_id, close=True)
+                    return
+                self._store(rejected_message(None, error, view=self.view, received_s=received_s))
+                return
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+        if size > settings.KALENA_INGEST_MAX_FRAME_BYTES:
+            error = Rejected("oversize_batch", f"<frame>: {size} bytes (accepted: up to "
+                                               f"{settings.KALENA_INGEST_MAX_FRAME_BYTES}, KALENA_INGEST_MAX_FRAME_BYTES)")
             if self.view is None:
                 await self._refuse("bad_hello", error.detail, node_id=self.identity.node_id, close=True)
                 return
-            self._store(rejected_message(None, error, view=self.view, received_s=received_s))
+            self._store(rejected_message(message, error, view=self.view, received_s=received_s))
             return
         try:
             if self.view is None:

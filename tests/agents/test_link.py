@@ -278,3 +278,17 @@ def test_a_connection_that_never_acks_is_given_up_and_everything_resent(tmp_path
         assert sent[:3] == ids and set(sent[3:]) == set(ids)      # resent after the reconnect, in order
     finally:
         server.close()
+
+
+def test_a_batch_too_large_for_one_frame_is_split_into_parts_within_both_limits(tmp_path) -> None:
+    buffer = LinkBuffer(tmp_path / "buf.sqlite3", node="node-a", max_batch_samples=500, max_message_bytes=200_000)
+    message = samples_batch(1200, 5.0)
+    message["node_sample"] = {"ts": 5.0, "working_set_bytes": 1.0, "psi": None}
+    assert len(protocol.encode(message)) > 3 * 200_000
+    buffer.append(message)
+    parts = [json.loads(body) for _, _, body in buffer.pending(limit=100)]
+    assert len(parts) >= 4 and all(len(p["samples"]) <= 500 for p in parts)
+    assert all(len(body.encode()) <= 200_000 for _, _, body in buffer.pending(limit=100))
+    assert [r["workload"] for p in parts for r in p["samples"]] == [r["workload"] for r in message["samples"]]
+    assert parts[0]["node_sample"] == message["node_sample"] and all(p["node_sample"] is None for p in parts[1:])
+    assert len({p["batch_id"] for p in parts}) == len(parts)

@@ -13,11 +13,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from agents.link import protocol
 from agents.link.buffer import LinkBuffer
 from agents.link.client import LinkClient
 from kalena_web.cli.benchenv import free_port
 from kalena_web.inventory.models import Node
-from kalena_web.telemetry.models import IngestBatch, Sample
+from kalena_web.telemetry.models import IngestBatch, RejectedSamples, Sample
 from kalena_web.telemetry.services import agent_token_create
 from tests.web.telemetry.conftest import child_database_url, hello, record, samples, wait_until
 
@@ -83,3 +84,61 @@ def test_a_failed_write_never_wedges_ingest_and_every_sample_is_stored_once(tmp_
     keys = stored_keys()
     assert len(keys) == len(set(keys)) == 3 * len(PODS)               # every sample, exactly once
     assert IngestBatch.objects.count() == 3
+
+
+def test_a_batch_over_the_transport_limit_is_split_by_the_agent_and_stored_whole(tmp_path, link) -> None:
+    buffer = LinkBuffer(tmp_path / "buf.sqlite3", node=NODE)
+    pods = Node.objects.get(name=NODE).production.values_list("name", flat=True)
+    message = batch(time.time() - 3000, rounds=750, pods=list(pods)[:4])      # 3,000 samples, ~2.7 MB
+    assert len(message["samples"]) == 3000 and len(protocol.encode(message)) > 2 * 2**20
+    link(buffer)
+    buffer.append(message)
+    wait_until(lambda: buffer.count() == 0, timeout_s=90, what="every part of the split batch to be acked")
+    keys = stored_keys()
+    assert len(keys) == len(set(keys)) == 3000
+    assert IngestBatch.objects.count() >= 3 and all(b.samples <= 2000 for b in IngestBatch.objects.all())
+    assert not RejectedSamples.objects.exists()
+
+
+def test_frames_over_the_limit_are_refused_counted_and_acknowledged(home, services) -> None:
+    """One setting (``KALENA_INGEST_MAX_FRAME_BYTES``) sets Kalena's frame limit and Daphne's
+    message limit (twice it): a frame between the two is refused with its samples counted and
+    acknowledged (the agent drops it rather than resending it forever); one over Daphne's limit
+    never reaches Kalena: the transport drops the connection."""
+    import asyncio
+    import json
+
+    from websockets.asyncio.client import connect
+
+    limit = 200_000
+    services.env["KALENA_INGEST_MAX_FRAME_BYTES"] = str(limit)
+    port = free_port()
+    services.procs.daphne(port)
+    beta = Node.objects.get(name=NODE)
+    token = agent_token_create(node=beta)[0]
+    now = time.time()
+    over = samples(NODE, 1, [record(PODS[i % 2], now - 500 + i) for i in range(300)])     # ~270 KB
+    far_over = samples(NODE, 2, [record(PODS[i % 2], now - 200 + i) for i in range(600)])  # ~540 KB
+    assert limit < len(json.dumps(over)) < 2 * limit < len(json.dumps(far_over))
+
+    async def go() -> tuple[list[dict], int | None]:
+        url = f"ws://127.0.0.1:{port}/agent/v1/ws"
+        async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as ws:
+            await ws.send(json.dumps(hello(NODE)))
+            await ws.send(json.dumps(over))
+            replies = [json.loads(await asyncio.wait_for(ws.recv(), 30)) for _ in range(2)]
+            await ws.send(json.dumps(far_over))
+            try:
+                await asyncio.wait_for(ws.recv(), 30)
+            except Exception:  # noqa: BLE001 - the transport closes the connection
+                pass
+            return replies, ws.close_code
+
+    replies, code = asyncio.run(go())
+    assert replies[0]["type"] == "error" and replies[0]["message"].startswith("oversize_batch")
+    assert replies[1] == {"type": "ack", "v": 1, "batch_id": f"{NODE}:1", "accepted": 0,
+                          "rejected": {"oversize_batch": 300}, "duplicate": False}
+    assert code is not None and code != 1000                       # dropped by the transport
+    counted = RejectedSamples.objects.get(node=beta, reason="oversize_batch")
+    assert (counted.samples, counted.messages) == (300, 1) and not Sample.objects.exists()
+    assert IngestBatch.objects.get().batch_id == f"{NODE}:1"     # remembered: a resend is acked as a duplicate
