@@ -1,8 +1,13 @@
 """Bounded on-disk buffer of messages the control plane has not acknowledged (SQLite, WAL).
 
 Every agent→server message (``samples``, ``action``, ``gap``) is appended here first, given its
-``batch_id`` (``"<node>:<seq>"``, ``seq`` increasing across restarts), and deleted only when
-the server's ``ack`` for that ``batch_id`` arrives. The link client sends from here; local
+``batch_id`` (``"<node>:<epoch>:<seq>"``), and deleted only when the server's ``ack`` for that
+``batch_id`` arrives. ``epoch`` (12 hex digits, random) is drawn each time the buffer is opened
+— a boot id — and ``seq`` increases across restarts while the file lasts. The server
+de-duplicates on ``(node, batch_id)``, so ids must never repeat for different messages: with
+the epoch they do not even when the file is lost (deleted, the disk replaced, restored from an
+old snapshot) and ``seq`` starts again at 1. A message keeps the id it was stored with, so its
+resend after a restart is still recognised as the same message. The link client sends from here; local
 mitigation only appends, which takes well under a millisecond and never waits for the network.
 
 A ``samples`` message larger than what the server accepts in one frame — more than
@@ -20,6 +25,7 @@ dropped) and one ``gap`` message records what was lost.
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -71,6 +77,7 @@ class LinkBuffer:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self.dropped_batches = 0
+        self.epoch = secrets.token_hex(6)   # this lifetime's boot id (module doc)
 
     def _next_seq(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key='next_seq'").fetchone()
@@ -82,7 +89,7 @@ class LinkBuffer:
 
     def _insert(self, message: dict[str, Any]) -> str:
         seq = self._next_seq()
-        batch_id = f"{self.node}:{seq}"
+        batch_id = f"{self.node}:{self.epoch}:{seq}"
         body = protocol.encode({**message, "batch_id": batch_id})
         n_samples = len(message.get("samples", ())) if message.get("type") == "samples" else 0
         self._db.execute("INSERT INTO messages(seq, kind, batch_id, body, size, n_samples) VALUES(?,?,?,?,?,?)",

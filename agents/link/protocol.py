@@ -7,7 +7,8 @@ The agent authenticates in the handshake with its per-node token::
 
 The server rejects a missing or unknown token with HTTP 401 before the upgrade. Delivery is
 at-least-once: every agent→server message except ``hello`` carries a ``batch_id`` unique per
-node (``"<node>:<seq>"``, ``seq`` increasing across restarts); the agent keeps it in its on-disk
+node (``"<node>:<epoch>:<seq>"``: a boot id drawn each time the agent's buffer is opened and a
+sequence number; never reused, even when the buffer's file is lost); the agent keeps it in its on-disk
 buffer until the server's ``ack`` for that ``batch_id`` arrives and resends it after a
 reconnect, so **the server must de-duplicate on (node, batch_id)**. Numbers are in Kalena's
 internal units (DESIGN §2) with the unit in the key; ``null`` means not measured; times are
@@ -26,7 +27,7 @@ Agent → server
 
 ``samples`` — one batch per sampling interval::
 
-    {"type": "samples", "v": 1, "batch_id": "node-a:42", "node": "node-a", "ts": …,
+    {"type": "samples", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42", "node": "node-a", "ts": …,
      "interval_s": 10.0,
      "node_sample": {"ts": …, "working_set_bytes": …, "psi": {"cpu": <psi>, …}} | null,
      "samples": [{
@@ -48,7 +49,7 @@ Agent → server
 
 ``action`` — every mitigation action, as it happens::
 
-    {"type": "action", "v": 1, "batch_id": "node-a:43", "node": "node-a", "ts": …,
+    {"type": "action", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:43", "node": "node-a", "ts": …,
      "action": "throttle" | "cpu_weight" | "memory_cap" | "evict" | "kill" | "starvation_cap"
                | "starvation_release" | "hold",
      "reason": "cpu_budget" | "cpu_contention" | "contention_cleared" | "limit_breach"
@@ -67,12 +68,12 @@ Agent → server
 ``gap`` — the bounded buffer overflowed and dropped the oldest sample batches::
 
     {"type": "gap", "v": 1, "batch_id": …, "node": …, "ts": …, "dropped_batches": 3,
-     "dropped_samples": 600, "first_dropped": "node-a:7", "last_dropped": "node-a:9"}
+     "dropped_samples": 600, "first_dropped": "node-a:3f9c01d2a7b4:7", "last_dropped": "node-a:3f9c01d2a7b4:9"}
 
 Server → agent
 --------------
 
-``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:42"}``: the message is stored; the
+``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42"}``: the message is stored; the
 agent deletes it from its buffer.
 
 ``policy`` — optional run-time policy update, any subset of the engine's

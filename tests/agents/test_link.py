@@ -139,7 +139,7 @@ def test_hello_first_then_every_message_acked_and_deleted(tmp_path, client_facto
         client_factory(port, buffer)
         assert wait_for(lambda: buffer.count() == 0)
         assert server.received[0]["type"] == "hello" and server.received[0]["node"] == "node-a"
-        assert [m["batch_id"] for m in server.of_type("samples")] == ids == [f"node-a:{i}" for i in range(1, 6)]
+        assert [m["batch_id"] for m in server.of_type("samples")] == ids == [f"node-a:{buffer.epoch}:{i}" for i in range(1, 6)]
         for message in server.received:
             protocol.validate_agent_message(message)
     finally:
@@ -197,7 +197,8 @@ def test_unacknowledged_messages_survive_a_restart_and_are_resent(tmp_path, clie
     restarted = LinkBuffer(path, node="node-a")                    # the agent restarts: nothing was acked
     assert restarted.count() == 4
     later = restarted.append(samples_batch(2, 99.0))
-    assert later == "node-a:5"                                     # ids keep increasing across restarts
+    assert later == f"node-a:{restarted.epoch}:5"                 # seq keeps increasing across restarts,
+    assert restarted.epoch != buffer.epoch                         # under a new boot id
     server = WsServer(port)
     try:
         client_factory(port, restarted)
@@ -292,3 +293,16 @@ def test_a_batch_too_large_for_one_frame_is_split_into_parts_within_both_limits(
     assert [r["workload"] for p in parts for r in p["samples"]] == [r["workload"] for r in message["samples"]]
     assert parts[0]["node_sample"] == message["node_sample"] and all(p["node_sample"] is None for p in parts[1:])
     assert len({p["batch_id"] for p in parts}) == len(parts)
+
+
+def test_a_lost_buffer_file_never_reuses_a_batch_id(tmp_path) -> None:
+    path = tmp_path / "buf.sqlite3"
+    first = LinkBuffer(path, node="node-a")
+    before = [first.append(samples_batch(1, float(i))) for i in range(3)]
+    first.close()
+    for leftover in tmp_path.glob("buf.sqlite3*"):                 # the state file is lost
+        leftover.unlink()
+    again = LinkBuffer(path, node="node-a")
+    after = [again.append(samples_batch(1, 10.0 + i)) for i in range(3)]
+    assert [b.rsplit(":", 1)[1] for b in after] == ["1", "2", "3"]  # seq starts again …
+    assert not set(before) & set(after)                            # … but no id is reused

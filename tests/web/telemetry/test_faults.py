@@ -18,7 +18,7 @@ from agents.link.buffer import LinkBuffer
 from agents.link.client import LinkClient
 from kalena_web.cli.benchenv import free_port
 from kalena_web.inventory.models import Node
-from kalena_web.telemetry.models import IngestBatch, RejectedSamples, Sample
+from kalena_web.telemetry.models import AgentStatus, IngestBatch, RejectedSamples, Sample
 from kalena_web.telemetry.services import agent_token_create
 from tests.web.telemetry.conftest import child_database_url, hello, record, samples, wait_until
 
@@ -142,3 +142,28 @@ def test_frames_over_the_limit_are_refused_counted_and_acknowledged(home, servic
     counted = RejectedSamples.objects.get(node=beta, reason="oversize_batch")
     assert (counted.samples, counted.messages) == (300, 1) and not Sample.objects.exists()
     assert IngestBatch.objects.get().batch_id == f"{NODE}:1"     # remembered: a resend is acked as a duplicate
+
+
+def test_after_a_lost_buffer_file_new_samples_are_stored_not_taken_for_duplicates(tmp_path, link) -> None:
+    path = tmp_path / "buf.sqlite3"
+    buffer = LinkBuffer(path, node=NODE)
+    client = link(buffer)
+    t0 = time.time() - 300
+    buffer.append(batch(t0))
+    for i in range(1, 3):
+        buffer.append(batch(t0 + 10 * i))
+    wait_until(lambda: buffer.count() == 0, what="the first lifetime's batches to be acked")
+    client.stop()
+    buffer.close()
+    for leftover in tmp_path.glob("buf.sqlite3*"):                 # the agent's state file is lost
+        leftover.unlink()
+    fresh = LinkBuffer(path, node=NODE)                            # seq starts again at 1
+    link(fresh)
+    for i in range(3, 6):
+        fresh.append(batch(t0 + 10 * i))
+    wait_until(lambda: fresh.count() == 0, what="the new lifetime's batches to be acked")
+    keys = stored_keys()
+    assert len(keys) == len(set(keys)) == 6 * len(PODS)            # nothing discarded as a "duplicate"
+    status = AgentStatus.objects.get(node__name=NODE)
+    assert (status.batches, status.duplicate_batches) == (6, 0)
+
