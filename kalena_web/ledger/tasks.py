@@ -1,7 +1,8 @@
 """Estimation tasks (DESIGN §8), thin: take ids, call :mod:`kalena_web.ledger.estimation`.
 
 * ``kalena.ledger.estimate(shard)`` — drain one node shard's pending sample batches under the
-  Redis lock ``estimation:<shard>`` (TTL ``KALENA_ESTIMATION_LOCK_TTL_S``), publishing every
+  Redis lock ``estimation:<shard>`` (TTL ``KALENA_ESTIMATION_LOCK_TTL_S``, 6 s, renewed while
+  held so a killed worker's shard resumes within about that), publishing every
   changed node's ledger after each commit. Requested after every ingest commit, coalesced: at
   most one request per shard is queued (a cache key, cleared when the task starts, so samples
   committed while it runs request a new one).
