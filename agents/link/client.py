@@ -10,7 +10,9 @@ unacknowledged in flight); each ``ack`` deletes its message from the buffer. On 
 ``attempt`` resets once a connection has delivered an ack. A connection on which a message has
 waited ``ack_timeout_s`` for its ack is given up (closed) and the client reconnects and resends:
 a server that keeps the socket open and answers pings but stores nothing (a half-dead
-connection) cannot hold the buffer back. Messages survive disconnects and
+connection) cannot hold the buffer back. Each timeout in a row doubles the next connection's
+ack timeout (up to 8 ×; reset by an ack), so a server that is merely slow — working through a
+backlog after an outage — is not flooded with the same messages again. Messages survive disconnects and
 agent restarts in :class:`~agents.link.buffer.LinkBuffer`; after a reconnect everything not yet
 acknowledged is sent again (the server de-duplicates on ``batch_id``).
 """
@@ -77,6 +79,7 @@ class LinkClient:
         self.open_timeout_s = open_timeout_s
         self.ack_timeout_s = ack_timeout_s
         self.ack_timeouts = 0
+        self.timeouts_in_a_row = 0
         self.connected = threading.Event()
         self.connects = 0
         self.failures = 0
@@ -131,9 +134,13 @@ class LinkClient:
                         sent_seq = seq
                 if delivered:
                     self.attempt = 0
-                if inflight and time.monotonic() - min(inflight.values()) > self.ack_timeout_s:
+                if delivered:
+                    self.timeouts_in_a_row = 0
+                limit_s = self.ack_timeout_s * 2 ** min(self.timeouts_in_a_row, 3)
+                if inflight and time.monotonic() - min(inflight.values()) > limit_s:
                     self.ack_timeouts += 1
-                    raise AckTimeout(f"no ack for {len(inflight)} message(s) within {self.ack_timeout_s:g} s")
+                    self.timeouts_in_a_row += 1
+                    raise AckTimeout(f"no ack for {len(inflight)} message(s) within {limit_s:g} s")
                 self._wake.clear()
                 wait = asyncio.create_task(self._wake.wait())
                 await asyncio.wait({receiver, wait, asyncio.create_task(self._stop.wait())}, timeout=0.5,

@@ -377,12 +377,22 @@ def run_row(row: int, fault: str, rig: Rig, generator: Generator, initial, node_
     inject(fault, rig)
     fault_end = time.time()
     recovery_s = None
+    timeline = (rig.args.state_dir / "logs" / f"row-{row}-{fault}.timeline").open("w")
     while time.time() - fault_end < RECOVERY_LIMIT_S:
         applied = _applied_between(url, row_start - 1.0, fault_end)
-        if applied is not None and applied >= generator.generated(row, until_ts=fault_end):
+        stored = _query(url, "SELECT count(*) FROM telemetry_sample WHERE ts >= %s AND ts <= %s",
+                        (row_start - 1.0, fault_end))
+        wanted = generator.generated(row, until_ts=fault_end)
+        buffered = sum(a.buffer.count() for a in rig.agents)
+        connected = sum(a.client.connected.is_set() for a in rig.agents)
+        timeline.write(f"{time.time() - fault_end:6.1f} s  wanted {wanted}  stored {stored and stored[0][0]}  "
+                       f"applied {applied}  buffered messages {buffered}  connected {connected}\n")
+        timeline.flush()
+        if applied is not None and applied >= wanted:
             recovery_s = round(time.time() - fault_end, 1)
             break
         time.sleep(0.5)
+    timeline.close()
     time.sleep(1.0)
     generator.row = -1
     end = time.monotonic() + 180

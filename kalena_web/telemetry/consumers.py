@@ -40,7 +40,7 @@ from agents.errors import ProtocolError
 from agents.link.protocol import validate_agent_message
 from kalena_web.telemetry import selectors, services
 from kalena_web.telemetry.ingest import Entry, prepare_message, rejected_message
-from kalena_web.telemetry.validation import Limits, Rejected, resolve_workload
+from kalena_web.telemetry.validation import Limits, NodeView, Rejected, resolve_workload
 from kalena_web.telemetry.writer import GroupCommitWriter, Session, WriteFailed
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,23 @@ CLOSE_REVOKED = 4401      # the connection's token was revoked
 CLOSE_NOT_STORED = 4500   # a write (or a read it needs) failed: reconnect and resend. Never 1011 (module doc)
 VIEW_REFRESH_S = 2.0      # an unknown workload reloads the node's inventory at most this often
 VIEW_MAX_AGE_S = 30.0     # and it is reloaded at least this often
+
+
+def off_thread(func):
+    """``database_sync_to_async`` on the executor's threads instead of the one sync thread all
+    consumers share: after an outage every agent reconnects at once, and their hellos (a token
+    lookup, the node's workloads, two counter updates) used to queue one after another on that
+    thread, holding back every reconnected agent's resend for seconds."""
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
+def _hello_load(*, node_id: int, hello: dict, peer: str, token_id: int, now_s: float) -> NodeView:
+    """The database work of a ``hello`` in one thread hop: the node's view, the hello recorded,
+    the token marked used."""
+    view = selectors.node_view_load(node_id=node_id, shards=settings.KALENA_ESTIMATION_SHARDS)
+    services.agent_hello_record(node_id=node_id, hello=hello, peer=peer, now_s=now_s)
+    services.agent_token_used(token_id=token_id)
+    return view
 
 
 def decode(raw: str | bytes) -> Any:
@@ -148,7 +165,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.peer = ":".join(str(p) for p in (self.scope.get("client") or ("?",)))
         try:
             token = selectors.bearer_token(self.scope.get("headers") or [])
-            self.identity = await database_sync_to_async(selectors.token_authenticate)(token)
+            self.identity = await off_thread(selectors.token_authenticate)(token)
         except selectors.Refused as refused:
             await self._refuse(refused.reason, refused.detail, node_id=refused.node_id)
             await self.close()  # before accept: the upgrade is denied
@@ -172,8 +189,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.tokens.discard(self.identity.token_id, self)
         if self.view is not None:
             try:
-                await database_sync_to_async(services.agent_disconnect_record)(node_id=self.identity.node_id,
-                                                                                now_s=time.time())
+                await off_thread(services.agent_disconnect_record)(node_id=self.identity.node_id, now_s=time.time())
             except DatabaseError as exc:  # the next hello records the connection again
                 log.warning("recording the disconnect of node %s failed: %s", self.identity.node_name, exc)
 
@@ -232,12 +248,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._refuse("node_mismatch", f"<hello>.node: {message['node'][:100]!r}, but the token is for node "
                                f"{self.identity.node_name!r}", node_id=node_id, close=True)
             return
-        self.view = await database_sync_to_async(selectors.node_view_load)(
-            node_id=node_id, shards=settings.KALENA_ESTIMATION_SHARDS)
+        self.view = await off_thread(_hello_load)(node_id=node_id, hello=message, peer=self.peer,
+                                                  token_id=self.identity.token_id, now_s=now_s)
         self.view_loaded = time.monotonic()
-        await database_sync_to_async(services.agent_hello_record)(node_id=node_id, hello=message, peer=self.peer,
-                                                                   now_s=now_s)
-        await database_sync_to_async(services.agent_token_used)(token_id=self.identity.token_id)
 
     async def _refresh_view(self, message: Any, now_s: float) -> None:
         """Reload the node's workloads when a sample names one the view does not know (at most
@@ -251,7 +264,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     not isinstance(r, dict) or not isinstance(r.get("workload"), str)
                     or resolve_workload(r, self.view) is not None for r in records):
                 return
-        self.view = await database_sync_to_async(selectors.node_view_load)(
+        self.view = await off_thread(selectors.node_view_load)(
             node_id=self.identity.node_id, shards=settings.KALENA_ESTIMATION_SHARDS, last_ts=self.view.last_ts)
         self.view_loaded = time.monotonic()
 
@@ -287,7 +300,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def _refuse(self, reason: str, detail: str, *, node_id: int | None, close: bool = False) -> None:
         log.warning("agent connection from %s refused (%s): %s", self.peer, reason, detail)
-        await database_sync_to_async(services.refused_connection_record)(
+        await off_thread(services.refused_connection_record)(
             reason=reason, node_id=node_id, peer=self.peer, detail=detail, now_s=time.time())
         if close:
             await self._send({"type": "error", "v": 1, "message": f"{reason}: {detail}"[:1000]})
