@@ -2,8 +2,8 @@
 independent log of every generated sample (loopback only; prints figures, not a timed test).
 
 Setup: a private PostgreSQL cluster and a private Redis (:mod:`kalena_web.cli.faultenv`, never
-the machine's shared ones), Daphne (``kalena serve``), one Celery estimation worker and Celery
-beat as child processes with production settings, the irina-186-3d cluster replicated to
+the machine's shared ones), Daphne (``kalena serve``), ``--workers`` Celery workers (2) and
+Celery beat as child processes with production settings, the irina-186-3d cluster replicated to
 ``--agents`` nodes, and one real :class:`~agents.link.client.LinkClient` per node with its own
 on-disk :class:`~agents.link.buffer.LinkBuffer` (default timeouts and backoff). A generator
 thread gives every agent, every ``T = pods / rate`` seconds, one sample per workload on its
@@ -57,6 +57,9 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
     faults.add_argument("--warmup-s", type=float, default=10.0, help="generation before each fault (10)")
     faults.add_argument("--outage-s", type=float, default=20.0, help="length of the *-down-20s / freeze faults (20)")
     faults.add_argument("--write-failure-s", type=float, default=10.0, help="how long every write fails (10)")
+    faults.add_argument("--workers", type=int, default=2,
+                        help="Celery worker processes (2: the periodic loops — archive rollups take tens of seconds "
+                             "at this size — do not hold estimation up)")
     faults.add_argument("--faults", nargs="+", choices=FAULTS, help="rows to run (default: all eleven)")
     faults.add_argument("--short", action="store_true",
                         help=f"CI size: 12 agents, 120 samples/s, 4 s warm-up, rows {', '.join(SHORT_FAULTS)}")
@@ -291,18 +294,22 @@ class Rig:
     redis: object     # faultenv.PrivateRedis
     procs: object     # benchenv.Processes
     agents: list[BenchAgent]
-    generations: dict[str, int] = field(default_factory=lambda: {"daphne": 0, "worker": 0})
+    generations: dict[str, int] = field(default_factory=lambda: {"daphne": 0, "workers": 0})
 
     def name(self, kind: str) -> str:
         return f"{kind}-{self.generations[kind]}"
+
+    def worker_names(self) -> list[str]:
+        return [f"worker-{self.generations['workers']}-{i}" for i in range(self.args.workers)]
 
     def start_daphne(self) -> None:
         self.generations["daphne"] += 1
         self.procs.daphne(self.args.daphne_port, name=self.name("daphne"))
 
-    def start_worker(self) -> None:
-        self.generations["worker"] += 1
-        self.procs.worker(self.name("worker"))
+    def start_workers(self) -> None:
+        self.generations["workers"] += 1
+        for name in self.worker_names():
+            self.procs.worker(name)
 
 
 WRITE_FAILURE_SQL = """
@@ -319,8 +326,9 @@ def inject(fault: str, rig: Rig) -> None:
 
     outage = rig.args.outage_s
     if fault == "worker-kill":
-        rig.procs.stop(rig.name("worker"), sig=signal.SIGKILL)
-        rig.start_worker()                                   # as a supervisor restarts it
+        for name in rig.worker_names():                      # every worker: no survivor takes over
+            rig.procs.stop(name, sig=signal.SIGKILL)
+        rig.start_workers()                                  # as a supervisor restarts them
     elif fault == "redis-restart":
         rig.redis.stop()
         rig.redis.start()
@@ -451,7 +459,7 @@ def handle(args: argparse.Namespace) -> int:
         with benchenv.processes(env, state / "logs") as procs:
             rig = Rig(args=args, pg=pg, redis=redis_server, procs=procs, agents=agents)
             rig.start_daphne()
-            rig.start_worker()
+            rig.start_workers()
             bindir = Path(sys.executable).parent
             procs.start("beat", [str(bindir / "celery"), "-A", "kalena_web", "beat", "-l", "WARNING",
                                  "-s", str(state / "logs" / "beat-schedule"), "--pidfile", str(state / "logs" / "beat.pid")])
@@ -469,12 +477,12 @@ def handle(args: argparse.Namespace) -> int:
                 row = run_row(i, fault, rig, generator, initial, node_ids)
                 rows.append(row)
                 print(_format_row(row), flush=True)
-            generator.stop()
-            for agent in agents:
-                agent.stop()
     finally:
         if generator is not None and generator._thread.is_alive():
             generator.stop()
+        for agent in agents:
+            if agent.client is not None:
+                agent.stop()
         redis_server.stop()
         from django.db import connections
 
