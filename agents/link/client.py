@@ -7,12 +7,13 @@ unacknowledged in flight); each ``ack`` deletes its message from the buffer. On 
 
     delay = d / 2 + uniform(0, d / 2),  d = min(backoff_max_s, backoff_base_s · 2^attempt)
 
-``attempt`` resets once a connection has delivered an ack. A connection on which a message has
-waited ``ack_timeout_s`` for its ack is given up (closed) and the client reconnects and resends:
-a server that keeps the socket open and answers pings but stores nothing (a half-dead
-connection) cannot hold the buffer back. Each timeout in a row doubles the next connection's
-ack timeout (up to 8 ×; reset by an ack), so a server that is merely slow — working through a
-backlog after an outage — is not flooded with the same messages again. Messages survive disconnects and
+``attempt`` resets once a connection has delivered an ack. A connection that has had messages
+in flight and no ack at all for ``ack_timeout_s`` is given up (closed) and the client
+reconnects and resends: a server that keeps the socket open and answers pings but stores
+nothing (a half-dead connection) cannot hold the buffer back. The clock is progress, not the
+age of the oldest message: a server that is merely slow — working through every agent's
+backlog after an outage — keeps acknowledging and is not flooded with the same messages again.
+Each timeout in a row doubles the next connection's timeout (up to 8 ×; reset by an ack). Messages survive disconnects and
 agent restarts in :class:`~agents.link.buffer.LinkBuffer`; after a reconnect everything not yet
 acknowledged is sent again (the server de-duplicates on ``batch_id``).
 """
@@ -58,14 +59,14 @@ class LinkClient:
         hello: builds the ``hello`` message at each connect.
         on_policy: receives each ``policy`` update (called on the link thread; must not block).
         window: unacknowledged messages in flight.
-        ack_timeout_s: a message unacknowledged this long (s) on a connection gives the connection
-            up: close, reconnect (backoff), resend everything unacknowledged.
+        ack_timeout_s: messages in flight and no ack for this long (s) give the connection up:
+            close, reconnect (backoff), resend everything unacknowledged (module doc).
     """
 
     def __init__(self, url: str, token: str, buffer: LinkBuffer, *, hello: Callable[[], dict[str, Any]],
                  on_policy: Callable[[PolicyUpdate], None] | None = None, window: int = 32,
                  backoff_base_s: float = 0.5, backoff_max_s: float = 10.0, rng: random.Random | None = None,
-                 ssl: Any = None, open_timeout_s: float = 10.0, ack_timeout_s: float = 15.0) -> None:
+                 ssl: Any = None, open_timeout_s: float = 10.0, ack_timeout_s: float = 30.0) -> None:
         self.url = url
         self.token = token
         self.buffer = buffer
@@ -99,11 +100,12 @@ class LinkClient:
     async def _session(self, ws: Any) -> None:
         await ws.send(protocol.encode(self.hello()))
         inflight: dict[str, float] = {}  # batch_id → when it was sent (monotonic s)
+        progress_s = 0.0                 # when the last ack arrived (monotonic s)
         sent_seq = 0
         delivered = False
 
         async def receive() -> None:
-            nonlocal delivered
+            nonlocal delivered, progress_s
             async for frame in ws:
                 try:
                     message = protocol.parse_server_message(frame)
@@ -111,6 +113,7 @@ class LinkClient:
                     log.warning("link: ignoring malformed frame: %s", exc)
                     continue
                 if isinstance(message, Ack):
+                    progress_s = time.monotonic()
                     if self.buffer.ack(message.batch_id):
                         self.acked += 1
                     inflight.pop(message.batch_id, None)
@@ -137,7 +140,7 @@ class LinkClient:
                 if delivered:
                     self.timeouts_in_a_row = 0
                 limit_s = self.ack_timeout_s * 2 ** min(self.timeouts_in_a_row, 3)
-                if inflight and time.monotonic() - min(inflight.values()) > limit_s:
+                if inflight and time.monotonic() - max(progress_s, min(inflight.values())) > limit_s:
                     self.ack_timeouts += 1
                     self.timeouts_in_a_row += 1
                     raise AckTimeout(f"no ack for {len(inflight)} message(s) within {limit_s:g} s")
