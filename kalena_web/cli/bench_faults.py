@@ -477,12 +477,12 @@ def handle(args: argparse.Namespace) -> int:
                 row = run_row(i, fault, rig, generator, initial, node_ids)
                 rows.append(row)
                 print(_format_row(row), flush=True)
+            generator.stop()
+            _stop_agents(agents)                             # while Daphne is up
     finally:
         if generator is not None and generator._thread.is_alive():
             generator.stop()
-        for agent in agents:
-            if agent.client is not None:
-                agent.stop()
+        _stop_agents(agents)
         redis_server.stop()
         from django.db import connections
 
@@ -499,6 +499,17 @@ def handle(args: argparse.Namespace) -> int:
         args.summary_json.write_text(json.dumps(summary, indent=2) + "\n")
         print(f"summary written to {args.summary_json}")
     return 0 if summary["floor_met"] else 1
+
+
+def _stop_agents(agents: list[BenchAgent]) -> None:
+    """Stop every running agent, many at a time (each stop waits for its link thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    running = [a for a in agents if a.client is not None]
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(BenchAgent.stop, running))
+    for agent in running:
+        agent.client = None
 
 
 def _format_row(row: dict) -> str:
