@@ -319,7 +319,8 @@ KALENA_RETENTION_LOOPS_S = float(os.environ.get("KALENA_RETENTION_LOOPS_S", "864
 #   KALENA_INGEST_MAX_USAGE_RATIO: usage above this × the node's allocatable is `out_of_range` (4).
 #   KALENA_INGEST_FLUSH_S: group-commit window of the ingest writer (default 0.05 s).
 #   KALENA_INGEST_FLUSH_MAX_SAMPLES: a group commit holds at most this many samples (20000).
-#   KALENA_ESTIMATION_LOCK_TTL_S: TTL of a shard's estimation lock (default 60 s).
+#   KALENA_ESTIMATION_LOCK_TTL_S: TTL of a shard's estimation lock, renewed every TTL/3 while held,
+#     so a dead holder's shard resumes within about TTL (default 6 s).
 #   KALENA_ESTIMATION_MAX_BATCHES: batches one estimation transaction takes (default 2000).
 #   KALENA_ESTIMATION_BUDGET_S: a task re-queues itself after this long with work left (5 s).
 KALENA_INGEST_MAX_BATCH_SAMPLES = int(os.environ.get("KALENA_INGEST_MAX_BATCH_SAMPLES", "2000"))
@@ -329,6 +330,6 @@ KALENA_INGEST_MAX_AGE_S = float(os.environ.get("KALENA_INGEST_MAX_AGE_S", str(7 
 KALENA_INGEST_MAX_USAGE_RATIO = float(os.environ.get("KALENA_INGEST_MAX_USAGE_RATIO", "4"))
 KALENA_INGEST_FLUSH_S = float(os.environ.get("KALENA_INGEST_FLUSH_S", "0.05"))
 KALENA_INGEST_FLUSH_MAX_SAMPLES = int(os.environ.get("KALENA_INGEST_FLUSH_MAX_SAMPLES", "20000"))
-KALENA_ESTIMATION_LOCK_TTL_S = float(os.environ.get("KALENA_ESTIMATION_LOCK_TTL_S", "60"))
+KALENA_ESTIMATION_LOCK_TTL_S = float(os.environ.get("KALENA_ESTIMATION_LOCK_TTL_S", "6"))
 KALENA_ESTIMATION_MAX_BATCHES = int(os.environ.get("KALENA_ESTIMATION_MAX_BATCHES", "2000"))
 KALENA_ESTIMATION_BUDGET_S = float(os.environ.get("KALENA_ESTIMATION_BUDGET_S", "5"))

@@ -7,7 +7,8 @@ The agent authenticates in the handshake with its per-node token::
 
 The server rejects a missing or unknown token with HTTP 401 before the upgrade. Delivery is
 at-least-once: every agent→server message except ``hello`` carries a ``batch_id`` unique per
-node (``"<node>:<seq>"``, ``seq`` increasing across restarts); the agent keeps it in its on-disk
+node (``"<node>:<epoch>:<seq>"``: a boot id drawn each time the agent's buffer is opened and a
+sequence number; never reused, even when the buffer's file is lost); the agent keeps it in its on-disk
 buffer until the server's ``ack`` for that ``batch_id`` arrives and resends it after a
 reconnect, so **the server must de-duplicate on (node, batch_id)**. Numbers are in Kalena's
 internal units (DESIGN §2) with the unit in the key; ``null`` means not measured; times are
@@ -26,7 +27,7 @@ Agent → server
 
 ``samples`` — one batch per sampling interval::
 
-    {"type": "samples", "v": 1, "batch_id": "node-a:42", "node": "node-a", "ts": …,
+    {"type": "samples", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42", "node": "node-a", "ts": …,
      "interval_s": 10.0,
      "node_sample": {"ts": …, "working_set_bytes": …, "psi": {"cpu": <psi>, …}} | null,
      "samples": [{
@@ -48,7 +49,7 @@ Agent → server
 
 ``action`` — every mitigation action, as it happens::
 
-    {"type": "action", "v": 1, "batch_id": "node-a:43", "node": "node-a", "ts": …,
+    {"type": "action", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:43", "node": "node-a", "ts": …,
      "action": "throttle" | "cpu_weight" | "memory_cap" | "evict" | "kill" | "starvation_cap"
                | "starvation_release" | "hold",
      "reason": "cpu_budget" | "cpu_contention" | "contention_cleared" | "limit_breach"
@@ -67,12 +68,12 @@ Agent → server
 ``gap`` — the bounded buffer overflowed and dropped the oldest sample batches::
 
     {"type": "gap", "v": 1, "batch_id": …, "node": …, "ts": …, "dropped_batches": 3,
-     "dropped_samples": 600, "first_dropped": "node-a:7", "last_dropped": "node-a:9"}
+     "dropped_samples": 600, "first_dropped": "node-a:3f9c01d2a7b4:7", "last_dropped": "node-a:3f9c01d2a7b4:9"}
 
 Server → agent
 --------------
 
-``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:42"}``: the message is stored; the
+``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42"}``: the message is stored; the
 agent deletes it from its buffer.
 
 ``policy`` — optional run-time policy update, any subset of the engine's
@@ -183,6 +184,42 @@ def gap_message(*, node: str, ts: float, dropped_batches: int, dropped_samples: 
 def encode(message: Mapping[str, Any]) -> str:
     """JSON text of a message (no NaN/Infinity: those are ``null`` by construction)."""
     return json.dumps(message, separators=(",", ":"), allow_nan=False)
+
+
+#: Room kept in every frame for the ``batch_id`` the buffer adds (a 253-character node name,
+#: the buffer's epoch and a sequence number fit).
+BATCH_ID_ROOM_BYTES = 320
+
+
+def split_samples(message: Mapping[str, Any], *, max_samples: int, max_bytes: int) -> list[dict[str, Any]]:
+    """Split a ``samples`` message into parts that each hold at most ``max_samples`` records
+    and encode to at most ``max_bytes`` bytes once a ``batch_id`` is added (the server's
+    ``KALENA_INGEST_MAX_BATCH_SAMPLES`` and frame limits). Records keep their order; the
+    ``node_sample`` goes with the first part. Any other message, or one that fits, is returned
+    as the only part. A single record larger than ``max_bytes`` travels alone (the server
+    refuses it as ``oversize_batch`` and counts it). Sizes are UTF-8 bytes of :func:`encode`.
+
+    Example: 5,000 records of ~1 KB with ``max_samples=2000, max_bytes=2**20`` → parts of
+    ≤ 1,000 records (1 MiB / ~1 KB), the first with the node sample.
+    """
+    records = message.get("samples") if message.get("type") == "samples" else None
+    if not isinstance(records, list):
+        return [dict(message)]
+    envelope = {k: v for k, v in message.items() if k != "samples"}
+    base = len(encode({**envelope, "samples": []}).encode()) + BATCH_ID_ROOM_BYTES
+    sizes = [len(encode(r).encode()) + 1 for r in records]     # + the separating comma
+    if len(records) <= max_samples and base + sum(sizes) <= max_bytes:
+        return [dict(message)]
+    parts: list[list[Any]] = [[]]
+    size = base
+    for record, n in zip(records, sizes):
+        if parts[-1] and (len(parts[-1]) >= max_samples or size + n > max_bytes):
+            parts.append([])
+            size = base
+        parts[-1].append(record)
+        size += n
+    return [{**envelope, "node_sample": envelope.get("node_sample") if i == 0 else None, "samples": part}
+            for i, part in enumerate(parts)]
 
 
 # --- validation (agent → server), for the server implementation and the tests ---------------

@@ -53,6 +53,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from kalena_web.cli import bench_docker
 
     bench_docker.add_parsers(which)
+    from kalena_web.cli import bench_faults
+
+    bench_faults.add_parsers(which)
     return parser
 
 

@@ -44,8 +44,11 @@ def handle(args: argparse.Namespace) -> int:
         watching = watch.start(watch.defaults())
         print(f"kalena serve: {settings.KALENA_ORCHESTRATOR} watch running in this process")
     print(f"kalena serve: console on http://{args.host}:{args.port}/")
+    from kalena_web.telemetry.consumers import transport_max_message_bytes
+
     server = Server(application=application,
-                    endpoints=build_endpoint_description_strings(host=args.host, port=args.port))
+                    endpoints=build_endpoint_description_strings(host=args.host, port=args.port),
+                    websocket_max_message_size=transport_max_message_bytes())
     try:
         server.run()
     finally:
