@@ -234,3 +234,9 @@ KALENA_INGEST_FLUSH_MAX_SAMPLES = int(os.environ.get("KALENA_INGEST_FLUSH_MAX_SA
 KALENA_ESTIMATION_LOCK_TTL_S = float(os.environ.get("KALENA_ESTIMATION_LOCK_TTL_S", "60"))
 KALENA_ESTIMATION_MAX_BATCHES = int(os.environ.get("KALENA_ESTIMATION_MAX_BATCHES", "2000"))
 KALENA_ESTIMATION_BUDGET_S = float(os.environ.get("KALENA_ESTIMATION_BUDGET_S", "5"))
+
+# Kubernetes admission webhook (docs/kubernetes-admission.md):
+#   KALENA_ADMISSION_INFER_JOBS=1: Job/CronJob pods without a tier label are batch (DESIGN §4).
+#   KALENA_ADMISSION_EXTENDER_MODE=1: kube-scheduler keeps batch; schedulerName is left alone.
+KALENA_ADMISSION_INFER_JOBS = _flag("KALENA_ADMISSION_INFER_JOBS")
+KALENA_ADMISSION_EXTENDER_MODE = _flag("KALENA_ADMISSION_EXTENDER_MODE")

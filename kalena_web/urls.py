@@ -17,6 +17,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("api/", api.urls),
+    path("", include("kalena_web.kubehooks.urls")),
     path("", include("kalena_web.telemetry.urls")),
     path("", include("kalena_web.console.urls")),
 ]

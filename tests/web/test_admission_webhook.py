@@ -1,0 +1,105 @@
+"""The admission webhook as kube-apiserver calls it: AdmissionReview v1 over TLS to `kalena serve
+--tls-port` (Daphne, a real TLS handshake against a CA the test makes), good and malformed
+reviews each answered within the API server's budget of 1 s."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import trustme
+
+from tests.agents.orchestrators.kubernetes.test_admission import admission_review, pod
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAIN_PORT, TLS_PORT = 21011, 21012
+
+
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("webhook")
+    ca = trustme.CA()
+    cert = ca.issue_cert("kalena-webhook.kalena.svc", "127.0.0.1")
+    cert.private_key_pem.write_to_path(str(tmp / "tls.key"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
+    ca.cert_pem.write_to_path(str(tmp / "ca.crt"))
+    env = {**os.environ, "KALENA_DB_PATH": str(tmp / "k.sqlite3"), "KALENA_VAR_DIR": str(tmp / "var"),
+           "DJANGO_SETTINGS_MODULE": "kalena_web.settings", "KALENA_ADMISSION_INFER_JOBS": "1"}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], check=True, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kalena_web.cli", "serve", "--port", str(PLAIN_PORT), "--no-loops",
+         "--tls-port", str(TLS_PORT), "--tls-cert", str(tmp / "tls.crt"), "--tls-key", str(tmp / "tls.key")],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", TLS_PORT), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"kalena serve exited: {proc.stdout.read()}")
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail("kalena serve never listened on the TLS port")
+    client = httpx.Client(base_url=f"https://127.0.0.1:{TLS_PORT}", verify=ssl.create_default_context(cafile=str(tmp / "ca.crt")))
+    # warm Django up (first request imports the URL map) before anything is measured
+    client.post("/kubernetes/admission/mutate", content=b"{}", timeout=60)
+    yield client
+    client.close()
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _post(client, body: bytes) -> dict:
+    # timeout=1.0: the webhook must answer inside kube-apiserver's budget (timeoutSeconds: 1 in
+    # deploy/kubernetes/webhook.yaml), or the request fails — asserted by httpx raising
+    response = client.post("/kubernetes/admission/mutate", content=body,
+                           headers={"Content-Type": "application/json"}, timeout=1.0)
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_batch_pod_mutated_over_tls(webhook):
+    answer = _post(webhook, json.dumps(admission_review(pod())).encode())
+    assert answer["response"]["allowed"] is True
+    patch = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert {"op": "add", "path": "/spec/schedulerName", "value": "kalena"} in patch
+
+
+def test_job_pod_inferred_as_batch_from_settings(webhook):
+    owners = [{"apiVersion": "batch/v1", "kind": "Job", "name": "t", "uid": "u", "controller": True}]
+    answer = _post(webhook, json.dumps(admission_review(pod(labels={}, owners=owners))).encode())
+    patch = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert {"op": "add", "path": "/metadata/labels", "value": {"kalena.naughtian.io/tier": "batch"}} in patch
+
+
+@pytest.mark.parametrize("body, field", [
+    (b"", "body"), (b"\xff\xfe", "body"), (b"null", "body"), (b"[" * 200_000, "body"),
+    (json.dumps(admission_review(pod(resources={"requests": {"cpu": "x" * 3_000_000}}))).encode(),
+     "request.object.spec.containers[0].resources.requests.cpu"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u"}}).encode(),
+     "request.operation"),
+    (b" " * (7 * 2**20), "body"),  # over the body cap: refused without parsing
+], ids=["empty", "not-utf8", "null", "deep", "3MB-quantity", "no-operation", "huge"])
+def test_malformed_review_denied_within_budget(webhook, body, field):
+    answer = _post(webhook, body)
+    assert answer["response"]["allowed"] is False
+    message = answer["response"]["status"]["message"]
+    assert message.startswith(f"kalena admission: {field}:") and len(message) < 500
+
+
+def test_wrong_method_is_a_denial_not_a_crash(webhook):
+    response = webhook.get("/kubernetes/admission/mutate", timeout=1.0)
+    assert response.status_code == 405 and response.json()["response"]["allowed"] is False
