@@ -22,7 +22,7 @@ from kalena_web.archive.models import ArchiveCursor, EvictionRecord, UsageRollup
 from kalena_web.inventory.mappers import vector
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.services import batch_requeue
+from kalena_web.scheduling.services import batch_evicted
 from kalena_web.telemetry.models import IngestBatch, MitigationEvent
 
 ROSE_WINDOW_S = 600.0
@@ -81,5 +81,5 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
         cursor.position = batches[-1]
         cursor.save(update_fields=["position"])
     for pod in BatchPod.objects.filter(workload_id__in=requeue, state=BatchPod.BOUND):
-        batch_requeue(pod=pod, now_s=now_s, reason="evicted by its node's agent")
+        batch_evicted(pod=pod, now_s=now_s, reason="evicted by its node's agent")
     return len(events)

@@ -25,7 +25,9 @@ def live_cluster(*, name: str) -> Cluster:
 
 
 def node_rows(*, cluster: Cluster) -> list[NodeRow]:
-    """Every node of ``cluster`` with its live ledger and condition, in row order (1 query)."""
+    """Every node of ``cluster`` with its live ledger and condition, in row order (1 query).
+    A node is ``ready`` for placement when the orchestrator reports it ready, not cordoned and
+    not gone (:class:`~kalena_web.control.models.NodeCondition`)."""
     nodes = (Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("row"))
     out = []
     for node in nodes:
@@ -34,8 +36,9 @@ def node_rows(*, cluster: Cluster) -> list[NodeRow]:
             id=node.id, name=node.name, zone=node.zone, rack=node.rack, labels=node.labels, taints=node.taints,
             takes_batch=node.takes_batch, capacity=led.capacity, prod_request=led.prod_request,
             prod_reservation=led.prod_reservation, batch_request=led.batch_request,
-            batch_reservation=led.batch_reservation, version=led.version, stale=led.stale, ready=cond.ready,
-            ineligible_until_s=cond.slack_ineligible_until_s, volatility=cond.volatility,
+            batch_reservation=led.batch_reservation, version=led.version, stale=led.stale,
+            ready=cond.ready and cond.schedulable and not cond.gone,
+            ineligible_until_s=cond.slack_ineligible_until_s, volatility=cond.volatility, images=cond.images or {},
         ))
     return out
 
@@ -95,7 +98,7 @@ def pending_rows(*, cluster: Cluster) -> list[PendingRow]:
         PendingRow(pod_id=p.id, name=p.workload.name, namespace=p.workload.namespace, owner=p.workload.owner,
                    labels=p.workload.labels or {}, constraints=p.workload.constraints or {},
                    request=p.workload.request, priority=p.workload.priority, queued_s=p.queued_s,
-                   gang=p.gang, min_member=p.min_member)
+                   gang=p.gang, min_member=p.min_member, image=p.image)
         for p in pods
     ]
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import BatchSpec, Orchestrator, OrchestratorError
+from agents.orchestrators import BatchSpec, Orchestrator, OrchestratorError, StaleBinding
 from kalena_engine.errors import InputError
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
@@ -105,6 +105,8 @@ class PassReport:
     stale: int = 0
     failed: int = 0
     why_pending: int = 0
+    stale_bindings: int = 0
+    noticed: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -126,13 +128,15 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     if not rows or not pending_rows:
         return report
     row_of_node = {r.id: i for i, r in enumerate(rows)}
+    cached, image_sizes = mappers.node_images(rows)
     snapshot = mappers.snapshot(
         rows, now_s=now_s, production=selectors.production_pods(cluster=cluster, row_of_node=row_of_node),
         batch=selectors.batch_residents(cluster=cluster, row_of_node=row_of_node),
         evictions=selectors.recent_evictions(cluster=cluster, since_s=now_s - policy.eviction.cooldown_s,
                                              row_of_node=row_of_node),
+        images=cached,
     )
-    pending, pods_of_entry = mappers.pending_batch(pending_rows)
+    pending, pods_of_entry = mappers.pending_batch(pending_rows, image_sizes)
     result = schedule_batch(snapshot, pending, policy, rng=rng)
     taken = [0] * len(pods_of_entry)
     pods = {p.id: p for p in BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids])
@@ -157,14 +161,60 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             try:
                 orchestrator.bind(_spec(pod), node.name)
                 report.placed += 1
+            except StaleBinding as exc:
+                report.failed += 1
+                report.stale_bindings += 1
+                report.errors.append(str(exc))
+                if pod.source == BatchPod.WATCH:  # 409 already assigned / 404 gone: drop, never loop
+                    batch_drop(pod=pod, now_s=now_s, reason=str(exc))
+                else:
+                    batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
             except OrchestratorError as exc:
                 report.failed += 1
                 report.errors.append(str(exc))
                 batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
-    left = {p_id for ids in pods_of_entry for p_id in ids} - {
-        p.id for p in BatchPod.objects.filter(id__in=list(pods), state=BatchPod.BOUND).only("id")}
+    left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
     report.why_pending = _record_why_pending(result.why_pending(), pods_of_entry, pending, left, now_s)
+    report.noticed = _notice_pending(orchestrator, left, now_s=now_s)
     return report
+
+
+NOTICE_EVERY_S = 60.0  # at most one FailedScheduling event per pod per minute (DESIGN §14)
+
+
+def pending_message(record: Mapping[str, Any]) -> str:
+    """kube-scheduler's FailedScheduling wording from a why-pending record:
+    ``0/186 nodes are available: 150 Insufficient cpu slack, 36 node not ready.``"""
+    labels = {"no_nodes": "no nodes"}
+    parts = []
+    for reason, count in sorted((record.get("excluded") or {}).items(), key=lambda kv: (-kv[1], kv[0])):
+        label = f"Insufficient {reason} slack" if reason in DIM_INDEX else labels.get(reason, reason.replace("_", " "))
+        parts.append(f"{count} {label}")
+    text = f"0/{record.get('nodes_total', 0)} nodes are available: {', '.join(parts) or record.get('binding', '')}."
+    gang = record.get("gang")
+    if gang:
+        text += f" Gang incomplete: {gang}."
+    return text
+
+
+def _notice_pending(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: float) -> int:
+    """Tell the orchestrator why each watched pod stays pending (Kubernetes: a
+    ``FailedScheduling`` event and ``PodScheduled=False``), at most once per pod per
+    ``NOTICE_EVERY_S``. An orchestrator without ``note_pending`` (Docker) is told nothing."""
+    note = getattr(orchestrator, "note_pending", None)
+    if note is None or not pod_ids:
+        return 0
+    due = (WhyPending.objects.filter(pod_id__in=pod_ids, pod__source=BatchPod.WATCH, pod__state=BatchPod.PENDING)
+           .exclude(pod__noticed_s__gt=now_s - NOTICE_EVERY_S).select_related("pod__workload"))
+    noticed = []
+    for why in due:
+        try:
+            note(why.pod.workload.name, pending_message(why.record))
+        except OrchestratorError:
+            continue  # told next pass; the pod stays queued either way
+        noticed.append(why.pod_id)
+    BatchPod.objects.filter(id__in=noticed).update(noticed_s=now_s)
+    return len(noticed)
 
 
 def _spec(pod: BatchPod) -> BatchSpec:
@@ -198,6 +248,24 @@ def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: 
     return True
 
 
+def batch_drop(*, pod: BatchPod, now_s: float, reason: str) -> None:
+    """The orchestrator refused a watched pod's binding because the world moved on (409
+    already assigned, 404 gone): the debit is undone and the pod leaves the queue — it is never
+    bound again (no loop). The watch reports where it actually runs (adopted by
+    :func:`batch_observe_running`) or that it is gone."""
+    with transaction.atomic():
+        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        if pod.state in BatchPod.TERMINAL:
+            return
+        if pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
+            _credit(pod, pod.workload.node_id)
+        Workload.objects.filter(id=pod.workload_id).update(node_id=None, start_s=None)
+        WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
+        WhyPending.objects.filter(pod=pod).delete()
+        BatchPod.objects.filter(id=pod.id).update(state=BatchPod.DELETED, ended_s=now_s, bound_s=None,
+                                                  outcome="dropped", reason=reason[:300])
+
+
 def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
     """Take a bound pod off its node (evicted, or its binding refused): its request leaves the
     node's ledger at once (terminated workloads never count) and it is pending again, from
@@ -213,18 +281,32 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
                                                   bound_version=None, requeues=pod.requeues + 1)
 
 
-def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED) -> None:
-    """A pod completed (or was deleted): it leaves every ledger at once."""
+def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED, outcome: str = "",
+                 reason: str = "") -> bool:
+    """A pod ended (completed, refused at admission, deleted): it leaves every ledger at once
+    and the queue. Finishing a finished pod changes nothing; returns whether anything changed."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
-        if pod.state in (BatchPod.COMPLETED, BatchPod.DELETED):
-            return
+        if pod.state in BatchPod.TERMINAL:
+            return False
         if pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
             _credit(pod, pod.workload.node_id)
         Workload.objects.filter(id=pod.workload_id).update(node_id=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         WhyPending.objects.filter(pod=pod).delete()
-        BatchPod.objects.filter(id=pod.id).update(state=state, ended_s=now_s)
+        BatchPod.objects.filter(id=pod.id).update(state=state, ended_s=now_s, outcome=outcome,
+                                                  reason=reason[:300] or pod.reason)
+    return True
+
+
+def batch_evicted(*, pod: BatchPod, now_s: float, reason: str) -> None:
+    """A bound pod was evicted (by an agent, a drain, the orchestrator). A submitted pod is
+    requeued from scratch; a watched pod object is terminal (DESIGN §14: its owner's
+    replacement is a new pod the watch queues) and leaves every ledger and the queue."""
+    if pod.source == BatchPod.WATCH:
+        batch_finish(pod=pod, now_s=now_s, outcome="evicted", reason=reason)
+    else:
+        batch_requeue(pod=pod, now_s=now_s, reason=reason)
 
 
 def _credit(pod: BatchPod, node_id: int) -> None:
@@ -252,3 +334,129 @@ def _record_why_pending(records, pods_of_entry: list[list[int]], pending, left: 
         WhyPending.objects.filter(pod_id__in=[r.pod_id for r in rows]).delete()
         WhyPending.objects.bulk_create(rows, batch_size=500)
     return len(rows)
+
+
+# -- pods the orchestrator's watch reports (DESIGN §14; applied by kalena_web.control.reconciler) --
+
+
+def _vector8(values: Sequence[float], field_name: str) -> list[float]:
+    if len(values) != N_DIMS:
+        raise BatchRejected(f"{len(values)} values", field=field_name, accepted=f"an {N_DIMS}-vector (DESIGN §2)")
+    out = []
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise BatchRejected(f"{value!r} is not a finite non-negative number", field=f"{field_name}[{i}]")
+        out.append(float(value))
+    return out
+
+
+def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float], limit: Sequence[float],
+                          labels: Mapping[str, str], priority: int, owner: str, gang: str = "",
+                          min_member: int | None = None, image: str = "", constraints: Mapping[str, Any] | None = None,
+                          grace_s: float = 30.0, at_s: float, now_s: float) -> tuple[BatchPod, bool]:
+    """Queue a pod the watch reports pending (the same queue :func:`batch_submit` feeds).
+
+    Idempotent: a pod already queued, bound or ended is left as it is (its object cannot be
+    pending again); a pod submitted through REST under the same name is adopted (one queue
+    entry, never two); a pod whose object was gone and that reappears under its name is a new
+    object, queued afresh. ``at_s`` (its creation time) orders the queue. Returns the pod and
+    whether anything changed.
+
+    Raises:
+        BatchRejected: a malformed name, vector, priority, owner, image or constraints —
+            naming the field; nothing is stored.
+    """
+    if not isinstance(ref, str) or not POD_NAME.fullmatch(ref) or len(ref) > NAME_MAX:
+        raise BatchRejected(f"{ref!r} is not namespace/pod", field="ref", accepted="namespace/pod (DNS-1123)")
+    req, lim = _vector8(request, "requests"), _vector8(limit, "limits")
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+        raise BatchRejected(f"{priority!r} is not a non-negative integer", field="priority")
+    if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
+        raise BatchRejected("a batch pod must request cpu or ram", field="requests", accepted="cpu > 0 or ram > 0")
+    lim = [max(lv, rv) if lv else rv for lv, rv in zip(lim, req, strict=True)]  # no limit: limit = request
+    for field_name, text, longest in (("owner", owner, 200), ("image", image, 300), ("gang", gang, 200)):
+        if not isinstance(text, str) or "\x00" in text or len(text) > longest:
+            raise BatchRejected(f"{str(text)[:40]!r} is not a string of at most {longest} characters", field=field_name)
+    if not isinstance(grace_s, int | float) or not math.isfinite(grace_s) or grace_s < 0:
+        raise BatchRejected(f"{grace_s!r} is not a grace in seconds", field="grace_s")
+    namespace = ref.split("/", 1)[0]
+    constraints = dict(constraints or {})
+    mappers.template_of(owner=owner, namespace=namespace, labels=labels or {}, constraints=constraints,
+                        min_member=min_member)  # raises InputError on malformed constraints
+    owner = owner or ref
+    fields = dict(namespace=namespace, owner=owner, tier="batch", priority=priority, request=req, limit=lim,
+                  labels={**dict(labels or {}), "kalena.naughtian.io/tier": "batch"}, constraints=constraints)
+    queued_s = at_s or now_s
+    with transaction.atomic():
+        workload = (Workload.objects.select_for_update(of=("self",)).filter(cluster=cluster, kind=Workload.BATCH,
+                                                                             name=ref).select_related("batch").first())
+        if workload is None:
+            workload = Workload.objects.create(
+                cluster=cluster, kind=Workload.BATCH, name=ref, instances=1,
+                row=Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count(), **fields)
+            pod = BatchPod.objects.create(cluster=cluster, workload=workload, image=image, gang=gang,
+                                          min_member=min_member, submitted_s=queued_s, queued_s=queued_s,
+                                          source=BatchPod.WATCH, grace_s=float(grace_s))
+            return pod, True
+        pod = workload.batch
+        if pod.gone or (pod.source == BatchPod.REST and pod.state in BatchPod.TERMINAL):
+            Workload.objects.filter(id=workload.id).update(node=None, start_s=None, **fields)
+            BatchPod.objects.filter(id=pod.id).update(
+                state=BatchPod.PENDING, source=BatchPod.WATCH, gone=False, outcome="", reason="", image=image,
+                gang=gang, min_member=min_member, submitted_s=queued_s, queued_s=queued_s, bound_s=None,
+                ended_s=None, bound_version=None, running_s=None, noticed_s=None, requeues=0, grace_s=float(grace_s))
+            pod.refresh_from_db()
+            return pod, True
+        if pod.source == BatchPod.REST and pod.state in (BatchPod.PENDING, BatchPod.BOUND):
+            BatchPod.objects.filter(id=pod.id).update(source=BatchPod.WATCH, grace_s=float(grace_s))
+            pod.source = BatchPod.WATCH
+            return pod, True
+        return pod, False
+
+
+def _debit(pod: BatchPod, node_id: int) -> None:
+    ledger = LiveNodeLedger.objects.select_for_update().get(node_id=node_id)
+    request = np.asarray(pod.workload.request)
+    ledger.batch_request = (np.asarray(ledger.batch_request) + request).tolist()
+    ledger.batch_reservation = (np.asarray(ledger.batch_reservation) + request).tolist()
+    ledger.version += 1
+    ledger.save(update_fields=["batch_request", "batch_reservation", "version"])
+
+
+def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: float) -> bool:
+    """The watch reports ``pod`` running on the node ``node_id``; returns whether anything changed.
+
+    Bound there already: its running time is noted (once). Pending, or dropped after a refused
+    binding: it is adopted on that node — its request debits the node's ledger at once, as an
+    in-flight placement (someone else bound it; it uses the node either way). Bound elsewhere:
+    the debit moves with it. Ended: nothing changes (a terminal object never runs again).
+    """
+    with transaction.atomic():
+        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        dropped = pod.state == BatchPod.DELETED and pod.outcome == "dropped" and not pod.gone
+        if (pod.state in BatchPod.TERMINAL and not dropped) or pod.gone:
+            return False
+        w = pod.workload
+        if pod.state == BatchPod.BOUND and w.node_id == node_id:
+            if pod.running_s is not None:
+                return False
+            BatchPod.objects.filter(id=pod.id).update(running_s=at_s or now_s)
+            return True
+        if pod.state == BatchPod.BOUND and w.node_id is not None:
+            _credit(pod, w.node_id)
+        _debit(pod, node_id)
+        Workload.objects.filter(id=w.id).update(node_id=node_id, start_s=at_s or now_s)
+        WorkloadReservation.objects.update_or_create(
+            workload_id=w.id, defaults={"value": w.request, "updated_s": now_s, "last_sample_s": None})
+        WhyPending.objects.filter(pod=pod).delete()
+        BatchPod.objects.filter(id=pod.id).update(state=BatchPod.BOUND, bound_s=pod.bound_s or now_s,
+                                                  running_s=at_s or now_s, outcome="", ended_s=None)
+        return True
+
+
+def batch_gone(*, pod: BatchPod, now_s: float, reason: str = "deleted") -> bool:
+    """The pod object no longer exists: it leaves every ledger and the queue at once (deleted,
+    unless it had ended already) and is marked gone; returns whether anything changed."""
+    changed = batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED, outcome="gone", reason=reason)
+    marked = BatchPod.objects.filter(id=pod.id, gone=False).update(gone=True)
+    return changed or bool(marked)
