@@ -45,6 +45,21 @@ class KubernetesOrchestrator:
             ))
         return out
 
+    def pod(self, ref: str) -> dict:
+        """The pod ``namespace/name`` as API JSON.
+
+        Raises:
+            WorkloadGone: no such pod; OrchestratorError: any other refusal.
+        """
+        namespace, name = ref.split("/", 1)
+        try:
+            raw = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise WorkloadGone(f"pod {ref}: no such pod") from None
+            raise OrchestratorError(f"read pod {ref}: {exc.status} {_reason(exc)}") from None
+        return json.loads(raw.data)
+
     def bind(self, spec: BatchSpec, node: str) -> None:
         body = k8s.V1Binding(
             api_version="v1", kind="Binding",
