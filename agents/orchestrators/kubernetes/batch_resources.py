@@ -129,27 +129,29 @@ def read_annotation(annotations: Mapping[str, str] | None) -> PodResources | Non
     return PodResources(**values)
 
 
-def pod_vectors(pod: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """``(requests, limits)`` 8-vectors (internal units, DESIGN §2) of a pod in API JSON.
+def pod_values(pod: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(requests, limits)`` 8-vectors (internal units, DESIGN §2) of a pod in API JSON; a limit
+    is NaN where undefined (some container declares none).
 
     cpu/memory come from the ``kalena.naughtian.io/resources`` annotation when the webhook
     converted the pod, else from the containers (Kubernetes rules: a container with only a limit
     requests its limit; the pod value is ``max(Σ containers, max init container)``); gpu is
-    ``nvidia.com/gpu``, storage ``ephemeral-storage``. An undefined limit (some container has
-    none) is the request (DESIGN §5: L = q without a declared limit).
+    ``nvidia.com/gpu``, storage ``ephemeral-storage``. Example: containers 8 cores / 32Gi with
+    limits 16 / 64Gi, and 250m / 512Mi without limits → requests 8250 mcpu, 32.5 GiB; limits NaN.
 
     Raises:
         QuantityError: a quantity that is not one, naming the field.
     """
     spec = pod.get("spec") or {}
+    names = ("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage")
     per: dict[str, list[dict[str, int | None]]] = {"containers": [], "initContainers": []}
     for group in per:
         for i, container in enumerate(spec.get(group) or []):
             resources = container.get("resources") or {}
             requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
             row: dict[str, int | None] = {}
-            for name, parse in (("cpu", cpu_mcpu), ("memory", memory_bytes), ("nvidia.com/gpu", memory_bytes),
-                                ("ephemeral-storage", memory_bytes)):
+            for name in names:
+                parse = cpu_mcpu if name == "cpu" else memory_bytes
                 where = f"spec.{group}[{i}].resources"
                 limit = None if name not in limits else parse(limits[name], field=f"{where}.limits.{name}")
                 request = limit if name not in requests else parse(requests[name], field=f"{where}.requests.{name}")
@@ -158,18 +160,21 @@ def pod_vectors(pod: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
     def pod_value(key: str) -> float:
         value = effective(per["containers"], per["initContainers"], key)
-        return float(value) if value is not None else float("nan")
+        return float(value) if value is not None else math.nan
 
-    names = ("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage")
     q = {n: pod_value(f"q:{n}") for n in names}
     lim = {n: pod_value(f"l:{n}") for n in names}
     converted = read_annotation((pod.get("metadata") or {}).get("annotations"))
     if converted is not None:
         q["cpu"], q["memory"] = float(converted.request_mcpu), float(converted.request_bytes)
-        lim["cpu"] = float("nan") if converted.limit_mcpu is None else float(converted.limit_mcpu)
-        lim["memory"] = float("nan") if converted.limit_bytes is None else float(converted.limit_bytes)
-    requests = (q["cpu"], q["memory"], q["nvidia.com/gpu"], q["ephemeral-storage"], 0.0, 0.0, 0.0, 0.0)
-    limits = tuple(r if math.isnan(v) else max(v, r) for v, r in zip(
-        (lim["cpu"], lim["memory"], lim["nvidia.com/gpu"], lim["ephemeral-storage"], 0.0, 0.0, 0.0, 0.0), requests,
-        strict=True))
-    return requests, limits
+        lim["cpu"] = math.nan if converted.limit_mcpu is None else float(converted.limit_mcpu)
+        lim["memory"] = math.nan if converted.limit_bytes is None else float(converted.limit_bytes)
+    zero = (0.0, 0.0, 0.0, 0.0)
+    return (*(q[n] for n in names), *zero), (*(lim[n] for n in names), *zero)
+
+
+def pod_vectors(pod: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """:func:`pod_values` with an undefined limit read as the request (DESIGN §5: ``L = q``
+    without a declared limit) and never below it."""
+    requests, limits = pod_values(pod)
+    return requests, tuple(r if math.isnan(v) else max(v, r) for v, r in zip(limits, requests, strict=True))
