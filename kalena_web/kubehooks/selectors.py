@@ -75,3 +75,57 @@ def describe(reason: Mapping[str, Any]) -> str:
                 f"(requested {reason['requested']:g} {reason['unit']}, free {reason['free']:g} {reason['unit']})")
     details = ", ".join(f"{k} {v}" for k, v in reason.items() if k not in ("kind", "node") and v not in ("", None))
     return f"{kind}" + (f" ({details})" if details else "")
+
+
+# -- the kubelet's admission room (DESIGN §14, case C11) ------------------------------------------
+
+def held_by_node(*, cluster: Cluster) -> tuple[dict[int, np.ndarray], dict[int, list[tuple[str, tuple]]]]:
+    """``(held, releasing)`` per node id: ``held`` Σ requests (8-vector) of the batch pods the
+    kubelet still counts there — bound pods, and watched pods Kalena saw evicted whose object is
+    not gone yet (terminating: the kubelet counts them until they are terminal); ``releasing``
+    those terminating pods as ``(ref, request)``."""
+    from kalena_web.archive.models import EvictionRecord
+    from kalena_web.scheduling.models import BatchPod
+
+    held: dict[int, np.ndarray] = {}
+    releasing: dict[int, list[tuple[str, tuple]]] = {}
+    for node_id, request in BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND,
+                                                    workload__node__isnull=False).values_list(
+            "workload__node_id", "workload__request"):
+        held[node_id] = held.get(node_id, np.zeros(8)) + np.asarray(request, dtype=np.float64)
+    victims = EvictionRecord.objects.filter(
+        cluster=cluster, workload__batch__source=BatchPod.WATCH, workload__batch__state=BatchPod.COMPLETED,
+        workload__batch__outcome="evicted", workload__batch__gone=False,
+    ).order_by("workload_id", "-time_s").values_list("workload_id", "node_id", "workload_name", "workload__request")
+    seen: set[int] = set()
+    for workload_id, node_id, name, request in victims:
+        if workload_id in seen:
+            continue  # the latest eviction of each pod object
+        seen.add(workload_id)
+        vec = np.asarray(request, dtype=np.float64)
+        held[node_id] = held.get(node_id, np.zeros(8)) + vec
+        releasing.setdefault(node_id, []).append((name, tuple(vec.tolist())))
+    return held, releasing
+
+
+def kubelet_room(*, cluster: Cluster, rows) -> "KubeletRoom | None":
+    """The :class:`~kalena_engine.placement.KubeletRoom` of a scheduling pass over ``rows``
+    (selector NodeRows): published − held on cpu and ram (+inf elsewhere); ``None`` when no node
+    of the cluster publishes (Docker, the fake: nothing re-checks). Once any node publishes, a
+    node that does not has room 0 (the kubelet would refuse every converted pod there)."""
+    from kalena_engine.placement import KubeletRoom
+    from kalena_web.kubehooks.models import PublishedBatch
+
+    published = {p.node_id: (p.cpu_mcpu, p.memory_bytes) for p in PublishedBatch.objects.filter(node__cluster=cluster)}
+    if not published:
+        return None
+    held, releasing = held_by_node(cluster=cluster)
+    room = np.full((len(rows), 8), np.inf)
+    out_releasing = {}
+    for i, row in enumerate(rows):
+        cpu, memory = published.get(row.id, (0.0, 0.0))
+        h = held.get(row.id, np.zeros(8))
+        room[i, 0], room[i, 1] = cpu - h[0], memory - h[1]
+        if releasing.get(row.id):
+            out_releasing[i] = tuple(releasing[row.id])
+    return KubeletRoom(room=room, releasing=out_releasing)

@@ -3,6 +3,7 @@ concurrency, record why-pending), requeue evicted batch (DESIGN §9)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from kalena_engine.policy import Policy
 from kalena_engine.resources import DIM_INDEX, N_DIMS
 from kalena_web.inventory.models import Cluster, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
+from kalena_web.kubehooks.selectors import kubelet_room
 from kalena_web.scheduling import mappers, selectors
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.telemetry.validation import Rejected, check_json_values
@@ -136,6 +138,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
                                              row_of_node=row_of_node),
         images=cached,
     )
+    kubelet = kubelet_room(cluster=cluster, rows=rows)  # Kubernetes: the kubelet re-checks (case C11)
+    if kubelet is not None:
+        snapshot = dataclasses.replace(snapshot, kubelet=kubelet)
     pending, pods_of_entry = mappers.pending_batch(pending_rows, image_sizes)
     result = schedule_batch(snapshot, pending, policy, rng=rng)
     taken = [0] * len(pods_of_entry)

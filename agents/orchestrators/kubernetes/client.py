@@ -60,6 +60,24 @@ class KubernetesOrchestrator:
             raise OrchestratorError(f"read pod {ref}: {exc.status} {_reason(exc)}") from None
         return json.loads(raw.data)
 
+    def publish_batch_capacity(self, node: str, *, cpu_mcpu: int, memory_bytes: int) -> None:
+        """Patch the node's status (capacity and allocatable) with Kalena's extended resources
+        ``kalena.naughtian.io/batch-cpu`` (millicores) and ``batch-memory`` (bytes), DESIGN §14 —
+        a JSON patch on ``nodes/status``, the documented way to advertise extended resources.
+
+        Raises:
+            OrchestratorError: the API refused.
+        """
+        from agents.orchestrators.kubernetes.batch_resources import BATCH_CPU, BATCH_MEMORY
+
+        ops = [{"op": "add", "path": f"/status/{part}/{name.replace('/', '~1')}", "value": str(value)}
+               for part in ("capacity", "allocatable")
+               for name, value in ((BATCH_CPU, cpu_mcpu), (BATCH_MEMORY, memory_bytes))]
+        try:
+            self.core.patch_node_status(node, ops, _preload_content=False).release_conn()
+        except ApiException as exc:
+            raise OrchestratorError(f"publish batch capacity on {node}: {exc.status} {_reason(exc)}") from None
+
     def bind(self, spec: BatchSpec, node: str) -> None:
         body = k8s.V1Binding(
             api_version="v1", kind="Binding",
