@@ -207,8 +207,9 @@ def token_reviews(server, tokens: Mapping[str, Mapping[str, Any]]) -> None:
     ``extra["authentication.kubernetes.io/node-name"] = [node]`` when ``node`` is set (a bound
     projected token of a pod on that node); any other token is not."""
     def review(groups: dict, body: dict) -> tuple[int, dict]:
-        if not isinstance(body, Mapping) or (body.get("apiVersion"), body.get("kind")) != (
-                "authentication.k8s.io/v1", "TokenReview"):
+        # as kube-apiserver: type meta may be omitted (the path gives it), a different one is refused
+        if not isinstance(body, Mapping) or body.get("apiVersion", "authentication.k8s.io/v1") != \
+                "authentication.k8s.io/v1" or body.get("kind", "TokenReview") != "TokenReview":
             raise APIError(400, "BadRequest", "TokenReview: apiVersion authentication.k8s.io/v1 is required")
         token = (body.get("spec") or {}).get("token") or ""
         who = tokens.get(token)
