@@ -241,3 +241,8 @@ KALENA_ESTIMATION_BUDGET_S = float(os.environ.get("KALENA_ESTIMATION_BUDGET_S", 
 #   KALENA_ADMISSION_EXTENDER_MODE=1: kube-scheduler keeps batch; schedulerName is left alone.
 KALENA_ADMISSION_INFER_JOBS = _flag("KALENA_ADMISSION_INFER_JOBS")
 KALENA_ADMISSION_EXTENDER_MODE = _flag("KALENA_ADMISSION_EXTENDER_MODE")
+# Agents on Kubernetes authenticated by TokenReview (kalena_web/kubehooks/agent_auth.py):
+KALENA_AGENT_TOKENREVIEW_CLUSTER = os.environ.get("KALENA_AGENT_TOKENREVIEW_CLUSTER", "")
+KALENA_AGENT_SERVICE_ACCOUNT = os.environ.get("KALENA_AGENT_SERVICE_ACCOUNT",
+                                              "system:serviceaccount:kalena-system:kalena-agent")
+KALENA_AGENT_TOKEN_AUDIENCE = os.environ.get("KALENA_AGENT_TOKEN_AUDIENCE", "kalena")

@@ -78,6 +78,21 @@ class KubernetesOrchestrator:
         except ApiException as exc:
             raise OrchestratorError(f"publish batch capacity on {node}: {exc.status} {_reason(exc)}") from None
 
+    def token_review(self, token: str, audiences: list[str]) -> dict:
+        """``TokenReview.status`` (authentication.k8s.io/v1) for ``token`` and ``audiences``.
+
+        Raises:
+            OrchestratorError: the API refused or failed the review.
+        """
+        body = k8s.V1TokenReview(api_version="authentication.k8s.io/v1", kind="TokenReview",
+                                 spec=k8s.V1TokenReviewSpec(token=token, audiences=audiences))
+        try:
+            raw = k8s.AuthenticationV1Api(self.core.api_client).create_token_review(
+                body, _preload_content=False, _request_timeout=5)
+        except ApiException as exc:
+            raise OrchestratorError(f"token review: {exc.status} {_reason(exc)}") from None
+        return json.loads(raw.data).get("status") or {}
+
     def bind(self, spec: BatchSpec, node: str) -> None:
         body = k8s.V1Binding(
             api_version="v1", kind="Binding",
