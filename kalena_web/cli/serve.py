@@ -45,6 +45,12 @@ def handle(args: argparse.Namespace) -> int:
         loops = EmbeddedLoops()
         loops.start()
         print("kalena serve: embedded control loops running in this process")
+    watching = None
+    if settings.KALENA_ORCHESTRATOR == "kubernetes" and not args.no_loops:
+        from kalena_web.cli import watch
+
+        watching = watch.start(watch.defaults())
+        print("kalena serve: Kubernetes watch and lease-held scheduler running in this process")
     print(f"kalena serve: console on http://{args.host}:{args.port}/")
     endpoints = build_endpoint_description_strings(host=args.host, port=args.port)
     if args.tls_port is not None:
@@ -56,6 +62,8 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         if loops is not None:
             loops.stop()
+        if watching is not None:
+            watching.stop()
     if not server.listening_addresses:  # Daphne logs a listen failure and returns: say so in the status
         print(f"kalena serve: error: could not listen on {args.host}:{args.port}", file=sys.stderr)
         return 2

@@ -30,17 +30,8 @@ def orchestrator_for(cluster: Cluster) -> Orchestrator:
     if kind == "fake":
         return _fake_from_database(cluster)
     if kind == "kubernetes":
-        from kubernetes import client, config
-
         from agents.orchestrators.kubernetes import KubernetesOrchestrator
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            try:
-                config.load_kube_config()
-            except (config.ConfigException, OSError) as exc:
-                raise OrchestratorNotConfigured(f"kubernetes: no in-cluster or kubeconfig credentials ({exc})") from None
-        return KubernetesOrchestrator(client.ApiClient())
+        return KubernetesOrchestrator(kubernetes_api_client())
     if kind in ("docker", "swarm"):
         import docker
 
@@ -51,6 +42,24 @@ def orchestrator_for(cluster: Cluster) -> Orchestrator:
             raise OrchestratorNotConfigured(f"{kind}: cannot reach the Docker engine ({exc})") from None
         return DockerOrchestrator(engine) if kind == "docker" else SwarmOrchestrator(engine)
     raise OrchestratorNotConfigured(f"KALENA_ORCHESTRATOR={kind!r} is not one of {', '.join(KINDS)}")
+
+
+def kubernetes_api_client():
+    """An ApiClient from the in-cluster service account, else ``KUBECONFIG`` / ~/.kube/config.
+
+    Raises:
+        OrchestratorNotConfigured: neither is usable.
+    """
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise OrchestratorNotConfigured(f"kubernetes: no in-cluster or kubeconfig credentials ({exc})") from None
+    return client.ApiClient()
 
 
 def _fake_from_database(cluster: Cluster) -> FakeOrchestrator:

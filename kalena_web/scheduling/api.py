@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
@@ -98,6 +99,10 @@ def _out(pod: BatchPod) -> BatchOut:
 def submit(request: HttpRequest, cluster: str, body: BatchIn):
     _operator(request)
     c = _cluster(cluster)
+    if settings.KALENA_ORCHESTRATOR == "kubernetes":
+        raise HttpError(409, f"{body.name!r} was not queued: on Kubernetes, Kalena takes batch pods from the watch — "
+                             "create the pod with schedulerName: kalena (DESIGN §14); the REST submit path is for "
+                             "Docker and automation")
     try:
         pod = services.batch_submit(
             cluster=c, name=body.name, owner=body.owner, request=_block(body.request, "request"),
@@ -138,6 +143,8 @@ def complete(request: HttpRequest, cluster: str, name: str):
     leaves every ledger at once. Completing a completed pod changes nothing."""
     _operator(request)
     c, pod = _pod(cluster, name)
+    if pod.source == BatchPod.WATCH:
+        raise HttpError(409, f"{name!r} is watched from its orchestrator: its completion is observed, not reported")
     if pod.state in (BatchPod.DELETED, BatchPod.PENDING):
         raise HttpError(409, f"{name!r} is {pod.state}: only a pod that was placed can complete"
                              + (" (delete a pending pod instead)" if pod.state == BatchPod.PENDING else ""))

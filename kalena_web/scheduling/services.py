@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,11 +109,12 @@ class PassReport:
     why_pending: int = 0
     stale_bindings: int = 0
     noticed: int = 0
+    stopped_early: bool = False
     errors: list[str] = field(default_factory=list)
 
 
 def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Policy, now_s: float,
-                    rng: np.random.Generator) -> PassReport:
+                    rng: np.random.Generator, keep_going: Callable[[], bool] | None = None) -> PassReport:
     """Place pending batch into reservation-ledger slack (DESIGN §9).
 
     Decides with the engine's scheduler on a snapshot, then binds each placement inside a
@@ -122,6 +123,11 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     accepted binding debits the node's ledger at the pod's request at once (in flight) and
     bumps its version; the orchestrator is then asked to bind; if it refuses, the debit is
     undone and the pod is requeued. Every pod left pending gets its why-pending record.
+
+    ``keep_going`` (e.g. "this scheduler still holds its Lease") is asked before each node's
+    bindings: once it answers False the pass binds nothing more (the rest stays pending), so a
+    pass never outlives the right to bind. A watched pod whose binding the orchestrator refuses
+    as stale (409 already assigned, 404 gone) leaves the queue (:func:`batch_drop`).
     """
     report = PassReport()
     rows = selectors.node_rows(cluster=cluster)
@@ -158,6 +164,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
         taken[entry] += count
         version_of[node_row] = int(bindings.version[b])
     for node_row, chosen in by_node.items():
+        if keep_going is not None and not keep_going():
+            report.stopped_early = True
+            break
         node = rows[node_row]
         if not _bind_in_ledger(chosen, node_id=node.id, version=version_of[node_row], now_s=now_s):
             report.stale += len(chosen)
@@ -465,3 +474,21 @@ def batch_gone(*, pod: BatchPod, now_s: float, reason: str = "deleted") -> bool:
     changed = batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED, outcome="gone", reason=reason)
     marked = BatchPod.objects.filter(id=pod.id, gone=False).update(gone=True)
     return changed or bool(marked)
+
+
+UNCONFIRMED_S = 30.0  # a binding the watch has not confirmed this long after it was made is redone
+
+
+def batch_requeue_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = UNCONFIRMED_S) -> int:
+    """Watched pods Kalena bound more than ``older_than_s`` ago that the watch never reported on
+    a node (no ``PodRunning``): the binding call never reached the orchestrator (a scheduler
+    died between its ledger commit and the call, a timeout), so the pod object is still pending
+    there. They are queued again — never lost; if the binding did land after all, the next one
+    gets a 409 and the watch's report adopts it. Returns how many."""
+    pods = BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND, running_s__isnull=True,
+                                   bound_s__lt=now_s - older_than_s)
+    count = 0
+    for pod in pods:
+        batch_requeue(pod=pod, now_s=now_s, reason="binding never confirmed by the watch")
+        count += 1
+    return count

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from celery import shared_task
+from django.conf import settings
 from django.core.cache import cache
 
 from kalena_engine.policy import Policy
@@ -28,7 +29,12 @@ def scheduling_request(*, cluster_id: int) -> bool:
 
 @shared_task(name="kalena.scheduling.schedule", acks_late=True, ignore_result=True)
 def schedule(cluster_id: int | None = None, now_s: float | None = None) -> dict[str, str]:
-    """One scheduling pass per live cluster, under the cluster's lock."""
+    """One scheduling pass per live cluster, under the cluster's lock. A Kubernetes cluster is
+    scheduled by the Lease holder of ``kalena watch`` (:mod:`kalena_web.control.leading`), never
+    here: one scheduler per cluster."""
+    if settings.KALENA_ORCHESTRATOR == "kubernetes":
+        return {"skipped": "Kubernetes clusters are scheduled by the lease holder of `kalena watch`"}
+
     def body(cluster, now):
         evictions_record(cluster=cluster, now_s=now)  # batch the agents evicted is queued again first
         return scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=Policy(),

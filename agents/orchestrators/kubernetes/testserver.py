@@ -30,7 +30,9 @@ concepts page):
 * leases: get, create (409 AlreadyExists), PUT with ``metadata.resourceVersion`` (409 Conflict
   when stale), PATCH.
 * faults: :meth:`fault` answers matching requests with a code or delays them (timeouts).
-* every request is recorded in ``requests`` as ``(verb, path, body)`` and counted in ``calls``.
+* every request is recorded in ``requests`` as ``(verb, path, body)`` (and ``queries`` as
+  ``(verb, path, query parameters)``; ``answers`` has ``(verb, path, status code)``) and counted
+  in ``calls``.
 
 What it does not model: authentication and authorization, admission plugins beyond the
 hooks, validation of most fields (names, resource quantities are taken as given), defaulting
@@ -144,6 +146,8 @@ class TestAPIServer:
         self.run_bound_pods = run_bound_pods
         self.record_bodies = record_bodies
         self.requests: list[tuple[str, str, object]] = []
+        self.queries: list[tuple[str, str, dict]] = []
+        self.answers: list[tuple[str, str, int]] = []
         self.calls: Counter = Counter()
         self.pod_create_hooks: list[Callable[[dict], dict | None]] = []
         self.bind_hooks: list[Callable[[dict, str], None]] = []
@@ -393,6 +397,7 @@ class TestAPIServer:
                 return
 
             def _send(self, code: int, body) -> None:
+                api.answers.append((self.command, self.path.split("?", 1)[0], code))
                 data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
@@ -418,6 +423,7 @@ class TestAPIServer:
                     return self._send(exc.code, exc.status())
                 api.requests.append((method, url.path, body if api.record_bodies else None))
                 query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+                api.queries.append((method, url.path, query))
                 try:
                     for fault in api._faults:
                         if fault["times"] > 0 and fault["method"] == method and fault["re"].search(url.path):
