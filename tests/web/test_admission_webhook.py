@@ -6,54 +6,21 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import socket
 import ssl
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
-import trustme
 
 from tests.agents.orchestrators.kubernetes.test_admission import admission_review, pod
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.web.webhook_server import start_webhook
 PLAIN_PORT, TLS_PORT = 21011, 21012
 
 
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("webhook")
-    ca = trustme.CA()
-    cert = ca.issue_cert("kalena-webhook.kalena.svc", "127.0.0.1")
-    cert.private_key_pem.write_to_path(str(tmp / "tls.key"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
-    ca.cert_pem.write_to_path(str(tmp / "ca.crt"))
-    env = {**os.environ, "KALENA_DB_PATH": str(tmp / "k.sqlite3"), "KALENA_VAR_DIR": str(tmp / "var"),
-           "DJANGO_SETTINGS_MODULE": "kalena_web.settings", "KALENA_ADMISSION_INFER_JOBS": "1"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], check=True, env=env, cwd=ROOT)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kalena_web.cli", "serve", "--port", str(PLAIN_PORT), "--no-loops",
-         "--tls-port", str(TLS_PORT), "--tls-cert", str(tmp / "tls.crt"), "--tls-key", str(tmp / "tls.key")],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", TLS_PORT), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"kalena serve exited: {proc.stdout.read()}")
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("kalena serve never listened on the TLS port")
-    client = httpx.Client(base_url=f"https://127.0.0.1:{TLS_PORT}", verify=ssl.create_default_context(cafile=str(tmp / "ca.crt")))
+    proc, url, ca = start_webhook(tmp_path_factory.mktemp("webhook"), PLAIN_PORT, TLS_PORT,
+                                  KALENA_ADMISSION_INFER_JOBS="1")
+    client = httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=ca))
     # warm Django up (first request imports the URL map) before anything is measured
     client.post("/kubernetes/admission/mutate", content=b"{}", timeout=60)
     yield client
@@ -63,7 +30,7 @@ def webhook(tmp_path_factory):
 
 
 def _post(client, body: bytes) -> dict:
-    # timeout=1.0: the webhook must answer inside kube-apiserver's budget (timeoutSeconds: 1 in
+    # timeout=1.0: the webhook must answer inside kube-apiserver's budget (half of timeoutSeconds: 2 in
     # deploy/kubernetes/webhook.yaml), or the request fails — asserted by httpx raising
     response = client.post("/kubernetes/admission/mutate", content=body,
                            headers={"Content-Type": "application/json"}, timeout=1.0)

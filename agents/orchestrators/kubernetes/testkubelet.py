@@ -76,6 +76,7 @@ class MutatingWebhook:
     calls: int = 0
     failures: int = 0
     denials: int = 0
+    last_error: str = ""
 
     def __call__(self, pod: dict) -> dict | None:
         if not _selector_matches(self.object_selector, (pod.get("metadata") or {}).get("labels") or {}):
@@ -98,6 +99,7 @@ class MutatingWebhook:
                 raise ValueError(f"response uid {response.get('uid')!r} does not match the request's")
         except Exception as exc:  # noqa: BLE001 - any webhook failure is the failure policy's
             self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
             if self.failure_policy == "Ignore":
                 return None
             raise APIError(500, "InternalError", f'Internal error occurred: failed calling webhook "{self.name}": '
