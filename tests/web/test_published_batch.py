@@ -107,3 +107,44 @@ def test_case_c11_w_waits_for_the_victim_to_be_terminal(db):
                              rng=np.random.default_rng(0))
     assert report.placed == 1 and fake.running["batch/w"].node == "n1"
     assert not BatchPod.objects.filter(cluster=cluster, state=BatchPod.REFUSED).exists()
+
+
+def test_case_c10_published_room_admits_the_converted_pod(db):
+    """C10: 8 cores / 32 GiB; production requests 7 / 24 and its reservations settled at
+    1.15 cores / 9.2 GiB (seeded) → Kalena publishes 6850 mcpu and ⌊22.8 GiB⌋ = 24,481,313,587
+    bytes; the 4-core / 8 GiB batch pod, converted by the webhook, is placed there and admitted
+    by the kubelet (4000 ≤ 6850 batch-cpu), where plain requests would have been 7 + 4 > 8."""
+    from agents.orchestrators.events import ProductionSeen
+    from agents.orchestrators.kubernetes.admission import review
+    from agents.orchestrators.kubernetes.testkubelet import MutatingWebhook, kubelet_admission
+    from agents.orchestrators.kubernetes.testserver import pod as api_pod
+    from kalena_web.ledger.models import WorkloadReservation
+
+    cluster = Cluster.objects.create(name="c10", kind=Cluster.LIVE)
+    rec = Reconciler(cluster, clock=lambda: 1000.0)
+    rec.apply(NodeSeen("n1", True, True, vec(8, 32), at_s=1000.0))
+    rec.apply(ProductionSeen("prod/web-0", "n1", req(7, 24), req(7, 24), at_s=1000.0))
+    prod_r = req(1.15, 9.2)
+    WorkloadReservation.objects.filter(workload__name="prod/web-0").update(value=list(prod_r))
+    LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=1000.0,
+                                                                prod_reservation=list(prod_r))
+    with TestAPIServer() as api:
+        api.bound_hooks[:] = [kubelet_admission]
+        api.pod_create_hooks.append(MutatingWebhook(call=review, object_selector={
+            "matchLabels": {"kalena.naughtian.io/tier": "batch"}}))
+        api.create("nodes", node("n1", cpu="8", memory="32Gi"))
+        api.create("pods", api_pod("prod", "web-0", "n1", cpu="7", memory="24Gi", limit_cpu="7", limit_memory="24Gi"))
+        kube = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)))
+        assert batch_capacity_publish(cluster=cluster, orchestrator=kube, now_s=1000.0, buckets=BUCKETS) == 1
+        allocatable = api.get("nodes", "n1")["status"]["allocatable"]
+        assert allocatable["kalena.naughtian.io/batch-cpu"] == "6850"            # in [4000, 6850]
+        assert allocatable["kalena.naughtian.io/batch-memory"] == "24481313587"  # in [8 GiB, 22.8 GiB]
+        api.create_pod(api_pod("batch", "c10-0", tier="batch", owner_kind="Job", owner_name="c10", cpu="4",
+                               memory="8Gi", limit_cpu="4", limit_memory="8Gi"))
+        rec.apply(PodPending("batch/c10-0", req(4, 8), req(4, 8), owner="Job/c10", at_s=1001.0))
+        assert scheduling_pass(cluster=cluster, orchestrator=kube, policy=Policy(), now_s=1002.0,
+                               rng=np.random.default_rng(0)).placed == 1
+        admitted = api.get("pods", "batch/c10-0")["status"]
+        assert (admitted["phase"], admitted["qosClass"]) == ("Running", "BestEffort")
+        # the bound pod now holds 4000 of it: the room stays S + Σ q_b = 2.85 + 4 = 6.85 cores, nothing to patch
+        assert batch_capacity_publish(cluster=cluster, orchestrator=kube, now_s=1003.0, buckets=BUCKETS) == 0
