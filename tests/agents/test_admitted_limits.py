@@ -14,6 +14,7 @@ import sys
 
 import jsonpatch
 import numpy as np
+import pytest
 
 from agents.cgroups.backend import CgroupV2
 from agents.collectors.cgroup import CgroupCollector, NodeCollector
@@ -32,9 +33,9 @@ GIB = 2**30
 SLEEPER = "import time\nprint('ready', flush=True)\nwhile True: time.sleep(60)"
 
 
-def admitted_c10_pod() -> dict:
+def admitted_c10_pod(resources=None, annotations=None) -> dict:
     """The C10 batch pod (4 cores / 8 GiB, request = limit) as the webhook leaves it, running."""
-    obj = pod()
+    obj = pod(resources=resources, annotations=annotations)
     patch = json.loads(base64.b64decode(review(admission_review(obj))["response"]["patch"]))
     out = jsonpatch.apply_patch(copy.deepcopy(obj), patch)
     out["metadata"]["uid"] = "uid-b"
@@ -60,17 +61,18 @@ def test_discovery_reads_the_real_limits_from_the_annotation():
     assert result.workloads == [] and "kalena.naughtian.io/resources" in result.errors[0]
 
 
-def test_case_c10_agent_writes_quota_and_memory_limit(tmp_path, json_server):
-    json_server.routes["/pods"] = {"kind": "PodList", "items": [production_pod(), admitted_c10_pod()]}
+def run_node(tmp_path, json_server, batch_pod: dict, messages: list) -> object:
+    """2 h of the C10 node (production steadily at 1 core / 8 GiB) with ``batch_pod`` beside it;
+    returns the batch pod's cgroup directory."""
+    json_server.routes["/pods"] = {"kind": "PodList", "items": [production_pod(), batch_pod]}
     procs = [subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE) for _ in range(2)]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == b"ready"
         root = make_v2_tree(tmp_path / "cgroup", {
-            "kubepods": v2_files(), "kubepods/guaranteed": v2_files(),
-            "kubepods/podp": v2_files(), "kubepods/besteffort": v2_files(),
+            "kubepods": v2_files(), "kubepods/besteffort": v2_files(),
+            "kubepods/poduid-p": v2_files(procs=f"{procs[0].pid}\n"),
             "kubepods/besteffort/poduid-b": v2_files(procs=f"{procs[1].pid}\n")})
-        make_v2_tree(root, {"kubepods/poduid-p": v2_files(procs=f"{procs[0].pid}\n")})
         (tmp_path / "proc" / "pressure").mkdir(parents=True)
         for res in ("cpu", "memory", "io"):
             (tmp_path / "proc" / "pressure" / res).write_text(
@@ -82,7 +84,7 @@ def test_case_c10_agent_writes_quota_and_memory_limit(tmp_path, json_server):
             LoopSettings(node_name="node-c10", capacity=capacity, policy=Policy(), sampling_interval_s=60.0),
             sources=[KubeletSource(KubeletClient(json_server.url))],
             telemetry=CgroupTelemetry(CgroupCollector(fs, tmp_path / "proc")), fs=fs, enforcer=Enforcer(fs),
-            node_reader=NodeCollector(fs, tmp_path / "proc", node_cgroup="kubepods").read, emit=lambda m: None)
+            node_reader=NodeCollector(fs, tmp_path / "proc", node_cgroup="kubepods").read, emit=messages.append)
         t0 = 1714557600.0 + 86400  # a day after both pods started: grace long over
         usage_p = usage_b = 0
         # production uses 1 core / 8 GiB steadily for 2 h: r settles at 1.15 cores (7 − 1.15 decays with h = 600 s)
@@ -96,13 +98,33 @@ def test_case_c10_agent_writes_quota_and_memory_limit(tmp_path, json_server):
                 for name in ("cpu.stat", "memory.current", "memory.stat"):
                     (root / rel / name).write_text(files[name])
             loop.tick(t0 + 60 * step, 60.0 * step)
-        group = root / "kubepods/besteffort/poduid-b"
-        # B = 8 − 1.15 = 6.85 cores ≥ the pod's 4-core limit (from the annotation) → 4 cores × 100,000 µs
-        assert (group / "cpu.max").read_text().strip() == "400000 100000"
-        # memory limit 8 GiB (slack-memory denied by default: memory.high = request = 8 GiB too)
-        assert int((group / "memory.max").read_text()) == 8 * GIB
-        assert int((group / "memory.high").read_text()) == 8 * GIB
+        return root / "kubepods/besteffort/poduid-b"
     finally:
         for p in procs:
             p.kill()
             p.wait(10)
+
+
+def test_case_c10_agent_writes_quota_and_memory_limit(tmp_path, json_server):
+    group = run_node(tmp_path, json_server, admitted_c10_pod(), [])
+    # B = 8 − 1.15 = 6.85 cores ≥ the pod's 4-core limit (from the annotation) → 4 cores × 100,000 µs
+    assert (group / "cpu.max").read_text().strip() == "400000 100000"
+    # memory limit 8 GiB (slack-memory denied by default: memory.high = request = 8 GiB too)
+    assert int((group / "memory.max").read_text()) == 8 * GIB
+    assert int((group / "memory.high").read_text()) == 8 * GIB
+
+
+@pytest.mark.parametrize("slack_cpu", ["allow", "deny"])
+def test_without_a_limit_the_quota_is_the_slack_budget_or_the_request(tmp_path, json_server, slack_cpu):
+    messages: list = []
+    batch = admitted_c10_pod(resources={"requests": {"cpu": "4", "memory": "8Gi"}},
+                             annotations={"kalena.naughtian.io/slack-cpu": slack_cpu})
+    group = run_node(tmp_path, json_server, batch, messages)
+    quota = int((group / "cpu.max").read_text().split()[0])
+    budget = [m["numbers"]["budget_mcpu"] for m in messages if m.get("action") == "throttle"][-1]
+    if slack_cpu == "allow":  # no declared limit: capped at the batch budget B = C − Σ service r (DESIGN §7)
+        assert quota == round(budget / 1000 * 100_000) and 680_000 < quota <= 685_000
+    else:                     # slack-cpu denied: capped at its request
+        assert quota == 400_000
+    assert (group / "memory.max").read_text().strip() == "max"      # no memory limit declared
+    assert int((group / "memory.high").read_text()) == 8 * GIB      # slack-memory denied: the request

@@ -106,3 +106,15 @@ def test_c11_w_binds_once_v_is_terminal():
     result = _c11(v_terminating=False)
     assert result.bindings.node.tolist() == [0]
     assert result.why_pending() == ()
+
+
+def test_node_verdicts_name_the_first_reason_per_node():
+    from kalena_engine.placement.verdict import node_verdicts
+
+    # docstring example: 10 and 1 core of slack, a 2-core pod
+    nodes = [Node("a", slack_cpu=10), Node("b", slack_cpu=1), Node("c", ready=False)]
+    v = node_verdicts(snapshot(nodes), pending([Entry("p", 1)]).templates[0], ir_vector(cpu=2, ram=1), Policy())
+    assert v.feasible.tolist() == [True, False, False]
+    assert (v.reasons[1].kind, v.reasons[1].requested, v.reasons[1].free) == ("cpu", 2000.0, 1000.0)
+    assert v.reasons[2].kind == "node_not_ready" and v.reasons[0] is None
+    assert 0 < v.score[0] <= 100 and v.score[1] == v.score[2] == 0
