@@ -104,7 +104,7 @@ def decide(request: Mapping[str, Any], config: AdmissionConfig) -> tuple[list[di
     if operation != "CREATE":
         return [], []
     obj = _mapping(request.get("object"), "request.object")
-    meta = _mapping(obj.get("metadata", {}), "request.object.metadata")
+    meta = _mapping(obj.get("metadata") or {}, "request.object.metadata")
     labels = _string_map(meta.get("labels"), "request.object.metadata.labels")
     if kind.get("kind") == "Pod" and kind.get("group", "") == "":
         return _pod(obj, meta, labels, config)
@@ -172,9 +172,10 @@ def _pod(obj: Mapping[str, Any], meta: Mapping[str, Any], labels: Mapping[str, s
 
 def _convert(container: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, int | None]]:
     """``(new resources, original cpu/memory, internal values)`` of one container."""
-    resources = _mapping(container.get("resources", {}), f"{where}.resources")
-    requests = dict(_mapping(resources.get("requests", {}), f"{where}.resources.requests"))
-    limits = dict(_mapping(resources.get("limits", {}), f"{where}.resources.limits"))
+    # JSON null is absent (the API server defaults these to {})
+    resources = _mapping(container.get("resources") or {}, f"{where}.resources")
+    requests = dict(_mapping(resources.get("requests") or {}, f"{where}.resources.requests"))
+    limits = dict(_mapping(resources.get("limits") or {}, f"{where}.resources.limits"))
     out: dict[str, int | None] = {}
     kept: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
     for name, parse, key in (("cpu", cpu_mcpu, "mcpu"), ("memory", memory_bytes, "bytes")):

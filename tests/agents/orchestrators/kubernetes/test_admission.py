@@ -111,6 +111,9 @@ def test_service_pod_untouched():
         # Kubernetes quantity rules: 0.1m rounds up to 1 mcpu, 1e3 bytes, 1.5G decimal
         pytest.param({"requests": {"cpu": "0.1m", "memory": "1e3"}}, None,
                      {"request_mcpu": 1, "request_bytes": 1000, "limit_mcpu": None, "limit_bytes": None}, id="rounding"),
+        # resources given as JSON null: nothing requested, the limit undefined
+        pytest.param({"requests": None, "limits": None}, None,
+                     {"request_mcpu": 0, "request_bytes": 0, "limit_mcpu": None, "limit_bytes": None}, id="nulls"),
     ],
 )
 def test_pod_values(resources, init, expected):
