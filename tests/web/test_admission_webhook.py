@@ -12,21 +12,14 @@ import httpx
 import pytest
 
 from tests.agents.orchestrators.kubernetes.test_admission import admission_review, pod
-from tests.web.webhook_server import start_webhook
-PLAIN_PORT, TLS_PORT = 21011, 21012
 
 
 @pytest.fixture(scope="module")
-def webhook(tmp_path_factory):
-    proc, url, ca = start_webhook(tmp_path_factory.mktemp("webhook"), PLAIN_PORT, TLS_PORT,
-                                  KALENA_ADMISSION_INFER_JOBS="1")
-    client = httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=ca))
-    # warm Django up (first request imports the URL map) before anything is measured
-    client.post("/kubernetes/admission/mutate", content=b"{}", timeout=60)
-    yield client
-    client.close()
-    proc.terminate()
-    proc.wait(timeout=30)
+def webhook(kalena_webhook):
+    url, ca = kalena_webhook
+    base = url.rsplit("/kubernetes/", 1)[0]
+    with httpx.Client(base_url=base, verify=ssl.create_default_context(cafile=ca)) as client:
+        yield client
 
 
 def _post(client, body: bytes) -> dict:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import trustme
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,3 +43,20 @@ def start_webhook(tmp: Path, plain_port: int, tls_port: int, **env_extra: str):
             time.sleep(0.3)
     proc.kill()
     raise RuntimeError("kalena serve never listened on the TLS port")
+
+
+@pytest.fixture(scope="session")
+def kalena_webhook(tmp_path_factory):
+    """One `kalena serve --tls-port` for the session (Job inference on), warmed up:
+    ``(mutate URL, CA file)``."""
+    import ssl
+
+    import httpx
+
+    proc, url, ca = start_webhook(tmp_path_factory.mktemp("webhook"), 21011, 21012, KALENA_ADMISSION_INFER_JOBS="1")
+    # warm Django up (the first request imports the URL map), as a deployed console is
+    httpx.post(url + "/kubernetes/admission/mutate", content=b"{}", timeout=60,
+               verify=ssl.create_default_context(cafile=ca))
+    yield url + "/kubernetes/admission/mutate", ca
+    proc.terminate()
+    proc.wait(timeout=30)

@@ -8,10 +8,8 @@ publishes → the agent (reading the kubelet's pod list) writes its cgroups on a
 from __future__ import annotations
 
 import math
-import ssl
 import time
 
-import httpx
 
 import numpy as np
 import pytest
@@ -37,7 +35,6 @@ from kalena_web.kubehooks.services import batch_capacity_publish
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod
 from tests.agents.conftest import make_v2_tree, v2_files
-from tests.web.webhook_server import start_webhook
 
 NODES = ["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"]
 GIB = 2**30
@@ -54,20 +51,9 @@ def wait_for(check, what: str, timeout_s: float = 60.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def webhook_url(tmp_path_factory):
-    proc, url, ca = start_webhook(tmp_path_factory.mktemp("e2e-webhook"), 21021, 21022)
-    # warm Django up (the first request imports the URL map), as a deployed console is
-    httpx.post(url + "/kubernetes/admission/mutate", content=b"{}", timeout=60,
-               verify=ssl.create_default_context(cafile=ca))
-    yield url + "/kubernetes/admission/mutate", ca
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
 @pytest.fixture
-def api(webhook_url):
-    url, ca = webhook_url
+def api(kalena_webhook):
+    url, ca = kalena_webhook
     with TestAPIServer(bookmark_interval_s=0.5) as server:
         for name in NODES:
             server.create("nodes", node(name, cpu="16", memory="64Gi"))
