@@ -281,3 +281,64 @@ def production_gone(*, cluster: Cluster, ref: str, now_s: float) -> bool:
             Workload.objects.filter(id=workload.id).update(node_id=placement.blueprint_node_id)
         placement.delete()
         return True
+
+
+def node_observe_many(*, cluster: Cluster, nodes: list[dict], now_s: float) -> list[bool | InputError]:
+    """:func:`node_observe` for many nodes (keyword dicts of its arguments) in a fixed number of
+    queries for nodes Kalena holds; unknown nodes are added one by one. Returns per node whether
+    it changed anything, or the :class:`ObservationRejected` that refused it."""
+    out: list[bool | InputError] = [False] * len(nodes)
+    rows = {n.name: n for n in Node.objects.filter(cluster=cluster, name__in=[d.get("name") for d in nodes])
+            .select_related("condition", "live_ledger")}
+    node_updates, ledger_updates, condition_updates = {}, {}, {}
+    for i, d in enumerate(nodes):
+        name = d.get("name")
+        node = rows.get(name) if isinstance(name, str) else None
+        if node is None:
+            try:
+                out[i] = node_observe(cluster=cluster, now_s=now_s, **d)
+            except InputError as exc:
+                out[i] = exc
+            continue
+        try:
+            reported = _observed_vector(d["allocatable"], "allocatable")
+        except InputError as exc:
+            out[i] = exc
+            continue
+        labels = {str(k): str(v) for k, v in dict(d.get("labels") or {}).items()}
+        taints = [{"key": str(t.get("key", "")), "value": str(t.get("value", "") or ""),
+                   "effect": str(t.get("effect", "NoSchedule"))} for t in d.get("taints") or ()]
+        images = {str(k): float(v) for k, v in dict(d.get("images") or {}).items()}
+        alloc = [o if r == math.inf else r for r, o in zip(reported, node.allocatable, strict=True)]
+        capacity = [a if a == math.inf else max(0.0, a - (o - c if o != math.inf and c != math.inf else 0.0))
+                    for a, o, c in zip(alloc, node.allocatable, node.capacity, strict=True)]
+        if (alloc, capacity, labels, taints) != (list(node.allocatable), list(node.capacity), node.labels, node.taints):
+            if capacity != list(node.capacity):
+                led = node.live_ledger
+                led.capacity, led.version = capacity, led.version + 1
+                ledger_updates[led.id] = led
+            node.allocatable, node.capacity, node.labels, node.taints = alloc, capacity, labels, taints
+            node_updates[node.id] = node
+            out[i] = True
+        cond = node.condition
+        wanted = (bool(d["ready"]), bool(d["schedulable"]), False, images)
+        if (cond.ready, cond.schedulable, cond.gone, cond.images) != wanted:
+            cond.ready, cond.schedulable, cond.gone, cond.images = wanted
+            cond.seen_s, cond.updated_s = d.get("at_s", 0.0), now_s
+            condition_updates[cond.id] = cond
+            out[i] = True
+    with transaction.atomic():
+        if node_updates:
+            Node.objects.bulk_update(list(node_updates.values()), ["allocatable", "capacity", "labels", "taints"],
+                                     batch_size=500)
+        if ledger_updates:  # re-read under lock: only capacity and version move here
+            locked = {led.id: led for led in LiveNodeLedger.objects.select_for_update().filter(id__in=list(ledger_updates))}
+            for led_id, led in ledger_updates.items():
+                locked[led_id].capacity = led.capacity
+                locked[led_id].version += 1
+            LiveNodeLedger.objects.bulk_update(list(locked.values()), ["capacity", "version"], batch_size=500)
+        if condition_updates:
+            NodeCondition.objects.bulk_update(list(condition_updates.values()),
+                                              ["ready", "schedulable", "gone", "images", "seen_s", "updated_s"],
+                                              batch_size=500)
+    return out

@@ -163,30 +163,24 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             pods[i] for i in pods_of_entry[entry][taken[entry]:taken[entry] + count])
         taken[entry] += count
         version_of[node_row] = int(bindings.version[b])
-    for node_row, chosen in by_node.items():
+    groups = [(rows[node_row].id, rows[node_row].name, chosen, version_of[node_row])
+              for node_row, chosen in by_node.items()]
+    for i in range(0, len(groups), BIND_CHUNK_NODES):
         if keep_going is not None and not keep_going():
             report.stopped_early = True
             break
-        node = rows[node_row]
-        if not _bind_in_ledger(chosen, node_id=node.id, version=version_of[node_row], now_s=now_s):
-            report.stale += len(chosen)
-            continue
-        for pod in chosen:
-            try:
-                orchestrator.bind(_spec(pod), node.name)
-                report.placed += 1
-            except StaleBinding as exc:
-                report.failed += 1
-                report.stale_bindings += 1
-                report.errors.append(str(exc))
-                if pod.source == BatchPod.WATCH:  # 409 already assigned / 404 gone: drop, never loop
-                    batch_drop(pod=pod, now_s=now_s, reason=str(exc))
-                else:
-                    batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
-            except OrchestratorError as exc:
-                report.failed += 1
-                report.errors.append(str(exc))
-                batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+        chunk = groups[i:i + BIND_CHUNK_NODES]
+        accepted = _bind_many_in_ledger(chunk, now_s=now_s)
+        for node_id, node_name, chosen, _ in chunk:
+            if node_id not in accepted:
+                report.stale += len(chosen)
+                continue
+            for pod in chosen:
+                if keep_going is not None and not keep_going():  # the lease lapsed: bind nothing more
+                    report.stopped_early = True
+                    batch_requeue(pod=pod, now_s=now_s, reason="scheduler lost its lease before binding")
+                    continue
+                _bind_one(orchestrator, pod, node_name, now_s=now_s, report=report)
     left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
     report.why_pending = _record_why_pending(result.why_pending(), pods_of_entry, pending, left, now_s)
     report.noticed = _notice_pending(orchestrator, left, now_s=now_s)
@@ -208,6 +202,10 @@ def pending_message(record: Mapping[str, Any]) -> str:
     gang = record.get("gang")
     if gang:
         text += f" Gang incomplete: {gang}."
+    for r in [r for r in record.get("rejections") or [] if r.get("kind") == "releasing"][:3]:
+        # case C11: the kubelet still counts a terminating victim there
+        text += (f" {r['node']} is releasing {', '.join(r['releasing'])} ({r['releasing_amount']:g} {r['unit']} of "
+                 f"{r['dim']}).")
     return text
 
 
@@ -231,6 +229,63 @@ def _notice_pending(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: flo
     return len(noticed)
 
 
+BIND_CHUNK_NODES = 200  # nodes whose bindings one transaction accepts before their API calls
+
+
+def _bind_one(orchestrator: Orchestrator, pod: BatchPod, node_name: str, *, now_s: float, report: PassReport) -> None:
+    try:
+        orchestrator.bind(_spec(pod), node_name)
+        report.placed += 1
+    except StaleBinding as exc:
+        report.failed += 1
+        report.stale_bindings += 1
+        report.errors.append(str(exc))
+        if pod.source == BatchPod.WATCH:  # 409 already assigned / 404 gone: drop, never loop
+            batch_drop(pod=pod, now_s=now_s, reason=str(exc))
+        else:
+            batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+    except OrchestratorError as exc:
+        report.failed += 1
+        report.errors.append(str(exc))
+        batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+
+
+def _bind_many_in_ledger(groups: list[tuple[int, str, list[BatchPod], int]], *, now_s: float) -> set[int]:
+    """:func:`_bind_in_ledger` for many nodes in one transaction (a fixed number of queries):
+    each node's pods are accepted iff its ledger version is still the one the pass read.
+    Returns the accepted node ids."""
+    with transaction.atomic():
+        ledgers = {led.node_id: led for led in LiveNodeLedger.objects.select_for_update().filter(
+            node_id__in=[g[0] for g in groups]).order_by("node_id")}
+        accepted, changed, workloads, reservations, bound = set(), [], [], [], []
+        for node_id, _, pods, version in groups:
+            ledger = ledgers.get(node_id)
+            if ledger is None or ledger.version != version:
+                continue
+            request = np.sum([p.workload.request for p in pods], axis=0)
+            ledger.batch_request = (np.asarray(ledger.batch_request) + request).tolist()
+            ledger.batch_reservation = (np.asarray(ledger.batch_reservation) + request).tolist()
+            ledger.version += 1
+            changed.append(ledger)
+            accepted.add(node_id)
+            for pod in pods:
+                workloads.append(Workload(id=pod.workload_id, node_id=node_id, start_s=now_s))
+                reservations.append(WorkloadReservation(workload_id=pod.workload_id, value=pod.workload.request,
+                                                        updated_s=now_s, last_sample_s=None))
+                pod.state, pod.bound_s, pod.bound_version = BatchPod.BOUND, now_s, ledger.version
+                bound.append(pod)
+        if not accepted:
+            return accepted
+        LiveNodeLedger.objects.bulk_update(changed, ["batch_request", "batch_reservation", "version"], batch_size=500)
+        Workload.objects.bulk_update(workloads, ["node_id", "start_s"], batch_size=500)
+        ids = [w.id for w in workloads]
+        WorkloadReservation.objects.filter(workload_id__in=ids).delete()
+        WorkloadReservation.objects.bulk_create(reservations, batch_size=1000)
+        BatchPod.objects.bulk_update(bound, ["state", "bound_s", "bound_version"], batch_size=500)
+        WhyPending.objects.filter(pod__in=bound).delete()
+    return accepted
+
+
 def _spec(pod: BatchPod) -> BatchSpec:
     w = pod.workload
     return BatchSpec(id=w.name, image=pod.image, request_mcpu=w.request[0], request_bytes=w.request[1],
@@ -249,11 +304,12 @@ def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: 
         ledger.batch_reservation = (np.asarray(ledger.batch_reservation) + request).tolist()
         ledger.version += 1
         ledger.save(update_fields=["batch_request", "batch_reservation", "version"])
-        for pod in pods:
-            Workload.objects.filter(id=pod.workload_id).update(node_id=node_id, start_s=now_s)
-            WorkloadReservation.objects.update_or_create(
-                workload_id=pod.workload_id,
-                defaults={"value": pod.workload.request, "updated_s": now_s, "last_sample_s": None})
+        ids = [pod.workload_id for pod in pods]
+        Workload.objects.filter(id__in=ids).update(node_id=node_id, start_s=now_s)
+        WorkloadReservation.objects.filter(workload_id__in=ids).delete()
+        WorkloadReservation.objects.bulk_create([
+            WorkloadReservation(workload_id=pod.workload_id, value=pod.workload.request, updated_s=now_s,
+                                last_sample_s=None) for pod in pods])
         BatchPod.objects.filter(id__in=[p.id for p in pods]).update(
             state=BatchPod.BOUND, bound_s=now_s, bound_version=ledger.version)
         WhyPending.objects.filter(pod__in=pods).delete()
@@ -492,3 +548,111 @@ def batch_requeue_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: f
         batch_requeue(pod=pod, now_s=now_s, reason="binding never confirmed by the watch")
         count += 1
     return count
+
+
+def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,
+                               ) -> list[bool | BatchRejected]:
+    """:func:`batch_observe_pending` for many pods (keyword dicts of its arguments) with a fixed
+    number of queries for the common case — names Kalena does not hold yet, created in bulk;
+    the others go one by one. Returns, per pod, whether it changed anything or the
+    :class:`BatchRejected` that refused it (nothing stored for that pod)."""
+    out: list[bool | BatchRejected] = [False] * len(pods)
+    names = [p.get("ref") for p in pods]
+    existing = set(Workload.objects.filter(cluster=cluster, kind=Workload.BATCH, name__in=names)
+                   .values_list("name", flat=True))
+    fresh, seen = [], set()
+    for i, p in enumerate(pods):
+        if p.get("ref") in existing or p.get("ref") in seen:
+            continue
+        try:
+            _check_pending(**p)
+        except InputError as exc:
+            out[i] = exc if isinstance(exc, BatchRejected) else BatchRejected(exc.problem, field=exc.field,
+                                                                                 accepted=exc.accepted)
+            seen.add(p.get("ref"))
+            continue
+        seen.add(p["ref"])
+        fresh.append(i)
+    if fresh:
+        with transaction.atomic():
+            row = Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count()
+            workloads = []
+            for k, i in enumerate(fresh):
+                p = pods[i]
+                req, lim = _vector8(p["request"], "requests"), _vector8(p["limit"], "limits")
+                workloads.append(Workload(
+                    cluster=cluster, kind=Workload.BATCH, name=p["ref"], instances=1, row=row + k,
+                    namespace=p["ref"].split("/", 1)[0], owner=p.get("owner") or p["ref"], tier="batch",
+                    priority=p.get("priority", 0), request=req,
+                    limit=[max(lv, rv) if lv else rv for lv, rv in zip(lim, req, strict=True)],
+                    labels={**dict(p.get("labels") or {}), "kalena.naughtian.io/tier": "batch"},
+                    constraints=dict(p.get("constraints") or {})))
+            Workload.objects.bulk_create(workloads, batch_size=1000)
+            BatchPod.objects.bulk_create([
+                BatchPod(cluster=cluster, workload=w, image=pods[i].get("image", ""), gang=pods[i].get("gang", ""),
+                         min_member=pods[i].get("min_member"), submitted_s=pods[i].get("at_s") or now_s,
+                         queued_s=pods[i].get("at_s") or now_s, source=BatchPod.WATCH,
+                         grace_s=float(pods[i].get("grace_s", 30.0)))
+                for w, i in zip(workloads, fresh, strict=True)], batch_size=1000)
+        for i in fresh:
+            out[i] = True
+    fresh_set = set(fresh)
+    for i, p in enumerate(pods):
+        if i in fresh_set or isinstance(out[i], BatchRejected):
+            continue
+        if p.get("ref") in existing:
+            try:
+                out[i] = batch_observe_pending(cluster=cluster, now_s=now_s, **p)[1]
+            except BatchRejected as exc:
+                out[i] = exc
+    return out
+
+
+def _check_pending(*, ref: str, request, limit, labels, priority: int, owner: str, gang: str = "",
+                   min_member: int | None = None, image: str = "", constraints=None, grace_s: float = 30.0,
+                   at_s: float = 0.0) -> None:
+    """Every check :func:`batch_observe_pending` makes before it stores anything.
+
+    Raises:
+        BatchRejected: naming the field.
+    """
+    if not isinstance(ref, str) or not POD_NAME.fullmatch(ref) or len(ref) > NAME_MAX:
+        raise BatchRejected(f"{ref!r} is not namespace/pod", field="ref", accepted="namespace/pod (DNS-1123)")
+    req = _vector8(request, "requests")
+    _vector8(limit, "limits")
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+        raise BatchRejected(f"{priority!r} is not a non-negative integer", field="priority")
+    if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
+        raise BatchRejected("a batch pod must request cpu or ram", field="requests", accepted="cpu > 0 or ram > 0")
+    for field_name, text, longest in (("owner", owner, 200), ("image", image, 300), ("gang", gang, 200)):
+        if not isinstance(text, str) or "\x00" in text or len(text) > longest:
+            raise BatchRejected(f"{str(text)[:40]!r} is not a string of at most {longest} characters", field=field_name)
+    if not isinstance(grace_s, int | float) or not math.isfinite(grace_s) or grace_s < 0:
+        raise BatchRejected(f"{grace_s!r} is not a grace in seconds", field="grace_s")
+    mappers.template_of(owner=owner, namespace=ref.split("/", 1)[0], labels=labels or {},
+                        constraints=dict(constraints or {}), min_member=min_member)
+
+
+def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str, int, float]], now_s: float,
+                               ) -> list[bool | None]:
+    """:func:`batch_observe_running` for many ``(ref, node_id, at_s)``: the common case (bound
+    there, running not yet noted) in one update; the rest one by one. Returns per report whether
+    it changed anything, None for a pod Kalena does not hold."""
+    pods = {p.workload.name: p for p in BatchPod.objects.filter(
+        cluster=cluster, workload__name__in=[r[0] for r in reports]).select_related("workload")}
+    out: list[bool | None] = [None] * len(reports)
+    quick: dict[int, float] = {}
+    for i, (ref, node_id, at_s) in enumerate(reports):
+        pod = pods.get(ref)
+        if pod is None:
+            continue
+        if pod.state == BatchPod.BOUND and pod.workload.node_id == node_id and not pod.gone:
+            out[i] = pod.running_s is None and pod.id not in quick
+            if out[i]:
+                quick[pod.id] = at_s or now_s
+            continue
+        out[i] = batch_observe_running(pod=pod, node_id=node_id, at_s=at_s, now_s=now_s)
+    if quick:
+        BatchPod.objects.bulk_update([BatchPod(id=k, running_s=v) for k, v in quick.items()], ["running_s"],
+                                     batch_size=1000)
+    return out

@@ -22,7 +22,7 @@ from kalena_web.kubehooks.models import PublishedBatch
 from kalena_web.kubehooks.services import batch_capacity_publish
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod, WhyPending
-from kalena_web.scheduling.services import scheduling_pass
+from kalena_web.scheduling.services import pending_message, scheduling_pass
 from tests.web.live_cluster import NODES
 
 GIB = 2**30
@@ -101,6 +101,9 @@ def test_case_c11_w_waits_for_the_victim_to_be_terminal(db):
     assert why.binding == "releasing"
     releasing = [r for r in why.record["rejections"] if r["kind"] == "releasing"]
     assert [(r["node"], r["releasing"], r["releasing_amount"]) for r in releasing] == [("n1", ["batch/v"], 3.0)]
+    # the FailedScheduling text says so too
+    assert pending_message(why.record) == ("0/2 nodes are available: 1 Insufficient cpu slack, 1 releasing. "
+                                           "n1 is releasing batch/v (3 cores of cpu).")
     # V terminal and gone: W binds there
     rec.apply(PodGone("batch/v", at_s=1033.0))
     report = scheduling_pass(cluster=cluster, orchestrator=fake, policy=Policy(), now_s=1034.0,

@@ -64,6 +64,7 @@ class KubernetesOrchestrator:
         self.identity = identity
         self.events_sent = 0
         self.events_dropped = 0
+        self.watchers: list[KubernetesWatcher] = []
         self._events: queue.Queue = queue.Queue(maxsize=event_queue)
         self._sender: threading.Thread | None = None
         self._sender_lock = threading.Lock()
@@ -175,8 +176,12 @@ class KubernetesOrchestrator:
         self._enqueue(("condition", workload_id, message))
 
     def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
-        """The watch part of the port: :class:`~agents.orchestrators.kubernetes.watch.KubernetesWatcher`."""
-        return KubernetesWatcher(self).events(stop)
+        """The watch part of the port: :class:`~agents.orchestrators.kubernetes.watch.KubernetesWatcher`
+        (each one started is kept in ``watchers``: its counters say how often it listed,
+        expired, reconnected and skipped a malformed object)."""
+        watcher = KubernetesWatcher(self)
+        self.watchers.append(watcher)
+        return watcher.events(stop)
 
     # -- list / watch (raw JSON) ------------------------------------------------------------------
 

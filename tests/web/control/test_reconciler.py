@@ -53,9 +53,13 @@ def state(cluster) -> tuple:
 
 
 def apply_twice(rec: Reconciler, event) -> str:
+    """Apply, then apply again through a fresh reconciler (the database path, no cache) and
+    through the same one: neither changes anything."""
     first = rec.apply(event)
     before = state(rec.cluster)
-    assert rec.apply(event) in (UNCHANGED, "unknown"), f"{event} applied twice changed something"
+    fresh = Reconciler(cluster=rec.cluster, clock=rec.clock)
+    assert fresh.apply(event) in (UNCHANGED, "unknown"), f"{event} applied twice changed something"
+    assert rec.apply(event) in (UNCHANGED, "unknown")
     assert state(rec.cluster) == before
     return first
 
@@ -250,3 +254,55 @@ def test_the_fake_orchestrator_emits_the_same_events(rec) -> None:
     finally:
         running.stop()
     assert running.reconciler.counts["Resynced"][CHANGED] + running.reconciler.counts["Resynced"][UNCHANGED] == 2
+
+
+def test_runs_of_events_applied_in_bulk_answer_as_one_by_one(rec) -> None:
+    bad = PodPending("batch/x-0", (float("nan"),) + (0.0,) * 7, (0.0,) * 8)
+    events = [pending("a-0", cpu=0.5), pending("a-0", cpu=0.5), bad, pending("b-0", cpu=0.25)]
+    assert rec.apply_many(events) == [CHANGED, UNCHANGED, REJECTED, CHANGED]
+    assert sorted(BatchPod.objects.values_list("workload__name", "state")) == [("batch/a-0", "pending"),
+                                                                                ("batch/b-0", "pending")]
+    assert BatchPod.objects.get(workload__name="batch/b-0").workload.request[CPU] == 250
+    before = state(rec.cluster)
+    assert Reconciler(cluster=rec.cluster).apply_many(events) == [UNCHANGED, UNCHANGED, REJECTED, UNCHANGED]
+    assert state(rec.cluster) == before
+    fake = FakeOrchestrator(node_names=NODES)
+    run_pass(rec.cluster, fake)
+    placed = {pod: node for _, pod, node in fake.log}
+    running = [PodRunning(ref, node, at_s=1003.0) for ref, node in placed.items()] + [PodRunning("batch/zz-0", NODES[0])]
+    assert rec.apply_many(running) == [CHANGED, CHANGED, "unknown"]
+    assert set(BatchPod.objects.values_list("running_s", flat=True)) == {1003.0}
+    assert Reconciler(cluster=rec.cluster).apply_many(running) == [UNCHANGED, UNCHANGED, "unknown"]
+
+
+def test_node_runs_applied_in_bulk_answer_as_one_by_one(rec) -> None:
+    alloc = (INF,) * 8
+    events = [NodeSeen("thinkcentre-alpha", False, True, alloc), NodeSeen("thinkcentre-beta", True, False, alloc,
+                                                                          labels={"disk": "ssd"}),
+              NodeSeen("", True, True, alloc), NodeSeen("new-node", True, True, (8000.0, 16 * GIB) + (INF,) * 6)]
+    assert rec.apply_many(events) == [CHANGED, CHANGED, REJECTED, CHANGED]
+    conditions = dict(NodeCondition.objects.values_list("node__name", "ready"))
+    assert conditions["thinkcentre-alpha"] is False and conditions["new-node"] is True
+    assert Node.objects.get(name="thinkcentre-beta").labels == {"disk": "ssd"}
+    before = state(rec.cluster)
+    assert Reconciler(cluster=rec.cluster).apply_many(events) == [UNCHANGED, UNCHANGED, REJECTED, UNCHANGED]
+    assert state(rec.cluster) == before
+
+
+def test_fidelity_findings_reach_the_console_and_drift(rec, client) -> None:
+    from django.contrib.auth.models import User
+
+    from kalena_web.replan.models import ReplanRecommendation
+    from kalena_web.replan.services import drift_pass
+
+    prod = Workload.objects.filter(cluster=rec.cluster, kind=Workload.PRODUCTION).select_related("node").first()
+    other = next(n for n in NODES if n != prod.node.name)
+    rec.apply(ProductionSeen(prod.name, other, prod.request, prod.limit))
+    report = drift_pass(cluster=rec.cluster, now_s=1001.0)
+    assert report.fidelity_findings == 1 and report.recommended
+    (recommendation,) = ReplanRecommendation.objects.filter(cluster=rec.cluster)
+    assert recommendation.report["fidelity_findings"] == [{"pod": prod.name, "blueprint_node": prod.node.name,
+                                                           "seen_node": other}]
+    client.force_login(User.objects.create_user("viewer", password="x" * 12))
+    page = client.get(f"/live/{rec.cluster.name}/").content.decode()
+    assert "Blueprint fidelity" in page and prod.name in page
