@@ -4,6 +4,7 @@ their ``kalena.naughtian.io/batch-cpu`` / ``batch-memory`` patched when the deci
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from kalena_engine.policy import Policy
 from kalena_web.control.loops import run_for_clusters
@@ -13,7 +14,10 @@ from kalena_web.kubehooks.services import batch_capacity_publish
 
 @shared_task(name="kalena.kubehooks.publish", acks_late=True, ignore_result=True)
 def publish(cluster_id: int | None = None, now_s: float | None = None) -> dict[str, str]:
-    """One publication pass per live cluster, under the cluster's lock."""
+    """One publication pass per live cluster, under the cluster's lock; nothing at all unless
+    ``KALENA_ORCHESTRATOR=kubernetes`` (only the kubelet re-checks requests)."""
+    if settings.KALENA_ORCHESTRATOR != "kubernetes":
+        return {}
     buckets = Policy().placement.slack_buckets
 
     def body(cluster, now):

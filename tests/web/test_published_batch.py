@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from agents.orchestrators import FakeOrchestrator
@@ -151,3 +152,26 @@ def test_case_c10_published_room_admits_the_converted_pod(db):
         assert (admitted["phase"], admitted["qosClass"]) == ("Running", "BestEffort")
         # the bound pod now holds 4000 of it: the room stays S + Σ q_b = 2.85 + 4 = 6.85 cores, nothing to patch
         assert batch_capacity_publish(cluster=cluster, orchestrator=kube, now_s=1003.0, buckets=BUCKETS) == 0
+
+
+def test_the_publish_loop_runs_only_for_kubernetes(live, api, settings, tmp_path, monkeypatch):
+    from kalena_web.kubehooks.tasks import publish
+
+    settings.KALENA_ORCHESTRATOR = "fake"
+    assert publish() == {} and not PublishedBatch.objects.exists()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": api.url}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kalena"}}],
+        "users": [{"name": "kalena", "user": {"token": "t"}}]}))
+    # KUBECONFIG is read when the client is imported: point its default location at the file
+    monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    settings.KALENA_ORCHESTRATOR = "kubernetes"
+    default = k8s.Configuration.get_default_copy()
+    try:
+        publish()
+    finally:
+        k8s.Configuration.set_default(default)  # load_kube_config set the process-wide default
+    assert PublishedBatch.objects.filter(node__cluster=live).count() == 3
+    assert all("kalena.naughtian.io/batch-cpu" in api.get("nodes", n)["status"]["allocatable"] for n in NODES)
