@@ -70,7 +70,8 @@ class Denied(Exception):
 
 
 def review(body: bytes | str | Mapping[str, Any], config: AdmissionConfig = AdmissionConfig()) -> dict[str, Any]:
-    """Answer one AdmissionReview (raw body or parsed); never raises.
+    """Answer one AdmissionReview (raw body or parsed); never raises (an internal error allows the
+    object unchanged with a warning, as ``failurePolicy: Ignore`` would).
 
     Returns:
         The response AdmissionReview: ``response.uid`` echoes the request's, ``allowed``,
@@ -88,6 +89,10 @@ def review(body: bytes | str | Mapping[str, Any], config: AdmissionConfig = Admi
         patch, warnings = decide(request, config)
     except Denied as exc:
         return _answer(uid, allowed=False, message=f"kalena admission: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a bug here must not block pod creation
+        # what failurePolicy: Ignore would do with a crash, but answered: the pod as it was
+        return _answer(uid, allowed=True, warnings=[f"kalena admission: internal error ({type(exc).__name__}); "
+                                                    "the object was left unchanged"])
     return _answer(uid, allowed=True, patch=patch, warnings=warnings)
 
 

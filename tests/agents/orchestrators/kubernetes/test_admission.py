@@ -197,3 +197,13 @@ def test_malformed_review_is_denied_naming_the_field(body, field):
     assert response["allowed"] is False and "patch" not in response
     assert response["status"]["code"] == 400
     assert f"{field}:" in response["status"]["message"], response["status"]["message"]
+
+
+def test_an_internal_error_leaves_the_pod_unchanged(monkeypatch):
+    import agents.orchestrators.kubernetes.admission as admission
+
+    def broken(request, config):
+        raise KeyError("bug")
+    monkeypatch.setattr(admission, "decide", broken)
+    response = review(json.dumps(admission_review(pod())).encode())["response"]
+    assert response["allowed"] is True and "patch" not in response and "internal error" in response["warnings"][0]
