@@ -91,3 +91,49 @@ def test_bind_args_case_insensitive_and_checked():
 def test_extender_score(score, expected):
     # round(score / 10) clipped to MaxExtenderPriority: 39.58 → 3.958 → 4
     assert extender_score(score) == expected
+
+
+@pytest.fixture
+def kube_api(settings, tmp_path, monkeypatch):
+    """The test API server with the homelab's nodes, as the control plane's orchestrator."""
+    import yaml
+    from kubernetes import client as k8s
+
+    from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
+
+    with TestAPIServer() as api:
+        for name in NODES:
+            api.create("nodes", node(name, cpu="4", memory="16Gi"))
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "t",
+            "clusters": [{"name": "t", "cluster": {"server": api.url}}],
+            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}], "users": [{"name": "u", "user": {}}]}))
+        monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+        settings.KALENA_ORCHESTRATOR = "kubernetes"
+        default = k8s.Configuration.get_default_copy()
+        try:
+            yield api
+        finally:
+            k8s.Configuration.set_default(default)
+
+
+def test_bind_enters_the_ledger_and_creates_the_binding(client, live, kube_api):
+    from kalena_web.ledger.models import LiveNodeLedger
+    from kalena_web.scheduling.models import BatchPod
+
+    created = kube_api.create("pods", {**batch_pod(), "spec": {**batch_pod()["spec"], "schedulerName": "default-scheduler"}})
+    uid = created["metadata"]["uid"]
+    before = LiveNodeLedger.objects.get(node__cluster=live, node__name=NODES[1]).batch_request[0]
+    wrong = post(client, "bind", {"PodName": "train-0", "PodNamespace": "batch", "PodUID": "other", "Node": NODES[1]})
+    assert "has uid" in wrong["Error"] and not kube_api.get("pods", "batch/train-0")["spec"].get("nodeName")
+    assert post(client, "bind", {"PodName": "train-0", "PodNamespace": "batch", "PodUID": uid, "Node": NODES[1]}) == {"Error": ""}
+    assert kube_api.get("pods", "batch/train-0")["spec"]["nodeName"] == NODES[1]
+    pod = BatchPod.objects.select_related("workload").get(workload__name="batch/train-0")
+    assert pod.state == "bound" and pod.workload.node.name == NODES[1]
+    # in flight at its request: 500 mcpu more on that node's ledger
+    assert LiveNodeLedger.objects.get(node__cluster=live, node__name=NODES[1]).batch_request[0] == before + 500
+    again = post(client, "bind", {"PodName": "train-0", "PodNamespace": "batch", "PodUID": uid, "Node": NODES[0]})
+    assert "not pending" in again["Error"]  # bound once; a second bind is refused, nothing moves
+    unknown = post(client, "bind", {"PodName": "train-0", "PodNamespace": "batch", "PodUID": uid, "Node": "elsewhere"})
+    assert "is not in Kalena cluster" in unknown["Error"]
