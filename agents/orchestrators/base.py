@@ -34,6 +34,11 @@ class EvictionRefused(OrchestratorError):
     the workload still runs and keeps its reservation; retry later with backoff."""
 
 
+class BindingUncertain(OrchestratorError):
+    """A binding call that may or may not have landed (a timeout, a dropped connection): the
+    caller must ask the orchestrator (or wait for its watch) before binding again."""
+
+
 class StaleBinding(OrchestratorError):
     """A binding the orchestrator rejected because the world moved on (already bound,
     deleted, node gone): the scheduler requeues the workload, it is never lost."""

@@ -8,8 +8,10 @@ telemetry marked fresh: no agents run here), and the same nodes registered in
 Two candidate schedulers (:class:`~kalena_web.control.leading.ClusterScheduler`, each with its
 own ``kubernetes`` client, watch, reconciler and Lease elector) run in this process.
 
-Run: ``--pods`` batch pods (``schedulerName: kalena``, owned by 200 Jobs, requests drawn from
-a seeded grid of 100m–1 cpu and 128Mi–2Gi) are created in the server at ``--arrival-rate``
+Run: ``--pods`` batch pods (``schedulerName: kalena``, owned by ``--jobs`` Jobs; as in
+kube-scheduler's scheduler_perf SchedulingBasic, the pods of one Job are identical: each Job's
+request is drawn once from a seeded grid of 100m–1 cpu and 128Mi–2Gi) are created in the
+server at ``--arrival-rate``
 pods/s (default 0 = all at once, i.e. faster than the scheduler can bind). When a third are
 bound, every open watch gets ``ERROR 410`` (a re-list); when two thirds are bound, the leader
 is killed (its lease left to expire) and the standby takes over.
@@ -17,6 +19,9 @@ is killed (its lease left to expire) and the standby takes over.
 Figures: ``created_to_bound_p50_ms`` / ``_p99_ms`` (server-side creation → binding stored);
 ``pods_bound_per_s`` = pods bound / (last binding − first creation − ``failover_gap_s``);
 ``failover_gap_s`` = the killed leader's last lease renewal → the standby's acquisition;
+``process_cpu_s`` and ``pods_bound_per_cpu_s``: the CPU this one process (API server, both
+schedulers, watches, reconcilers, event senders) used while the pods were bound — on a shared
+machine the wall-clock rate says as much about the neighbours as about Kalena;
 ``pods_lost`` = created, never bound and not pending in Kalena at the end;
 ``pods_double_bound`` = 409 "already assigned" answers + binding requests naming a node other
 than the pod's first; ``engine_only_per_s`` = the engine's placement rate for the same pods on
@@ -47,6 +52,7 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
     p.add_argument("--renew-deadline", type=float, default=10.0, help="renew deadline s (client-go 10)")
     p.add_argument("--retry-period", type=float, default=2.0, help="retry period s (client-go 2)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (900)")
+    p.add_argument("--jobs", type=int, default=20, help="Jobs owning the pods (20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--database-url", default=DEFAULT_DB, help=f"PostgreSQL database to (re)create ({DEFAULT_DB})")
     p.add_argument("--keep-db", action="store_true", help="keep the database afterwards")
@@ -141,8 +147,9 @@ def handle(args: argparse.Namespace) -> int:
     print(f"  leader kalena-a watching ({time.monotonic() - t0:.1f} s since start)")
 
     rng = np.random.default_rng(args.seed)
-    cpus = rng.choice([100, 250, 500, 1000], size=args.pods)
-    mems = rng.choice([128, 256, 512, 1024, 2048], size=args.pods)
+    job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
+    job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
+    cpus, mems = job_cpu[np.arange(args.pods) % args.jobs], job_mem[np.arange(args.pods) % args.jobs]
     created_at: dict[str, float] = {}
 
     def create_all() -> None:
@@ -152,14 +159,17 @@ def handle(args: argparse.Namespace) -> int:
                 wait = start + i / args.arrival_rate - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-            name = f"job-{i % 200}-{i}"
+            job = f"job-{i % args.jobs}"
+            name = f"{job}-{i}"
             created_at[f"bench/{name}"] = time.time()
-            api.create_pod(pod("bench", name, tier="batch", owner_kind="Job", owner_name=f"job-{i % 200}",
+            api.create_pod(pod("bench", name, tier="batch", owner_kind="Job", owner_name=job, labels={"app": job},
                                cpu=f"{cpus[i]}m", memory=f"{mems[i]}Mi", limit_cpu=f"{cpus[i]}m",
                                limit_memory=f"{mems[i]}Mi"))
 
     creator = threading.Thread(target=create_all, name="bench-creator", daemon=True)
     started_wall = time.time()
+    cpu_start = time.process_time()
+    load_start = os.getloadavg()[0]
     creator.start()
     expired = killed = False
     gap_s = None
@@ -184,6 +194,8 @@ def handle(args: argparse.Namespace) -> int:
             print(f"  … {n}/{args.pods} bound")
             last_print = time.monotonic()
         time.sleep(0.05)
+    cpu_s = time.process_time() - cpu_start
+    load_end = os.getloadavg()[0]
     b.stop()
     if not killed:
         a.stop()
@@ -191,6 +203,12 @@ def handle(args: argparse.Namespace) -> int:
 
     figures = _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, cluster, a, b)
     figures["setup_s"] = round(setup_s, 1)
+    # the whole run shares this process (API server, both schedulers, watches, reconcilers):
+    # CPU seconds it used while pods were bound, and the machine's load, say how contended it was
+    figures["process_cpu_s"] = round(cpu_s, 1)
+    figures["pods_bound_per_cpu_s"] = round(figures["pods_bound"] / max(cpu_s, 1e-9), 1)
+    figures["load_average_1m"] = [round(load_start, 1), round(load_end, 1)]
+    figures["cpus"] = os.cpu_count()
     for key, value in figures.items():
         print(f"  {key}: {value}")
     if args.summary_json:
@@ -236,6 +254,9 @@ def _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, clu
         "pods_double_bound": conflicts + differing,
         "failover_gap_s": round(gap_s, 2) if gap_s is not None else None,
         "passes": a.stats.passes + b.stats.passes,
+        "pass_phase_s": {k: round(a.stats.phase_s.get(k, 0.0) + b.stats.phase_s.get(k, 0.0), 2)
+                         for k in sorted(set(a.stats.phase_s) | set(b.stats.phase_s))},
+        "reconciler_counts": _merged_counts([r for s in (a, b) for r in s.reconcilers]),
         "watch_lists": sum(sum(w.lists.values()) for s in (a, b) for w in s.orchestrator.watchers),
         "watch_410_expired": sum(sum(w.expired.values()) for s in (a, b) for w in s.orchestrator.watchers),
         "watch_reconnects": sum(sum(w.reconnects.values()) for s in (a, b) for w in s.orchestrator.watchers),
@@ -243,6 +264,14 @@ def _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, clu
         "events_dropped": a.orchestrator.events_dropped + b.orchestrator.events_dropped,
         "api_calls": {f"{v} {r}": n for (v, r), n in sorted(api.calls.items())},
     }
+
+
+def _merged_counts(reconcilers) -> dict[str, dict[str, int]]:
+    out: dict[str, Counter] = {}
+    for r in reconcilers:
+        for kind, c in r.counts.items():
+            out.setdefault(kind, Counter()).update(c)
+    return {k: dict(v) for k, v in sorted(out.items())}
 
 
 def _engine_only(cluster, created_at) -> float:

@@ -7,8 +7,8 @@ renewed on its own thread). While it leads, it runs the watch (pods and nodes �
 queued pod wakes it) and at least every ``pass_period_s`` — each pass asking the elector
 before every node's bindings, so no pass outlives the lease. When it loses the lease it stops
 watching and binding at once; a standby takes over after the lease expires. Each pass also
-records the agents' evictions, requeues bindings the watch never confirmed
-(:func:`~kalena_web.scheduling.services.batch_requeue_unconfirmed`), and retries evictions a
+records the agents' evictions, settles bindings the watch has not confirmed after 30 s by
+reading the pod (:func:`~kalena_web.scheduling.services.batch_unconfirmed`), and retries evictions a
 PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`).
 
 The Celery scheduling task skips Kubernetes clusters (this loop schedules them).
@@ -42,6 +42,7 @@ class SchedulerStats:
     leader_since_s: list[float] = field(default_factory=list)
     lost_s: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)
 
 
 class ClusterScheduler:
@@ -59,6 +60,7 @@ class ClusterScheduler:
         self.stats = SchedulerStats()
         self.wake = threading.Event()
         self.watch: RunningWatch | None = None
+        self.reconcilers: list[Reconciler] = []  # of the watches this candidate ran and stopped
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -90,6 +92,7 @@ class ClusterScheduler:
     def _stop_watch(self) -> None:
         if self.watch is not None:
             self.watch.stop()
+            self.reconcilers.append(self.watch.reconciler)
             self.watch = None
             self.stats.lost_s.append(time.time())
 
@@ -114,15 +117,44 @@ class ClusterScheduler:
         finally:
             connection.close()
 
+    def _settle_unconfirmed(self, now: float) -> int:
+        """Bindings the watch has not confirmed after 30 s: ask the API where each pod is —
+        bound (the watch is behind: confirm it there), pending (the call never landed: queue it
+        again), gone (leave every ledger). Returns how many were queued again."""
+        from kalena_web.inventory.models import Node
+        from kalena_web.scheduling.services import (
+            batch_gone, batch_observe_running, batch_requeue, batch_unconfirmed,
+        )
+
+        requeued = 0
+        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now):
+            if not self.elector.is_leader():
+                break
+            try:
+                where = self.orchestrator.pod_node(pod.workload.name)
+            except Exception as exc:  # noqa: BLE001 - asked again next pass
+                log.info("could not read %s: %s", pod.workload.name, exc)
+                continue
+            if where is None:
+                batch_gone(pod=pod, now_s=now, reason="gone before its binding was confirmed")
+            elif where:
+                node_id = Node.objects.filter(cluster=self.cluster, name=where).values_list("id", flat=True).first()
+                if node_id is not None:
+                    batch_observe_running(pod=pod, node_id=node_id, at_s=now, now_s=now)
+            else:
+                batch_requeue(pod=pod, now_s=now, reason="binding never reached the API")
+                requeued += 1
+        return requeued
+
     def run_pass(self, now_s: float | None = None):
         """One pass as the leader (see module doc); returns the pass report."""
         from kalena_web.archive.evictions import evictions_record
         from kalena_web.control.escalation import eviction_retries_run
-        from kalena_web.scheduling.services import batch_requeue_unconfirmed, scheduling_pass
+        from kalena_web.scheduling.services import scheduling_pass
 
         now = time.time() if now_s is None else now_s
         evictions_record(cluster=self.cluster, now_s=now)
-        self.stats.requeued_unconfirmed += batch_requeue_unconfirmed(cluster=self.cluster, now_s=now)
+        self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
         eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=self.policy, now_s=now,
                                  rng=self.rng, keep_going=self.elector.is_leader)
@@ -130,4 +162,6 @@ class ClusterScheduler:
         self.stats.placed += report.placed
         self.stats.stale_bindings += report.stale_bindings
         self.stats.errors = (self.stats.errors + report.errors)[-20:]
+        for phase, seconds in report.phase_s.items():
+            self.stats.phase_s[phase] = round(self.stats.phase_s.get(phase, 0.0) + seconds, 3)
         return report

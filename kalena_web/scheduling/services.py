@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import BatchSpec, Orchestrator, OrchestratorError, StaleBinding
+from agents.orchestrators import BatchSpec, BindingUncertain, Orchestrator, OrchestratorError, StaleBinding
 from kalena_engine.errors import InputError
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
@@ -108,9 +109,11 @@ class PassReport:
     failed: int = 0
     why_pending: int = 0
     stale_bindings: int = 0
+    uncertain: int = 0
     noticed: int = 0
     stopped_early: bool = False
     errors: list[str] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)  # wall seconds: read, engine, ledger, bind_api, why_pending
 
 
 def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Policy, now_s: float,
@@ -130,6 +133,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     as stale (409 already assigned, 404 gone) leaves the queue (:func:`batch_drop`).
     """
     report = PassReport()
+    mark = time.perf_counter()
     rows = selectors.node_rows(cluster=cluster)
     pending_rows = selectors.pending_rows(cluster=cluster)
     report.pending = len(pending_rows)
@@ -148,7 +152,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     if kubelet is not None:
         snapshot = dataclasses.replace(snapshot, kubelet=kubelet)
     pending, pods_of_entry = mappers.pending_batch(pending_rows, image_sizes)
+    mark = _phase(report, "read", mark)
     result = schedule_batch(snapshot, pending, policy, rng=rng)
+    mark = _phase(report, "engine", mark)
     taken = [0] * len(pods_of_entry)
     pods = {p.id: p for p in BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids])
             .select_related("workload")}
@@ -170,7 +176,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             report.stopped_early = True
             break
         chunk = groups[i:i + BIND_CHUNK_NODES]
+        mark = time.perf_counter()
         accepted = _bind_many_in_ledger(chunk, now_s=now_s)
+        mark = _phase(report, "ledger", mark)
         for node_id, node_name, chosen, _ in chunk:
             if node_id not in accepted:
                 report.stale += len(chosen)
@@ -181,10 +189,20 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
                     batch_requeue(pod=pod, now_s=now_s, reason="scheduler lost its lease before binding")
                     continue
                 _bind_one(orchestrator, pod, node_name, now_s=now_s, report=report)
+        _phase(report, "bind_api", mark)
+    mark = time.perf_counter()
     left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
     report.why_pending = _record_why_pending(result.why_pending(), pods_of_entry, pending, left, now_s)
     report.noticed = _notice_pending(orchestrator, left, now_s=now_s)
+    _phase(report, "why_pending", mark)
     return report
+
+
+def _phase(report: PassReport, name: str, since: float) -> float:
+    """Add the wall time since ``since`` to ``report.phase_s[name]``; returns now."""
+    now = time.perf_counter()
+    report.phase_s[name] = round(report.phase_s.get(name, 0.0) + now - since, 4)
+    return now
 
 
 NOTICE_EVERY_S = 60.0  # at most one FailedScheduling event per pod per minute (DESIGN §14)
@@ -244,6 +262,12 @@ def _bind_one(orchestrator: Orchestrator, pod: BatchPod, node_name: str, *, now_
             batch_drop(pod=pod, now_s=now_s, reason=str(exc))
         else:
             batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+    except BindingUncertain as exc:
+        report.uncertain += 1
+        report.errors.append(str(exc))
+        if pod.source != BatchPod.WATCH:
+            batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
+        # a watched pod stays bound, unconfirmed: the watch or a read (batch_unconfirmed) settles it
     except OrchestratorError as exc:
         report.failed += 1
         report.errors.append(str(exc))
@@ -532,22 +556,19 @@ def batch_gone(*, pod: BatchPod, now_s: float, reason: str = "deleted") -> bool:
     return changed or bool(marked)
 
 
-UNCONFIRMED_S = 30.0  # a binding the watch has not confirmed this long after it was made is redone
+UNCONFIRMED_S = 30.0  # a binding the watch has not confirmed this long after it was made is checked
 
 
-def batch_requeue_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = UNCONFIRMED_S) -> int:
-    """Watched pods Kalena bound more than ``older_than_s`` ago that the watch never reported on
-    a node (no ``PodRunning``): the binding call never reached the orchestrator (a scheduler
-    died between its ledger commit and the call, a timeout), so the pod object is still pending
-    there. They are queued again — never lost; if the binding did land after all, the next one
-    gets a 409 and the watch's report adopts it. Returns how many."""
-    pods = BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND, running_s__isnull=True,
-                                   bound_s__lt=now_s - older_than_s)
-    count = 0
-    for pod in pods:
-        batch_requeue(pod=pod, now_s=now_s, reason="binding never confirmed by the watch")
-        count += 1
-    return count
+def batch_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = UNCONFIRMED_S,
+                      limit: int = 100) -> list[BatchPod]:
+    """Watched pods Kalena bound more than ``older_than_s`` ago that the watch never reported
+    on a node (no ``PodRunning``), oldest first: their binding call may never have reached the
+    orchestrator (a scheduler died between its ledger commit and the call, a timeout). The
+    caller asks the orchestrator where each one is and settles it with
+    :func:`batch_observe_running`, :func:`batch_requeue` or :func:`batch_gone` (1 query)."""
+    return list(BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND,
+                                        running_s__isnull=True, bound_s__lt=now_s - older_than_s)
+                .select_related("workload").order_by("bound_s")[:limit])
 
 
 def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,

@@ -33,7 +33,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from agents.orchestrators.base import (
-    BatchSpec, EvictionRefused, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
+    BatchSpec, BindingUncertain, EvictionRefused, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
 )
 from agents.orchestrators.events import WatchEvent
 from agents.orchestrators.kubernetes.watch import KubernetesWatcher, WatchExpired
@@ -148,8 +148,8 @@ class KubernetesOrchestrator:
             if exc.status in (404, 409):
                 raise StaleBinding(f"bind {spec.id} to {node}: {exc.status} {_reason(exc)}") from None
             raise OrchestratorError(f"bind {spec.id} to {node}: {exc.status} {_reason(exc)}") from None
-        except Exception as exc:  # noqa: BLE001 - timeouts and connection errors: the pass requeues
-            raise OrchestratorError(f"bind {spec.id} to {node}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - timeouts and connection errors: it may have landed
+            raise BindingUncertain(f"bind {spec.id} to {node}: {type(exc).__name__}: {exc}") from None
         self.record_event(spec.id, "Scheduled", f"Successfully assigned {spec.id} to {node}")
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
@@ -168,6 +168,24 @@ class KubernetesOrchestrator:
         except Exception as exc:  # noqa: BLE001 - timeouts: the caller keeps the pod and retries
             raise OrchestratorError(f"evict {workload_id}: {type(exc).__name__}: {exc}") from None
         self.record_event(workload_id, "Evicted", f"Evicted by Kalena: {reason}", type_="Warning")
+
+    def pod_node(self, workload_id: str) -> str | None:
+        """Where the pod is bound now: its ``spec.nodeName`` (``""`` while pending), None when
+        the pod does not exist.
+
+        Raises:
+            OrchestratorError: the API refused or did not answer in time.
+        """
+        namespace, name = workload_id.split("/", 1)
+        try:
+            body = self._raw(self.core.read_namespaced_pod, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise OrchestratorError(f"read pod {workload_id}: {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001
+            raise OrchestratorError(f"read pod {workload_id}: {type(exc).__name__}: {exc}") from None
+        return (body.get("spec") or {}).get("nodeName") or ""
 
     def note_pending(self, workload_id: str, message: str) -> None:
         """Why a pod waits: a ``FailedScheduling`` Event and ``PodScheduled=False,

@@ -251,3 +251,28 @@ def test_two_schedulers_one_lease_the_leader_killed_mid_run(live, api) -> None:
     codes = Counter(code for v, p, code in api.answers if v == "POST" and p.endswith("/binding"))
     assert len(bindings) == 40 and set(bindings.values()) == {1}, (codes, a.stats, b.stats)  # none lost or bound twice
     assert BatchPod.objects.filter(state="bound").count() == 40, list(BatchPod.objects.values_list("workload__name", "state", "outcome", "reason", "requeues"))
+
+
+def test_a_binding_that_timed_out_is_settled_by_reading_the_pod_not_by_binding_again(live, api) -> None:
+    api.create_pod(job_pod("t-0"))
+    api.create_pod(job_pod("t-1"))
+    s = scheduler(live, api, "kalena-a")
+    s.orchestrator.timeout_s = 0.5
+    rec = Reconciler(cluster=live)
+    core = s.orchestrator
+    for key in ("batch/t-0", "batch/t-1"):
+        rec.apply_all(KubernetesWatcher(core)._translate("pods", "ADDED", api.get("pods", key)))
+    api.fault("POST", r"/t-0/binding$", delay_s=1.5)  # lands, but after the client gave up
+    api.fault("POST", r"/t-1/binding$", code=None, delay_s=0.0, times=0)
+    s.elector.try_acquire_or_renew()
+    report = s.run_pass(now_s=1000.0)
+    assert report.uncertain == 1 and report.placed == 1
+    t0 = BatchPod.objects.get(workload__name="batch/t-0")
+    assert t0.state == "bound" and t0.running_s is None  # not requeued: it may have landed
+    wait_for(lambda: api.get("pods", "batch/t-0")["spec"].get("nodeName"), "the slow binding lands")
+    s.elector.try_acquire_or_renew()
+    s.run_pass(now_s=1040.0)  # 30 s later, still unconfirmed by any watch: read, confirmed, not rebound
+    t0.refresh_from_db()
+    assert t0.state == "bound" and t0.running_s is not None
+    assert t0.workload.node.name == api.get("pods", "batch/t-0")["spec"]["nodeName"]
+    assert [p for v, p, _ in api.requests if p.endswith("/t-0/binding")] == ["/api/v1/namespaces/batch/pods/t-0/binding"]
