@@ -144,6 +144,7 @@ INSTALLED_APPS = [
     "kalena_web.replan",
     "kalena_web.api",
     "kalena_web.telemetry",
+    "kalena_web.kubehooks",
 ]
 
 MIDDLEWARE = [
@@ -333,3 +334,14 @@ KALENA_INGEST_FLUSH_MAX_SAMPLES = int(os.environ.get("KALENA_INGEST_FLUSH_MAX_SA
 KALENA_ESTIMATION_LOCK_TTL_S = float(os.environ.get("KALENA_ESTIMATION_LOCK_TTL_S", "6"))
 KALENA_ESTIMATION_MAX_BATCHES = int(os.environ.get("KALENA_ESTIMATION_MAX_BATCHES", "2000"))
 KALENA_ESTIMATION_BUDGET_S = float(os.environ.get("KALENA_ESTIMATION_BUDGET_S", "5"))
+
+# Kubernetes admission webhook (docs/kubernetes-admission.md):
+#   KALENA_ADMISSION_INFER_JOBS=1: Job/CronJob pods without a tier label are batch (DESIGN §4).
+#   KALENA_ADMISSION_EXTENDER_MODE=1: kube-scheduler keeps batch; schedulerName is left alone.
+KALENA_ADMISSION_INFER_JOBS = _flag("KALENA_ADMISSION_INFER_JOBS")
+KALENA_ADMISSION_EXTENDER_MODE = _flag("KALENA_ADMISSION_EXTENDER_MODE")
+# Agents on Kubernetes authenticated by TokenReview (kalena_web/kubehooks/agent_auth.py):
+KALENA_AGENT_TOKENREVIEW_CLUSTER = os.environ.get("KALENA_AGENT_TOKENREVIEW_CLUSTER", "")
+KALENA_AGENT_SERVICE_ACCOUNT = os.environ.get("KALENA_AGENT_SERVICE_ACCOUNT",
+                                              "system:serviceaccount:kalena-system:kalena-agent")
+KALENA_AGENT_TOKEN_AUDIENCE = os.environ.get("KALENA_AGENT_TOKEN_AUDIENCE", "kalena")

@@ -54,7 +54,8 @@ class LinkClient:
 
     Args:
         url: ``ws://`` or ``wss://`` URL of the console's agent endpoint.
-        token: the node's bearer token.
+        token: the node's bearer token, or a function returning it (called at every connect:
+            a projected service-account token rotates).
         buffer: the on-disk buffer to send from.
         hello: builds the ``hello`` message at each connect.
         on_policy: receives each ``policy`` update (called on the link thread; must not block).
@@ -63,7 +64,7 @@ class LinkClient:
             close, reconnect (backoff), resend everything unacknowledged (module doc).
     """
 
-    def __init__(self, url: str, token: str, buffer: LinkBuffer, *, hello: Callable[[], dict[str, Any]],
+    def __init__(self, url: str, token: str | Callable[[], str], buffer: LinkBuffer, *, hello: Callable[[], dict[str, Any]],
                  on_policy: Callable[[PolicyUpdate], None] | None = None, window: int = 32,
                  backoff_base_s: float = 0.5, backoff_max_s: float = 10.0, rng: random.Random | None = None,
                  ssl: Any = None, open_timeout_s: float = 10.0, ack_timeout_s: float = 30.0) -> None:
@@ -162,7 +163,8 @@ class LinkClient:
         self.attempt = 0
         while not self._stop.is_set():
             try:
-                async with connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
+                token = self.token() if callable(self.token) else self.token
+                async with connect(self.url, additional_headers={"Authorization": f"Bearer {token}"},
                                    open_timeout=self.open_timeout_s, proxy=None, ssl=self.ssl,
                                    max_size=2**24) as ws:
                     self.connects += 1

@@ -73,6 +73,8 @@ class _Pass(GangTransactions):
         self.n = n
         self.capacity = snapshot.nodes.capacity
         self.slack = np.array(snapshot.slack, dtype=np.float64, copy=True)
+        if snapshot.kubelet is not None:  # the node's own admission re-checks (case C11)
+            self.slack = np.minimum(self.slack, snapshot.kubelet.room)
         self.has_batch = np.array(snapshot.has_batch, dtype=bool, copy=True)
         self.remaining = np.asarray(pending.count, dtype=np.int64).copy()
         self.cond = snapshot.ready & snapshot.telemetry_fresh & snapshot.slack_eligible

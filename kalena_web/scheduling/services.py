@@ -3,6 +3,7 @@ concurrency, record why-pending), requeue evicted batch (DESIGN §9)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -22,6 +23,7 @@ from kalena_engine.policy import Policy
 from kalena_engine.resources import DIM_INDEX, N_DIMS
 from kalena_web.inventory.models import Cluster, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
+from kalena_web.kubehooks.selectors import kubelet_room
 from kalena_web.scheduling import mappers, selectors
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.telemetry.validation import Rejected, check_json_values
@@ -221,6 +223,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
                                              row_of_node=row_of_node),
         images=cached,
     )
+    kubelet = kubelet_room(cluster=cluster, rows=rows)  # Kubernetes: the kubelet re-checks (case C11)
+    if kubelet is not None:
+        snapshot = dataclasses.replace(snapshot, kubelet=kubelet)
     pending, pods_of_entry = mappers.pending_batch(pending_rows, image_sizes)
     mark = _phase(report, "read", mark)
     result = schedule_batch(snapshot, pending, policy, rng=rng)
@@ -290,6 +295,10 @@ def pending_message(record: Mapping[str, Any]) -> str:
     gang = record.get("gang")
     if gang:
         text += f" Gang incomplete: {gang}."
+    for r in [r for r in record.get("rejections") or [] if r.get("kind") == "releasing"][:3]:
+        # case C11: the kubelet still counts a terminating victim there
+        text += (f" {r['node']} is releasing {', '.join(r['releasing'])} ({r['releasing_amount']:g} {r['unit']} of "
+                 f"{r['dim']}).")
     return text
 
 

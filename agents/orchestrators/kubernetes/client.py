@@ -91,6 +91,54 @@ class KubernetesOrchestrator:
                                    priority=priority_of(meta.get("annotations")), phase=status.get("phase", "Unknown")))
         return out
 
+    def pod(self, ref: str) -> dict:
+        """The pod ``namespace/name`` as API JSON.
+
+        Raises:
+            WorkloadGone: no such pod; OrchestratorError: any other refusal.
+        """
+        namespace, name = ref.split("/", 1)
+        try:
+            raw = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise WorkloadGone(f"pod {ref}: no such pod") from None
+            raise OrchestratorError(f"read pod {ref}: {exc.status} {_reason(exc)}") from None
+        return json.loads(raw.data)
+
+    def publish_batch_capacity(self, node: str, *, cpu_mcpu: int, memory_bytes: int) -> None:
+        """Patch the node's status (capacity and allocatable) with Kalena's extended resources
+        ``kalena.naughtian.io/batch-cpu`` (millicores) and ``batch-memory`` (bytes), DESIGN §14 —
+        a JSON patch on ``nodes/status``, the documented way to advertise extended resources.
+
+        Raises:
+            OrchestratorError: the API refused.
+        """
+        from agents.orchestrators.kubernetes.batch_resources import BATCH_CPU, BATCH_MEMORY
+
+        ops = [{"op": "add", "path": f"/status/{part}/{name.replace('/', '~1')}", "value": str(value)}
+               for part in ("capacity", "allocatable")
+               for name, value in ((BATCH_CPU, cpu_mcpu), (BATCH_MEMORY, memory_bytes))]
+        try:
+            self.core.patch_node_status(node, ops, _preload_content=False).release_conn()
+        except ApiException as exc:
+            raise OrchestratorError(f"publish batch capacity on {node}: {exc.status} {_reason(exc)}") from None
+
+    def token_review(self, token: str, audiences: list[str]) -> dict:
+        """``TokenReview.status`` (authentication.k8s.io/v1) for ``token`` and ``audiences``.
+
+        Raises:
+            OrchestratorError: the API refused or failed the review.
+        """
+        body = k8s.V1TokenReview(api_version="authentication.k8s.io/v1", kind="TokenReview",
+                                 spec=k8s.V1TokenReviewSpec(token=token, audiences=audiences))
+        try:
+            raw = k8s.AuthenticationV1Api(self.core.api_client).create_token_review(
+                body, _preload_content=False, _request_timeout=5)
+        except ApiException as exc:
+            raise OrchestratorError(f"token review: {exc.status} {_reason(exc)}") from None
+        return json.loads(raw.data).get("status") or {}
+
     def bind(self, spec: BatchSpec, node: str) -> None:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": spec.name, "namespace": spec.namespace},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}

@@ -20,7 +20,9 @@ Which pods become which events (DESIGN §14):
 A pod's requests are kube-scheduler's effective requests: ``max(Σ containers, max init
 container) + overhead`` per resource, plus Kalena's batch extended resources
 (``kalena.naughtian.io/batch-cpu`` in millicores, ``…/batch-memory`` in bytes) folded into cpu
-and ram. Example: containers 500m + 250m, an init container 1 → cpu 1000 mcpu.
+and ram. Example: containers 500m + 250m, an init container 1 → cpu 1000 mcpu. A pod converted
+by the admission webhook takes its cpu/memory request and limit from the
+``kalena.naughtian.io/resources`` annotation (the extended resources carry only the request).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from agents.orchestrators.base import TIER_LABEL, priority_of
 from agents.orchestrators.events import (
     NodeSeen, PodFinished, PodGone, PodPending, PodRefused, PodRunning, ProductionSeen, Vector, WatchEvent,
 )
+from agents.orchestrators.kubernetes.batch_resources import QuantityError, read_annotation
 
 SCHEDULER_NAME = "kalena"
 BATCH_CPU = "kalena.naughtian.io/batch-cpu"
@@ -99,7 +102,18 @@ def pod_resources(pod: Mapping, kind: str = "requests") -> Vector:
         v = resource_vector((c.get("resources") or {}).get(kind), name, f"spec.initContainers[{i}].resources.{kind}")
         total = [max(a, b) for a, b in zip(total, v, strict=True)]
     overhead = resource_vector(spec.get("overhead"), name, "spec.overhead")
-    return tuple(a + b for a, b in zip(total, overhead, strict=True))  # type: ignore[return-value]
+    out = [a + b for a, b in zip(total, overhead, strict=True)]
+    try:  # a batch pod the webhook converted: its real cpu/memory travel in the annotation
+        converted = read_annotation((pod.get("metadata") or {}).get("annotations"))
+    except QuantityError as exc:
+        raise MalformedObject(name, exc.field, str(exc).split(": ", 1)[1]) from None
+    if converted is not None:
+        if kind == "requests":
+            out[0], out[1] = float(converted.request_mcpu), float(converted.request_bytes)
+        else:  # an undefined limit is the request (DESIGN §5: L = q)
+            out[0] = float(converted.request_mcpu if converted.limit_mcpu is None else converted.limit_mcpu)
+            out[1] = float(converted.request_bytes if converted.limit_bytes is None else converted.limit_bytes)
+    return tuple(out)  # type: ignore[return-value]
 
 
 def pod_ref(pod: Mapping) -> str:

@@ -146,6 +146,8 @@ class TestAPIServer:
         self.run_bound_pods = run_bound_pods
         self.record_bodies = record_bodies
         self.requests: list[tuple[str, str, object]] = []
+        #: ``(verb, path, query)`` of every request (the query tells a watch from a list: RBAC)
+        self.request_log: list[tuple[str, str, dict]] = []
         self.queries: list[tuple[str, str, dict]] = []
         self.answers: list[tuple[str, str, int]] = []
         self.calls: Counter = Counter()
@@ -423,6 +425,7 @@ class TestAPIServer:
                     return self._send(exc.code, exc.status())
                 api.requests.append((method, url.path, body if api.record_bodies else None))
                 query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+                api.request_log.append((method, url.path, query))
                 api.queries.append((method, url.path, query))
                 try:
                     for fault in api._faults:
