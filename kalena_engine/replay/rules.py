@@ -127,7 +127,8 @@ class KoordinatorRule:
         n = len(ctx.capacity)
         prod = ctx.production
         self._steps = max(1, int(round(self.window_s / ctx.step_s)))
-        self._daemonsets = np.nan_to_num(ctx.allocatable - ctx.capacity, nan=0.0, posinf=0.0, neginf=0.0)
+        with np.errstate(invalid="ignore"):  # unconstrained (+inf) dimensions: no DaemonSet term
+            self._daemonsets = np.nan_to_num(ctx.allocatable - ctx.capacity, nan=0.0, posinf=0.0, neginf=0.0)
         self._request_sum = np.zeros((n, 8))
         np.add.at(self._request_sum, prod.node, prod.request)
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import agent_token, bench, cluster, export, replay, serve, users
+from kalena_web.cli import agent_token, bench, cluster, evaluate, export, replay, serve, users
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_parser(commands)
     users.add_parser(commands)
     agent_token.add_parser(commands)
+    evaluate.add_parser(commands)
     return parser
 
 
