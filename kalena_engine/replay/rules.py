@@ -159,9 +159,10 @@ VPA_MEMORY_BUCKETS = (1e7, 1.05, 1e12)      # bytes
 
 
 def histogram_bucket_starts(first: float, ratio: float, maximum: float) -> np.ndarray:
-    """Start of every bucket of a VPA exponential histogram: ``start(0) = 0`` and
-    ``start(n) = first · (ratioⁿ − 1) / (ratio − 1)``; the bucket count is the smallest that
-    reaches ``maximum``. Example: first 0.01, ratio 1.05 → starts 0, 0.01, 0.0205, 0.0315…"""
+    """Bucket edges of a VPA exponential histogram, ``(N + 1,)`` for ``N`` buckets:
+    ``start(n) = first · (ratioⁿ − 1) / (ratio − 1)`` with ``N = ⌈log(max·(ratio − 1)/first + 1)
+    / log ratio⌉ + 1`` (upstream ``NewExponentialHistogramOptions``), so the last bucket starts
+    at or above ``maximum``. Example: first 0.01, ratio 1.05 → 0, 0.01, 0.0205, 0.0315…"""
     count = int(np.ceil(np.log(maximum * (ratio - 1) / first + 1) / np.log(ratio))) + 1
     n = np.arange(count + 1, dtype=np.float64)
     return first * (ratio ** n - 1) / (ratio - 1)
@@ -175,12 +176,14 @@ def histogram_bucket(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 def histogram_percentile(weights: np.ndarray, starts: np.ndarray, percentile: float) -> np.ndarray:
     """Per row of ``weights`` ``(k, buckets)``: the *end* of the first bucket at which the
-    cumulative weight reaches ``percentile`` × total, as VPA's ``decayingHistogram.Percentile``
-    returns; rows without weight give 0."""
+    cumulative weight reaches ``percentile`` × total (the start of the last, overflow, bucket),
+    as VPA's ``decayingHistogram.Percentile`` returns; rows without weight give 0."""
     total = weights.sum(axis=1)
     cumulative = np.cumsum(weights, axis=1)
     bucket = np.argmax(cumulative >= (percentile * total)[:, None] * (1 - 1e-12), axis=1)
-    return np.where(total > 0, starts[np.minimum(bucket + 1, len(starts) - 1)], 0.0)
+    last = weights.shape[1] - 1
+    value = np.where(bucket < last, starts[np.minimum(bucket + 1, last)], starts[bucket])
+    return np.where(total > 0, value, 0.0)
 
 
 @dataclass(eq=False)
@@ -198,8 +201,8 @@ class VpaRule:
     reaches 90 % of the weight; the 1.15 is ``--recommendation-margin-fraction`` 0.15; the
     floor is the recommender's pod minimum (25 mcpu, 250 MiB). Other dimensions read the request.
 
-    Worked example: a pod whose cpu usage sat at 1.0 core for its first hour has all weight in
-    the bucket [0.9926, 1.0522) cores → p90 = 1.0522 → r = 1.21 cores.
+    Worked example: a pod whose cpu usage sat at 1.0 core for its first 300 s has all weight in
+    the bucket [0.9584, 1.0163) cores → p90 = 1.0163 → r = 1.15 · 1.0163 = 1.169 cores.
 
     Not modelled: CPU sample weights by request (constant per pod here, so percentiles do not
     change), OOM-bumped memory samples (a replay's OOM kills batch, not production), the

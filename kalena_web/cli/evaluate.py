@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import queue as queue_module
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -69,6 +70,12 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(message: str) -> None:
+    """Print ``kalena evaluate policies: error: …`` and exit 2 (as a bad input file does)."""
+    print(f"kalena evaluate policies: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _config(args: argparse.Namespace) -> ReplayConfig:
     policy = policy_or_exit(args, "evaluate policies").policy
     try:
@@ -76,7 +83,7 @@ def _config(args: argparse.Namespace) -> ReplayConfig:
                             batch_offset_s=args.offset, load_factor=args.load_factor, node_set=args.node_set,
                             batch_usage_ratio=args.batch_usage_ratio, policy=policy)
     except ValueError as exc:
-        raise SystemExit(f"kalena evaluate policies: error: {exc}") from None
+        _fail(str(exc))
 
 
 def _run_one(name: str, inputs: ReplayInputs, config: ReplayConfig, results) -> None:
@@ -154,7 +161,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         configs = policy_configs(base, rules)
     except ValueError as exc:
-        raise SystemExit(f"kalena evaluate policies: error: --policies: {exc}") from None
+        _fail(f"--policies: {exc}")
     started = time.perf_counter()
     inputs = load_inputs(args, progress=not args.no_progress)
     loaded = time.perf_counter() - started
@@ -163,7 +170,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         results = run_policies(inputs, configs, jobs=int(args.jobs), progress=not args.no_progress)
     except RuntimeError as exc:
-        raise SystemExit(f"kalena evaluate policies: error: {exc}") from None
+        _fail(str(exc))
     sources = input_sources(args)
     summaries = with_harvest_ratios({name: r["summary"] for name, r in results.items()})
     for summary in summaries.values():
