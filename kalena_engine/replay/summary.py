@@ -18,8 +18,9 @@ Co-location costs (DESIGN §11), summed over the run:
 * ``production_contention_core_hours`` = Σ_n max(0, Σ u_prod + Σ q_batch − C) on cpu × step —
   production usage that would not fit beside the batch the ledgers admitted, held off only by
   the throttle — and ``production_contention_node_steps`` the node-steps where it is > 0. With
-  batch usage at its request (the traces carry none) it equals the throttled core-hours; with
-  ``--batch-usage-ratio`` < 1 it counts the admitted request, throttling the demand;
+  batch usage at its request (the traces carry none) it is close to the throttled core-hours
+  (they differ by groups that end within a step: the grant is shared for the whole step); with
+  ``--batch-usage-ratio`` < 1 it counts the admitted request, throttling only the demand;
 * ``oom_kills`` (``oom_kills_by_tier``: batch, service): memory above capacity after eviction;
 * ``escalations`` (``escalations_by_reason``): nodes drained by DESIGN §8.
 """

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import queue as queue_module
+import signal
 import sys
 import time
 import traceback
@@ -86,14 +88,17 @@ def _config(args: argparse.Namespace) -> ReplayConfig:
         _fail(str(exc))
 
 
-def _run_one(name: str, inputs: ReplayInputs, config: ReplayConfig, results) -> None:
-    """Child process: build and run one policy's replay, reporting progress and the result."""
+def _run_one(name: str, inputs: ReplayInputs, config: ReplayConfig, results, parent_pid: int) -> None:
+    """Child process: build and run one policy's replay, reporting progress and the result;
+    it stops by itself if the command that started it is gone."""
     try:
         started = time.perf_counter()
         replay = build_replay(inputs, config)
 
         def observe(record) -> None:
             if (record.step + 1) % PROGRESS_EVERY_STEPS == 0 or record.step + 1 == config.steps:
+                if os.getppid() != parent_pid:  # orphaned: nobody will read the result
+                    os._exit(3)
                 results.put(("progress", name, record.step + 1))
 
         summary = replay.run(observe)
@@ -101,6 +106,10 @@ def _run_one(name: str, inputs: ReplayInputs, config: ReplayConfig, results) -> 
         results.put(("done", name, {"summary": summary, "timeline": replay.accumulator.timeline}))
     except BaseException:  # noqa: BLE001 - reported to the parent, which fails the command
         results.put(("failed", name, traceback.format_exc()))
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs: int,
@@ -112,6 +121,7 @@ def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs
         RuntimeError: a policy's process failed (its traceback in the message) or died.
     """
     context = multiprocessing.get_context("fork")
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a terminated command stops its children too
     results = context.Queue()
     waiting = list(configs)
     running: dict[str, multiprocessing.Process] = {}
@@ -122,7 +132,8 @@ def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs
         while waiting or running:
             while waiting and len(running) < jobs:
                 name = waiting.pop(0)
-                process = context.Process(target=_run_one, args=(name, inputs, configs[name], results), daemon=True)
+                process = context.Process(target=_run_one, args=(name, inputs, configs[name], results, os.getpid()),
+                                          daemon=True)
                 process.start()
                 running[name] = process
             try:
@@ -143,6 +154,7 @@ def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs
                 bars[name].refresh()
                 running.pop(name).join()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for process in running.values():
             process.terminate()
             process.join()
