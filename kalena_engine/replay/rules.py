@@ -25,6 +25,7 @@ Kalena estimator gives ``r_b = q_b`` too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -51,6 +52,16 @@ class RuleInputs:
     usage: np.ndarray
     fresh: np.ndarray
     estimated: np.ndarray
+
+
+class ReservationRule(Protocol):
+    """What the simulator asks of a rule: ``production(inputs)`` → ``(p, 8)`` reservations;
+    ``pins_batch``: batch reservations stay at their requests."""
+
+    name: str
+    pins_batch: bool
+
+    def production(self, inputs: RuleInputs) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -315,7 +326,7 @@ class OracleRule:
         return out
 
 
-def make_rule(name: str, context: RuleContext):
+def make_rule(name: str, context: RuleContext) -> ReservationRule:
     """The rule called ``name`` (one of :data:`RULES`).
 
     Raises:

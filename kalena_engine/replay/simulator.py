@@ -44,7 +44,7 @@ from kalena_engine.placement import PassResult, ProductionPods
 from kalena_engine.policy import Policy
 from kalena_engine.replay.compressible import oom_victims, share_compressible_cpu
 from kalena_engine.replay.escalation import ReplayEscalation
-from kalena_engine.replay.rules import KalenaRule, RuleInputs
+from kalena_engine.replay.rules import KalenaRule, ReservationRule, RuleInputs
 from kalena_engine.replay.scheduling import ReplayScheduler, default_node_table
 from kalena_engine.replay.state import ClusterState
 from kalena_engine.replay.usage import ProductionUsage
@@ -138,7 +138,7 @@ class Simulator:
     eligible: np.ndarray
     stale_ttl_s: float
     scheduler: ReplayScheduler | None = None
-    rule: object = None  # a reservation rule (:mod:`kalena_engine.replay.rules`); None = kalena
+    rule: ReservationRule | None = None  # what production reserves (:mod:`.rules`); None = kalena
 
     def __post_init__(self) -> None:
         if self.rule is None:
