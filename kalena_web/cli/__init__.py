@@ -7,7 +7,7 @@ import sys
 
 from agents import __version__
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import agent_token, batch, bench, cluster, export, migrate, probe, replay, serve, users, watch
+from kalena_web.cli import agent_token, batch, bench, cluster, evaluate, export, migrate, probe, replay, serve, users, watch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_parser(commands)
     batch.add_parser(commands)
     watch.add_parser(commands)
+    evaluate.add_parser(commands)
     return parser
 
 
