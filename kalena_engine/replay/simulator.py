@@ -313,15 +313,10 @@ class Simulator:
             requeue[row] += victim.count
             self.scheduler.record_eviction(task, node, now_s)  # cooldown for (job, node)
             events.append(BatchEvent(now_s, "evicted", task, victim.count, node, victim.reason, detail))
-<<<<<<< HEAD
         if requeue.any():
             st.requeue_batch(requeue)  # requeued from scratch; no migration
-=======
         if plan.victims:
             self.escalation.record_eviction_round(node, now_s)
-        if not keep.all():
-            g.keep(keep)
->>>>>>> evaluate
 
     def _oom(self, now_s: float, prod_usage: np.ndarray, events: list[BatchEvent]) -> None:
         """Memory above capacity after eviction: OOM kills, batch first (module doc, step 7)."""
