@@ -144,6 +144,7 @@ INSTALLED_APPS = [
     "kalena_web.replan",
     "kalena_web.api",
     "kalena_web.telemetry",
+    "kalena_web.policy",
 ]
 
 MIDDLEWARE = [

@@ -21,5 +21,6 @@ urlpatterns = [
     path("metrics/cluster", cluster_metrics_view, name="metrics-cluster"),
     path("api/", api.urls),
     path("", include("kalena_web.telemetry.urls")),
+    path("", include("kalena_web.policy.urls")),
     path("", include("kalena_web.console.urls")),
 ]

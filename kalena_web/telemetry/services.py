@@ -86,7 +86,8 @@ def agent_hello_record(*, node_id: int, hello: dict[str, Any], peer: str, now_s:
                   sampling_interval_s=float(hello["sampling_interval_s"]),
                   cgroup_version=hello.get("cgroup_version") if isinstance(hello.get("cgroup_version"), int)
                   and 0 < hello["cgroup_version"] < 10 else None,
-                  signal_sources=hello.get("signal_sources") or {}, last_hello_s=now_s)
+                  signal_sources=hello.get("signal_sources") or {}, last_hello_s=now_s,
+                  policy_version=_policy_version(hello))
     with transaction.atomic():
         status, created = AgentStatus.objects.select_for_update().get_or_create(node_id=node_id, defaults=fields)
         if not created:
@@ -94,6 +95,19 @@ def agent_hello_record(*, node_id: int, hello: dict[str, Any], peer: str, now_s:
                 setattr(status, key, value)
         status.connections += 1
         status.save()
+
+
+def _policy_version(message: dict[str, Any]) -> int | None:
+    value = message.get("policy_version")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
+
+
+def agent_policy_version_record(*, node_id: int, message: dict[str, Any]) -> int | None:
+    """Record the policy version an agent reports applying (``policy_version`` of its
+    ``samples``); returns it."""
+    version = _policy_version(message)
+    AgentStatus.objects.filter(node_id=node_id).update(policy_version=version)
+    return version
 
 
 def agent_disconnect_record(*, node_id: int, now_s: float) -> None:
