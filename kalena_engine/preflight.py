@@ -17,7 +17,7 @@ Three answers, each from the engine's own functions:
   (DESIGN §9). Only the ledger fit and the cap are modelled: the scheduling pass still applies
   the node filters (selectors, taints, anti-affinity) when it runs.
 
-Worked example: one node, C_ram = 10 GiB, a service pod using 8 GiB with r = 9.2 GiB (μ = 1.15)
+Worked example: one node, C_ram = 10 GiB, a service pod (L = 12 GiB) using 8 GiB with r = 9.2 GiB (μ = 1.15)
 and a batch pod r = 1 GiB; raising μ to 1.3 gives r = 10.4 GiB at once, Σ r = 11.4 > 10 and the
 working set 9 GiB ≥ 0.9 · C (a proposed ``evict_threshold_ratio`` of 0.9) → the batch pod is
 evicted now, ``new`` (μ = 1.15 keeps Σ r = 10.2 > 10, but 9 GiB < 0.95 · C: no pressure).
@@ -123,7 +123,7 @@ def _limit(cluster: PreflightCluster, policy: Policy) -> np.ndarray:
 def _after_now(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarray:
     """Reservations once the newest usage is applied at ``now_s`` under ``policy`` (stale rows
     read ``max(r, q)``)."""
-    measured = np.isfinite(cluster.state.last_sample_s)
+    measured = np.isfinite(cluster.state.last_sample_s) & ~_stale(cluster, policy, now_s)
     state = update_reservations(
         cluster.state, request=cluster.request, limit=_limit(cluster, policy), usage=cluster.usage,
         sampled=measured, now_s=np.maximum(now_s, cluster.state.updated_s), start_s=cluster.start_s,
@@ -139,18 +139,23 @@ def _settled(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndar
     in_grace = (now_s - cluster.start_s) < policy.estimator.grace_s
     value = np.where(in_grace[:, None], np.maximum(cluster.request, target), target)
     value = np.where(pinned_mask(cluster.reclaim_disabled), cluster.request, value)
-    measured = np.isfinite(cluster.state.last_sample_s)
-    value = np.where(measured[:, None], value, cluster.request)
+    fresh = np.isfinite(cluster.state.last_sample_s) & ~_stale(cluster, policy, now_s)
+    value = np.where(fresh[:, None], value, cluster.state.value)   # no fresh sample: r is held
     return _stale_read(cluster, value, policy, now_s)
 
 
-def _stale_read(cluster: PreflightCluster, value: np.ndarray, policy: Policy, now_s: float) -> np.ndarray:
-    """Stale telemetry never creates slack: rows older than their node's T_stale read ``max(r, q)``."""
+def _stale(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarray:
+    """``(n,)`` rows whose newest sample is older than their node's T_stale (never sampled: stale)."""
     if not len(cluster.names):
-        return value
+        return np.zeros(0, dtype=bool)
     ttl = np.array([policy.estimator.stale_ttl_s(float(i)) for i in cluster.sampling_interval_s])
-    stale = (now_s - cluster.state.last_sample_s) > ttl[cluster.node_of]
-    return np.where(stale[:, None], np.maximum(value, cluster.request), value)
+    return (now_s - cluster.state.last_sample_s) > ttl[cluster.node_of]
+
+
+def _stale_read(cluster: PreflightCluster, value: np.ndarray, policy: Policy, now_s: float) -> np.ndarray:
+    """Stale telemetry never creates slack: stale rows read ``max(r, q)`` (DESIGN §5)."""
+    stale = _stale(cluster, policy, now_s)
+    return np.where(stale[:, None], np.maximum(value, cluster.request), value) if stale.any() else value
 
 
 def _node_slack(cluster: PreflightCluster, reservation: np.ndarray) -> np.ndarray:
