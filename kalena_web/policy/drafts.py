@@ -19,7 +19,7 @@ from typing import Any
 from kalena_engine.errors import PolicyError
 from kalena_engine.policy_file import API_VERSION, KIND, RANGES, PolicyDocument, policy_from_document, policy_to_document
 
-UNITS = {"_s": "seconds", "_ratio": "a ratio (1.15 = 115 %)", "_pct": "percent (0–100)", "_mcpu": "millicores",
+UNITS = {"_s": "seconds", "_ratio": "a ratio (1 = 100 %)", "_pct": "percent (0–100)", "_mcpu": "millicores",
          "_bytes": "bytes", "_us": "microseconds"}
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
@@ -55,7 +55,7 @@ def _value_text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return f"{value:.1f}"
+        return str(int(value))
     return str(value)
 
 

@@ -234,6 +234,15 @@ def audit(request: HttpRequest) -> HttpResponse:
         filters = audit_filter(request.GET)
     except PolicyError as exc:
         return error_page(request, 400, str(exc))
-    entries = list(selectors.audit_entries(filters)[:300])
+    entries = [{"e": e, "before": _json(e.before), "after": _json(e.after)}
+               for e in selectors.audit_entries(filters)[:300]]
+    actions = selectors.audit_actions()
+    prefixes = sorted({a.split(".")[0] for a in actions} - set(actions))
     return render(request, "policy/audit.html", {"entries": entries, "filters": request.GET,
-                                                 "actions": selectors.audit_actions()})
+                                                 "actions": prefixes + actions})
+
+
+def _json(value) -> str:
+    import json
+
+    return "" if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
