@@ -129,4 +129,9 @@ def _drain(node: Node, orchestrator: Orchestrator, *, now_s: float, reason: str,
         )
         batch_requeue(pod=pod, now_s=now_s, reason=f"escalation: {reason}")
         drained.append(name)
+    if drained:
+        from kalena_web.policy.audit import audit
+
+        audit("node.drain", cluster_name=node.cluster.name, target=node.name, actor_kind="loop", actor="escalation",
+              after={"reason": reason, "drained": drained[:100]})
     return drained

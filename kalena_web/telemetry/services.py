@@ -54,6 +54,9 @@ def agent_token_create(*, node: Node, created_by: Any = None) -> tuple[str, Agen
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = AgentToken.objects.create(node=node, prefix=plaintext[:12], digest=token_digest(plaintext),
                                     created_by=created_by if getattr(created_by, "pk", None) else None)
+    from kalena_web.policy.audit import audit
+
+    audit("token.create", cluster_name=node.cluster.name, target=f"agent token {row.id} ({row.prefix}…) of {node.name}")
     return plaintext, row
 
 
@@ -73,6 +76,11 @@ def agent_token_revoke(*, token_id: int) -> AgentToken:
                              f"{row.revoked_at:%Y-%m-%d %H:%M:%S} UTC", field="token_id")
         row.revoked_at = timezone.now()
         row.save(update_fields=["revoked_at"])
+        from kalena_web.policy.audit import audit
+
+        audit("token.revoke", cluster_name=row.node.cluster.name,
+              target=f"agent token {row.id} ({row.prefix}…) of {row.node.name}", before={"revoked": False},
+              after={"revoked": True})
     return row
 
 

@@ -210,3 +210,24 @@ def test_audit_log_is_append_only(live) -> None:
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEntry.objects.filter(id=entry.id).delete()
     assert AuditEntry.objects.get(id=entry.id).actor == "scheduling"
+
+
+def test_manual_actions_and_approvals_are_audited_with_the_user(client, django_user_model, live) -> None:
+    from kalena_web.replan.models import ReplanRecommendation
+
+    user = _user(django_user_model, "abe", "approver")
+    client.force_login(user)
+    submitted = client.post("/api/clusters/home/batch", json.dumps(
+        {"name": "team-a/job-1", "owner": "abe", "request": {"cpu": 0.5, "ram": 1.0}}), content_type="application/json")
+    assert submitted.status_code == 201, submitted.content
+    assert client.delete("/api/clusters/home/batch/team-a/job-1").status_code == 204
+    node = live.nodes.first()
+    created = client.post(f"/api/clusters/home/nodes/{node.name}/agent-tokens")
+    assert created.status_code in (200, 201), created.content
+    rec = ReplanRecommendation.objects.create(cluster=live, created_s=1.0, window_s=60.0, threshold=0.25,
+                                              drift={"cpu": 0.3, "ram": 0.1}, report={}, workloads_yaml="")
+    assert client.post(f"/live/home/replan/{rec.id}/decision", {"decision": "approve"}).status_code == 302
+    rows = list(AuditEntry.objects.order_by("id").values_list("actor_kind", "actor", "action", "target"))
+    assert [r[:3] for r in rows] == [("user", "abe", "batch.submit"), ("user", "abe", "batch.delete"),
+                                     ("user", "abe", "token.create"), ("user", "abe", "replan.approve")]
+    assert rows[0][3] == "team-a/job-1"
