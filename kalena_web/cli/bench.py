@@ -47,6 +47,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from kalena_web.cli import bench_ingest
 
     bench_ingest.add_parsers(which)
+    from kalena_web.cli import bench_policy
+
+    bench_policy.add_parsers(which)
     return parser
 
 

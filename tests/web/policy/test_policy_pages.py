@@ -231,3 +231,15 @@ def test_manual_actions_and_approvals_are_audited_with_the_user(client, django_u
     assert [r[:3] for r in rows] == [("user", "abe", "batch.submit"), ("user", "abe", "batch.delete"),
                                      ("user", "abe", "token.create"), ("user", "abe", "replan.approve")]
     assert rows[0][3] == "team-a/job-1"
+
+
+def test_preflight_reads_the_cluster_in_five_queries_whatever_its_size(live, django_assert_num_queries) -> None:
+    from kalena_web.policy.preflight_io import preflight_cluster_load
+    from kalena_web.scheduling.services import batch_submit
+
+    for i in range(3):
+        batch_submit(cluster=live, name=f"team-a/job-{i}", owner="t", request={"cpu": 0.5, "ram": 1.0}, now_s=1000.0)
+    with django_assert_num_queries(5):
+        state = preflight_cluster_load(cluster=live)
+    assert len(state.node_names) == 3 and len(state.pending_namespace) == 3
+    assert len(state.names) == live.workloads.filter(node__isnull=False).count()
