@@ -49,6 +49,7 @@ class PreflightCluster:
         request, limit, usage: ``(n, 8)``; ``limit`` is the declared limit (inf where none).
         start_s: ``(n,)``; ``reclaim_disabled``: ``(n,)`` bool; ``state``: the estimator state.
         pending_request: ``(p, 8)``; ``pending_namespace``: ``(p,)``.
+        grace_override_s: ``(n,)`` per-workload startup grace (NaN = the policy's), or None.
     """
 
     node_names: tuple[str, ...]
@@ -68,6 +69,13 @@ class PreflightCluster:
     state: Reservations
     pending_request: np.ndarray
     pending_namespace: tuple[str, ...]
+    grace_override_s: np.ndarray | None = None
+
+    def grace_s(self, policy: Policy) -> np.ndarray:
+        """``(n,)`` startup grace per workload under ``policy`` (its override wins)."""
+        g = np.full(len(self.names), policy.estimator.grace_s)
+        return g if self.grace_override_s is None else np.where(np.isnan(self.grace_override_s), g,
+                                                                 self.grace_override_s)
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,7 @@ def _after_now(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.nd
     state = update_reservations(
         cluster.state, request=cluster.request, limit=_limit(cluster, policy), usage=cluster.usage,
         sampled=measured, now_s=np.maximum(now_s, cluster.state.updated_s), start_s=cluster.start_s,
-        grace_s=np.full(len(cluster.names), policy.estimator.grace_s), pinned=pinned_mask(cluster.reclaim_disabled),
+        grace_s=cluster.grace_s(policy), pinned=pinned_mask(cluster.reclaim_disabled),
         policy=policy.estimator)
     state = replace(state, last_sample_s=cluster.state.last_sample_s)
     return _stale_read(cluster, state.value, policy, now_s)
@@ -136,7 +144,7 @@ def _after_now(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.nd
 def _settled(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarray:
     """``τ = min(L, μ·u)`` with grace (``max(q, τ)``) and pinning (``q``) — every decay over."""
     target = np.minimum(_limit(cluster, policy), policy.estimator.margin_ratio * cluster.usage)
-    in_grace = (now_s - cluster.start_s) < policy.estimator.grace_s
+    in_grace = (now_s - cluster.start_s) < cluster.grace_s(policy)
     value = np.where(in_grace[:, None], np.maximum(cluster.request, target), target)
     value = np.where(pinned_mask(cluster.reclaim_disabled), cluster.request, value)
     fresh = np.isfinite(cluster.state.last_sample_s) & ~_stale(cluster, policy, now_s)

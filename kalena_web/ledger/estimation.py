@@ -206,7 +206,7 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
         usage = np.nan_to_num(samples.usage[kept], nan=0.0)
         state, applied = apply_samples(
             live.state, workload=rows, time_s=samples.ts[kept], usage=usage, request=live.request,
-            limit=live.limit, start_s=live.start_s, grace_s=np.full(len(live), policy.estimator.grace_s),
+            limit=live.limit, start_s=live.start_s, grace_s=live.grace_s(policy.estimator.grace_s),
             pinned=pinned_mask(live.reclaim_disabled), policy=policy.estimator, unmeasured=unmeasured)
         last_usage = live.last_usage.copy()
         done = np.flatnonzero(applied)

@@ -51,4 +51,4 @@ def preflight_cluster_load(*, cluster: Cluster) -> PreflightCluster:
         state=Reservations(value=live.state.value, updated_s=live.state.updated_s,
                            last_sample_s=live.state.last_sample_s),
         pending_request=_matrix([p[0] for p in pending], len(pending)),
-        pending_namespace=tuple(p[1] for p in pending))
+        pending_namespace=tuple(p[1] for p in pending), grace_override_s=live.grace_override_s)

@@ -88,3 +88,20 @@ def test_stale_telemetry_never_creates_slack() -> None:
     # whatever μ — no slack appears from lowering the margin
     assert result.nodes[0].cpu_settled_mcpu == pytest.approx(4000 - 2000 - 500)
     assert result.nodes[0].ram_settled_bytes == pytest.approx((10 - 9.2 - 1) * GIB)
+
+
+def test_a_workload_startup_grace_override_is_honoured() -> None:
+    from dataclasses import replace
+
+    # the service pod started 60 s ago: within the policy's 300 s grace r stays ≥ q = 8 GiB
+    young = replace(_cluster(), start_s=np.array([NOW - 60.0, NOW - 3600.0]))
+    lower = Policy().with_estimator(margin_ratio=1.05)
+    held = policy_preflight(young, current=Policy(), proposed=lower, now_s=NOW)
+    assert held.nodes[0].ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)   # max(q, τ) = max(8, 8.4)
+    # with kalena.naughtian.io/startup-grace-s: 0 the grace is over: τ = 1.05 · 8 GiB alone (and q = 9 GiB here)
+    bigger = replace(young, request=np.array([_vec(2000, 9), _vec(500, 1)]))
+    in_grace = policy_preflight(bigger, current=Policy(), proposed=lower, now_s=NOW)
+    no_grace = policy_preflight(replace(bigger, grace_override_s=np.array([0.0, np.nan])), current=Policy(),
+                                proposed=lower, now_s=NOW)
+    assert in_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 9 - 1) * GIB)
+    assert no_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)
