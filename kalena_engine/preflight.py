@@ -178,8 +178,15 @@ def _evictions(cluster: PreflightCluster, reservation: np.ndarray, policy: Polic
     tier = np.where(cluster.batch, TIER_BATCH, TIER_SERVICE)
     limit = _limit(cluster, policy)
     chosen: dict[tuple[int, int], tuple[int, object]] = {}
-    for node in range(len(cluster.node_names)):
-        rows = np.flatnonzero(cluster.node_of == node)
+    m = len(cluster.node_names)
+    # plan_evictions chooses no victim where Σ r ≤ C: only nodes over capacity on ram or storage
+    # are planned (the margin keeps float summation order from deciding).
+    ledger = node_sum(cluster.node_of, reservation, m)
+    over = np.flatnonzero(np.any(ledger[:, [RAM, STORAGE]] > cluster.capacity[:, [RAM, STORAGE]] * (1 - 1e-9), axis=1))
+    order = np.argsort(cluster.node_of, kind="stable")
+    bounds = np.searchsorted(cluster.node_of[order], np.arange(m + 1))
+    for node in over:
+        rows = order[bounds[node]:bounds[node + 1]]
         if not len(rows):
             continue
         last = cluster.state.last_sample_s[rows]

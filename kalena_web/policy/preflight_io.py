@@ -35,7 +35,7 @@ def preflight_cluster_load(*, cluster: Cluster) -> PreflightCluster:
     live = live_workloads(rows, limit_ratio=1.0)
     declared = _matrix([r[4] for r in rows], len(rows), fill=np.inf)
     meta = {wid: (name, ns, prio) for wid, name, ns, prio in
-            Workload.objects.filter(id__in=[int(i) for i in live.ids]).values_list("id", "name", "namespace", "priority")}
+            Workload.objects.filter(cluster=cluster, node__isnull=False).values_list("id", "name", "namespace", "priority")}
     pending = list(BatchPod.objects.filter(cluster=cluster, state=BatchPod.PENDING).order_by("queued_s", "id")
                    .values_list("workload__request", "workload__namespace"))
     names = tuple(meta[int(i)][0] for i in live.ids)
