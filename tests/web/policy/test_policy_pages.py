@@ -243,3 +243,21 @@ def test_preflight_reads_the_cluster_in_five_queries_whatever_its_size(live, dja
         state = preflight_cluster_load(cluster=live)
     assert len(state.node_names) == 3 and len(state.pending_namespace) == 3
     assert len(state.names) == live.workloads.filter(node__isnull=False).count()
+
+
+def test_agents_page_marks_an_agent_behind_the_current_version(tuner, live) -> None:
+    from kalena_web.telemetry.services import agent_hello_record, agent_policy_version_record
+
+    nodes = list(live.nodes.order_by("row"))
+    hello = {"agent_version": "t", "sampling_interval_s": 10.0, "policy_version": None}
+    for node in nodes[:2]:
+        agent_hello_record(node_id=node.id, hello=hello, peer="127.0.0.1", now_s=1000.0)
+    fields = _form(tuner, "home")
+    fields["estimator.margin_ratio"] = "1.2"
+    tuner.post("/policy/home/", {**fields, "action": "save"})
+    agent_policy_version_record(node_id=nodes[0].id, message={"policy_version": 1})
+    page = tuner.get("/live/home/agents/").content.decode()
+    assert "v1" in page and "none (current v1)" in page
+    policy_page = tuner.get("/policy/home/")
+    assert [(a.node, a.behind) for a in policy_page.context["behind"]] == [(nodes[1].name, True)]
+    assert b"1 of 2</strong> agent(s) report an older version than 1" in policy_page.content
