@@ -128,7 +128,7 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         assert current_policy(cluster_id=cluster.id).version == 3
         assert current_policy(cluster_id=cluster.id).policy.estimator.margin_ratio == 1.3
         assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == [
-            "policy.change", "calibration.import", "policy.change", "policy.rollback"]
+            "token.create", "policy.change", "calibration.import", "policy.change", "policy.rollback"]
         for name in ("refused", "preflight", "audit", "calibration", "history"):
             assert (artifacts / f"policy-{name}.png").stat().st_size > 20_000
     finally:
