@@ -70,8 +70,10 @@ def policy(request: HttpRequest, cluster: str) -> HttpResponse:
         row = CalibrationImport.objects.filter(cluster=c, id=int(calibration_id) if calibration_id.isdigit() else -1).first()
         if row is None:
             return error_page(request, 404, f"no calibration {calibration_id!r} for {c.name!r}")
-        cal = mappers.calibration_document(row).metadata.calibration
-        knee = dict(cal.knee) if cal else {}
+        imported = mappers.calibration_document(row)
+        cal = imported.metadata.calibration
+        knee = dict(cal.knee) if cal and cal.knee else {  # no knee: the file's own μ and h
+            "margin_ratio": imported.policy.estimator.margin_ratio, "half_life_s": imported.policy.estimator.half_life_s}
         posted = {f.name: f.value for f in drafts.form_fields(selectors.current_policy(cluster_id=c.id).document)}
         posted.update({f"estimator.{k}": f"{v:g}" for k, v in knee.items()})
         draft = drafts.draft_read(posted, base=selectors.current_policy(cluster_id=c.id).document)

@@ -261,3 +261,15 @@ def test_agents_page_marks_an_agent_behind_the_current_version(tuner, live) -> N
     policy_page = tuner.get("/policy/home/")
     assert [(a.node, a.behind) for a in policy_page.context["behind"]] == [(nodes[1].name, True)]
     assert b"1 of 2</strong> agent(s) report an older version than 1" in policy_page.content
+
+
+def test_a_policy_file_without_a_sweep_is_shown_as_such_and_its_values_proposed(tuner, live) -> None:
+    plain = {"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy", "metadata": {"source": "kalena evaluate"},
+             "spec": {"estimator": {"margin_ratio": 1.25, "half_life_s": 900}}}
+    assert tuner.post("/policy/home/calibration/", {
+        "file": SimpleUploadedFile("evaluate-policy.yaml", yaml.safe_dump(plain).encode())}).status_code == 302
+    page = tuner.get("/policy/home/calibration/")
+    assert b"This file holds no calibration sweep" in page.content and page.context["figure"] is None
+    proposed = tuner.get(f"/policy/home/?calibration={CalibrationImport.objects.get().id}")
+    values = {f.name: f.value for s in proposed.context["sections"].values() for f in s}
+    assert (values["estimator.margin_ratio"], values["estimator.half_life_s"]) == ("1.25", "900")
