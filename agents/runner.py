@@ -66,7 +66,8 @@ class Agent:
             cgroup_version=self.loop.fs.version,
             signal_sources=self.loop.arming.in_use if self.loop.arming else {"cpu": ["poll"], "memory": ["poll"]},
             trigger_window_s=self.config.psi_window_s, capacity=self.config.capacity,
-            buffered=self.buffer.count() if self.buffer else 0, ts=time.time())
+            buffered=self.buffer.count() if self.buffer else 0, ts=time.time(),
+            policy_version=self.loop.policy_version)
 
     def link_state(self) -> dict[str, Any]:
         """For ``/healthz``: whether the link is up and what waits in the buffer."""

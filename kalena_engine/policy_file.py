@@ -141,13 +141,15 @@ class Calibration:
 
 @dataclass(frozen=True)
 class PolicyMetadata:
-    """``metadata`` of a policy file; ``version`` counts from 1, ``created`` is ISO 8601 text."""
+    """``metadata`` of a policy file; ``version`` counts from 1, ``created`` is ISO 8601 text;
+    ``cluster`` names the live cluster the policy (or calibration) is for ("" = any)."""
 
     name: str = "default"
     version: int = 1
     created: str = ""
     source: str = ""
     calibration: Calibration | None = None
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -265,9 +267,9 @@ def _read_namespaces(data: Any, at: _At) -> tuple[tuple[str, int], ...]:
 
 
 def _read_metadata(data: Any, at: _At) -> PolicyMetadata:
-    body = at.mapping(data, ("name", "version", "created", "source", "calibration"))
+    body = at.mapping(data, ("name", "version", "created", "source", "calibration", "cluster"))
     out: dict[str, Any] = {}
-    for key in ("name", "created", "source"):
+    for key in ("name", "created", "source", "cluster"):
         if key in body:
             out[key] = at.key(body, key).text(body[key])
     if "name" in out and not out["name"]:
@@ -386,6 +388,8 @@ def policy_to_document(document: PolicyDocument) -> dict[str, Any]:
         metadata["created"] = meta.created
     if meta.source:
         metadata["source"] = meta.source
+    if meta.cluster:
+        metadata["cluster"] = meta.cluster
     if meta.calibration is not None:
         cal = meta.calibration
         metadata["calibration"] = {

@@ -145,6 +145,7 @@ INSTALLED_APPS = [
     "kalena_web.api",
     "kalena_web.telemetry",
     "kalena_web.kubehooks",
+    "kalena_web.policy",
 ]
 
 MIDDLEWARE = [
@@ -156,6 +157,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "kalena_web.policy.audit.AuditActorMiddleware",
     "kalena_web.console.middleware.ConsoleLoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -22,5 +22,6 @@ urlpatterns = [
     path("api/", api.urls),
     path("", include("kalena_web.kubehooks.urls")),
     path("", include("kalena_web.telemetry.urls")),
+    path("", include("kalena_web.policy.urls")),
     path("", include("kalena_web.console.urls")),
 ]

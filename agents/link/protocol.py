@@ -78,10 +78,15 @@ agent deletes it from its buffer.
 
 ``policy`` — optional run-time policy update, any subset of the engine's
 :class:`~kalena_engine.policy.EstimatorPolicy` / :class:`~kalena_engine.policy.EvictionPolicy`
-fields::
+fields, and the cluster's policy ``version`` it carries (the control plane sends the whole
+estimator and eviction sections of its current version after each ``hello`` and whenever a new
+version is saved)::
 
-    {"type": "policy", "v": 1, "estimator": {"margin_ratio": 1.2},
+    {"type": "policy", "v": 1, "version": 4, "estimator": {"margin_ratio": 1.2},
      "eviction": {"min_run_time_s": 60}}
+
+The agent reports the version it applies as ``policy_version`` (an integer, or null before any
+``policy`` message) in every ``hello`` and ``samples`` message.
 
 ``error`` — ``{"type": "error", "v": 1, "message": "…"}``: logged by the agent.
 
@@ -124,8 +129,9 @@ def usage_vector(values: np.ndarray) -> dict[str, float | None]:
 
 def hello_message(*, node: str, agent_version: str, sampling_interval_s: float, cgroup_version: int,
                   signal_sources: Mapping[str, str], trigger_window_s: float, capacity: np.ndarray,
-                  buffered: int, ts: float) -> dict[str, Any]:
+                  buffered: int, ts: float, policy_version: int | None = None) -> dict[str, Any]:
     return {"type": "hello", "v": VERSION, "node": node, "agent_version": agent_version,
+            "policy_version": policy_version,
             "sampling_interval_s": float(sampling_interval_s), "cgroup_version": int(cgroup_version),
             "signal_sources": dict(signal_sources), "trigger_window_s": float(trigger_window_s),
             "capacity": usage_vector(capacity), "buffered": int(buffered), "ts": float(ts)}
@@ -148,14 +154,14 @@ def sample_record(workload: Workload, sample: UsageSample, *, reservation: np.nd
 
 
 def samples_message(*, node: str, ts: float, interval_s: float, records: list[dict[str, Any]],
-                    node_reading: NodeReading | None) -> dict[str, Any]:
+                    node_reading: NodeReading | None, policy_version: int | None = None) -> dict[str, Any]:
     """A ``samples`` message without its ``batch_id`` (the buffer assigns it)."""
     node_sample = None
     if node_reading is not None:
         node_sample = {"ts": float(node_reading.ts_s), "working_set_bytes": _number(node_reading.working_set_bytes),
                        "psi": {k: v.as_dict() for k, v in node_reading.psi.items()} or None}
     return {"type": "samples", "v": VERSION, "node": node, "ts": float(ts), "interval_s": float(interval_s),
-            "node_sample": node_sample, "samples": records}
+            "node_sample": node_sample, "samples": records, "policy_version": policy_version}
 
 
 def workload_ref(workload: Workload | None) -> dict[str, Any] | None:
@@ -316,14 +322,16 @@ class Ack:
 
 @dataclass(frozen=True)
 class PolicyUpdate:
-    """Changes to apply on top of the current policy (field → value)."""
+    """Changes to apply on top of the current policy (field → value); ``version`` is the
+    cluster's policy version they come from (None when the sender gave none)."""
 
     estimator: Mapping[str, float]
     eviction: Mapping[str, float]
+    version: int | None = None
 
     def apply(self, policy: Policy) -> Policy:
-        return Policy(estimator=replace(policy.estimator, **self.estimator),
-                      eviction=replace(policy.eviction, **self.eviction))
+        return replace(policy, estimator=replace(policy.estimator, **self.estimator),
+                       eviction=replace(policy.eviction, **self.eviction))
 
 
 @dataclass(frozen=True)
@@ -365,11 +373,15 @@ def parse_server_message(text: str | bytes) -> Ack | PolicyUpdate | ServerError:
     if kind == "ack":
         return Ack(_require(message, "batch_id", (str,), where))
     if kind == "policy":
-        unknown = sorted(set(message) - {"type", "v", "estimator", "eviction"})
+        unknown = sorted(set(message) - {"type", "v", "version", "estimator", "eviction"})
         if unknown:
-            raise ProtocolError(f"unknown field {unknown[0]!r}", source=where, accepted="estimator, eviction")
+            raise ProtocolError(f"unknown field {unknown[0]!r}", source=where, accepted="version, estimator, eviction")
+        version = message.get("version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+            raise ProtocolError(f"{version!r} is not a policy version", source=where, field="version",
+                                accepted="a whole number ≥ 0")
         return PolicyUpdate(_policy_part(message.get("estimator"), EstimatorPolicy, where, "estimator"),
-                            _policy_part(message.get("eviction"), EvictionPolicy, where, "eviction"))
+                            _policy_part(message.get("eviction"), EvictionPolicy, where, "eviction"), version)
     if kind == "error":
         return ServerError(str(message.get("message", "")))
     raise ProtocolError(f"unknown type {kind!r}", source=where, field="type", accepted=", ".join(SERVER_TYPES))

@@ -56,7 +56,7 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
             return 0
         events = list(MitigationEvent.objects.filter(node__cluster=cluster, action="evict",
                                                      batch_id__gt=cursor.position, batch_id__lte=batches[-1])
-                      .select_related("workload").order_by("id"))
+                      .select_related("workload", "node").order_by("id"))
         requeue = []
         for e in events:
             workload = e.workload or _by_name(cluster, e.workload_name)
@@ -74,10 +74,17 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
                 "priority_comparison": (f"{e.priority} ≤ {sorted(set(node_batch))}" if node_batch else "no other batch"),
                 "trigger": e.trigger_source,
             }
-            EvictionRecord.objects.get_or_create(source_key=f"agent:{e.id}", defaults=dict(
+            _, created = EvictionRecord.objects.get_or_create(source_key=f"agent:{e.id}", defaults=dict(
                 cluster=cluster, node_id=e.node_id, workload=workload,
                 workload_name=e.workload_name or e.workload_ref, time_s=e.ts, cause=e.reason, tier=e.tier or "batch",
                 priority=e.priority or 0, dimension=dimension, detail=detail))
+            if created:
+                from kalena_web.policy.services import audit_record
+
+                audit_record(actor_kind="agent", actor=f"agent of {e.node.name}", action="eviction",
+                             cluster_name=cluster.name, target=e.workload_name or e.workload_ref,
+                             before={"ledger": n.get("ledger_before")}, after={"ledger": n.get("ledger_after"),
+                                                                               "reason": e.reason})
             if workload is not None:
                 requeue.append((workload.id, e.node_id, e.ts))
         cursor.position = batches[-1]

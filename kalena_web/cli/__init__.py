@@ -7,7 +7,20 @@ import sys
 
 from agents import __version__
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import agent_token, batch, bench, cluster, evaluate, export, migrate, probe, replay, serve, users, watch
+from kalena_web.cli import (
+    agent_token,
+    batch,
+    bench,
+    cluster,
+    evaluate,
+    export,
+    migrate,
+    probe,
+    replay,
+    serve,
+    users,
+    watch,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,6 +56,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from kalena_web.cli import bench_faults
 
     bench_faults.add_parsers(which)
+    from kalena_web.cli import bench_policy
+
+    bench_policy.add_parsers(which)
     return parser
 
 

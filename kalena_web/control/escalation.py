@@ -165,6 +165,11 @@ def _drain(node: Node, orchestrator: Orchestrator, *, now_s: float, reason: str,
         EvictionRetry.objects.update_or_create(pod=pod, defaults=dict(
             cause="escalation", detail=f"{reason}: {detail}"[:300], attempts=1, first_s=now_s,
             next_s=now_s + _retry_delay_s(1), refusal=refusal[:500]))
+    if drained:
+        from kalena_web.policy.audit import audit
+
+        audit("node.drain", cluster_name=node.cluster.name, target=node.name, actor_kind="loop", actor="escalation",
+              after={"reason": reason, "drained": drained[:100]})
     return drained, refused
 
 

@@ -150,7 +150,10 @@ def drift_pass(*, cluster: Cluster, now_s: float) -> DriftReport:
     and the findings (one open recommendation per cluster at a time)."""
     window_s = float(getattr(settings, "KALENA_DRIFT_WINDOW_S", 86_400))
     threshold = float(getattr(settings, "KALENA_DRIFT_THRESHOLD", 0.25))
-    export = build_export(cluster=cluster, now_s=now_s, window_s=window_s)
+    from kalena_web.policy.selectors import current_policy
+
+    export = build_export(cluster=cluster, now_s=now_s, window_s=window_s,
+                          policy=current_policy(cluster_id=cluster.id).policy.estimator)
     per_dim = export.report["drift"]
     from kalena_web.control.selectors import fidelity_findings
 
@@ -188,4 +191,9 @@ def recommendation_decide(*, recommendation: ReplanRecommendation, user, approve
         rec.state = ReplanRecommendation.APPROVED if approve else ReplanRecommendation.REJECTED
         rec.decided_by, rec.decided_s, rec.note = user, now_s, note
         rec.save(update_fields=["state", "decided_by", "decided_s", "note"])
+        from kalena_web.policy.services import audit_record
+
+        audit_record(actor_kind="user", actor=user.get_username(), action=f"replan.{'approve' if approve else 'reject'}",
+                     cluster_name=rec.cluster.name, target=f"recommendation {rec.id}", before={"state": "open"},
+                     after={"state": rec.state, "note": note})
 

@@ -167,8 +167,12 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
             instances=1, request=req, limit=lim, labels={**(labels or {}), "kalena.naughtian.io/tier": "batch"},
             constraints=constraints,
         )
-        return BatchPod.objects.create(cluster=cluster, workload=workload, image=image, command=list(command),
-                                       gang=gang, min_member=min_member, submitted_s=now_s, queued_s=now_s)
+        pod = BatchPod.objects.create(cluster=cluster, workload=workload, image=image, command=list(command),
+                                      gang=gang, min_member=min_member, submitted_s=now_s, queued_s=now_s)
+        from kalena_web.policy.audit import audit
+
+        audit("batch.submit", cluster_name=cluster.name, target=name, after={"owner": owner, "priority": priority})
+        return pod
 
 
 @dataclass
@@ -484,6 +488,12 @@ def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED
         WhyPending.objects.filter(pod=pod).delete()
         BatchPod.objects.filter(id=pod.id).update(state=state, ended_s=now_s, outcome=outcome,
                                                   reason=reason[:300] or pod.reason)
+        from kalena_web.policy.audit import audit
+
+        action = {BatchPod.DELETED: "delete", BatchPod.COMPLETED: "complete"}.get(state, state)
+        audit(f"batch.{action}", cluster_name=pod.cluster.name, target=pod.workload.name,
+              before={"state": pod.state}, after={"state": state, **({"outcome": outcome} if outcome else {})},
+              actor_kind="loop", actor="reconciler")
     return True
 
 

@@ -18,6 +18,11 @@ the protocol, and leaves a socket that answers pings but no longer delivers fram
 Frames are processed in arrival order; acks may overtake each other (each names its batch).
 A revoked token's open connections are closed (4401) within ``TokenWatch.check_s``. Agent
 connections use no channel layer: nothing is sent to them from elsewhere.
+
+Policy (DESIGN §10): after the ``hello`` the agent gets its cluster's current policy version
+(``policy`` message) and, within ``TokenWatch.check_s`` of a save, every newer one; the version
+the agent reports applying (``policy_version`` of its ``hello``/``samples``) is recorded on its
+:class:`~kalena_web.telemetry.models.AgentStatus` whenever it changes.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from django.db import DatabaseError
 
 from agents.errors import ProtocolError
 from agents.link.protocol import validate_agent_message
+from kalena_web.policy import selectors as policy_selectors
 from kalena_web.telemetry import selectors, services
 from kalena_web.telemetry.ingest import Entry, prepare_message, rejected_message
 from kalena_web.telemetry.validation import Limits, NodeView, Rejected, resolve_workload
@@ -135,6 +141,23 @@ class TokenWatch:
             for token_id in revoked:
                 for consumer in list(self.by_token.pop(token_id, ())):
                     await consumer.token_revoked()
+            await self._push_policies()
+
+    async def _push_policies(self) -> None:
+        """One query for the current policy versions of the connected agents' clusters; each
+        agent sent an older one gets the new version."""
+        consumers = [c for group in self.by_token.values() for c in group if c.cluster_id is not None]
+        if not consumers:
+            return
+        try:
+            versions = await database_sync_to_async(policy_selectors.current_versions)(
+                cluster_ids={c.cluster_id for c in consumers})
+        except Exception:  # noqa: BLE001 - retried at the next tick
+            log.exception("checking policy versions failed")
+            return
+        for consumer in consumers:
+            if versions.get(consumer.cluster_id, 0) > consumer.sent_policy_version:
+                await consumer.send_policy()
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -175,6 +198,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.identity = None
             await self.close()
             return
+        self.cluster_id: int | None = None
+        self.sent_policy_version = -1
+        self.reported_policy_version: int | None = None
         self.session = Session(node_id=self.identity.node_id)
         self.limits = limits_from_settings()
         self.pending: set[asyncio.Task] = set()
@@ -222,6 +248,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self._hello(message, received_s)
                 return
             await self._refresh_view(message, received_s)
+            if isinstance(message, dict) and message.get("type") == "samples" and \
+                    message.get("policy_version") != self.reported_policy_version:
+                self.reported_policy_version = await off_thread(services.agent_policy_version_record)(
+                    node_id=self.identity.node_id, message=message)
         except DatabaseError as exc:
             await self._not_stored(f"the database is unavailable ({type(exc).__name__}); reconnect and resend")
             return
@@ -251,6 +281,21 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.view = await off_thread(_hello_load)(node_id=node_id, hello=message, peer=self.peer,
                                                   token_id=self.identity.token_id, now_s=now_s)
         self.view_loaded = time.monotonic()
+        self.reported_policy_version = message.get("policy_version")
+        self.cluster_id = await database_sync_to_async(
+            lambda: policy_selectors.node_clusters([node_id]).get(node_id))()
+        await self.send_policy()
+
+    async def send_policy(self) -> None:
+        """Send the cluster's current policy version (none saved yet: nothing to send — the agent
+        keeps its own defaults, which are the engine's)."""
+        if self.cluster_id is None:
+            return
+        version, message = await database_sync_to_async(policy_selectors.agent_policy_message)(
+            cluster_id=self.cluster_id)
+        self.sent_policy_version = version
+        if version > 0:
+            await self._send(message)
 
     async def _refresh_view(self, message: Any, now_s: float) -> None:
         """Reload the node's workloads when a sample or an action names one the view does not know (at most

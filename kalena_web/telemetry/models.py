@@ -75,6 +75,7 @@ class AgentStatus(models.Model):
     batches = models.PositiveBigIntegerField(default=0)
     accepted_samples = models.PositiveBigIntegerField(default=0)
     duplicate_batches = models.PositiveBigIntegerField(default=0)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)  # the cluster policy version it applies
 
 
 class IngestBatch(models.Model):

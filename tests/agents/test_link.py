@@ -306,3 +306,28 @@ def test_a_lost_buffer_file_never_reuses_a_batch_id(tmp_path) -> None:
     after = [again.append(samples_batch(1, 10.0 + i)) for i in range(3)]
     assert [b.rsplit(":", 1)[1] for b in after] == ["1", "2", "3"]  # seq starts again …
     assert not set(before) & set(after)                            # … but no id is reused
+def test_the_agent_applies_a_policy_version_and_reports_it() -> None:
+    update = protocol.parse_server_message(json.dumps(
+        {"type": "policy", "v": 1, "version": 4, "estimator": {"margin_ratio": 1.3}, "eviction": {}}))
+    assert update.version == 4 and update.estimator == {"margin_ratio": 1.3}
+    with pytest.raises(Exception, match="version"):
+        protocol.parse_server_message(json.dumps({"type": "policy", "v": 1, "version": "4"}))
+
+
+def test_samples_carry_the_policy_version_the_loop_applies(tmp_path) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 2000.0})
+    try:
+        rig.add("s", tier="service", requests={"cpu": "500m"}, limits={"cpu": "1"})
+        loop = rig.build()
+        sent: list[dict] = []
+        loop.emit = sent.append
+        loop.tick(1000.0, 0.0)
+        loop.apply_policy_update(PolicyUpdate({"margin_ratio": 1.3}, {"min_run_time_s": 60.0}, version=4))
+        loop.tick(1011.0, 11.0)
+        reports = [m for m in sent if m["type"] == "samples"]
+        assert [m["policy_version"] for m in reports] == [None, 4]
+        assert loop.settings.policy.estimator.margin_ratio == 1.3
+        assert loop.settings.policy.eviction.min_run_time_s == 60.0
+        assert loop.policy_version == 4
+    finally:
+        rig.close()
