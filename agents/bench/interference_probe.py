@@ -70,12 +70,16 @@ class ArmSamples:
     util: list[tuple[float, float, float, float]] = field(default_factory=list)
 
     def util_at(self, t: float) -> float | None:
-        """Node utilisation (%) of the window containing ``t``."""
+        """Node utilisation (%) of the window containing ``t`` — or, for the last partial second of
+        an arm (no window closed there yet), of the nearest window; ``None`` with no window."""
+        if not self.util:
+            return None
         starts = [w[0] for w in self.util]
         i = int(np.searchsorted(starts, t, side="right")) - 1
         if 0 <= i < len(self.util) and self.util[i][0] <= t <= self.util[i][1]:
             return self.util[i][2]
-        return None
+        nearest = min(self.util, key=lambda w: min(abs(t - w[0]), abs(t - w[1])))
+        return nearest[2]
 
 
 class Sampler(threading.Thread):
