@@ -45,6 +45,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -163,6 +164,8 @@ class _Arm:
             samples = self.sampler.end()
             batch_ns, service_ns = h.cpu_usage_ns("batch") - batch0, h.cpu_usage_ns("service") - service0
             actions = list(agent[0].actions) if agent else []
+            batch_cpu_at_end = {"cfs_quota_us": int(h.read("cpu", "batch", "cpu.cfs_quota_us")),
+                                "shares": int(h.read("cpu", "batch", "cpu.shares"))}
         finally:
             if agent is not None:
                 loop, monitor, stop, thread = agent
@@ -178,10 +181,10 @@ class _Arm:
             if proc is not None and proc.returncode != 0:
                 raise RuntimeError(f"h2load ({name} load, {arm}) exited {proc.returncode}: {out[-500:]}")
         return self._measure(arm, rep, base_log, spike_log, base_out, spike_out, t_wall0, samples, batch_ns,
-                             service_ns, actions, load_before, load_after, log)
+                             service_ns, actions, load_before, load_after, log, batch_cpu_at_end)
 
     def _measure(self, arm, rep, base_log, spike_log, base_out, spike_out, t_wall0, samples, batch_ns, service_ns,
-                 actions, load_before, load_after, log) -> tuple[dict[str, Any], dict[str, Any]]:
+                 actions, load_before, load_after, log, batch_cpu_at_end) -> tuple[dict[str, Any], dict[str, Any]]:
         o = self.o
         b_start, b_status, b_lat = read_h2load_log(base_log)
         s_start, s_status, s_lat = read_h2load_log(spike_log) if o["spike_s"] > 0 else (np.array([]),) * 3
@@ -220,6 +223,9 @@ class _Arm:
             "service_cpu_seconds": service_ns / 1e9,
             "service_cpu_ms_per_request": service_ns / 1e6 / n_ok if n_ok else None,
             "wait": tally.shares(),
+            "sched_interval_ms": {"p50": st.percentile(np.array(samples.gaps) * 1e3, 50),
+                                  "p99": st.percentile(np.array(samples.gaps) * 1e3, 99)},
+            "batch_cpu_at_end": batch_cpu_at_end,
             "agent_actions": {a: sum(1 for m in actions if m["action"] == a) for a in sorted({m["action"] for m in actions})},
             "first_agent_action_after_spike_s": next(
                 (round(m["ts"] - spike_t, 3) for m in actions if m["ts"] >= spike_t and m["action"] in ("throttle", "cpu_weight")),
@@ -258,7 +264,7 @@ def run_benchmark(opts: dict[str, Any], log: Any = print) -> tuple[dict[str, Any
         harness.create("agent-self", cpu_shares=10240)
         harness.move_self("agent-self")
         os.sched_setaffinity(0, set(opts["client_cpus"]))  # threads started from here inherit it
-        service = harness.spawn_argv("service", [os.sys.executable, "-c", HTTP_SERVICE, str(opts["port"]),
+        service = harness.spawn_argv("service", [sys.executable, "-c", HTTP_SERVICE, str(opts["port"]),
                                                  str(opts["work_iterations"])], stdout=subprocess.PIPE)
         if service.stdout.readline().strip() != b"ready":
             raise RuntimeError(f"the service did not start on 127.0.0.1:{opts['port']} (port in use?)")
@@ -403,7 +409,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     parser.add_argument("--repetitions", type=int, default=3, help="each arm this many times, interleaved")
     parser.add_argument("--rate", type=float, default=80.0, help="offered requests/s (doubles during the spike)")
-    parser.add_argument("--clients", type=int, default=8, help="keep-alive connections (rate is split over them)")
+    parser.add_argument("--clients", type=int, default=16, help="keep-alive connections (rate is split over them)")
     parser.add_argument("--steady-s", type=float, default=30.0)
     parser.add_argument("--spike-s", type=float, default=30.0)
     parser.add_argument("--recover-s", type=float, default=20.0)

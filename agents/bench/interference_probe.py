@@ -66,8 +66,11 @@ class ArmSamples:
 
     #: per thread-interval: midpoint, cpu ns, wait ns, timeslices
     sched: list[tuple[float, int, int, int]] = field(default_factory=list)
-    #: per utilisation window: start, end, node busy %, service+batch+others… see ``util``
+    #: per utilisation window: start, end, node cpus' busy %, the part of it not spent by the
+    #: benchmark's groups (the machine's other load), %
     util: list[tuple[float, float, float, float]] = field(default_factory=list)
+    #: length of every schedstat sampling interval, s (the measure's real resolution)
+    gaps: list[float] = field(default_factory=list)
 
     def util_at(self, t: float) -> float | None:
         """Node utilisation (%) of the window containing ``t`` — or, for the last partial second of
@@ -158,6 +161,7 @@ class Sampler(threading.Thread):
             with self.lock:
                 if self.current is not None:
                     self.current.sched.extend(r for r in rows if r[1] > 0 or r[2] > 0)
+                    self.current.gaps.append(now - (2 * mid - now))
                     if window is not None:
                         self.current.util.append(window)
 
