@@ -9,7 +9,8 @@ Setup (cgroup v1 cpu/cpuacct/memory/cpuset, PSI from the v2 hierarchy beside the
   the agent (the benchmark process, cpu affinity), so they never compete with the service;
 * ``<bench>/service``: an HTTP/1.1 server (one thread per keep-alive connection) answering
   ``GET /`` with ``--work-iterations`` of pure-python cpu work (≈ 1.5–2 ms here); a service
-  workload sized at its peak (request = limit = one core per node cpu, ``cpu.shares`` 1,024);
+  workload sized at its peak plus margin (request ``--service-request-mcpu``, 500 m; limit = the
+  node cpus; ``cpu.shares`` from its request as the kubelet sets them, 512);
 * ``<bench>/batch``: ``--burners`` (default 2 per node cpu) busy loops; a batch workload placed
   into reclaimed capacity (request = C, no limit, slack-cpu allowed, ``cpu.shares`` 1,024 as the
   kubelet sets them from its request);
@@ -100,9 +101,9 @@ class _Arm:
         self.h, self.o, self.sampler, self.tmp = harness, opts, sampler, tmp
 
     def _reset_groups(self) -> None:
-        for name in ("service", "batch"):
+        for name, shares in (("service", _kubelet_shares(self.o["service_request_mcpu"])), ("batch", 1024)):
             self.h.write("cpu", name, "cpu.cfs_quota_us", "-1")
-            self.h.write("cpu", name, "cpu.shares", "1024")
+            self.h.write("cpu", name, "cpu.shares", str(shares))
 
     def _start_agent(self) -> tuple[MitigationLoop, PressureMonitor, threading.Event, threading.Thread]:
         o, h = self.o, self.h
@@ -110,7 +111,7 @@ class _Arm:
         workloads = self.tmp / "workloads.json"
         workloads.write_text(json.dumps({"workloads": [
             {"id": "bench/service", "cgroup": h.rel("service"), "labels": {"kalena.naughtian.io/tier": "service"},
-             "requests": {"cpu": f"{int(capacity_mcpu)}m"}, "limits": {"cpu": f"{int(capacity_mcpu)}m"}},
+             "requests": {"cpu": f"{int(o['service_request_mcpu'])}m"}, "limits": {"cpu": f"{int(capacity_mcpu)}m"}},
             {"id": "bench/batch", "cgroup": h.rel("batch"), "labels": {"kalena.naughtian.io/tier": "batch"},
              "requests": {"cpu": f"{int(capacity_mcpu)}m"}},
         ]}))
@@ -241,6 +242,11 @@ class _Arm:
         return record, series
 
 
+def _kubelet_shares(request_mcpu: float) -> int:
+    """``cpu.shares`` as the kubelet sets them from a cpu request: mcpu × 1024 / 1000 (≥ 2)."""
+    return max(2, int(request_mcpu * 1024 / 1000))
+
+
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
@@ -259,7 +265,7 @@ def run_benchmark(opts: dict[str, Any], log: Any = print) -> tuple[dict[str, Any
         # the bench's top group at 8× the default weight (as bench mitigation does): on a shared machine
         # the node cpus' other load then takes a bounded share, the same in every arm (recorded per arm)
         harness.write("cpu", "", "cpu.shares", str(opts["node_weight"]))
-        harness.create("service", cpu_shares=1024, cpus=node)
+        harness.create("service", cpu_shares=_kubelet_shares(opts["service_request_mcpu"]), cpus=node)
         harness.create("batch", cpu_shares=1024, cpus=node)
         harness.create("agent-self", cpu_shares=10240)
         harness.move_self("agent-self")
@@ -391,7 +397,8 @@ def method_facts(opts: dict[str, Any]) -> dict[str, Any]:
         "order": "interleaved: " + ", ".join(ARMS) + f" × {opts['repetitions']}",
         "offered_rps": opts["rate"], "spike_offered_rps": 2 * opts["rate"], "clients": opts["clients"],
         "steady_s": opts["steady_s"], "spike_s": opts["spike_s"], "recover_s": opts["recover_s"],
-        "settle_s": opts["settle_s"], "burners": opts["burners"], "work_iterations": opts["work_iterations"],
+        "settle_s": opts["settle_s"], "burners": opts["burners"],
+        "service_request_mcpu": opts["service_request_mcpu"], "batch_request_mcpu": 1000 * len(opts["node_cpus"]), "work_iterations": opts["work_iterations"],
         "latency": "h2load log: request written → end of response; p50/p99/p99.9 outside the spike "
                    "(steady + recovery), pooled over repetitions; spike p99 over the spike's requests",
         "restored_after": f"end of the first {WINDOW_S:g} s window after the spike start beginning 3 windows "
@@ -418,6 +425,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-cpus", default=",".join(map(str, cpus[:-1] or cpus)),
                         help="affinity of the load generator, sampler and agent")
     parser.add_argument("--burners", type=int, help="default: 2 per node cpu")
+    parser.add_argument("--service-request-mcpu", type=float, default=500.0,
+                        help="the service's cpu request (its peak plus margin; limit = the node cpus)")
     parser.add_argument("--work-iterations", type=int, default=20_000, help="cpu work per request")
     parser.add_argument("--port", type=int, default=26080)
     parser.add_argument("--node-weight", type=int, default=8192,
@@ -450,6 +459,9 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--node-weight: {args.node_weight} is not a cpu.shares value (2–262144)")
     if not 1 <= args.port <= 65535:
         raise ValueError(f"--port: {args.port} is not a TCP port")
+    if not 0 < args.service_request_mcpu <= 1000 * len(node):
+        raise ValueError(f"--service-request-mcpu: {args.service_request_mcpu:g} is not within (0, {1000 * len(node)}] "
+                         "(the node cpus' capacity)")
     burners = 2 * len(node) if args.burners is None else args.burners
     if burners < 1:
         raise ValueError(f"--burners: must be ≥ 1, got {burners}")

@@ -97,6 +97,7 @@ def test_short_run_measures_every_arm_on_the_same_offered_load(tmp_path) -> None
     (["--spike-s", "-1"], "--spike-s"),
     (["--port", "70000"], "--port"),
     (["--node-weight", "1"], "--node-weight"),
+    (["--service-request-mcpu", "5000"], "--service-request-mcpu"),
 ])
 def test_bad_flags_exit_2_naming_the_flag_and_create_nothing(argv, named, tmp_path) -> None:
     before = _interference_groups()
