@@ -113,8 +113,8 @@ def write_report(summary: dict[str, Any], series: dict[str, list[dict[str, Any]]
                                  marker={"color": ARM_COLOURS[arm], "pattern": {"shape": pattern}},
                                  hovertemplate=f"{ARM_LABELS[arm]} {key}: %{{y:.2f}} %<extra></extra>"), row=3, col=1)
     fig.update_xaxes(title_text="seconds since the load started", row=1, col=1)
-    fig.update_yaxes(title_text="p99 ms (log)", type="log", dtick=1, row=1, col=1)
-    fig.update_xaxes(title_text="latency ms (log)", type="log", dtick=1, row=2, col=1)
+    fig.update_yaxes(title_text="p99 ms (log)", type="log", dtick="D2", row=1, col=1)
+    fig.update_xaxes(title_text="latency ms (log)", type="log", dtick="D2", row=2, col=1)
     fig.update_yaxes(title_text="fraction of requests", row=2, col=1)
     fig.update_xaxes(title_text="node cpu utilisation (the node cpus, per second)", row=3, col=1)
     fig.update_yaxes(title_text="% of runnable time", row=3, col=1)
@@ -125,7 +125,7 @@ def write_report(summary: dict[str, Any], series: dict[str, list[dict[str, Any]]
              f"node cpus {m['node_cpus']}, PSI window {m['psi_trigger_window_s']:g} s, {m['load_generator']}; "
              "figures from this shared 2-core machine are indicative</sup>")
     fig.update_layout(title=title, barmode="group", height=1300, width=1100, template="plotly_white",
-                      legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
-                      margin={"t": 150})
+                      legend={"orientation": "h", "y": 1.045, "yanchor": "bottom", "x": 0},
+                      margin={"t": 170})
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(str(path), include_plotlyjs="inline", full_html=True)
