@@ -1,4 +1,4 @@
-"""``kalena-agent``: ``run`` (the node agent) and ``bench mitigation`` (the benchmark).
+"""``kalena-agent``: ``run`` (the node agent), ``bench mitigation`` and ``bench interference`` (the benchmarks).
 
 Exit status: 0 on a clean stop, 2 for a configuration error (the message names the flag or
 variable), 3 when a facility is missing (cgroup hierarchy, Docker engine).
@@ -18,9 +18,10 @@ from agents.logs import configure as configure_logs
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: kalena-agent run [flags…] | kalena-agent bench mitigation [flags…] | kalena-agent probe\n"
+        print("usage: kalena-agent run [flags…] | kalena-agent bench mitigation|interference [flags…] | kalena-agent probe\n"
               "  kalena-agent run --help       agent flags (each also KALENA_AGENT_<FLAG>)\n"
               "  kalena-agent bench mitigation --help\n"
+              "  kalena-agent bench interference --help\n"
               "  kalena-agent probe [--address HOST:PORT]   exit 0 when the agent's /healthz answers 200")
         return 0 if argv else 2
     if argv[0] == "--version":
@@ -53,14 +54,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kalena-agent: {exc}", file=sys.stderr)
             return 3
     if command == "bench":
-        from agents.bench import mitigation
+        from agents.bench import interference, mitigation
 
         parser = argparse.ArgumentParser(prog="kalena-agent bench")
         sub = parser.add_subparsers(dest="which", required=True)
         mitigation.add_arguments(sub.add_parser("mitigation", help="cpu contention → relief on real cgroups"))
+        interference.add_arguments(sub.add_parser(
+            "interference", help="service latency and scheduling delay: isolated vs co-located, with and without the agent"))
         args = parser.parse_args(rest)
         try:
-            return mitigation.main(args)
+            return interference.main(args) if args.which == "interference" else mitigation.main(args)
         except FacilityUnavailable as exc:
             print(f"kalena-agent bench: {exc}", file=sys.stderr)
             return 3

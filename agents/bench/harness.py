@@ -61,10 +61,15 @@ class CgroupHarness:
         FacilityUnavailable: the v1 hierarchies are missing or not writable (with the reason).
     """
 
-    def __init__(self, root: str | Path = "/sys/fs/cgroup", prefix: str = "kalena-test") -> None:
+    def __init__(self, root: str | Path = "/sys/fs/cgroup", prefix: str = "kalena-test", *,
+                 cpusets: bool = False) -> None:
         self.root = Path(root)
         self.parent = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.unified = self.root / "unified" if (self.root / "unified" / "cgroup.procs").exists() else None
+        #: also make every group in the v1 ``cpuset`` hierarchy (``create(..., cpus=...)`` pins it)
+        self.cpusets = cpusets
+        if cpusets and not (self.root / "cpuset" / "cgroup.procs").exists():
+            raise FacilityUnavailable("cgroup v1", str(self.root / "cpuset"), "hierarchy not mounted")
         self._groups: list[str] = []
         self._procs: list[subprocess.Popen] = []
         self._self_origin: dict[str, str] = {}
@@ -82,14 +87,24 @@ class CgroupHarness:
 
     def dirs(self, name: str) -> list[Path]:
         out = [self.root / h / self.rel(name) for h in HIERARCHIES]
+        if self.cpusets:
+            out.append(self.root / "cpuset" / self.rel(name))
         if self.unified is not None:
             out.append(self.unified / self.rel(name))
         return out
 
-    def create(self, name: str, *, cpu_shares: int | None = None) -> str:
+    def create(self, name: str, *, cpu_shares: int | None = None, cpus: str | None = None) -> str:
+        """Make group ``name`` in every hierarchy; ``cpus`` (a cpuset list such as ``"1"``; default:
+        the parent's) pins it when the harness was made with ``cpusets=True``."""
         for path in self.dirs(name):
             path.mkdir(exist_ok=True)
         self._groups.append(name)
+        if self.cpusets:
+            cpuset = self.root / "cpuset" / self.rel(name)
+            above = cpuset.parent
+            # a new v1 cpuset starts empty and takes no task until both lists are set
+            (cpuset / "cpuset.mems").write_text((above / "cpuset.mems").read_text().strip())
+            (cpuset / "cpuset.cpus").write_text(cpus or (above / "cpuset.cpus").read_text().strip())
         if cpu_shares is not None:
             (self.root / "cpu" / self.rel(name) / "cpu.shares").write_text(str(cpu_shares))
         return self.rel(name)
