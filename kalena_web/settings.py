@@ -144,10 +144,12 @@ INSTALLED_APPS = [
     "kalena_web.replan",
     "kalena_web.api",
     "kalena_web.telemetry",
+    "ninja",  # serves Swagger UI for /api/docs from its own static files, not a CDN
 ]
 
 MIDDLEWARE = [
     "kalena_web.console.middleware.ProbeMiddleware",
+    "kalena_web.api.errors.ApiErrorMiddleware",
     "kalena_web.console.middleware.NulRefusedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "kalena_web.console.middleware.StaticFilesMiddleware",
