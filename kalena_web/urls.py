@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from kalena_web.api.api import build_api
 from kalena_web.control.health import livez, readyz
@@ -14,6 +16,7 @@ api = build_api()
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     path("livez", livez, name="livez"),
     path("readyz", readyz, name="readyz"),
     path("healthz", readyz, name="healthz"),

@@ -19,6 +19,7 @@ register.filter("clock", formatting.clock)
 register.filter("utc", formatting.utc)
 register.filter("duration", formatting.duration)
 register.filter("integer", formatting.integer)
+register.filter("amount", formatting.amount)
 
 
 @register.filter

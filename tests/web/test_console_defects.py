@@ -1,0 +1,55 @@
+"""Defects a new operator hit (issue 16): a shortfall that printed as zero, a negative agent gap
+count shown as "dropped -3 batch(es)", /favicon.ico missing on every page, and the "never
+placed" filter answering 400 when spelt as its button read."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from kalena_web.console.formatting import amount
+from kalena_web.console.why import rejection_lines
+from kalena_web.telemetry.validation import Rejected, check_envelope
+
+
+@pytest.mark.parametrize(("value", "text"), [(0.00022, "0.00022"), (0.004, "0.004"), (1.234, "1.23"), (0, "0"),
+                                             (2.0, "2"), (3.1e-7, "3.1e-07")])
+def test_a_shortfall_never_prints_as_zero(value, text) -> None:
+    assert amount(value) == text
+
+
+def test_why_pending_sentences_keep_a_tiny_shortfall() -> None:
+    [line] = rejection_lines({"rejections": [{"kind": "cpu", "node": "n1", "requested": 0.5, "free": 0.49978,
+                                              "shortfall": 0.00022, "unit": "cores"}]})
+    assert "short by 0.00022" in line and "0.00)" not in line
+
+
+def _gap(**counts):
+    return {"type": "gap", "v": 1, "batch_id": "n1:6", "node": "n1", "ts": 1000.0, "dropped_batches": 3,
+            "dropped_samples": 600, "first_dropped": "n1:2", "last_dropped": "n1:4", **counts}
+
+
+@pytest.mark.parametrize("counts", [{"dropped_batches": -3}, {"dropped_samples": -1}, {"dropped_batches": 1.5},
+                                    {"dropped_samples": True}])
+def test_a_gap_with_a_negative_or_fractional_count_is_refused_naming_it(counts) -> None:
+    (field, _), = counts.items()
+    with pytest.raises(Rejected, match=f"<gap>.{field}"):
+        check_envelope(_gap(**counts), node="n1")
+
+
+def test_a_valid_gap_passes() -> None:
+    assert check_envelope(_gap(), node="n1") == "gap"
+
+
+def test_favicon_is_served_without_login(db) -> None:
+    response = Client().get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
+    icon = Client().get(response["Location"])
+    assert icon.status_code == 200 and b"<svg" in b"".join(icon.streaming_content)
+
+
+@pytest.mark.parametrize("spelling", ["never_placed", "neverplaced", "never-placed", "never placed"])
+def test_the_never_placed_filter_answers_as_spelt_on_its_button(console, recorded, spelling) -> None:
+    response = console.get("/runs/t-small/batch/", {"show": spelling})
+    assert response.status_code == 200
+    assert "never placed" in response.content.decode()
