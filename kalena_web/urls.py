@@ -8,13 +8,14 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from kalena_web.api.api import build_api
+from kalena_web.console.login import ThrottledLoginView
 from kalena_web.control.health import livez, readyz
 from kalena_web.control.metrics import cluster_metrics_view, metrics_view
 
 api = build_api()
 
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", ThrottledLoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     path("livez", livez, name="livez"),
