@@ -39,6 +39,19 @@ def amount(value: float | None, decimals: int = 2) -> str:
     return f"{value:.2g}" if abs(value) >= 1e-4 else f"{value:.1e}"
 
 
+CONDITIONS = {"ram": "memory pressure", "cpu": "CPU pressure"}
+
+
+def eviction_condition(reason: str, dimension: str | None) -> str:
+    """What evicted a pod, condition first: the node condition, then how the victim was chosen
+    (``"priority"`` only ordered the victims). ``("priority", "ram")`` → ``"memory pressure ·
+    lowest priority chosen"``; ``("limit_breach", "ram")`` → ``"memory pressure · over its limit"``."""
+    condition = CONDITIONS.get(dimension or "", f"{dimension} pressure" if dimension else "node pressure")
+    how = {"priority": "lowest priority chosen", "limit_breach": "over its limit"}.get(reason,
+                                                                                     reason.replace("_", " "))
+    return f"{condition} · {how}"
+
+
 def cores(mcpu: float | None, decimals: int = 2) -> str:
     """Millicores → cores, e.g. ``61750`` → ``"61.75"``."""
     return "–" if mcpu is None else _number(mcpu / 1000.0, decimals)

@@ -53,3 +53,18 @@ def test_the_never_placed_filter_answers_as_spelt_on_its_button(console, recorde
     response = console.get("/runs/t-small/batch/", {"show": spelling})
     assert response.status_code == 200
     assert "never placed" in response.content.decode()
+
+
+def test_evictions_name_the_condition_and_count_pods(console, recorded) -> None:
+    from kalena_web.cli.replay import _evicted
+    from kalena_web.console.formatting import eviction_condition
+
+    summary = recorded.main.summary
+    by_condition = summary["batch_evicted_pods_by_condition"]
+    assert summary["batch_evicted"] > 0 and sum(by_condition.values()) == summary["batch_evicted"]
+    line = _evicted(summary)  # the `kalena replay` summary's "batch evicted (pods)" line
+    assert line.startswith(f"{summary['batch_evicted']:,} pods: ") and "pressure" in line, line
+    assert eviction_condition("priority", "ram") == "memory pressure · lowest priority chosen"
+    assert eviction_condition("limit_breach", "cpu") == "CPU pressure · over its limit"
+    page = console.get("/runs/t-main/").content.decode()
+    assert "<th>Condition</th>" in page and "pressure ·" in page

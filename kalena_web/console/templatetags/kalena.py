@@ -23,6 +23,12 @@ register.filter("amount", formatting.amount)
 
 
 @register.filter
+def condition(event, _=None) -> str:
+    """An eviction row's condition (``formatting.eviction_condition``)."""
+    return formatting.eviction_condition(event.reason, (event.detail or {}).get("dimension"))
+
+
+@register.filter
 def quantity(value, dim: str) -> str:
     return formatting.quantity(dim, value)
 
