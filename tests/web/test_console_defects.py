@@ -68,3 +68,15 @@ def test_evictions_name_the_condition_and_count_pods(console, recorded) -> None:
     assert eviction_condition("limit_breach", "cpu") == "CPU pressure · over its limit"
     page = console.get("/runs/t-main/").content.decode()
     assert "<th>Condition</th>" in page and "pressure ·" in page
+
+
+def test_replay_beyond_the_trace_is_a_clear_error_not_a_traceback(data_dir) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KALENA_DATA_DIR": str(data_dir)}
+    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "replay", "--hours", "100000", "--no-progress"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "no Bitbrains VM covers 100000 hours" in result.stderr and "at most" in result.stderr
