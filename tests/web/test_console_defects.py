@@ -80,3 +80,14 @@ def test_replay_beyond_the_trace_is_a_clear_error_not_a_traceback(data_dir) -> N
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "no Bitbrains VM covers 100000 hours" in result.stderr and "at most" in result.stderr
+
+
+def test_a_node_no_agent_reported_from_says_so(client, live, django_user_model) -> None:
+    from kalena_web.ledger.models import LiveNodeLedger
+
+    LiveNodeLedger.objects.filter(node__cluster=live, node__name="thinkcentre-alpha").update(last_sample_s=None)
+    client.force_login(django_user_model.objects.create_user("viewer-n", password="x" * 12))
+    silent = client.get("/live/home/nodes/thinkcentre-alpha/").content.decode()
+    assert "no agent has reported from this node yet" in silent and "as the agent last reported" not in silent
+    reported = client.get("/live/home/nodes/thinkcentre-beta/").content.decode()
+    assert "as the agent last reported" in reported and "0 pods" in reported and "0 pod<" not in reported
