@@ -55,6 +55,9 @@ class AgentConfig:
     kubelet_ca_file: str | None = None
     kubelet_insecure: bool = False
     kube_api_url: str | None = None
+    kube_in_cluster: bool = False
+    kube_token_file: str | None = None
+    kube_ca_file: str | None = None
     kube_cgroup_driver: str = "cgroupfs"
     kube_cgroup_root: str = "kubepods"
     infer_job_batch: bool = False
@@ -72,6 +75,7 @@ class AgentConfig:
     policy: Policy = field(default_factory=Policy)
     link_url: str | None = None
     link_token: str | None = None
+    link_token_file: str | None = None
     state_dir: str = "/var/lib/kalena-agent"
     buffer_max_bytes: int = 256 * 2**20
     dry_run: bool = False
@@ -183,8 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--kubelet-url", default="https://127.0.0.1:10250")
     add("--kubelet-token-file", help="bearer token for the kubelet and API server")
     add("--kubelet-ca-file")
-    add("--kubelet-insecure", action="store_true", help="skip TLS verification of the kubelet")
-    add("--kube-api-url", help="Kubernetes API server, for pod evictions")
+    add("--kubelet-insecure", action="store_true",
+        help="skip TLS verification of the kubelet only (self-signed serving certificates); never the API server")
+    add("--kube-api-url", help="Kubernetes API server, for pod evictions (outside a cluster)")
+    add("--kube-in-cluster", action="store_true",
+        help="reach the API server with the pod's in-cluster config (service account token and CA)")
+    add("--kube-token-file", help="bearer token for --kube-api-url (default: --kubelet-token-file)")
+    add("--kube-ca-file", help="CA bundle verifying --kube-api-url (default: the system CAs)")
     add("--kube-cgroup-driver", default="cgroupfs", choices=("cgroupfs", "systemd"))
     add("--kube-cgroup-root", default="kubepods")
     add("--infer-job-batch", action="store_true", help="Job/CronJob pods without a tier label are batch")
@@ -278,13 +287,14 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
     token = environ.get(ENV_PREFIX + "LINK_TOKEN")
     if args.link_token_file:
         try:
-            token = Path(args.link_token_file).read_text().strip()
+            Path(args.link_token_file).read_text().strip()
         except OSError as exc:
             raise ConfigError(f"cannot read token: {exc.strerror or exc}", source="--link-token-file") from None
+        token = None  # read from the file at every connect (a projected token rotates)
     if args.link_url:
         if not args.link_url.startswith(("ws://", "wss://")):
             raise ConfigError(f"{args.link_url!r} is not a WebSocket URL", source="--link-url", accepted="ws://… or wss://…")
-        if not token:
+        if not token and not args.link_token_file:
             raise ConfigError("--link-url needs a token", source="--link-token-file / KALENA_AGENT_LINK_TOKEN")
     policy = load_policy(args.policy_file, {("eviction", "min_run_time_s"): args.min_run_time_s,
                                             ("eviction", "evict_threshold_ratio"): args.evict_threshold_ratio})
@@ -296,7 +306,8 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         workloads_file=args.workloads_file, docker_host=args.docker_host or environ.get("DOCKER_HOST"),
         docker_label_filter=args.docker_label_filter, kubelet_url=args.kubelet_url,
         kubelet_token_file=args.kubelet_token_file, kubelet_ca_file=args.kubelet_ca_file,
-        kubelet_insecure=args.kubelet_insecure, kube_api_url=args.kube_api_url,
+        kubelet_insecure=args.kubelet_insecure, kube_api_url=args.kube_api_url, kube_in_cluster=args.kube_in_cluster,
+        kube_token_file=args.kube_token_file or args.kubelet_token_file, kube_ca_file=args.kube_ca_file,
         kube_cgroup_driver=args.kube_cgroup_driver, kube_cgroup_root=args.kube_cgroup_root,
         infer_job_batch=args.infer_job_batch, telemetry=args.telemetry, cadvisor_url=args.cadvisor_url,
         cadvisor_api=args.cadvisor_api, sampling_interval_s=args.sampling_interval_s,
@@ -304,6 +315,7 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         pressure_source=args.pressure_source, psi_window_s=args.psi_window_s,
         psi_cpu_threshold_ms=args.psi_cpu_threshold_ms, psi_memory_threshold_ms=args.psi_memory_threshold_ms,
         acute_grace_s=args.acute_grace_s, policy=policy, link_url=args.link_url, link_token=token,
+        link_token_file=args.link_token_file,
         state_dir=args.state_dir, buffer_max_bytes=args.buffer_max_bytes, dry_run=args.dry_run,
         actions_log=args.actions_log, duration_s=args.duration_s, log_level=args.log_level,
         health_address=_health_address(args.health_address))

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
-import httpx
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
 from agents.cgroups.backend import CgroupFs
 from agents.model import KIND_DOCKER, KIND_KUBERNETES, KIND_PROCESS, Workload
@@ -63,21 +64,21 @@ class Enforcer:
     Args:
         fs: cgroup backend (formats the files to write).
         docker_client: a ``docker.DockerClient`` for ``docker`` workloads (or ``None``).
-        kube_api_url: Kubernetes API server for ``kubernetes`` workloads (Eviction API).
-        kube_token_file: bearer token path for the API server.
-        kube_verify: CA bundle path / ``True`` / ``False``.
+        kube_api: a ``kubernetes.client.ApiClient`` for ``kubernetes`` workloads (Eviction API,
+            delete) — in-cluster config with the service account's CA in production
+            (:func:`kube_api_client`); ``None`` when the node runs no Kubernetes pods.
+        node_name: this agent's node: a pod is evicted or deleted only after the API confirms it
+            is bound to this node (RBAC cannot limit pod evictions to one node's pods).
         dry_run: record intended changes only.
     """
 
-    def __init__(self, fs: CgroupFs, *, docker_client: Any = None, kube_api_url: str | None = None,
-                 kube_token_file: str | None = None, kube_verify: str | bool = True, dry_run: bool = False,
-                 clock_mono: Callable[[], float] = time.monotonic,
-                 kube_transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, fs: CgroupFs, *, docker_client: Any = None, kube_api: k8s.ApiClient | None = None,
+                 node_name: str | None = None, dry_run: bool = False,
+                 clock_mono: Callable[[], float] = time.monotonic) -> None:
         self.fs = fs
         self.docker = docker_client
-        self.kube_api_url = kube_api_url.rstrip("/") if kube_api_url else None
-        self.kube_token_file = kube_token_file
-        self._kube_client = httpx.Client(verify=kube_verify, timeout=5.0, transport=kube_transport) if kube_api_url else None
+        self.kube = k8s.CoreV1Api(kube_api) if kube_api is not None else None
+        self.node_name = node_name
         self.dry_run = dry_run
         self.clock_mono = clock_mono
 
@@ -162,35 +163,41 @@ class Enforcer:
 
     def _kube(self, workload: Workload, what: str, grace_s: float) -> Applied:
         started = self.clock_mono()
-        if self._kube_client is None or self.kube_api_url is None:
-            return Applied(False, what, (), "no Kubernetes API server configured (--kube-api-url)", started,
-                           self.clock_mono())
+        if self.kube is None:
+            return Applied(False, what, (), "no Kubernetes API server configured (--kube-in-cluster or "
+                           "--kube-api-url)", started, self.clock_mono())
         namespace, _, name = workload.runtime_ref.partition("/")
-        headers = {}
-        if self.kube_token_file:
-            headers["Authorization"] = "Bearer " + Path(self.kube_token_file).read_text().strip()
-        grace = int(max(0, round(grace_s)))
-        if what == "sigterm":
-            url = f"{self.kube_api_url}/api/v1/namespaces/{namespace}/pods/{name}/eviction"
-            body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "deleteOptions": {"gracePeriodSeconds": grace}}
-            method = "POST"
-        else:
-            url = f"{self.kube_api_url}/api/v1/namespaces/{namespace}/pods/{name}"
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-            method = "DELETE"
-        writes = ((f"{method} {url}", f"gracePeriodSeconds={grace if what == 'sigterm' else 0}"),)
+        grace = int(max(0, round(grace_s))) if what == "sigterm" else 0
+        verb = "POST eviction" if what == "sigterm" else "DELETE"
+        writes = ((f"{verb} pods/{namespace}/{name}", f"gracePeriodSeconds={grace}"),)
         if self.dry_run:
             return Applied(True, what, writes, None, started, self.clock_mono(), True)
         try:
-            response = self._kube_client.request(method, url, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return Applied(False, what, (), f"{method} {url}: {exc}", started, self.clock_mono())
-        if response.status_code == 404 or response.is_success:
-            return Applied(True, what, writes, None, started, self.clock_mono())
-        return Applied(False, what, (), f"{method} {url}: HTTP {response.status_code} {response.text[:200]}",
-                       started, self.clock_mono())
+            if self.node_name:
+                pod = self.kube.read_namespaced_pod(name, namespace, _request_timeout=5)
+                bound = pod.spec.node_name if pod.spec else None
+                if bound != self.node_name:
+                    return Applied(False, what, (), f"pod {namespace}/{name} is bound to {bound!r}, not to this "
+                                   f"agent's node {self.node_name!r}: refused", started, self.clock_mono())
+            if what == "sigterm":
+                body = k8s.V1Eviction(api_version="policy/v1", kind="Eviction",
+                                      metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
+                                      delete_options=k8s.V1DeleteOptions(grace_period_seconds=grace))
+                self.kube.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False,
+                                                         _request_timeout=5).release_conn()
+            else:
+                self.kube.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False,
+                                                _request_timeout=5).release_conn()
+        except ApiException as exc:
+            if exc.status == 404:  # already gone: nothing left to stop
+                return Applied(True, what, writes, None, started, self.clock_mono())
+            hint = " (a PodDisruptionBudget refused it)" if exc.status == 429 else ""
+            return Applied(False, what, (), f"{verb} pods/{namespace}/{name}: HTTP {exc.status}{hint} "
+                           f"{(exc.body or '')[:200]}", started, self.clock_mono())
+        except Exception as exc:  # noqa: BLE001 - connection errors, timeouts: reported, never raised
+            return Applied(False, what, (), f"{verb} pods/{namespace}/{name}: {type(exc).__name__}: {exc}",
+                           started, self.clock_mono())
+        return Applied(True, what, writes, None, started, self.clock_mono())
 
     def terminate(self, workload: Workload, grace_s: float) -> Applied:
         """Start a graceful termination: SIGTERM to every process of the group (process), a
@@ -252,3 +259,30 @@ class Enforcer:
             os.close(ufd)
             raise
         return efd, ufd
+
+
+def kube_api_client(*, in_cluster: bool, url: str | None, token_file: str | None, ca_file: str | None) -> k8s.ApiClient:
+    """The API server client of the agent: in-cluster config (``KUBERNETES_SERVICE_HOST``, the
+    service account's token — re-read as the kubelet rotates it — and CA bundle), or ``url`` with
+    ``token_file`` (re-read on every refresh) verified against ``ca_file`` (the system CAs when
+    ``None``). TLS verification of the API server is never turned off.
+
+    Raises:
+        kubernetes.config.ConfigException: not in a cluster (``in_cluster``).
+    """
+    from kubernetes import config as k8s_config
+
+    if in_cluster:
+        configuration = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return k8s.ApiClient(configuration)
+    configuration = k8s.Configuration(host=url)
+    if ca_file:
+        configuration.ssl_ca_cert = ca_file
+    if token_file:
+        def refresh(cfg: k8s.Configuration) -> None:
+            cfg.api_key["authorization"] = Path(token_file).read_text().strip()
+            cfg.api_key_prefix["authorization"] = "Bearer"
+        refresh(configuration)
+        configuration.refresh_api_key_hook = refresh
+    return k8s.ApiClient(configuration)

@@ -82,6 +82,7 @@ class MitigationLoop(CpuActions, MemoryActions):
         self.clock_mono = clock_mono
         self.table = WorkloadTable()
         self.policy_updates: queue.SimpleQueue[PolicyUpdate] = queue.SimpleQueue()
+        self.policy_version: int | None = None   # the cluster policy version applied (None: local)
         self.actions: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.event_outcomes: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.errors: deque[str] = deque(maxlen=1000)
@@ -243,6 +244,8 @@ class MitigationLoop(CpuActions, MemoryActions):
             except queue.Empty:
                 break
             self.settings = replace(self.settings, policy=update.apply(self.settings.policy))
+            if update.version is not None:
+                self.policy_version = update.version
             changed = True
         if changed and self.arming is not None:
             self.arming.settings = self.settings
@@ -314,6 +317,6 @@ class MitigationLoop(CpuActions, MemoryActions):
                    for i, t in enumerate(rows) if t.sample is not None]
         message = protocol.samples_message(node=self.settings.node_name, ts=now_s,
                                            interval_s=self.settings.sampling_interval_s, records=records,
-                                           node_reading=self._last_node)
+                                           node_reading=self._last_node, policy_version=self.policy_version)
         self.emit(message)
         return message

@@ -42,7 +42,10 @@ class CpuActions:
         for i, share in zip(batch, plan.shares, strict=True):
             tracked = rows[i]
             old = tracked.quota_written
-            at_cap = share.share_mcpu >= float(limit[i, CPU]) - 1e-6
+            # the cap: the declared limit, else the request when slack-cpu is denied (reaching it is written exactly)
+            cap = float(limit[i, CPU]) if math.isfinite(float(limit[i, CPU])) or tracked.workload.slack_cpu \
+                else float(request[i, CPU])
+            at_cap = share.share_mcpu >= cap - 1e-6
             if old is not ... and old is not None and (share.quota_us == old or (
                     old < share.quota_us <= old * (1 + self.settings.quota_hysteresis_ratio) and not at_cap)):
                 continue

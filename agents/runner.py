@@ -29,7 +29,7 @@ from agents.discovery.base import WorkloadSource
 from agents.discovery.docker import DockerSource
 from agents.discovery.files import FileSource
 from agents.discovery.kubelet import KubeletSource
-from agents.enforcer import Enforcer
+from agents.enforcer import Enforcer, kube_api_client
 from agents.errors import FacilityUnavailable
 from agents.health import AgentMetrics, HealthServer
 from agents.link import protocol
@@ -66,7 +66,8 @@ class Agent:
             cgroup_version=self.loop.fs.version,
             signal_sources=self.loop.arming.in_use if self.loop.arming else {"cpu": ["poll"], "memory": ["poll"]},
             trigger_window_s=self.config.psi_window_s, capacity=self.config.capacity,
-            buffered=self.buffer.count() if self.buffer else 0, ts=time.time())
+            buffered=self.buffer.count() if self.buffer else 0, ts=time.time(),
+            policy_version=self.loop.policy_version)
 
     def link_state(self) -> dict[str, Any]:
         """For ``/healthz``: whether the link is up and what waits in the buffer."""
@@ -177,10 +178,12 @@ def build_agent(config: AgentConfig) -> Agent:
         kubelet_telemetry = KubeletTelemetry(kubelet)
         telemetry = kubelet_telemetry
         node_reader = lambda now_s: kubelet_telemetry.last_node  # noqa: E731
-    enforcer = Enforcer(fs, docker_client=docker_client, kube_api_url=config.kube_api_url,
-                        kube_token_file=config.kubelet_token_file,
-                        kube_verify=False if config.kubelet_insecure else (config.kubelet_ca_file or True),
-                        dry_run=config.dry_run)
+    kube_api = None
+    if config.kube_in_cluster or config.kube_api_url:
+        kube_api = kube_api_client(in_cluster=config.kube_in_cluster, url=config.kube_api_url,
+                                   token_file=config.kube_token_file, ca_file=config.kube_ca_file)
+    enforcer = Enforcer(fs, docker_client=docker_client, kube_api=kube_api,
+                        node_name=config.node_name if kube_api is not None else None, dry_run=config.dry_run)
     settings = LoopSettings(
         node_name=config.node_name, capacity=config.capacity, policy=config.policy,
         sampling_interval_s=config.sampling_interval_s, mitigation_interval_s=config.mitigation_interval_s,
@@ -210,8 +213,12 @@ def build_agent(config: AgentConfig) -> Agent:
                           node_reader=node_reader, arming=arming, emit=emit)
     loop.discover(time.time())          # arm the pressure sources before the first hello
     agent = Agent(config, loop, monitor, buffer, None, metrics)
-    if buffer is not None and config.link_url and config.link_token:
-        link = LinkClient(config.link_url, config.link_token, buffer, hello=agent.hello,
+    if buffer is not None and config.link_url and (config.link_token or config.link_token_file):
+        token: Any = config.link_token
+        if config.link_token_file:
+            path = Path(config.link_token_file)
+            token = lambda: path.read_text().strip()  # noqa: E731 - re-read at every connect
+        link = LinkClient(config.link_url, token, buffer, hello=agent.hello,
                           on_policy=loop.apply_policy_update)
         buffer.on_append = link.notify
         agent.link = link

@@ -58,5 +58,10 @@ class TraceError(InputError):
     """A trace file cannot be read at all (row-level anomalies are counted, not raised)."""
 
 
+class PolicyError(InputError):
+    """A policy document (DESIGN §10 policy file) is malformed: unknown key, wrong type or a
+    value out of range. ``field`` is the dotted key, ``accepted`` the range or the keys."""
+
+
 class InvariantViolation(KalenaError):
     """A ledger invariant that must always hold did not (a bug, surfaced loudly)."""

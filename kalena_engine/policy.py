@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kalena_engine.escalation import EscalationPolicy
 from kalena_engine.placement.policy import PlacementPolicy
 
 
@@ -66,11 +67,12 @@ class EvictionPolicy:
 
 @dataclass(frozen=True)
 class Policy:
-    """All engine policy in one value."""
+    """All engine policy in one value (its file form: :mod:`kalena_engine.policy_file`)."""
 
     estimator: EstimatorPolicy = EstimatorPolicy()
     eviction: EvictionPolicy = EvictionPolicy()
     placement: PlacementPolicy = PlacementPolicy()
+    escalation: EscalationPolicy = EscalationPolicy()
 
     def with_estimator(self, **changes: float) -> Policy:
         """A copy with estimator fields replaced, e.g. ``policy.with_estimator(margin_ratio=1.3)``."""
@@ -83,3 +85,7 @@ class Policy:
     def with_placement(self, **changes: object) -> Policy:
         """A copy with batch placement fields replaced (see :class:`PlacementPolicy`)."""
         return replace(self, placement=replace(self.placement, **changes))
+
+    def with_escalation(self, **changes: float) -> Policy:
+        """A copy with escalation fields replaced (DESIGN §8)."""
+        return replace(self, escalation=replace(self.escalation, **changes))

@@ -144,6 +144,8 @@ INSTALLED_APPS = [
     "kalena_web.replan",
     "kalena_web.api",
     "kalena_web.telemetry",
+    "kalena_web.kubehooks",
+    "kalena_web.policy",
     "ninja",  # serves Swagger UI for /api/docs from its own static files, not a CDN
 ]
 
@@ -157,6 +159,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "kalena_web.policy.audit.AuditActorMiddleware",
     "kalena_web.console.middleware.ConsoleLoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -293,6 +296,14 @@ CELERY_BEAT_SCHEDULER = "kalena_web.control.heartbeat:HeartbeatScheduler"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
+#   KALENA_ORCHESTRATOR_THROUGH_WORKERS: 1 in a console that mounts no docker.sock / holds no
+#       orchestrator credentials: its pod stops are forwarded to the Celery workers and awaited
+#       (kalena_web.control.forwarding) for at most KALENA_FORWARDED_EVICT_TIMEOUT_S (60 s).
+KALENA_ORCHESTRATOR_THROUGH_WORKERS = os.environ.get("KALENA_ORCHESTRATOR_THROUGH_WORKERS", "").strip().lower() in {
+    "1", "true", "yes", "on"}
+KALENA_FORWARDED_EVICT_TIMEOUT_S = float(os.environ.get("KALENA_FORWARDED_EVICT_TIMEOUT_S", "60"))
+# docker/swarm: engines as nodes, "[node=]unix:///path,[node=]tcp://host:2376" (docs/docker.md)
+KALENA_DOCKER_ENGINES = os.environ.get("KALENA_DOCKER_ENGINES", "")
 KALENA_METRICS_TOKEN = os.environ.get("KALENA_METRICS_TOKEN", "")  # set: /metrics needs this bearer token
 # Drift (DESIGN §10): window of the steady-state reservation and the recommendation threshold.
 KALENA_DRIFT_WINDOW_S = float(os.environ.get("KALENA_DRIFT_WINDOW_S", "86400"))
@@ -313,7 +324,8 @@ KALENA_RETENTION_LOOPS_S = float(os.environ.get("KALENA_RETENTION_LOOPS_S", "864
 #   KALENA_INGEST_MAX_USAGE_RATIO: usage above this × the node's allocatable is `out_of_range` (4).
 #   KALENA_INGEST_FLUSH_S: group-commit window of the ingest writer (default 0.05 s).
 #   KALENA_INGEST_FLUSH_MAX_SAMPLES: a group commit holds at most this many samples (20000).
-#   KALENA_ESTIMATION_LOCK_TTL_S: TTL of a shard's estimation lock (default 60 s).
+#   KALENA_ESTIMATION_LOCK_TTL_S: TTL of a shard's estimation lock, renewed every TTL/3 while held,
+#     so a dead holder's shard resumes within about TTL (default 6 s).
 #   KALENA_ESTIMATION_MAX_BATCHES: batches one estimation transaction takes (default 2000).
 #   KALENA_ESTIMATION_BUDGET_S: a task re-queues itself after this long with work left (5 s).
 KALENA_INGEST_MAX_BATCH_SAMPLES = int(os.environ.get("KALENA_INGEST_MAX_BATCH_SAMPLES", "2000"))
@@ -323,6 +335,17 @@ KALENA_INGEST_MAX_AGE_S = float(os.environ.get("KALENA_INGEST_MAX_AGE_S", str(7 
 KALENA_INGEST_MAX_USAGE_RATIO = float(os.environ.get("KALENA_INGEST_MAX_USAGE_RATIO", "4"))
 KALENA_INGEST_FLUSH_S = float(os.environ.get("KALENA_INGEST_FLUSH_S", "0.05"))
 KALENA_INGEST_FLUSH_MAX_SAMPLES = int(os.environ.get("KALENA_INGEST_FLUSH_MAX_SAMPLES", "20000"))
-KALENA_ESTIMATION_LOCK_TTL_S = float(os.environ.get("KALENA_ESTIMATION_LOCK_TTL_S", "60"))
+KALENA_ESTIMATION_LOCK_TTL_S = float(os.environ.get("KALENA_ESTIMATION_LOCK_TTL_S", "6"))
 KALENA_ESTIMATION_MAX_BATCHES = int(os.environ.get("KALENA_ESTIMATION_MAX_BATCHES", "2000"))
 KALENA_ESTIMATION_BUDGET_S = float(os.environ.get("KALENA_ESTIMATION_BUDGET_S", "5"))
+
+# Kubernetes admission webhook (docs/kubernetes-admission.md):
+#   KALENA_ADMISSION_INFER_JOBS=1: Job/CronJob pods without a tier label are batch (DESIGN §4).
+#   KALENA_ADMISSION_EXTENDER_MODE=1: kube-scheduler keeps batch; schedulerName is left alone.
+KALENA_ADMISSION_INFER_JOBS = _flag("KALENA_ADMISSION_INFER_JOBS")
+KALENA_ADMISSION_EXTENDER_MODE = _flag("KALENA_ADMISSION_EXTENDER_MODE")
+# Agents on Kubernetes authenticated by TokenReview (kalena_web/kubehooks/agent_auth.py):
+KALENA_AGENT_TOKENREVIEW_CLUSTER = os.environ.get("KALENA_AGENT_TOKENREVIEW_CLUSTER", "")
+KALENA_AGENT_SERVICE_ACCOUNT = os.environ.get("KALENA_AGENT_SERVICE_ACCOUNT",
+                                              "system:serviceaccount:kalena-system:kalena-agent")
+KALENA_AGENT_TOKEN_AUDIENCE = os.environ.get("KALENA_AGENT_TOKEN_AUDIENCE", "kalena")

@@ -24,6 +24,8 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("metrics/cluster", cluster_metrics_view, name="metrics-cluster"),
     path("api/", api.urls),
+    path("", include("kalena_web.kubehooks.urls")),
     path("", include("kalena_web.telemetry.urls")),
+    path("", include("kalena_web.policy.urls")),
     path("", include("kalena_web.console.urls")),
 ]

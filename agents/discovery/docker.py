@@ -2,6 +2,9 @@
 
 For each running container (``GET /containers/json`` + inspect data):
 
+* its name: the ``kalena.naughtian.io/workload`` label (``namespace/pod``, set on every container
+  Kalena starts) where present, else the container's name — the name the control plane joins
+  samples and eviction reports on;
 * tier/priority/slack/reclaim from its labels (:mod:`agents.discovery.labels`);
 * limits from ``HostConfig``: cpu ``NanoCpus`` (or ``CpuQuota``/``CpuPeriod``), memory
   ``Memory`` (0 = none);
@@ -28,6 +31,7 @@ from agents.discovery.base import Discovery
 from agents.discovery.labels import GRACE, PREFIX, classify
 from agents.errors import DiscoveryError, TelemetryError
 from agents.model import KIND_DOCKER, Workload
+from agents.orchestrators.base import ID_LABEL
 from agents.units import mcpu_from_cores, mcpu_from_nanocores, mcpu_from_quota, parse_k8s_quantity, unix_s_from_rfc3339
 from kalena_engine.resources import CPU, RAM, zeros
 
@@ -43,11 +47,14 @@ def workload_from_inspect(attrs: dict[str, Any], *, cgroup: str, errors: list[st
         DiscoveryError: a request label is not a quantity or the start time is malformed.
     """
     cid = attrs["Id"]
-    name = str(attrs.get("Name", "")).lstrip("/") or cid[:12]
-    source = f"docker:{name}"
     config = attrs.get("Config") or {}
     host = attrs.get("HostConfig") or {}
     labels = {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
+    # a container Kalena started reports under the control plane's name for the pod (its
+    # workload label, ``namespace/pod``), whatever the container is called (one identity
+    # from submission to samples and evictions, DESIGN §14)
+    name = labels.get(ID_LABEL) or str(attrs.get("Name", "")).lstrip("/") or cid[:12]
+    source = f"docker:{name}"
     kind = classify(labels, labels, source=source, errors=errors)
     limit = zeros() + math.inf
     if host.get("NanoCpus"):

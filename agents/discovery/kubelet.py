@@ -11,6 +11,10 @@ Per pod (fields of ``core/v1`` ``Pod``):
   is on and no tier label is set;
 * requests/limits: the Kubernetes effective pod rule — ``max(Σ containers, max(initContainers))``
   per resource, plus ``spec.overhead``; a limit is declared only if every container declares it;
+  a batch pod converted by Kalena's admission webhook (DESIGN §14) has no cpu/memory left — its
+  real cpu/memory request and limit come from the ``kalena.naughtian.io/resources`` annotation
+  (a ``null`` limit = none declared), and those are what the enforcer writes (the kubelet sees
+  the pod as BestEffort and enforces nothing);
 * grace ``spec.terminationGracePeriodSeconds`` (default 30); start ``status.startTime``;
 * cgroup from ``metadata.uid`` and ``status.qosClass`` for the kubelet's cgroup driver:
   cgroupfs ``kubepods[/burstable|/besteffort]/pod<uid>``; systemd
@@ -31,8 +35,9 @@ from agents.discovery.base import Discovery
 from agents.discovery.labels import classify
 from agents.errors import DiscoveryError, TelemetryError
 from agents.model import KIND_KUBERNETES, Workload
+from agents.orchestrators.kubernetes.batch_resources import QuantityError, read_annotation
 from agents.units import k8s_resources_vector, unix_s_from_rfc3339
-from kalena_engine.resources import zeros
+from kalena_engine.resources import CPU, RAM, zeros
 
 CGROUP_DRIVERS = ("cgroupfs", "systemd")
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
@@ -118,6 +123,14 @@ def parse_pod_list(doc: Any, *, source: str, driver: str = "cgroupfs", cgroup_ro
                             infer_jobs=infer_jobs, errors=errors)
             out.errors.extend(errors)
             request, limit = pod_resources(spec, source=where)
+            try:
+                converted = read_annotation(meta.get("annotations"))
+            except QuantityError as exc:
+                raise DiscoveryError(str(exc).split(": ", 1)[1], source=where, field=exc.field) from None
+            if converted is not None:  # the pod's real cpu/memory (the webhook moved them out)
+                request[CPU], request[RAM] = converted.request_mcpu, converted.request_bytes
+                limit[CPU] = math.inf if converted.limit_mcpu is None else converted.limit_mcpu
+                limit[RAM] = math.inf if converted.limit_bytes is None else converted.limit_bytes
             started = status.get("startTime")
             start = unix_s_from_rfc3339(started, source=where, field="status.startTime") if started else math.nan
             grace = spec.get("terminationGracePeriodSeconds", 30)

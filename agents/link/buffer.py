@@ -1,9 +1,20 @@
 """Bounded on-disk buffer of messages the control plane has not acknowledged (SQLite, WAL).
 
 Every agent→server message (``samples``, ``action``, ``gap``) is appended here first, given its
-``batch_id`` (``"<node>:<seq>"``, ``seq`` increasing across restarts), and deleted only when
-the server's ``ack`` for that ``batch_id`` arrives. The link client sends from here; local
+``batch_id`` (``"<node>:<epoch>:<seq>"``), and deleted only when the server's ``ack`` for that
+``batch_id`` arrives. ``epoch`` (12 hex digits, random) is drawn each time the buffer is opened
+— a boot id — and ``seq`` increases across restarts while the file lasts. The server
+de-duplicates on ``(node, batch_id)``, so ids must never repeat for different messages: with
+the epoch they do not even when the file is lost (deleted, the disk replaced, restored from an
+old snapshot) and ``seq`` starts again at 1. A message keeps the id it was stored with, so its
+resend after a restart is still recognised as the same message. The link client sends from here; local
 mitigation only appends, which takes well under a millisecond and never waits for the network.
+
+A ``samples`` message larger than what the server accepts in one frame — more than
+``max_batch_samples`` records or more than ``max_message_bytes`` of JSON — is split on append
+(:func:`~agents.link.protocol.split_samples`) into several messages, each with its own
+``batch_id``. The defaults (2,000 samples, 1 MiB) fit the server's defaults and also a Daphne
+left at its own 1 MiB ``websocket_max_message_size``.
 
 Sizing: one ``samples`` batch of 200 workloads is about 200 KB of JSON; a 5-minute disconnect
 at 10 s sampling is 30 batches ≈ 6 MB. The default bound, 256 MiB, holds hours. When a new
@@ -14,6 +25,7 @@ dropped) and one ``gap`` message records what was lost.
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -44,14 +56,19 @@ class LinkBuffer:
         node: node name, the ``batch_id`` prefix.
         max_bytes: bound on stored message bytes.
         on_append: called after each append (the client's wake-up), from the appending thread.
+        max_batch_samples, max_message_bytes: a ``samples`` message is split into parts within
+            both (module doc).
     """
 
     def __init__(self, path: str | Path, *, node: str, max_bytes: int = 256 * 2**20,
-                 on_append: Callable[[], None] | None = None, clock_s: Callable[[], float] = time.time) -> None:
+                 on_append: Callable[[], None] | None = None, clock_s: Callable[[], float] = time.time,
+                 max_batch_samples: int = 2000, max_message_bytes: int = 2**20) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.node = node
         self.max_bytes = int(max_bytes)
+        self.max_batch_samples = int(max_batch_samples)
+        self.max_message_bytes = int(max_message_bytes)
         self.on_append = on_append
         self.clock_s = clock_s
         self._lock = threading.Lock()
@@ -60,6 +77,7 @@ class LinkBuffer:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self.dropped_batches = 0
+        self.epoch = secrets.token_hex(6)   # this lifetime's boot id (module doc)
 
     def _next_seq(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key='next_seq'").fetchone()
@@ -71,7 +89,7 @@ class LinkBuffer:
 
     def _insert(self, message: dict[str, Any]) -> str:
         seq = self._next_seq()
-        batch_id = f"{self.node}:{seq}"
+        batch_id = f"{self.node}:{self.epoch}:{seq}"
         body = protocol.encode({**message, "batch_id": batch_id})
         n_samples = len(message.get("samples", ())) if message.get("type") == "samples" else 0
         self._db.execute("INSERT INTO messages(seq, kind, batch_id, body, size, n_samples) VALUES(?,?,?,?,?,?)",
@@ -98,13 +116,17 @@ class LinkBuffer:
                                           first_dropped=dropped[0][1], last_dropped=dropped[-1][1]))
 
     def append(self, message: dict[str, Any]) -> str:
-        """Store one message (its ``batch_id`` is assigned here) and return the ``batch_id``."""
+        """Store one message (its ``batch_id`` is assigned here) and return the ``batch_id``. A
+        ``samples`` message too large for one frame is stored as several (module doc), in one
+        transaction; the id of the last part is returned."""
+        parts = protocol.split_samples(message, max_samples=self.max_batch_samples, max_bytes=self.max_message_bytes)
         size_hint = len(json.dumps(message, separators=(",", ":"), default=str))
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._make_room(size_hint)
-                batch_id = self._insert(message)
+                for part in parts:
+                    batch_id = self._insert(part)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")

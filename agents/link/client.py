@@ -7,7 +7,13 @@ unacknowledged in flight); each ``ack`` deletes its message from the buffer. On 
 
     delay = d / 2 + uniform(0, d / 2),  d = min(backoff_max_s, backoff_base_s · 2^attempt)
 
-``attempt`` resets once a connection has delivered an ack. Messages survive disconnects and
+``attempt`` resets once a connection has delivered an ack. A connection that has had messages
+in flight and no ack at all for ``ack_timeout_s`` is given up (closed) and the client
+reconnects and resends: a server that keeps the socket open and answers pings but stores
+nothing (a half-dead connection) cannot hold the buffer back. The clock is progress, not the
+age of the oldest message: a server that is merely slow — working through every agent's
+backlog after an outage — keeps acknowledging and is not flooded with the same messages again.
+Each timeout in a row doubles the next connection's timeout (up to 8 ×; reset by an ack). Messages survive disconnects and
 agent restarts in :class:`~agents.link.buffer.LinkBuffer`; after a reconnect everything not yet
 acknowledged is sent again (the server de-duplicates on ``batch_id``).
 """
@@ -18,6 +24,7 @@ import asyncio
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,22 +45,29 @@ def backoff_delay_s(attempt: int, *, base_s: float, max_s: float, rng: random.Ra
     return d / 2 + rng.uniform(0, d / 2)
 
 
+class AckTimeout(Exception):
+    """A message waited longer than ``ack_timeout_s`` for its ack on this connection."""
+
+
 class LinkClient:
     """The link client (module docstring).
 
     Args:
         url: ``ws://`` or ``wss://`` URL of the console's agent endpoint.
-        token: the node's bearer token.
+        token: the node's bearer token, or a function returning it (called at every connect:
+            a projected service-account token rotates).
         buffer: the on-disk buffer to send from.
         hello: builds the ``hello`` message at each connect.
         on_policy: receives each ``policy`` update (called on the link thread; must not block).
         window: unacknowledged messages in flight.
+        ack_timeout_s: messages in flight and no ack for this long (s) give the connection up:
+            close, reconnect (backoff), resend everything unacknowledged (module doc).
     """
 
-    def __init__(self, url: str, token: str, buffer: LinkBuffer, *, hello: Callable[[], dict[str, Any]],
+    def __init__(self, url: str, token: str | Callable[[], str], buffer: LinkBuffer, *, hello: Callable[[], dict[str, Any]],
                  on_policy: Callable[[PolicyUpdate], None] | None = None, window: int = 32,
-                 backoff_base_s: float = 0.5, backoff_max_s: float = 30.0, rng: random.Random | None = None,
-                 ssl: Any = None, open_timeout_s: float = 10.0) -> None:
+                 backoff_base_s: float = 0.5, backoff_max_s: float = 10.0, rng: random.Random | None = None,
+                 ssl: Any = None, open_timeout_s: float = 10.0, ack_timeout_s: float = 30.0) -> None:
         self.url = url
         self.token = token
         self.buffer = buffer
@@ -65,6 +79,9 @@ class LinkClient:
         self.rng = rng or random.Random()
         self.ssl = ssl
         self.open_timeout_s = open_timeout_s
+        self.ack_timeout_s = ack_timeout_s
+        self.ack_timeouts = 0
+        self.timeouts_in_a_row = 0
         self.connected = threading.Event()
         self.connects = 0
         self.failures = 0
@@ -83,12 +100,13 @@ class LinkClient:
 
     async def _session(self, ws: Any) -> None:
         await ws.send(protocol.encode(self.hello()))
-        inflight: set[str] = set()
+        inflight: dict[str, float] = {}  # batch_id → when it was sent (monotonic s)
+        progress_s = 0.0                 # when the last ack arrived (monotonic s)
         sent_seq = 0
         delivered = False
 
         async def receive() -> None:
-            nonlocal delivered
+            nonlocal delivered, progress_s
             async for frame in ws:
                 try:
                     message = protocol.parse_server_message(frame)
@@ -96,9 +114,10 @@ class LinkClient:
                     log.warning("link: ignoring malformed frame: %s", exc)
                     continue
                 if isinstance(message, Ack):
+                    progress_s = time.monotonic()
                     if self.buffer.ack(message.batch_id):
                         self.acked += 1
-                    inflight.discard(message.batch_id)
+                    inflight.pop(message.batch_id, None)
                     delivered = True
                     assert self._wake is not None
                     self._wake.set()
@@ -115,10 +134,17 @@ class LinkClient:
                 if room > 0:
                     for seq, batch_id, body in self.buffer.pending(after_seq=sent_seq, limit=room):
                         await ws.send(body)
-                        inflight.add(batch_id)
+                        inflight[batch_id] = time.monotonic()
                         sent_seq = seq
                 if delivered:
                     self.attempt = 0
+                if delivered:
+                    self.timeouts_in_a_row = 0
+                limit_s = self.ack_timeout_s * 2 ** min(self.timeouts_in_a_row, 3)
+                if inflight and time.monotonic() - max(progress_s, min(inflight.values())) > limit_s:
+                    self.ack_timeouts += 1
+                    self.timeouts_in_a_row += 1
+                    raise AckTimeout(f"no ack for {len(inflight)} message(s) within {limit_s:g} s")
                 self._wake.clear()
                 wait = asyncio.create_task(self._wake.wait())
                 await asyncio.wait({receiver, wait, asyncio.create_task(self._stop.wait())}, timeout=0.5,
@@ -137,14 +163,15 @@ class LinkClient:
         self.attempt = 0
         while not self._stop.is_set():
             try:
-                async with connect(self.url, additional_headers={"Authorization": f"Bearer {self.token}"},
+                token = self.token() if callable(self.token) else self.token
+                async with connect(self.url, additional_headers={"Authorization": f"Bearer {token}"},
                                    open_timeout=self.open_timeout_s, proxy=None, ssl=self.ssl,
                                    max_size=2**24) as ws:
                     self.connects += 1
                     self.connected.set()
                     log.info("link: connected to %s", self.url)
                     await self._session(ws)
-            except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as exc:
+            except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException, AckTimeout) as exc:
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("link: %s (%s)", self.url, self.last_error)

@@ -7,7 +7,8 @@ The agent authenticates in the handshake with its per-node token::
 
 The server rejects a missing or unknown token with HTTP 401 before the upgrade. Delivery is
 at-least-once: every agent→server message except ``hello`` carries a ``batch_id`` unique per
-node (``"<node>:<seq>"``, ``seq`` increasing across restarts); the agent keeps it in its on-disk
+node (``"<node>:<epoch>:<seq>"``: a boot id drawn each time the agent's buffer is opened and a
+sequence number; never reused, even when the buffer's file is lost); the agent keeps it in its on-disk
 buffer until the server's ``ack`` for that ``batch_id`` arrives and resends it after a
 reconnect, so **the server must de-duplicate on (node, batch_id)**. Numbers are in Kalena's
 internal units (DESIGN §2) with the unit in the key; ``null`` means not measured; times are
@@ -26,7 +27,7 @@ Agent → server
 
 ``samples`` — one batch per sampling interval::
 
-    {"type": "samples", "v": 1, "batch_id": "node-a:42", "node": "node-a", "ts": …,
+    {"type": "samples", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42", "node": "node-a", "ts": …,
      "interval_s": 10.0,
      "node_sample": {"ts": …, "working_set_bytes": …, "psi": {"cpu": <psi>, …}} | null,
      "samples": [{
@@ -48,7 +49,7 @@ Agent → server
 
 ``action`` — every mitigation action, as it happens::
 
-    {"type": "action", "v": 1, "batch_id": "node-a:43", "node": "node-a", "ts": …,
+    {"type": "action", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:43", "node": "node-a", "ts": …,
      "action": "throttle" | "cpu_weight" | "memory_cap" | "evict" | "kill" | "starvation_cap"
                | "starvation_release" | "hold",
      "reason": "cpu_budget" | "cpu_contention" | "contention_cleared" | "limit_breach"
@@ -67,20 +68,25 @@ Agent → server
 ``gap`` — the bounded buffer overflowed and dropped the oldest sample batches::
 
     {"type": "gap", "v": 1, "batch_id": …, "node": …, "ts": …, "dropped_batches": 3,
-     "dropped_samples": 600, "first_dropped": "node-a:7", "last_dropped": "node-a:9"}
+     "dropped_samples": 600, "first_dropped": "node-a:3f9c01d2a7b4:7", "last_dropped": "node-a:3f9c01d2a7b4:9"}
 
 Server → agent
 --------------
 
-``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:42"}``: the message is stored; the
+``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42"}``: the message is stored; the
 agent deletes it from its buffer.
 
 ``policy`` — optional run-time policy update, any subset of the engine's
 :class:`~kalena_engine.policy.EstimatorPolicy` / :class:`~kalena_engine.policy.EvictionPolicy`
-fields::
+fields, and the cluster's policy ``version`` it carries (the control plane sends the whole
+estimator and eviction sections of its current version after each ``hello`` and whenever a new
+version is saved)::
 
-    {"type": "policy", "v": 1, "estimator": {"margin_ratio": 1.2},
+    {"type": "policy", "v": 1, "version": 4, "estimator": {"margin_ratio": 1.2},
      "eviction": {"min_run_time_s": 60}}
+
+The agent reports the version it applies as ``policy_version`` (an integer, or null before any
+``policy`` message) in every ``hello`` and ``samples`` message.
 
 ``error`` — ``{"type": "error", "v": 1, "message": "…"}``: logged by the agent.
 
@@ -123,8 +129,9 @@ def usage_vector(values: np.ndarray) -> dict[str, float | None]:
 
 def hello_message(*, node: str, agent_version: str, sampling_interval_s: float, cgroup_version: int,
                   signal_sources: Mapping[str, str], trigger_window_s: float, capacity: np.ndarray,
-                  buffered: int, ts: float) -> dict[str, Any]:
+                  buffered: int, ts: float, policy_version: int | None = None) -> dict[str, Any]:
     return {"type": "hello", "v": VERSION, "node": node, "agent_version": agent_version,
+            "policy_version": policy_version,
             "sampling_interval_s": float(sampling_interval_s), "cgroup_version": int(cgroup_version),
             "signal_sources": dict(signal_sources), "trigger_window_s": float(trigger_window_s),
             "capacity": usage_vector(capacity), "buffered": int(buffered), "ts": float(ts)}
@@ -147,14 +154,14 @@ def sample_record(workload: Workload, sample: UsageSample, *, reservation: np.nd
 
 
 def samples_message(*, node: str, ts: float, interval_s: float, records: list[dict[str, Any]],
-                    node_reading: NodeReading | None) -> dict[str, Any]:
+                    node_reading: NodeReading | None, policy_version: int | None = None) -> dict[str, Any]:
     """A ``samples`` message without its ``batch_id`` (the buffer assigns it)."""
     node_sample = None
     if node_reading is not None:
         node_sample = {"ts": float(node_reading.ts_s), "working_set_bytes": _number(node_reading.working_set_bytes),
                        "psi": {k: v.as_dict() for k, v in node_reading.psi.items()} or None}
     return {"type": "samples", "v": VERSION, "node": node, "ts": float(ts), "interval_s": float(interval_s),
-            "node_sample": node_sample, "samples": records}
+            "node_sample": node_sample, "samples": records, "policy_version": policy_version}
 
 
 def workload_ref(workload: Workload | None) -> dict[str, Any] | None:
@@ -183,6 +190,42 @@ def gap_message(*, node: str, ts: float, dropped_batches: int, dropped_samples: 
 def encode(message: Mapping[str, Any]) -> str:
     """JSON text of a message (no NaN/Infinity: those are ``null`` by construction)."""
     return json.dumps(message, separators=(",", ":"), allow_nan=False)
+
+
+#: Room kept in every frame for the ``batch_id`` the buffer adds (a 253-character node name,
+#: the buffer's epoch and a sequence number fit).
+BATCH_ID_ROOM_BYTES = 320
+
+
+def split_samples(message: Mapping[str, Any], *, max_samples: int, max_bytes: int) -> list[dict[str, Any]]:
+    """Split a ``samples`` message into parts that each hold at most ``max_samples`` records
+    and encode to at most ``max_bytes`` bytes once a ``batch_id`` is added (the server's
+    ``KALENA_INGEST_MAX_BATCH_SAMPLES`` and frame limits). Records keep their order; the
+    ``node_sample`` goes with the first part. Any other message, or one that fits, is returned
+    as the only part. A single record larger than ``max_bytes`` travels alone (the server
+    refuses it as ``oversize_batch`` and counts it). Sizes are UTF-8 bytes of :func:`encode`.
+
+    Example: 5,000 records of ~1 KB with ``max_samples=2000, max_bytes=2**20`` → parts of
+    ≤ 1,000 records (1 MiB / ~1 KB), the first with the node sample.
+    """
+    records = message.get("samples") if message.get("type") == "samples" else None
+    if not isinstance(records, list):
+        return [dict(message)]
+    envelope = {k: v for k, v in message.items() if k != "samples"}
+    base = len(encode({**envelope, "samples": []}).encode()) + BATCH_ID_ROOM_BYTES
+    sizes = [len(encode(r).encode()) + 1 for r in records]     # + the separating comma
+    if len(records) <= max_samples and base + sum(sizes) <= max_bytes:
+        return [dict(message)]
+    parts: list[list[Any]] = [[]]
+    size = base
+    for record, n in zip(records, sizes):
+        if parts[-1] and (len(parts[-1]) >= max_samples or size + n > max_bytes):
+            parts.append([])
+            size = base
+        parts[-1].append(record)
+        size += n
+    return [{**envelope, "node_sample": envelope.get("node_sample") if i == 0 else None, "samples": part}
+            for i, part in enumerate(parts)]
 
 
 # --- validation (agent → server), for the server implementation and the tests ---------------
@@ -279,14 +322,16 @@ class Ack:
 
 @dataclass(frozen=True)
 class PolicyUpdate:
-    """Changes to apply on top of the current policy (field → value)."""
+    """Changes to apply on top of the current policy (field → value); ``version`` is the
+    cluster's policy version they come from (None when the sender gave none)."""
 
     estimator: Mapping[str, float]
     eviction: Mapping[str, float]
+    version: int | None = None
 
     def apply(self, policy: Policy) -> Policy:
-        return Policy(estimator=replace(policy.estimator, **self.estimator),
-                      eviction=replace(policy.eviction, **self.eviction))
+        return replace(policy, estimator=replace(policy.estimator, **self.estimator),
+                       eviction=replace(policy.eviction, **self.eviction))
 
 
 @dataclass(frozen=True)
@@ -328,11 +373,15 @@ def parse_server_message(text: str | bytes) -> Ack | PolicyUpdate | ServerError:
     if kind == "ack":
         return Ack(_require(message, "batch_id", (str,), where))
     if kind == "policy":
-        unknown = sorted(set(message) - {"type", "v", "estimator", "eviction"})
+        unknown = sorted(set(message) - {"type", "v", "version", "estimator", "eviction"})
         if unknown:
-            raise ProtocolError(f"unknown field {unknown[0]!r}", source=where, accepted="estimator, eviction")
+            raise ProtocolError(f"unknown field {unknown[0]!r}", source=where, accepted="version, estimator, eviction")
+        version = message.get("version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+            raise ProtocolError(f"{version!r} is not a policy version", source=where, field="version",
+                                accepted="a whole number ≥ 0")
         return PolicyUpdate(_policy_part(message.get("estimator"), EstimatorPolicy, where, "estimator"),
-                            _policy_part(message.get("eviction"), EvictionPolicy, where, "eviction"))
+                            _policy_part(message.get("eviction"), EvictionPolicy, where, "eviction"), version)
     if kind == "error":
         return ServerError(str(message.get("message", "")))
     raise ProtocolError(f"unknown type {kind!r}", source=where, field="type", accepted=", ".join(SERVER_TYPES))

@@ -2,11 +2,11 @@
 in-memory fake, Kubernetes, standalone Docker and Docker Swarm implementations."""
 
 from agents.orchestrators.base import (
-    BatchSpec, Orchestrator, OrchestratorError, StaleBinding, WorkloadRef, drain_batch,
+    BatchSpec, BindingUncertain, EvictionRefused, Orchestrator, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, drain_batch,
 )
 from agents.orchestrators.fake import FakeOrchestrator
 
 __all__ = [
-    "BatchSpec", "FakeOrchestrator", "Orchestrator", "OrchestratorError", "StaleBinding",
-    "WorkloadRef", "drain_batch",
+    "BatchSpec", "BindingUncertain", "EvictionRefused", "FakeOrchestrator", "Orchestrator", "OrchestratorError", "StaleBinding",
+    "WorkloadGone", "WorkloadRef", "drain_batch",
 ]

@@ -9,9 +9,12 @@ stays the orchestrator's. Labels and annotations follow DESIGN §4:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from agents.orchestrators.events import WatchEvent
 
 TIER_LABEL = "kalena.naughtian.io/tier"
 PRIORITY_ANNOTATION = "kalena.naughtian.io/priority"
@@ -24,6 +27,16 @@ class OrchestratorError(Exception):
 
 class WorkloadGone(OrchestratorError):
     """The workload an eviction named does not exist (any more): nothing is left to stop."""
+
+
+class EvictionRefused(OrchestratorError):
+    """The orchestrator refused an eviction for now (Kubernetes: a PodDisruptionBudget's 429):
+    the workload still runs and keeps its reservation; retry later with backoff."""
+
+
+class BindingUncertain(OrchestratorError):
+    """A binding call that may or may not have landed (a timeout, a dropped connection): the
+    caller must ask the orchestrator (or wait for its watch) before binding again."""
 
 
 class StaleBinding(OrchestratorError):
@@ -56,6 +69,10 @@ class BatchSpec:
         request_mcpu, request_bytes, limit_mcpu, limit_bytes: cpu and memory in internal units.
         priority: the Kalena priority annotation.
         command: container command (Docker/Swarm).
+        attempt: which placement of the pod this is (0 first, +1 per requeue): Docker and Swarm
+            name the container/service per attempt so a re-placement never collides with the
+            stopped one it replaces.
+        grace_s: the pod's stop grace (s), Kubernetes' default 30 (Docker and Swarm stop grace).
     """
 
     id: str
@@ -67,6 +84,8 @@ class BatchSpec:
     priority: int = 0
     command: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    attempt: int = 0
+    grace_s: float = 30.0
 
     @property
     def namespace(self) -> str:
@@ -98,7 +117,19 @@ class Orchestrator(Protocol):
         """Stop a workload gracefully (SIGTERM, ``grace_s``, then SIGKILL).
 
         Raises:
-            OrchestratorError: unknown workload, or the orchestrator refused (e.g. a PDB).
+            WorkloadGone: no such workload (any more).
+            EvictionRefused: refused for now (a PodDisruptionBudget); it still runs.
+            OrchestratorError: any other refusal.
+        """
+
+    def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
+        """The watch part of the port (DESIGN §14): the orchestrator's current state as events
+        (``NodeSeen``, ``PodPending``, ``PodRunning``, ``ProductionSeen`` …) followed by
+        ``Resynced``, then every change as it happens, until ``stop`` is set. A watcher re-lists
+        on its own when it must (another ``Resynced`` follows) and reconnects with backoff; it
+        raises only for a configuration error. Start one with
+        ``Reconciler(cluster=…).run(orchestrator.watch(stop))`` on a thread
+        (:func:`kalena_web.control.watching.watch_start`).
         """
 
 

@@ -44,6 +44,9 @@ class NodeSeen:
     taints: tuple[Mapping[str, str], ...] = ()
     images: tuple[str, ...] = ()
     at_s: float = 0.0
+    image_bytes: Mapping[str, float] = field(default_factory=dict)
+    """Size of each cached image in bytes where the orchestrator reports it (Kubernetes
+    ``status.images[].sizeBytes``): kube-scheduler's ImageLocality weighs by size."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,13 @@ class PodPending:
     """A batch pod waiting for Kalena to place it (Kubernetes: ``schedulerName: kalena`` and no
     node). ``owner`` is ``Kind/name`` of the controlling owner (``Job/train``), ``""`` for a bare
     pod: cooldowns and pairing blacklists key on it (DESIGN §14). ``gang`` is the gang name or
-    ``""``; ``priority`` the Kalena priority (DESIGN §4)."""
+    ``""``; ``priority`` the Kalena priority (DESIGN §4).
+
+    Added with defaults (placement needs them): ``image`` (the first container's image, image
+    locality), ``constraints`` (the REST API's constraint shape: ``node_selector``,
+    ``tolerations``, ``anti_affinity_terms``, ``spread``), ``grace_s`` (termination grace used
+    when Kalena evicts it), ``min_member`` (gang size).
+    """
 
     ref: str
     requests: Vector
@@ -70,6 +79,10 @@ class PodPending:
     owner: str = ""
     gang: str = ""
     at_s: float = 0.0
+    image: str = ""
+    constraints: Mapping[str, object] = field(default_factory=dict)
+    grace_s: float = 30.0
+    min_member: int | None = None
 
 
 @dataclass(frozen=True)

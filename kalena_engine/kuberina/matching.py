@@ -29,10 +29,14 @@ def daemonset_eligible(daemonset: DaemonSetSpec, node: NodeSpec) -> bool:
     """Kuberina Phase 0 eligibility (the solver's rule, not the validator's).
 
     Every nodeSelector pair matches the node labels, and either the DaemonSet's tolerations
-    list is empty (the planner's "tolerates all") or every node taint key is in it.
+    list is empty (the planner's "tolerates all") or every node taint key is in it. A
+    DaemonSet read from Kubernetes manifests follows the Kubernetes rule instead (every blocking
+    taint tolerated).
     """
     if not selector_matches(daemonset.node_selector, node.labels):
         return False
+    if daemonset.k8s_tolerations is not None:  # Kubernetes-shaped input: the Kubernetes rule
+        return not untolerated_taints(node.taints, daemonset.k8s_tolerations)
     if not daemonset.tolerations:
         return True
     keys = set(daemonset.tolerations)

@@ -63,12 +63,15 @@ class NodeSpec:
 
 @dataclass(frozen=True, eq=False)
 class DaemonSetSpec:
-    """A DaemonSet: ballast deducted in Phase 0. ``tolerations`` are taint keys; empty = all."""
+    """A DaemonSet: ballast deducted in Phase 0. ``tolerations`` are taint keys; empty = all
+    (Kuberina's rule). ``k8s_tolerations`` set (Kubernetes-shaped input): the Kubernetes rule
+    instead — every NoSchedule/NoExecute taint must be tolerated, none tolerates nothing."""
 
     name: str
     resources: np.ndarray
     node_selector: Mapping[str, str]
     tolerations: tuple[str, ...]
+    k8s_tolerations: tuple[Toleration, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,6 +104,20 @@ class TopologySpread:
     topology_key: str  # "zone" or "rack"
 
 
+@dataclass(frozen=True)
+class RequiredTerm:
+    """A required (hard) pod affinity or anti-affinity term of Kubernetes-shaped input:
+    ``kind`` ``affinity`` (some pod of ``targets`` in the same ``topology_key`` domain) or
+    ``anti_affinity`` (none of them there). ``self_match``: the pod matches its own selector
+    (Kubernetes then lets the first such pod go anywhere when no target exists yet)."""
+
+    kind: str
+    topology_key: str
+    targets: tuple[str, ...]
+    selector: str = ""
+    self_match: bool = False
+
+
 @dataclass(frozen=True, eq=False)
 class PodSpec:
     """One unrolled pod. ``id`` is ``namespace/name``; targets in ``affinity`` and
@@ -123,6 +140,7 @@ class PodSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     tier: str = "service"
     priority: int = 0
+    required: tuple[RequiredTerm, ...] = ()
 
 
 @dataclass(frozen=True)

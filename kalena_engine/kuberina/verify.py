@@ -6,7 +6,9 @@ Hard kinds: ``unassigned`` (a pod with no node), ``unknown_pod`` (a solution key
 pod), ``node_missing`` (assigned to a node not in the infrastructure), ``selector``
 (nodeSelector does not match), ``taint`` (an untolerated NoSchedule/NoExecute taint),
 ``over_capacity`` (request ledger above post-Phase-0 capacity, one per node and dimension),
-``gang`` (fewer than ``min_members`` placed, or a colocated gang split).
+``gang`` (fewer than ``min_members`` placed, or a colocated gang split), and for
+Kubernetes-shaped input ``pod_affinity`` / ``pod_anti_affinity`` (a required term broken:
+Kubernetes makes them hard, unlike the IR's name lists).
 Soft kinds: ``affinity`` (an affinity pair on different nodes), ``anti_affinity`` (an
 anti-affinity pair on the same node; each unordered pair once), ``spread`` (a declaration whose
 placed pods exceed ``maxSkew`` between topology domains).
@@ -94,6 +96,7 @@ def verify_blueprint(infra: Infrastructure, workloads: Workloads, blueprint: Blu
         hard.append(Violation("over_capacity", infra.nodes[row].name,
                               f"{DIMS[dim]} requests {ledger[row, dim]:.6g} > capacity {capacity[row, dim]:.6g}"))
     hard.extend(_gang_violations(workloads, node_of_pod))
+    hard.extend(_required_violations(infra, workloads, node_of_pod))
     soft.extend(_pair_violations(workloads, node_of_pod))
     soft.extend(_spread_violations(infra, workloads, node_of_pod))
     return Verification(node_of_pod=node_of_pod, hard=tuple(hard), soft=tuple(soft), request_ledger=ledger)
@@ -116,6 +119,37 @@ def _gang_violations(workloads: Workloads, node_of_pod: np.ndarray) -> list[Viol
             out.append(Violation("gang", group.name, f"{len(placed)} of min {group.min_members} members placed"))
         elif group.colocate and len(set(placed)) > 1:
             out.append(Violation("gang", group.name, f"colocated gang split over {len(set(placed))} nodes"))
+    return out
+
+
+def _domain(infra: Infrastructure, row: int, topology_key: str) -> str | None:
+    node = infra.nodes[row]
+    if topology_key == "kubernetes.io/hostname":
+        return node.name
+    if topology_key in ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone", "zone"):
+        return node.zone or node.labels.get(topology_key)
+    return node.labels.get(topology_key)
+
+
+def _required_violations(infra: Infrastructure, workloads: Workloads, node_of_pod: np.ndarray) -> list[Violation]:
+    """Kubernetes required pod (anti-)affinity: affinity needs a target in the pod's domain of
+    the topology key (or, when no target exists at all, the pod matching its own selector);
+    anti-affinity needs none there."""
+    out = []
+    for i, pod in enumerate(workloads.pods):
+        here = int(node_of_pod[i])
+        if here < 0:
+            continue
+        for term in pod.required:
+            domain = _domain(infra, here, term.topology_key)
+            rows = [int(node_of_pod[workloads.index[t]]) for t in term.targets if t != pod.id]
+            there = [r for r in rows if r >= 0 and domain is not None and _domain(infra, r, term.topology_key) == domain]
+            if term.kind == "affinity" and not there and not (term.self_match and not rows):
+                out.append(Violation("pod_affinity", pod.id, f"no pod matching {term.selector} in its "
+                                     f"{term.topology_key} domain {domain!r} ({infra.nodes[here].name})"))
+            elif term.kind == "anti_affinity" and there:
+                out.append(Violation("pod_anti_affinity", pod.id, f"{len(there)} pod(s) matching {term.selector} in "
+                                     f"its {term.topology_key} domain {domain!r}"))
     return out
 
 

@@ -19,7 +19,7 @@ from kalena_engine.placement.kuberina_batch import pending_from_workloads
 from kalena_engine.placement.ledger_view import IN_FLIGHT, PHASES, RUNNING, TERMINAL, reservation_slack
 from kalena_engine.placement.model import (
     MIN_MEMBER_ANNOTATION, BatchResidents, BatchTemplate, Bindings, ClusterSnapshot, Evictions, Gang,
-    NodeTable, PendingBatch, ProductionPods, gang_pass_minimum, min_member_from_annotations,
+    KubeletRoom, NodeTable, PendingBatch, ProductionPods, gang_pass_minimum, min_member_from_annotations,
 )
 from kalena_engine.placement.policy import PlacementPolicy
 from kalena_engine.placement.scheduler import PassResult, PassStats, schedule_batch
@@ -30,7 +30,7 @@ from kalena_engine.placement.volatility import VolatilityTracker, volatility_rat
 
 __all__ = [
     "HOSTNAME", "IN_FLIGHT", "MIN_MEMBER_ANNOTATION", "PHASES", "RUNNING", "TERMINAL", "AntiAffinityTerm",
-    "BatchResidents", "BatchTemplate", "BindOutcome", "Bindings", "ClusterSnapshot", "Evictions", "Gang", "Image",
+    "BatchResidents", "BatchTemplate", "BindOutcome", "Bindings", "ClusterSnapshot", "Evictions", "Gang", "Image", "KubeletRoom",
     "LabelSelector", "NodeTable", "PassResult", "PassStats", "PendingBatch", "PlacementPolicy", "ProductionPods",
     "Reduction", "Requirement", "ScoreCache", "Shortfall", "SlackLedger", "SpreadConstraint", "VolatilityTracker",
     "WhyPending", "gang_pass_minimum", "min_member_from_annotations", "pending_from_workloads", "requeue", "reservation_slack", "schedule_batch",

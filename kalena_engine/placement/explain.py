@@ -127,6 +127,29 @@ def _rule_masks(view, template) -> list[tuple[str, object, np.ndarray]]:
     return out
 
 
+def _short_kinds(snap, rows: np.ndarray, d: int) -> dict[str, int]:
+    """Nodes ``rows`` short on ``d`` counted by the reason :func:`_short_reason` gives each."""
+    if snap.kubelet is None:
+        return {DIMS[d]: len(rows)}
+    kubelet = snap.kubelet.room[rows, d] < snap.slack[rows, d]
+    releasing = np.isin(rows, np.array([r for r, held in snap.kubelet.releasing.items() if held], dtype=np.int64))
+    counts = {DIMS[d]: int((~kubelet).sum()), R.RELEASING: int((kubelet & releasing).sum()),
+              R.KUBELET_ALLOCATABLE: int((kubelet & ~releasing).sum())}
+    return {k: v for k, v in counts.items() if v}
+
+
+def _short_reason(snap, row: int, d: int, request: np.ndarray, free: float) -> R.Rejection:
+    """Why ``row`` lacks ``free`` < ``request[d]``: :class:`~R.KubeletAdmission` when the node's
+    admission room is below the reservation ledger's slack there (so it is what refuses),
+    else :class:`~R.Insufficient`."""
+    name = snap.nodes.names[row]
+    if snap.kubelet is None or not snap.kubelet.room[row, d] < snap.slack[row, d]:
+        return R.Insufficient(name, DIMS[d], float(request[d]), free)
+    held = snap.kubelet.releasing.get(row, ())
+    return R.KubeletAdmission(name, DIMS[d], float(request[d]), free, releasing=tuple(pod for pod, _ in held),
+                              releasing_amount=float(sum(q[d] for _, q in held)))
+
+
 def explain_entry(view, entry: int) -> WhyPending:
     """The record of one pending entry against the pass state ``view`` (see module doc)."""
     p = view.pending
@@ -155,12 +178,14 @@ def explain_entry(view, entry: int) -> WhyPending:
     shortfalls: list[Shortfall] = []
     for d in np.flatnonzero(short.any(axis=0)):
         rows = np.flatnonzero(short[:, d])
-        excluded[DIMS[d]] = len(rows)
         ranked = rows[np.argsort(need[rows, d], kind="stable")]
         best = ranked[0]
         shortfalls.append(Shortfall(DIMS[d], float(need[best, d]), names[passing[best]], len(rows)))
-        for r in ranked[:limit]:
-            rejections.append(R.Insufficient(names[passing[r]], DIMS[d], float(request[d]), float(slack[r, d])))
+        # a node refused by its own admission (published allocatable), not by Kalena's ledger,
+        # is charged to that reason (case C11: "releasing"), every other short node to the dimension
+        for kind, count in _short_kinds(snap, passing[rows], d).items():
+            excluded[kind] = excluded.get(kind, 0) + count
+        rejections.extend(_short_reason(snap, int(passing[r]), d, request, float(slack[r, d])) for r in ranked[:limit])
     reduction = None
     binding = R.NO_NODES if n == 0 else ""
     if len(passing):
@@ -171,7 +196,8 @@ def explain_entry(view, entry: int) -> WhyPending:
         reduced = request - need[pick]
         reduction = Reduction(by=by, node=names[passing[pick]], fits_nodes=int(fits(reduced, slack).sum()))
         if by:
-            binding = DIMS[int(np.argmax(rel[pick]))]
+            d = int(np.argmax(rel[pick]))
+            binding = _short_reason(snap, int(passing[pick]), d, request, float(slack[pick, d])).kind
     gang = None
     if entry in view.gang_failures:
         name, placeable, min_member = view.gang_failures[entry]

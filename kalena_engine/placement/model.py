@@ -324,6 +324,23 @@ class Evictions:
 
 
 @dataclass(frozen=True, eq=False)
+class KubeletRoom:
+    """What the orchestrator's node-side admission still admits (Kubernetes: the kubelet checks
+    Σ requests ≤ allocatable of the published extended resources, counting a terminating pod
+    until it is terminal — DESIGN §14, case C11).
+
+    Attributes:
+        room: ``(n, 8)`` published allocatable − Σ requests of bound non-terminal batch pods,
+            internal units; ``+inf`` on dimensions (or nodes) nothing is published for.
+        releasing: node row → ``((pod id, request (8,) tuple), …)``, the terminating batch pods
+            still held there (why-pending names them).
+    """
+
+    room: np.ndarray
+    releasing: Mapping[int, tuple[tuple[str, tuple[float, ...]], ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
 class ClusterSnapshot:
     """One scheduling pass's view of the cluster (all per-node arrays ``(n,)`` unless noted).
 
@@ -339,6 +356,9 @@ class ClusterSnapshot:
         volatility: ``(n,)`` σ of the node's production reservation over capacity (ratio).
         images: image name → ``(n,)`` bool, nodes with the image cached.
         now_s: pass time (s); the eviction cooldown is measured against it.
+        kubelet: node-side admission room (:class:`KubeletRoom`), ``None`` where the
+            orchestrator re-checks nothing (Docker): a node is feasible only where both the
+            reservation ledger and this room fit.
     """
 
     nodes: NodeTable
@@ -355,11 +375,14 @@ class ClusterSnapshot:
     batch: BatchResidents = field(default_factory=BatchResidents)
     evictions: Evictions = field(default_factory=Evictions)
     images: Mapping[str, np.ndarray] = field(default_factory=dict)
+    kubelet: KubeletRoom | None = None
 
     def __post_init__(self) -> None:
         n = len(self.nodes)
         if np.shape(self.slack) != (n, N_DIMS):
             raise ValueError(f"slack has shape {np.shape(self.slack)}, expected ({n}, {N_DIMS})")
+        if self.kubelet is not None and np.shape(self.kubelet.room) != (n, N_DIMS):
+            raise ValueError(f"kubelet.room has shape {np.shape(self.kubelet.room)}, expected ({n}, {N_DIMS})")
         for name in ("version", "ready", "telemetry_fresh", "slack_eligible", "has_production",
                      "has_batch", "volatility"):
             if np.shape(getattr(self, name)) != (n,):

@@ -26,6 +26,8 @@ TOPOLOGY_SPREAD = "topology_spread"
 NAMESPACE_CAP = "namespace_cap"
 GANG = "gang"
 STALE_BINDING = "stale_binding"
+RELEASING = "releasing"
+KUBELET_ALLOCATABLE = "kubelet_allocatable"
 NO_NODES = "no_nodes"
 
 #: Rule kinds in filter order (resources come after every rule).
@@ -182,3 +184,28 @@ class StaleBinding(Rejection):
     kind: ClassVar[str] = STALE_BINDING
     expected_version: int
     found_version: int
+
+
+@dataclass(frozen=True)
+class KubeletAdmission(Rejection):
+    """The reservation ledger has room but the node's own admission would refuse the pod
+    (``Σ requests + requested > published allocatable`` on ``dim``, internal units; DESIGN §14).
+    ``releasing`` names the terminating pods the kubelet still counts and ``releasing_amount``
+    their total on ``dim`` (case C11): kind ``releasing`` then, else ``kubelet_allocatable``
+    (the published value has not been raised yet)."""
+
+    dim: str
+    requested: float
+    free: float
+    releasing: tuple[str, ...] = ()
+    releasing_amount: float = 0.0
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return RELEASING if self.releasing else KUBELET_ALLOCATABLE
+
+    def to_dict(self) -> dict[str, object]:
+        unit = IR_UNITS[DIM_INDEX[self.dim]]
+        return {"kind": self.kind, "node": self.node, "dim": self.dim, "unit": unit,
+                "requested": _ir(self.dim, self.requested), "free": _ir(self.dim, self.free),
+                "releasing": list(self.releasing), "releasing_amount": _ir(self.dim, self.releasing_amount)}

@@ -15,6 +15,7 @@ from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_
 from kalena_engine.kuberina.verify import Verification
 from kalena_engine.placement import NodeTable, ProductionPods, WhyPending
 from kalena_engine.policy import Policy
+from kalena_engine.replay.rules import RULES, RuleContext, make_rule
 from kalena_engine.replay.scheduling import ReplayScheduler
 from kalena_engine.replay.simulator import SimClock, Simulator, StepRecord
 from kalena_engine.replay.state import BatchGroups, ClusterState, Production, TaskTable
@@ -38,6 +39,8 @@ class ReplayConfig:
         batch_usage_ratio: batch usage as a fraction of request (the trace has no usage; 1.0).
         usage_interval_s: the usage source's sampling interval, for T_stale (Bitbrains: 300 s).
         coverage_tolerance_s: a VM covers the window if its samples start/end within this.
+        reservation_rule: what production reservations the ledgers read — one of
+            :data:`~kalena_engine.replay.rules.RULES` (``kalena``: the estimator).
     """
 
     hours: float = 24.0
@@ -51,6 +54,7 @@ class ReplayConfig:
     usage_interval_s: float = 300.0
     coverage_tolerance_s: float = 300.0
     policy: Policy = field(default_factory=Policy)
+    reservation_rule: str = "kalena"
 
     def __post_init__(self) -> None:
         if not (0 < self.hours < math.inf and 0 < self.step_s < math.inf):
@@ -63,6 +67,8 @@ class ReplayConfig:
             raise ValueError(f"load factor {self.load_factor} must be positive")
         if self.batch_usage_ratio < 0:
             raise ValueError(f"batch usage ratio {self.batch_usage_ratio} must be ≥ 0")
+        if self.reservation_rule not in RULES:
+            raise ValueError(f"reservation rule {self.reservation_rule!r} is not one of {', '.join(RULES)}")
 
     @property
     def steps(self) -> int:
@@ -170,8 +176,11 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
                                   terms=((),) * len(pods), names=tuple(p.anti_affinity for p in pods)),
         tasks=tasks, policy=config.policy, rng=np.random.default_rng((config.seed, 4)),
     )
+    rule = make_rule(config.reservation_rule, RuleContext(
+        production=production, usage=usage, allocatable=inputs.infra.allocatable, capacity=capacity,
+        step_s=config.step_s))
     simulator = Simulator(state=state, usage=usage, clock=clock, policy=config.policy,
-                          eligible=eligible, stale_ttl_s=stale_ttl_s, scheduler=scheduler)
+                          eligible=eligible, stale_ttl_s=stale_ttl_s, scheduler=scheduler, rule=rule)
     facts: dict[str, object] = {
         "nodes": n_nodes,
         "active_nodes": int(active.sum()),
@@ -182,6 +191,7 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         "blueprint_violations_by_kind": hard,
         "blueprint_soft_violations": len(verification.soft),
         "blueprint_soft_violations_by_kind": verification.soft_counts,
+        "reservation_rule": config.reservation_rule,
         "usage_mapping": config.usage_mapping,
         "usage_vms": len(vms),
         "batch_tasks": len(tasks),
@@ -193,7 +203,8 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         "stale_ttl_s": stale_ttl_s,
         "data_anomalies": dict(sorted(inputs.anomalies.items())),
     }
-    return Replay(simulator=simulator, accumulator=SummaryAccumulator(target=eligible, production_pods=len(pods)),
+    return Replay(simulator=simulator, accumulator=SummaryAccumulator(target=eligible, production_pods=len(pods),
+                                                                      step_s=config.step_s),
                   verification=verification, facts=facts)
 
 

@@ -14,7 +14,18 @@ Each step at replay time ``t``:
    filters, scores, in-flight placements debiting at once, bound with a version check;
 6. on a node whose working set on ram (or storage) reaches the eviction threshold while
    ``Σ r > C``, batch is evicted by DESIGN §7's ordering and stop rule and requeued from
-   scratch. Production is never evicted.
+   scratch. Production is never evicted;
+7. memory still above capacity is an OOM kill (batch first, :mod:`.compressible`); killed
+   batch is requeued;
+8. escalation (DESIGN §8, :mod:`.escalation`): a node whose pressure did not converge or that
+   evicted too often is drained and takes no batch for the cooldown;
+9. compressible cpu for the step that follows: production usage first, the rest shared among
+   batch by request, each capped at its demand; throttled batch progresses at ``g / d`` and
+   its projected end moves out.
+
+The production reservations the ledgers read come from a reservation rule
+(:mod:`.rules`): the engine's estimator (``kalena``, the default) or a baseline or an oracle,
+so every policy runs through this one code path.
 """
 
 from __future__ import annotations
@@ -31,10 +42,13 @@ from kalena_engine.mitigation.eviction import (
 from kalena_engine.ledger import node_sum
 from kalena_engine.placement import PassResult, ProductionPods
 from kalena_engine.policy import Policy
+from kalena_engine.replay.compressible import oom_victims, share_compressible_cpu
+from kalena_engine.replay.escalation import ReplayEscalation
+from kalena_engine.replay.rules import KalenaRule, ReservationRule, RuleInputs
 from kalena_engine.replay.scheduling import ReplayScheduler, default_node_table
 from kalena_engine.replay.state import ClusterState
 from kalena_engine.replay.usage import ProductionUsage
-from kalena_engine.resources import RAM, STORAGE
+from kalena_engine.resources import CPU, RAM, STORAGE
 
 
 @dataclass(frozen=True)
@@ -57,8 +71,10 @@ class SimClock:
 class BatchEvent:
     """One lifecycle event of a group of identical batch pods.
 
-    ``kind``: ``submitted`` | ``placed`` | ``evicted`` | ``completed``. For ``evicted``,
-    ``reason`` is ``limit_breach`` or ``priority`` and ``detail`` carries the numbers.
+    ``kind``: ``submitted`` | ``placed`` | ``evicted`` | ``completed`` | ``oom_killed`` |
+    ``production_evicted`` | ``production_oom_killed`` | ``escalated``. For ``evicted``,
+    ``reason`` is ``limit_breach``, ``priority`` or ``escalation`` and ``detail`` carries the
+    numbers; ``completed`` carries ``start_s`` and ``inflation`` (actual ÷ undisturbed run time).
     """
 
     time_s: float
@@ -98,6 +114,10 @@ class StepRecord:
     running_instances: int
     events: tuple[BatchEvent, ...]
     placement: PassResult | None = None  # this step's scheduling pass; .why_pending() explains the rest
+    batch_instances: float = 0.0         # batch instances running, time-weighted over the step
+    batch_cpu_demand_mcpu: float = 0.0   # Σ min(usage, limit) of running batch (time-weighted)
+    batch_cpu_granted_mcpu: float = 0.0  # Σ what compressible cpu gave it (production first)
+    contention_mcpu: np.ndarray | None = None  # (n,) max(0, Σ u_prod + Σ q_batch − C) on cpu
 
 
 @dataclass(eq=False)
@@ -118,8 +138,12 @@ class Simulator:
     eligible: np.ndarray
     stale_ttl_s: float
     scheduler: ReplayScheduler | None = None
+    rule: ReservationRule | None = None  # what production reserves (:mod:`.rules`); None = kalena
 
     def __post_init__(self) -> None:
+        if self.rule is None:
+            self.rule = KalenaRule()
+        self.escalation = ReplayEscalation(len(self.state.capacity), self.policy.escalation)
         if self.scheduler is None:
             prod = self.state.production
             self.scheduler = ReplayScheduler(
@@ -152,11 +176,15 @@ class Simulator:
         self._complete(now_s, events)
         self._arrive(now_s, events)
         prod_usage, clipped, stale = self._sample(step, now_s)
-        prod_r = effective_reservations(st.prod_reservations, st.production.request, now_s, self.stale_ttl_s)
+        estimated = effective_reservations(st.prod_reservations, st.production.request, now_s, self.stale_ttl_s)
+        prod_r = self.rule.production(RuleInputs(step, now_s, prod_usage, ~stale, estimated))
         placement = self._place(now_s, prod_r, stale, events)
         self._evict(now_s, prod_r, prod_usage, stale, events)
+        self._oom(now_s, prod_usage, events)
+        self._escalate(now_s, prod_r, prod_usage, stale, events)
+        cpu = self._share_cpu(now_s, prod_usage)
         st.check_invariants()
-        return self._record(step, now_s, prod_usage, prod_r, clipped, int(stale.sum()), events, placement)
+        return self._record(step, now_s, prod_usage, prod_r, clipped, int(stale.sum()), events, placement, cpu)
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -165,8 +193,13 @@ class Simulator:
         done = g.end_s <= now_s
         if not done.any():
             return
+        duration = self.state.tasks.duration_s
         for row in np.flatnonzero(done):
-            events.append(BatchEvent(float(g.end_s[row]), "completed", int(g.task[row]), int(g.count[row]), int(g.node[row])))
+            task = int(g.task[row])
+            run_s = float(g.end_s[row] - g.start_s[row])
+            inflation = run_s / float(duration[task]) if duration[task] > 0 else 1.0
+            events.append(BatchEvent(float(g.end_s[row]), "completed", task, int(g.count[row]), int(g.node[row]),
+                                     detail={"start_s": float(g.start_s[row]), "inflation": inflation}))
         np.add.at(self.state.completed, g.task[done], g.count[done])
         g.keep(~done)
 
@@ -194,11 +227,12 @@ class Simulator:
         g = st.groups
         if len(g):
             tasks = st.tasks
+            pinned = pinned_mask(np.full(len(g), bool(self.rule.pins_batch)))
             st.groups.reservations = update_reservations(
                 g.reservations, request=tasks.request[g.task], limit=tasks.limit[g.task],
                 usage=tasks.usage[g.task], sampled=np.ones(len(g), dtype=bool), now_s=now_s,
                 start_s=g.start_s, grace_s=np.full(len(g), self.policy.estimator.grace_s),
-                pinned=pinned_mask(np.zeros(len(g), dtype=bool)), policy=self.policy.estimator,
+                pinned=pinned, policy=self.policy.estimator,
             )
         return usage, clipped, ~fresh
 
@@ -206,7 +240,8 @@ class Simulator:
         st = self.state
         ledgers = st.batch_ledgers(prod_r)
         self.scheduler.observe(now_s, ledgers)
-        task_rows, bound = self.scheduler.place(st, ledgers, eligible=self.eligible, stale_pods=stale, now_s=now_s)
+        eligible = self.eligible & self.escalation.eligible(now_s)
+        task_rows, bound = self.scheduler.place(st, ledgers, eligible=eligible, stale_pods=stale, now_s=now_s)
         if len(bound):
             # one group per (task, node) per step: a pass may bind a task to a node in several chunks
             pairs, inverse = np.unique(np.column_stack([task_rows, bound.node]), axis=0, return_inverse=True)
@@ -280,15 +315,105 @@ class Simulator:
             events.append(BatchEvent(now_s, "evicted", task, victim.count, node, victim.reason, detail))
         if requeue.any():
             st.requeue_batch(requeue)  # requeued from scratch; no migration
+        if plan.victims:
+            self.escalation.record_eviction_round(node, now_s)
 
-    def _record(self, step: int, now_s: float, prod_usage: np.ndarray, prod_r: np.ndarray,
-                clipped: np.ndarray, stale: int, events: list[BatchEvent],
-                placement: PassResult | None) -> StepRecord:
+    def _oom(self, now_s: float, prod_usage: np.ndarray, events: list[BatchEvent]) -> None:
+        """Memory above capacity after eviction: OOM kills, batch first (module doc, step 7)."""
         st = self.state
         g = st.groups
         n = len(st.capacity)
+        tasks = st.tasks
+        working = node_sum(st.production.node, prod_usage, n)[:, RAM] + node_sum(
+            g.node, tasks.usage[g.task], n, g.count)[:, RAM]
+        over = np.flatnonzero(working > st.capacity[:, RAM] * (1 + 1e-9))
+        if not len(over):
+            return
+        keep = np.ones(len(g), dtype=bool)
+        for node in over.tolist():
+            prod_rows = self._prod_by_node[node]
+            group_rows = np.flatnonzero(g.node == node)
+            kills, prod_killed = oom_victims(float(st.capacity[node, RAM]), prod_usage[prod_rows, RAM],
+                                             g.count[group_rows], tasks.usage[g.task[group_rows], RAM])
+            for row, k in zip(group_rows.tolist(), kills.tolist(), strict=True):
+                if k == 0:
+                    continue
+                task = int(g.task[row])
+                g.count[row] -= k
+                keep[row] = g.count[row] > 0
+                st.pending[task] += k  # the pod failed: its owner recreates it, queued from scratch
+                events.append(BatchEvent(now_s, "oom_killed", task, k, node, "oom",
+                                         {"tier": "batch", "working_set": float(working[node]),
+                                          "capacity": float(st.capacity[node, RAM])}))
+            for pod in prod_rows[prod_killed].tolist():
+                events.append(BatchEvent(now_s, "production_oom_killed", -1, 1, node, "oom",
+                                         {"tier": "service", "pod": st.production.ids[pod],
+                                          "working_set": float(working[node]), "capacity": float(st.capacity[node, RAM])}))
+        if not keep.all():
+            g.keep(keep)
+
+    def _escalate(self, now_s: float, prod_r: np.ndarray, prod_usage: np.ndarray, stale: np.ndarray,
+                  events: list[BatchEvent]) -> None:
+        """DESIGN §8 with the live loop's decision (module doc, step 8)."""
+        st = self.state
+        g = st.groups
+        n = len(st.capacity)
+        tasks = st.tasks
+        working = node_sum(st.production.node, prod_usage, n)[:, RAM] + node_sum(g.node, tasks.usage[g.task], n, g.count)[:, RAM]
+        reserved = node_sum(st.production.node, prod_r, n)[:, RAM] + node_sum(g.node, g.reservations.value, n, g.count)[:, RAM]
+        cap = st.capacity[:, RAM]
+        self.escalation.observe(now_s, (working >= self.policy.eviction.evict_threshold_ratio * cap) & (reserved > cap))
+        stale_nodes = np.bincount(st.production.node[stale], minlength=n)[:n] > 0
+        decisions = self.escalation.decide(now_s, stale_nodes)
+        if not decisions:
+            return
+        drained = np.zeros(len(g), dtype=bool)
+        for node, decision in decisions:
+            rows = np.flatnonzero(g.node == node)
+            events.append(BatchEvent(now_s, "escalated", -1, int(g.count[rows].sum()), node, decision.reason,
+                                     {"detail": decision.detail, "until_s": decision.ineligible_until_s}))
+            for row in rows.tolist():
+                task = int(g.task[row])
+                st.pending[task] += int(g.count[row])
+                self.scheduler.record_eviction(task, node, now_s)
+                events.append(BatchEvent(now_s, "evicted", task, int(g.count[row]), node, "escalation",
+                                         {"escalation": decision.reason, "why": decision.detail}))
+            drained[rows] = True
+        if drained.any():
+            g.keep(~drained)
+
+    def _share_cpu(self, now_s: float, prod_usage: np.ndarray) -> dict[str, object]:
+        """Compressible cpu over the step that follows ``now_s`` (module doc, step 9): grants,
+        progress and projected ends; returns the step's figures for the record."""
+        st = self.state
+        g = st.groups
+        n = len(st.capacity)
+        tasks = st.tasks
         step_s = self.clock.step_s
+        prod_cpu = node_sum(st.production.node, prod_usage, n)[:, CPU]
+        demand = np.minimum(tasks.usage[g.task, CPU], tasks.limit[g.task, CPU])
+        grant = share_compressible_cpu(np.maximum(0.0, st.capacity[:, CPU] - prod_cpu), g.node, g.count,
+                                       tasks.request[g.task, CPU], demand)
+        rate = np.divide(grant, demand, out=np.ones(len(g)), where=demand > 0)
+        with np.errstate(divide="ignore"):
+            g.end_s = np.where(rate > 0, now_s + g.remaining_s / np.where(rate > 0, rate, 1.0), np.inf)
+        g.remaining_s = np.maximum(0.0, g.remaining_s - rate * step_s)
         weight = np.clip((g.end_s - now_s) / step_s, 0.0, 1.0) if step_s > 0 else np.ones(len(g))
+        running = g.count * weight
+        batch_q = np.zeros(n)
+        np.add.at(batch_q, g.node, running * tasks.request[g.task, CPU])
+        contention = np.maximum(0.0, prod_cpu + batch_q - st.capacity[:, CPU])
+        return {"weight": weight, "batch_instances": float(running.sum()),
+                "batch_cpu_demand_mcpu": float((running * demand).sum()),
+                "batch_cpu_granted_mcpu": float((running * grant).sum()), "contention_mcpu": contention}
+
+    def _record(self, step: int, now_s: float, prod_usage: np.ndarray, prod_r: np.ndarray,
+                clipped: np.ndarray, stale: int, events: list[BatchEvent],
+                placement: PassResult | None, cpu: dict[str, object]) -> StepRecord:
+        st = self.state
+        g = st.groups
+        n = len(st.capacity)
+        weight = cpu["weight"]
         tasks = st.tasks
         return StepRecord(
             step=step, time_s=now_s, capacity=st.capacity,
@@ -308,5 +433,9 @@ class Simulator:
             running_instances=int(g.count.sum()),
             events=tuple(events),
             placement=placement,
+            batch_instances=cpu["batch_instances"],
+            batch_cpu_demand_mcpu=cpu["batch_cpu_demand_mcpu"],
+            batch_cpu_granted_mcpu=cpu["batch_cpu_granted_mcpu"],
+            contention_mcpu=cpu["contention_mcpu"],
         )
 

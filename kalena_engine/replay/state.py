@@ -53,13 +53,18 @@ class TaskTable:
 
 @dataclass(eq=False)
 class BatchGroups:
-    """Running batch: ``G`` rows of identical instances of one task on one node."""
+    """Running batch: ``G`` rows of identical instances of one task on one node.
+
+    ``end_s`` is the projected end at the group's current progress rate (a throttled group
+    finishes later, DESIGN §11); ``remaining_s`` is the undisturbed work left at the next step.
+    """
 
     task: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     count: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     start_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     end_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    remaining_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     reservations: Reservations = field(default_factory=lambda: initial_reservations(np.zeros((0, 8)), np.zeros(0)))
 
     def __len__(self) -> int:
@@ -68,7 +73,7 @@ class BatchGroups:
     def keep(self, rows: np.ndarray) -> None:
         """Keep only ``rows`` (bool mask or index array)."""
         self.task, self.node, self.count = self.task[rows], self.node[rows], self.count[rows]
-        self.start_s, self.end_s = self.start_s[rows], self.end_s[rows]
+        self.start_s, self.end_s, self.remaining_s = self.start_s[rows], self.end_s[rows], self.remaining_s[rows]
         self.reservations = take(self.reservations, rows)
 
     def append(self, *, task: np.ndarray, node: np.ndarray, count: np.ndarray, start_s: float,
@@ -80,6 +85,7 @@ class BatchGroups:
         self.count = np.concatenate([self.count, count])
         self.start_s = np.concatenate([self.start_s, starts])
         self.end_s = np.concatenate([self.end_s, starts + duration_s])
+        self.remaining_s = np.concatenate([self.remaining_s, np.asarray(duration_s, dtype=np.float64)])
         self.reservations = concat(self.reservations, initial_reservations(request, starts))
 
 

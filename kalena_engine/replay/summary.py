@@ -7,6 +7,22 @@ Fractions are 0–1 and averaged over steps unless a name says otherwise:
 * ``usage_fill_*`` = Σ u / Σ C and ``slack_fill_*`` = (Σ C − Σ r) / Σ C over the nodes batch
   may use (the blueprint's active nodes by default);
 * ``clipped_fraction_*`` = production pod-steps whose mapped usage was clipped at the limit.
+
+Co-location costs (DESIGN §11), summed over the run:
+
+* ``batch_pod_hours`` = Σ running batch instances × step (time-weighted), and
+  ``batch_evictions_per_100_pod_hours`` = 100 · batch_evicted / batch_pod_hours;
+* ``throttled_batch_core_hours`` = Σ (batch cpu demand − what compressible cpu granted) × step;
+* ``completion_inflation_p50`` / ``_p99`` = percentiles over completed instances of actual ÷
+  undisturbed run time (1.0 = never throttled);
+* ``production_contention_core_hours`` = Σ_n max(0, Σ u_prod + Σ q_batch − C) on cpu × step —
+  production usage that would not fit beside the batch the ledgers admitted, held off only by
+  the throttle — and ``production_contention_node_steps`` the node-steps where it is > 0. With
+  batch usage at its request (the traces carry none) it is close to the throttled core-hours
+  (they differ by groups that end within a step: the grant is shared for the whole step); with
+  ``--batch-usage-ratio`` < 1 it counts the admitted request, throttling only the demand;
+* ``oom_kills`` (``oom_kills_by_tier``: batch, service): memory above capacity after eviction;
+* ``escalations`` (``escalations_by_reason``): nodes drained by DESIGN §8.
 """
 
 from __future__ import annotations
@@ -33,6 +49,7 @@ class SummaryAccumulator:
 
     target: np.ndarray
     production_pods: int
+    step_s: float = 60.0
     steps: int = 0
     sums: Counter = field(default_factory=Counter)
     counts: Counter = field(default_factory=Counter)
@@ -40,6 +57,13 @@ class SummaryAccumulator:
     evicted_by_condition: Counter = field(default_factory=Counter)  # pods, by "<dimension> pressure"
     peak_running: int = 0
     peak_pending: int = 0
+    oom_by_tier: Counter = field(default_factory=Counter)
+    escalations_by_reason: Counter = field(default_factory=Counter)
+    inflation: list[float] = field(default_factory=list)
+    inflation_count: list[int] = field(default_factory=list)
+    timeline: dict[str, list[float]] = field(default_factory=lambda: {
+        "time_s": [], "reclaimed_cores": [], "reclaimed_ram_gib": [], "running_batch_pods": [],
+        "pending_batch_pods": [], "batch_evicted": [], "throttled_cores": []})
 
     def add(self, record: StepRecord) -> None:
         """Fold one step in."""
@@ -57,6 +81,13 @@ class SummaryAccumulator:
             self.sums[f"slack_fill_{name}"] += _fraction(cap_t - reservation[t, d].sum(), cap_t)
             self.sums[f"clipped_fraction_{name}"] += _fraction(record.clipped[0 if name == "cpu" else 1], self.production_pods)
             self.sums[f"reclaimed_{name}_ir"] += reclaimed[:, d].sum()
+        hours = self.step_s / 3600.0
+        self.sums["batch_pod_hours"] += record.batch_instances * hours
+        throttled = max(0.0, record.batch_cpu_demand_mcpu - record.batch_cpu_granted_mcpu)
+        self.sums["throttled_batch_core_hours"] += throttled / 1000.0 * hours
+        if record.contention_mcpu is not None:
+            self.sums["production_contention_core_hours"] += float(record.contention_mcpu.sum()) / 1000.0 * hours
+            self.counts["production_contention_node_steps"] += int(np.count_nonzero(record.contention_mcpu > 1e-6))
         prod_over = (record.prod_usage[:, [CPU, RAM]] > cap[:, [CPU, RAM]] * (1 + 1e-9)).any(axis=1)
         self.counts["production_over_capacity_steps"] += int(prod_over.sum())
         self.counts["stale_pod_steps"] += record.stale_pods
@@ -71,6 +102,9 @@ class SummaryAccumulator:
                 self.counts["batch_placed"] += event.count
             elif event.kind == "completed":
                 self.counts["batch_completed"] += event.count
+                if "inflation" in event.detail:
+                    self.inflation.append(float(event.detail["inflation"]))
+                    self.inflation_count.append(event.count)
             elif event.kind == "evicted":
                 self.counts["batch_evicted"] += event.count
                 self.evicted_by_reason[event.reason] += event.count
@@ -78,6 +112,20 @@ class SummaryAccumulator:
                 self.evicted_by_condition[f"{dim} pressure"] += event.count
             elif event.kind == "production_evicted":
                 self.counts["production_evictions"] += event.count
+            elif event.kind == "oom_killed":
+                self.oom_by_tier["batch"] += event.count
+            elif event.kind == "production_oom_killed":
+                self.oom_by_tier["service"] += event.count
+            elif event.kind == "escalated":
+                self.escalations_by_reason[event.reason] += 1
+        line = self.timeline
+        line["time_s"].append(record.time_s)
+        line["reclaimed_cores"].append(round(float(reclaimed[:, CPU].sum()) / 1000.0, 3))
+        line["reclaimed_ram_gib"].append(round(float(reclaimed[:, RAM].sum()) / 2**30, 3))
+        line["running_batch_pods"].append(record.running_instances)
+        line["pending_batch_pods"].append(record.pending_instances)
+        line["batch_evicted"].append(self.counts["batch_evicted"])
+        line["throttled_cores"].append(round(throttled / 1000.0, 3))
 
     def summary(self) -> dict[str, object]:
         """The figures so far as a JSON-ready dict (see module doc)."""
@@ -102,4 +150,31 @@ class SummaryAccumulator:
         out["mean_pending_batch_pods"] = round(self.sums["pending_instances"] / steps, 1)
         out["peak_running_batch_pods"] = self.peak_running
         out["peak_pending_batch_pods"] = self.peak_pending
+        pod_hours = self.sums["batch_pod_hours"]
+        out["batch_pod_hours"] = round(pod_hours, 3)
+        out["batch_evictions_per_100_pod_hours"] = round(100.0 * self.counts["batch_evicted"] / pod_hours, 4) if pod_hours > 0 else 0.0
+        out["throttled_batch_core_hours"] = round(self.sums["throttled_batch_core_hours"], 3)
+        out["production_contention_core_hours"] = round(self.sums["production_contention_core_hours"], 3)
+        out["production_contention_node_steps"] = self.counts["production_contention_node_steps"]
+        out["oom_kills"] = int(sum(self.oom_by_tier.values()))
+        out["oom_kills_by_tier"] = {"batch": self.oom_by_tier["batch"], "service": self.oom_by_tier["service"]}
+        out["production_oom_kills"] = self.oom_by_tier["service"]
+        out["escalations"] = int(sum(self.escalations_by_reason.values()))
+        out["escalations_by_reason"] = dict(self.escalations_by_reason)
+        for q in (50, 99):
+            out[f"completion_inflation_p{q}"] = round(weighted_percentile(self.inflation, self.inflation_count, q), 4)
         return out
+
+
+def weighted_percentile(values: list[float], counts: list[int], q: float) -> float:
+    """The ``q``-th percentile (0–100) of ``values`` each repeated ``counts`` times: the first
+    value, in sorted order, at which the cumulative count reaches ``q`` % of the total (1.0
+    when empty — nothing was slowed). Example: values 1.0 × 3, 2.0 × 1 → p50 1.0, p99 2.0."""
+    if not values:
+        return 1.0
+    v = np.asarray(values, dtype=np.float64)
+    c = np.asarray(counts, dtype=np.float64)
+    order = np.argsort(v, kind="stable")
+    cumulative = np.cumsum(c[order])
+    index = int(np.searchsorted(cumulative, q / 100.0 * cumulative[-1] * (1 - 1e-12)))
+    return float(v[order][min(index, len(v) - 1)])

@@ -60,9 +60,13 @@ class ProductionUsage:
 
     def usage_at(self, step: int) -> np.ndarray:
         """``(p, 8)`` usage at step index ``step``, before clipping at the limit."""
+        return self.usage_of_shape(self.shapes[step])
+
+    def usage_of_shape(self, shape: np.ndarray) -> np.ndarray:
+        """``(p, 8)`` usage for one step's ``(n_vm, 6)`` VM shape values (e.g. a future maximum
+        for an oracle), before clipping at the limit."""
         usage = self.request.copy()  # storage and gpu: not measured, read at the request
-        shape = self.shapes[step][self.vm_of_pod]
-        usage[:, _SERIES_DIMS] = self.scale[:, _SERIES_DIMS] * shape
+        usage[:, _SERIES_DIMS] = self.scale[:, _SERIES_DIMS] * shape[self.vm_of_pod]
         return usage
 
     def clipped_usage_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:

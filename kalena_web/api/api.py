@@ -17,6 +17,7 @@ from kalena_web.api.clusters import router as clusters_router
 from kalena_web.api.errors import install_error_handlers
 from kalena_web.archive.api import router as archive_router
 from kalena_web.control.api import router as control_router
+from kalena_web.policy.api import router as policy_router
 from kalena_web.replan.api import router as replan_router
 from kalena_web.telemetry.api import router as telemetry_router
 from kalena_web.scheduling.api import router as scheduling_router
@@ -45,4 +46,5 @@ def build_api() -> NinjaAPI:
     api.add_router("/", scheduling_router)
     api.add_router("/", control_router)
     api.add_router("/", replan_router)
+    api.add_router("/", policy_router)
     return api

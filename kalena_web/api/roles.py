@@ -1,7 +1,7 @@
 """Roles (DESIGN §12): Django groups holding Kalena's permissions.
 
-``viewer`` reads everything; ``operator`` also submits, completes and deletes batch and
-creates and revokes agent tokens; ``approver`` also approves or rejects re-plan
+``viewer`` reads everything; ``operator`` also submits, completes and deletes batch,
+creates and revokes agent tokens and tunes policy (``policy/0002``); ``approver`` also approves or rejects re-plan
 recommendations. Any logged-in user can view. The groups are created by the migrations
 ``api/0002_roles`` and ``telemetry/0003_operator_manages_agent_tokens`` (which keep their own
 frozen copies); a test checks that the database holds exactly this table.
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 ROLES: dict[str, tuple[str, ...]] = {
     "viewer": (),
-    "operator": ("scheduling.operate_batch", "telemetry.manage_agent_tokens"),
-    "approver": ("scheduling.operate_batch", "telemetry.manage_agent_tokens", "replan.approve_replan"),
+    "operator": ("scheduling.operate_batch", "telemetry.manage_agent_tokens", "policy.tune_policy"),
+    "approver": ("scheduling.operate_batch", "telemetry.manage_agent_tokens", "replan.approve_replan",
+                 "policy.tune_policy"),
 }
 

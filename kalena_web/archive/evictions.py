@@ -20,9 +20,9 @@ from kalena_engine.resources import DIM_INDEX
 from kalena_web.archive.cursors import settled_batches
 from kalena_web.archive.models import ArchiveCursor, EvictionRecord, UsageRollup
 from kalena_web.inventory.mappers import vector
-from kalena_web.inventory.models import Cluster
+from kalena_web.inventory.models import Cluster, Workload
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.services import batch_requeue
+from kalena_web.scheduling.services import batch_evicted
 from kalena_web.telemetry.models import IngestBatch, MitigationEvent
 
 ROSE_WINDOW_S = 600.0
@@ -56,30 +56,51 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
             return 0
         events = list(MitigationEvent.objects.filter(node__cluster=cluster, action="evict",
                                                      batch_id__gt=cursor.position, batch_id__lte=batches[-1])
-                      .select_related("workload").order_by("id"))
+                      .select_related("workload", "node").order_by("id"))
         requeue = []
         for e in events:
+            workload = e.workload or _by_name(cluster, e.workload_name)
             n = e.numbers or {}
             dimension = str(n.get("dimension") or "ram")
             node_batch = list(BatchPod.objects.filter(workload__node_id=e.node_id, state=BatchPod.BOUND)
-                              .exclude(workload_id=e.workload_id).values_list("workload__priority", flat=True))
+                              .exclude(workload_id=getattr(workload, "id", None))
+                              .values_list("workload__priority", flat=True))
             detail = {
                 "dimension": dimension, "capacity": n.get("capacity"), "working_set": n.get("working_set"),
                 "ledger_before": n.get("ledger_before"), "ledger_after": n.get("ledger_after"),
                 "acute": bool(n.get("acute")), "usage": n.get("usage"), "reservation": n.get("reservation"),
                 "limit": n.get("limit"), "limit_breach": e.reason == "limit_breach",
-                "rose": _rose(cluster, e.node_id, e.ts, dimension, e.workload_id),
+                "rose": _rose(cluster, e.node_id, e.ts, dimension, getattr(workload, "id", None)),
                 "priority_comparison": (f"{e.priority} ≤ {sorted(set(node_batch))}" if node_batch else "no other batch"),
                 "trigger": e.trigger_source,
             }
-            EvictionRecord.objects.get_or_create(source_key=f"agent:{e.id}", defaults=dict(
-                cluster=cluster, node_id=e.node_id, workload=e.workload,
+            _, created = EvictionRecord.objects.get_or_create(source_key=f"agent:{e.id}", defaults=dict(
+                cluster=cluster, node_id=e.node_id, workload=workload,
                 workload_name=e.workload_name or e.workload_ref, time_s=e.ts, cause=e.reason, tier=e.tier or "batch",
                 priority=e.priority or 0, dimension=dimension, detail=detail))
-            if e.workload_id is not None:
-                requeue.append(e.workload_id)
+            if created:
+                from kalena_web.policy.services import audit_record
+
+                audit_record(actor_kind="agent", actor=f"agent of {e.node.name}", action="eviction",
+                             cluster_name=cluster.name, target=e.workload_name or e.workload_ref,
+                             before={"ledger": n.get("ledger_before")}, after={"ledger": n.get("ledger_after"),
+                                                                               "reason": e.reason})
+            if workload is not None:
+                requeue.append((workload.id, e.node_id, e.ts))
         cursor.position = batches[-1]
         cursor.save(update_fields=["position"])
-    for pod in BatchPod.objects.filter(workload_id__in=requeue, state=BatchPod.BOUND):
-        batch_requeue(pod=pod, now_s=now_s, reason="evicted by its node's agent")
+    for workload_id, node_id, at_s in requeue:
+        # only the placement the agent evicted: a pod the orchestrator's watch already requeued
+        # and placed again (elsewhere, or later) is left alone — requeued exactly once
+        for pod in BatchPod.objects.filter(workload_id=workload_id, state=BatchPod.BOUND, workload__node_id=node_id,
+                                           bound_s__lte=at_s):
+            batch_evicted(pod=pod, now_s=now_s, reason="evicted by its node's agent")
     return len(events)
+
+
+def _by_name(cluster: Cluster, name: str) -> Workload | None:
+    """The report's workload by its name (``namespace/pod``) when ingest could not resolve it on
+    the node (the victim had already left the node's inventory when its report was stored)."""
+    if not name:
+        return None
+    return Workload.objects.filter(cluster=cluster, name=name).first()

@@ -125,7 +125,8 @@ class BatchPlacement(models.Model):
 
     Derived from the event stream and the engine's running groups: identical pods placed
     together and ended together (``end_kind`` completed or evicted) are one row; ``running``
-    means still running when the run ended (``end_s`` null). A node's running batch at time
+    means still running when the run ended (``end_s`` is then the engine's projected end —
+    throttling included — or null when none was known). A node's running batch at time
     ``t`` is the rows with ``start_s ≤ t < end_s``.
     """
 

@@ -141,8 +141,10 @@ class RunRecorder:
         tasks, nodes = self.inv.tasks, self.inv.nodes
         for e in record.events:
             node_row = e.node if e.node >= 0 else None
-            if e.kind == BatchEvent.PRODUCTION_EVICTED:
+            if e.kind in (BatchEvent.PRODUCTION_EVICTED, "production_oom_killed"):
                 workload = self.inv.production[self._pod_row[str(e.detail.get("pod"))]]
+            elif e.kind == "escalated":
+                continue  # a node event: its drained pods follow as evictions
             else:
                 workload = tasks[e.task]
             self._events.append(BatchEvent(
@@ -159,10 +161,10 @@ class RunRecorder:
                 if np.isnan(self._first_placed[e.task]):
                     self._first_placed[e.task] = e.time_s
             elif e.kind == BatchEvent.COMPLETED:
-                self._close_completed(e.task, e.node, e.count, e.time_s)
+                self._close_completed(e.task, e.node, e.count, e.time_s, e.detail.get("start_s"))
                 self._completed[e.task] += e.count
                 self._finished[e.task] = e.time_s if np.isnan(self._finished[e.task]) else max(self._finished[e.task], e.time_s)
-            elif e.kind == BatchEvent.EVICTED:
+            elif e.kind in (BatchEvent.EVICTED, "oom_killed"):
                 evicted_pairs[(e.task, e.node)] += e.count
                 self._evicted[e.task] += e.count
                 self._eviction_events[e.task] += 1
@@ -170,9 +172,10 @@ class RunRecorder:
         for (task, node), count in evicted_pairs.items():
             self._close_evicted(task, node, count, record.time_s)
 
-    def _close_completed(self, task: int, node: int, count: int, end_s: float) -> None:
+    def _close_completed(self, task: int, node: int, count: int, end_s: float, start_s: float | None = None) -> None:
         segments = self._open.get((task, node), {})
-        start = end_s - float(self.state.tasks.duration_s[task])
+        # a throttled group ends later than start + duration; the engine says when it started
+        start = float(start_s) if start_s is not None else end_s - float(self.state.tasks.duration_s[task])
         match = min(segments, key=lambda s: abs(s - start), default=None)
         if match is None or abs(match - start) > 1e-6 * max(1.0, abs(start)) or segments[match] != count:
             raise RecordingInconsistent(
@@ -276,9 +279,14 @@ class RunRecorder:
                            start_s=start, end_s=end, end_kind=kind)
             for t, n, c, start, end, kind in self._closed
         ]
+        g = self.state.groups
+        projected = {(int(t), int(n), float(s)): float(e) for t, n, s, e in zip(
+            g.task.tolist(), g.node.tolist(), g.start_s.tolist(), g.end_s.tolist(), strict=True) if np.isfinite(e)}
         for (t, n), segments in self._open.items():
+            # still running: end_s is the engine's projected end (a throttled group's moves out, DESIGN §11)
             rows += [BatchPlacement(run=self.run, workload=self.inv.tasks[t], node=self.inv.nodes[n], count=c,
-                                    start_s=start, end_s=None, end_kind=BatchPlacement.RUNNING)
+                                    start_s=start, end_s=projected.get((int(t), int(n), float(start))),
+                                    end_kind=BatchPlacement.RUNNING)
                      for start, c in segments.items()]
         BatchPlacement.objects.bulk_create(rows, batch_size=EVENT_BATCH)
         self.written["placements"] += len(rows)

@@ -161,6 +161,10 @@ class BatchAt:
     usage: np.ndarray
 
 
+def _shown_end(end_s: float, planned_end_s: float) -> float:
+    return float(end_s) if np.isfinite(end_s) else float(planned_end_s)
+
+
 def node_batch_at(*, run: Run, node: Node, step: int) -> list[BatchAt]:
     """Batch running on the node at ``step`` (one query); reservations from the engine's
     estimator for each group since its placement (DESIGN §5), largest cpu request first."""
@@ -178,15 +182,20 @@ def node_batch_at(*, run: Run, node: Node, step: int) -> list[BatchAt]:
         now_s=now_s, start_s=rb.start_s, grace_s=np.full(b, policy.grace_s), pinned=pinned_mask(np.zeros(b, dtype=bool)),
         policy=policy,
     )
-    weight = rb.count * np.clip((rb.planned_end_s - now_s) / run.step_s, 0.0, 1.0)
+    # a throttled group ends later than planned (DESIGN §11): a completed row's end is the real one, a
+    # row still running at the run's end holds the engine's projected end, an evicted one ran past this step
+    ends = np.array([np.inf if r.end_kind == BatchPlacement.EVICTED else
+                     (r.end_s if r.end_s is not None else rb.planned_end_s[i])
+                     for i, r in enumerate(rows)], dtype=np.float64)
+    weight = rb.count * np.clip((ends - now_s) / run.step_s, 0.0, 1.0)
     out: dict[int, dict] = {}
     for i, row in enumerate(rows):
         acc = out.setdefault(row.workload_id, {"workload": row.workload, "instances": 0, "started_s": row.start_s,
-                                               "ends_s": rb.planned_end_s[i], "request": np.zeros(2),
+                                               "ends_s": _shown_end(ends[i], rb.planned_end_s[i]), "request": np.zeros(2),
                                                "reservation": np.zeros(2), "usage": np.zeros(2)})
         acc["instances"] += row.count
         acc["started_s"] = min(acc["started_s"], row.start_s)
-        acc["ends_s"] = max(acc["ends_s"], rb.planned_end_s[i])
+        acc["ends_s"] = max(acc["ends_s"], _shown_end(ends[i], rb.planned_end_s[i]))
         acc["request"] += weight[i] * rb.request[i, CPU_RAM]
         acc["reservation"] += weight[i] * res.value[i, CPU_RAM]
         acc["usage"] += weight[i] * rb.usage[i, CPU_RAM]

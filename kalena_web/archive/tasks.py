@@ -7,16 +7,18 @@ from celery import shared_task
 from kalena_web.archive.live import RollupReport, fold_hours, node_snapshot_rollup, node_volatility, retention_apply
 from kalena_web.archive.samples import samples_rollup
 from kalena_web.control.loops import run_for_clusters
+from kalena_web.policy.selectors import current_policy
 
 
 def archive_pass(cluster, now_s: float) -> RollupReport:
     """One archive run for a live cluster: raw samples into minutes, node snapshot, hour
     folding, volatility, retention."""
     report = RollupReport()
-    report.workload_rows = samples_rollup(cluster=cluster, now_s=now_s)
+    policy = current_policy(cluster_id=cluster.id).policy
+    report.workload_rows = samples_rollup(cluster=cluster, now_s=now_s, policy=policy.estimator)
     report.node_rows = node_snapshot_rollup(cluster=cluster, now_s=now_s)
     report.hour_rows = fold_hours(cluster=cluster, now_s=now_s)
-    node_volatility(cluster=cluster, now_s=now_s)
+    node_volatility(cluster=cluster, now_s=now_s, policy=policy.placement)
     report.deleted = retention_apply(cluster=cluster, now_s=now_s)
     return report
 

@@ -7,7 +7,20 @@ import sys
 
 from agents import __version__
 from kalena_engine.errors import KalenaError
-from kalena_web.cli import agent_token, bench, cluster, export, migrate, probe, replay, serve, users
+from kalena_web.cli import (
+    agent_token,
+    batch,
+    bench,
+    cluster,
+    evaluate,
+    export,
+    migrate,
+    probe,
+    replay,
+    serve,
+    users,
+    watch,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent_token.add_parser(commands)
     probe.add_parser(commands)
     migrate.add_parser(commands)
+    batch.add_parser(commands)
+    watch.add_parser(commands)
+    evaluate.add_parser(commands)
     return parser
 
 

@@ -47,6 +47,18 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from kalena_web.cli import bench_ingest
 
     bench_ingest.add_parsers(which)
+    from kalena_web.cli import bench_kubernetes
+
+    bench_kubernetes.add_parsers(which)
+    from kalena_web.cli import bench_docker
+
+    bench_docker.add_parsers(which)
+    from kalena_web.cli import bench_faults
+
+    bench_faults.add_parsers(which)
+    from kalena_web.cli import bench_policy
+
+    bench_policy.add_parsers(which)
     return parser
 
 

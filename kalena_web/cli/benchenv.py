@@ -102,10 +102,12 @@ class Processes:
         self.procs[name] = proc
         return proc
 
-    def daphne(self, port: int) -> subprocess.Popen:
+    def daphne(self, port: int, name: str = "daphne") -> subprocess.Popen:
+        """Daphne as production runs it (``kalena serve``: its websocket message limit follows
+        ``KALENA_INGEST_MAX_FRAME_BYTES``)."""
         bindir = Path(sys.executable).parent
-        proc = self.start("daphne", [str(bindir / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-                                     "kalena_web.asgi:application"])
+        proc = self.start(name, [str(bindir / "kalena"), "serve", "--host", "127.0.0.1", "--port", str(port),
+                                 "--no-loops"])
         wait_port(port, proc=proc)
         return proc
 

@@ -23,6 +23,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     imp.add_argument("--infra", default=DEFAULTS["infra"], help="Kuberina infrastructure file")
     imp.add_argument("--workloads", default=DEFAULTS["workloads"], help="Kuberina workloads file")
     imp.add_argument("--blueprint", default=DEFAULTS["blueprint"], help="Kuberina solution (blueprint) file")
+    imp.add_argument("--manifests", nargs="+", default=None, metavar="PATH",
+                     help="Kubernetes manifests (files or folders of *.yaml: Nodes, Deployments, StatefulSets, "
+                          "ReplicaSets, DaemonSets) instead of --infra/--workloads, read with Kubernetes' rules "
+                          "(docs/kubernetes-admission.md)")
     imp.set_defaults(handler=handle_import)
     delete = actions.add_parser("delete", help="delete a live cluster and everything recorded about it")
     delete.add_argument("name", help="name of the live cluster")
@@ -32,15 +36,25 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def handle_import(args: argparse.Namespace) -> int:
-    infra = load_infrastructure(data_path(args.infra))
-    workloads = load_workloads(data_path(args.workloads))
+    document_path = None
+    if args.manifests:
+        from agents.orchestrators.kubernetes.manifests import load_manifest_files
+
+        manifests = load_manifest_files([data_path(p) for p in args.manifests])
+        infra, workloads = manifests.infra, manifests.workloads
+        for note in manifests.notes:
+            print(f"note: {note}")
+    else:
+        infra = load_infrastructure(data_path(args.infra))
+        workloads = load_workloads(data_path(args.workloads))
+        document_path = data_path(args.workloads)
     blueprint = load_blueprint(data_path(args.blueprint), workloads)
     django_setup()
     from kalena_web.control.services import live_cluster_import
 
     imported = live_cluster_import(name=args.name, infra=infra, workloads=workloads, blueprint=blueprint,
                                    now_s=time.time(),
-                                   workloads_document=data_path(args.workloads).read_text(encoding="utf-8"))
+                                   workloads_document=document_path.read_text(encoding="utf-8") if document_path else "")
     print(f"live cluster {args.name!r}: {imported.nodes} nodes, {imported.production} production pods "
           f"({imported.soft_violations} soft blueprint violations reported, none hard)")
     return 0

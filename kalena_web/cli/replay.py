@@ -13,8 +13,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from kalena_engine.replay import MAPPINGS, NODE_SETS, Replay, ReplayConfig, ReplayInputs, build_replay
+from kalena_engine.replay.rules import RULES
 from kalena_web.cli.argtypes import NON_NEGATIVE, POSITIVE, SEED
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
+from kalena_web.cli.policy_args import add_policy_arguments, policy_or_exit
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -46,8 +48,12 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, persist_implied: bo
     run.add_argument("--seed", type=SEED, default=0, help="seed for VM and ratio draws and load scaling")
     run.add_argument("--batch-usage-ratio", type=NON_NEGATIVE, default=1.0,
                      help="batch usage as a fraction of its request (the trace has no usage)")
+    run.add_argument("--reservation-rule", choices=RULES, default="kalena",
+                     help="production reservations the ledgers read: kalena (the estimator, default), a baseline "
+                          "or an oracle (see docs/evaluation.md)")
     run.add_argument("--summary-json", type=Path, help="also write the summary to this JSON file")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_policy_arguments(parser)
     keep = parser.add_argument_group("persistence (the console's database: $DATABASE_URL, else var/kalena.sqlite3)")
     keep.add_argument("--persist", action="store_true", default=persist_implied,
                       help="record the run in the database for the console (all or nothing)"
@@ -57,15 +63,22 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, persist_implied: bo
     keep.add_argument("--replace", action="store_true", help="overwrite a persisted run of the same name")
 
 
-def config_from_args(args: argparse.Namespace) -> ReplayConfig:
+def config_from_args(args: argparse.Namespace, command: str = "replay") -> ReplayConfig:
+    """The replay configuration named by ``args``, policy file and flags included.
+
+    Raises:
+        SystemExit: a bad value or policy, naming it (nothing has been loaded yet).
+    """
+    policy = policy_or_exit(args, command).policy
     try:
         return ReplayConfig(
             hours=args.hours, step_s=args.step, seed=args.seed, usage_mapping=args.usage_mapping,
             batch_offset_s=args.offset, load_factor=args.load_factor, node_set=args.node_set,
-            batch_usage_ratio=args.batch_usage_ratio,
+            batch_usage_ratio=args.batch_usage_ratio, policy=policy,
+            reservation_rule=getattr(args, "reservation_rule", "kalena"),
         )
     except ValueError as exc:
-        raise SystemExit(f"kalena replay: error: {exc}") from None
+        raise SystemExit(f"kalena {command}: error: {exc}") from None
 
 
 @dataclass(eq=False)
@@ -142,12 +155,19 @@ def _evicted(summary: dict[str, object]) -> str:
 def format_summary(summary: dict[str, object]) -> str:
     """A readable block of the summary, headline figures first."""
     headline = [
+        ("reservation rule", summary["reservation_rule"]),
         ("nodes / active / taking batch", f"{summary['nodes']} / {summary['active_nodes']} / {summary['batch_nodes']}"),
         ("production pods", summary["production_pods"]),
         ("blueprint violations (hard / soft)", f"{summary['blueprint_violations']} / {summary['blueprint_soft_violations']} {summary['blueprint_soft_violations_by_kind']}"),
         ("batch submitted / placed / completed", f"{summary['batch_submitted']:,} / {summary['batch_placed']:,} / {summary['batch_completed']:,}"),
         ("batch evicted (pods)", _evicted(summary)),
         ("production evictions", summary["production_evictions"]),
+        ("OOM kills batch / service", f"{summary['oom_kills_by_tier']['batch']:,} / {summary['oom_kills_by_tier']['service']:,}"),
+        ("escalations", f"{summary['escalations']:,} {summary['escalations_by_reason']}"),
+        ("batch pod-hours / evictions per 100", f"{summary['batch_pod_hours']:,.1f} / {summary['batch_evictions_per_100_pod_hours']:.3f}"),
+        ("throttled batch core-hours", f"{summary['throttled_batch_core_hours']:,.2f}"),
+        ("completion inflation p50 / p99", f"{summary['completion_inflation_p50']:.3f} / {summary['completion_inflation_p99']:.3f}"),
+        ("production contention core-h / node-steps", f"{summary['production_contention_core_hours']:,.2f} / {summary['production_contention_node_steps']:,}"),
         ("production over-capacity node-steps", summary["production_over_capacity_steps"]),
         ("reclaimed fraction cpu / ram", f"{summary['reclaimed_fraction_cpu']:.2%} / {summary['reclaimed_fraction_ram']:.2%}"),
         ("mean reclaimed in use", f"{summary['mean_reclaimed_cores']:,} cores / {summary['mean_reclaimed_ram_gib']:,} GiB"),

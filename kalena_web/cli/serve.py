@@ -19,11 +19,19 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port, default=8000)
     parser.add_argument("--no-loops", action="store_true", help="do not run the embedded loops")
+    parser.add_argument("--tls-port", type=port, default=None,
+                        help="also serve HTTPS on HOST:TLS_PORT (the admission webhook and scheduler extender "
+                             "endpoints Kubernetes calls; needs --tls-cert and --tls-key)")
+    parser.add_argument("--tls-cert", default="", help="PEM certificate (chain) for --tls-port")
+    parser.add_argument("--tls-key", default="", help="PEM private key for --tls-port")
     parser.set_defaults(handler=handle)
     return parser
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.tls_port is not None and not (args.tls_cert and args.tls_key):
+        print("kalena serve: error: --tls-port needs --tls-cert and --tls-key", file=sys.stderr)
+        return 2
     django_setup()
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
@@ -37,15 +45,36 @@ def handle(args: argparse.Namespace) -> int:
         loops = EmbeddedLoops()
         loops.start()
         print("kalena serve: embedded control loops running in this process")
+    watching = None
+    if settings.KALENA_ORCHESTRATOR in ("kubernetes", "docker", "swarm") and not args.no_loops:
+        from kalena_web.cli import watch
+
+        watching = watch.start(watch.defaults())
+        print(f"kalena serve: {settings.KALENA_ORCHESTRATOR} watch running in this process")
     print(f"kalena serve: console on http://{args.host}:{args.port}/")
-    server = Server(application=application,
-                    endpoints=build_endpoint_description_strings(host=args.host, port=args.port))
+    from kalena_web.telemetry.consumers import transport_max_message_bytes
+
+    endpoints = build_endpoint_description_strings(host=args.host, port=args.port)
+    if args.tls_port is not None:
+        endpoints.append(tls_endpoint(args.host, args.tls_port, args.tls_cert, args.tls_key))
+        print(f"kalena serve: webhook and extender on https://{args.host}:{args.tls_port}/kubernetes/")
+    server = Server(application=application, endpoints=endpoints,
+                    websocket_max_message_size=transport_max_message_bytes())
     try:
         server.run()
     finally:
         if loops is not None:
             loops.stop()
+        if watching is not None:
+            watching.stop()
     if not server.listening_addresses:  # Daphne logs a listen failure and returns: say so in the status
         print(f"kalena serve: error: could not listen on {args.host}:{args.port}", file=sys.stderr)
         return 2
     return 0
+
+
+def tls_endpoint(host: str, port: int, cert: str, key: str) -> str:
+    """Twisted's ``ssl:`` endpoint description for Daphne (``:`` and ``\\`` escaped)."""
+    def esc(text: str) -> str:
+        return text.replace("\\", "\\\\").replace(":", "\\:")
+    return f"ssl:port={port}:interface={esc(host)}:privateKey={esc(key)}:certKey={esc(cert)}"

@@ -72,6 +72,10 @@ def handle_user_add(args: argparse.Namespace) -> int:
     user.is_active = True
     user.save()
     user.groups.set(Group.objects.filter(name=args.role))
+    from kalena_web.policy.audit import audit
+
+    audit("user.add" if created else "user.change", target=args.name, after={"role": args.role, "active": True},
+          actor_kind="user", actor=f"cli ({os.environ.get('USER', '?')})")
     print(f"{'created' if created else 'updated'} user {args.name} with role {args.role}"
           + (f"; password: {password}" if shown else ""))
     return 0

@@ -8,6 +8,11 @@
   on its episode and recent evictions; an escalated node has its batch drained through the
   orchestrator port (each drained pod requeued, with a why-evicted record) and is made
   slack-ineligible for the cooldown, the reason shown in the console and API.
+* An eviction the orchestrator refuses for now (a PodDisruptionBudget's 429,
+  :class:`~agents.orchestrators.base.EvictionRefused`) leaves the pod running with its
+  reservation, writes no why-evicted record, is named in the escalation's detail, and is
+  retried by :func:`eviction_retries_run` with backoff (``RETRY_BASE_S`` doubling to
+  ``RETRY_MAX_S``: 10, 20, 40 … 300 s after each refusal) until it is evicted once.
 """
 
 from __future__ import annotations
@@ -17,17 +22,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import Orchestrator, OrchestratorError
+from agents.orchestrators import EvictionRefused, Orchestrator, OrchestratorError
 from kalena_engine.escalation import EscalationPolicy, decide_escalation
 from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
 from kalena_engine.policy import EvictionPolicy
 from kalena_engine.resources import RAM
 from kalena_web.archive.models import EvictionRecord
-from kalena_web.control.models import Escalation, NodeCondition
+from kalena_web.control.models import Escalation, EvictionRetry, NodeCondition
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.services import batch_requeue
+from kalena_web.scheduling.services import batch_evicted
 from kalena_web.telemetry.models import MitigationEvent
 
 
@@ -73,6 +78,7 @@ def escalation_pass(*, cluster: Cluster, orchestrator: Orchestrator, now_s: floa
     cooldown is not escalated again; a drained pod is requeued once."""
     policy = policy or EscalationPolicy()
     report = EscalationReport()
+    eviction_retries_run(cluster=cluster, orchestrator=orchestrator, now_s=now_s, report=report)
     nodes = list(Node.objects.filter(cluster=cluster).select_related("condition", "live_ledger").order_by("row"))
     report.nodes = len(nodes)
     since = now_s - policy.window_s
@@ -98,35 +104,97 @@ def escalation_pass(*, cluster: Cluster, orchestrator: Orchestrator, now_s: floa
         )
         if not decision.escalate:
             continue
-        drained = _drain(node, orchestrator, now_s=now_s, reason=decision.reason, detail=decision.detail,
-                         grace_s=grace_s, report=report)
+        drained, refused = _drain(node, orchestrator, now_s=now_s, reason=decision.reason, detail=decision.detail,
+                                  grace_s=grace_s, report=report)
+        detail = decision.detail + "".join(f"; eviction of {name} refused: {why}" for name, why in refused)
         with transaction.atomic():
             NodeCondition.objects.filter(id=condition.id).update(
                 slack_ineligible_until_s=decision.ineligible_until_s, pressure_since_s=None,
-                ineligible_reason=f"escalated ({decision.reason}): {decision.detail}", updated_s=now_s)
-            Escalation.objects.create(node=node, time_s=now_s, reason=decision.reason, detail=decision.detail,
+                ineligible_reason=f"escalated ({decision.reason}): {decision.detail}"[:300], updated_s=now_s)
+            Escalation.objects.create(node=node, time_s=now_s, reason=decision.reason, detail=detail[:300],
                                       drained=drained, until_s=decision.ineligible_until_s)
         report.escalated.append(node.name)
         report.drained += len(drained)
     return report
 
 
+RETRY_BASE_S = 10.0
+RETRY_MAX_S = 300.0
+
+
+def _retry_delay_s(attempts: int) -> float:
+    """Backoff after the ``attempts``-th refusal: 10, 20, 40, … capped at 300 s."""
+    return min(RETRY_MAX_S, RETRY_BASE_S * 2 ** max(0, attempts - 1))
+
+
+def _evict_one(pod: BatchPod, orchestrator: Orchestrator, *, now_s: float, grace_s: float, cause: str,
+               detail: dict, source_key: str, report: EscalationReport) -> str | None:
+    """Evict one bound pod; returns the refusal message when the orchestrator refused for now
+    (the pod keeps running and its reservation), else None (evicted, or already gone)."""
+    name = pod.workload.name
+    try:
+        orchestrator.evict(name, grace_s=grace_s if pod.source != BatchPod.WATCH else pod.grace_s,
+                           reason=f"{cause}: {detail.get('escalation', '')} {detail.get('why', '')}".strip())
+    except EvictionRefused as exc:
+        report.errors.append(str(exc))
+        return str(exc)
+    except OrchestratorError as exc:
+        report.errors.append(str(exc))  # gone already: still take it off the ledger
+    EvictionRecord.objects.get_or_create(
+        source_key=source_key,
+        defaults=dict(cluster_id=pod.cluster_id, node_id=pod.workload.node_id, workload=pod.workload,
+                      workload_name=name, time_s=now_s, cause=cause, tier="batch", priority=pod.workload.priority,
+                      detail=detail))
+    batch_evicted(pod=pod, now_s=now_s, reason=f"{cause}: {detail.get('escalation', '')}")
+    return None
+
+
 def _drain(node: Node, orchestrator: Orchestrator, *, now_s: float, reason: str, detail: str, grace_s: float,
-           report: EscalationReport) -> list[str]:
-    drained = []
+           report: EscalationReport) -> tuple[list[str], list[tuple[str, str]]]:
+    drained, refused = [], []
     pods = BatchPod.objects.filter(workload__node=node, state=BatchPod.BOUND).select_related("workload")
     for pod in pods:
         name = pod.workload.name
-        try:
-            orchestrator.evict(name, grace_s=grace_s, reason=f"escalation: {reason}")
-        except OrchestratorError as exc:
-            report.errors.append(str(exc))  # gone already: still take it off the ledger
-        EvictionRecord.objects.get_or_create(
-            source_key=f"escalation:{node.id}:{now_s:.3f}:{name}",
-            defaults=dict(cluster_id=node.cluster_id, node=node, workload=pod.workload, workload_name=name,
-                          time_s=now_s, cause="escalation", tier="batch", priority=pod.workload.priority,
-                          detail={"escalation": reason, "why": detail, "limit_breach": False}),
-        )
-        batch_requeue(pod=pod, now_s=now_s, reason=f"escalation: {reason}")
-        drained.append(name)
-    return drained
+        why = {"escalation": reason, "why": detail, "limit_breach": False}
+        refusal = _evict_one(pod, orchestrator, now_s=now_s, grace_s=grace_s, cause="escalation", detail=why,
+                             source_key=f"escalation:{node.id}:{now_s:.3f}:{name}", report=report)
+        if refusal is None:
+            drained.append(name)
+            continue
+        refused.append((name, refusal))
+        EvictionRetry.objects.update_or_create(pod=pod, defaults=dict(
+            cause="escalation", detail=f"{reason}: {detail}"[:300], attempts=1, first_s=now_s,
+            next_s=now_s + _retry_delay_s(1), refusal=refusal[:500]))
+    if drained:
+        from kalena_web.policy.audit import audit
+
+        audit("node.drain", cluster_name=node.cluster.name, target=node.name, actor_kind="loop", actor="escalation",
+              after={"reason": reason, "drained": drained[:100]})
+    return drained, refused
+
+
+def eviction_retries_run(*, cluster: Cluster, orchestrator: Orchestrator, now_s: float,
+                         report: EscalationReport | None = None) -> int:
+    """Retry every refused eviction that is due; returns how many were evicted now. A pod that
+    ended meanwhile is forgotten; a refusal again doubles the wait (:func:`_retry_delay_s`)."""
+    report = report or EscalationReport()
+    done = 0
+    for retry in EvictionRetry.objects.filter(pod__cluster=cluster, next_s__lte=now_s).select_related("pod__workload"):
+        pod = retry.pod
+        if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
+            retry.delete()
+            continue
+        why = {"escalation": retry.cause, "why": retry.detail, "limit_breach": False,
+               "refused_before": retry.attempts, "last_refusal": retry.refusal}
+        refusal = _evict_one(pod, orchestrator, now_s=now_s, grace_s=pod.grace_s, cause=retry.cause, detail=why,
+                             source_key=f"retry:{pod.id}:{retry.first_s:.3f}", report=report)
+        if refusal is None:
+            retry.delete()
+            report.drained += 1
+            done += 1
+        else:
+            retry.attempts += 1
+            retry.next_s = now_s + _retry_delay_s(retry.attempts)
+            retry.refusal = refusal[:500]
+            retry.save(update_fields=["attempts", "next_s", "refusal"])
+    return done

@@ -15,10 +15,20 @@ class NodeCondition(models.Model):
     episode with Σ r > C (from the agent's reports), None when there is none. ``volatility`` is
     σ of the node's production reservation over capacity in the last hour (the archive loop
     keeps it; the scheduler's volatility penalty reads it).
+
+    From the orchestrator's watch (DESIGN §14; all default to "takes batch" for a cluster no
+    watch feeds): ``ready`` (Kubernetes' Ready condition), ``schedulable`` (not cordoned),
+    ``gone`` (the node left the cluster), ``images`` (image name → size in bytes cached on the
+    node: the image-locality score), ``seen_s`` (the orchestrator's time of the last change).
+    A node takes new batch only when ready, schedulable and not gone.
     """
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="condition")
     ready = models.BooleanField(default=True)
+    schedulable = models.BooleanField(default=True)
+    gone = models.BooleanField(default=False)
+    images = models.JSONField(default=dict, blank=True)
+    seen_s = models.FloatField(null=True, blank=True)
     pressure_since_s = models.FloatField(null=True, blank=True)
     slack_ineligible_until_s = models.FloatField(default=0.0)
     ineligible_reason = models.CharField(max_length=300, blank=True)
@@ -72,3 +82,32 @@ class MetricSeries(models.Model):
     count = models.FloatField(default=0.0)
     total = models.FloatField(default=0.0)
     buckets = models.JSONField(default=list)
+class ProductionPlacement(models.Model):
+    """Where a production pod actually runs, as the orchestrator's watch reports it, against
+    where the blueprint put it (DESIGN §14: fidelity and drift live).
+
+    ``blueprint_node`` is None for a pod the blueprint does not know (it is then charged as
+    production at r = q on ``seen_node`` until it reports). ``finding`` is True when the pod
+    runs where the blueprint did not put it — a fidelity finding shown in the console and fed
+    to drift. ``seen_s``: the orchestrator's time of the observation (Unix s).
+    """
+
+    workload = models.OneToOneField("inventory.Workload", on_delete=models.CASCADE, related_name="placement")
+    seen_node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    blueprint_node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    finding = models.BooleanField(default=False)
+    seen_s = models.FloatField()
+
+
+class EvictionRetry(models.Model):
+    """An eviction the orchestrator refused for now (a PodDisruptionBudget's 429, DESIGN §14):
+    the pod still runs and keeps its reservation; the drain retries it with backoff at
+    ``next_s`` (Unix s). ``refusal`` is the orchestrator's message (it names the budget)."""
+
+    pod = models.OneToOneField("scheduling.BatchPod", on_delete=models.CASCADE, related_name="eviction_retry")
+    cause = models.CharField(max_length=60)
+    detail = models.CharField(max_length=300, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    first_s = models.FloatField()
+    next_s = models.FloatField()
+    refusal = models.CharField(max_length=500)

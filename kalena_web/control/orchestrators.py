@@ -3,7 +3,8 @@
 ``fake`` (the embedded default) is rebuilt from the database for every pass: the cluster's
 nodes, its production pods and its bound batch pods — so it holds no state of its own between
 passes and the database stays the truth. ``kubernetes`` uses the in-cluster service account
-(or ``KUBECONFIG``); ``docker`` and ``swarm`` use the Docker environment (``DOCKER_HOST``).
+(or ``KUBECONFIG``); ``docker`` uses every engine of ``KALENA_DOCKER_ENGINES`` as a node (else ``DOCKER_HOST``);
+``swarm`` talks to the first engine of that list (a manager).
 """
 
 from __future__ import annotations
@@ -20,37 +21,72 @@ class OrchestratorNotConfigured(RuntimeError):
     """``KALENA_ORCHESTRATOR`` names an unknown kind, or its client cannot be configured."""
 
 
-def orchestrator_for(cluster: Cluster) -> Orchestrator:
-    """The orchestrator adapter for ``cluster`` (see module doc).
+def orchestrator_for(cluster: Cluster, *, direct: bool = False) -> Orchestrator:
+    """The orchestrator adapter for ``cluster`` (see module doc). In a process with
+    ``KALENA_ORCHESTRATOR_THROUGH_WORKERS`` (the console of the Compose and Swarm files, which
+    mounts no ``docker.sock``), evictions are forwarded to the workers
+    (:class:`~kalena_web.control.forwarding.ThroughWorkers`) unless ``direct``.
 
     Raises:
         OrchestratorNotConfigured: unknown kind or unusable client configuration.
     """
     kind = settings.KALENA_ORCHESTRATOR
+    if settings.KALENA_ORCHESTRATOR_THROUGH_WORKERS and not direct and kind != "fake":
+        from kalena_web.control.forwarding import ThroughWorkers
+
+        return ThroughWorkers(cluster, timeout_s=settings.KALENA_FORWARDED_EVICT_TIMEOUT_S)
     if kind == "fake":
         return _fake_from_database(cluster)
     if kind == "kubernetes":
-        from kubernetes import client, config
-
         from agents.orchestrators.kubernetes import KubernetesOrchestrator
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            try:
-                config.load_kube_config()
-            except (config.ConfigException, OSError) as exc:
-                raise OrchestratorNotConfigured(f"kubernetes: no in-cluster or kubeconfig credentials ({exc})") from None
-        return KubernetesOrchestrator(client.ApiClient())
+        return KubernetesOrchestrator(kubernetes_api_client())
     if kind in ("docker", "swarm"):
-        import docker
-
-        from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator
-        try:
-            engine = docker.from_env()
-        except docker.errors.DockerException as exc:
-            raise OrchestratorNotConfigured(f"{kind}: cannot reach the Docker engine ({exc})") from None
-        return DockerOrchestrator(engine) if kind == "docker" else SwarmOrchestrator(engine)
+        return docker_orchestrator(kind)
     raise OrchestratorNotConfigured(f"KALENA_ORCHESTRATOR={kind!r} is not one of {', '.join(KINDS)}")
+
+
+def docker_engines() -> list:
+    """The engines of ``KALENA_DOCKER_ENGINES`` (docs/docker.md), one per node.
+
+    Raises:
+        OrchestratorNotConfigured: a malformed engine list (the message names the entry).
+    """
+    import os
+
+    from agents.orchestrators.docker import Engine
+    from agents.orchestrators.docker.engines import EngineConfigError, parse_engines
+
+    try:
+        configs = parse_engines({**os.environ, "KALENA_DOCKER_ENGINES": settings.KALENA_DOCKER_ENGINES})
+    except EngineConfigError as exc:
+        raise OrchestratorNotConfigured(str(exc)) from None
+    return [Engine(c) for c in configs]
+
+
+def docker_orchestrator(kind: str) -> Orchestrator:
+    """Standalone Docker over every configured engine, or Swarm through the first (a manager)."""
+    from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator
+
+    engines = docker_engines()
+    return DockerOrchestrator(engines) if kind == "docker" else SwarmOrchestrator(engines[0])
+
+
+def kubernetes_api_client():
+    """An ApiClient from the in-cluster service account, else ``KUBECONFIG`` / ~/.kube/config.
+
+    Raises:
+        OrchestratorNotConfigured: neither is usable.
+    """
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise OrchestratorNotConfigured(f"kubernetes: no in-cluster or kubeconfig credentials ({exc})") from None
+    return client.ApiClient()
 
 
 def _fake_from_database(cluster: Cluster) -> FakeOrchestrator:

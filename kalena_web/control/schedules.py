@@ -14,6 +14,7 @@ PERIODS_S: dict[str, float] = {
     "kalena.control.escalate": 15.0,      # escalation: non-converging nodes, eviction storms
     "kalena.replan.drift": 600.0,         # drift metric and re-plan recommendations
     "kalena.archive.rollup": 20.0,        # node snapshots, raw → 1 min → 1 h rollups, retention
+    "kalena.kubehooks.publish": 5.0,      # Kubernetes: published batch-cpu/batch-memory per node
 }
 
 

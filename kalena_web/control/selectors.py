@@ -126,8 +126,19 @@ def cluster_events(*, cluster: Cluster, limit: int = 20) -> dict[str, list]:
         "escalations": list(Escalation.objects.filter(node__cluster=cluster).select_related("node")[:limit]),
         "evictions": list(EvictionRecord.objects.filter(cluster=cluster).select_related("node")[:limit]),
         "recommendations": list(ReplanRecommendation.objects.filter(cluster=cluster, state="open")[:5]),
+        "fidelity": fidelity_findings(cluster=cluster, limit=limit),
         "loops": [last_runs[name] for name in sorted(last_runs)],
     }
+
+
+def fidelity_findings(*, cluster: Cluster, limit: int | None = None) -> list:
+    """Production pods the orchestrator reports running where the blueprint did not put them
+    (DESIGN §14), newest first (1 query)."""
+    from kalena_web.control.models import ProductionPlacement
+
+    rows = (ProductionPlacement.objects.filter(workload__cluster=cluster, finding=True)
+            .select_related("workload", "seen_node", "blueprint_node").order_by("-seen_s"))
+    return list(rows[:limit] if limit else rows)
 
 
 def totals(views: list[NodeView], *, now_s: float) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -184,3 +185,237 @@ def scheduling_pass_metrics_record(*, cluster: Cluster, report: object, started_
                  .values_list("queued_s", flat=True)]
     metric_observe(name="kalena_scheduling_bind_latency_seconds", labels={"cluster": cluster.name},
                    values_s=[max(0.0, v) for v in latencies])
+# -- nodes and production pods the orchestrator's watch reports (DESIGN §14) ----------------------
+
+
+class ObservationRejected(InputError):
+    """A watch event Kalena cannot apply (malformed name or vector); nothing was changed."""
+
+
+def _observed_vector(values, field_name: str) -> list[float]:
+    items = list(values)
+    if len(items) != 8:
+        raise ObservationRejected(f"{len(items)} values", field=field_name, accepted="an 8-vector (DESIGN §2)")
+    out = []
+    for i, v in enumerate(items):
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0:
+            raise ObservationRejected(f"{v!r} is not a non-negative number", field=f"{field_name}[{i}]",
+                                      accepted="internal units; +inf = not reported by the orchestrator")
+        out.append(float(v))
+    return out
+
+
+def node_observe(*, cluster: Cluster, name: str, ready: bool, schedulable: bool, allocatable, labels,
+                 taints, images: dict[str, float], at_s: float, now_s: float) -> bool:
+    """Apply what the orchestrator reports of node ``name``; returns whether anything changed.
+
+    ``allocatable`` entries that are ``+inf`` are dimensions the orchestrator does not report
+    (Kubernetes has no disk or network bandwidth): the stored value is kept. A known node keeps
+    its Phase-0 deduction: ``C = allocatable − (stored allocatable − stored C)``, floored at 0
+    (e.g. allocatable 16 cores, stored 16 and C 14 → C 14; allocatable 12 → C 10). An unknown
+    node is added (takes batch, no blueprint production, ledger stale until its agent reports).
+    Readiness, cordon (``schedulable``), labels, taints and cached images take effect in the
+    next scheduling pass. A node reported again unchanged changes nothing.
+
+    Raises:
+        ObservationRejected: an empty name or a malformed vector; nothing changed.
+    """
+    if not isinstance(name, str) or not name or len(name) > 253:
+        raise ObservationRejected(f"{str(name)[:60]!r} is not a node name", field="name")
+    reported = _observed_vector(allocatable, "allocatable")
+    labels = {str(k): str(v) for k, v in dict(labels or {}).items()}
+    taints = [{"key": str(t.get("key", "")), "value": str(t.get("value", "") or ""),
+               "effect": str(t.get("effect", "NoSchedule"))} for t in taints or ()]
+    images = {str(k): float(v) for k, v in dict(images or {}).items()}
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(cluster=cluster, name=name).first()
+        if node is None:
+            row = (Node.objects.filter(cluster=cluster).order_by("-row").values_list("row", flat=True).first())
+            node = Node.objects.create(cluster=cluster, row=0 if row is None else row + 1, name=name, labels=labels,
+                                       taints=taints, allocatable=reported, capacity=reported, takes_batch=True,
+                                       zone=labels.get("topology.kubernetes.io/zone", ""))
+            zeros = [0.0] * 8
+            LiveNodeLedger.objects.create(node=node, capacity=reported, prod_request=zeros, prod_reservation=zeros,
+                                          batch_request=zeros, batch_reservation=zeros, usage=zeros, stale=True,
+                                          updated_s=now_s)
+            NodeCondition.objects.create(node=node, ready=bool(ready), schedulable=bool(schedulable), images=images,
+                                         seen_s=at_s, updated_s=now_s)
+            return True
+        old_alloc, old_cap = list(node.allocatable), list(node.capacity)
+        alloc = [o if r == math.inf else r for r, o in zip(reported, old_alloc, strict=True)]
+        capacity = [a if a == math.inf else max(0.0, a - (o - c if o != math.inf and c != math.inf else 0.0))
+                    for a, o, c in zip(alloc, old_alloc, old_cap, strict=True)]
+        changed = False
+        if (alloc, capacity, labels, taints) != (old_alloc, old_cap, node.labels, node.taints):
+            Node.objects.filter(id=node.id).update(allocatable=alloc, capacity=capacity, labels=labels, taints=taints)
+            changed = True
+        if capacity != old_cap:
+            ledger = LiveNodeLedger.objects.select_for_update().get(node=node)
+            ledger.capacity = capacity
+            ledger.version += 1
+            ledger.save(update_fields=["capacity", "version"])
+        cond = NodeCondition.objects.select_for_update().get(node=node)
+        if (cond.ready, cond.schedulable, cond.gone, cond.images) != (bool(ready), bool(schedulable), False, images):
+            NodeCondition.objects.filter(id=cond.id).update(ready=bool(ready), schedulable=bool(schedulable),
+                                                            gone=False, images=images, seen_s=at_s, updated_s=now_s)
+            changed = True
+        return changed
+
+
+def node_gone(*, cluster: Cluster, name: str, at_s: float, now_s: float) -> bool:
+    """Node ``name`` left the cluster: it takes no new batch (its rows stay for the history; its
+    pods leave the ledgers as the watch reports them gone). Returns whether anything changed."""
+    return bool(NodeCondition.objects.filter(node__cluster=cluster, node__name=name, gone=False).update(
+        gone=True, ready=False, seen_s=at_s, updated_s=now_s))
+
+
+def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, limit, labels, at_s: float,
+                       now_s: float) -> bool:
+    """A service-tier pod and where it actually runs, checked against the blueprint (DESIGN §14).
+
+    A blueprint pod running where the blueprint put it changes nothing. Elsewhere: a fidelity
+    finding (:class:`ProductionPlacement.finding`) and its request and reservation move to the
+    node it runs on, so the ledgers follow reality. A pod the blueprint does not know is
+    charged as production at ``r = q`` on its node until it reports. ``node_name`` ``""``
+    (not placed yet): nothing is charged. Returns whether anything changed.
+
+    Raises:
+        ObservationRejected: a malformed ref or vector, or a node the cluster does not know.
+    """
+    from kalena_web.control.models import ProductionPlacement
+
+    if not isinstance(ref, str) or "/" not in ref or len(ref) > 300:
+        raise ObservationRejected(f"{str(ref)[:60]!r} is not namespace/pod", field="ref")
+    req, lim = _observed_vector(request, "requests"), _observed_vector(limit, "limits")
+    if not node_name:
+        return False
+    node = Node.objects.filter(cluster=cluster, name=node_name).first()
+    if node is None:
+        raise ObservationRejected(f"node {node_name!r} is not in cluster {cluster.name!r}", field="node",
+                                  accepted="a node the watch reported")
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION,
+                                                               name=ref).first()
+        placement = ProductionPlacement.objects.filter(workload=workload).first() if workload else None
+        if workload is not None and workload.node_id == node.id and placement is not None:
+            return False
+        if workload is None:
+            workload = Workload.objects.create(
+                cluster=cluster, kind=Workload.PRODUCTION, name=ref, namespace=ref.split("/", 1)[0], tier="service",
+                row=Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION).count(), node=node,
+                request=req, limit=[max(a, b) for a, b in zip(lim, req, strict=True)], labels=dict(labels or {}))
+            WorkloadReservation.objects.create(workload=workload, value=req, updated_s=now_s)
+            _prod_move(workload, None, node.id, req)
+            ProductionPlacement.objects.create(workload=workload, seen_node=node, blueprint_node=None,
+                                               finding=False, seen_s=at_s)
+            return True
+        blueprint_node = placement.blueprint_node_id if placement else workload.node_id
+        if workload.node_id != node.id:
+            r = WorkloadReservation.objects.filter(workload=workload).values_list("value", flat=True).first()
+            _prod_move(workload, workload.node_id, node.id, r if r is not None else workload.request)
+            Workload.objects.filter(id=workload.id).update(node=node)
+        ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
+            seen_node=node, blueprint_node_id=blueprint_node, seen_s=at_s,
+            finding=blueprint_node is not None and blueprint_node != node.id))
+        return True
+
+
+def _prod_move(workload: Workload, from_id: int | None, to_id: int | None, reservation) -> None:
+    """Move a production pod's request and reservation between node ledgers."""
+    for node_id, sign in ((from_id, -1.0), (to_id, 1.0)):
+        if node_id is None:
+            continue
+        ledger = LiveNodeLedger.objects.select_for_update().get(node_id=node_id)
+        ledger.prod_request = np.maximum(0.0, np.asarray(ledger.prod_request) + sign * np.asarray(workload.request)).tolist()
+        ledger.prod_reservation = np.maximum(0.0, np.asarray(ledger.prod_reservation)
+                                             + sign * np.asarray(reservation)).tolist()
+        ledger.version += 1
+        ledger.save(update_fields=["prod_request", "prod_reservation", "version"])
+
+
+def production_gone(*, cluster: Cluster, ref: str, now_s: float) -> bool:
+    """A production pod the blueprint does not know left the cluster: it leaves the ledgers.
+    A blueprint pod stays charged where the blueprint put it (its controller recreates it;
+    the blueprint's reserve is never lent to batch). Returns whether anything changed."""
+    from kalena_web.control.models import ProductionPlacement
+
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION,
+                                                               name=ref, node__isnull=False).first()
+        if workload is None:
+            return False
+        placement = ProductionPlacement.objects.filter(workload=workload).first()
+        if placement is None:
+            return False
+        r = WorkloadReservation.objects.filter(workload=workload).values_list("value", flat=True).first()
+        if placement.blueprint_node_id is None:
+            _prod_move(workload, workload.node_id, None, r if r is not None else workload.request)
+            Workload.objects.filter(id=workload.id).update(node=None)
+            placement.delete()
+            return True
+        if workload.node_id != placement.blueprint_node_id:  # back to the blueprint's charge
+            _prod_move(workload, workload.node_id, placement.blueprint_node_id, r if r is not None else workload.request)
+            Workload.objects.filter(id=workload.id).update(node_id=placement.blueprint_node_id)
+        placement.delete()
+        return True
+
+
+def node_observe_many(*, cluster: Cluster, nodes: list[dict], now_s: float) -> list[bool | InputError]:
+    """:func:`node_observe` for many nodes (keyword dicts of its arguments) in a fixed number of
+    queries for nodes Kalena holds; unknown nodes are added one by one. Returns per node whether
+    it changed anything, or the :class:`ObservationRejected` that refused it."""
+    out: list[bool | InputError] = [False] * len(nodes)
+    rows = {n.name: n for n in Node.objects.filter(cluster=cluster, name__in=[d.get("name") for d in nodes])
+            .select_related("condition", "live_ledger")}
+    node_updates, ledger_updates, condition_updates = {}, {}, {}
+    for i, d in enumerate(nodes):
+        name = d.get("name")
+        node = rows.get(name) if isinstance(name, str) else None
+        if node is None:
+            try:
+                out[i] = node_observe(cluster=cluster, now_s=now_s, **d)
+            except InputError as exc:
+                out[i] = exc
+            continue
+        try:
+            reported = _observed_vector(d["allocatable"], "allocatable")
+        except InputError as exc:
+            out[i] = exc
+            continue
+        labels = {str(k): str(v) for k, v in dict(d.get("labels") or {}).items()}
+        taints = [{"key": str(t.get("key", "")), "value": str(t.get("value", "") or ""),
+                   "effect": str(t.get("effect", "NoSchedule"))} for t in d.get("taints") or ()]
+        images = {str(k): float(v) for k, v in dict(d.get("images") or {}).items()}
+        alloc = [o if r == math.inf else r for r, o in zip(reported, node.allocatable, strict=True)]
+        capacity = [a if a == math.inf else max(0.0, a - (o - c if o != math.inf and c != math.inf else 0.0))
+                    for a, o, c in zip(alloc, node.allocatable, node.capacity, strict=True)]
+        if (alloc, capacity, labels, taints) != (list(node.allocatable), list(node.capacity), node.labels, node.taints):
+            if capacity != list(node.capacity):
+                led = node.live_ledger
+                led.capacity, led.version = capacity, led.version + 1
+                ledger_updates[led.id] = led
+            node.allocatable, node.capacity, node.labels, node.taints = alloc, capacity, labels, taints
+            node_updates[node.id] = node
+            out[i] = True
+        cond = node.condition
+        wanted = (bool(d["ready"]), bool(d["schedulable"]), False, images)
+        if (cond.ready, cond.schedulable, cond.gone, cond.images) != wanted:
+            cond.ready, cond.schedulable, cond.gone, cond.images = wanted
+            cond.seen_s, cond.updated_s = d.get("at_s", 0.0), now_s
+            condition_updates[cond.id] = cond
+            out[i] = True
+    with transaction.atomic():
+        if node_updates:
+            Node.objects.bulk_update(list(node_updates.values()), ["allocatable", "capacity", "labels", "taints"],
+                                     batch_size=500)
+        if ledger_updates:  # re-read under lock: only capacity and version move here
+            locked = {led.id: led for led in LiveNodeLedger.objects.select_for_update().filter(id__in=list(ledger_updates))}
+            for led_id, led in ledger_updates.items():
+                locked[led_id].capacity = led.capacity
+                locked[led_id].version += 1
+            LiveNodeLedger.objects.bulk_update(list(locked.values()), ["capacity", "version"], batch_size=500)
+        if condition_updates:
+            NodeCondition.objects.bulk_update(list(condition_updates.values()),
+                                              ["ready", "schedulable", "gone", "images", "seen_s", "updated_s"],
+                                              batch_size=500)
+    return out

@@ -71,9 +71,16 @@ class EstimationResult:
     points: list[tuple[int, dict]] = field(default_factory=list)
 
 
-def live_policy() -> Policy:
-    """The policy the live loops use (DESIGN defaults until the console edits it)."""
-    return Policy()
+def live_policy(node_ids: Iterable[int] = ()) -> Policy:
+    """The policy in force for the cluster of ``node_ids`` (its current version, DESIGN §10;
+    the engine defaults when none is saved or no node is given). The nodes must belong to one
+    cluster: :func:`estimation_run` takes one cluster's batches per run."""
+    from kalena_web.policy.selectors import current_policy, node_clusters
+
+    clusters = set(node_clusters(node_ids).values())
+    if not clusters:
+        return Policy()
+    return current_policy(cluster_id=min(clusters)).policy
 
 
 def _stale_ttls(node_ids: Iterable[int], policy: Policy) -> dict[int, float]:
@@ -176,7 +183,6 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
                    policy: Policy | None = None) -> EstimationResult:
     """Apply up to ``max_batches`` pending sample batches of ``shard`` (module doc). Safe to run
     twice or concurrently: a batch is applied by exactly one committed run."""
-    policy = policy or live_policy()
     started = time.time()
     now = started if now_s is None else now_s
     result = EstimationResult(shard=shard)
@@ -185,6 +191,8 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
                        .select_for_update(skip_locked=True).values_list("id", "node_id", "ts")[:max_batches])
         if not batches:
             return result
+        batches, left = _one_cluster(batches)
+        policy = policy or live_policy([batches[0][1]])
         batch_ids = [b[0] for b in batches]
         fresh_s: dict[int, float] = {}
         for _, node_id, ts in batches:
@@ -198,7 +206,7 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
         usage = np.nan_to_num(samples.usage[kept], nan=0.0)
         state, applied = apply_samples(
             live.state, workload=rows, time_s=samples.ts[kept], usage=usage, request=live.request,
-            limit=live.limit, start_s=live.start_s, grace_s=np.full(len(live), policy.estimator.grace_s),
+            limit=live.limit, start_s=live.start_s, grace_s=live.grace_s(policy.estimator.grace_s),
             pinned=pinned_mask(live.reclaim_disabled), policy=policy.estimator, unmeasured=unmeasured)
         last_usage = live.last_usage.copy()
         done = np.flatnonzero(applied)
@@ -222,8 +230,20 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
         IngestBatch.objects.filter(id__in=batch_ids).update(estimation_run=run.id)
     EstimationRun.objects.filter(id=run.id).update(committed_s=time.time())
     result.run_id, result.batches, result.samples = run.id, len(batch_ids), len(samples.ids)
-    result.applied, result.nodes, result.more = int(applied.sum()), len(ledgers), len(batch_ids) >= max_batches
+    result.applied, result.nodes = int(applied.sum()), len(ledgers)
+    result.more = left or len(batch_ids) >= max_batches
     return result
+
+
+def _one_cluster(batches: list[tuple]) -> tuple[list[tuple], bool]:
+    """The batches of the first batch's cluster (each cluster has its own policy version) and
+    whether others were left for the next run."""
+    from kalena_web.policy.selectors import node_clusters
+
+    cluster_of = node_clusters({b[1] for b in batches})
+    first = cluster_of.get(batches[0][1])
+    kept = [b for b in batches if cluster_of.get(b[1]) == first]
+    return kept, len(kept) < len(batches)
 
 
 def stale_candidates(*, now_s: float, policy: Policy | None = None) -> dict[int, list[int]]:
@@ -247,11 +267,11 @@ def stale_candidates(*, now_s: float, policy: Policy | None = None) -> dict[int,
 def stale_sweep(*, node_ids: list[int], now_s: float | None = None, policy: Policy | None = None) -> list[tuple[int, dict]]:
     """Mark ``node_ids`` stale where they still are due (re-checked under the ledger lock: a run
     that just brought fresh samples wins) and recompute their ledgers; returns chart points."""
-    policy = policy or live_policy()
     now = time.time() if now_s is None else now_s
     with transaction.atomic():
         ledgers = {led.node_id: led for led in
                    LiveNodeLedger.objects.select_for_update().filter(node_id__in=sorted(node_ids)).order_by("node_id")}
+        policy = policy or live_policy(list(ledgers)[:1])
         ttl = _stale_ttls(ledgers, policy)
         due = {n: led for n, led in ledgers.items()
                if not led.stale and (led.last_sample_s is None or now - led.last_sample_s > ttl[n])}

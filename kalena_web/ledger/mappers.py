@@ -17,6 +17,19 @@ from kalena_engine.estimator import Reservations, estimator_limit
 from kalena_engine.resources import N_DIMS
 
 RECLAIM = "kalena.naughtian.io/reclaim"
+#: Per-workload startup grace (DESIGN §5: g has a per-workload override), seconds ≥ 0.
+STARTUP_GRACE = "kalena.naughtian.io/startup-grace-s"
+
+
+def grace_override_s(labels: dict | None) -> float:
+    """The workload's startup-grace override in seconds, NaN when it has none (or a value that is
+    not a finite number ≥ 0 — the policy's grace then applies)."""
+    raw = (labels or {}).get(STARTUP_GRACE)
+    try:
+        value = float(str(raw).strip()) if raw is not None else np.nan
+    except ValueError:
+        return np.nan
+    return value if np.isfinite(value) and value >= 0 else np.nan
 
 #: Columns :func:`live_workloads` reads, in order (a ``values_list`` over Workload).
 WORKLOAD_COLUMNS = ("id", "node_id", "kind", "request", "limit", "labels", "start_s", "reservation__value",
@@ -36,6 +49,7 @@ class LiveWorkloads:
         reclaim_disabled: ``(n,)`` bool (``kalena.naughtian.io/reclaim: disabled``).
         state: the estimator state; ``last_sample_s`` is ``-inf`` for never-sampled workloads.
         last_usage: ``(n, 8)`` the newest sample's usage (0 where never measured).
+        grace_override_s: ``(n,)`` per-workload startup grace (:data:`STARTUP_GRACE`), NaN = the policy's.
     """
 
     ids: np.ndarray
@@ -47,6 +61,13 @@ class LiveWorkloads:
     reclaim_disabled: np.ndarray
     state: Reservations
     last_usage: np.ndarray
+    grace_override_s: np.ndarray | None = None
+
+    def grace_s(self, policy_grace_s: float) -> np.ndarray:
+        """``(n,)`` startup grace per workload: its override, else the policy's ``g``."""
+        if self.grace_override_s is None:
+            return np.full(len(self), policy_grace_s)
+        return np.where(np.isnan(self.grace_override_s), policy_grace_s, self.grace_override_s)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -78,6 +99,7 @@ def live_workloads(rows: Sequence[tuple], *, limit_ratio: float) -> LiveWorkload
         reclaim_disabled=np.array([str((lab or {}).get(RECLAIM, "")).lower() == "disabled" for lab in cols[5]],
                                   dtype=bool).reshape(n),
         state=state, last_usage=np.nan_to_num(_vectors(cols[10], n), nan=0.0, posinf=0.0),
+        grace_override_s=np.array([grace_override_s(lab) for lab in cols[5]], dtype=np.float64).reshape(n),
     )
 
 

@@ -25,28 +25,41 @@ log = logging.getLogger(__name__)
 
 
 class Publisher:
-    """A daemon thread running one event loop that sends queued points (module doc)."""
+    """A daemon thread running one event loop that sends queued points (module doc).
+
+    The thread waits on an :class:`asyncio.Event` set with ``call_soon_threadsafe`` — never on a
+    blocking wait handed to the loop's executor: that executor's thread is not a daemon, the
+    interpreter joins it at exit, and a worker told to stop (SIGTERM) would hang until SIGKILL.
+    """
 
     def __init__(self, max_queued: int = 100_000) -> None:
         self._queue: deque = deque(maxlen=max_queued)
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="kalena-ledger-publisher", daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, args=(ready,), name="kalena-ledger-publisher", daemon=True)
         self._thread.start()
+        ready.wait(10)
 
     def send(self, points: list) -> None:
         self._queue.extend(points)
-        self._wake.set()
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(wake.set)
 
-    def _main(self) -> None:
-        asyncio.run(self._run())
+    def _main(self, ready: threading.Event) -> None:
+        asyncio.run(self._run(ready))
 
-    async def _run(self) -> None:
+    async def _run(self, ready: threading.Event) -> None:
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
-        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        ready.set()
         while True:
-            await loop.run_in_executor(None, self._wake.wait)
+            if not self._queue:
+                await self._wake.wait()
             self._wake.clear()
             batch = []
             while self._queue:

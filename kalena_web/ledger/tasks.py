@@ -1,13 +1,15 @@
 """Estimation tasks (DESIGN §8), thin: take ids, call :mod:`kalena_web.ledger.estimation`.
 
 * ``kalena.ledger.estimate(shard)`` — drain one node shard's pending sample batches under the
-  Redis lock ``estimation:<shard>`` (TTL ``KALENA_ESTIMATION_LOCK_TTL_S``), publishing every
+  Redis lock ``estimation:<shard>`` (TTL ``KALENA_ESTIMATION_LOCK_TTL_S``, 6 s, renewed while
+  held so a killed worker's shard resumes within about that), publishing every
   changed node's ledger after each commit. Requested after every ingest commit, coalesced: at
   most one request per shard is queued (a cache key, cleared when the task starts, so samples
   committed while it runs request a new one).
 * ``kalena.ledger.sweep()`` — periodic (:mod:`kalena_web.control.schedules`): marks nodes whose
   telemetry stopped (case C1), re-queues shards that still have pending batches (a lost
-  request, a worker killed mid-run, a task skipped because its lock was held), and every
+  request, a worker killed mid-run — its reserved tasks wait for Redis's visibility timeout, so
+  the sweep queues regardless of the request marker — a task skipped because its lock was held), and every
   ``PRUNE_EVERY_S`` deletes applied raw samples older than ``KALENA_RETENTION_RAW_S``.
 
 acks_late + reject_on_worker_lost (settings): a task whose worker died is redelivered; it is
@@ -30,7 +32,7 @@ from kalena_web.ledger.publisher import publish
 
 log = logging.getLogger(__name__)
 
-QUEUED_TTL_S = 30  # a request marker outlives a lost task by this much at most (the sweep covers it)
+QUEUED_TTL_S = 10  # a request marker outlives a lost task by this much at most (the sweep covers it)
 PRUNE_EVERY_S = 300  # raw samples past KALENA_RETENTION_RAW_S are deleted at most this often
 
 
@@ -38,12 +40,18 @@ def _queued_key(shard: int) -> str:
     return f"kalena:estimation:queued:{shard}"
 
 
-def estimation_request(*, shards: Iterable[int], countdown: float | None = None) -> list[int]:
-    """Queue ``kalena.ledger.estimate`` for each shard that has no request queued yet; returns
-    the shards queued."""
+def estimation_request(*, shards: Iterable[int], countdown: float | None = None, force: bool = False) -> list[int]:
+    """Queue ``kalena.ledger.estimate`` for each shard that has no request queued yet (``force``:
+    for each shard, marked queued or not); returns the shards queued.
+
+    ``force`` is the sweep's: a request can be marked queued and yet never run — its task was
+    reserved by a worker that was then SIGKILLed, and Redis redelivers it only after the
+    visibility timeout (300 s) — so the sweep does not trust the marker."""
     queued = []
     for shard in shards:
-        if cache.add(_queued_key(shard), 1, timeout=QUEUED_TTL_S):
+        if force:
+            cache.set(_queued_key(shard), 1, timeout=QUEUED_TTL_S)
+        if force or cache.add(_queued_key(shard), 1, timeout=QUEUED_TTL_S):
             estimate.apply_async(args=[int(shard)], countdown=countdown)
             queued.append(int(shard))
     return queued
@@ -85,7 +93,7 @@ def sweep(now_s: float | None = None) -> dict:
         points = estimation.stale_sweep(node_ids=node_ids, now_s=now)
         marked += len(points)
         publish(points)
-    queued = estimation_request(shards=estimation.pending_shards())
+    queued = estimation_request(shards=estimation.pending_shards(), force=True)
     pruned = 0
     if cache.add("kalena:telemetry:prune", 1, timeout=PRUNE_EVERY_S):
         from kalena_web.telemetry.services import telemetry_prune

@@ -140,18 +140,30 @@ def build_export(*, cluster: Cluster, now_s: float, window_s: float, policy: Est
 class DriftReport:
     drift: dict
     recommended: bool = False
+    fidelity_findings: int = 0
 
 
 def drift_pass(*, cluster: Cluster, now_s: float) -> DriftReport:
-    """The drift loop: compute D over the window; above the threshold, open a recommendation
-    carrying the export (one open recommendation per cluster at a time)."""
+    """The drift loop: compute D over the window; above the threshold — or when the
+    orchestrator's watch found production pods running where the blueprint did not put them
+    (the blueprint no longer describes the cluster) — open a recommendation carrying the export
+    and the findings (one open recommendation per cluster at a time)."""
     window_s = float(getattr(settings, "KALENA_DRIFT_WINDOW_S", 86_400))
     threshold = float(getattr(settings, "KALENA_DRIFT_THRESHOLD", 0.25))
-    export = build_export(cluster=cluster, now_s=now_s, window_s=window_s)
+    from kalena_web.policy.selectors import current_policy
+
+    export = build_export(cluster=cluster, now_s=now_s, window_s=window_s,
+                          policy=current_policy(cluster_id=cluster.id).policy.estimator)
     per_dim = export.report["drift"]
-    out = DriftReport(drift=per_dim)
+    from kalena_web.control.selectors import fidelity_findings
+
+    findings = [{"pod": f.workload.name, "blueprint_node": f.blueprint_node.name if f.blueprint_node else None,
+                 "seen_node": f.seen_node.name if f.seen_node else None} for f in fidelity_findings(cluster=cluster)]
+    export.report["fidelity_findings"] = findings
+    out = DriftReport(drift=per_dim, fidelity_findings=len(findings))
     over = [d for d in ("cpu", "ram") if per_dim.get(d, 0.0) > threshold]
-    if not over or ReplanRecommendation.objects.filter(cluster=cluster, state=ReplanRecommendation.OPEN).exists():
+    if (not over and not findings) or ReplanRecommendation.objects.filter(
+            cluster=cluster, state=ReplanRecommendation.OPEN).exists():
         return out
     nodes = sorted(export.report["nodes"], key=lambda n: -(n["drift"].get("cpu", 0) + n["drift"].get("ram", 0)))[:10]
     ReplanRecommendation.objects.create(
@@ -179,4 +191,9 @@ def recommendation_decide(*, recommendation: ReplanRecommendation, user, approve
         rec.state = ReplanRecommendation.APPROVED if approve else ReplanRecommendation.REJECTED
         rec.decided_by, rec.decided_s, rec.note = user, now_s, note
         rec.save(update_fields=["state", "decided_by", "decided_s", "note"])
+        from kalena_web.policy.services import audit_record
+
+        audit_record(actor_kind="user", actor=user.get_username(), action=f"replan.{'approve' if approve else 'reject'}",
+                     cluster_name=rec.cluster.name, target=f"recommendation {rec.id}", before={"state": "open"},
+                     after={"state": rec.state, "note": note})
 

@@ -10,12 +10,12 @@ import time
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
-from agents.orchestrators.base import OrchestratorError, WorkloadGone
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina.fields import parse_resource_block
 from kalena_engine.kuberina.yamlio import Where
@@ -30,7 +30,6 @@ from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.tasks import scheduling_request
 
 router = Router(tags=["scheduling"])
-DELETE_GRACE_S = 30.0  # SIGTERM → this long → SIGKILL when the API deletes a running pod
 
 
 class BatchIn(Schema):
@@ -71,7 +70,9 @@ def _cluster(name: str) -> Cluster:
         raise HttpError(404, f"no live cluster named {name!r}") from None
 
 
-def _block(raw: dict[str, Any] | None, field: str) -> dict[str, float] | None:
+def resource_block(raw: dict[str, Any] | None, field: str) -> dict[str, float] | None:
+    """A Kuberina resource block (IR units, ``{"cpu": 0.5, "ram": "2Gi"}``) → internal units per
+    dimension (REST and ``kalena batch submit``); raises :class:`InputError` naming ``field``."""
     if raw is None:
         return None
     vector = parse_resource_block(raw, Where("request body", field), capacity=False)
@@ -91,7 +92,8 @@ def _operator(request: HttpRequest) -> None:
         raise HttpError(403, "submitting or deleting batch needs the operator role (permission scheduling.operate_batch)")
 
 
-def _out(pod: BatchPod) -> BatchOut:
+def pod_out(pod: BatchPod) -> BatchOut:
+    """The answer for one pod (REST and ``kalena batch --json``)."""
     w = pod.workload
     why = selectors.why_pending(pod=pod)
     return BatchOut(name=w.name, owner=w.owner, state=pod.state, node=w.node.name if w.node_id else None,
@@ -106,14 +108,18 @@ def submit(request: HttpRequest, cluster: str, body: BatchIn):
     _operator(request)
     c = _cluster(cluster)
     try:
+        services.batch_submit_allowed(name=body.name, orchestrator_kind=settings.KALENA_ORCHESTRATOR)
+    except services.BatchConflict as exc:
+        raise HttpError(409, exc.problem) from None
+    try:
         pod = services.batch_submit(
-            cluster=c, name=body.name, owner=body.owner, request=_block(body.request, "request"),
-            limit=_block(body.limit, "limit"), priority=body.priority, labels=body.labels,
+            cluster=c, name=body.name, owner=body.owner, request=resource_block(body.request, "request"),
+            limit=resource_block(body.limit, "limit"), priority=body.priority, labels=body.labels,
             constraints=body.constraints, image=body.image, command=body.command, gang=body.gang,
             min_member=body.min_member, now_s=time.time())
     except InputError as exc:
         raise HttpError(400, str(exc)) from None
-    out = _out(selectors.batch_pod(cluster=c, name=pod.workload.name))
+    out = pod_out(selectors.batch_pod(cluster=c, name=pod.workload.name))
     transaction.on_commit(lambda: scheduling_request(cluster_id=c.id), robust=True)
     return Status(201, out)
 
@@ -142,7 +148,7 @@ def batch_list(request: HttpRequest, response: HttpResponse, cluster: str, page:
     if owner:
         pods = pods.filter(workload__owner=owner[:200])
     pods = pods.order_by(*order_by(page, BATCH_SORTS, "queued"))
-    return [_out(p) for p in page_of(pods, page, request, response)]
+    return [pod_out(p) for p in page_of(pods, page, request, response)]
 
 
 @router.get("/clusters/{cluster}/batch/{path:name}/why-pending", summary="Why a batch pod is pending")
@@ -158,29 +164,27 @@ def why_pending(request: HttpRequest, cluster: str, name: str):
 @router.post("/clusters/{cluster}/batch/{path:name}/complete", response={200: BatchOut},
              summary="Report a batch pod completed")
 def complete(request: HttpRequest, cluster: str, name: str):
-    """The pod's job finished (reported by its orchestrator integration or the job itself): it
-    leaves every ledger at once. Completing a completed pod changes nothing."""
+    """The pod's job finished (reported by the job itself; refused where the orchestrator
+    observes completion): it leaves every ledger at once. Completing a completed pod changes
+    nothing."""
     _operator(request)
     c, pod = _pod(cluster, name)
-    if pod.state in (BatchPod.DELETED, BatchPod.PENDING):
-        raise HttpError(409, f"{name!r} is {pod.state}: only a pod that was placed can complete"
-                             + (" (delete a pending pod instead)" if pod.state == BatchPod.PENDING else ""))
-    services.batch_finish(pod=pod, now_s=time.time(), state=BatchPod.COMPLETED)
-    return _out(selectors.batch_pod(cluster=c, name=name))
+    try:
+        services.batch_complete(pod=pod, orchestrator_kind=settings.KALENA_ORCHESTRATOR, now_s=time.time())
+    except services.BatchConflict as exc:
+        raise HttpError(409, exc.problem) from None
+    return pod_out(selectors.batch_pod(cluster=c, name=name))
 
 
 @router.delete("/clusters/{cluster}/batch/{path:name}", response={204: None}, summary="Delete a batch pod")
 def delete(request: HttpRequest, cluster: str, name: str):
     _operator(request)
     c, pod = _pod(cluster, name)
-    if pod.state in (BatchPod.COMPLETED, BatchPod.DELETED):
-        raise HttpError(409, f"{name!r} is already {pod.state}")
-    if pod.state == BatchPod.BOUND:  # stop what runs first; if that fails, nothing changes
-        try:
-            orchestrator_for(c).evict(name, grace_s=DELETE_GRACE_S, reason="deleted through the API")
-        except WorkloadGone:
-            pass
-        except OrchestratorError as exc:
-            raise HttpError(502, f"{name!r} was not deleted: the orchestrator refused to stop it: {exc}") from None
-    services.batch_finish(pod=pod, now_s=time.time(), state=BatchPod.DELETED)
+    try:
+        services.batch_delete(pod=pod, orchestrator=lambda: orchestrator_for(c), now_s=time.time(),
+                              by="through the API")
+    except services.BatchConflict as exc:
+        raise HttpError(409, exc.problem) from None
+    except services.BatchNotStopped as exc:
+        raise HttpError(502, exc.problem) from None
     return Status(204, None)

@@ -7,9 +7,10 @@ grouped into entries of identical pods: same owner, template and request).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina.model import Taint, Toleration
 from kalena_engine.placement import (
-    AntiAffinityTerm, BatchResidents, BatchTemplate, ClusterSnapshot, Evictions, Gang, LabelSelector,
+    AntiAffinityTerm, BatchResidents, BatchTemplate, ClusterSnapshot, Evictions, Gang, Image, LabelSelector,
     NodeTable, PendingBatch, ProductionPods, Requirement, SpreadConstraint, gang_pass_minimum,
 )
 from kalena_engine.resources import GPU
@@ -148,6 +149,7 @@ class NodeRow:
     ready: bool
     ineligible_until_s: float
     volatility: float
+    images: Mapping[str, float] = field(default_factory=dict)
 
 
 def node_table(rows: Sequence[NodeRow]) -> NodeTable:
@@ -161,7 +163,7 @@ def node_table(rows: Sequence[NodeRow]) -> NodeTable:
 
 
 def snapshot(rows: Sequence[NodeRow], *, now_s: float, production: ProductionPods, batch: BatchResidents,
-             evictions: Evictions) -> ClusterSnapshot:
+             evictions: Evictions, images: Mapping[str, np.ndarray] | None = None) -> ClusterSnapshot:
     """The pass's :class:`ClusterSnapshot`: slack ``C − Σ r`` (GPU ``C − Σ q``) from the live
     ledgers; a node is slack-eligible when it takes batch and no escalation cooldown runs."""
     table = node_table(rows)
@@ -182,7 +184,7 @@ def snapshot(rows: Sequence[NodeRow], *, now_s: float, production: ProductionPod
         has_production=requested[:, 0] > stack("batch_request")[:, 0],
         has_batch=np.array([bool(vector(r.batch_request).any()) for r in rows], dtype=bool),
         volatility=np.array([r.volatility for r in rows], dtype=np.float64),
-        now_s=now_s, production=production, batch=batch, evictions=evictions,
+        now_s=now_s, production=production, batch=batch, evictions=evictions, images=dict(images or {}),
     )
 
 
@@ -203,13 +205,29 @@ class PendingRow:
     min_member: int | None
     #: pods of the same gang already bound (they count toward its minimum)
     gang_running: int = 0
+    image: str = ""
 
 
-def pending_batch(rows: Sequence[PendingRow]) -> tuple[PendingBatch, list[list[int]]]:
+def node_images(rows: Sequence[NodeRow]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Images cached on nodes (from the orchestrator's watch): name → ``(n,)`` bool, and name →
+    size in bytes (the largest any node reports; kube-scheduler's ImageLocality weighs by it)."""
+    cached: dict[str, np.ndarray] = {}
+    sizes: dict[str, float] = {}
+    for i, row in enumerate(rows):
+        for name, size in (row.images or {}).items():
+            cached.setdefault(name, np.zeros(len(rows), dtype=bool))[i] = True
+            sizes[name] = max(sizes.get(name, 0.0), float(size or 0.0))
+    return cached, sizes
+
+
+def pending_batch(rows: Sequence[PendingRow], image_sizes: Mapping[str, float] | None = None,
+                  ) -> tuple[PendingBatch, list[list[int]]]:
     """Group identical pending pods into entries; returns the batch and, per entry, the pod
     ids in queue order (bindings of ``count`` pods take the first ``count``). A gang's minimum
     is :func:`~kalena_engine.placement.gang_pass_minimum` (``min_member``, by default the gang's
-    size — its pending and bound pods — less those bound), taken from its first pod."""
+    size — its pending and bound pods — less those bound), taken from its first pod. A pod's
+    image takes part in image locality when some node reports it cached (``image_sizes``)."""
+    image_sizes = image_sizes or {}
     templates: dict[tuple, int] = {}
     template_list: list[BatchTemplate] = []
     gangs: dict[str, int] = {}
@@ -219,13 +237,16 @@ def pending_batch(rows: Sequence[PendingRow]) -> tuple[PendingBatch, list[list[i
     ids, tmpl, req, prio, queued, gang = [], [], [], [], [], []
     pending_members = Counter(row.gang for row in rows if row.gang)
     for row in rows:
+        image = row.image if row.image in image_sizes else ""
         key_t = (row.owner, row.namespace, repr(sorted(row.labels.items())), repr(row.constraints), row.min_member,
-                 row.name if row.constraints.get("anti_affinity") else None)
+                 row.name if row.constraints.get("anti_affinity") else None, image)
         if key_t not in templates:
             templates[key_t] = len(template_list)
-            template_list.append(template_of(owner=row.owner, namespace=row.namespace, labels=row.labels,
-                                             constraints=row.constraints,
-                                             min_member=None if row.gang else row.min_member))
+            template = template_of(owner=row.owner, namespace=row.namespace, labels=row.labels,
+                                   constraints=row.constraints, min_member=None if row.gang else row.min_member)
+            if image:
+                template = dataclasses.replace(template, images=(Image(image, image_sizes[image]),))
+            template_list.append(template)
         g = -1
         if row.gang:
             if row.gang not in gangs:

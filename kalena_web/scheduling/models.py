@@ -16,13 +16,26 @@ class BatchPod(models.Model):
     """Scheduling state of one live batch pod.
 
     ``state``: ``pending`` (queued), ``bound`` (placed; its reservation counts on the node at
-    its request until it reports), ``completed``, ``evicted`` (requeued as pending unless
-    deleted), ``deleted``. Times are Unix seconds. ``bound_version`` is the node's ledger
+    its request until it reports), ``completed`` (ended: ``outcome`` says succeeded, failed,
+    oom or evicted), ``refused`` (the node refused it at admission, e.g. ``OutOfcpu``: never a
+    completion), ``deleted``. Times are Unix seconds. ``bound_version`` is the node's ledger
     version the binding was accepted against.
+
+    ``source``: ``rest`` (submitted through the API; an evicted one is requeued) or ``watch``
+    (a pod object the orchestrator's watch reported, DESIGN §14: it is never requeued — its
+    owner's replacement is a new pod — and never taken through the REST submit path).
+    ``gone``: the orchestrator no longer holds the object. ``reason``: the orchestrator's words
+    for the last change (``Completed``, ``OutOfcpu``, a refused binding). ``grace_s``: the
+    pod's termination grace (Kubernetes ``terminationGracePeriodSeconds``) used to evict it.
+    ``noticed_s``: when the last ``FailedScheduling`` event was emitted for it (at most one a
+    minute per pod).
     """
 
-    PENDING, BOUND, COMPLETED, DELETED = "pending", "bound", "completed", "deleted"
-    STATES = [(PENDING, "pending"), (BOUND, "bound"), (COMPLETED, "completed"), (DELETED, "deleted")]
+    PENDING, BOUND, COMPLETED, REFUSED, DELETED = "pending", "bound", "completed", "refused", "deleted"
+    STATES = [(PENDING, "pending"), (BOUND, "bound"), (COMPLETED, "completed"), (REFUSED, "refused"),
+              (DELETED, "deleted")]
+    TERMINAL = (COMPLETED, REFUSED, DELETED)
+    REST, WATCH = "rest", "watch"
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="batch_pods")
     workload = models.OneToOneField(Workload, on_delete=models.CASCADE, related_name="batch")
@@ -37,6 +50,13 @@ class BatchPod(models.Model):
     ended_s = models.FloatField(null=True, blank=True)
     bound_version = models.PositiveBigIntegerField(null=True, blank=True)
     requeues = models.PositiveIntegerField(default=0)
+    source = models.CharField(max_length=8, default=REST)
+    outcome = models.CharField(max_length=16, blank=True)
+    reason = models.CharField(max_length=300, blank=True)
+    gone = models.BooleanField(default=False)
+    running_s = models.FloatField(null=True, blank=True)
+    grace_s = models.FloatField(default=30.0)
+    noticed_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "state", "queued_s"], name="scheduling_pod_queue")]

@@ -25,7 +25,9 @@ def live_cluster(*, name: str) -> Cluster:
 
 
 def node_rows(*, cluster: Cluster) -> list[NodeRow]:
-    """Every node of ``cluster`` with its live ledger and condition, in row order (1 query)."""
+    """Every node of ``cluster`` with its live ledger and condition, in row order (1 query).
+    A node is ``ready`` for placement when the orchestrator reports it ready, not cordoned and
+    not gone (:class:`~kalena_web.control.models.NodeCondition`)."""
     nodes = (Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("row"))
     out = []
     for node in nodes:
@@ -34,14 +36,37 @@ def node_rows(*, cluster: Cluster) -> list[NodeRow]:
             id=node.id, name=node.name, zone=node.zone, rack=node.rack, labels=node.labels, taints=node.taints,
             takes_batch=node.takes_batch, capacity=led.capacity, prod_request=led.prod_request,
             prod_reservation=led.prod_reservation, batch_request=led.batch_request,
-            batch_reservation=led.batch_reservation, version=led.version, stale=led.stale, ready=cond.ready,
-            ineligible_until_s=cond.slack_ineligible_until_s, volatility=cond.volatility,
+            batch_reservation=led.batch_reservation, version=led.version, stale=led.stale,
+            ready=cond.ready and cond.schedulable and not cond.gone,
+            ineligible_until_s=cond.slack_ineligible_until_s, volatility=cond.volatility, images=cond.images or {},
         ))
     return out
 
 
-def production_pods(*, cluster: Cluster, row_of_node: dict[int, int]) -> ProductionPods:
-    """Resident production pods with their labels and Kuberina anti-affinity lists (1 query)."""
+def production_fingerprint(*, cluster: Cluster) -> tuple:
+    """A cheap summary that changes whenever a resident production pod is added, removed or
+    moved: ``(count, max id, Σ node id, Σ id · node id)`` (1 aggregate query)."""
+    from django.db.models import Count, F, Max, Sum
+
+    agg = Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION, node__isnull=False).aggregate(
+        n=Count("id"), top=Max("id"), nodes=Sum("node_id"), mix=Sum(F("id") * F("node_id")))
+    return agg["n"], agg["top"], agg["nodes"], agg["mix"]
+
+
+def production_pods(*, cluster: Cluster, row_of_node: dict[int, int], cache: dict | None = None) -> ProductionPods:
+    """Resident production pods with their labels and Kuberina anti-affinity lists (1 query).
+
+    ``cache`` (a dict the caller keeps between passes, e.g. the lease-holding scheduler's):
+    reused while :func:`production_fingerprint` and the node rows are unchanged (then 1
+    aggregate query instead of reading every production pod)."""
+    if cache is not None:
+        key = (production_fingerprint(cluster=cluster), tuple(sorted(row_of_node.items())))
+        if cache.get("key") == key:
+            return cache["value"]
+        value = production_pods(cluster=cluster, row_of_node=row_of_node)
+        cache.clear()
+        cache.update(key=key, value=value)
+        return value
     rows = Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION, node__isnull=False).values_list(
         "name", "node_id", "namespace", "labels", "constraints")
     ids, node, namespaces, labels, names = [], [], [], [], []
@@ -97,7 +122,8 @@ def pending_rows(*, cluster: Cluster) -> list[PendingRow]:
         PendingRow(pod_id=p.id, name=p.workload.name, namespace=p.workload.namespace, owner=p.workload.owner,
                    labels=p.workload.labels or {}, constraints=p.workload.constraints or {},
                    request=p.workload.request, priority=p.workload.priority, queued_s=p.queued_s,
-                   gang=p.gang, min_member=p.min_member, gang_running=running.get(p.gang, 0) if p.gang else 0)
+                   gang=p.gang, min_member=p.min_member, gang_running=running.get(p.gang, 0) if p.gang else 0,
+                   image=p.image)
         for p in pods
     ]
 

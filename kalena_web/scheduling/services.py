@@ -3,22 +3,27 @@ concurrency, record why-pending), requeue evicted batch (DESIGN §9)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import BatchSpec, Orchestrator, OrchestratorError
+from agents.orchestrators import (
+    BatchSpec, BindingUncertain, Orchestrator, OrchestratorError, StaleBinding, WorkloadGone,
+)
 from kalena_engine.errors import InputError
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
 from kalena_engine.resources import DIM_INDEX, IR_UNITS, N_DIMS, to_ir
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
+from kalena_web.kubehooks.selectors import kubelet_room
 from kalena_web.scheduling import mappers, selectors
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.telemetry.validation import Rejected, check_json_values
@@ -32,6 +37,76 @@ POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[
 
 class BatchRejected(InputError):
     """A batch submission that cannot be accepted; nothing was stored."""
+
+
+class BatchConflict(InputError):
+    """A complete or delete the pod's state does not allow (HTTP 409); nothing changed."""
+
+
+class BatchNotStopped(InputError):
+    """A delete of a running pod the orchestrator refused to stop (HTTP 502); nothing changed."""
+
+
+#: Orchestrators whose watch reports completion: completing a pod by hand is refused there.
+OBSERVES_COMPLETION = ("kubernetes", "docker", "swarm")
+DELETE_GRACE_S = 30.0  # SIGTERM → this long → SIGKILL when a running pod is deleted
+
+
+def batch_submit_allowed(*, name: str, orchestrator_kind: str) -> None:
+    """Submitting by hand (REST, ``kalena batch submit``) is for Docker, Swarm and automation.
+
+    Raises:
+        BatchConflict: on Kubernetes, where Kalena takes batch pods from the watch.
+    """
+    if orchestrator_kind == "kubernetes":
+        raise BatchConflict(f"{name!r} was not queued: on Kubernetes, Kalena takes batch pods from the watch — "
+                            "create the pod with schedulerName: kalena (DESIGN §14); the REST submit path is for "
+                            "Docker and automation", field="name")
+
+
+def batch_complete(*, pod: BatchPod, orchestrator_kind: str, now_s: float) -> None:
+    """Report a placed pod completed (the REST ``complete`` and ``kalena batch complete``):
+    it leaves every ledger at once; completing a completed pod changes nothing.
+
+    Raises:
+        BatchConflict: the orchestrator observes completion itself (Kubernetes, Docker, Swarm:
+            a hand-made completion would free a ledger while the pod still runs), or the pod is
+            pending or deleted.
+    """
+    name = pod.workload.name
+    if pod.source == BatchPod.WATCH:
+        raise BatchConflict(f"{name!r} is watched from its orchestrator: its completion is observed, not reported",
+                            field="name")
+    if orchestrator_kind in OBSERVES_COMPLETION:
+        raise BatchConflict(f"{name!r}: completion is observed from the orchestrator ({orchestrator_kind}), "
+                            "not reported by hand; delete the pod to stop it", field="name")
+    if pod.state in (BatchPod.DELETED, BatchPod.PENDING):
+        raise BatchConflict(f"{name!r} is {pod.state}: only a pod that was placed can complete"
+                            + (" (delete a pending pod instead)" if pod.state == BatchPod.PENDING else ""),
+                            field="name")
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.COMPLETED)
+
+
+def batch_delete(*, pod: BatchPod, orchestrator: Callable[[], Orchestrator], now_s: float, by: str) -> None:
+    """Delete a pod (the REST ``DELETE`` and ``kalena batch delete``): a running one is stopped
+    through ``orchestrator()`` first (SIGTERM, :data:`DELETE_GRACE_S`, SIGKILL).
+
+    Raises:
+        BatchConflict: the pod already completed or was deleted.
+        BatchNotStopped: the orchestrator refused to stop it; nothing changed.
+    """
+    name = pod.workload.name
+    if pod.state in (BatchPod.COMPLETED, BatchPod.DELETED):
+        raise BatchConflict(f"{name!r} is already {pod.state}", field="name")
+    if pod.state == BatchPod.BOUND:  # stop what runs first; if that fails, nothing changes
+        try:
+            orchestrator().evict(name, grace_s=DELETE_GRACE_S, reason=f"deleted {by}")
+        except WorkloadGone:
+            pass
+        except OrchestratorError as exc:
+            raise BatchNotStopped(f"{name!r} was not deleted: the orchestrator refused to stop it: {exc}",
+                                  field="name") from None
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED)
 
 
 def _vector(raw: Mapping[str, float] | None, field_name: str) -> list[float]:
@@ -116,8 +191,12 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
             instances=1, request=req, limit=lim, labels={**(labels or {}), "kalena.naughtian.io/tier": "batch"},
             constraints=constraints,
         )
-        return BatchPod.objects.create(cluster=cluster, workload=workload, image=image, command=list(command),
-                                       gang=gang, min_member=min_member, submitted_s=now_s, queued_s=now_s)
+        pod = BatchPod.objects.create(cluster=cluster, workload=workload, image=image, command=list(command),
+                                      gang=gang, min_member=min_member, submitted_s=now_s, queued_s=now_s)
+        from kalena_web.policy.audit import audit
+
+        audit("batch.submit", cluster_name=cluster.name, target=name, after={"owner": owner, "priority": priority})
+        return pod
 
 
 @dataclass
@@ -129,11 +208,17 @@ class PassReport:
     stale: int = 0
     failed: int = 0
     why_pending: int = 0
+    stale_bindings: int = 0
+    uncertain: int = 0
+    noticed: int = 0
+    stopped_early: bool = False
     errors: list[str] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)  # wall seconds: read, engine, ledger, bind_api, why_pending
 
 
 def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Policy, now_s: float,
-                    rng: np.random.Generator) -> PassReport:
+                    rng: np.random.Generator, keep_going: Callable[[], bool] | None = None,
+                    cache: dict | None = None) -> PassReport:
     """Place pending batch into reservation-ledger slack (DESIGN §9).
 
     Decides with the engine's scheduler on a snapshot, then binds each placement inside a
@@ -142,22 +227,37 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     accepted binding debits the node's ledger at the pod's request at once (in flight) and
     bumps its version; the orchestrator is then asked to bind; if it refuses, the debit is
     undone and the pod is requeued. Every pod left pending gets its why-pending record.
+
+    ``cache``: kept by a long-lived caller between passes (the production pods are re-read
+    only when they changed, :func:`~kalena_web.scheduling.selectors.production_pods`).
+    ``keep_going`` (e.g. "this scheduler still holds its Lease") is asked before each node's
+    bindings: once it answers False the pass binds nothing more (the rest stays pending), so a
+    pass never outlives the right to bind. A watched pod whose binding the orchestrator refuses
+    as stale (409 already assigned, 404 gone) leaves the queue (:func:`batch_drop`).
     """
     report = PassReport()
+    mark = time.perf_counter()
     rows = selectors.node_rows(cluster=cluster)
     pending_rows = selectors.pending_rows(cluster=cluster)
     report.pending = len(pending_rows)
     if not rows or not pending_rows:
         return report
     row_of_node = {r.id: i for i, r in enumerate(rows)}
+    cached, image_sizes = mappers.node_images(rows)
     snapshot = mappers.snapshot(
-        rows, now_s=now_s, production=selectors.production_pods(cluster=cluster, row_of_node=row_of_node),
+        rows, now_s=now_s, production=selectors.production_pods(cluster=cluster, row_of_node=row_of_node, cache=cache),
         batch=selectors.batch_residents(cluster=cluster, row_of_node=row_of_node),
         evictions=selectors.recent_evictions(cluster=cluster, since_s=now_s - policy.eviction.cooldown_s,
                                              row_of_node=row_of_node),
+        images=cached,
     )
-    pending, pods_of_entry = mappers.pending_batch(pending_rows)
+    kubelet = kubelet_room(cluster=cluster, rows=rows)  # Kubernetes: the kubelet re-checks (case C11)
+    if kubelet is not None:
+        snapshot = dataclasses.replace(snapshot, kubelet=kubelet)
+    pending, pods_of_entry = mappers.pending_batch(pending_rows, image_sizes)
+    mark = _phase(report, "read", mark)
     result = schedule_batch(snapshot, pending, policy, rng=rng)
+    mark = _phase(report, "engine", mark)
     taken = [0] * len(pods_of_entry)
     pods = {p.id: p for p in BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids])
             .select_related("workload")}
@@ -172,30 +272,170 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             pods[i] for i in pods_of_entry[entry][taken[entry]:taken[entry] + count])
         taken[entry] += count
         version_of[node_row] = int(bindings.version[b])
-    for node_row, chosen in by_node.items():
-        node = rows[node_row]
-        if not _bind_in_ledger(chosen, node_id=node.id, version=version_of[node_row], now_s=now_s):
-            report.stale += len(chosen)
-            continue
-        for pod in chosen:
-            try:
-                orchestrator.bind(_spec(pod), node.name)
-                report.placed += 1
-            except OrchestratorError as exc:
-                report.failed += 1
-                report.errors.append(str(exc))
-                batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
-    left = {p_id for ids in pods_of_entry for p_id in ids} - {
-        p.id for p in BatchPod.objects.filter(id__in=list(pods), state=BatchPod.BOUND).only("id")}
+    groups = [(rows[node_row].id, rows[node_row].name, chosen, version_of[node_row])
+              for node_row, chosen in by_node.items()]
+    for i in range(0, len(groups), BIND_CHUNK_NODES):
+        if keep_going is not None and not keep_going():
+            report.stopped_early = True
+            break
+        chunk = groups[i:i + BIND_CHUNK_NODES]
+        mark = time.perf_counter()
+        accepted = _bind_many_in_ledger(chunk, now_s=now_s)
+        mark = _phase(report, "ledger", mark)
+        for node_id, node_name, chosen, _ in chunk:
+            if node_id not in accepted:
+                report.stale += len(chosen)
+                continue
+            for pod in chosen:
+                if keep_going is not None and not keep_going():  # the lease lapsed: bind nothing more
+                    report.stopped_early = True
+                    batch_requeue(pod=pod, now_s=now_s, reason="scheduler lost its lease before binding")
+                    continue
+                _bind_one(orchestrator, pod, node_name, now_s=now_s, report=report)
+        _phase(report, "bind_api", mark)
+    mark = time.perf_counter()
+    left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
     report.why_pending = _record_why_pending(result.why_pending(), pods_of_entry, pending, left, now_s)
+    report.noticed = _notice_pending(orchestrator, left, now_s=now_s)
+    _phase(report, "why_pending", mark)
     return report
+
+
+def _phase(report: PassReport, name: str, since: float) -> float:
+    """Add the wall time since ``since`` to ``report.phase_s[name]``; returns now."""
+    now = time.perf_counter()
+    report.phase_s[name] = round(report.phase_s.get(name, 0.0) + now - since, 4)
+    return now
+
+
+NOTICE_EVERY_S = 60.0  # at most one FailedScheduling event per pod per minute (DESIGN §14)
+
+
+def pending_message(record: Mapping[str, Any]) -> str:
+    """kube-scheduler's FailedScheduling wording from a why-pending record:
+    ``0/186 nodes are available: 150 Insufficient cpu slack, 36 node not ready.``"""
+    labels = {"no_nodes": "no nodes"}
+    parts = []
+    for reason, count in sorted((record.get("excluded") or {}).items(), key=lambda kv: (-kv[1], kv[0])):
+        label = f"Insufficient {reason} slack" if reason in DIM_INDEX else labels.get(reason, reason.replace("_", " "))
+        parts.append(f"{count} {label}")
+    text = f"0/{record.get('nodes_total', 0)} nodes are available: {', '.join(parts) or record.get('binding', '')}."
+    gang = record.get("gang")
+    if gang:
+        text += f" Gang incomplete: {gang}."
+    for r in [r for r in record.get("rejections") or [] if r.get("kind") == "releasing"][:3]:
+        # case C11: the kubelet still counts a terminating victim there
+        text += (f" {r['node']} is releasing {', '.join(r['releasing'])} ({r['releasing_amount']:g} {r['unit']} of "
+                 f"{r['dim']}).")
+    return text
+
+
+def _notice_pending(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: float) -> int:
+    """Tell the orchestrator why each watched pod stays pending (Kubernetes: a
+    ``FailedScheduling`` event and ``PodScheduled=False``), at most once per pod per
+    ``NOTICE_EVERY_S``. An orchestrator without ``note_pending`` (Docker) is told nothing."""
+    note = getattr(orchestrator, "note_pending", None)
+    if note is None or not pod_ids:
+        return 0
+    due = (WhyPending.objects.filter(pod_id__in=pod_ids, pod__source=BatchPod.WATCH, pod__state=BatchPod.PENDING)
+           .exclude(pod__noticed_s__gt=now_s - NOTICE_EVERY_S).select_related("pod__workload"))
+    noticed = []
+    for why in due:
+        try:
+            note(why.pod.workload.name, pending_message(why.record))
+        except OrchestratorError:
+            continue  # told next pass; the pod stays queued either way
+        noticed.append(why.pod_id)
+    BatchPod.objects.filter(id__in=noticed).update(noticed_s=now_s)
+    return len(noticed)
+
+
+BIND_CHUNK_NODES = 200  # nodes whose bindings one transaction accepts before their API calls
+
+
+def _bind_one(orchestrator: Orchestrator, pod: BatchPod, node_name: str, *, now_s: float, report: PassReport) -> None:
+    try:
+        orchestrator.bind(_spec(pod), node_name)
+        report.placed += 1
+    except StaleBinding as exc:
+        report.failed += 1
+        report.stale_bindings += 1
+        report.errors.append(str(exc))
+        if pod.source == BatchPod.WATCH:  # 409 already assigned / 404 gone: drop, never loop
+            batch_drop(pod=pod, now_s=now_s, reason=str(exc))
+        else:
+            batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+    except BindingUncertain as exc:
+        report.uncertain += 1
+        report.errors.append(str(exc))
+        if pod.source != BatchPod.WATCH:
+            batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
+        # a watched pod stays bound, unconfirmed: the watch or a read (batch_unconfirmed) settles it
+    except OrchestratorError as exc:
+        report.failed += 1
+        report.errors.append(str(exc))
+        batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+
+
+def _bind_many_in_ledger(groups: list[tuple[int, str, list[BatchPod], int]], *, now_s: float) -> set[int]:
+    """:func:`_bind_in_ledger` for many nodes in one transaction (a fixed number of queries):
+    each node's pods are accepted iff its ledger version is still the one the pass read.
+    Returns the accepted node ids."""
+    with transaction.atomic():
+        ledgers = {led.node_id: led for led in LiveNodeLedger.objects.select_for_update().filter(
+            node_id__in=[g[0] for g in groups]).order_by("node_id")}
+        accepted, changed, workloads, reservations, bound = set(), [], [], [], []
+        for node_id, _, pods, version in groups:
+            ledger = ledgers.get(node_id)
+            if ledger is None or ledger.version != version:
+                continue
+            request = np.sum([p.workload.request for p in pods], axis=0)
+            ledger.batch_request = (np.asarray(ledger.batch_request) + request).tolist()
+            ledger.batch_reservation = (np.asarray(ledger.batch_reservation) + request).tolist()
+            ledger.version += 1
+            changed.append(ledger)
+            accepted.add(node_id)
+            for pod in pods:
+                workloads.append(Workload(id=pod.workload_id, node_id=node_id, start_s=now_s))
+                reservations.append(WorkloadReservation(workload_id=pod.workload_id, value=pod.workload.request,
+                                                        updated_s=now_s, last_sample_s=None))
+                pod.state, pod.bound_s, pod.bound_version = BatchPod.BOUND, now_s, ledger.version
+                bound.append(pod)
+        if not accepted:
+            return accepted
+        LiveNodeLedger.objects.bulk_update(changed, ["batch_request", "batch_reservation", "version"], batch_size=500)
+        ids = [w.id for w in workloads]
+        _set_by_id(Workload._meta.db_table, "node_id", [(w.id, w.node_id) for w in workloads])
+        Workload.objects.filter(id__in=ids).update(start_s=now_s)
+        WorkloadReservation.objects.filter(workload_id__in=ids).delete()
+        WorkloadReservation.objects.bulk_create(reservations, batch_size=1000)
+        BatchPod.objects.filter(id__in=[p.id for p in bound]).update(state=BatchPod.BOUND, bound_s=now_s)
+        _set_by_id(BatchPod._meta.db_table, "bound_version", [(p.id, p.bound_version) for p in bound])
+        WhyPending.objects.filter(pod__in=bound).delete()
+    return accepted
+
+
+def _set_by_id(table: str, column: str, pairs: list[tuple[int, int]], chunk: int = 1000) -> None:
+    """``UPDATE table SET column = v WHERE id = k`` for every ``(k, v)`` integer pair in one
+    statement per ``chunk`` (a VALUES list joined by id; PostgreSQL and SQLite alike) —
+    Django's ``bulk_update`` builds a CASE per row, which is slow for thousands of rows."""
+    from django.db import connection
+
+    quote = connection.ops.quote_name
+    for i in range(0, len(pairs), chunk):
+        part = pairs[i:i + chunk]
+        values = ", ".join(["(CAST(%s AS BIGINT), CAST(%s AS BIGINT))"] * len(part))
+        sql = (f"WITH v(k, val) AS (VALUES {values}) UPDATE {quote(table)} SET {quote(column)} = v.val "
+               f"FROM v WHERE {quote(table)}.{quote('id')} = v.k")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [x for pair in part for x in pair])
 
 
 def _spec(pod: BatchPod) -> BatchSpec:
     w = pod.workload
     return BatchSpec(id=w.name, image=pod.image, request_mcpu=w.request[0], request_bytes=w.request[1],
                      limit_mcpu=w.limit[0], limit_bytes=w.limit[1], priority=w.priority, command=tuple(pod.command),
-                     labels={k: str(v) for k, v in (w.labels or {}).items()})
+                     attempt=pod.requeues, grace_s=pod.grace_s, labels={k: str(v) for k, v in (w.labels or {}).items()})
 
 
 def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: float) -> bool:
@@ -209,11 +449,12 @@ def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: 
         ledger.batch_reservation = (np.asarray(ledger.batch_reservation) + request).tolist()
         ledger.version += 1
         ledger.save(update_fields=["batch_request", "batch_reservation", "version"])
-        for pod in pods:
-            Workload.objects.filter(id=pod.workload_id).update(node_id=node_id, start_s=now_s)
-            WorkloadReservation.objects.update_or_create(
-                workload_id=pod.workload_id,
-                defaults={"value": pod.workload.request, "updated_s": now_s, "last_sample_s": None})
+        ids = [pod.workload_id for pod in pods]
+        Workload.objects.filter(id__in=ids).update(node_id=node_id, start_s=now_s)
+        WorkloadReservation.objects.filter(workload_id__in=ids).delete()
+        WorkloadReservation.objects.bulk_create([
+            WorkloadReservation(workload_id=pod.workload_id, value=pod.workload.request, updated_s=now_s,
+                                last_sample_s=None) for pod in pods])
         BatchPod.objects.filter(id__in=[p.id for p in pods]).update(
             state=BatchPod.BOUND, bound_s=now_s, bound_version=ledger.version)
         WhyPending.objects.filter(pod__in=pods).delete()
@@ -222,10 +463,28 @@ def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: 
     return True
 
 
+def batch_drop(*, pod: BatchPod, now_s: float, reason: str) -> None:
+    """The orchestrator refused a watched pod's binding because the world moved on (409
+    already assigned, 404 gone): the debit is undone and the pod leaves the queue — it is never
+    bound again (no loop). The watch reports where it actually runs (adopted by
+    :func:`batch_observe_running`) or that it is gone."""
+    with transaction.atomic():
+        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        if pod.state in BatchPod.TERMINAL:
+            return
+        if pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
+            _credit(pod, pod.workload.node_id)
+        Workload.objects.filter(id=pod.workload_id).update(node_id=None, start_s=None)
+        WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
+        WhyPending.objects.filter(pod=pod).delete()
+        BatchPod.objects.filter(id=pod.id).update(state=BatchPod.DELETED, ended_s=now_s, bound_s=None,
+                                                  outcome="dropped", reason=reason[:300])
+
+
 def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
     """Take a bound pod off its node (evicted, or its binding refused): its request leaves the
     node's ledger at once (terminated workloads never count) and it is pending again, from
-    scratch (no migration)."""
+    scratch (no migration): not running, ``reason`` kept as why it was requeued."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
         if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
@@ -234,21 +493,42 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
         Workload.objects.filter(id=pod.workload_id).update(node_id=None, start_s=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.PENDING, queued_s=now_s, bound_s=None,
-                                                  bound_version=None, requeues=pod.requeues + 1)
+                                                  bound_version=None, running_s=None, reason=reason[:300],
+                                                  requeues=pod.requeues + 1)
 
 
-def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED) -> None:
-    """A pod completed (or was deleted): it leaves every ledger at once."""
+def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED, outcome: str = "",
+                 reason: str = "") -> bool:
+    """A pod ended (completed, refused at admission, deleted): it leaves every ledger at once
+    and the queue. Finishing a finished pod changes nothing; returns whether anything changed."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
-        if pod.state in (BatchPod.COMPLETED, BatchPod.DELETED):
-            return
+        if pod.state in BatchPod.TERMINAL:
+            return False
         if pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
             _credit(pod, pod.workload.node_id)
         Workload.objects.filter(id=pod.workload_id).update(node_id=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         WhyPending.objects.filter(pod=pod).delete()
-        BatchPod.objects.filter(id=pod.id).update(state=state, ended_s=now_s)
+        BatchPod.objects.filter(id=pod.id).update(state=state, ended_s=now_s, outcome=outcome,
+                                                  reason=reason[:300] or pod.reason)
+        from kalena_web.policy.audit import audit
+
+        action = {BatchPod.DELETED: "delete", BatchPod.COMPLETED: "complete"}.get(state, state)
+        audit(f"batch.{action}", cluster_name=pod.cluster.name, target=pod.workload.name,
+              before={"state": pod.state}, after={"state": state, **({"outcome": outcome} if outcome else {})},
+              actor_kind="loop", actor="reconciler")
+    return True
+
+
+def batch_evicted(*, pod: BatchPod, now_s: float, reason: str) -> None:
+    """A bound pod was evicted (by an agent, a drain, the orchestrator). A submitted pod is
+    requeued from scratch; a watched pod object is terminal (DESIGN §14: its owner's
+    replacement is a new pod the watch queues) and leaves every ledger and the queue."""
+    if pod.source == BatchPod.WATCH:
+        batch_finish(pod=pod, now_s=now_s, outcome="evicted", reason=reason)
+    else:
+        batch_requeue(pod=pod, now_s=now_s, reason=reason)
 
 
 def _credit(pod: BatchPod, node_id: int) -> None:
@@ -276,3 +556,252 @@ def _record_why_pending(records, pods_of_entry: list[list[int]], pending, left: 
         WhyPending.objects.filter(pod_id__in=[r.pod_id for r in rows]).delete()
         WhyPending.objects.bulk_create(rows, batch_size=500)
     return len(rows)
+
+
+# -- pods the orchestrator's watch reports (DESIGN §14; applied by kalena_web.control.reconciler) --
+
+
+def _vector8(values: Sequence[float], field_name: str) -> list[float]:
+    if len(values) != N_DIMS:
+        raise BatchRejected(f"{len(values)} values", field=field_name, accepted=f"an {N_DIMS}-vector (DESIGN §2)")
+    out = []
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise BatchRejected(f"{value!r} is not a finite non-negative number", field=f"{field_name}[{i}]")
+        out.append(float(value))
+    return out
+
+
+def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float], limit: Sequence[float],
+                          labels: Mapping[str, str], priority: int, owner: str, gang: str = "",
+                          min_member: int | None = None, image: str = "", constraints: Mapping[str, Any] | None = None,
+                          grace_s: float = 30.0, at_s: float, now_s: float) -> tuple[BatchPod, bool]:
+    """Queue a pod the watch reports pending (the same queue :func:`batch_submit` feeds).
+
+    Idempotent: a pod already queued, bound or ended is left as it is (its object cannot be
+    pending again); a pod submitted through REST under the same name is adopted (one queue
+    entry, never two); a pod whose object was gone and that reappears under its name is a new
+    object, queued afresh. ``at_s`` (its creation time) orders the queue. Returns the pod and
+    whether anything changed.
+
+    Raises:
+        BatchRejected: a malformed name, vector, priority, owner, image or constraints —
+            naming the field; nothing is stored.
+    """
+    if not isinstance(ref, str) or not POD_NAME.fullmatch(ref) or len(ref) > NAME_MAX:
+        raise BatchRejected(f"{ref!r} is not namespace/pod", field="ref", accepted="namespace/pod (DNS-1123)")
+    req, lim = _vector8(request, "requests"), _vector8(limit, "limits")
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+        raise BatchRejected(f"{priority!r} is not a non-negative integer", field="priority")
+    if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
+        raise BatchRejected("a batch pod must request cpu or ram", field="requests", accepted="cpu > 0 or ram > 0")
+    lim = [max(lv, rv) if lv else rv for lv, rv in zip(lim, req, strict=True)]  # no limit: limit = request
+    for field_name, text, longest in (("owner", owner, 200), ("image", image, 300), ("gang", gang, 200)):
+        if not isinstance(text, str) or "\x00" in text or len(text) > longest:
+            raise BatchRejected(f"{str(text)[:40]!r} is not a string of at most {longest} characters", field=field_name)
+    if not isinstance(grace_s, int | float) or not math.isfinite(grace_s) or grace_s < 0:
+        raise BatchRejected(f"{grace_s!r} is not a grace in seconds", field="grace_s")
+    namespace = ref.split("/", 1)[0]
+    constraints = dict(constraints or {})
+    mappers.template_of(owner=owner, namespace=namespace, labels=labels or {}, constraints=constraints,
+                        min_member=min_member)  # raises InputError on malformed constraints
+    owner = owner or ref
+    fields = dict(namespace=namespace, owner=owner, tier="batch", priority=priority, request=req, limit=lim,
+                  labels={**dict(labels or {}), "kalena.naughtian.io/tier": "batch"}, constraints=constraints)
+    queued_s = at_s or now_s
+    with transaction.atomic():
+        workload = (Workload.objects.select_for_update(of=("self",)).filter(cluster=cluster, kind=Workload.BATCH,
+                                                                             name=ref).select_related("batch").first())
+        if workload is None:
+            workload = Workload.objects.create(
+                cluster=cluster, kind=Workload.BATCH, name=ref, instances=1,
+                row=Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count(), **fields)
+            pod = BatchPod.objects.create(cluster=cluster, workload=workload, image=image, gang=gang,
+                                          min_member=min_member, submitted_s=queued_s, queued_s=queued_s,
+                                          source=BatchPod.WATCH, grace_s=float(grace_s))
+            return pod, True
+        pod = workload.batch
+        if pod.gone or (pod.source == BatchPod.REST and pod.state in BatchPod.TERMINAL):
+            Workload.objects.filter(id=workload.id).update(node=None, start_s=None, **fields)
+            BatchPod.objects.filter(id=pod.id).update(
+                state=BatchPod.PENDING, source=BatchPod.WATCH, gone=False, outcome="", reason="", image=image,
+                gang=gang, min_member=min_member, submitted_s=queued_s, queued_s=queued_s, bound_s=None,
+                ended_s=None, bound_version=None, running_s=None, noticed_s=None, requeues=0, grace_s=float(grace_s))
+            pod.refresh_from_db()
+            return pod, True
+        if pod.source == BatchPod.REST and pod.state in (BatchPod.PENDING, BatchPod.BOUND):
+            BatchPod.objects.filter(id=pod.id).update(source=BatchPod.WATCH, grace_s=float(grace_s))
+            pod.source = BatchPod.WATCH
+            return pod, True
+        return pod, False
+
+
+def _debit(pod: BatchPod, node_id: int) -> None:
+    ledger = LiveNodeLedger.objects.select_for_update().get(node_id=node_id)
+    request = np.asarray(pod.workload.request)
+    ledger.batch_request = (np.asarray(ledger.batch_request) + request).tolist()
+    ledger.batch_reservation = (np.asarray(ledger.batch_reservation) + request).tolist()
+    ledger.version += 1
+    ledger.save(update_fields=["batch_request", "batch_reservation", "version"])
+
+
+def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: float) -> bool:
+    """The watch reports ``pod`` running on the node ``node_id``; returns whether anything changed.
+
+    Bound there already: its running time is noted (once). Pending, or dropped after a refused
+    binding: it is adopted on that node — its request debits the node's ledger at once, as an
+    in-flight placement (someone else bound it; it uses the node either way). Bound elsewhere:
+    the debit moves with it. Ended: nothing changes (a terminal object never runs again).
+    """
+    with transaction.atomic():
+        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        dropped = pod.state == BatchPod.DELETED and pod.outcome == "dropped" and not pod.gone
+        if (pod.state in BatchPod.TERMINAL and not dropped) or pod.gone:
+            return False
+        w = pod.workload
+        if pod.state == BatchPod.BOUND and w.node_id == node_id:
+            if pod.running_s is not None:
+                return False
+            BatchPod.objects.filter(id=pod.id).update(running_s=at_s or now_s)
+            return True
+        if pod.state == BatchPod.BOUND and w.node_id is not None:
+            _credit(pod, w.node_id)
+        _debit(pod, node_id)
+        Workload.objects.filter(id=w.id).update(node_id=node_id, start_s=at_s or now_s)
+        WorkloadReservation.objects.update_or_create(
+            workload_id=w.id, defaults={"value": w.request, "updated_s": now_s, "last_sample_s": None})
+        WhyPending.objects.filter(pod=pod).delete()
+        BatchPod.objects.filter(id=pod.id).update(state=BatchPod.BOUND, bound_s=pod.bound_s or now_s,
+                                                  running_s=at_s or now_s, outcome="", ended_s=None)
+        return True
+
+
+def batch_gone(*, pod: BatchPod, now_s: float, reason: str = "deleted") -> bool:
+    """The pod object no longer exists: it leaves every ledger and the queue at once (deleted,
+    unless it had ended already) and is marked gone; returns whether anything changed."""
+    changed = batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED, outcome="gone", reason=reason)
+    marked = BatchPod.objects.filter(id=pod.id, gone=False).update(gone=True)
+    return changed or bool(marked)
+
+
+UNCONFIRMED_S = 30.0  # a binding the watch has not confirmed this long after it was made is checked
+
+
+def batch_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = UNCONFIRMED_S,
+                      limit: int = 100) -> list[BatchPod]:
+    """Watched pods Kalena bound more than ``older_than_s`` ago that the watch never reported
+    on a node (no ``PodRunning``), oldest first: their binding call may never have reached the
+    orchestrator (a scheduler died between its ledger commit and the call, a timeout). The
+    caller asks the orchestrator where each one is and settles it with
+    :func:`batch_observe_running`, :func:`batch_requeue` or :func:`batch_gone` (1 query)."""
+    return list(BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND,
+                                        running_s__isnull=True, bound_s__lt=now_s - older_than_s)
+                .select_related("workload").order_by("bound_s")[:limit])
+
+
+def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,
+                               ) -> list[bool | BatchRejected]:
+    """:func:`batch_observe_pending` for many pods (keyword dicts of its arguments) with a fixed
+    number of queries for the common case — names Kalena does not hold yet, created in bulk;
+    the others go one by one. Returns, per pod, whether it changed anything or the
+    :class:`BatchRejected` that refused it (nothing stored for that pod)."""
+    out: list[bool | BatchRejected] = [False] * len(pods)
+    names = [p.get("ref") for p in pods]
+    existing = set(Workload.objects.filter(cluster=cluster, kind=Workload.BATCH, name__in=names)
+                   .values_list("name", flat=True))
+    fresh, seen = [], set()
+    for i, p in enumerate(pods):
+        if p.get("ref") in existing or p.get("ref") in seen:
+            continue
+        try:
+            _check_pending(**p)
+        except InputError as exc:
+            out[i] = exc if isinstance(exc, BatchRejected) else BatchRejected(exc.problem, field=exc.field,
+                                                                                 accepted=exc.accepted)
+            seen.add(p.get("ref"))
+            continue
+        seen.add(p["ref"])
+        fresh.append(i)
+    if fresh:
+        with transaction.atomic():
+            row = Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count()
+            workloads = []
+            for k, i in enumerate(fresh):
+                p = pods[i]
+                req, lim = _vector8(p["request"], "requests"), _vector8(p["limit"], "limits")
+                workloads.append(Workload(
+                    cluster=cluster, kind=Workload.BATCH, name=p["ref"], instances=1, row=row + k,
+                    namespace=p["ref"].split("/", 1)[0], owner=p.get("owner") or p["ref"], tier="batch",
+                    priority=p.get("priority", 0), request=req,
+                    limit=[max(lv, rv) if lv else rv for lv, rv in zip(lim, req, strict=True)],
+                    labels={**dict(p.get("labels") or {}), "kalena.naughtian.io/tier": "batch"},
+                    constraints=dict(p.get("constraints") or {})))
+            Workload.objects.bulk_create(workloads, batch_size=1000)
+            BatchPod.objects.bulk_create([
+                BatchPod(cluster=cluster, workload=w, image=pods[i].get("image", ""), gang=pods[i].get("gang", ""),
+                         min_member=pods[i].get("min_member"), submitted_s=pods[i].get("at_s") or now_s,
+                         queued_s=pods[i].get("at_s") or now_s, source=BatchPod.WATCH,
+                         grace_s=float(pods[i].get("grace_s", 30.0)))
+                for w, i in zip(workloads, fresh, strict=True)], batch_size=1000)
+        for i in fresh:
+            out[i] = True
+    fresh_set = set(fresh)
+    for i, p in enumerate(pods):
+        if i in fresh_set or isinstance(out[i], BatchRejected):
+            continue
+        if p.get("ref") in existing:
+            try:
+                out[i] = batch_observe_pending(cluster=cluster, now_s=now_s, **p)[1]
+            except BatchRejected as exc:
+                out[i] = exc
+    return out
+
+
+def _check_pending(*, ref: str, request, limit, labels, priority: int, owner: str, gang: str = "",
+                   min_member: int | None = None, image: str = "", constraints=None, grace_s: float = 30.0,
+                   at_s: float = 0.0) -> None:
+    """Every check :func:`batch_observe_pending` makes before it stores anything.
+
+    Raises:
+        BatchRejected: naming the field.
+    """
+    if not isinstance(ref, str) or not POD_NAME.fullmatch(ref) or len(ref) > NAME_MAX:
+        raise BatchRejected(f"{ref!r} is not namespace/pod", field="ref", accepted="namespace/pod (DNS-1123)")
+    req = _vector8(request, "requests")
+    _vector8(limit, "limits")
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+        raise BatchRejected(f"{priority!r} is not a non-negative integer", field="priority")
+    if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
+        raise BatchRejected("a batch pod must request cpu or ram", field="requests", accepted="cpu > 0 or ram > 0")
+    for field_name, text, longest in (("owner", owner, 200), ("image", image, 300), ("gang", gang, 200)):
+        if not isinstance(text, str) or "\x00" in text or len(text) > longest:
+            raise BatchRejected(f"{str(text)[:40]!r} is not a string of at most {longest} characters", field=field_name)
+    if not isinstance(grace_s, int | float) or not math.isfinite(grace_s) or grace_s < 0:
+        raise BatchRejected(f"{grace_s!r} is not a grace in seconds", field="grace_s")
+    mappers.template_of(owner=owner, namespace=ref.split("/", 1)[0], labels=labels or {},
+                        constraints=dict(constraints or {}), min_member=min_member)
+
+
+def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str, int, float]], now_s: float,
+                               ) -> list[bool | None]:
+    """:func:`batch_observe_running` for many ``(ref, node_id, at_s)``: the common case (bound
+    there, running not yet noted) in one update; the rest one by one. Returns per report whether
+    it changed anything, None for a pod Kalena does not hold."""
+    pods = {p.workload.name: p for p in BatchPod.objects.filter(
+        cluster=cluster, workload__name__in=[r[0] for r in reports]).select_related("workload")}
+    out: list[bool | None] = [None] * len(reports)
+    quick: dict[int, float] = {}
+    for i, (ref, node_id, at_s) in enumerate(reports):
+        pod = pods.get(ref)
+        if pod is None:
+            continue
+        if pod.state == BatchPod.BOUND and pod.workload.node_id == node_id and not pod.gone:
+            out[i] = pod.running_s is None and pod.id not in quick
+            if out[i]:
+                quick[pod.id] = at_s or now_s
+            continue
+        out[i] = batch_observe_running(pod=pod, node_id=node_id, at_s=at_s, now_s=now_s)
+    if quick:
+        BatchPod.objects.bulk_update([BatchPod(id=k, running_s=v) for k, v in quick.items()], ["running_s"],
+                                     batch_size=1000)
+    return out

@@ -6,13 +6,14 @@ import time
 
 import numpy as np
 from celery import shared_task
+from django.conf import settings
 from django.core.cache import cache
 
-from kalena_engine.policy import Policy
 from kalena_web.archive.evictions import evictions_record
 from kalena_web.control.loops import run_for_clusters
 from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.control.services import scheduling_pass_metrics_record
+from kalena_web.policy.selectors import current_policy
 from kalena_web.scheduling.services import scheduling_pass
 
 
@@ -31,11 +32,16 @@ def scheduling_request(*, cluster_id: int) -> bool:
 
 @shared_task(name="kalena.scheduling.schedule", acks_late=True, ignore_result=True)
 def schedule(cluster_id: int | None = None, now_s: float | None = None) -> dict[str, str]:
-    """One scheduling pass per live cluster, under the cluster's lock."""
+    """One scheduling pass per live cluster, under the cluster's lock. A Kubernetes cluster is
+    scheduled by the Lease holder of ``kalena watch`` (:mod:`kalena_web.control.leading`), never
+    here: one scheduler per cluster."""
+    if settings.KALENA_ORCHESTRATOR == "kubernetes":
+        return {"skipped": "Kubernetes clusters are scheduled by the lease holder of `kalena watch`"}
+
     def body(cluster, now):
         evictions_record(cluster=cluster, now_s=now)  # batch the agents evicted is queued again first
         started = time.time()
-        report = scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=Policy(),
+        report = scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=current_policy(cluster_id=cluster.id).policy,
                                  now_s=now, rng=np.random.default_rng())
         scheduling_pass_metrics_record(cluster=cluster, report=report, started_s=started, finished_s=time.time(),
                                        now_s=now)

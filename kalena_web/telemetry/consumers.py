@@ -9,12 +9,20 @@ Then every frame is checked (:mod:`kalena_web.telemetry.validation`) and handed 
 process's group-commit writer; its ``ack`` — ``{"type": "ack", "v": 1, "batch_id", "accepted",
 "rejected": {reason: n}, "duplicate"}`` — is sent only once the transaction holding it
 committed. A message refused as a whole also gets an ``error`` naming what and where. If the
-write fails, the connection gets an ``error`` and is closed (1011) without an ack: the agent
-resends from its buffer after reconnecting and nothing it sent is lost.
+write fails — or the database cannot be read for the hello or the node's workloads — the
+connection gets an ``error`` and is closed with :data:`CLOSE_NOT_STORED` (4500) without an ack:
+the agent resends from its buffer after reconnecting and nothing it sent is lost. (Not 1011:
+Daphne's autobahn refuses application close codes outside 1000 and 3000–4999, raises inside
+the protocol, and leaves a socket that answers pings but no longer delivers frames.)
 
 Frames are processed in arrival order; acks may overtake each other (each names its batch).
 A revoked token's open connections are closed (4401) within ``TokenWatch.check_s``. Agent
 connections use no channel layer: nothing is sent to them from elsewhere.
+
+Policy (DESIGN §10): after the ``hello`` the agent gets its cluster's current policy version
+(``policy`` message) and, within ``TokenWatch.check_s`` of a save, every newer one; the version
+the agent reports applying (``policy_version`` of its ``hello``/``samples``) is recorded on its
+:class:`~kalena_web.telemetry.models.AgentStatus` whenever it changes.
 """
 
 from __future__ import annotations
@@ -31,21 +39,40 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
 from django.conf import settings
+from django.db import DatabaseError
 
 from agents.errors import ProtocolError
 from agents.link.protocol import validate_agent_message
+from kalena_web.policy import selectors as policy_selectors
 from kalena_web.telemetry import selectors, services
 from kalena_web.telemetry.ingest import Entry, prepare_message, rejected_message
-from kalena_web.telemetry.validation import Limits, Rejected, resolve_workload
+from kalena_web.telemetry.validation import Limits, NodeView, Rejected, resolve_workload
 from kalena_web.telemetry.writer import GroupCommitWriter, Session, WriteFailed
 
 log = logging.getLogger(__name__)
 
 CLOSE_REFUSED = 4403      # hello missing, malformed or for another node
 CLOSE_REVOKED = 4401      # the connection's token was revoked
-CLOSE_NOT_STORED = 1011   # a write failed: reconnect and resend
+CLOSE_NOT_STORED = 4500   # a write (or a read it needs) failed: reconnect and resend. Never 1011 (module doc)
 VIEW_REFRESH_S = 2.0      # an unknown workload reloads the node's inventory at most this often
 VIEW_MAX_AGE_S = 30.0     # and it is reloaded at least this often
+
+
+def off_thread(func):
+    """``database_sync_to_async`` on the executor's threads instead of the one sync thread all
+    consumers share: after an outage every agent reconnects at once, and their hellos (a token
+    lookup, the node's workloads, two counter updates) used to queue one after another on that
+    thread, holding back every reconnected agent's resend for seconds."""
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
+def _hello_load(*, node_id: int, hello: dict, peer: str, token_id: int, now_s: float) -> NodeView:
+    """The database work of a ``hello`` in one thread hop: the node's view, the hello recorded,
+    the token marked used."""
+    view = selectors.node_view_load(node_id=node_id, shards=settings.KALENA_ESTIMATION_SHARDS)
+    services.agent_hello_record(node_id=node_id, hello=hello, peer=peer, now_s=now_s)
+    services.agent_token_used(token_id=token_id)
+    return view
 
 
 def decode(raw: str | bytes) -> Any:
@@ -62,6 +89,18 @@ def decode(raw: str | bytes) -> Any:
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise Rejected("bad_json", f"<frame>: not JSON: {str(exc)[:200]}") from None
+
+
+def transport_max_message_bytes() -> int:
+    """Daphne's ``websocket_max_message_size`` for the one setting
+    ``KALENA_INGEST_MAX_FRAME_BYTES`` F: 2 F (8 MiB → 16 MiB). Frames up to 2 F reach the
+    consumer, which refuses one over F as ``oversize_batch`` — counted with its samples, and
+    acknowledged when its ``batch_id`` can be read, so the agent drops it instead of resending it
+    forever. A frame over 2 F never reaches Kalena: autobahn drops the connection (logging
+    "failing WebSocket connection (code=1009)"); Kalena's agent never sends one, it splits its
+    batches to 1 MiB (:func:`agents.link.protocol.split_samples`). ``kalena serve`` passes this
+    to Daphne."""
+    return 2 * settings.KALENA_INGEST_MAX_FRAME_BYTES
 
 
 def limits_from_settings() -> Limits:
@@ -102,6 +141,23 @@ class TokenWatch:
             for token_id in revoked:
                 for consumer in list(self.by_token.pop(token_id, ())):
                     await consumer.token_revoked()
+            await self._push_policies()
+
+    async def _push_policies(self) -> None:
+        """One query for the current policy versions of the connected agents' clusters; each
+        agent sent an older one gets the new version."""
+        consumers = [c for group in self.by_token.values() for c in group if c.cluster_id is not None]
+        if not consumers:
+            return
+        try:
+            versions = await database_sync_to_async(policy_selectors.current_versions)(
+                cluster_ids={c.cluster_id for c in consumers})
+        except Exception:  # noqa: BLE001 - retried at the next tick
+            log.exception("checking policy versions failed")
+            return
+        for consumer in consumers:
+            if versions.get(consumer.cluster_id, 0) > consumer.sent_policy_version:
+                await consumer.send_policy()
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -132,11 +188,19 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.peer = ":".join(str(p) for p in (self.scope.get("client") or ("?",)))
         try:
             token = selectors.bearer_token(self.scope.get("headers") or [])
-            self.identity = await database_sync_to_async(selectors.token_authenticate)(token)
+            self.identity = await off_thread(selectors.token_authenticate)(token)
         except selectors.Refused as refused:
             await self._refuse(refused.reason, refused.detail, node_id=refused.node_id)
             await self.close()  # before accept: the upgrade is denied
             return
+        except DatabaseError as exc:  # the database is away: deny the upgrade, the agent retries with backoff
+            log.warning("agent connection from %s not accepted, database unavailable: %s", self.peer, exc)
+            self.identity = None
+            await self.close()
+            return
+        self.cluster_id: int | None = None
+        self.sent_policy_version = -1
+        self.reported_policy_version: int | None = None
         self.session = Session(node_id=self.identity.node_id)
         self.limits = limits_from_settings()
         self.pending: set[asyncio.Task] = set()
@@ -150,8 +214,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         self.tokens.discard(self.identity.token_id, self)
         if self.view is not None:
-            await database_sync_to_async(services.agent_disconnect_record)(node_id=self.identity.node_id,
-                                                                            now_s=time.time())
+            try:
+                await off_thread(services.agent_disconnect_record)(node_id=self.identity.node_id, now_s=time.time())
+            except DatabaseError as exc:  # the next hello records the connection again
+                log.warning("recording the disconnect of node %s failed: %s", self.identity.node_name, exc)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         received_s = time.time()
@@ -159,20 +225,36 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         raw = text_data if text_data is not None else bytes_data or b""
         try:
-            if len(raw) > settings.KALENA_INGEST_MAX_FRAME_BYTES:
-                raise Rejected("oversize_batch", f"<frame>: {len(raw)} bytes (accepted: up to "
-                                                 f"{settings.KALENA_INGEST_MAX_FRAME_BYTES}, KALENA_INGEST_MAX_FRAME_BYTES)")
             message = decode(raw)
         except Rejected as error:
+            message = None
+            if len(raw) <= settings.KALENA_INGEST_MAX_FRAME_BYTES:
+                if self.view is None:
+                    await self._refuse("bad_hello", error.detail, node_id=self.identity.node_id, close=True)
+                    return
+                self._store(rejected_message(None, error, view=self.view, received_s=received_s))
+                return
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+        if size > settings.KALENA_INGEST_MAX_FRAME_BYTES:
+            error = Rejected("oversize_batch", f"<frame>: {size} bytes (accepted: up to "
+                                               f"{settings.KALENA_INGEST_MAX_FRAME_BYTES}, KALENA_INGEST_MAX_FRAME_BYTES)")
             if self.view is None:
                 await self._refuse("bad_hello", error.detail, node_id=self.identity.node_id, close=True)
                 return
-            self._store(rejected_message(None, error, view=self.view, received_s=received_s))
+            self._store(rejected_message(message, error, view=self.view, received_s=received_s))
             return
-        if self.view is None:
-            await self._hello(message, received_s)
+        try:
+            if self.view is None:
+                await self._hello(message, received_s)
+                return
+            await self._refresh_view(message, received_s)
+            if isinstance(message, dict) and message.get("type") == "samples" and \
+                    message.get("policy_version") != self.reported_policy_version:
+                self.reported_policy_version = await off_thread(services.agent_policy_version_record)(
+                    node_id=self.identity.node_id, message=message)
+        except DatabaseError as exc:
+            await self._not_stored(f"the database is unavailable ({type(exc).__name__}); reconnect and resend")
             return
-        await self._refresh_view(message, received_s)
         entry = prepare_message(message, view=self.view, now_s=time.time(), received_s=received_s, limits=self.limits)
         self._store(entry)
 
@@ -196,26 +278,42 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._refuse("node_mismatch", f"<hello>.node: {message['node'][:100]!r}, but the token is for node "
                                f"{self.identity.node_name!r}", node_id=node_id, close=True)
             return
-        self.view = await database_sync_to_async(selectors.node_view_load)(
-            node_id=node_id, shards=settings.KALENA_ESTIMATION_SHARDS)
+        self.view = await off_thread(_hello_load)(node_id=node_id, hello=message, peer=self.peer,
+                                                  token_id=self.identity.token_id, now_s=now_s)
         self.view_loaded = time.monotonic()
-        await database_sync_to_async(services.agent_hello_record)(node_id=node_id, hello=message, peer=self.peer,
-                                                                   now_s=now_s)
-        await database_sync_to_async(services.agent_token_used)(token_id=self.identity.token_id)
+        self.reported_policy_version = message.get("policy_version")
+        self.cluster_id = await database_sync_to_async(
+            lambda: policy_selectors.node_clusters([node_id]).get(node_id))()
+        await self.send_policy()
+
+    async def send_policy(self) -> None:
+        """Send the cluster's current policy version (none saved yet: nothing to send — the agent
+        keeps its own defaults, which are the engine's)."""
+        if self.cluster_id is None:
+            return
+        version, message = await database_sync_to_async(policy_selectors.agent_policy_message)(
+            cluster_id=self.cluster_id)
+        self.sent_policy_version = version
+        if version > 0:
+            await self._send(message)
 
     async def _refresh_view(self, message: Any, now_s: float) -> None:
-        """Reload the node's workloads when a sample names one the view does not know (at most
+        """Reload the node's workloads when a sample or an action names one the view does not know (at most
         every :data:`VIEW_REFRESH_S`) or the view is older than :data:`VIEW_MAX_AGE_S`."""
         age = time.monotonic() - self.view_loaded
         if age < VIEW_REFRESH_S:
             return
         if age < VIEW_MAX_AGE_S:
             records = message.get("samples") if isinstance(message, dict) else None
+            workload = message.get("workload") if isinstance(message, dict) else None
+            if isinstance(workload, dict) and isinstance(workload.get("id"), str):
+                # an action names its workload as a sample does (a pod bound since the view loaded)
+                records = [{"workload": workload["id"], "name": workload.get("name")}]
             if not isinstance(records, list) or all(
                     not isinstance(r, dict) or not isinstance(r.get("workload"), str)
                     or resolve_workload(r, self.view) is not None for r in records):
                 return
-        self.view = await database_sync_to_async(selectors.node_view_load)(
+        self.view = await off_thread(selectors.node_view_load)(
             node_id=self.identity.node_id, shards=settings.KALENA_ESTIMATION_SHARDS, last_ts=self.view.last_ts)
         self.view_loaded = time.monotonic()
 
@@ -228,11 +326,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             await self.writer.submit(entry, self.session)
         except WriteFailed as exc:
-            await self._send({"type": "error", "v": 1, "message": f"batch {entry.batch_id} {exc}; resend after "
-                                                                   "reconnecting"})
-            if not self.closed:
-                self.closed = True
-                await self.close(code=CLOSE_NOT_STORED)
+            await self._not_stored(f"batch {entry.batch_id} {exc}; resend after reconnecting")
             return
         whole = [f"{reason}: {c[2]}" for reason, c in entry.rejected.items() if c[1]]
         if whole:
@@ -240,13 +334,22 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if entry.batch_id is not None:
             await self._send(entry.ack_payload())
 
+    async def _not_stored(self, why: str) -> None:
+        """Nothing more of this connection is stored: send ``error`` and close
+        :data:`CLOSE_NOT_STORED` (the agent reconnects and resends what is unacknowledged)."""
+        self.session.broken = True
+        await self._send({"type": "error", "v": 1, "message": why[:1000]})
+        if not self.closed:
+            self.closed = True
+            await self.close(code=CLOSE_NOT_STORED)
+
     async def _send(self, message: dict) -> None:
         if not self.closed:
             await self.send(text_data=orjson.dumps(message).decode())
 
     async def _refuse(self, reason: str, detail: str, *, node_id: int | None, close: bool = False) -> None:
         log.warning("agent connection from %s refused (%s): %s", self.peer, reason, detail)
-        await database_sync_to_async(services.refused_connection_record)(
+        await off_thread(services.refused_connection_record)(
             reason=reason, node_id=node_id, peer=self.peer, detail=detail, now_s=time.time())
         if close:
             await self._send({"type": "error", "v": 1, "message": f"{reason}: {detail}"[:1000]})

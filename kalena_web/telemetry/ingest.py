@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kalena_web.telemetry.validation import (
-    Limits, NodeView, Rejected, check_envelope, check_json_values, check_node_sample, check_sample, check_time,
-    resolve_workload,
+    MAX_BATCH_ID_CHARS, Limits, NodeView, Rejected, check_envelope, check_json_values, check_node_sample, check_sample,
+    check_time, resolve_workload,
 )
 
 
@@ -75,7 +75,7 @@ class Entry:
 def _usable_batch_id(message: Any) -> str | None:
     if isinstance(message, Mapping):
         batch_id = message.get("batch_id")
-        if isinstance(batch_id, str) and 0 < len(batch_id) <= 200 and "\x00" not in batch_id:
+        if isinstance(batch_id, str) and 0 < len(batch_id) <= MAX_BATCH_ID_CHARS and "\x00" not in batch_id:
             return batch_id
     return None
 

@@ -75,6 +75,7 @@ class AgentStatus(models.Model):
     batches = models.PositiveBigIntegerField(default=0)
     accepted_samples = models.PositiveBigIntegerField(default=0)
     duplicate_batches = models.PositiveBigIntegerField(default=0)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)  # the cluster policy version it applies
 
 
 class IngestBatch(models.Model):
@@ -88,7 +89,7 @@ class IngestBatch(models.Model):
     KINDS = [(SAMPLES, "samples"), (ACTION, "action"), (GAP, "gap")]
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_index=False)
-    batch_id = models.CharField(max_length=200)
+    batch_id = models.CharField(max_length=300)  # validation.MAX_BATCH_ID_CHARS
     kind = models.CharField(max_length=8, choices=KINDS)
     shard = models.PositiveSmallIntegerField()
     ts = models.FloatField()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db.models import Max, OuterRef, Subquery, Sum
 
 from kalena_web.control.locks import shard_of
@@ -56,6 +57,10 @@ def token_authenticate(token: str) -> AgentIdentity:
     Raises:
         Refused: ``malformed_token``, ``unknown_token`` or ``revoked_token`` (with the node).
     """
+    if not token.startswith(TOKEN_PREFIX) and settings.KALENA_AGENT_TOKENREVIEW_CLUSTER:
+        from kalena_web.kubehooks.agent_auth import service_account_authenticate
+
+        return service_account_authenticate(token)  # Kubernetes: the pod's projected token, TokenReview
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         raise Refused("malformed_token", f"a Kalena agent token starts with {TOKEN_PREFIX!r}")
     row = (AgentToken.objects.filter(digest=token_digest(token))

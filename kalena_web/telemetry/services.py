@@ -54,6 +54,9 @@ def agent_token_create(*, node: Node, created_by: Any = None) -> tuple[str, Agen
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = AgentToken.objects.create(node=node, prefix=plaintext[:12], digest=token_digest(plaintext),
                                     created_by=created_by if getattr(created_by, "pk", None) else None)
+    from kalena_web.policy.audit import audit
+
+    audit("token.create", cluster_name=node.cluster.name, target=f"agent token {row.id} ({row.prefix}…) of {node.name}")
     return plaintext, row
 
 
@@ -73,6 +76,11 @@ def agent_token_revoke(*, token_id: int) -> AgentToken:
                              f"{row.revoked_at:%Y-%m-%d %H:%M:%S} UTC", field="token_id")
         row.revoked_at = timezone.now()
         row.save(update_fields=["revoked_at"])
+        from kalena_web.policy.audit import audit
+
+        audit("token.revoke", cluster_name=row.node.cluster.name,
+              target=f"agent token {row.id} ({row.prefix}…) of {row.node.name}", before={"revoked": False},
+              after={"revoked": True})
     return row
 
 
@@ -86,7 +94,8 @@ def agent_hello_record(*, node_id: int, hello: dict[str, Any], peer: str, now_s:
                   sampling_interval_s=float(hello["sampling_interval_s"]),
                   cgroup_version=hello.get("cgroup_version") if isinstance(hello.get("cgroup_version"), int)
                   and 0 < hello["cgroup_version"] < 10 else None,
-                  signal_sources=hello.get("signal_sources") or {}, last_hello_s=now_s)
+                  signal_sources=hello.get("signal_sources") or {}, last_hello_s=now_s,
+                  policy_version=_policy_version(hello))
     with transaction.atomic():
         status, created = AgentStatus.objects.select_for_update().get_or_create(node_id=node_id, defaults=fields)
         if not created:
@@ -94,6 +103,19 @@ def agent_hello_record(*, node_id: int, hello: dict[str, Any], peer: str, now_s:
                 setattr(status, key, value)
         status.connections += 1
         status.save()
+
+
+def _policy_version(message: dict[str, Any]) -> int | None:
+    value = message.get("policy_version")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
+
+
+def agent_policy_version_record(*, node_id: int, message: dict[str, Any]) -> int | None:
+    """Record the policy version an agent reports applying (``policy_version`` of its
+    ``samples``); returns it."""
+    version = _policy_version(message)
+    AgentStatus.objects.filter(node_id=node_id).update(policy_version=version)
+    return version
 
 
 def agent_disconnect_record(*, node_id: int, now_s: float) -> None:

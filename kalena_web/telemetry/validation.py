@@ -60,6 +60,9 @@ REASONS: dict[str, str] = {
     "unstorable": "could not be stored",
 }
 PSI_RESOURCES = ("cpu", "memory", "io")
+#: A ``batch_id`` is at most this long: ``<node>:<epoch>:<seq>`` with a 253-character node name
+#: (the longest Kubernetes allows), 12 hex digits of epoch and a 20-digit seq is 287.
+MAX_BATCH_ID_CHARS = 300
 
 
 class Rejected(Exception):
@@ -189,8 +192,9 @@ def check_envelope(message: Any, *, node: str) -> str:
     else:
         _protocol(message, f"<{kind}>")
     batch_id = message["batch_id"]
-    if not batch_id or len(batch_id) > 200 or "\x00" in batch_id:
-        raise Rejected("schema", f"<{kind}>.batch_id: 1–200 characters without NUL, got {batch_id[:40]!r}")
+    if not batch_id or len(batch_id) > MAX_BATCH_ID_CHARS or "\x00" in batch_id:
+        raise Rejected("schema", f"<{kind}>.batch_id: 1–{MAX_BATCH_ID_CHARS} characters without NUL, "
+                                 f"got {batch_id[:40]!r}")
     if message["node"] != node:
         raise Rejected("node_mismatch", f"<{kind}>.node: {message['node'][:100]!r}, but this connection's token "
                                         f"is for node {node!r}")

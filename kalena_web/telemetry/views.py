@@ -17,6 +17,8 @@ from kalena_web.telemetry.validation import REASONS
 
 @require_GET
 def agents(request: HttpRequest, cluster: str) -> HttpResponse:
+    from kalena_web.policy import selectors as policy_selectors
+
     try:
         found = selectors.live_cluster_get(cluster=cluster)
     except selectors.NotFound as exc:
@@ -34,4 +36,5 @@ def agents(request: HttpRequest, cluster: str) -> HttpResponse:
         "rejected": sum(r.rejected_total for r in rows),
         "rejections": selectors.cluster_rejections(cluster=found),
         "refusals": selectors.cluster_refusals(cluster=found),
+        "policy_version": policy_selectors.current_versions(cluster_ids=[found.id])[found.id],
     })

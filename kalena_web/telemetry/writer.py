@@ -13,17 +13,28 @@ is the data's fault (``DataError``, ``IntegrityError``: a value the checks did n
 isolated: the entries are retried one by one, and one that still fails is stored as refused
 (``unstorable``, acknowledged with that reason) so it cannot block the others forever.
 Entries of a connection that already failed are not written.
+
+Estimation requests: with Redis (production) the shards a write touched are handed to
+:class:`EstimationRequests`, a thread of its own that queues ``kalena.ledger.estimate`` — so a
+slow, frozen or restarting Redis never holds up writes and acks (it used to: the request ran in
+the write's ``on_commit`` on the writer thread, and a 20 s Redis freeze stopped every ack for
+20 s, every agent timed out and resent its backlog). A request lost while Redis is away is
+made good by ``kalena.ledger.sweep``, which re-queues every shard with pending batches.
+Embedded (no Redis) the request runs in the write's ``on_commit`` as before (eager estimation
+stays on the writer thread, one SQLite writer at a time).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import DataError, IntegrityError, close_old_connections, connection
 
 from kalena_web.telemetry.ingest import Entry
@@ -61,6 +72,39 @@ class WriterStats:
     write_s: float = 0.0
 
 
+class EstimationRequests:
+    """Queues estimation for shards on a daemon thread of its own (module doc): shards handed
+    in while a request is under way are merged into the next one."""
+
+    def __init__(self) -> None:
+        self._shards: set[int] = set()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, shards: set[int]) -> None:
+        if not shards:
+            return
+        with self._ready:
+            self._shards |= shards
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="kalena-estimation-requests", daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def _run(self) -> None:
+        from kalena_web.ledger.tasks import estimation_request
+
+        while True:
+            with self._ready:
+                while not self._shards:
+                    self._ready.wait()
+                shards, self._shards = sorted(self._shards), set()
+            try:
+                estimation_request(shards=shards)
+            except Exception:  # noqa: BLE001 - Redis away: the periodic sweep re-queues pending shards
+                log.warning("requesting estimation for shards %s failed; the sweep will", shards, exc_info=True)
+
+
 class GroupCommitWriter:
     """See module doc. Create it on the event loop that serves the connections.
 
@@ -77,6 +121,7 @@ class GroupCommitWriter:
         self.max_samples = max_samples
         self.store = store
         self.stats = WriterStats()
+        self.requests = EstimationRequests() if settings.REDIS_URL and store is store_entries else None
         self._queue: asyncio.Queue[_Item] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kalena-ingest-writer")
         self._task: asyncio.Task | None = None
@@ -133,7 +178,7 @@ class GroupCommitWriter:
         close_old_connections()
         started = time.time()
         try:
-            self.store(entries, now_s=started)
+            self._store(entries, now_s=started)
             self._count(entries, started)
             return {}
         except (DataError, IntegrityError) as exc:
@@ -143,7 +188,7 @@ class GroupCommitWriter:
         failed: dict[Entry, str] = {}
         for entry in entries:
             try:
-                self.store([entry], now_s=time.time())
+                self._store([entry], now_s=time.time())
                 continue
             except (DataError, IntegrityError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
@@ -157,6 +202,12 @@ class GroupCommitWriter:
                 failed.update(self._failed([entry], exc))
         self._count(entries, started)
         return failed
+
+    def _store(self, entries: list[Entry], *, now_s: float) -> None:
+        if self.requests is None:
+            self.store(entries, now_s=now_s)
+            return
+        self.requests.add(self.store(entries, now_s=now_s, estimate=False))
 
     def _failed(self, entries: list[Entry], exc: Exception) -> dict[Entry, str]:
         self.stats.failures += 1

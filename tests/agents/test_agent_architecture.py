@@ -2,7 +2,10 @@
 agent module other than agents/enforcer.py writes files, signals processes or makes a mutating
 Docker call. Exceptions, each for a reason: agents/bench/ stands in for a container runtime
 (creates groups, starts processes); agents/runner.py appends the operator's actions log;
-agents/pressure/monitor.py writes one byte to its own wake-up pipe."""
+agents/pressure/monitor.py writes one byte to its own wake-up pipe. The orchestrator adapters
+(agents/orchestrators/) are the control plane's side of the port and follow their own rule: in
+each orchestrator package only ``client.py`` talks to the API or engine (the watch, lease and
+decision modules call its methods)."""
 
 from __future__ import annotations
 
@@ -45,10 +48,30 @@ def _problems(path: Path) -> list[str]:
 def test_only_the_enforcer_changes_anything() -> None:
     problems = []
     for path in sorted(AGENTS.rglob("*.py")):
-        if "bench" in path.relative_to(AGENTS).parts:
+        if {"bench", "orchestrators"} & set(path.relative_to(AGENTS).parts):
             continue
         problems += _problems(path)
     assert problems == []
+
+
+#: client libraries an orchestrator adapter may use only in its client.py (pure helpers such as
+#: ``kubernetes.utils.parse_quantity`` excepted)
+API_LIBRARIES = ("docker", "kubernetes.client", "kubernetes.config", "kubernetes.watch", "httpx", "requests",
+                 "urllib.request", "http.client")
+
+
+def test_only_each_orchestrators_client_calls_its_api() -> None:
+    found = []
+    for path in sorted((AGENTS / "orchestrators").rglob("*.py")):
+        if path.name in ("client.py", "testserver.py", "teststore.py", "testkubelet.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and node.module else []
+            for name in names:
+                if name == "kubernetes" or any(name == lib or name.startswith(lib + ".") for lib in API_LIBRARIES):
+                    found.append(f"{path.relative_to(AGENTS.parent)}:{node.lineno} {name}")
+    assert found == []
 
 
 def test_the_check_catches_a_write() -> None:

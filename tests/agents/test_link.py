@@ -36,8 +36,10 @@ def free_port() -> int:
 class WsServer:
     """A real WebSocket server checking ``Authorization: Bearer <token>``; acks what it receives."""
 
-    def __init__(self, port: int, *, token: str = TOKEN, ack: bool = True, on_connect: list[str] | None = None) -> None:
+    def __init__(self, port: int, *, token: str = TOKEN, ack: bool = True, on_connect: list[str] | None = None,
+                 ack_from_connection: int = 1) -> None:
         self.port, self.token, self.ack = port, token, ack
+        self.ack_from_connection = ack_from_connection  # connections before this one store and ack nothing
         self.on_connect = on_connect or []
         self.received: list[dict] = []
         self.connections = 0
@@ -60,12 +62,13 @@ class WsServer:
 
         async def handler(ws):
             self.connections += 1
+            acking = self.connections >= self.ack_from_connection
             for frame in self.on_connect:
                 await ws.send(frame)
             async for frame in ws:
                 message = json.loads(frame)
                 self.received.append(message)
-                if self.ack and "batch_id" in message:
+                if self.ack and acking and "batch_id" in message:
                     await ws.send(json.dumps({"type": "ack", "v": 1, "batch_id": message["batch_id"]}))
 
         async def main():
@@ -136,7 +139,7 @@ def test_hello_first_then_every_message_acked_and_deleted(tmp_path, client_facto
         client_factory(port, buffer)
         assert wait_for(lambda: buffer.count() == 0)
         assert server.received[0]["type"] == "hello" and server.received[0]["node"] == "node-a"
-        assert [m["batch_id"] for m in server.of_type("samples")] == ids == [f"node-a:{i}" for i in range(1, 6)]
+        assert [m["batch_id"] for m in server.of_type("samples")] == ids == [f"node-a:{buffer.epoch}:{i}" for i in range(1, 6)]
         for message in server.received:
             protocol.validate_agent_message(message)
     finally:
@@ -194,7 +197,8 @@ def test_unacknowledged_messages_survive_a_restart_and_are_resent(tmp_path, clie
     restarted = LinkBuffer(path, node="node-a")                    # the agent restarts: nothing was acked
     assert restarted.count() == 4
     later = restarted.append(samples_batch(2, 99.0))
-    assert later == "node-a:5"                                     # ids keep increasing across restarts
+    assert later == f"node-a:{restarted.epoch}:5"                 # seq keeps increasing across restarts,
+    assert restarted.epoch != buffer.epoch                         # under a new boot id
     server = WsServer(port)
     try:
         client_factory(port, restarted)
@@ -260,3 +264,70 @@ def test_local_mitigation_never_waits_on_a_hung_control_plane(tmp_path, client_f
     finally:
         rig.close()
         hung.close()
+
+
+def test_a_connection_that_never_acks_is_given_up_and_everything_resent(tmp_path, client_factory) -> None:
+    port = free_port()
+    server = WsServer(port, ack_from_connection=2)                 # the first connection is half-dead: no acks
+    buffer = LinkBuffer(tmp_path / "buf.sqlite3", node="node-a")
+    try:
+        ids = [buffer.append(samples_batch(2, float(i))) for i in range(3)]
+        client = client_factory(port, buffer, ack_timeout_s=1.0)
+        assert wait_for(lambda: buffer.count() == 0, 60)
+        assert server.connections >= 2 and client.ack_timeouts >= 1
+        sent = [m["batch_id"] for m in server.of_type("samples")]
+        assert sent[:3] == ids and set(sent[3:]) == set(ids)      # resent after the reconnect, in order
+    finally:
+        server.close()
+
+
+def test_a_batch_too_large_for_one_frame_is_split_into_parts_within_both_limits(tmp_path) -> None:
+    buffer = LinkBuffer(tmp_path / "buf.sqlite3", node="node-a", max_batch_samples=500, max_message_bytes=200_000)
+    message = samples_batch(1200, 5.0)
+    message["node_sample"] = {"ts": 5.0, "working_set_bytes": 1.0, "psi": None}
+    assert len(protocol.encode(message)) > 3 * 200_000
+    buffer.append(message)
+    parts = [json.loads(body) for _, _, body in buffer.pending(limit=100)]
+    assert len(parts) >= 4 and all(len(p["samples"]) <= 500 for p in parts)
+    assert all(len(body.encode()) <= 200_000 for _, _, body in buffer.pending(limit=100))
+    assert [r["workload"] for p in parts for r in p["samples"]] == [r["workload"] for r in message["samples"]]
+    assert parts[0]["node_sample"] == message["node_sample"] and all(p["node_sample"] is None for p in parts[1:])
+    assert len({p["batch_id"] for p in parts}) == len(parts)
+
+
+def test_a_lost_buffer_file_never_reuses_a_batch_id(tmp_path) -> None:
+    path = tmp_path / "buf.sqlite3"
+    first = LinkBuffer(path, node="node-a")
+    before = [first.append(samples_batch(1, float(i))) for i in range(3)]
+    first.close()
+    for leftover in tmp_path.glob("buf.sqlite3*"):                 # the state file is lost
+        leftover.unlink()
+    again = LinkBuffer(path, node="node-a")
+    after = [again.append(samples_batch(1, 10.0 + i)) for i in range(3)]
+    assert [b.rsplit(":", 1)[1] for b in after] == ["1", "2", "3"]  # seq starts again …
+    assert not set(before) & set(after)                            # … but no id is reused
+def test_the_agent_applies_a_policy_version_and_reports_it() -> None:
+    update = protocol.parse_server_message(json.dumps(
+        {"type": "policy", "v": 1, "version": 4, "estimator": {"margin_ratio": 1.3}, "eviction": {}}))
+    assert update.version == 4 and update.estimator == {"margin_ratio": 1.3}
+    with pytest.raises(Exception, match="version"):
+        protocol.parse_server_message(json.dumps({"type": "policy", "v": 1, "version": "4"}))
+
+
+def test_samples_carry_the_policy_version_the_loop_applies(tmp_path) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 2000.0})
+    try:
+        rig.add("s", tier="service", requests={"cpu": "500m"}, limits={"cpu": "1"})
+        loop = rig.build()
+        sent: list[dict] = []
+        loop.emit = sent.append
+        loop.tick(1000.0, 0.0)
+        loop.apply_policy_update(PolicyUpdate({"margin_ratio": 1.3}, {"min_run_time_s": 60.0}, version=4))
+        loop.tick(1011.0, 11.0)
+        reports = [m for m in sent if m["type"] == "samples"]
+        assert [m["policy_version"] for m in reports] == [None, 4]
+        assert loop.settings.policy.estimator.margin_ratio == 1.3
+        assert loop.settings.policy.eviction.min_run_time_s == 60.0
+        assert loop.policy_version == 4
+    finally:
+        rig.close()

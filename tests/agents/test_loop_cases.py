@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from kubernetes import client as k8s
 
 from agents.cgroups.backend import CgroupV2
 from agents.collectors.kubelet import KubeletClient, KubeletTelemetry
@@ -318,7 +319,7 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
         fs = CgroupV2(make_v2_tree(tmp_path / f"cg{id(messages)}", {}))
         settings = LoopSettings(node_name="node-c1", capacity=np.array(capacity), policy=Policy())
         return MitigationLoop(settings, sources=[KubeletSource(client)], telemetry=telemetry, fs=fs,
-                              enforcer=Enforcer(fs, kube_api_url=json_server.url),
+                              enforcer=Enforcer(fs, kube_api=k8s.ApiClient(k8s.Configuration(host=json_server.url))),
                               node_reader=lambda now_s: telemetry.last_node, emit=messages.append)
 
     stale: list = []

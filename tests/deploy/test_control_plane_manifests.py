@@ -77,10 +77,12 @@ def test_environment_names_are_settings_kalena_reads() -> None:
 
 def test_scheduler_rbac_binds_and_evicts_and_nothing_more() -> None:
     docs = list(yaml.safe_load_all((DEPLOY / "kubernetes/control-plane.yaml").read_text()))
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
-    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    roles = [d for d in docs if d["kind"] in ("ClusterRole", "Role")]  # the Lease's Role lives in kube-system
+    grants = {(r, v) for role in roles for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert ("pods/binding", "create") in grants and ("pods/eviction", "create") in grants
-    assert not any(v in ("delete", "update", "*") for _, v in grants)
+    assert {("pods", "watch"), ("nodes", "watch"), ("pods/status", "patch"), ("leases", "update")} <= grants
+    assert not any(v in ("delete", "*") for _, v in grants)
+    assert {r for r, v in grants if v == "update"} == {"leases"}  # the Lease only: pods are never rewritten
 
 
 def test_beat_schedules_only_registered_tasks() -> None:

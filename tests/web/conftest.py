@@ -22,6 +22,7 @@ from kalena_engine.kuberina import Blueprint
 from kalena_engine.replay import ReplayConfig, StepRecord, build_replay
 from kalena_web.cli.inputs import DEFAULTS, load_inputs
 from tests.web.live_cluster import live  # noqa: F401 - the live cluster fixture for control-plane tests
+from tests.web.webhook_server import kalena_webhook  # noqa: F401 - `kalena serve --tls-port`, once a session
 
 MAIN_STEPS = (0, 24, 25, 37, 59)   # captured steps of t-main: start, around a chunk boundary, end
 PASSWORD = "correct horse battery staple"

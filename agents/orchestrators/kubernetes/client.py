@@ -1,95 +1,384 @@
-"""Kubernetes adapter: binds pending batch pods (created with ``schedulerName: kalena``) through
-the pods/binding subresource and evicts through the Eviction API (policy/v1), so
-PodDisruptionBudgets are honoured.
+"""Kubernetes adapter — the only module that calls the API.
 
-Tested against real Kubernetes JSON shapes served over HTTP (no API server can run on the
-development machines) — see tests/agents/orchestrators.
+Binds pending batch pods (``schedulerName: kalena``) through the pods/binding subresource,
+evicts through policy/v1 Eviction (PodDisruptionBudgets honoured: a 429 is
+:class:`EvictionRefused`), tells users why a pod waits (a ``FailedScheduling`` Event, at most
+as often as the scheduler asks, and ``PodScheduled=False, reason Unschedulable``), records
+``Scheduled`` and eviction Events like kube-scheduler, lists and watches pods and nodes for
+:mod:`agents.orchestrators.kubernetes.watch`, and reads and writes the scheduler's
+``coordination.k8s.io`` Lease for :mod:`agents.orchestrators.kubernetes.lease`.
+
+Every call has a timeout (``request_timeout_s``). Objects travel as raw JSON dicts
+(``_preload_content=False``): :mod:`agents.orchestrators.kubernetes.objects` reads them, and a
+response is always read and released so its connection returns to the pool. Events are sent
+by one background thread from a bounded queue (kube-scheduler's event broadcaster does the
+same); when the queue is full an event is dropped and counted in ``events_dropped``.
+
+Tested against :mod:`agents.orchestrators.kubernetes.testserver` (no API server can run on
+the development machines).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
 
 from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from agents.orchestrators.base import (
-    BatchSpec, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
+    BatchSpec, BindingUncertain, EvictionRefused, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
 )
+from agents.orchestrators.events import WatchEvent
+from agents.orchestrators.kubernetes.watch import KubernetesWatcher, WatchExpired
+
+log = logging.getLogger(__name__)
+COMPONENT = "kalena"
+
+
+class LeaseConflict(OrchestratorError):
+    """The Lease changed since it was read (409) or was created by someone else first."""
+
+
+def _now_rfc3339(micro: bool = False) -> str:
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if micro else now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class KubernetesOrchestrator:
-    """The port over a ``kubernetes.client.ApiClient`` (in-cluster or kubeconfig configured
-    by the caller)."""
+    """The port over a ``kubernetes.client.ApiClient`` (in-cluster or kubeconfig configured by
+    the caller). ``identity`` names this scheduler instance in Events and the Lease."""
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, *, request_timeout_s: float = 10.0, identity: str = COMPONENT,
+                 event_queue: int = 10000) -> None:
+        self.api_client = api_client
         self.core = k8s.CoreV1Api(api_client)
+        self.coordination = k8s.CoordinationV1Api(api_client)
+        self.timeout_s = request_timeout_s
+        self.identity = identity
+        self.events_sent = 0
+        self.events_dropped = 0
+        self.watchers: list[KubernetesWatcher] = []
+        self._events: queue.Queue = queue.Queue(maxsize=event_queue)
+        self._sender: threading.Thread | None = None
+        self._sender_lock = threading.Lock()
+
+    # -- the original port ----------------------------------------------------------------------
 
     def nodes(self) -> list[str]:
-        nodes = self._call("list nodes", self.core.list_node)
-        return [n.metadata.name for n in nodes.items if _ready(n)]
+        items, _ = self.list_objects("nodes")
+        from agents.orchestrators.kubernetes.objects import node_event
+        return [n["metadata"]["name"] for n in items if (e := node_event(n)).ready and e.schedulable]
 
     def workloads(self, node: str | None = None) -> list[WorkloadRef]:
-        selector = f"spec.nodeName={node}" if node else ""
-        pods = self._call("list pods", self.core.list_pod_for_all_namespaces, field_selector=selector)
+        items, _ = self.list_objects("pods", field_selector=f"spec.nodeName={node}" if node else "")
         out = []
-        for pod in pods.items:
-            if pod.status and pod.status.phase in ("Succeeded", "Failed"):
+        for pod in items:
+            status = pod.get("status") or {}
+            if status.get("phase") in ("Succeeded", "Failed"):
                 continue  # terminal pods never count
-            meta = pod.metadata
-            owners = meta.owner_references or []
-            tier = "daemonset" if any(o.kind == "DaemonSet" for o in owners) else tier_of(meta.labels)
-            out.append(WorkloadRef(
-                id=f"{meta.namespace}/{meta.name}", node=pod.spec.node_name or "", tier=tier,
-                priority=priority_of(meta.annotations), phase=(pod.status.phase if pod.status else "Unknown"),
-            ))
+            meta = pod.get("metadata") or {}
+            owners = meta.get("ownerReferences") or []
+            tier = "daemonset" if any(o.get("kind") == "DaemonSet" for o in owners) else tier_of(meta.get("labels"))
+            out.append(WorkloadRef(id=f"{meta.get('namespace')}/{meta.get('name')}",
+                                   node=(pod.get("spec") or {}).get("nodeName") or "", tier=tier,
+                                   priority=priority_of(meta.get("annotations")), phase=status.get("phase", "Unknown")))
         return out
 
-    def bind(self, spec: BatchSpec, node: str) -> None:
-        body = k8s.V1Binding(
-            api_version="v1", kind="Binding",
-            metadata=k8s.V1ObjectMeta(name=spec.name, namespace=spec.namespace),
-            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
+    def pod(self, ref: str) -> dict:
+        """The pod ``namespace/name`` as API JSON.
+
+        Raises:
+            WorkloadGone: no such pod; OrchestratorError: any other refusal.
+        """
+        namespace, name = ref.split("/", 1)
         try:
-            # _preload_content=False: the API answers with a Status the client cannot model as V1Binding
-            self.core.create_namespaced_pod_binding(spec.name, spec.namespace, body, _preload_content=False)
+            raw = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise WorkloadGone(f"pod {ref}: no such pod") from None
+            raise OrchestratorError(f"read pod {ref}: {exc.status} {_reason(exc)}") from None
+        return json.loads(raw.data)
+
+    def publish_batch_capacity(self, node: str, *, cpu_mcpu: int, memory_bytes: int) -> None:
+        """Patch the node's status (capacity and allocatable) with Kalena's extended resources
+        ``kalena.naughtian.io/batch-cpu`` (millicores) and ``batch-memory`` (bytes), DESIGN §14 —
+        a JSON patch on ``nodes/status``, the documented way to advertise extended resources.
+
+        Raises:
+            OrchestratorError: the API refused.
+        """
+        from agents.orchestrators.kubernetes.batch_resources import BATCH_CPU, BATCH_MEMORY
+
+        ops = [{"op": "add", "path": f"/status/{part}/{name.replace('/', '~1')}", "value": str(value)}
+               for part in ("capacity", "allocatable")
+               for name, value in ((BATCH_CPU, cpu_mcpu), (BATCH_MEMORY, memory_bytes))]
+        try:
+            self.core.patch_node_status(node, ops, _preload_content=False).release_conn()
+        except ApiException as exc:
+            raise OrchestratorError(f"publish batch capacity on {node}: {exc.status} {_reason(exc)}") from None
+
+    def token_review(self, token: str, audiences: list[str]) -> dict:
+        """``TokenReview.status`` (authentication.k8s.io/v1) for ``token`` and ``audiences``.
+
+        Raises:
+            OrchestratorError: the API refused or failed the review.
+        """
+        body = k8s.V1TokenReview(api_version="authentication.k8s.io/v1", kind="TokenReview",
+                                 spec=k8s.V1TokenReviewSpec(token=token, audiences=audiences))
+        try:
+            raw = k8s.AuthenticationV1Api(self.core.api_client).create_token_review(
+                body, _preload_content=False, _request_timeout=5)
+        except ApiException as exc:
+            raise OrchestratorError(f"token review: {exc.status} {_reason(exc)}") from None
+        return json.loads(raw.data).get("status") or {}
+
+    def bind(self, spec: BatchSpec, node: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": spec.name, "namespace": spec.namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        try:
+            self._raw(self.core.create_namespaced_pod_binding, spec.name, spec.namespace, body)
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise StaleBinding(f"bind {spec.id} to {node}: {exc.status} {_reason(exc)}") from None
             raise OrchestratorError(f"bind {spec.id} to {node}: {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - timeouts and connection errors: it may have landed
+            raise BindingUncertain(f"bind {spec.id} to {node}: {type(exc).__name__}: {exc}") from None
+        self.record_event(spec.id, "Scheduled", f"Successfully assigned {spec.id} to {node}")
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
         namespace, name = workload_id.split("/", 1)
-        body = k8s.V1Eviction(
-            api_version="policy/v1", kind="Eviction",
-            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
-            delete_options=k8s.V1DeleteOptions(grace_period_seconds=int(round(grace_s))),
-        )
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"gracePeriodSeconds": int(round(grace_s))}}
         try:
-            self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+            self._raw(self.core.create_namespaced_pod_eviction, name, namespace, body)
         except ApiException as exc:
             if exc.status == 404:
                 raise WorkloadGone(f"evict {workload_id}: no such pod") from None
-            hint = " (a PodDisruptionBudget refused it)" if exc.status == 429 else ""
-            raise OrchestratorError(f"evict {workload_id} ({reason}): {exc.status} {_reason(exc)}{hint}") from None
+            if exc.status == 429:
+                raise EvictionRefused(f"evict {workload_id} ({reason}): 429 {_reason(exc)}"
+                                      " (a PodDisruptionBudget refused it)") from None
+            raise OrchestratorError(f"evict {workload_id} ({reason}): {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - timeouts: the caller keeps the pod and retries
+            raise OrchestratorError(f"evict {workload_id}: {type(exc).__name__}: {exc}") from None
+        self.record_event(workload_id, "Evicted", f"Evicted by Kalena: {reason}", type_="Warning")
 
-    def _call(self, what: str, method, **kwargs):
+    def pod_node(self, workload_id: str) -> str | None:
+        """Where the pod is bound now: its ``spec.nodeName`` (``""`` while pending), None when
+        the pod does not exist.
+
+        Raises:
+            OrchestratorError: the API refused or did not answer in time.
+        """
+        namespace, name = workload_id.split("/", 1)
         try:
-            return method(**kwargs)
+            body = self._raw(self.core.read_namespaced_pod, name, namespace)
         except ApiException as exc:
-            raise OrchestratorError(f"{what}: {exc.status} {_reason(exc)}") from None
+            if exc.status == 404:
+                return None
+            raise OrchestratorError(f"read pod {workload_id}: {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001
+            raise OrchestratorError(f"read pod {workload_id}: {type(exc).__name__}: {exc}") from None
+        return (body.get("spec") or {}).get("nodeName") or ""
+
+    def note_pending(self, workload_id: str, message: str) -> None:
+        """Why a pod waits: a ``FailedScheduling`` Event and ``PodScheduled=False,
+        reason Unschedulable`` in its status (sent by the event thread)."""
+        self.record_event(workload_id, "FailedScheduling", message, type_="Warning")
+        self._enqueue(("condition", workload_id, message))
+
+    def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
+        """The watch part of the port: :class:`~agents.orchestrators.kubernetes.watch.KubernetesWatcher`
+        (each one started is kept in ``watchers``: its counters say how often it listed,
+        expired, reconnected and skipped a malformed object)."""
+        watcher = KubernetesWatcher(self)
+        self.watchers.append(watcher)
+        return watcher.events(stop)
+
+    # -- list / watch (raw JSON) ------------------------------------------------------------------
+
+    def _list_call(self, resource: str):
+        return {"pods": self.core.list_pod_for_all_namespaces, "nodes": self.core.list_node}[resource]
+
+    def list_objects(self, resource: str, *, field_selector: str = "", page: int = 1000) -> tuple[list[dict], str]:
+        """Every ``pods`` or ``nodes`` object (pages of ``page``) and the list's resourceVersion.
+
+        Raises:
+            OrchestratorError: the API refused or did not answer in time.
+        """
+        items: list[dict] = []
+        token = None
+        version = ""
+        while True:
+            kwargs = {"limit": page, "_continue": token} if token else {"limit": page}
+            if field_selector:
+                kwargs["field_selector"] = field_selector
+            try:
+                body = self._raw(self._list_call(resource), **kwargs)
+            except ApiException as exc:
+                raise OrchestratorError(f"list {resource}: {exc.status} {_reason(exc)}") from None
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue")
+            if not token:
+                return items, version
+
+    def watch_objects(self, resource: str, resource_version: str, timeout_s: int,
+                      stop: threading.Event) -> Iterator[tuple[str, dict]]:
+        """``(type, object)`` of one watch stream from ``resource_version`` with bookmarks, for
+        at most ``timeout_s`` (the server ends it; the caller resumes).
+
+        Raises:
+            WatchExpired: 410 Gone (an ERROR event, or the client's exception after its retry).
+        """
+        if not resource_version or resource_version == "0":
+            raise ValueError("a watch resumes from a list's resourceVersion, never from none or 0")
+        call = self._list_call(resource)
+
+        def listing(**kwargs):  # no return annotation: the client yields raw dicts, not models
+            return call(**kwargs)
+
+        w = k8s_watch.Watch()
+        done = threading.Event()
+        threading.Thread(target=_stop_when, args=(stop, done, w), daemon=True).start()
+        try:
+            for event in w.stream(listing, resource_version=resource_version, allow_watch_bookmarks=True,
+                                  timeout_seconds=int(timeout_s), _request_timeout=(self.timeout_s, timeout_s + 60)):
+                if event.get("type") == "ERROR":
+                    obj = event.get("raw_object") or {}
+                    if obj.get("code") == 410:
+                        raise WatchExpired(obj.get("message", ""))
+                    raise OrchestratorError(f"watch {resource}: {obj.get('code')} {obj.get('message')}")
+                yield event.get("type", ""), event.get("raw_object")
+        except ApiException as exc:
+            if exc.status == 410:
+                raise WatchExpired(str(exc.reason)) from None
+            raise OrchestratorError(f"watch {resource}: {exc.status} {_reason(exc)}") from None
+        finally:
+            done.set()
+
+    # -- the Lease (coordination.k8s.io/v1) -------------------------------------------------------
+
+    def lease_read(self, namespace: str, name: str) -> dict | None:
+        """The Lease, or None when it does not exist."""
+        try:
+            return self._raw(self.coordination.read_namespaced_lease, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise OrchestratorError(f"read lease {namespace}/{name}: {exc.status} {_reason(exc)}") from None
+
+    def lease_write(self, namespace: str, lease: dict, *, create: bool) -> dict:
+        """Create the Lease or replace it (optimistic: its ``metadata.resourceVersion``).
+
+        Raises:
+            LeaseConflict: 409 — someone else created or changed it first.
+            OrchestratorError: any other refusal or a timeout.
+        """
+        name = lease["metadata"]["name"]
+        try:
+            if create:
+                return self._raw(self.coordination.create_namespaced_lease, namespace, lease)
+            return self._raw(self.coordination.replace_namespaced_lease, name, namespace, lease)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise LeaseConflict(f"lease {namespace}/{name}: {_reason(exc)}") from None
+            raise OrchestratorError(f"lease {namespace}/{name}: {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - a timeout is a failed renewal
+            raise OrchestratorError(f"lease {namespace}/{name}: {type(exc).__name__}: {exc}") from None
+
+    # -- Events -----------------------------------------------------------------------------------
+
+    def record_event(self, workload_id: str, reason: str, message: str, *, type_: str = "Normal") -> None:
+        """Queue a core/v1 Event about pod ``workload_id`` (sent by the event thread)."""
+        self._enqueue(("event", workload_id, reason, message, type_))
+
+    def flush_events(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every queued Event was sent (tests); returns whether it emptied in time."""
+        deadline = time.monotonic() + timeout_s
+        while self._events.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._events.unfinished_tasks
+
+    def _enqueue(self, item: tuple) -> None:
+        try:
+            self._events.put_nowait(item)
+        except queue.Full:
+            self.events_dropped += 1
+            return
+        with self._sender_lock:
+            if self._sender is None or not self._sender.is_alive():
+                self._sender = threading.Thread(target=self._send_events, name="kalena-k8s-events", daemon=True)
+                self._sender.start()
+
+    def _send_events(self) -> None:
+        while True:
+            try:
+                item = self._events.get(timeout=5.0)
+            except queue.Empty:
+                return
+            try:
+                if item[0] == "event":
+                    self._post_event(*item[1:])
+                else:
+                    self._patch_unschedulable(item[1], item[2])
+                self.events_sent += 1
+            except Exception as exc:  # noqa: BLE001 - an Event is best effort; the pod's state is not
+                log.info("kubernetes event for %s not sent: %s", item[1], exc)
+            finally:
+                self._events.task_done()
+
+    def _post_event(self, workload_id: str, reason: str, message: str, type_: str) -> None:
+        namespace, name = workload_id.split("/", 1)
+        now = _now_rfc3339()
+        body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.", "namespace": namespace},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name},
+                "reason": reason, "message": message[:1024], "type": type_, "count": 1,
+                "firstTimestamp": now, "lastTimestamp": now, "eventTime": _now_rfc3339(micro=True),
+                "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+                "reportingInstance": self.identity, "action": "Scheduling" if reason != "Evicted" else "Evicting"}
+        self._raw(self.core.create_namespaced_event, namespace, body)
+
+    def _patch_unschedulable(self, workload_id: str, message: str) -> None:
+        namespace, name = workload_id.split("/", 1)
+        patch = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                            "message": message[:1024], "lastTransitionTime": _now_rfc3339()}]}}
+        self._raw(self.core.patch_namespaced_pod_status, name, namespace, patch,
+                  _content_type="application/strategic-merge-patch+json")
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _raw(self, method, *args, **kwargs) -> dict:
+        """Call ``method`` with a timeout and raw content; read, release and parse the answer."""
+        resp = method(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+        try:
+            data = resp.read()
+        finally:
+            resp.release_conn()
+        return json.loads(data) if data else {}
 
 
-def _ready(node: k8s.V1Node) -> bool:
-    conditions = (node.status.conditions if node.status else None) or []
-    ready = [c for c in conditions if c.type == "Ready"]
-    unschedulable = bool(node.spec and node.spec.unschedulable)
-    return bool(ready) and ready[0].status == "True" and not unschedulable
+def _stop_when(stop: threading.Event, done: threading.Event, w: k8s_watch.Watch) -> None:
+    """End watch ``w`` as soon as ``stop`` is set (a blocked read would wait for the timeout)."""
+    while not done.is_set():
+        if stop.wait(0.5):
+            w.stop()
+            return
 
 
 def _reason(exc: ApiException) -> str:
     try:
-        return json.loads(exc.body or "{}").get("message") or exc.reason or ""
-    except ValueError:
+        body = json.loads(exc.body or "{}")
+    except (ValueError, TypeError):
         return exc.reason or ""
+    message = body.get("message") or exc.reason or ""
+    causes = ((body.get("details") or {}).get("causes") or [])
+    extra = "; ".join(str(c.get("message")) for c in causes if c.get("message"))
+    return f"{message} ({extra})" if extra else message

@@ -2,8 +2,8 @@
 Kubernetes, standalone Docker and Docker Swarm (the last two on the real private engine and a real
 single-node Swarm that scripts/services starts).
 
-The Kubernetes adapter runs against real Kubernetes JSON shapes served over HTTP by
-``kube_api.KubeAPI`` — no Kubernetes API server can run on these machines.
+The Kubernetes adapter runs against the wire-faithful test API server
+(:mod:`agents.orchestrators.kubernetes.testserver`) — no Kubernetes API server can run here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kubernetes import client as k8s
 from agents.orchestrators import BatchSpec, FakeOrchestrator, Orchestrator, OrchestratorError, StaleBinding, drain_batch
 from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator, container_name
 from agents.orchestrators.kubernetes import KubernetesOrchestrator
-from tests.agents.orchestrators import kube_api
+from agents.orchestrators.kubernetes.testserver import TestAPIServer, node, pod
 
 IMAGE = "kalena/busybox:test"
 
@@ -39,18 +39,20 @@ def fake_harness() -> Iterator[Harness]:
 
 
 def kubernetes_harness() -> Iterator[Harness]:
-    with kube_api.KubeAPI() as api:
-        api.nodes = {n: kube_api.node(n) for n in ("node-a", "node-b")} | {"node-c": kube_api.node("node-c", ready=False)}
-        api.pods["kube-system/calico-node-x1"] = kube_api.pod("kube-system", "calico-node-x1", "node-a", owner_kind="DaemonSet")
+    with TestAPIServer() as api:
+        for n in ("node-a", "node-b"):
+            api.create("nodes", node(n))
+        api.create("nodes", node("node-c", ready=False))
+        api.create_pod(pod("kube-system", "calico-node-x1", "node-a", owner_kind="DaemonSet"))
         config = k8s.Configuration(host=api.url)
         adapter = KubernetesOrchestrator(k8s.ApiClient(config))
 
         def prepare(spec: BatchSpec) -> None:
-            api.pods[spec.id] = kube_api.pod(spec.namespace, spec.name, tier="batch", priority=str(spec.priority))
+            api.create_pod(pod(spec.namespace, spec.name, tier="batch", priority=str(spec.priority)))
 
         def add_service(workload_id: str, node: str) -> None:
             ns, name = workload_id.split("/")
-            api.pods[workload_id] = kube_api.pod(ns, name, node)
+            api.create_pod(pod(ns, name, node))
 
         yield Harness(adapter, prepare, add_service, ["node-a", "node-b"])
 
@@ -78,7 +80,7 @@ def docker_harness(client) -> Iterator[Harness]:
 
 def swarm_harness(client) -> Iterator[Harness]:
     """A single-node Swarm on the private engine (TESTBED recipe); left again afterwards."""
-    client.swarm.init(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:2377", force_new_cluster=False)
+    client.swarm.init(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:22377", force_new_cluster=False)
     adapter = SwarmOrchestrator(client)
     (host,) = adapter.nodes()
     try:
@@ -172,18 +174,18 @@ def test_drain_takes_only_batch(harness: Harness) -> None:
 
 
 def test_kubernetes_requests_use_the_binding_and_eviction_subresources() -> None:
-    with kube_api.KubeAPI() as api:
-        api.nodes = {"node-a": kube_api.node("node-a")}
-        api.pods["batch/job-9"] = kube_api.pod("batch", "job-9", tier="batch", priority="1")
+    with TestAPIServer() as api:
+        api.create("nodes", node("node-a"))
+        api.create_pod(pod("batch", "job-9", tier="batch", priority="1", labels={"job": "job-9"}))
         adapter = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)))
         adapter.bind(spec("job-9"), "node-a")
         method, path, body = api.requests[-1]
         assert (method, path) == ("POST", "/api/v1/namespaces/batch/pods/job-9/binding")
         assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
-        api.pdb_blocks.add("batch/job-9")
+        api.add_pdb("batch", "job-9-budget", {"job": "job-9"}, max_unavailable=0)
         with pytest.raises(OrchestratorError, match="429.*disruption budget"):
             adapter.evict("batch/job-9", grace_s=30, reason="priority")
-        api.pdb_blocks.clear()
+        api.store.delete("poddisruptionbudgets", "batch/job-9-budget")
         adapter.evict("batch/job-9", grace_s=30, reason="priority")
         method, path, body = api.requests[-1]
         assert path == "/api/v1/namespaces/batch/pods/job-9/eviction"

@@ -4,6 +4,7 @@ PostgreSQL that the test stops and starts again (issue: probes, metrics, logs)."
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -102,8 +103,11 @@ def test_metrics_by_pod_ip_carry_units_in_their_names(served) -> None:
             "kalena_scheduling_attempt_duration_seconds", "kalena_scheduling_attempts"} <= set(families)
     # no quantity without its unit, no ages: gauges of quantities end in a base unit
     for name, kind in families.items():
-        if kind == "gauge" and name.startswith("kalena_node_") and not name.endswith(("_stale", "_ineligible")):
-            assert name.endswith(("_cores", "_bytes", "_timestamp_seconds")), name
+        quantity = re.fullmatch(r"kalena_node_(capacity|requests|reservations|usage|slack)(_[a-z]+)?", name)
+        if kind == "gauge" and quantity and quantity.group(2) != "_ineligible":
+            assert name.endswith(("_cores", "_bytes")), name
+        if "sample" in name and kind == "gauge":
+            assert name.endswith("_timestamp_seconds"), name
         assert not name.endswith("_age_seconds"), name
     assert families["kalena_scheduling_attempt_duration_seconds"] == "histogram"
     assert families["kalena_scheduling_attempts"] == "counter"

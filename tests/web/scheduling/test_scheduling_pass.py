@@ -167,3 +167,18 @@ def test_a_live_gang_places_whole_and_a_requeued_member_rejoins_its_running_gang
     # one member still runs: it counts toward the gang's size of 2, so the requeued one is placed alone
     assert run_pass(live).placed == 1
     assert BatchPod.objects.filter(cluster=live, gang="pair", state=BatchPod.BOUND).count() == 2
+def test_the_production_cache_is_reused_until_a_production_pod_moves(live) -> None:
+    from kalena_web.inventory.models import Node, Workload
+    from kalena_web.scheduling import selectors
+
+    rows = selectors.node_rows(cluster=live)
+    row_of_node = {r.id: i for i, r in enumerate(rows)}
+    cache: dict = {}
+    first = selectors.production_pods(cluster=live, row_of_node=row_of_node, cache=cache)
+    assert selectors.production_pods(cluster=live, row_of_node=row_of_node, cache=cache) is first
+    prod = Workload.objects.filter(cluster=live, kind=Workload.PRODUCTION).first()
+    other = Node.objects.filter(cluster=live).exclude(id=prod.node_id).first()
+    Workload.objects.filter(id=prod.id).update(node=other)
+    moved = selectors.production_pods(cluster=live, row_of_node=row_of_node, cache=cache)
+    assert moved is not first
+    assert moved.node[list(moved.ids).index(prod.name)] == row_of_node[other.id]

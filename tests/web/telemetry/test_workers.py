@@ -6,6 +6,7 @@ and two workers drain different shards."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -132,3 +133,57 @@ def test_two_workers_share_the_shards_and_never_run_one_shard_twice_at_once(home
         for b in runs:
             if a.id != b.id and a.shard == b.shard:
                 assert a.committed_s <= b.started_s or b.committed_s <= a.started_s
+
+
+def test_a_worker_that_published_ledgers_stops_on_sigterm(home, services) -> None:
+    beta = Node.objects.get(cluster=home, name="thinkcentre-beta")
+    prefill([beta], batches=3, t0=time.time() - 1000)
+    worker = services.procs.worker("published")
+    services.celery().send_task("kalena.ledger.estimate", args=[shard_of(beta.name, settings.KALENA_ESTIMATION_SHARDS)])
+    wait_until(lambda: pending() == 0, timeout_s=90, what="the worker to apply the batches (and publish the ledgers)")
+    worker.send_signal(signal.SIGTERM)                                # what a rollout sends
+    try:
+        worker.wait(60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the worker ignored SIGTERM:\n" + services.log("published")[-2000:]) from None
+    assert worker.returncode == 0
+
+
+def test_a_held_shard_lock_is_renewed_and_a_dead_holders_lock_expires_within_its_ttl(home, services) -> None:
+    import redis
+
+    beta = Node.objects.get(cluster=home, name="thinkcentre-beta")
+    prefill([beta], batches=5, t0=time.time() - 1000)
+    shard = shard_of(beta.name, settings.KALENA_ESTIMATION_SHARDS)
+    key = f"kalena:lock:estimation:{shard}"
+    ttl_s = float(services.env["KALENA_ESTIMATION_LOCK_TTL_S"])     # 3 s for the test workers
+    r = redis.Redis.from_url(services.redis_url)
+    blocker = psycopg.connect(child_database_url())                   # the run outlasts its TTL: blocked in its transaction
+    try:
+        blocker.execute("SELECT 1 FROM ledger_livenodeledger WHERE node_id = %s FOR UPDATE", [beta.id])
+        worker = services.procs.worker("holder")
+        services.celery().send_task("kalena.ledger.estimate", args=[shard])
+        wait_until(lambda: r.exists(key), timeout_s=60, what="the worker to take the shard lock")
+        ttls_ms = []
+        held_until = time.monotonic() + 4 * ttl_s
+        while time.monotonic() < held_until:                          # renewed while held
+            ttls_ms.append(r.pttl(key))
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        killed = time.monotonic()
+        wait_until(lambda: not r.exists(key), timeout_s=30, every_s=0.05, what="the dead holder's lock to expire")
+        gone_after_s = time.monotonic() - killed
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert min(ttls_ms) > 0 and max(ttls_ms) <= ttl_s * 1000, f"the held lock expired: {ttls_ms}"
+    assert gone_after_s <= ttl_s + 1.0, f"the lock outlived its holder by {gone_after_s:.1f} s"
+    assert settings.KALENA_ESTIMATION_LOCK_TTL_S <= 10.0 - 3.0      # the default leaves room to resume within 10 s
+    services.procs.worker("next")
+    client = services.celery()
+    deadline = time.monotonic() + 60
+    while pending() and time.monotonic() < deadline:
+        client.send_task("kalena.ledger.sweep")
+        time.sleep(1.0)
+    assert pending() == 0 and sum(run.batches for run in EstimationRun.objects.all()) == 5

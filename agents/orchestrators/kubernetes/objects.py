@@ -1,0 +1,299 @@
+"""Pure: Kubernetes API JSON (core/v1 Pod and Node, as dicts) → Kalena's watch events.
+
+No I/O. Shapes from the Kubernetes API reference (workload-resources/pod-v1,
+cluster-resources/node-v1). Units: cpu → millicores, memory and ephemeral-storage → bytes
+(quantities parsed by the client library's ``kubernetes.utils.parse_quantity``).
+
+Which pods become which events (DESIGN §14):
+
+* DaemonSet pods: nothing (Phase 0 already deducted them from capacity).
+* batch — tier label ``batch`` or ``schedulerName: kalena``: no node, ``schedulerName: kalena``,
+  not terminating → :class:`PodPending`; on a node and Pending/Running → :class:`PodRunning`;
+  Succeeded → ``PodFinished(succeeded)``; Failed with ``status.reason`` ``OutOf…`` →
+  :class:`PodRefused` (an admission rejection, never a completion); Failed ``Evicted`` or with a
+  ``DisruptionTarget`` condition → ``PodFinished(evicted)``; a container terminated
+  ``OOMKilled`` → ``PodFinished(oom)``; other Failed → ``PodFinished(failed)`` with the exit code.
+* production (everything else): on a node and not terminal → :class:`ProductionSeen`;
+  terminal → :class:`PodGone` (terminated workloads never count).
+* DELETED → :class:`PodGone`.
+
+A pod's requests are kube-scheduler's effective requests: ``max(Σ containers, max init
+container) + overhead`` per resource, plus Kalena's batch extended resources
+(``kalena.naughtian.io/batch-cpu`` in millicores, ``…/batch-memory`` in bytes) folded into cpu
+and ram. Example: containers 500m + 250m, an init container 1 → cpu 1000 mcpu. A pod converted
+by the admission webhook takes its cpu/memory request and limit from the
+``kalena.naughtian.io/resources`` annotation (the extended resources carry only the request).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime
+
+from kubernetes.utils import parse_quantity
+
+from agents.orchestrators.base import TIER_LABEL, priority_of
+from agents.orchestrators.events import (
+    NodeSeen, PodFinished, PodGone, PodPending, PodRefused, PodRunning, ProductionSeen, Vector, WatchEvent,
+)
+from agents.orchestrators.kubernetes.batch_resources import QuantityError, read_annotation
+
+SCHEDULER_NAME = "kalena"
+BATCH_CPU = "kalena.naughtian.io/batch-cpu"
+BATCH_MEMORY = "kalena.naughtian.io/batch-memory"
+GANG_ANNOTATION = "kalena.naughtian.io/gang"
+MIN_MEMBER_ANNOTATION = "kalena.naughtian.io/min-member"
+UNREPORTED = math.inf  # a dimension Kubernetes does not report (disk and network bandwidth)
+
+
+class MalformedObject(ValueError):
+    """An API object Kalena cannot read: ``name`` (``namespace/name`` or node name) and
+    ``field`` (dotted path) say where; the watcher counts, logs and skips it."""
+
+    def __init__(self, name: str, field: str, problem: str) -> None:
+        self.name, self.field, self.problem = name, field, problem
+        super().__init__(f"{name or '<unnamed>'}: {field}: {problem}")
+
+
+def _quantity(raw: object, name: str, field: str, *, milli: bool = False) -> float:
+    try:
+        value = float(parse_quantity(raw)) * (1000.0 if milli else 1.0)
+    except (ValueError, TypeError, ArithmeticError):
+        raise MalformedObject(name, field, f"{raw!r} is not a Kubernetes quantity") from None
+    if not math.isfinite(value) or value < 0:
+        raise MalformedObject(name, field, f"{raw!r} is negative or not finite")
+    return value
+
+
+def resource_vector(block: Mapping | None, name: str, field: str, *, node: bool = False) -> list[float]:
+    """A ``resources.requests``-style mapping → 8-vector (internal units). ``node``: the
+    dimensions Kubernetes does not report are ``+inf`` (unconstrained) instead of 0."""
+    block = block or {}
+    if not isinstance(block, Mapping):
+        raise MalformedObject(name, field, "expected a mapping of resource name → quantity")
+    fill = UNREPORTED if node else 0.0
+    out = [0.0, 0.0, 0.0, UNREPORTED if node else 0.0, fill, fill, fill, fill]
+    if "cpu" in block:
+        out[0] = _quantity(block["cpu"], name, f"{field}.cpu", milli=True)
+    if "memory" in block:
+        out[1] = _quantity(block["memory"], name, f"{field}.memory")
+    if "nvidia.com/gpu" in block:
+        out[2] = _quantity(block["nvidia.com/gpu"], name, f"{field}.nvidia.com/gpu")
+    if "ephemeral-storage" in block:
+        out[3] = _quantity(block["ephemeral-storage"], name, f"{field}.ephemeral-storage")
+    if not node:
+        if BATCH_CPU in block:
+            out[0] += _quantity(block[BATCH_CPU], name, f"{field}.{BATCH_CPU}")
+        if BATCH_MEMORY in block:
+            out[1] += _quantity(block[BATCH_MEMORY], name, f"{field}.{BATCH_MEMORY}")
+    return out
+
+
+def pod_resources(pod: Mapping, kind: str = "requests") -> Vector:
+    """Effective ``requests`` or ``limits`` of a pod (see module doc), 8-vector."""
+    name = pod_ref(pod)
+    spec = pod.get("spec") or {}
+    total = [0.0] * 8
+    for i, c in enumerate(spec.get("containers") or []):
+        v = resource_vector((c.get("resources") or {}).get(kind), name, f"spec.containers[{i}].resources.{kind}")
+        total = [a + b for a, b in zip(total, v, strict=True)]
+    for i, c in enumerate(spec.get("initContainers") or []):
+        v = resource_vector((c.get("resources") or {}).get(kind), name, f"spec.initContainers[{i}].resources.{kind}")
+        total = [max(a, b) for a, b in zip(total, v, strict=True)]
+    overhead = resource_vector(spec.get("overhead"), name, "spec.overhead")
+    out = [a + b for a, b in zip(total, overhead, strict=True)]
+    try:  # a batch pod the webhook converted: its real cpu/memory travel in the annotation
+        converted = read_annotation((pod.get("metadata") or {}).get("annotations"))
+    except QuantityError as exc:
+        raise MalformedObject(name, exc.field, str(exc).split(": ", 1)[1]) from None
+    if converted is not None:
+        if kind == "requests":
+            out[0], out[1] = float(converted.request_mcpu), float(converted.request_bytes)
+        else:  # an undefined limit is the request (DESIGN §5: L = q)
+            out[0] = float(converted.request_mcpu if converted.limit_mcpu is None else converted.limit_mcpu)
+            out[1] = float(converted.request_bytes if converted.limit_bytes is None else converted.limit_bytes)
+    return tuple(out)  # type: ignore[return-value]
+
+
+def pod_ref(pod: Mapping) -> str:
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise MalformedObject("", "metadata.name", "a pod needs a name")
+    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+
+
+def timestamp_s(raw: object, name: str = "", field: str = "") -> float:
+    """RFC 3339 (``2026-11-29T08:00:00Z``) → Unix seconds; 0.0 when absent."""
+    if not raw:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise MalformedObject(name, field, f"{raw!r} is not an RFC 3339 time") from None
+
+
+def owner_of(meta: Mapping) -> str:
+    """``Kind/name`` of the controlling owner reference (``Job/train``), ``""`` for a bare pod."""
+    owners = meta.get("ownerReferences") or []
+    chosen = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    return f"{chosen.get('kind')}/{chosen.get('name')}" if chosen else ""
+
+
+def normalize_image(name: str) -> str:
+    """``busybox`` → ``docker.io/library/busybox:latest`` (kube-scheduler's ImageLocality
+    normalisation), so a pod's image matches a node's ``status.images`` names."""
+    if not name:
+        return ""
+    if "@" in name:
+        return name if "/" in name.split("@")[0] else f"docker.io/library/{name}"
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    last = name.rsplit("/", 1)[-1]
+    return name if ":" in last else f"{name}:latest"
+
+
+def pod_constraints(spec: Mapping, name: str) -> dict:
+    """nodeSelector, tolerations, required pod anti-affinity and hard topology spread → the
+    constraint shape the scheduler stores (the REST API's ``constraints``)."""
+    out: dict = {}
+    if spec.get("nodeSelector"):
+        if not isinstance(spec["nodeSelector"], Mapping):
+            raise MalformedObject(name, "spec.nodeSelector", "expected a mapping")
+        out["node_selector"] = {str(k): str(v) for k, v in spec["nodeSelector"].items()}
+    tolerations = []
+    for t in spec.get("tolerations") or []:
+        if not isinstance(t, Mapping):
+            raise MalformedObject(name, "spec.tolerations", "expected a list of mappings")
+        tolerations.append({k: str(t[k]) for k in ("key", "operator", "value", "effect") if t.get(k) is not None})
+    if tolerations:
+        out["tolerations"] = tolerations
+    anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or []
+    if anti:
+        out["anti_affinity_terms"] = [{"labelSelector": t.get("labelSelector") or {},
+                                       "topologyKey": t.get("topologyKey", "kubernetes.io/hostname"),
+                                       "namespaces": list(t.get("namespaces") or [])} for t in anti]
+    spread = [s for s in spec.get("topologySpreadConstraints") or []
+              if s.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+    if spread:
+        out["spread"] = [{"maxSkew": int(s.get("maxSkew", 1)), "topologyKey": s.get("topologyKey", "zone"),
+                          **({"labelSelector": s["labelSelector"]} if s.get("labelSelector") else {})} for s in spread]
+    return out
+
+
+def is_daemonset(meta: Mapping) -> bool:
+    return any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+
+
+def is_batch(pod: Mapping) -> bool:
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return (meta.get("labels") or {}).get(TIER_LABEL) == "batch" or spec.get("schedulerName") == SCHEDULER_NAME
+
+
+def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
+    """One pod watch event (``ADDED`` | ``MODIFIED`` | ``DELETED``, or ``LISTED`` for a list
+    item) → Kalena's events (see module doc); ``[]`` for pods Kalena does not follow.
+
+    Raises:
+        MalformedObject: naming the pod and the field.
+    """
+    ref = pod_ref(pod)
+    meta = pod.get("metadata") or {}
+    if is_daemonset(meta):
+        return []
+    if event_type == "DELETED":
+        return [PodGone(ref)]
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        raise MalformedObject(ref, "spec", "spec and status must be mappings")
+    node = spec.get("nodeName") or ""
+    phase = status.get("phase") or "Pending"
+    at_s = timestamp_s(meta.get("creationTimestamp"), ref, "metadata.creationTimestamp")
+    if not is_batch(pod):
+        if phase in ("Succeeded", "Failed"):
+            return [PodGone(ref, at_s=at_s)]
+        return [ProductionSeen(ref, node, pod_resources(pod), pod_resources(pod, "limits"),
+                               labels=dict(meta.get("labels") or {}), at_s=at_s)]
+    if not node:
+        if spec.get("schedulerName") != SCHEDULER_NAME:
+            return []  # another scheduler's pod (extender mode): not Kalena's queue
+        if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            return [PodGone(ref, at_s=at_s)]
+        annotations = dict(meta.get("annotations") or {})
+        containers = spec.get("containers") or []
+        if not containers:
+            raise MalformedObject(ref, "spec.containers", "a pod needs at least one container")
+        raw_min = annotations.get(MIN_MEMBER_ANNOTATION)
+        try:
+            min_member = int(raw_min) if raw_min is not None else None
+        except ValueError:
+            raise MalformedObject(ref, f"metadata.annotations.{MIN_MEMBER_ANNOTATION}",
+                                  f"{raw_min!r} is not a positive integer") from None
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
+            raise MalformedObject(ref, "spec.terminationGracePeriodSeconds", f"{grace!r} is not a number of seconds")
+        return [PodPending(
+            ref, pod_resources(pod), pod_resources(pod, "limits"), labels=dict(meta.get("labels") or {}),
+            annotations=annotations, priority=priority_of(annotations), owner=owner_of(meta),
+            gang=str(annotations.get(GANG_ANNOTATION, "")), at_s=at_s,
+            image=normalize_image(str(containers[0].get("image") or "")), constraints=pod_constraints(spec, ref),
+            grace_s=float(grace), min_member=min_member)]
+    if phase in ("Pending", "Running", "Unknown"):
+        return [PodRunning(ref, node, at_s=timestamp_s(status.get("startTime"), ref, "status.startTime") or at_s)]
+    reason = str(status.get("reason") or "")
+    if phase == "Succeeded":
+        return [PodFinished(ref, node, "succeeded", reason or "Completed", _exit_code(status), at_s=at_s)]
+    if reason.startswith("OutOf"):
+        return [PodRefused(ref, node, reason, at_s=at_s)]
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+    if reason == "Evicted" or (conditions.get("DisruptionTarget") or {}).get("status") == "True":
+        return [PodFinished(ref, node, "evicted", reason or "Evicted", _exit_code(status), at_s=at_s)]
+    terminated = [(cs.get("state") or {}).get("terminated") or {} for cs in status.get("containerStatuses") or []]
+    if any(t.get("reason") == "OOMKilled" for t in terminated):
+        return [PodFinished(ref, node, "oom", "OOMKilled", _exit_code(status), at_s=at_s)]
+    return [PodFinished(ref, node, "failed", reason or "Error", _exit_code(status), at_s=at_s)]
+
+
+def _exit_code(status: Mapping) -> int | None:
+    for cs in status.get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode") is not None:
+            return int(terminated["exitCode"])
+    return None
+
+
+def node_event(node: Mapping) -> NodeSeen:
+    """A Node → :class:`NodeSeen`: Ready condition, ``spec.unschedulable``, allocatable
+    (cpu, memory, nvidia.com/gpu, ephemeral-storage; bandwidth ``+inf``), labels, taints,
+    cached images with their sizes.
+
+    Raises:
+        MalformedObject: naming the node and the field.
+    """
+    meta = node.get("metadata") if isinstance(node, Mapping) else None
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise MalformedObject("", "metadata.name", "a node needs a name")
+    name = str(meta["name"])
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = []
+    for i, t in enumerate(spec.get("taints") or []):
+        if not isinstance(t, Mapping) or not t.get("key"):
+            raise MalformedObject(name, f"spec.taints[{i}]", "a taint needs a key")
+        taints.append({"key": str(t["key"]), "value": str(t.get("value") or ""),
+                       "effect": str(t.get("effect") or "NoSchedule")})
+    images: dict[str, float] = {}
+    for i, image in enumerate(status.get("images") or []):
+        size = float(image.get("sizeBytes") or 0) if isinstance(image, Mapping) else 0.0
+        for image_name in (image.get("names") or []) if isinstance(image, Mapping) else []:
+            images[normalize_image(str(image_name))] = size
+    return NodeSeen(
+        name=name, ready=ready, schedulable=not bool(spec.get("unschedulable")),
+        allocatable=tuple(resource_vector(status.get("allocatable"), name, "status.allocatable", node=True)),
+        labels=dict(meta.get("labels") or {}), taints=tuple(taints), images=tuple(images),
+        at_s=timestamp_s(meta.get("creationTimestamp"), name, "metadata.creationTimestamp"), image_bytes=images)

@@ -1,0 +1,189 @@
+"""The Kubernetes watcher: list + watch of pods and nodes → Kalena's watch events (DESIGN §14).
+
+A reflector per resource (client-go's Reflector, in small): list, emit every item, remember
+the list's ``resourceVersion``, then watch from it, advancing the version with every event and
+BOOKMARK. On ``410 Gone`` (an ERROR event with ``reason: Expired``, or the client's
+``ApiException(410)`` after its one retry) it re-lists and restarts from the new list's
+version — never from an empty, ``None`` or ``0`` version (case C9). A stream that ends is
+resumed from the last version; a failed connection is retried with exponential backoff
+(``backoff_s`` doubling to ``max_backoff_s``, with jitter), then the same rule. Every list
+ends with :class:`Resynced` carrying every pod ref and node name the watcher holds, so the
+reconciler drops what vanished while the watch was away.
+
+A malformed object (or watch line) is counted in ``malformed`` and logged with its name and
+field; it changes nothing and never stops the watch.
+
+Only :mod:`agents.orchestrators.kubernetes.client` calls the API; this module decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+from agents.orchestrators.events import NodeGone, Resynced, WatchEvent
+from agents.orchestrators.kubernetes.objects import MalformedObject, node_event, pod_events
+
+log = logging.getLogger(__name__)
+
+
+class WatchExpired(Exception):
+    """The API answered 410 Gone: the version is too old; re-list."""
+
+
+class KubernetesWatcher:
+    """Pods and nodes of one cluster as watch events (see module doc).
+
+    ``api`` has ``list_objects(resource) -> (items, resource_version)`` and
+    ``watch_objects(resource, resource_version, timeout_s, stop) -> Iterator[(type, object)]``
+    (raising :class:`WatchExpired` on 410); :class:`~agents.orchestrators.kubernetes.client.
+    KubernetesOrchestrator` provides both. ``sleep(seconds, stop)`` is injectable for tests.
+    """
+
+    def __init__(self, api, *, watch_timeout_s: int = 300, backoff_s: float = 0.5, max_backoff_s: float = 30.0,
+                 sleep: Callable[[float, threading.Event], None] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.api = api
+        self.watch_timeout_s = watch_timeout_s
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.sleep = sleep or (lambda s, stop: stop.wait(s))
+        self.rng = rng or random.Random()
+        self.pods: set[str] = set()
+        self.nodes: set[str] = set()
+        self.versions: dict[str, str] = {}
+        self.malformed: Counter = Counter()
+        self.lists: Counter = Counter()
+        self.expired: Counter = Counter()
+        self.reconnects: Counter = Counter()
+        self._lock = threading.Lock()
+
+    # -- translating ----------------------------------------------------------------------------
+
+    def _translate(self, resource: str, event_type: str, obj: dict) -> list[WatchEvent]:
+        try:
+            if resource == "nodes":
+                name = str(((obj.get("metadata") or {}).get("name")) or "")
+                if event_type == "DELETED":
+                    with self._lock:
+                        self.nodes.discard(name)
+                    return [NodeGone(name)]
+                seen = node_event(obj)
+                with self._lock:
+                    self.nodes.add(seen.name)
+                return [seen]
+            events = pod_events(event_type, obj)
+            ref = f"{(obj.get('metadata') or {}).get('namespace') or 'default'}/{obj['metadata']['name']}"
+            with self._lock:
+                if event_type == "DELETED":
+                    self.pods.discard(ref)
+                elif events:
+                    self.pods.add(ref)
+            return events
+        except (MalformedObject, KeyError, TypeError, AttributeError) as exc:
+            self.malformed[resource] += 1
+            where = exc if isinstance(exc, MalformedObject) else f"{type(exc).__name__}: {exc}"
+            log.warning("watch %s: malformed %s object skipped: %s", resource, event_type, where)
+            if isinstance(exc, MalformedObject) and exc.name and event_type != "DELETED":
+                with self._lock:  # keep what Kalena holds of it: a bad version is not a deletion
+                    (self.nodes if resource == "nodes" else self.pods).add(exc.name)
+            return []
+
+    def _relist(self, resource: str, out: Callable[[WatchEvent], None], *, resynced: bool = True) -> str:
+        items, version = self.api.list_objects(resource)
+        if not version or str(version) == "0":
+            raise RuntimeError(f"list {resource} answered no resourceVersion")
+        self.lists[resource] += 1
+        listed: set[str] = set()
+        for obj in items:
+            for event in self._translate(resource, "LISTED", obj):
+                out(event)
+            meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+            if meta.get("name"):
+                listed.add(f"{meta.get('namespace') or 'default'}/{meta['name']}" if resource == "pods" else meta["name"])
+        with self._lock:
+            if resource == "pods":
+                self.pods = listed
+            else:
+                self.nodes = listed
+            pods, nodes = frozenset(self.pods), frozenset(self.nodes)
+        if resynced:
+            out(Resynced(pods=pods, nodes=nodes))
+        self.versions[resource] = str(version)
+        return str(version)
+
+    # -- the reflector loop ---------------------------------------------------------------------
+
+    def reflect(self, resource: str, out: Callable[[WatchEvent], None], stop: threading.Event,
+                listed: bool = False) -> None:
+        """List (unless ``listed``) and watch ``resource`` until ``stop`` (see module doc)."""
+        delay = self.backoff_s
+        need_list = not listed
+        while not stop.is_set():
+            try:
+                if need_list:
+                    self._relist(resource, out)
+                    need_list = False
+                version = self.versions[resource]
+                for event_type, obj in self.api.watch_objects(resource, version, self.watch_timeout_s, stop):
+                    if event_type == "BOOKMARK":
+                        bookmark = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+                        if bookmark:
+                            self.versions[resource] = str(bookmark)
+                        continue
+                    if not isinstance(obj, dict):
+                        self.malformed[resource] += 1
+                        log.warning("watch %s: an event without an object skipped (%s)", resource, event_type)
+                        continue
+                    for event in self._translate(resource, event_type, obj):
+                        out(event)
+                    new = (obj.get("metadata") or {}).get("resourceVersion")
+                    if new:
+                        self.versions[resource] = str(new)
+                    if stop.is_set():
+                        return
+                delay = self.backoff_s  # a stream that ended normally: resume at once
+            except WatchExpired:
+                self.expired[resource] += 1
+                log.info("watch %s: 410 Gone at resourceVersion %s, re-listing", resource, self.versions.get(resource))
+                need_list = True
+            except Exception as exc:  # noqa: BLE001 - any transport failure: back off and resume
+                if stop.is_set():
+                    return  # the stream was cut because the watch is stopping
+                self.reconnects[resource] += 1
+                log.warning("watch %s: %s; retrying in %.1f s", resource, exc, delay)
+                self.sleep(delay * (0.5 + self.rng.random()), stop)
+                delay = min(self.max_backoff_s, delay * 2)
+                if resource not in self.versions:
+                    need_list = True
+
+    def events(self, stop: threading.Event) -> Iterator[WatchEvent]:
+        """The port's ``watch``: nodes then pods listed, one ``Resynced`` with both sets, then
+        the changes of both (a later re-list of one resource ends with a ``Resynced`` carrying
+        its new set and the other's current one), until ``stop`` is set."""
+        q: queue.Queue = queue.Queue()
+        for resource in ("nodes", "pods"):  # both lists before the first Resynced: it needs both sets whole
+            while not stop.is_set():
+                try:
+                    self._relist(resource, q.put, resynced=resource == "pods")
+                    break
+                except Exception as exc:  # noqa: BLE001 - the API may not be up yet
+                    self.reconnects[resource] += 1
+                    log.warning("list %s: %s; retrying", resource, exc)
+                    self.sleep(self.backoff_s, stop)
+        threads = [threading.Thread(target=self.reflect, args=(r, q.put, stop, True), name=f"kalena-watch-{r}",
+                                    daemon=True) for r in ("nodes", "pods")]
+        for t in threads:
+            t.start()
+        while not stop.is_set() or not q.empty():
+            try:
+                yield q.get(timeout=0.1)
+            except queue.Empty:
+                if stop.is_set():
+                    break
+        for t in threads:
+            t.join(timeout=5)

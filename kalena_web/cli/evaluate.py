@@ -1,0 +1,208 @@
+"""``kalena evaluate policies``: the same replay — inputs, seed, scheduler, node-local
+mitigation — once per reservation rule (Kalena, no reclamation, Koordinator, VPA and two
+oracles), in parallel processes, with progress, a printed table, ``--summary-json`` and a
+self-contained HTML report (DESIGN §11; docs/evaluation.md).
+
+Processes: the inputs are loaded once, then each policy runs in its own forked process (the
+loaded inputs are inherited, not copied through a pipe); at most ``--jobs`` run at a time, so
+memory is bounded by ``jobs`` replays. Results come back as summaries and small per-step
+timelines; the output is the same whatever ``--jobs`` is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import queue as queue_module
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from tqdm import tqdm
+
+from kalena_engine.policy_file import dump_policy_text
+from kalena_engine.replay import MAPPINGS, NODE_SETS, ReplayConfig, ReplayInputs, build_replay
+from kalena_engine.replay.evaluate import format_table, policy_configs, with_harvest_ratios
+from kalena_engine.replay.rules import RULES
+from kalena_web.cli.argtypes import NON_NEGATIVE, POSITIVE, SEED, number
+from kalena_web.cli.inputs import add_input_arguments, load_inputs
+from kalena_web.cli.policy_args import add_policy_arguments, policy_or_exit
+from kalena_web.cli.replay import input_sources, summary_path_check, write_summary
+
+PROGRESS_EVERY_STEPS = 20
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "evaluate", help="compare Kalena with baselines and oracles on the same replay",
+        description="Evaluation harnesses (DESIGN §11).",
+    )
+    sub = parser.add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
+    policies = sub.add_parser(
+        "policies", help="Kalena vs none, Koordinator, VPA, oracle-60m, oracle-exact on one replay",
+        description="Run the replay once per reservation rule — same inputs, seed and scheduler, only the "
+                    "production reservation rule swapped — and compare harvest, evictions, contention, OOM "
+                    "kills and throttling.",
+    )
+    add_input_arguments(policies)
+    run = policies.add_argument_group("replay")
+    run.add_argument("--policies", default=",".join(RULES),
+                     help=f"comma-separated rules to run (default all: {','.join(RULES)})")
+    run.add_argument("--hours", type=POSITIVE, default=24.0, help="simulated hours")
+    run.add_argument("--step", type=POSITIVE, default=60.0, help="step (s)")
+    run.add_argument("--seed", type=SEED, default=0, help="seed for VM and ratio draws, load scaling and sampling")
+    run.add_argument("--load-factor", type=POSITIVE, default=1.0, help="multiply batch instance counts (one per run)")
+    run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
+    run.add_argument("--node-set", choices=NODE_SETS, default="active", help="nodes batch may use")
+    run.add_argument("--usage-mapping", choices=MAPPINGS, default="peak", help="production usage mapping")
+    run.add_argument("--batch-usage-ratio", type=NON_NEGATIVE, default=1.0,
+                     help="batch usage as a fraction of its request (the trace has no usage)")
+    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
+                     help="policies run at once, one process each (default 2)")
+    out = policies.add_argument_group("output")
+    out.add_argument("--summary-json", type=Path, help="write {policy: summary} as JSON")
+    out.add_argument("--report-html", type=Path, help="write a self-contained HTML report (Plotly, no network)")
+    out.add_argument("--policy-out", type=Path, help="write the policy the runs used as a policy file (YAML)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_policy_arguments(policies)
+    policies.set_defaults(handler=handle)
+    return parser
+
+
+def _fail(message: str) -> None:
+    """Print ``kalena evaluate policies: error: …`` and exit 2 (as a bad input file does)."""
+    print(f"kalena evaluate policies: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _config(args: argparse.Namespace) -> ReplayConfig:
+    policy = policy_or_exit(args, "evaluate policies").policy
+    try:
+        return ReplayConfig(hours=args.hours, step_s=args.step, seed=args.seed, usage_mapping=args.usage_mapping,
+                            batch_offset_s=args.offset, load_factor=args.load_factor, node_set=args.node_set,
+                            batch_usage_ratio=args.batch_usage_ratio, policy=policy)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+def _run_one(name: str, inputs: ReplayInputs, config: ReplayConfig, results, parent_pid: int) -> None:
+    """Child process: build and run one policy's replay, reporting progress and the result;
+    it stops by itself if the command that started it is gone."""
+    try:
+        started = time.perf_counter()
+        replay = build_replay(inputs, config)
+
+        def observe(record) -> None:
+            if (record.step + 1) % PROGRESS_EVERY_STEPS == 0 or record.step + 1 == config.steps:
+                if os.getppid() != parent_pid:  # orphaned: nobody will read the result
+                    os._exit(3)
+                results.put(("progress", name, record.step + 1))
+
+        summary = replay.run(observe)
+        summary["wall_seconds"] = round(time.perf_counter() - started, 3)
+        results.put(("done", name, {"summary": summary, "timeline": replay.accumulator.timeline}))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the command
+        results.put(("failed", name, traceback.format_exc()))
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs: int,
+                 progress: bool = True) -> dict[str, dict[str, object]]:
+    """Run every configuration, at most ``jobs`` at once in forked processes; returns
+    ``{name: {"summary": …, "timeline": …}}`` in ``configs`` order.
+
+    Raises:
+        RuntimeError: a policy's process failed (its traceback in the message) or died.
+    """
+    context = multiprocessing.get_context("fork")
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a terminated command stops its children too
+    results = context.Queue()
+    waiting = list(configs)
+    running: dict[str, multiprocessing.Process] = {}
+    done: dict[str, dict[str, object]] = {}
+    bars = {name: tqdm(total=cfg.steps, desc=f"{name:>12}", unit="step", position=i, disable=not progress, leave=True)
+            for i, (name, cfg) in enumerate(configs.items())}
+    try:
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                name = waiting.pop(0)
+                process = context.Process(target=_run_one, args=(name, inputs, configs[name], results, os.getpid()),
+                                          daemon=True)
+                process.start()
+                running[name] = process
+            try:
+                kind, name, payload = results.get(timeout=5.0)
+            except queue_module.Empty:
+                for name, process in list(running.items()):
+                    if not process.is_alive() and name not in done:
+                        raise RuntimeError(f"policy {name}: its process died (exit code {process.exitcode})")
+                continue
+            if kind == "progress":
+                bars[name].n = payload
+                bars[name].refresh()
+            elif kind == "failed":
+                raise RuntimeError(f"policy {name} failed:\n{payload}")
+            else:
+                done[name] = payload
+                bars[name].n = configs[name].steps
+                bars[name].refresh()
+                running.pop(name).join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for process in running.values():
+            process.terminate()
+            process.join()
+        for bar in bars.values():
+            bar.close()
+    return {name: done[name] for name in configs}
+
+
+def handle(args: argparse.Namespace) -> int:
+    summary_path_check(args.summary_json)
+    summary_path_check(args.report_html)
+    summary_path_check(args.policy_out)
+    rules = tuple(r.strip() for r in args.policies.split(",") if r.strip())
+    document = policy_or_exit(args, "evaluate policies")
+    base = _config(args)
+    try:
+        configs = policy_configs(base, rules)
+    except ValueError as exc:
+        _fail(f"--policies: {exc}")
+    started = time.perf_counter()
+    inputs = load_inputs(args, progress=not args.no_progress)
+    loaded = time.perf_counter() - started
+    if not args.no_progress:
+        print(f"inputs loaded in {loaded:.1f} s; running {len(configs)} policies, {args.jobs} at a time")
+    try:
+        results = run_policies(inputs, configs, jobs=int(args.jobs), progress=not args.no_progress)
+    except RuntimeError as exc:
+        _fail(str(exc))
+    sources = input_sources(args)
+    summaries = with_harvest_ratios({name: r["summary"] for name, r in results.items()})
+    for summary in summaries.values():
+        summary["inputs"] = dict(sources)
+        summary["policy_name"] = document.metadata.name
+        summary["policy_version"] = document.metadata.version
+    wall = time.perf_counter() - started
+    print(f"Kalena policy evaluation: {args.hours:g} h, load factor ×{args.load_factor:g}, seed {args.seed}, "
+          f"{len(configs)} policies in {wall:.0f} s (inputs {loaded:.0f} s)")
+    print(format_table(summaries))
+    line = write_summary(summaries, args.summary_json)
+    if line:
+        print(line)
+    if args.report_html:
+        from kalena_web.cli.evaluate_report import write_report  # plotly: import on demand
+
+        print(write_report(args.report_html, summaries, {n: r["timeline"] for n, r in results.items()},
+                           title=f"Kalena policy evaluation — {args.hours:g} h, load ×{args.load_factor:g}, seed {args.seed}"))
+    if args.policy_out:
+        args.policy_out.parent.mkdir(parents=True, exist_ok=True)
+        args.policy_out.write_text(dump_policy_text(document))
+        print(f"  policy written to {args.policy_out}")
+    return 0

@@ -1,0 +1,140 @@
+"""``kalena watch``: observe the orchestrator (DESIGN §14) — its own process in production.
+
+Dispatches on ``KALENA_ORCHESTRATOR``; each orchestrator adds its entry to :data:`STARTERS`
+(``name → start(cluster, args) -> handle with .stop()``):
+
+* ``kubernetes``: a candidate for the cluster's ``coordination.k8s.io`` Lease; while it leads it
+  list+watches pods and nodes into the reconciler and runs the scheduling passes
+  (:class:`~kalena_web.control.leading.ClusterScheduler`). ``kalena serve`` starts the same
+  on a thread when ``KALENA_ORCHESTRATOR=kubernetes``.
+* ``docker`` / ``swarm``: every engine of ``KALENA_DOCKER_ENGINES`` (Swarm: its manager) — the
+  engines' events API, re-listed on every (re)connect — into the reconciler
+  (:func:`start_docker`); ``kalena serve`` runs it on a thread when the orchestrator is docker or
+  swarm (docs/docker.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import threading
+
+from kalena_engine.errors import InputError
+from kalena_web.cli.persist import django_setup
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "watch", help="watch the orchestrator and feed the control plane (KALENA_ORCHESTRATOR)",
+        description="Kubernetes: list+watch pods and nodes (resourceVersion, 410 re-list, bookmarks, backoff) "
+                    "into the live cluster, and schedule while holding the cluster's Lease (one scheduler per "
+                    "cluster; start several for a standby). Docker/Swarm: every engine's events API (re-listed on "
+                    "each reconnect) into the live cluster. Runs until SIGTERM or Ctrl-C.")
+    parser.add_argument("--cluster", default="", help="live cluster to feed (default: the only live cluster)")
+    parser.add_argument("--identity", default="", help="this candidate's name in the Lease (default host-pid)")
+    parser.add_argument("--lease-namespace", default="kube-system")
+    parser.add_argument("--lease-name", default="kalena-scheduler")
+    parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds (client-go default 15)")
+    parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (client-go default 10)")
+    parser.add_argument("--retry-period", type=float, default=2.0, help="seconds (client-go default 2)")
+    parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds per API call")
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def live_cluster_named(name: str):
+    """The live cluster ``name``, or the only one when ``name`` is empty.
+
+    Raises:
+        InputError: no such cluster, or several and none named.
+    """
+    from kalena_web.inventory.models import Cluster
+
+    clusters = list(Cluster.objects.filter(kind=Cluster.LIVE).order_by("name"))
+    names = ", ".join(c.name for c in clusters) or "none (run `kalena cluster import`)"
+    if name:
+        for c in clusters:
+            if c.name == name:
+                return c
+        raise InputError(f"no live cluster named {name!r}", field="--cluster", accepted=names)
+    if len(clusters) != 1:
+        raise InputError(f"{len(clusters)} live clusters", field="--cluster", accepted=f"one of {names}")
+    return clusters[0]
+
+
+def start_kubernetes(cluster, args: argparse.Namespace):
+    """Start the Kubernetes candidate scheduler for ``cluster`` (see module doc)."""
+    from agents.orchestrators.kubernetes import KubernetesOrchestrator
+    from agents.orchestrators.kubernetes.lease import LeaderElector
+    from kalena_web.control.leading import ClusterScheduler
+    from kalena_web.control.orchestrators import kubernetes_api_client
+
+    from kalena_web.control.orchestrators import OrchestratorNotConfigured
+
+    identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
+    try:
+        api_client = kubernetes_api_client()
+    except OrchestratorNotConfigured as exc:
+        raise InputError(str(exc), field="KALENA_ORCHESTRATOR=kubernetes",
+                         accepted="an in-cluster service account, KUBECONFIG or ~/.kube/config") from None
+    orchestrator = KubernetesOrchestrator(api_client, request_timeout_s=args.request_timeout, identity=identity)
+    elector = LeaderElector(orchestrator, identity=identity, namespace=args.lease_namespace, name=args.lease_name,
+                            lease_duration_s=args.lease_duration, renew_deadline_s=args.renew_deadline,
+                            retry_period_s=args.retry_period)
+    scheduler = ClusterScheduler(cluster=cluster, orchestrator=orchestrator, elector=elector)
+    scheduler.start()
+    return scheduler
+
+
+def start_docker(cluster, args: argparse.Namespace):
+    """Start the Docker/Swarm watcher for ``cluster``: every engine's events API into the
+    reconciler on a thread (:class:`~agents.orchestrators.docker.watch.DockerWatcher`); the
+    scheduling passes are the scheduling loop's (Celery beat, or ``kalena serve``'s embedded loops)."""
+    from django.conf import settings
+
+    from kalena_web.control.orchestrators import docker_orchestrator
+    from kalena_web.control.watching import watch_start
+
+    return watch_start(cluster=cluster, orchestrator=docker_orchestrator(settings.KALENA_ORCHESTRATOR),
+                       name=f"kalena-watch-{settings.KALENA_ORCHESTRATOR}")
+
+
+STARTERS = {"kubernetes": start_kubernetes, "docker": start_docker, "swarm": start_docker}
+
+
+def start(args: argparse.Namespace):
+    """Start the watcher of ``KALENA_ORCHESTRATOR`` for the chosen cluster; returns its handle.
+
+    Raises:
+        InputError: an orchestrator without a watcher, or no such cluster.
+    """
+    from django.conf import settings
+
+    kind = settings.KALENA_ORCHESTRATOR
+    if kind not in STARTERS:
+        raise InputError(f"KALENA_ORCHESTRATOR={kind!r} has no watcher", field="KALENA_ORCHESTRATOR",
+                         accepted=", ".join(sorted(STARTERS)))
+    return STARTERS[kind](live_cluster_named(args.cluster), args)
+
+
+def handle(args: argparse.Namespace) -> int:
+    django_setup()
+    handle_ = start(args)
+    print(f"kalena watch: watching for cluster {args.cluster or '(the only live cluster)'}; Ctrl-C to stop")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    handle_.stop()
+    return 0
+
+
+def defaults() -> argparse.Namespace:
+    """The arguments ``kalena serve`` starts its watch thread with."""
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["watch"])

@@ -1,0 +1,168 @@
+"""One scheduler per Kubernetes cluster: lease, watch and scheduling loop in one process.
+
+kube-scheduler's shape: every ``kalena watch`` process (or ``kalena serve`` thread) is a
+candidate for the cluster's Lease (:class:`~agents.orchestrators.kubernetes.lease.LeaderElector`,
+renewed on its own thread). While it leads, it runs the watch (pods and nodes →
+:class:`~kalena_web.control.reconciler.Reconciler`) and scheduling passes — event-driven (a
+queued pod wakes it) and at least every ``pass_period_s`` — each pass asking the elector
+before every node's bindings, so no pass outlives the lease. When it loses the lease it stops
+watching and binding at once; a standby takes over after the lease expires. Each pass also
+records the agents' evictions, settles bindings the watch has not confirmed after 30 s by
+reading the pod (:func:`~kalena_web.scheduling.services.batch_unconfirmed`), and retries evictions a
+PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`).
+
+The Celery scheduling task skips Kubernetes clusters (this loop schedules them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from django.db import close_old_connections, connection
+
+from agents.orchestrators.kubernetes.lease import LeaderElector
+from kalena_engine.policy import Policy
+from kalena_web.control.reconciler import Reconciler
+from kalena_web.control.watching import RunningWatch, watch_start
+from kalena_web.inventory.models import Cluster
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SchedulerStats:
+    passes: int = 0
+    placed: int = 0
+    stale_bindings: int = 0
+    requeued_unconfirmed: int = 0
+    leader_since_s: list[float] = field(default_factory=list)
+    lost_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+
+class ClusterScheduler:
+    """Candidate scheduler for ``cluster`` over ``orchestrator`` (a
+    :class:`~agents.orchestrators.kubernetes.KubernetesOrchestrator`); see module doc."""
+
+    def __init__(self, *, cluster: Cluster, orchestrator, elector: LeaderElector, policy: Policy | None = None,
+                 pass_period_s: float = 2.0, rng: np.random.Generator | None = None) -> None:
+        self.cluster = cluster
+        self.orchestrator = orchestrator
+        self.elector = elector
+        self.policy = policy or Policy()
+        self.pass_period_s = pass_period_s
+        self.rng = rng or np.random.default_rng()
+        self.stats = SchedulerStats()
+        self.wake = threading.Event()
+        self.watch: RunningWatch | None = None
+        self.reconcilers: list[Reconciler] = []  # of the watches this candidate ran and stopped
+        self._cache: dict = {}  # production pods between passes (scheduling_pass ``cache``)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self.elector.run, args=(self._stop,), name="kalena-lease", daemon=True),
+                         threading.Thread(target=self._loop, name="kalena-scheduler", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, *, release: bool = True) -> None:
+        """Stop; ``release=False`` leaves the Lease to expire (what a crash does)."""
+        self._stop.set()
+        self.wake.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        self._stop_watch()
+        if release:
+            self.elector.release()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _start_watch(self) -> None:
+        reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set())
+        self.watch = watch_start(cluster=self.cluster, orchestrator=self.orchestrator, reconciler=reconciler)
+        self.stats.leader_since_s.append(time.time())
+
+    def _stop_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+            self.reconcilers.append(self.watch.reconciler)
+            self.watch = None
+            self.stats.lost_s.append(time.time())
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if not self.elector.is_leader():
+                    self._stop_watch()
+                    self._stop.wait(min(0.2, self.elector.retry_period_s))
+                    continue
+                if self.watch is None:
+                    self._start_watch()
+                self.wake.wait(self.pass_period_s)
+                self.wake.clear()
+                if self._stop.is_set() or not self.elector.is_leader():
+                    continue
+                close_old_connections()
+                try:
+                    self.run_pass()
+                except Exception:  # noqa: BLE001 - a failed pass is retried at the next one
+                    log.exception("scheduling pass for %s failed", self.cluster.name)
+        finally:
+            connection.close()
+
+    def _settle_unconfirmed(self, now: float) -> int:
+        """Bindings the watch has not confirmed after 30 s: ask the API where each pod is —
+        bound (the watch is behind: confirm it there), pending (the call never landed: queue it
+        again), gone (leave every ledger). Returns how many were queued again."""
+        from kalena_web.inventory.models import Node
+        from kalena_web.scheduling.services import (
+            batch_gone, batch_observe_running, batch_requeue, batch_unconfirmed,
+        )
+
+        requeued = 0
+        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now):
+            if not self.elector.is_leader():
+                break
+            try:
+                where = self.orchestrator.pod_node(pod.workload.name)
+            except Exception as exc:  # noqa: BLE001 - asked again next pass
+                log.info("could not read %s: %s", pod.workload.name, exc)
+                continue
+            if where is None:
+                batch_gone(pod=pod, now_s=now, reason="gone before its binding was confirmed")
+            elif where:
+                node_id = Node.objects.filter(cluster=self.cluster, name=where).values_list("id", flat=True).first()
+                if node_id is not None:
+                    batch_observe_running(pod=pod, node_id=node_id, at_s=now, now_s=now)
+            else:
+                batch_requeue(pod=pod, now_s=now, reason="binding never reached the API")
+                requeued += 1
+        return requeued
+
+    def run_pass(self, now_s: float | None = None):
+        """One pass as the leader (see module doc); returns the pass report."""
+        from kalena_web.archive.evictions import evictions_record
+        from kalena_web.control.escalation import eviction_retries_run
+        from kalena_web.scheduling.services import scheduling_pass
+
+        now = time.time() if now_s is None else now_s
+        evictions_record(cluster=self.cluster, now_s=now)
+        self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
+        eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
+        report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=self.policy, now_s=now,
+                                 rng=self.rng, keep_going=self.elector.is_leader, cache=self._cache)
+        self.stats.passes += 1
+        self.stats.placed += report.placed
+        self.stats.stale_bindings += report.stale_bindings
+        self.stats.errors = (self.stats.errors + report.errors)[-20:]
+        for phase, seconds in report.phase_s.items():
+            self.stats.phase_s[phase] = round(self.stats.phase_s.get(phase, 0.0) + seconds, 3)
+        return report

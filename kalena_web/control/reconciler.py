@@ -1,0 +1,359 @@
+"""The reconciler: applies the orchestrator's watch events (DESIGN §14) to a live cluster.
+
+A watcher (``orchestrator.watch(stop)``, :mod:`agents.orchestrators.events`) knows its
+orchestrator and not Django; this module knows Django and not the orchestrator (STYLE.md
+"Growing the orchestrator side"). Each event goes through the services of the app that owns
+the rows, idempotently — the same event twice changes nothing:
+
+* ``NodeSeen`` → :func:`~kalena_web.control.services.node_observe` (ready, cordon, allocatable,
+  labels, taints, images: all read by the next scheduling pass); ``NodeGone`` → the node takes no
+  new batch.
+* ``PodPending`` → :func:`~kalena_web.scheduling.services.batch_observe_pending`: the same queue
+  the REST submit path feeds; a pod queued, bound or ended is never queued again.
+* ``PodRunning`` → bound pods are noted running; a pod someone else bound is adopted there.
+* ``PodFinished`` / ``PodRefused`` / ``PodGone`` → the pod leaves every ledger and the queue at
+  once; a refusal (``OutOf…``) is never a completion; a pod the orchestrator evicted closes its
+  owner × node pair for the eviction cooldown (owner-keyed: the replacement is a new pod).
+* ``ProductionSeen`` → the pod's real placement against the blueprint (fidelity findings).
+* Pods Kalena started itself (Docker, Swarm) follow :mod:`kalena_web.control.started`: only
+  their current placement's events count, an eviction requeues them.
+* ``Resynced`` → what Kalena holds and the list no longer does is gone (watched batch pods, pods
+  the blueprint does not know, nodes).
+
+Bad input — an event whose fields the services refuse — is counted and logged with its ref and
+field, and changes nothing; it never stops the watcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from django.db import close_old_connections
+
+from agents.orchestrators.events import (
+    NodeGone, NodeSeen, PodFinished, PodGone, PodPending, PodRefused, PodRunning, ProductionSeen, Resynced,
+    WatchEvent,
+)
+from kalena_engine.errors import InputError
+from kalena_web.archive.models import EvictionRecord
+from kalena_web.control import services as control
+from kalena_web.control import started
+from kalena_web.control.models import NodeCondition, ProductionPlacement
+from kalena_web.inventory.models import Cluster, Node, Workload
+from kalena_web.scheduling import services as scheduling
+from kalena_web.scheduling.models import BatchPod
+
+log = logging.getLogger(__name__)
+
+#: What :meth:`Reconciler.apply` answers (also the keys of :attr:`Reconciler.counts`).
+CHANGED, UNCHANGED, UNKNOWN, REJECTED = "changed", "unchanged", "unknown", "rejected"
+
+
+@dataclass
+class Reconciler:
+    """Applies watch events to ``cluster``.
+
+    ``wake(cluster_id)`` is called after a pod was queued (default: an event-driven scheduling
+    pass, :func:`kalena_web.scheduling.tasks.scheduling_request`); ``clock`` gives ``now_s``.
+    ``counts`` tallies outcomes per event kind (``{"PodPending": Counter({"changed": 3})}``);
+    ``rejected`` keeps the last rejections as ``(kind, ref, message)``.
+    """
+
+    cluster: Cluster
+    wake: Callable[[int], object] | None = None
+    clock: Callable[[], float] = time.time
+    counts: dict[str, Counter] = field(default_factory=dict)
+    rejected: list[tuple[str, str, str]] = field(default_factory=list)
+    _seen: dict[tuple, object] = field(default_factory=dict, repr=False)
+
+    def apply(self, event: WatchEvent) -> str:
+        """Apply one event; returns ``changed`` | ``unchanged`` | ``unknown`` (names a pod or node
+        Kalena does not hold) | ``rejected`` (bad input, logged, nothing changed).
+
+        An event equal to the last one applied for the same object and kind is ``unchanged``
+        without a database read (a re-list repeats every object; idempotency makes the answer
+        certain). A terminal event for an object forgets its cached events; ``Resynced``
+        forgets all of them."""
+        kind = type(event).__name__
+        key = (type(event), _ref_of(event))
+        if type(event) in _CACHED and self._seen.get(key) == event:
+            self.counts.setdefault(kind, Counter())[UNCHANGED] += 1
+            return UNCHANGED
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            outcome = self._reject(kind, "", f"{kind} is not a watch event")
+        else:
+            try:
+                outcome = handler(self, event)
+            except InputError as exc:
+                outcome = self._reject(kind, _ref_of(event), str(exc))
+        self.counts.setdefault(kind, Counter())[outcome] += 1
+        if type(event) in _CACHED and outcome in (CHANGED, UNCHANGED):
+            self._seen[key] = event
+        elif isinstance(event, Resynced):
+            self._seen.clear()
+        elif isinstance(event, PodFinished | PodRefused | PodGone | NodeGone):
+            ref = key[1]
+            for cached in _CACHED:
+                self._seen.pop((cached, ref), None)
+        return outcome
+
+    def apply_all(self, events: Iterable[WatchEvent]) -> Counter:
+        """Apply events in order; returns the tally of outcomes."""
+        tally: Counter = Counter()
+        for event in events:
+            tally[self.apply(event)] += 1
+        return tally
+
+    def apply_many(self, events: list[WatchEvent]) -> list[str]:
+        """Apply events in order, as :meth:`apply` would, with runs of consecutive ``PodPending``
+        or ``PodRunning`` events applied in bulk (a fixed number of queries per run)."""
+        out: list[str] = []
+        i = 0
+        while i < len(events):
+            kind = type(events[i])
+            j = i
+            while j < len(events) and type(events[j]) is kind:
+                j += 1
+            run = events[i:j]
+            if kind is PodPending and len(run) > 1:
+                out += self._pending_run(run)
+            elif kind is PodRunning and len(run) > 1:
+                out += self._running_run(run)
+            elif kind is NodeSeen and len(run) > 1:
+                out += self._nodes_run(run)
+            else:
+                out += [self.apply(e) for e in run]
+            i = j
+        return out
+
+    def _cached(self, event) -> bool:
+        return self._seen.get((type(event), _ref_of(event))) == event
+
+    def _tally(self, event, outcome: str) -> str:
+        self.counts.setdefault(type(event).__name__, Counter())[outcome] += 1
+        if outcome in (CHANGED, UNCHANGED):
+            self._seen[(type(event), _ref_of(event))] = event
+        return outcome
+
+    def _pending_run(self, run: list[PodPending]) -> list[str]:
+        todo = [e for e in run if not self._cached(e)]
+        production = set(Workload.objects.filter(cluster=self.cluster, kind=Workload.PRODUCTION,
+                                                 name__in=[e.ref for e in todo]).values_list("name", flat=True))
+        results = {}
+        batch = [e for e in todo if e.ref not in production]
+        for e in todo:
+            if e.ref in production:
+                results[id(e)] = self._reject("PodPending", e.ref, f"{e.ref!r} is a production pod of the blueprint")
+        answers = scheduling.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), pods=[dict(
+            ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels, priority=e.priority, owner=e.owner,
+            gang=e.gang, min_member=e.min_member, image=e.image, constraints=e.constraints, grace_s=e.grace_s,
+            at_s=e.at_s) for e in batch])
+        for e, answer in zip(batch, answers, strict=True):
+            if isinstance(answer, InputError):
+                results[id(e)] = self._reject("PodPending", e.ref, str(answer))
+            else:
+                results[id(e)] = CHANGED if answer else UNCHANGED
+        out = [self._tally(e, results.get(id(e), UNCHANGED)) if id(e) in results else self._tally(e, UNCHANGED)
+               for e in run]
+        if CHANGED in out and self.wake is not None:
+            self.wake(self.cluster.id)
+        return out
+
+    def _nodes_run(self, run: list[NodeSeen]) -> list[str]:
+        todo = [e for e in run if not self._cached(e)]
+        answers = control.node_observe_many(cluster=self.cluster, now_s=self.clock(), nodes=[dict(
+            name=e.name, ready=e.ready, schedulable=e.schedulable, allocatable=e.allocatable, labels=e.labels,
+            taints=e.taints, images=_images_of(e), at_s=e.at_s) for e in todo])
+        results = {}
+        for e, answer in zip(todo, answers, strict=True):
+            results[id(e)] = (self._reject("NodeSeen", e.name, str(answer)) if isinstance(answer, InputError)
+                              else CHANGED if answer else UNCHANGED)
+        return [self._tally(e, results.get(id(e), UNCHANGED)) for e in run]
+
+    def _running_run(self, run: list[PodRunning]) -> list[str]:
+        todo = [e for e in run if not self._cached(e)]
+        node_ids = dict(Node.objects.filter(cluster=self.cluster, name__in={e.node for e in todo})
+                        .values_list("name", "id"))
+        known = [e for e in todo if e.node in node_ids]
+        answers = scheduling.batch_observe_running_many(
+            cluster=self.cluster, now_s=self.clock(), reports=[(e.ref, node_ids[e.node], e.at_s) for e in known])
+        results = {id(e): (UNKNOWN if a is None else CHANGED if a else UNCHANGED)
+                   for e, a in zip(known, answers, strict=True)}
+        return [self._tally(e, results.get(id(e), UNCHANGED if self._cached(e) else UNKNOWN)) for e in run]
+
+    def run(self, events: Iterable[WatchEvent], *, batch: int = 500) -> None:
+        """Apply a watcher's stream until it ends (a long-running thread's body): events that
+        are already waiting are applied together (:meth:`apply_many`, up to ``batch``);
+        database connections are recycled between batches, and an unexpected error is logged
+        and counted, never the end of the watch (the batch is then applied one by one)."""
+        waiting: queue.Queue = queue.Queue()
+        done = threading.Event()
+
+        def pump() -> None:
+            try:
+                for event in events:
+                    waiting.put(event)
+            finally:
+                done.set()
+        threading.Thread(target=pump, name="kalena-reconciler-pump", daemon=True).start()
+        while not (done.is_set() and waiting.empty()):
+            try:
+                chunk = [waiting.get(timeout=0.2)]
+            except queue.Empty:
+                continue
+            while len(chunk) < batch:
+                try:
+                    chunk.append(waiting.get_nowait())
+                except queue.Empty:
+                    break
+            close_old_connections()
+            try:
+                self.apply_many(chunk)
+            except Exception:  # noqa: BLE001 - one bad batch must not stop the watch
+                log.exception("reconciler: a batch of %d events failed; applying them one by one", len(chunk))
+                for event in chunk:
+                    try:
+                        self.apply(event)
+                    except Exception:  # noqa: BLE001
+                        log.exception("reconciler: %s %s failed", type(event).__name__, _ref_of(event))
+                        self.counts.setdefault(type(event).__name__, Counter())["failed"] += 1
+
+    # -- handlers -------------------------------------------------------------------------------
+
+    def _reject(self, kind: str, ref: str, message: str) -> str:
+        log.warning("reconciler: rejected %s %s: %s", kind, ref, message)
+        self.rejected = (self.rejected + [(kind, ref, message)])[-100:]
+        return REJECTED
+
+    def _node_seen(self, e: NodeSeen) -> str:
+        changed = control.node_observe(cluster=self.cluster, name=e.name, ready=e.ready, schedulable=e.schedulable,
+                                       allocatable=e.allocatable, labels=e.labels, taints=e.taints, images=_images_of(e),
+                                       at_s=e.at_s, now_s=self.clock())
+        return CHANGED if changed else UNCHANGED
+
+    def _node_gone(self, e: NodeGone) -> str:
+        return CHANGED if control.node_gone(cluster=self.cluster, name=e.name, at_s=e.at_s,
+                                            now_s=self.clock()) else UNCHANGED
+
+    def _pod_pending(self, e: PodPending) -> str:
+        if Workload.objects.filter(cluster=self.cluster, kind=Workload.PRODUCTION, name=e.ref).exists():
+            raise control.ObservationRejected(f"{e.ref!r} is a production pod of the blueprint", field="ref",
+                                              accepted="a batch pod (tier label batch)")
+        _, changed = scheduling.batch_observe_pending(
+            cluster=self.cluster, ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels,
+            priority=e.priority, owner=e.owner, gang=e.gang, min_member=e.min_member, image=e.image,
+            constraints=e.constraints, grace_s=e.grace_s, at_s=e.at_s, now_s=self.clock())
+        if changed and self.wake is not None:
+            self.wake(self.cluster.id)
+        return CHANGED if changed else UNCHANGED
+
+    def _pod(self, ref: str) -> BatchPod | None:
+        return BatchPod.objects.filter(cluster=self.cluster, workload__name=ref).select_related("workload").first()
+
+    def _pod_running(self, e: PodRunning) -> str:
+        pod = self._pod(e.ref)
+        node_id = Node.objects.filter(cluster=self.cluster, name=e.node).values_list("id", flat=True).first()
+        if pod is None or node_id is None:
+            return UNKNOWN
+        return CHANGED if scheduling.batch_observe_running(pod=pod, node_id=node_id, at_s=e.at_s,
+                                                           now_s=self.clock()) else UNCHANGED
+
+    def _pod_finished(self, e: PodFinished) -> str:
+        pod = self._pod(e.ref)
+        if pod is None:
+            return UNKNOWN
+        if pod.source == BatchPod.REST:  # Kalena started it (Docker, Swarm): kalena_web.control.started
+            return CHANGED if started.finished(pod, node=e.node, outcome=e.outcome, reason=e.reason,
+                                               exit_code=e.exit_code, at_s=e.at_s, now_s=self.clock()) else UNCHANGED
+        if e.outcome == "evicted" and pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
+            self._eviction_cooldown(pod, e)
+        changed = scheduling.batch_finish(pod=pod, now_s=self.clock(), state=BatchPod.COMPLETED, outcome=e.outcome,
+                                          reason=e.reason)
+        return CHANGED if changed else UNCHANGED
+
+    def _eviction_cooldown(self, pod: BatchPod, e: PodFinished) -> None:
+        """The orchestrator evicted the pod: close its owner × node pair for the cooldown,
+        unless Kalena's own eviction of it is already recorded."""
+        w = pod.workload
+        if EvictionRecord.objects.filter(workload=w, time_s__gte=pod.bound_s or 0.0).exists():
+            return
+        EvictionRecord.objects.get_or_create(source_key=f"watch:{w.id}:{pod.bound_s or 0:.3f}", defaults=dict(
+            cluster=self.cluster, node_id=w.node_id, workload=w, workload_name=w.name, time_s=e.at_s or self.clock(),
+            cause="orchestrator", tier="batch", priority=w.priority,
+            detail={"why": f"evicted by the orchestrator: {e.reason}", "limit_breach": False}))
+
+    def _pod_refused(self, e: PodRefused) -> str:
+        pod = self._pod(e.ref)
+        if pod is None:
+            return UNKNOWN
+        changed = scheduling.batch_finish(pod=pod, now_s=self.clock(), state=BatchPod.REFUSED, outcome="refused",
+                                          reason=f"{e.reason} on {e.node}")
+        return CHANGED if changed else UNCHANGED
+
+    def _pod_gone(self, e: PodGone) -> str:
+        pod = self._pod(e.ref)
+        if pod is not None and pod.source == BatchPod.REST:
+            return CHANGED if started.gone(pod, now_s=self.clock()) else UNCHANGED
+        if pod is not None:
+            return CHANGED if scheduling.batch_gone(pod=pod, now_s=self.clock()) else UNCHANGED
+        return CHANGED if control.production_gone(cluster=self.cluster, ref=e.ref, now_s=self.clock()) else UNKNOWN
+
+    def _production_seen(self, e: ProductionSeen) -> str:
+        if BatchPod.objects.filter(cluster=self.cluster, workload__name=e.ref).exists():
+            raise control.ObservationRejected(f"{e.ref!r} is a batch pod", field="labels",
+                                              accepted="a pod's tier does not change while it exists")
+        changed = control.production_observe(cluster=self.cluster, ref=e.ref, node_name=e.node, request=e.requests,
+                                             limit=e.limits, labels=e.labels, at_s=e.at_s, now_s=self.clock())
+        return CHANGED if changed else UNCHANGED
+
+    def _resynced(self, e: Resynced) -> str:
+        now = self.clock()
+        changed = started.relisted(self.cluster, pods=e.pods, nodes=e.nodes, at_s=e.at_s, now_s=now)
+        held = BatchPod.objects.filter(cluster=self.cluster, source=BatchPod.WATCH, gone=False).select_related("workload")
+        for pod in held:
+            if pod.workload.name not in e.pods:
+                changed |= scheduling.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
+        observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).values_list("workload__name",
+                                                                                                   flat=True)
+        for ref in observed:
+            if ref not in e.pods:
+                changed |= control.production_gone(cluster=self.cluster, ref=ref, now_s=now)
+        for name in NodeCondition.objects.filter(node__cluster=self.cluster, gone=False).values_list("node__name",
+                                                                                                    flat=True):
+            if name not in e.nodes:
+                changed |= control.node_gone(cluster=self.cluster, name=name, at_s=e.at_s, now_s=now)
+        return CHANGED if changed else UNCHANGED
+
+
+_HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
+    NodeSeen: Reconciler._node_seen, NodeGone: Reconciler._node_gone, PodPending: Reconciler._pod_pending,
+    PodRunning: Reconciler._pod_running, PodFinished: Reconciler._pod_finished, PodRefused: Reconciler._pod_refused,
+    PodGone: Reconciler._pod_gone, ProductionSeen: Reconciler._production_seen, Resynced: Reconciler._resynced,
+}
+
+
+_CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
+
+
+def _images_of(e: NodeSeen) -> dict[str, float]:
+    images = dict(e.image_bytes)
+    for name in e.images:
+        images.setdefault(name, 0.0)
+    return images
+
+
+def _ref_of(event: object) -> str:
+    return str(getattr(event, "ref", None) or getattr(event, "name", None) or "")
+
+
+def reconcile(*, cluster: Cluster, event: WatchEvent, now_s: float | None = None) -> str:
+    """Apply one event to ``cluster`` (no wake-up, see :class:`Reconciler`); returns the outcome."""
+    clock = (lambda: now_s) if now_s is not None else time.time
+    return Reconciler(cluster=cluster, clock=clock).apply(event)

@@ -1,0 +1,108 @@
+"""Writes for the scheduler extender's bind verb: the pod enters Kalena's ledgers in flight at its
+request (as a pass's binding does) and is bound through the orchestrator's Binding subresource."""
+
+from __future__ import annotations
+
+from agents.discovery.labels import TIER
+from agents.orchestrators import Orchestrator, OrchestratorError
+from agents.orchestrators.kubernetes.batch_resources import pod_vectors
+from agents.orchestrators.kubernetes.extender import BindingArgs, pod_constraints, pod_priority
+from kalena_web.inventory.models import Cluster, Node
+from kalena_web.ledger.models import LiveNodeLedger
+from kalena_web.scheduling import services as scheduling
+from kalena_web.scheduling.models import BatchPod
+
+
+class ExtenderBindRefused(Exception):
+    """The bind cannot be done; the message (sent as ``ExtenderBindingResult.Error``) says why."""
+
+
+def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orchestrator, now_s: float) -> BatchPod:
+    """Bind ``binding``'s pod to its node: read the pod (its uid must match), queue it as a watched
+    batch pod, debit the node's ledger at its request, then create the Binding.
+
+    Raises:
+        ExtenderBindRefused: unknown node, a different pod object (uid), or the orchestrator
+            refused (the debit is undone).
+    """
+    node = Node.objects.filter(cluster=cluster, name=binding.node).first()
+    if node is None:
+        raise ExtenderBindRefused(f"node {binding.node} is not in Kalena cluster {cluster.name}")
+    try:
+        pod = orchestrator.pod(binding.ref)
+    except OrchestratorError as exc:
+        raise ExtenderBindRefused(str(exc)) from None
+    meta = pod.get("metadata") or {}
+    if binding.pod_uid and meta.get("uid") != binding.pod_uid:
+        raise ExtenderBindRefused(f"pod {binding.ref} has uid {meta.get('uid')}, not {binding.pod_uid}")
+    requests, limits = pod_vectors(pod)
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    batch_pod, _ = scheduling.batch_observe_pending(
+        cluster=cluster, ref=binding.ref, request=requests, limit=limits,
+        labels={**(meta.get("labels") or {}), TIER: "batch"}, priority=pod_priority(pod),
+        owner=f"{owners[0]['kind']}/{owners[0]['name']}" if owners else "", constraints=pod_constraints(pod),
+        grace_s=float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)), at_s=now_s, now_s=now_s)
+    batch_pod = BatchPod.objects.select_related("workload").get(id=batch_pod.id)
+    if batch_pod.state != BatchPod.PENDING:
+        raise ExtenderBindRefused(f"pod {binding.ref} is {batch_pod.state} in Kalena, not pending")
+    version = LiveNodeLedger.objects.get(node=node).version
+    if not scheduling._bind_in_ledger([batch_pod], node_id=node.id, version=version, now_s=now_s):
+        raise ExtenderBindRefused(f"node {node.name}'s ledger changed while binding: retry")
+    try:
+        orchestrator.bind(scheduling._spec(batch_pod), node.name)
+    except OrchestratorError as exc:
+        scheduling.batch_drop(pod=batch_pod, now_s=now_s, reason=str(exc))
+        raise ExtenderBindRefused(str(exc)) from None
+    return batch_pod
+
+
+# -- published batch capacity (DESIGN §14) ---------------------------------------------------------
+
+def batch_capacity_publish(*, cluster: Cluster, orchestrator: Orchestrator, now_s: float,
+                           buckets: tuple[float, float], raise_interval_s: float = 30.0) -> int:
+    """Decide every node's published ``batch-cpu`` / ``batch-memory`` from its live reservation
+    ledger (:func:`kalena_engine.published.publish_batch`: room = S + Σ batch requests, never below
+    what the kubelet holds, lowered at once, raised lazily) and patch the nodes whose value
+    changed. An orchestrator without the method (Docker, the fake) publishes nothing. A refused
+    patch keeps the old value stored (it is tried again next time). Returns the nodes patched."""
+    import numpy as np
+
+    from kalena_engine.ledger import NodeLedgers
+    from kalena_engine.published import batch_room, publish_batch
+    from kalena_web.kubehooks.models import PublishedBatch
+    from kalena_web.kubehooks.selectors import held_by_node
+
+    publish = getattr(orchestrator, "publish_batch_capacity", None)
+    if publish is None:
+        return 0
+    ledgers = list(LiveNodeLedger.objects.filter(node__cluster=cluster).select_related("node").order_by("node__row"))
+    if not ledgers:
+        return 0
+
+    def stack(name: str) -> np.ndarray:
+        return np.array([getattr(led, name) for led in ledgers], dtype=np.float64).reshape(len(ledgers), 8)
+
+    view = NodeLedgers(capacity=stack("capacity"), prod_request=stack("prod_request"),
+                       prod_reservation=stack("prod_reservation"), batch_request=stack("batch_request"),
+                       batch_reservation=stack("batch_reservation"))
+    held, _ = held_by_node(cluster=cluster)
+    stored = {p.node_id: p for p in PublishedBatch.objects.filter(node__cluster=cluster)}
+    previous = np.array([[stored[led.node_id].cpu_mcpu, stored[led.node_id].memory_bytes] if led.node_id in stored
+                         else [np.nan, np.nan] for led in ledgers])
+    changed_s = np.array([stored[led.node_id].changed_s if led.node_id in stored else 0.0 for led in ledgers])
+    decided = publish_batch(room=batch_room(view), held=np.array([held.get(led.node_id, np.zeros(8))[:2]
+                                                                  for led in ledgers]).reshape(len(ledgers), 2),
+                            previous=previous, changed_s=changed_s, now_s=now_s, buckets=buckets,
+                            raise_interval_s=raise_interval_s)
+    patched = 0
+    for i in np.flatnonzero(decided.changed):
+        led = ledgers[int(i)]
+        cpu, memory = (float(v) for v in decided.value[i])
+        try:
+            publish(led.node.name, cpu_mcpu=int(cpu), memory_bytes=int(memory))
+        except OrchestratorError:
+            continue
+        PublishedBatch.objects.update_or_create(node=led.node, defaults={
+            "cpu_mcpu": cpu, "memory_bytes": memory, "changed_s": now_s, "patched_s": now_s})
+        patched += 1
+    return patched

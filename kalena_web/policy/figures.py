@@ -1,0 +1,75 @@
+"""Plotly figures of the policy pages (drawn by ``static/console/console.js``, as every
+console figure): the pre-flight's per-node slack and the calibration safety curve."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from kalena_engine.policy import Policy
+from kalena_engine.policy_file import Calibration
+from kalena_engine.preflight import Preflight
+from kalena_web.console.figures import FONT, GRID, _to_json
+from kalena_web.console.formatting import GIB
+
+MAX_NODES = 60  # the chart shows the nodes whose slack moves most; the table lists all
+
+
+def _axis(**extra) -> dict:
+    return dict(gridcolor=GRID, zeroline=True, zerolinecolor="#94a3b8", showline=True, linecolor="#cbd5e1", **extra)
+
+
+def preflight_slack_figure(preflight: Preflight) -> str:
+    """Per node: slack now and once the change settles, cpu (cores, top) and ram (GiB, bottom)."""
+    nodes = sorted(preflight.nodes, key=lambda n: -(abs(n.cpu_settled_mcpu - n.cpu_now_mcpu) / 1000.0
+                                                    + abs(n.ram_settled_bytes - n.ram_now_bytes) / GIB))[:MAX_NODES]
+    nodes.sort(key=lambda n: n.node)
+    names = [n.node for n in nodes]
+    fig = go.Figure()
+    for label, colour, cpu, ram in (
+            ("now", "#94a3b8", [n.cpu_now_mcpu / 1000.0 for n in nodes], [n.ram_now_bytes / GIB for n in nodes]),
+            ("after the change (now)", "#2563eb", [n.cpu_after_mcpu / 1000.0 for n in nodes],
+             [n.ram_after_bytes / GIB for n in nodes]),
+            ("settled", "#0d9488", [n.cpu_settled_mcpu / 1000.0 for n in nodes],
+             [n.ram_settled_bytes / GIB for n in nodes])):
+        fig.add_trace(go.Bar(name=f"{label}", x=names, y=cpu, marker_color=colour, yaxis="y", legendgroup=label))
+        fig.add_trace(go.Bar(name=f"{label}", x=names, y=ram, marker_color=colour, yaxis="y2", legendgroup=label,
+                             showlegend=False, xaxis="x2"))
+    fig.update_layout(barmode="group", height=480, margin=dict(l=60, r=20, t=30, b=90), font=FONT,
+                      paper_bgcolor="white", plot_bgcolor="white", legend=dict(orientation="h", y=1.08),
+                      xaxis=_axis(anchor="y", showticklabels=False, matches="x2"),
+                      xaxis2=_axis(anchor="y2", tickangle=-45),
+                      yaxis=_axis(domain=[0.55, 1.0], title="slack cpu (cores)"),
+                      yaxis2=_axis(domain=[0.0, 0.45], title="slack ram (GiB)"))
+    return _to_json(fig)
+
+
+def calibration_figure(calibration: Calibration, current: Policy) -> str:
+    """The safety curve (Borg Fig. 12): reclaimed fraction (cpu, ram) against batch evictions per
+    100 pod-hours, one point per swept setting labelled μ/h, the knee and the current policy
+    marked."""
+    points = sorted(calibration.points, key=lambda p: (p.margin_ratio, p.half_life_s))
+    labels = [f"μ {p.margin_ratio:g} · h {p.half_life_s:g} s" for p in points]
+    x = [p.batch_evictions_per_100_pod_hours for p in points]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(name="reclaimed cpu", x=x, y=[p.reclaimed_fraction_cpu * 100 for p in points],
+                             mode="lines+markers", text=labels, hovertemplate="%{text}<br>%{y:.1f} %<extra></extra>",
+                             line=dict(color="#2563eb")))
+    fig.add_trace(go.Scatter(name="reclaimed ram", x=x, y=[p.reclaimed_fraction_ram * 100 for p in points],
+                             mode="lines+markers", text=labels, hovertemplate="%{text}<br>%{y:.1f} %<extra></extra>",
+                             line=dict(color="#ea580c")))
+    knee = dict(calibration.knee)
+    for name, values, colour, symbol in (
+            ("knee", knee, "#dc2626", "star"),
+            ("current policy", {"margin_ratio": current.estimator.margin_ratio,
+                                "half_life_s": current.estimator.half_life_s}, "#111827", "diamond")):
+        match = [p for p in points if all(abs(getattr(p, k) - v) < 1e-9 for k, v in values.items())]
+        if match:
+            p = match[0]
+            fig.add_trace(go.Scatter(name=f"{name} (μ {p.margin_ratio:g}, h {p.half_life_s:g} s)",
+                                     x=[p.batch_evictions_per_100_pod_hours], y=[p.reclaimed_fraction_cpu * 100],
+                                     mode="markers", marker=dict(size=16, color=colour, symbol=symbol)))
+    fig.update_layout(height=420, margin=dict(l=60, r=20, t=30, b=60), font=FONT, paper_bgcolor="white",
+                      plot_bgcolor="white", legend=dict(orientation="h", y=1.1),
+                      xaxis=_axis(title="batch evictions per 100 pod-hours", rangemode="tozero"),
+                      yaxis=_axis(title="reclaimed fraction (%)", rangemode="tozero"))
+    return _to_json(fig)

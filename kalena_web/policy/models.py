@@ -1,0 +1,62 @@
+"""Policy as versioned data per live cluster, and the audit log (DESIGN §10, §12).
+
+:class:`PolicyVersion` holds one whole policy file (``document``, the mapping of
+:func:`kalena_engine.policy_file.policy_to_document`); versions count from 1 per cluster and
+are never changed — a save or a rollback adds one. No version yet means the engine defaults
+(version 0).
+
+:class:`AuditEntry` is append-only: a PostgreSQL trigger (migration ``0002``) refuses UPDATE
+and DELETE. ``cluster_name`` is text, not a key, so an entry outlives its cluster.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from kalena_web.inventory.models import Cluster
+
+
+class PolicyVersion(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="policy_versions")
+    version = models.PositiveIntegerField()
+    document = models.JSONField()
+    source = models.CharField(max_length=200, blank=True)
+    note = models.CharField(max_length=500, blank=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "version"], name="policy_version_unique")]
+        ordering = ["-version"]
+        permissions = [("tune_policy", "Can tune a live cluster's policy")]
+
+
+class AuditEntry(models.Model):
+    USER, AGENT, LOOP = "user", "agent", "loop"
+    ACTORS = [(USER, "user"), (AGENT, "agent"), (LOOP, "loop")]
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor_kind = models.CharField(max_length=8, choices=ACTORS)
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=40, db_index=True)
+    cluster_name = models.CharField(max_length=200, blank=True, db_index=True)
+    target = models.CharField(max_length=300, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+
+class CalibrationImport(models.Model):
+    """A calibration result imported for a cluster: one policy file whose metadata carries the
+    sweep, its points and the knee (DESIGN §10), kept as the file mapping."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="calibrations")
+    document = models.JSONField()
+    filename = models.CharField(max_length=300, blank=True)
+    imported_by = models.CharField(max_length=150, blank=True)
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-imported_at", "-id"]

@@ -1,0 +1,119 @@
+"""Policy and audit reads.
+
+:func:`current_policy` is what every live loop uses (one indexed query); the agents get the
+same version over their link (:mod:`kalena_web.telemetry.consumers`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+
+from kalena_engine.policy import Policy
+from kalena_engine.policy_file import PolicyDocument
+from kalena_web.inventory.models import Cluster, Node
+from kalena_web.policy import mappers
+from kalena_web.policy.models import AuditEntry, PolicyVersion
+
+
+@dataclass(frozen=True)
+class CurrentPolicy:
+    """The version in force (0 = no version saved: the engine defaults) and its policy."""
+
+    version: int
+    policy: Policy
+    document: PolicyDocument
+
+
+def current_policy(*, cluster_id: int) -> CurrentPolicy:
+    row = PolicyVersion.objects.filter(cluster_id=cluster_id).order_by("-version").first()
+    if row is None:
+        return CurrentPolicy(version=0, policy=Policy(), document=PolicyDocument())
+    document = mappers.version_document(row)
+    return CurrentPolicy(version=row.version, policy=document.policy, document=document)
+
+
+def current_versions(*, cluster_ids: Iterable[int]) -> dict[int, int]:
+    """``{cluster id: current version}`` (0 where none is saved) in one query."""
+    from django.db.models import Max
+
+    ids = list(cluster_ids)
+    found = dict(PolicyVersion.objects.filter(cluster_id__in=ids).values("cluster_id")
+                 .annotate(v=Max("version")).values_list("cluster_id", "v"))
+    return {c: found.get(c, 0) for c in ids}
+
+
+def node_clusters(node_ids: Iterable[int]) -> dict[int, int]:
+    """``{node id: cluster id}``."""
+    return dict(Node.objects.filter(id__in=list(node_ids)).values_list("id", "cluster_id"))
+
+
+def policy_versions(*, cluster: Cluster) -> QuerySet[PolicyVersion]:
+    return PolicyVersion.objects.filter(cluster=cluster).order_by("-version")
+
+
+def policy_version_get(*, cluster: Cluster, version: int) -> PolicyVersion | None:
+    return PolicyVersion.objects.filter(cluster=cluster, version=version).first()
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    action: str = ""
+    actor: str = ""
+    cluster: str = ""
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+
+def audit_entries(filters: AuditFilter) -> QuerySet[AuditEntry]:
+    """Newest first; ``action`` matches a prefix (``policy`` → every policy action)."""
+    rows = AuditEntry.objects.all()
+    if filters.action:
+        rows = rows.filter(action__startswith=filters.action)
+    if filters.actor:
+        rows = rows.filter(actor=filters.actor)
+    if filters.cluster:
+        rows = rows.filter(cluster_name=filters.cluster)
+    if filters.since:
+        rows = rows.filter(at__gte=filters.since)
+    if filters.until:
+        rows = rows.filter(at__lt=filters.until)
+    return rows.order_by("-at", "-id")
+
+
+def audit_actions() -> list[str]:
+    return sorted(AuditEntry.objects.values_list("action", flat=True).distinct())
+
+
+def agent_policy_message(*, cluster_id: int) -> tuple[int, dict]:
+    """``(version, the link's policy message)`` carrying the whole estimator and eviction sections
+    of the cluster's current version (:mod:`agents.link.protocol`)."""
+    from dataclasses import asdict
+
+    current = current_policy(cluster_id=cluster_id)
+    return current.version, {"type": "policy", "v": 1, "version": current.version,
+                             "estimator": asdict(current.policy.estimator),
+                             "eviction": asdict(current.policy.eviction)}
+
+
+@dataclass(frozen=True)
+class AgentPolicyState:
+    node: str
+    connected: bool
+    reported: int | None
+    behind: bool
+
+
+def agents_policy_state(*, cluster: Cluster) -> tuple[int, list[AgentPolicyState]]:
+    """The current version and, per node with an agent, the version it reports applying;
+    ``behind`` when it reports an older one (or none while a version is saved)."""
+    from kalena_web.telemetry.models import AgentStatus
+
+    version = current_versions(cluster_ids=[cluster.id])[cluster.id]
+    rows = AgentStatus.objects.filter(node__cluster=cluster).order_by("node__name").values_list(
+        "node__name", "connected", "policy_version")
+    return version, [AgentPolicyState(node=n, connected=c, reported=v, behind=(v or 0) < version)
+                     for n, c, v in rows]

@@ -1,0 +1,107 @@
+"""The policy pre-flight (kalena_engine.preflight) on the module's worked example: two nodes,
+a service pod whose reservation rises with μ, a batch pod, two pending pods."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kalena_engine.estimator import Reservations
+from kalena_engine.policy import Policy
+from kalena_engine.preflight import PreflightCluster, policy_preflight
+from kalena_engine.resources import CPU, N_DIMS, RAM
+
+GIB = 2.0**30
+NOW = 10_000.0
+
+
+def _vec(cpu_mcpu: float, ram_gib: float, fill: float = 0.0) -> np.ndarray:
+    v = np.full(N_DIMS, fill)
+    v[CPU], v[RAM] = cpu_mcpu, ram_gib * GIB
+    return v
+
+
+def _cluster(*, pending_namespaces=("team-a", "team-a")) -> PreflightCluster:
+    # node A: C = 4 cores, 10 GiB. service: q = 2 cores / 8 GiB, L = 4 cores / 12 GiB, u = 1 core / 8 GiB,
+    # r = μ·u = 1.15 / 9.2 GiB
+    # batch: q = L = 0.5 core / 1 GiB, u = q, r = q. Node B: empty, same capacity.
+    capacity = np.array([_vec(4000, 10, np.inf), _vec(4000, 10, np.inf)])
+    request = np.array([_vec(2000, 8), _vec(500, 1)])
+    limit = np.array([_vec(4000, 12, np.inf), _vec(500, 1, np.inf)])
+    usage = np.array([_vec(1000, 8), _vec(500, 1)])
+    reservation = np.array([_vec(1150, 9.2), _vec(500, 1)])
+    return PreflightCluster(
+        node_names=("a", "b"), capacity=capacity, takes_batch=np.array([True, True]),
+        sampling_interval_s=np.array([10.0, 10.0]), names=("default/web-0", "batch/job-1"),
+        node_of=np.array([0, 0]), batch=np.array([False, True]), priority=np.array([0, 3]),
+        namespace=("default", "team-a"), request=request, limit=limit, usage=usage,
+        start_s=np.array([-np.inf, NOW - 3600.0]), reclaim_disabled=np.array([False, False]),
+        state=Reservations(value=reservation, updated_s=np.full(2, NOW), last_sample_s=np.full(2, NOW - 5.0)),
+        pending_request=np.array([_vec(1000, 2), _vec(1000, 2)]), pending_namespace=tuple(pending_namespaces))
+
+
+def test_raising_the_margin_evicts_the_batch_pod_now() -> None:
+    current = Policy()
+    proposed = Policy().with_estimator(margin_ratio=1.3).with_eviction(evict_threshold_ratio=0.9)
+    result = policy_preflight(_cluster(), current=current, proposed=proposed, now_s=NOW)
+    # Σ r = 10.4 + 1 = 11.4 GiB > 10 and the working set 9 GiB ≥ 0.9 · 10 GiB → evict the batch pod;
+    # today Σ r = 10.2 GiB > 10 but 9 GiB < 0.95 · 10: no pressure, so the eviction is new.
+    assert len(result.evictions) == 1
+    victim = result.evictions[0]
+    assert (victim.node, victim.workload, victim.dimension, victim.reason, victim.new) == (
+        "a", "batch/job-1", "ram", "priority", True)
+    assert victim.ledger_before == pytest.approx(11.4 * GIB) and victim.ledger_after == pytest.approx(10.4 * GIB)
+    a = result.nodes[0]
+    assert a.ram_now_bytes == pytest.approx(-0.2 * GIB) and a.ram_after_bytes == pytest.approx(-1.4 * GIB)
+    assert a.cpu_now_mcpu == pytest.approx(2350.0) and a.cpu_after_mcpu == pytest.approx(2200.0)
+    assert a.cpu_settled_mcpu == pytest.approx(2200.0)
+    # node b is empty: its slack is its capacity under both policies
+    assert result.nodes[1].ram_settled_bytes == pytest.approx(10 * GIB)
+    assert (result.pending, result.placeable_current, result.placeable_proposed) == (2, 2, 2)
+
+
+def test_lowering_the_margin_frees_slack_only_once_the_decay_is_over() -> None:
+    result = policy_preflight(_cluster(), current=Policy(), proposed=Policy().with_estimator(margin_ratio=1.05),
+                              now_s=NOW)
+    a = result.nodes[0]
+    assert result.evictions == ()
+    assert a.ram_after_bytes == pytest.approx(a.ram_now_bytes)          # r decays from 9.2 GiB: Δt = 0
+    assert a.ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)   # τ = 1.05 · 8 GiB
+
+
+def test_a_namespace_cap_limits_what_becomes_placeable() -> None:
+    caps = Policy().with_placement(namespace_batch_caps=(("team-a", 2),))
+    result = policy_preflight(_cluster(), current=Policy(), proposed=caps, now_s=NOW)
+    # team-a already runs one batch pod: a cap of 2 admits one of the two pending pods
+    assert (result.placeable_current, result.placeable_proposed) == (2, 1)
+
+
+def test_stale_telemetry_never_creates_slack() -> None:
+    cluster = _cluster()
+    old = Reservations(value=cluster.state.value, updated_s=cluster.state.updated_s,
+                       last_sample_s=np.array([NOW - 3600.0, NOW - 5.0]))
+    from dataclasses import replace
+
+    result = policy_preflight(replace(cluster, state=old), current=Policy(),
+                              proposed=Policy().with_estimator(margin_ratio=1.05), now_s=NOW)
+    # the service pod's sample is an hour old: its r is held and reads max(r, q) = 2 cores / 9.2 GiB
+    # whatever μ — no slack appears from lowering the margin
+    assert result.nodes[0].cpu_settled_mcpu == pytest.approx(4000 - 2000 - 500)
+    assert result.nodes[0].ram_settled_bytes == pytest.approx((10 - 9.2 - 1) * GIB)
+
+
+def test_a_workload_startup_grace_override_is_honoured() -> None:
+    from dataclasses import replace
+
+    # the service pod started 60 s ago: within the policy's 300 s grace r stays ≥ q = 8 GiB
+    young = replace(_cluster(), start_s=np.array([NOW - 60.0, NOW - 3600.0]))
+    lower = Policy().with_estimator(margin_ratio=1.05)
+    held = policy_preflight(young, current=Policy(), proposed=lower, now_s=NOW)
+    assert held.nodes[0].ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)   # max(q, τ) = max(8, 8.4)
+    # with kalena.naughtian.io/startup-grace-s: 0 the grace is over: τ = 1.05 · 8 GiB alone (and q = 9 GiB here)
+    bigger = replace(young, request=np.array([_vec(2000, 9), _vec(500, 1)]))
+    in_grace = policy_preflight(bigger, current=Policy(), proposed=lower, now_s=NOW)
+    no_grace = policy_preflight(replace(bigger, grace_override_s=np.array([0.0, np.nan])), current=Policy(),
+                                proposed=lower, now_s=NOW)
+    assert in_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 9 - 1) * GIB)
+    assert no_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)

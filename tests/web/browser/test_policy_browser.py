@@ -1,0 +1,135 @@
+"""In a real browser (Debian's Chromium): log in, tune a margin through the pre-flight and save,
+see the change in the audit log and in an agent's reported policy version, roll back, import a
+calibration file and propose its knee; a refused field is shown by name. Screenshots are kept
+in artifacts/browser/ (policy-*.png)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+import re
+import time
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+
+from kalena_web.policy.models import AuditEntry, PolicyVersion
+from kalena_web.policy.selectors import current_policy
+from kalena_web.telemetry.services import agent_token_create
+from tests.web.conftest import PASSWORD
+from tests.web.live_cluster import import_homelab
+from tests.web.telemetry.conftest import Agent, agent_app, hello, record, run, samples  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CALIBRATION = {
+    "apiVersion": "kalena.naughtian.io/v1", "kind": "Policy",
+    "metadata": {"name": "sweep", "cluster": "home", "source": "calibration A/B/A/B", "calibration": {
+        "sweep": {"margin_ratio": [1.05, 1.1, 1.2, 1.3, 1.5]},
+        "points": [{"margin_ratio": m, "half_life_s": 600.0, "reclaimed_fraction_cpu": r, "reclaimed_fraction_ram": r * 0.6,
+                    "batch_evictions_per_100_pod_hours": e, "production_contention_core_hours": e / 4}
+                   for m, r, e in ((1.05, 0.34, 12.0), (1.1, 0.31, 6.5), (1.2, 0.27, 2.1), (1.3, 0.22, 1.4),
+                                   (1.5, 0.14, 1.1))],
+        "knee": {"margin_ratio": 1.2, "half_life_s": 600.0}}},
+}
+
+
+def _report_version(app, token: str, node: str) -> int:
+    """The agent side of the link: hello, take the policy message, report applying it."""
+    async def go():
+        agent = Agent(app, token)
+        assert await agent.connect()
+        await agent.send({**hello(node), "policy_version": None})
+        policy = await agent.until("policy")
+        await agent.send({**samples(node, 1, [record("database/postgres-0", time.time() - 1)]),
+                          "policy_version": policy["version"]})
+        await agent.until("ack")
+        await agent.close()
+        return policy["version"]
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API holds this thread's event loop
+        return pool.submit(lambda: run(go())).result(timeout=60)
+
+
+def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chromium, django_user_model, artifacts,
+                                                             kuberina_dir, tmp_path, agent_app) -> None:
+    cluster = import_homelab(kuberina_dir, tmp_path, now_s=time.time() - 600)
+    group, _ = Group.objects.get_or_create(name="operator")
+    group.permissions.add(Permission.objects.get(codename="tune_policy"))
+    django_user_model.objects.create_user(username="olga", password=PASSWORD).groups.add(group)
+    beta = cluster.nodes.get(name="thinkcentre-beta")
+    token = agent_token_create(node=beta)[0]
+    page = chromium.new_page(viewport={"width": 1440, "height": 1100})
+    try:
+        page.goto(f"{live_server.url}/policy/home/")
+        assert "/accounts/login/?next=" in page.url
+        page.fill("#id_username", "olga")
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(r"/policy/home/$"))
+
+        # a refused field: named, with the accepted range, nothing saved
+        page.fill("#f-estimator\\.margin_ratio", "0.8")
+        page.click("#run-preflight")
+        page.wait_for_selector("#field-errors")
+        assert "estimator.margin_ratio: 0.8 is out of range (accepted: a number in [1, 10])" in \
+            page.inner_text("#error-estimator\\.margin_ratio")
+        page.screenshot(path=str(artifacts / "policy-refused.png"), full_page=True)
+        assert not PolicyVersion.objects.exists()
+
+        # tune through the pre-flight, then save
+        page.fill("#f-estimator\\.margin_ratio", "1.3")
+        page.click("#run-preflight")
+        page.wait_for_selector("#preflight")
+        page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
+        assert page.locator("#pf-slack-table tbody tr").count() == 3
+        bars = page.eval_on_selector("#preflight-chart", "gd => gd._fullData.map(t => [t.name, t.x.length])")
+        assert ["settled", 3] in bars and ["now", 3] in bars
+        page.screenshot(path=str(artifacts / "policy-preflight.png"), full_page=True)
+        page.fill("input[name=note]", "more margin after the incident")
+        page.click("#save")
+        page.wait_for_url(re.compile(r"/policy/home/history/\?saved=1$"))
+        assert "estimator.margin_ratio" in page.inner_text("#v1")
+        assert current_policy(cluster_id=cluster.id).policy.estimator.margin_ratio == 1.3
+
+        # the agent is behind until it reports applying version 1
+        page.goto(f"{live_server.url}/policy/home/")
+        assert _report_version(agent_app, token, beta.name) == 1
+        page.reload()
+        assert "All 1 agent(s) apply version 1" in page.inner_text("#agents-policy")
+
+        # the audit log shows who changed what
+        page.goto(f"{live_server.url}/audit/?action=policy")
+        row = page.inner_text("#audit-table tbody tr:first-child")
+        assert "olga" in row and "policy.change" in row and "1.3" in row and "1.15" in row
+        page.screenshot(path=str(artifacts / "policy-audit.png"), full_page=True)
+
+        # import a calibration file, propose its knee, pre-flight, save
+        path = tmp_path / "calibration.json"
+        path.write_text(json.dumps(CALIBRATION))
+        page.goto(f"{live_server.url}/policy/home/calibration/")
+        assert "No calibration imported for home" in page.inner_text("#no-calibration")
+        page.set_input_files("input[name=file]", str(path))
+        page.click("#import-calibration")
+        page.wait_for_selector("#calibration-chart")
+        page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
+        traces = page.eval_on_selector("#calibration-chart", "gd => gd._fullData.map(t => t.name)")
+        assert "knee (μ 1.2, h 600 s)" in traces and "current policy (μ 1.3, h 600 s)" in traces
+        page.screenshot(path=str(artifacts / "policy-calibration.png"), full_page=True)
+        page.click("#propose")
+        page.wait_for_selector("#preflight")
+        assert page.input_value("#f-estimator\\.margin_ratio") == "1.2"
+        page.click("#save")
+        page.wait_for_url(re.compile(r"/policy/home/history/\?saved=2$"))
+
+        # roll back to version 1: a new version 3
+        page.click("#rollback-1")
+        page.wait_for_url(re.compile(r"/policy/home/history/\?saved=3$"))
+        page.screenshot(path=str(artifacts / "policy-history.png"), full_page=True)
+        assert current_policy(cluster_id=cluster.id).version == 3
+        assert current_policy(cluster_id=cluster.id).policy.estimator.margin_ratio == 1.3
+        assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == [
+            "token.create", "policy.change", "calibration.import", "policy.change", "policy.rollback"]
+        for name in ("refused", "preflight", "audit", "calibration", "history"):
+            assert (artifacts / f"policy-{name}.png").stat().st_size > 20_000
+    finally:
+        page.close()

@@ -1,0 +1,93 @@
+"""The reconciler on pods Kalena started itself (Docker, Swarm; kalena_web/control/started.py):
+only the current placement's events count, an eviction requeues exactly once, an OOM kill is
+recorded with its numbers unless the agent's own report explains it, a vanished container or
+a full re-list without it requeues a bound pod — and the same event twice changes nothing."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from agents.orchestrators.events import PodFinished, PodGone, Resynced
+from kalena_engine.policy import Policy
+from kalena_web.archive.models import EvictionRecord
+from kalena_web.control.orchestrators import orchestrator_for
+from kalena_web.control.reconciler import CHANGED, UNCHANGED, Reconciler
+from kalena_web.ledger.models import LiveNodeLedger
+from kalena_web.scheduling.models import BatchPod
+from kalena_web.scheduling.services import batch_submit, scheduling_pass
+from kalena_web.telemetry.models import IngestBatch, MitigationEvent
+
+MIB = 2**20
+
+
+@pytest.fixture
+def bound(live):
+    now = time.time()
+    LiveNodeLedger.objects.filter(node__cluster=live).update(stale=False, last_sample_s=now)
+    batch_submit(cluster=live, name="batch/job-0", owner="job/j", request={"cpu": 100, "ram": 64 * MIB},
+                 limit={"cpu": 200, "ram": 128 * MIB}, now_s=now - 100)
+    scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=now - 100,
+                    rng=np.random.default_rng(0))
+    pod = BatchPod.objects.select_related("workload__node").get(workload__name="batch/job-0")
+    assert pod.state == BatchPod.BOUND
+    return pod
+
+
+def state(pod):
+    pod = BatchPod.objects.select_related("workload__node").get(id=pod.id)
+    return pod.state, pod.requeues, pod.workload.node.name if pod.workload.node_id else None
+
+
+def test_an_eviction_requeues_once_and_an_earlier_placement_changes_nothing(live, bound) -> None:
+    rec = Reconciler(cluster=live)
+    node = bound.workload.node.name
+    other = next(n.name for n in live.nodes.all() if n.name != node)
+    late = PodFinished(ref="batch/job-0", node=other, outcome="succeeded", reason="Completed", exit_code=0, at_s=1.0)
+    assert rec.apply(late) == UNCHANGED and state(bound) == ("bound", 0, node)   # another placement's end
+    evicted = PodFinished(ref="batch/job-0", node=node, outcome="evicted", reason="Killed (signal 15)", exit_code=143,
+                          at_s=time.time())
+    assert rec.apply(evicted) == CHANGED and state(bound) == ("pending", 1, None)
+    assert rec.apply(evicted) == UNCHANGED and state(bound) == ("pending", 1, None)  # requeued exactly once
+    record = EvictionRecord.objects.get(workload__name="batch/job-0")
+    assert record.cause == "orchestrator" and record.node.name == node  # the owner × node cooldown
+    assert BatchPod.objects.get(id=bound.id).reason == "Killed (signal 15) on " + node
+
+
+def test_an_oom_kill_is_recorded_with_its_numbers(live, bound) -> None:
+    node = bound.workload.node.name
+    oom = PodFinished(ref="batch/job-0", node=node, outcome="oom", reason="OOMKilled: memory limit 134217728 bytes",
+                      exit_code=137, at_s=time.time())
+    assert Reconciler(cluster=live).apply(oom) == CHANGED
+    pod = BatchPod.objects.get(id=bound.id)
+    assert (pod.state, pod.outcome) == ("completed", "oom") and "exit 137" in pod.reason
+    record = EvictionRecord.objects.get(workload__name="batch/job-0")
+    assert record.cause == "oom_kill" and record.detail["limit"] == 128 * MIB and record.detail["request"] == 64 * MIB
+
+
+def test_an_oom_the_agent_explains_is_its_eviction(live, bound) -> None:
+    w = bound.workload
+    now = time.time()
+    batch = IngestBatch.objects.create(node=w.node, batch_id="a:1", kind=IngestBatch.ACTION, shard=0, ts=now,
+                                       received_s=now, stored_s=now)
+    MitigationEvent.objects.create(batch=batch, node=w.node, ts=time.time(), action="evict", reason="priority",
+                                   workload=w, workload_name=w.name, trigger_source="poll", result_ok=True)
+    oom = PodFinished(ref="batch/job-0", node=w.node.name, outcome="oom", reason="OOMKilled", exit_code=137,
+                      at_s=time.time())
+    assert Reconciler(cluster=live).apply(oom) == CHANGED
+    assert state(bound) == ("pending", 1, None)
+    assert not EvictionRecord.objects.filter(cause__in=("oom_kill", "orchestrator")).exists()  # the agent's is the record
+
+
+def test_a_vanished_container_or_a_relist_without_it_requeues(live, bound) -> None:
+    rec = Reconciler(cluster=live)
+    nodes = frozenset(live.nodes.values_list("name", flat=True))
+    recent = Resynced(pods=frozenset(), nodes=nodes, at_s=(bound.bound_s or 0) + 5)
+    assert rec.apply(recent) == UNCHANGED and state(bound)[0] == "bound"  # bound 5 s ago: not listed yet is fine
+    listed = Resynced(pods=frozenset({"batch/job-0"}), nodes=nodes, at_s=time.time())
+    assert rec.apply(listed) == UNCHANGED and state(bound)[0] == "bound"
+    assert rec.apply(Resynced(pods=frozenset(), nodes=nodes, at_s=time.time())) == CHANGED
+    assert state(bound) == ("pending", 1, None)
+    assert rec.apply(PodGone(ref="batch/job-0", at_s=time.time())) == UNCHANGED  # pending: nothing to take off

@@ -1,0 +1,275 @@
+"""Policy as versioned data through the console (PostgreSQL): permissions, the draft with
+per-field errors (nothing saved), pre-flight, save, history and rollback, import/export,
+calibration import and the audit log."""
+
+from __future__ import annotations
+
+import html
+import json
+
+import pytest
+import yaml
+from django.contrib.auth.models import Group
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from kalena_web.ledger.estimation import live_policy
+from kalena_web.policy.models import AuditEntry, CalibrationImport, PolicyVersion
+from kalena_web.policy.selectors import current_policy
+from tests.web.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+def _user(django_user_model, name: str, role: str | None):
+    user = django_user_model.objects.create_user(username=name, password=PASSWORD)
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def tuner(client, django_user_model):
+    client.force_login(_user(django_user_model, "olga", "operator"))
+    return client
+
+
+def _form(client, cluster: str) -> dict[str, str]:
+    """The policy page's form fields as the browser would post them."""
+    page = client.get(f"/policy/{cluster}/")
+    assert page.status_code == 200
+    fields = {f.name: f.value for section in page.context["sections"].values() for f in section}
+    fields["namespaces"] = page.context["namespaces"]
+    return fields
+
+
+def test_anonymous_is_sent_to_log_in_and_the_api_answers_401(client, live) -> None:
+    page = client.get("/policy/home/")
+    assert page.status_code == 302 and page["Location"].startswith("/accounts/login/?next=/policy/home/")
+    assert client.get("/api/audit").status_code == 401
+    assert client.get("/api/clusters/home/policy").status_code == 401
+
+
+def test_viewer_reads_but_cannot_tune(client, django_user_model, live) -> None:
+    client.force_login(_user(django_user_model, "vera", "viewer"))
+    fields = _form(client, "home")
+    assert fields["estimator.margin_ratio"] == "1.15"
+    fields["estimator.margin_ratio"] = "1.3"
+    refused = client.post("/policy/home/", {**fields, "action": "save"})
+    assert refused.status_code == 403 and b"operator or approver role" in refused.content
+    assert client.post("/policy/home/rollback/1").status_code == 403
+    assert not PolicyVersion.objects.exists() and not AuditEntry.objects.exists()
+
+
+def test_tune_a_margin_through_the_preflight_and_save(tuner, live) -> None:
+    fields = _form(tuner, "home")
+    fields["estimator.margin_ratio"] = "1.3"
+    fields["namespaces"] = "team-a: 4"
+    pre = tuner.post("/policy/home/", {**fields, "action": "preflight"})
+    assert pre.status_code == 200
+    preflight = pre.context["preflight"]
+    assert [n.node for n in preflight.nodes] == ["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"]
+    assert b'id="save"' in pre.content and b"Save as version 1" in pre.content
+    assert not PolicyVersion.objects.exists()  # a pre-flight stores nothing
+
+    saved = tuner.post("/policy/home/", {**fields, "action": "save", "note": "more margin"})
+    assert saved.status_code == 302 and saved["Location"] == "/policy/home/history/?saved=1"
+    current = current_policy(cluster_id=live.id)
+    assert current.version == 1 and current.policy.estimator.margin_ratio == 1.3
+    assert current.policy.placement.namespace_batch_caps == (("team-a", 4),)
+    # the estimation loop reads the cluster's version
+    assert live_policy([live.nodes.first().id]).estimator.margin_ratio == 1.3
+    entry = AuditEntry.objects.get()
+    assert (entry.actor, entry.actor_kind, entry.action, entry.cluster_name) == ("olga", "user", "policy.change", "home")
+    assert entry.before == {"version": 0, "estimator.margin_ratio": 1.15, "namespaces.team-a": None}
+    assert entry.after == {"version": 1, "estimator.margin_ratio": 1.3, "namespaces.team-a": 4}
+    history = tuner.get("/policy/home/history/?saved=1")
+    assert history.status_code == 200
+    assert history.context["entries"][0]["diff"] == [("estimator.margin_ratio", 1.15, 1.3), ("namespaces.team-a", None, 4)]
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("estimator.margin_ratio", "0.9", "0.9 is out of range (accepted: a number in [1, 10])"),
+    ("estimator.half_life_s", "10min", "'10min' is not a number: the field is in seconds"),
+    ("eviction.cfs_period_us", "100000.5", "100000.5 is not a whole number"),
+    ("eviction.evict_threshold_ratio", "", "a value is required (accepted: a number in (0, 1])"),
+])
+def test_bad_field_is_refused_by_name_and_nothing_changes(tuner, live, field, value, says) -> None:
+    fields = _form(tuner, "home")
+    fields["estimator.grace_s"] = "-5"           # a second bad field is reported too
+    fields[field] = value
+    for action in ("preflight", "save"):
+        page = tuner.post("/policy/home/", {**fields, "action": action})
+        assert page.status_code == 400
+        assert says in page.context["errors"][field]
+        assert page.context["errors"]["estimator.grace_s"] == "-5.0 is out of range (accepted: a number in [0, ∞))"
+        assert f'id="error-{field}"'.encode() in page.content
+        assert page.context["preflight"] is None
+    assert not PolicyVersion.objects.exists() and not AuditEntry.objects.exists()
+
+
+def test_cross_field_rule_names_acute_ratio(tuner, live) -> None:
+    fields = _form(tuner, "home")
+    fields["eviction.acute_ratio"] = "0.9"
+    page = tuner.post("/policy/home/", {**fields, "action": "save"})
+    assert page.status_code == 400
+    assert "below evict_threshold_ratio" in page.context["errors"]["eviction.acute_ratio"]
+    assert not PolicyVersion.objects.exists()
+
+
+def test_rollback_is_a_new_version_and_export_imports_back(tuner, live) -> None:
+    for margin in ("1.3", "1.5"):
+        fields = _form(tuner, "home")
+        fields["estimator.margin_ratio"] = margin
+        assert tuner.post("/policy/home/", {**fields, "action": "save"}).status_code == 302
+    back = tuner.post("/policy/home/rollback/1")
+    assert back.status_code == 302
+    assert current_policy(cluster_id=live.id).version == 3
+    assert current_policy(cluster_id=live.id).policy.estimator.margin_ratio == 1.3
+    assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == [
+        "policy.change", "policy.change", "policy.rollback"]
+    assert tuner.post("/policy/home/rollback/9").status_code == 404
+
+    exported = tuner.get("/policy/home/export?version=2")
+    assert exported.status_code == 200 and "home-policy-v2.yaml" in exported["Content-Disposition"]
+    document = yaml.safe_load(exported.content)
+    assert document["metadata"]["cluster"] == "home" and document["spec"]["estimator"]["margin_ratio"] == 1.5
+    imported = tuner.post("/policy/home/import", {"file": SimpleUploadedFile("v2.yaml", exported.content)})
+    assert imported.status_code == 200 and imported.context["preflight"] is not None
+    assert {f.name: f.value for s in imported.context["sections"].values() for f in s}["estimator.margin_ratio"] == "1.5"
+    assert PolicyVersion.objects.count() == 3  # an import is a draft until saved
+
+
+@pytest.mark.parametrize("document, says", [
+    ({"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy", "spec": {"estimator": {"margin": 1.2}}},
+     "spec.estimator.margin: unknown key 'margin' (accepted: margin_ratio, half_life_s"),
+    ({"apiVersion": "kalena.naughtian.io/v2", "kind": "Policy"}, "is not a apiVersion Kalena reads"),
+    ({"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy", "metadata": {"cluster": "prod-eu"}},
+     "this file is for cluster 'prod-eu', not 'home'"),
+])
+def test_bad_files_are_refused_with_the_reason(tuner, live, document, says) -> None:
+    upload = json.dumps(document).encode()
+    for url in ("/policy/home/import", "/policy/home/calibration/"):
+        page = tuner.post(url, {"file": SimpleUploadedFile("bad.json", upload)})
+        assert page.status_code == 400
+        assert says in html.unescape(page.content.decode())
+    assert not PolicyVersion.objects.exists() and not CalibrationImport.objects.exists()
+    assert not AuditEntry.objects.exists()
+
+
+CALIBRATION = {
+    "apiVersion": "kalena.naughtian.io/v1", "kind": "Policy",
+    "metadata": {"name": "sweep", "cluster": "home", "source": "kalena evaluate", "calibration": {
+        "sweep": {"margin_ratio": [1.05, 1.15, 1.3]},
+        "points": [{"margin_ratio": m, "half_life_s": 600.0, "reclaimed_fraction_cpu": r, "reclaimed_fraction_ram": r / 2,
+                    "batch_evictions_per_100_pod_hours": e, "production_contention_core_hours": c}
+                   for m, r, e, c in ((1.05, 0.3, 9.0, 2.0), (1.15, 0.25, 3.0, 0.5), (1.3, 0.15, 1.0, 0.1))],
+        "knee": {"margin_ratio": 1.3, "half_life_s": 600.0}}},
+}
+
+
+def test_calibration_page_shows_the_curve_and_proposes_the_knee(tuner, live) -> None:
+    empty = tuner.get("/policy/home/calibration/")
+    assert empty.status_code == 200 and b"No calibration imported for home" in empty.content
+    assert tuner.post("/policy/home/calibration/", {
+        "file": SimpleUploadedFile("cal.json", json.dumps(CALIBRATION).encode())}).status_code == 302
+    page = tuner.get("/policy/home/calibration/")
+    figure = json.loads(page.context["figure"])
+    names = [t["name"] for t in figure["data"]]
+    assert "knee (μ 1.3, h 600 s)" in names and "current policy (μ 1.15, h 600 s)" in names
+    row = CalibrationImport.objects.get()
+    proposed = tuner.get(f"/policy/home/?calibration={row.id}")
+    assert proposed.status_code == 200 and proposed.context["preflight"] is not None
+    values = {f.name: f.value for s in proposed.context["sections"].values() for f in s}
+    assert values["estimator.margin_ratio"] == "1.3"
+    assert AuditEntry.objects.get().action == "calibration.import"
+
+
+def test_audit_api_filters(tuner, live) -> None:
+    fields = _form(tuner, "home")
+    fields["estimator.margin_ratio"] = "1.2"
+    tuner.post("/policy/home/", {**fields, "action": "save"})
+    listed = tuner.get("/api/audit?action=policy&cluster=home").json()
+    assert [(e["actor"], e["action"], e["after"]["estimator.margin_ratio"]) for e in listed["items"]] == [
+        ("olga", "policy.change", 1.2)]
+    assert tuner.get("/api/audit?action=replan").json()["items"] == []
+    bad = tuner.get("/api/audit?since=yesterday")
+    assert bad.status_code == 400 and "since" in bad.json()["detail"]
+    assert tuner.get("/audit/?actor=olga").status_code == 200
+    policy = tuner.get("/api/clusters/home/policy").json()
+    assert policy["version"] == 1 and policy["document"]["spec"]["estimator"]["margin_ratio"] == 1.2
+
+
+def test_audit_log_is_append_only(live) -> None:
+    from django.db import DatabaseError, transaction
+
+    from kalena_web.policy.services import audit_record
+
+    entry = audit_record(actor_kind="loop", actor="scheduling", action="eviction", target="x")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEntry.objects.filter(id=entry.id).update(actor="someone else")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEntry.objects.filter(id=entry.id).delete()
+    assert AuditEntry.objects.get(id=entry.id).actor == "scheduling"
+
+
+def test_manual_actions_and_approvals_are_audited_with_the_user(client, django_user_model, live) -> None:
+    from kalena_web.replan.models import ReplanRecommendation
+
+    user = _user(django_user_model, "abe", "approver")
+    client.force_login(user)
+    submitted = client.post("/api/clusters/home/batch", json.dumps(
+        {"name": "team-a/job-1", "owner": "abe", "request": {"cpu": 0.5, "ram": 1.0}}), content_type="application/json")
+    assert submitted.status_code == 201, submitted.content
+    assert client.delete("/api/clusters/home/batch/team-a/job-1").status_code == 204
+    node = live.nodes.first()
+    created = client.post(f"/api/clusters/home/nodes/{node.name}/agent-tokens")
+    assert created.status_code in (200, 201), created.content
+    rec = ReplanRecommendation.objects.create(cluster=live, created_s=1.0, window_s=60.0, threshold=0.25,
+                                              drift={"cpu": 0.3, "ram": 0.1}, report={}, workloads_yaml="")
+    assert client.post(f"/live/home/replan/{rec.id}/decision", {"decision": "approve"}).status_code == 302
+    rows = list(AuditEntry.objects.order_by("id").values_list("actor_kind", "actor", "action", "target"))
+    assert [r[:3] for r in rows] == [("user", "abe", "batch.submit"), ("user", "abe", "batch.delete"),
+                                     ("user", "abe", "token.create"), ("user", "abe", "replan.approve")]
+    assert rows[0][3] == "team-a/job-1"
+
+
+def test_preflight_reads_the_cluster_in_five_queries_whatever_its_size(live, django_assert_num_queries) -> None:
+    from kalena_web.policy.preflight_io import preflight_cluster_load
+    from kalena_web.scheduling.services import batch_submit
+
+    for i in range(3):
+        batch_submit(cluster=live, name=f"team-a/job-{i}", owner="t", request={"cpu": 0.5, "ram": 1.0}, now_s=1000.0)
+    with django_assert_num_queries(5):
+        state = preflight_cluster_load(cluster=live)
+    assert len(state.node_names) == 3 and len(state.pending_namespace) == 3
+    assert len(state.names) == live.workloads.filter(node__isnull=False).count()
+
+
+def test_agents_page_marks_an_agent_behind_the_current_version(tuner, live) -> None:
+    from kalena_web.telemetry.services import agent_hello_record, agent_policy_version_record
+
+    nodes = list(live.nodes.order_by("row"))
+    hello = {"agent_version": "t", "sampling_interval_s": 10.0, "policy_version": None}
+    for node in nodes[:2]:
+        agent_hello_record(node_id=node.id, hello=hello, peer="127.0.0.1", now_s=1000.0)
+    fields = _form(tuner, "home")
+    fields["estimator.margin_ratio"] = "1.2"
+    tuner.post("/policy/home/", {**fields, "action": "save"})
+    agent_policy_version_record(node_id=nodes[0].id, message={"policy_version": 1})
+    page = tuner.get("/live/home/agents/").content.decode()
+    assert "v1" in page and "none (current v1)" in page
+    policy_page = tuner.get("/policy/home/")
+    assert [(a.node, a.behind) for a in policy_page.context["behind"]] == [(nodes[1].name, True)]
+    assert b"1 of 2</strong> agent(s) report an older version than 1" in policy_page.content
+
+
+def test_a_policy_file_without_a_sweep_is_shown_as_such_and_its_values_proposed(tuner, live) -> None:
+    plain = {"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy", "metadata": {"source": "kalena evaluate"},
+             "spec": {"estimator": {"margin_ratio": 1.25, "half_life_s": 900}}}
+    assert tuner.post("/policy/home/calibration/", {
+        "file": SimpleUploadedFile("evaluate-policy.yaml", yaml.safe_dump(plain).encode())}).status_code == 302
+    page = tuner.get("/policy/home/calibration/")
+    assert b"This file holds no calibration sweep" in page.content and page.context["figure"] is None
+    proposed = tuner.get(f"/policy/home/?calibration={CalibrationImport.objects.get().id}")
+    values = {f.name: f.value for s in proposed.context["sections"].values() for f in s}
+    assert (values["estimator.margin_ratio"], values["estimator.half_life_s"]) == ("1.25", "900")

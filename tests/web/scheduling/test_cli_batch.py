@@ -1,0 +1,100 @@
+"""``kalena batch`` as an operator runs it against the live homelab cluster: submit, list, show,
+complete and delete with ``--json`` answers shaped like the REST API's, and the same refusals
+as the REST API for the same bad input (exit 2, the message names the field, nothing stored).
+``complete`` is refused where the orchestrator observes completion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+
+from kalena_web.cli import main
+from kalena_web.scheduling.models import BatchPod
+from tests.web.scheduling.test_api import api, post  # noqa: F401 - the REST client fixture
+
+
+def kalena(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_submit_list_show_complete_delete(live, capsys, api, django_capture_on_commit_callbacks) -> None:  # noqa: F811
+    with django_capture_on_commit_callbacks(execute=True):  # the event-driven pass runs after the commit
+        status, out, _ = kalena(capsys, "batch", "submit", "home", "batch/train-0", "--request", "cpu=250m,ram=256Mi",
+                                "--limit", "cpu=0.5,ram=512Mi", "--priority", "3", "--label", "team=ml",
+                                "--image", "kalena/busybox:test", "--json", "--command", "sh -c 'sleep 5'")
+    assert status == 0
+    pod = json.loads(out)
+    stored = BatchPod.objects.select_related("workload").get(workload__name="batch/train-0")
+    assert stored.state == BatchPod.BOUND  # the submission asked for a pass, as REST does
+    assert stored.command == ["sh", "-c", "sleep 5"] and stored.workload.labels["team"] == "ml"
+    assert stored.workload.request[0] == 250 and stored.workload.limit[1] == 512 * 2**20
+    rest = api.get("/api/clusters/home/batch?state=bound").json()
+    assert set(rest[0]) <= set(pod) and rest[0]["name"] == pod["name"] and rest[0]["request"] == pod["request"]
+
+    status, out, _ = kalena(capsys, "batch", "list", "home", "--state", "bound", "--json")
+    assert status == 0 and json.loads(out) == rest  # the REST answer, exactly
+    status, out, _ = kalena(capsys, "batch", "show", "home", "batch/train-0")
+    assert status == 0 and out.startswith("batch/train-0: bound on ") and "priority 3" in out
+    status, out, _ = kalena(capsys, "batch", "complete", "home", "batch/train-0", "--json")
+    assert status == 0 and json.loads(out)["state"] == "completed"
+    status, _, err = kalena(capsys, "batch", "delete", "home", "batch/train-0")
+    detail = api.delete("/api/clusters/home/batch/batch/train-0").json()["detail"]
+    assert status == 2 and "already completed" in err and detail in err
+
+    status, _, _ = kalena(capsys, "batch", "submit", "home", "batch/idle-0", "--request", "cpu=100m")
+    assert status == 0  # no pass ran (no commit callbacks): it stays pending
+    status, _, err = kalena(capsys, "batch", "complete", "home", "batch/idle-0")
+    detail = api.post("/api/clusters/home/batch/batch/idle-0/complete").json()["detail"]
+    assert status == 2 and detail in err and "pending" in err  # the REST refusal, word for word
+    status, out, _ = kalena(capsys, "batch", "delete", "home", "batch/idle-0", "--json")
+    assert status == 0 and json.loads(out)["state"] == "deleted"
+
+
+@pytest.mark.parametrize(("argv", "body", "words"), [
+    pytest.param(["Batch/X", "--request", "cpu=1"], {"name": "Batch/X", "request": {"cpu": 1}}, ["name"],
+                 id="not a DNS-1123 name"),
+    pytest.param(["batch/a", "--request", "gpu=1"], {"name": "batch/a", "request": {"gpu": 1}}, ["cpu or ram"],
+                 id="no cpu or ram"),
+    pytest.param(["batch/a", "--request", "cpu=2", "--limit", "cpu=1"],
+                 {"name": "batch/a", "request": {"cpu": 2}, "limit": {"cpu": 1}}, ["limit"], id="limit below request"),
+    pytest.param(["batch/a", "--request", "cpu=1", "--priority", "-1"],
+                 {"name": "batch/a", "request": {"cpu": 1}, "priority": -1}, ["priority"], id="negative priority"),
+    pytest.param(["batch/a", "--request", "cpu=1", "--constraints", '{"nodeSelector": {"a": "b"}}'],
+                 {"name": "batch/a", "request": {"cpu": 1}, "constraints": {"nodeSelector": {"a": "b"}}},
+                 ["constraints.nodeSelector"], id="unknown constraint"),
+])
+def test_bad_input_is_refused_as_the_rest_api_refuses_it(live, capsys, api, argv, body, words) -> None:  # noqa: F811
+    status, _, err = kalena(capsys, "batch", "submit", "home", *argv)
+    response = post(api, body)
+    assert status == 2 and response.status_code == 400
+    for word in words:
+        assert word in err and word in response.json()["detail"]
+    assert not BatchPod.objects.exists()
+
+
+def test_cli_own_argument_errors_name_the_flag(live, capsys) -> None:
+    for argv, flag in ((["batch", "submit", "home", "batch/a", "--request", "cpu"], "request"),
+                       (["batch", "submit", "home", "batch/a", "--request", "cpu=1", "--label", "x"], "--label"),
+                       (["batch", "submit", "nope", "batch/a", "--request", "cpu=1"], "no live cluster"),
+                       (["batch", "show", "home", "batch/none"], "no batch pod"),
+                       (["batch", "list", "home", "--state", "lost"], "--state")):
+        status, _, err = kalena(capsys, *argv)
+        assert status == 2 and flag in err, (argv, err)
+    assert not BatchPod.objects.exists()
+
+
+@override_settings(KALENA_ORCHESTRATOR="docker")
+def test_complete_is_refused_where_the_orchestrator_observes_completion(live, capsys, api) -> None:  # noqa: F811
+    BatchPod.objects.all().delete()
+    status, _, _ = kalena(capsys, "batch", "submit", "home", "batch/obs-0", "--request", "cpu=100m")
+    assert status == 0
+    BatchPod.objects.filter(workload__name="batch/obs-0").update(state=BatchPod.BOUND)
+    status, _, err = kalena(capsys, "batch", "complete", "home", "batch/obs-0")
+    assert status == 2 and "observed from the orchestrator (docker)" in err
+    response = api.post("/api/clusters/home/batch/batch/obs-0/complete")
+    assert response.status_code == 409 and "observed from the orchestrator" in response.json()["detail"]
+    assert BatchPod.objects.get(workload__name="batch/obs-0").state == BatchPod.BOUND  # unchanged
