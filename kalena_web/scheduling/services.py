@@ -163,9 +163,9 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
         raise BatchRejected(f"{len(labels) if isinstance(labels, Mapping) else labels!r} labels", field="labels",
                             accepted=f"a mapping of at most {LABELS_MAX} labels")
     req = _vector(request, "request")
-    _fits_some_node(cluster, req)
     if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
         raise BatchRejected("a batch pod must request cpu or ram", field="request", accepted="cpu > 0 or ram > 0")
+    _fits_some_node(cluster, req)
     lim = _vector(limit, "limit") if limit else list(req)
     if any(lv < rv for lv, rv in zip(lim, req, strict=True)):
         raise BatchRejected("a limit is below its request", field="limit", accepted="limit ≥ request per dimension")
