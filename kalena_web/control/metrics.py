@@ -7,7 +7,8 @@ Two endpoints, so per-pod scraping never multiplies cluster-wide series:
   slack, conditions, evictions, batch, ingest counters, loop health) and the cumulative
   scheduling and loop histograms every process records into :class:`MetricSeries`. Every pod
   answers the same: scrape it once, through the Service.
-* ``GET /metrics`` — this process only (``process_*``, ``python_*``, ``kalena_build_info``):
+* ``GET /metrics`` — this process only (prometheus_client's process registry: ``process_*``,
+  ``python_*``, the ingest ack latency of the agents this process serves; ``kalena_build_info``):
   scrape every pod.
 
 With ``KALENA_METRICS_TOKEN`` set, both need ``Authorization: Bearer <token>``. Every metric
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db.models import Count, Max, Sum
 from django.http import HttpRequest, HttpResponse
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -228,9 +229,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: this process's own metrics (see module doc)."""
     if not _authorised(request):
         return HttpResponse("missing or wrong bearer token\n", status=401, content_type="text/plain")
+    from kalena_web.telemetry.metrics import ingest_metrics
+
+    ingest_metrics()  # this process's ingest series exist (empty) before the first agent connects
     registry = CollectorRegistry(auto_describe=False)
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
     registry.register(BuildInfoCollector())
-    return _exposition(registry)
+    return HttpResponse(generate_latest(REGISTRY) + generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -46,6 +46,7 @@ from agents.link.protocol import validate_agent_message
 from kalena_web.policy import selectors as policy_selectors
 from kalena_web.telemetry import selectors, services
 from kalena_web.telemetry.ingest import Entry, prepare_message, rejected_message
+from kalena_web.telemetry.metrics import ingest_metrics
 from kalena_web.telemetry.validation import Limits, NodeView, Rejected, resolve_workload
 from kalena_web.telemetry.writer import GroupCommitWriter, Session, WriteFailed
 
@@ -256,7 +257,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._not_stored(f"the database is unavailable ({type(exc).__name__}); reconnect and resend")
             return
         entry = prepare_message(message, view=self.view, now_s=time.time(), received_s=received_s, limits=self.limits)
-        self._store(entry)
+        self._store(entry, received_s)
 
     async def _hello(self, message: Any, now_s: float) -> None:
         node_id = self.identity.node_id
@@ -317,15 +318,17 @@ class AgentConsumer(AsyncWebsocketConsumer):
             node_id=self.identity.node_id, shards=settings.KALENA_ESTIMATION_SHARDS, last_ts=self.view.last_ts)
         self.view_loaded = time.monotonic()
 
-    def _store(self, entry: Entry) -> None:
-        task = asyncio.get_running_loop().create_task(self._store_and_ack(entry))
+    def _store(self, entry: Entry, received_s: float | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(self._store_and_ack(entry, received_s))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
-    async def _store_and_ack(self, entry: Entry) -> None:
+    async def _store_and_ack(self, entry: Entry, received_s: float | None = None) -> None:
+        metrics = ingest_metrics()
         try:
             await self.writer.submit(entry, self.session)
         except WriteFailed as exc:
+            metrics.frames.labels(outcome="not_stored").inc()
             await self._not_stored(f"batch {entry.batch_id} {exc}; resend after reconnecting")
             return
         whole = [f"{reason}: {c[2]}" for reason, c in entry.rejected.items() if c[1]]
@@ -333,6 +336,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._send({"type": "error", "v": 1, "message": "; ".join(whole)[:1000]})
         if entry.batch_id is not None:
             await self._send(entry.ack_payload())
+            metrics.frames.labels(outcome="acked").inc()
+            if received_s is not None:
+                metrics.ack_latency.observe(max(0.0, time.time() - received_s))
 
     async def _not_stored(self, why: str) -> None:
         """Nothing more of this connection is stored: send ``error`` and close

@@ -20,7 +20,7 @@ from agents.bench.dockerd import PrivateEngines
 from agents.orchestrators.docker import DockerOrchestrator, Engine, EngineConfig
 from kalena_engine.policy import Policy
 from kalena_web.api.services import api_token_create
-from kalena_web.cli.benchenv import free_port
+from kalena_web.cli.benchenv import free_port, wait_celery_ready
 from kalena_web.control.reconciler import Reconciler
 from kalena_web.control.watching import watch_start
 from kalena_web.inventory.models import Cluster, Node
@@ -66,14 +66,16 @@ def test_a_console_without_the_socket_deletes_a_running_pod_through_a_worker(tmp
             # the worker holds the engine; the console is told the engine is somewhere it cannot reach
             services = Services(tmp_path, KALENA_ORCHESTRATOR="docker", KALENA_DOCKER_ENGINES=f"node-a={engine.url}")
             services.procs.worker("worker")
+            wait_celery_ready(services.celery(), timeout_s=180)   # a loaded machine starts workers slowly
             console_env = {**services.env, "KALENA_ORCHESTRATOR_THROUGH_WORKERS": "1",
+                           "KALENA_FORWARDED_EVICT_TIMEOUT_S": "150",
                            "KALENA_DOCKER_ENGINES": "node-a=unix:///nonexistent/docker.sock"}
             services.procs.env = console_env
             port = free_port()
             services.procs.daphne(port)
 
             answer = httpx.delete(f"http://127.0.0.1:{port}/api/clusters/{cluster.name}/batch/batch/long",
-                                  headers={"Authorization": f"Bearer {token}"}, timeout=90)
+                                  headers={"Authorization": f"Bearer {token}"}, timeout=200)
             assert answer.status_code == 204, answer.text
             assert BatchPod.objects.get(workload__name="batch/long").state == BatchPod.DELETED
             running = [c for c in client.containers.list(filters={"label": "kalena.naughtian.io/workload=batch/long"})]

@@ -182,3 +182,21 @@ def test_actions_are_recorded_with_reason_numbers_and_workload_and_gaps_are_coun
     assert event.numbers["ledger_before"] == 1.1e10
     reasons = dict(RejectedSamples.objects.filter(node=beta).values_list("reason", "samples"))
     assert reasons == {"agent_dropped": 600, "not_finite": 0}
+
+
+def test_each_acknowledged_frame_is_timed_in_this_processs_metrics(agent_app, beta, beta_token, client) -> None:
+    from prometheus_client import REGISTRY
+
+    from kalena_web.telemetry.metrics import ingest_metrics
+
+    ingest_metrics()
+    before_count = REGISTRY.get_sample_value("kalena_ingest_ack_latency_seconds_count") or 0.0
+    before_acked = REGISTRY.get_sample_value("kalena_ingest_frames_total", {"outcome": "acked"}) or 0.0
+    now = time.time()
+    replies = converse(agent_app, beta_token, samples(NODE, 1, [record(GOOD, now - 1)]),
+                       samples(NODE, 2, [record(GOOD, now)]))
+    assert [r["type"] for r in replies] == ["ack", "ack"]
+    assert REGISTRY.get_sample_value("kalena_ingest_ack_latency_seconds_count") == before_count + 2
+    assert REGISTRY.get_sample_value("kalena_ingest_frames_total", {"outcome": "acked"}) == before_acked + 2
+    served = client.get("/metrics").content.decode()             # the per-process endpoint serves them
+    assert "kalena_ingest_ack_latency_seconds_bucket" in served
