@@ -146,10 +146,12 @@ INSTALLED_APPS = [
     "kalena_web.telemetry",
     "kalena_web.kubehooks",
     "kalena_web.policy",
+    "ninja",  # serves Swagger UI for /api/docs from its own static files, not a CDN
 ]
 
 MIDDLEWARE = [
     "kalena_web.console.middleware.ProbeMiddleware",
+    "kalena_web.api.errors.ApiErrorMiddleware",
     "kalena_web.console.middleware.NulRefusedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "kalena_web.console.middleware.StaticFilesMiddleware",

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.http import HttpResponsePermanentRedirect
 
 from kalena_web.api.api import build_api
+from kalena_web.console.login import ThrottledLoginView
 from kalena_web.control.health import livez, readyz
 from kalena_web.control.metrics import cluster_metrics_view, metrics_view
 
 api = build_api()
 
+
+def favicon(request):
+    """Browsers ask for /favicon.ico on every page: send them to the console's icon (resolved per
+    request, so the hashed static name exists only after collectstatic)."""
+    return HttpResponsePermanentRedirect(static("console/favicon.svg"))
+
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", ThrottledLoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("favicon.ico", favicon),
     path("livez", livez, name="livez"),
     path("readyz", readyz, name="readyz"),
     path("healthz", readyz, name="healthz"),

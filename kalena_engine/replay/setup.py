@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kalena_engine.errors import BlueprintRefused
+from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.estimator import estimator_limit, initial_reservations
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.kuberina.verify import Verification
@@ -145,6 +145,13 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
     window_end_s = config.hours * 3600.0
     start = inputs.bitbrains.earliest_start_s()
     vms = inputs.bitbrains.covering(start, start + window_end_s, tolerance_s=config.coverage_tolerance_s)
+    if not vms:
+        ends = [float(vm.timestamp_s[-1]) for vm in inputs.bitbrains.series
+                if len(vm) and vm.timestamp_s[0] <= start + config.coverage_tolerance_s]
+        longest_h = (max(ends) - start) / 3600.0 if ends else 0.0
+        raise InputError(f"no Bitbrains VM covers {config.hours:g} hours", source=inputs.bitbrains.directory,
+                         field="hours", accepted=f"at most {longest_h:.1f} hours (the longest VM series from the "
+                                                 "trace's start)")
     usage = build_production_usage(
         vms, trace_start_s=start, step_times_s=clock.times(), request=request, limit=limit,
         peak_ratios=inputs.peak_ratios, mapping=config.usage_mapping, rng=rng,

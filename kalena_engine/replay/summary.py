@@ -54,6 +54,7 @@ class SummaryAccumulator:
     sums: Counter = field(default_factory=Counter)
     counts: Counter = field(default_factory=Counter)
     evicted_by_reason: Counter = field(default_factory=Counter)
+    evicted_by_condition: Counter = field(default_factory=Counter)  # pods, by "<dimension> pressure"
     peak_running: int = 0
     peak_pending: int = 0
     oom_by_tier: Counter = field(default_factory=Counter)
@@ -107,6 +108,8 @@ class SummaryAccumulator:
             elif event.kind == "evicted":
                 self.counts["batch_evicted"] += event.count
                 self.evicted_by_reason[event.reason] += event.count
+                dim = (event.detail or {}).get("dimension", "node")
+                self.evicted_by_condition[f"{dim} pressure"] += event.count
             elif event.kind == "production_evicted":
                 self.counts["production_evictions"] += event.count
             elif event.kind == "oom_killed":
@@ -133,6 +136,7 @@ class SummaryAccumulator:
             "batch_completed": self.counts["batch_completed"],
             "batch_evicted": self.counts["batch_evicted"],
             "batch_evicted_by_reason": dict(self.evicted_by_reason),
+            "batch_evicted_pods_by_condition": dict(self.evicted_by_condition),
             "production_evictions": self.counts["production_evictions"],
             "production_over_capacity_steps": self.counts["production_over_capacity_steps"],
             "stale_pod_steps": self.counts["stale_pod_steps"],

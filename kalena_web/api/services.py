@@ -7,7 +7,8 @@ import secrets
 
 from django.utils import timezone
 
-from kalena_web.api.models import ApiToken
+from kalena_engine.errors import InputError
+from kalena_web.api.models import SCOPES, ApiToken
 
 PREFIX = "kal_"
 
@@ -16,10 +17,25 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def api_token_create(*, user, name: str) -> tuple[str, ApiToken]:
-    """A new token for ``user``; returns ``(plaintext, row)`` — the plaintext is never stored."""
+def api_token_scopes(raw) -> tuple[str, ...]:
+    """Scopes from a list or a space/comma-separated string, in :data:`SCOPES` order; ``read``
+    is always included (a token that cannot read is of no use). Raises :class:`InputError`
+    naming an unknown scope."""
+    words = raw.replace(",", " ").split() if isinstance(raw, str) else list(raw)
+    unknown = [w for w in words if w not in SCOPES]
+    if unknown:
+        raise InputError(f"unknown scope {unknown[0]!r}", source="API token", field="scopes",
+                         accepted=", ".join(SCOPES))
+    return tuple(s for s in SCOPES if s in words or s == "read")
+
+
+def api_token_create(*, user, name: str, scopes=SCOPES) -> tuple[str, ApiToken]:
+    """A new token for ``user`` limited to ``scopes`` (within the user's role); returns
+    ``(plaintext, row)`` — the plaintext is never stored."""
+    chosen = api_token_scopes(scopes)
     token = PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(user=user, name=name[:100], prefix=token[:12], digest=_digest(token))
+    row = ApiToken.objects.create(user=user, name=name[:100], prefix=token[:12], digest=_digest(token),
+                                  scopes=" ".join(chosen))
     return token, row
 
 
@@ -29,11 +45,29 @@ def api_token_revoke(*, token_id: int) -> bool:
 
 
 def api_token_user(*, token: str):
-    """The active user a bearer token stands for, or None (unknown, revoked, inactive user)."""
+    """The active user a bearer token stands for, or None (unknown, revoked, inactive user).
+    The user's ``has_perm`` is narrowed to the token's scopes (:func:`scope_for_permission`)."""
     if not token.startswith(PREFIX):
         return None
     row = ApiToken.objects.select_related("user").filter(digest=_digest(token), revoked_at__isnull=True).first()
     if row is None or not row.user.is_active:
         return None
     ApiToken.objects.filter(id=row.id).update(last_used_at=timezone.now())
-    return row.user
+    user = row.user
+    scopes = frozenset(row.scopes.split())
+    role_has_perm = user.has_perm
+
+    def has_perm(perm, obj=None):
+        return scope_for_permission(perm) in scopes and role_has_perm(perm, obj)
+
+    user.has_perm = has_perm  # this request's user object only
+    user.api_token_scopes = scopes
+    return user
+
+
+PERMISSION_SCOPES = {"replan.approve_replan": "approve"}  # every other Kalena permission is an operator write
+
+
+def scope_for_permission(perm: str) -> str:
+    """The token scope a permission needs: ``approve`` for re-plan decisions, ``write`` otherwise."""
+    return PERMISSION_SCOPES.get(perm, "write")

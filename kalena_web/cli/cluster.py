@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
+from kalena_engine.errors import InputError
 from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
 from kalena_web.cli.inputs import DEFAULTS
 from kalena_web.cli.paths import data_path
@@ -62,9 +64,17 @@ def handle_delete(args: argparse.Namespace) -> int:
     django_setup()
     from kalena_web.control.services import live_cluster_delete
 
-    if not args.yes and input(f"delete live cluster {args.name!r} and all its data? [y/N] ").strip().lower() != "y":
-        print("nothing deleted")
-        return 1
+    from kalena_web.inventory.models import Cluster
+
+    if not args.yes:
+        if not Cluster.objects.filter(kind=Cluster.LIVE, name=args.name).exists():
+            live_cluster_delete(name=args.name)  # raises InputError naming the live clusters there are
+        if not sys.stdin.isatty():
+            raise InputError("no terminal to confirm the deletion on", source="command line", field="--yes",
+                             accepted="--yes to delete without asking")
+        if input(f"delete live cluster {args.name!r} and all its data? [y/N] ").strip().lower() != "y":
+            print("nothing deleted")
+            return 1
     deleted = live_cluster_delete(name=args.name)
     print(f"live cluster {args.name!r} deleted ({deleted} rows)")
     return 0

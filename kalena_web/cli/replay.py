@@ -138,6 +138,20 @@ def run_replay(args: argparse.Namespace, on_step=None) -> tuple[dict[str, object
     return execute_replay(prepared, on_step, progress=not args.no_progress), prepared.replay
 
 
+def _evicted(summary: dict[str, object]) -> str:
+    """``1,234 pods: 1,200 memory pressure, 34 CPU pressure; victims: 1,230 lowest priority, 4 over their limit``."""
+    from kalena_web.console.formatting import CONDITIONS
+
+    total = f"{summary['batch_evicted']:,} pods"
+    conditions = summary.get("batch_evicted_pods_by_condition") or {}
+    if not summary["batch_evicted"]:
+        return total
+    named = ", ".join(f"{n:,} {CONDITIONS.get(c.split()[0], c)}" for c, n in sorted(conditions.items()))
+    how = {"priority": "lowest priority", "limit_breach": "over their limit"}
+    victims = ", ".join(f"{n:,} {how.get(r, r)}" for r, n in sorted((summary.get("batch_evicted_by_reason") or {}).items()))
+    return f"{total}: {named}; victims chosen: {victims}" if named else f"{total}; victims chosen: {victims}"
+
+
 def format_summary(summary: dict[str, object]) -> str:
     """A readable block of the summary, headline figures first."""
     headline = [
@@ -146,7 +160,7 @@ def format_summary(summary: dict[str, object]) -> str:
         ("production pods", summary["production_pods"]),
         ("blueprint violations (hard / soft)", f"{summary['blueprint_violations']} / {summary['blueprint_soft_violations']} {summary['blueprint_soft_violations_by_kind']}"),
         ("batch submitted / placed / completed", f"{summary['batch_submitted']:,} / {summary['batch_placed']:,} / {summary['batch_completed']:,}"),
-        ("batch evicted (events)", f"{summary['batch_evicted']:,} {summary['batch_evicted_by_reason']}"),
+        ("batch evicted (pods)", _evicted(summary)),
         ("production evictions", summary["production_evictions"]),
         ("OOM kills batch / service", f"{summary['oom_kills_by_tier']['batch']:,} / {summary['oom_kills_by_tier']['service']:,}"),
         ("escalations", f"{summary['escalations']:,} {summary['escalations_by_reason']}"),

@@ -31,6 +31,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     create = token_actions.add_parser("create", help="create a token for a user; printed once")
     create.add_argument("user")
     create.add_argument("--name", default="automation", help="what the token is for")
+    create.add_argument("--scope", action="append", choices=("read", "write", "approve"),
+                        help="what the token may do within the user's role (repeatable; default: all; "
+                             "read is always included)")
     create.set_defaults(handler=handle_token_create)
     listing = token_actions.add_parser("list", help="tokens (prefix, user, name, state)")
     listing.set_defaults(handler=handle_token_list)
@@ -82,8 +85,9 @@ def handle_token_create(args: argparse.Namespace) -> int:
     django_setup()
     from kalena_web.api.services import api_token_create
 
-    token, row = api_token_create(user=_user(args.user), name=args.name)
-    print(f"token {row.id} for {args.user} ({args.name}); shown once, keep it secret:\n{token}")
+    scopes = args.scope or ("read", "write", "approve")
+    token, row = api_token_create(user=_user(args.user), name=args.name, scopes=scopes)
+    print(f"token {row.id} for {args.user} ({args.name}, scopes: {row.scopes}); shown once, keep it secret:\n{token}")
     return 0
 
 
@@ -93,7 +97,7 @@ def handle_token_list(args: argparse.Namespace) -> int:
 
     for row in ApiToken.objects.select_related("user"):
         state = "revoked" if row.revoked_at else "active"
-        print(f"{row.id:>5}  {row.prefix}…  {row.user.get_username():<16} {row.name:<20} {state}")
+        print(f"{row.id:>5}  {row.prefix}…  {row.user.get_username():<16} {row.name:<20} {state:<8} {row.scopes}")
     return 0
 
 

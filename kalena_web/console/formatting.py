@@ -29,6 +29,29 @@ def _number(value: float, decimals: int) -> str:
     return "0" if text in ("-0", "") else text
 
 
+def amount(value: float | None, decimals: int = 2) -> str:
+    """A shortfall or reduction: ``decimals`` places, but a nonzero amount never reads as zero —
+    below ``10**-decimals`` it keeps two significant digits: ``0.00022`` → ``"0.00022"``,
+    ``1.234`` → ``"1.23"``, ``0`` → ``"0"``."""
+    if value is None or not isinstance(value, int | float) or math.isnan(value) or math.isinf(value) \
+            or value == 0 or abs(value) >= 10.0 ** -decimals:
+        return _number(value, decimals) if isinstance(value, int | float) else "–"
+    return f"{value:.2g}" if abs(value) >= 1e-4 else f"{value:.1e}"
+
+
+CONDITIONS = {"ram": "memory pressure", "cpu": "CPU pressure"}
+
+
+def eviction_condition(reason: str, dimension: str | None) -> str:
+    """What evicted a pod, condition first: the node condition, then how the victim was chosen
+    (``"priority"`` only ordered the victims). ``("priority", "ram")`` → ``"memory pressure ·
+    lowest priority chosen"``; ``("limit_breach", "ram")`` → ``"memory pressure · over its limit"``."""
+    condition = CONDITIONS.get(dimension or "", f"{dimension} pressure" if dimension else "node pressure")
+    how = {"priority": "lowest priority chosen", "limit_breach": "over its limit"}.get(reason,
+                                                                                     reason.replace("_", " "))
+    return f"{condition} · {how}"
+
+
 def cores(mcpu: float | None, decimals: int = 2) -> str:
     """Millicores → cores, e.g. ``61750`` → ``"61.75"``."""
     return "–" if mcpu is None else _number(mcpu / 1000.0, decimals)

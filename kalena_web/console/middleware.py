@@ -12,7 +12,7 @@ from django.contrib.auth.middleware import LoginRequiredMiddleware
 from django.http import HttpResponseBadRequest
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-OPEN_PREFIXES = ("/api/", "/livez", "/readyz", "/healthz", "/metrics")
+OPEN_PREFIXES = ("/api/", "/livez", "/readyz", "/healthz", "/metrics", "/favicon.ico")
 
 
 class ProbeMiddleware:

@@ -144,7 +144,13 @@ def task(request: HttpRequest, run: str, task: str) -> HttpResponse:
 def batch(request: HttpRequest, run: str) -> HttpResponse:
     """The run's batch tasks with their outcomes, filterable and paged."""
     the_run = selectors.run_get(name=run)
-    show = params.choice(request.GET, "show", accepted=tuple(selectors.BATCH_FILTERS), default="all")
+    # the buttons read "never placed": accept it spelt as shown, joined, or with - or _
+    spelt = {k.replace("_", ""): k for k in selectors.BATCH_FILTERS}
+    query = request.GET.copy()
+    if query.get("show"):
+        query["show"] = spelt.get(query["show"].replace("_", "").replace("-", "").replace(" ", "").lower(),
+                                  query["show"])
+    show = params.choice(query, "show", accepted=tuple(selectors.BATCH_FILTERS), default="all")
     page_no = params.integer(request.GET, "page", default=1, low=1)
     return render(request, "console/batch.html", {
         "run": the_run, "show": show, "filters": list(selectors.BATCH_FILTERS),

@@ -12,14 +12,17 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import transaction
-from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina.fields import parse_resource_block
 from kalena_engine.kuberina.yamlio import Where
 from kalena_engine.resources import DIMS, to_ir_block
+from kalena_web.api.errors import ApiError
+from kalena_web.api.lists import ListQuery, order_by, page_of
+from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling import selectors, services
 from kalena_web.control.orchestrators import orchestrator_for
@@ -53,6 +56,9 @@ class BatchOut(Schema):
     submitted_s: float
     queued_s: float
     bound_s: float | None
+    submitted_at: str | None = None  # the three times above as ISO 8601 (UTC)
+    queued_at: str | None = None
+    bound_at: str | None = None
     requeues: int
     binding: str | None
 
@@ -92,7 +98,8 @@ def pod_out(pod: BatchPod) -> BatchOut:
     why = selectors.why_pending(pod=pod)
     return BatchOut(name=w.name, owner=w.owner, state=pod.state, node=w.node.name if w.node_id else None,
                     priority=w.priority, request=to_ir_block(np.asarray(w.request)), submitted_s=pod.submitted_s,
-                    queued_s=pod.queued_s, bound_s=pod.bound_s, requeues=pod.requeues,
+                    queued_s=pod.queued_s, bound_s=pod.bound_s, submitted_at=iso(pod.submitted_s),
+                    queued_at=iso(pod.queued_s), bound_at=iso(pod.bound_s), requeues=pod.requeues,
                     binding=why.binding if why else None)
 
 
@@ -117,14 +124,31 @@ def submit(request: HttpRequest, cluster: str, body: BatchIn):
     return Status(201, out)
 
 
-@router.get("/clusters/{cluster}/batch", response=list[BatchOut], summary="Batch pods, oldest first")
-def batch_list(request: HttpRequest, cluster: str, state: str = "pending"):
-    if state not in dict(BatchPod.STATES):
-        raise HttpError(400, f"unknown state {state!r}; accepted: {', '.join(dict(BatchPod.STATES))}")
+BATCH_SORTS = {"queued": ("queued_s", "id"), "submitted": ("submitted_s", "id"), "name": ("workload__name", "id"),
+               "priority": ("workload__priority", "id"), "bound": ("bound_s", "id")}
+
+
+@router.get("/clusters/{cluster}/batch", response=list[BatchOut],
+            summary="Batch pods, oldest first; paginated (X-Total-Count, Link), filtered, sorted")
+def batch_list(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
+               state: str = "pending", q: str | None = None, node: str | None = None, owner: str | None = None):
+    """``state``: pending, bound, completed, deleted, or all; ``q``: part of the name; ``node``:
+    the node it is bound to; ``owner``: exact owner. ``sort``: queued, submitted, name, priority, bound."""
+    if state not in dict(BatchPod.STATES) and state != "all":
+        raise ApiError(400, f"unknown state {state!r}; accepted: {', '.join(dict(BatchPod.STATES))}, all",
+                       code="invalid_filter")
     c = _cluster(cluster)
-    pods = (BatchPod.objects.filter(cluster=c, state=state).select_related("workload", "workload__node", "why_pending")
-            .order_by("queued_s", "id"))
-    return [pod_out(p) for p in pods]
+    pods = BatchPod.objects.filter(cluster=c).select_related("workload", "workload__node", "why_pending")
+    if state != "all":
+        pods = pods.filter(state=state)
+    if q:
+        pods = pods.filter(workload__name__icontains=q[:253])
+    if node:
+        pods = pods.filter(workload__node__name=node[:253])
+    if owner:
+        pods = pods.filter(workload__owner=owner[:200])
+    pods = pods.order_by(*order_by(page, BATCH_SORTS, "queued"))
+    return [pod_out(p) for p in page_of(pods, page, request, response)]
 
 
 @router.get("/clusters/{cluster}/batch/{path:name}/why-pending", summary="Why a batch pod is pending")

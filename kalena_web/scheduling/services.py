@@ -20,8 +20,8 @@ from agents.orchestrators import (
 from kalena_engine.errors import InputError
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
-from kalena_engine.resources import DIM_INDEX, N_DIMS
-from kalena_web.inventory.models import Cluster, Workload
+from kalena_engine.resources import DIM_INDEX, IR_UNITS, N_DIMS, to_ir
+from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
 from kalena_web.kubehooks.selectors import kubelet_room
 from kalena_web.scheduling import mappers, selectors
@@ -29,6 +29,9 @@ from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.telemetry.validation import Rejected, check_json_values
 
 NAME_MAX = 253
+PRIORITY_MAX = 1_000_000_000  # Kubernetes: user PriorityClass values are at most one billion (int32 storage)
+MIN_MEMBER_MAX = 100_000
+LABELS_MAX = 64  # Kubernetes sets no count, only 256 KiB of metadata; 64 is ample for a batch pod
 POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?")
 
 
@@ -120,6 +123,22 @@ def _vector(raw: Mapping[str, float] | None, field_name: str) -> list[float]:
     return out
 
 
+def _fits_some_node(cluster: Cluster, req: list[float]) -> None:
+    """Refuse a request no node of ``cluster`` could ever hold: on some dimension it exceeds the
+    largest node's allocatable (one bound per dimension, whatever its unit)."""
+    rows = [n.allocatable for n in Node.objects.filter(cluster=cluster).only("allocatable")]
+    if not rows:
+        return
+    largest = np.max(np.asarray(rows, dtype=float), axis=0)
+    for dim, i in DIM_INDEX.items():
+        if req[i] > largest[i]:
+            asked, most = to_ir(np.asarray(req))[i], to_ir(largest)[i]
+            unit = IR_UNITS[i]
+            raise BatchRejected(f"{asked:.6g} {unit} is more than any node of {cluster.name!r} has",
+                                field=f"request.{dim}",
+                                accepted=f"at most {most:.6g} {unit} (the largest node's allocatable)")
+
+
 def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[str, float],
                  limit: Mapping[str, float] | None = None, priority: int = 0,
                  labels: Mapping[str, str] | None = None, constraints: Mapping[str, Any] | None = None,
@@ -135,13 +154,18 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
         raise BatchRejected(f"{name!r} is not namespace/pod", field="name",
                             accepted="namespace/pod in Kubernetes' DNS-1123 form (lower-case letters, digits, "
                                      "'-', '.' in the pod name), ≤ 253 characters")
-    if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
-        raise BatchRejected(f"{priority!r} is not a non-negative integer", field="priority")
-    if min_member is not None and (not isinstance(min_member, int) or min_member < 1):
-        raise BatchRejected(f"{min_member!r} is not a positive integer", field="min_member")
+    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= PRIORITY_MAX:
+        raise BatchRejected(f"{priority!r} is not an integer in 0–{PRIORITY_MAX}", field="priority",
+                            accepted=f"0 ≤ priority ≤ {PRIORITY_MAX} (Kubernetes' user PriorityClass range)")
+    if min_member is not None and (not isinstance(min_member, int) or not 1 <= min_member <= MIN_MEMBER_MAX):
+        raise BatchRejected(f"{min_member!r} is not an integer in 1–{MIN_MEMBER_MAX}", field="min_member")
+    if labels is not None and (not isinstance(labels, Mapping) or len(labels) > LABELS_MAX):
+        raise BatchRejected(f"{len(labels) if isinstance(labels, Mapping) else labels!r} labels", field="labels",
+                            accepted=f"a mapping of at most {LABELS_MAX} labels")
     req = _vector(request, "request")
     if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
         raise BatchRejected("a batch pod must request cpu or ram", field="request", accepted="cpu > 0 or ram > 0")
+    _fits_some_node(cluster, req)
     lim = _vector(limit, "limit") if limit else list(req)
     if any(lv < rv for lv, rv in zip(lim, req, strict=True)):
         raise BatchRejected("a limit is below its request", field="limit", accepted="limit ≥ request per dimension")

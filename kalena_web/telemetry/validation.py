@@ -199,6 +199,11 @@ def check_envelope(message: Any, *, node: str) -> str:
         raise Rejected("node_mismatch", f"<{kind}>.node: {message['node'][:100]!r}, but this connection's token "
                                         f"is for node {node!r}")
     _number(message["ts"], f"<{kind}>.ts", nullable=False)
+    if kind == "gap":
+        for count in ("dropped_batches", "dropped_samples"):
+            value = message.get(count)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise Rejected("schema", f"<gap>.{count}: {str(value)[:40]} is not a count (a whole number ≥ 0)")
     return kind
 
 

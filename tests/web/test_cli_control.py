@@ -57,13 +57,21 @@ def test_import_users_tokens_and_export(env, tmp_path: Path) -> None:
     assert kalena(env, "user", "add", "short", "--password", "x").returncode == 2
     assert kalena(env, "cluster", "import", "spare", *args).returncode == 0
     assert kalena(env, "cluster", "delete", "nope", "--yes").returncode == 2
+    for extra in ((), ("--yes",)):  # no terminal: a clear refusal naming what exists, no traceback
+        nosuch = kalena(env, "cluster", "delete", "nosuch", *extra)
+        assert nosuch.returncode == 2 and "no live cluster named 'nosuch'" in nosuch.stderr, nosuch.stderr
+        assert "Traceback" not in nosuch.stderr
+    unconfirmed = kalena(env, "cluster", "delete", "spare")
+    assert unconfirmed.returncode == 2 and "--yes" in unconfirmed.stderr and "Traceback" not in unconfirmed.stderr
     deleted = kalena(env, "cluster", "delete", "spare", "--yes")
     assert deleted.returncode == 0 and "deleted" in deleted.stdout
     assert kalena(env, "cluster", "import", "spare", *args).returncode == 0  # the name is free again
     env["KALENA_PASSWORD"] = "pw-0123456789"
     assert kalena(env, "user", "add", "ops", "--role", "operator").returncode == 0
     token = kalena(env, "api-token", "create", "ops", "--name", "ci")
-    assert token.returncode == 0 and "kal_" in token.stdout
+    assert token.returncode == 0 and "kal_" in token.stdout and "scopes: read write approve" in token.stdout
+    read_only = kalena(env, "api-token", "create", "ops", "--name", "ro", "--scope", "read")
+    assert read_only.returncode == 0 and "scopes: read)" in read_only.stdout
     assert kalena(env, "api-token", "create", "nobody").returncode == 2
     out = tmp_path / "export"
     result = kalena(env, "export", "home", "--out", str(out))

@@ -19,6 +19,13 @@ register.filter("clock", formatting.clock)
 register.filter("utc", formatting.utc)
 register.filter("duration", formatting.duration)
 register.filter("integer", formatting.integer)
+register.filter("amount", formatting.amount)
+
+
+@register.filter
+def condition(event, _=None) -> str:
+    """An eviction row's condition (``formatting.eviction_condition``)."""
+    return formatting.eviction_condition(event.reason, (event.detail or {}).get("dimension"))
 
 
 @register.filter

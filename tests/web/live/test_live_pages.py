@@ -30,7 +30,7 @@ def operator(client, live):
 def populate(live) -> None:
     for i in range(3):
         batch_submit(cluster=live, name=f"batch/ok-{i}", owner="ok", request={"cpu": 500.0, "ram": GIB}, now_s=1000.0)
-    batch_submit(cluster=live, name="batch/huge-0", owner="huge", request={"cpu": 500.0, "ram": 40 * GIB}, now_s=1000.0)
+    batch_submit(cluster=live, name="batch/huge-0", owner="huge", request={"cpu": 500.0, "ram": 16 * GIB}, now_s=1000.0)  # a whole node: pending beside production
     scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=1001.0,
                     rng=np.random.default_rng(0))
     node_snapshot_rollup(cluster=live, now_s=1002.0)

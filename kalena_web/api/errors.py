@@ -1,0 +1,168 @@
+"""Errors under ``/api/``: always JSON ``{"code": …, "detail": …}``, never an HTML page.
+
+``code`` is machine-readable and stable; ``detail`` is for people. The codes by status:
+
+====  ======================  ==========================================================
+400   ``invalid_input``       a value the API understood but refuses (names the field)
+401   ``unauthenticated``     no session and no valid ``Authorization: Bearer kal_…``
+403   ``forbidden``           the role or the token's scope does not allow the call
+404   ``not_found``           no such cluster, pod, run, … or no such URL under /api/
+405   ``method_not_allowed``  the URL exists, the method does not (``Allow`` lists them)
+409   ``conflict``            the object's state forbids the call (completing a pending pod)
+413   ``body_too_large``      body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes
+422   ``validation_failed``   the body or a parameter does not match the schema; ``errors``
+                              lists ``{"loc", "msg", "type"}`` with ``loc`` such as
+                              ``["body", "priority"]``
+429   ``throttled``
+500   ``internal_error``      a bug: logged with its traceback, never shown
+502   ``orchestrator_failed`` the orchestrator refused what the call needed
+====  ======================  ==========================================================
+
+:class:`ApiError` carries a more specific code where one helps automation
+(``ApiError(409, "…", code="pod_pending")``). :class:`ApiErrorMiddleware` turns what Django
+answers outside django-ninja (unknown URL, wrong method, oversize body, CSRF) into the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
+
+log = logging.getLogger(__name__)
+
+CODES: dict[int, str] = {
+    400: "invalid_input", 401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+    409: "conflict", 413: "body_too_large", 422: "validation_failed", 429: "throttled", 500: "internal_error",
+    502: "orchestrator_failed", 503: "unavailable",
+}
+API_PREFIX = "/api/"
+
+
+class ApiError(HttpError):
+    """An HTTP error with an explicit machine-readable ``code`` (default: by status, :data:`CODES`)."""
+
+    def __init__(self, status_code: int, message: str, *, code: str | None = None) -> None:
+        super().__init__(status_code, message)
+        self.code = code or CODES.get(status_code, "error")
+
+
+def error_body(status: int, detail: str, *, code: str | None = None, **extra) -> dict:
+    return {"code": code or CODES.get(status, "error"), "detail": detail, **extra}
+
+
+def clean_loc(loc) -> list:
+    """A validation error location without django-ninja's doubled parameter name:
+    ``("body", "body", "name")`` → ``["body", "name"]`` (the body parameter is called ``body``)."""
+    loc = list(loc)
+    if len(loc) >= 2 and loc[0] == "body" and loc[1] == "body":
+        del loc[1]
+    return loc
+
+
+def _validation_detail(errors: list[dict]) -> tuple[str, list[dict]]:
+    cleaned = [{"loc": clean_loc(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+               for e in errors]
+    text = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0] if e['loc'] else 'request'}: {e['msg']}"
+                     for e in cleaned[:5])
+    return text + ("; …" if len(cleaned) > 5 else ""), cleaned
+
+
+def install_error_handlers(api: NinjaAPI) -> None:
+    """Register JSON handlers for every exception a view can raise."""
+
+    def respond(request: HttpRequest, status: int, body: dict, headers: dict | None = None) -> HttpResponse:
+        response = api.create_response(request, body, status=status)
+        for k, v in (headers or {}).items():
+            response[k] = v
+        return response
+
+    @api.exception_handler(ValidationError)
+    def validation(request, exc: ValidationError):
+        text, errors = _validation_detail(exc.errors)
+        return respond(request, 422, error_body(422, text, errors=errors))
+
+    @api.exception_handler(AuthenticationError)
+    def unauthenticated(request, exc):
+        return respond(request, 401, error_body(401, "log in, or send Authorization: Bearer <API token>"),
+                       {"WWW-Authenticate": 'Bearer realm="kalena"'})
+
+    @api.exception_handler(AuthorizationError)
+    def forbidden(request, exc):
+        return respond(request, 403, error_body(403, str(exc.message)))
+
+    @api.exception_handler(HttpError)
+    def http_error(request, exc: HttpError):
+        return respond(request, exc.status_code, error_body(exc.status_code, str(exc.message),
+                                                            code=getattr(exc, "code", None)))
+
+    @api.exception_handler(Http404)
+    def not_found(request, exc):
+        return respond(request, 404, error_body(404, str(exc) or "not found"))
+
+    @api.exception_handler(PermissionDenied)
+    def denied(request, exc):
+        return respond(request, 403, error_body(403, str(exc) or "forbidden"))
+
+    @api.exception_handler(RequestDataTooBig)
+    def too_big(request, exc):
+        return respond(request, 413, _too_big_body())
+
+    @api.exception_handler(Exception)
+    def internal(request, exc):
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return respond(request, 500, error_body(500, "internal error (logged on the server)"))
+
+
+def _too_big_body() -> dict:
+    from django.conf import settings
+
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return error_body(413, f"the request body is larger than the {limit}-byte limit (DATA_UPLOAD_MAX_MEMORY_SIZE)")
+
+
+class ApiErrorMiddleware:
+    """Under ``/api/``: an error answered outside django-ninja (Django's 404 for an unknown URL,
+    405 ``HttpResponseNotAllowed``, CSRF 403, the NUL-byte 400, an oversize body) becomes the
+    JSON error body; a JSON answer passes untouched. Sits right after the probe middleware."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path_info.startswith(API_PREFIX):
+            return self.get_response(request)
+        try:
+            response = self.get_response(request)
+        except RequestDataTooBig:
+            return JsonResponse(_too_big_body(), status=413)
+        if response.status_code < 400 or response.get("Content-Type", "").startswith("application/json"):
+            return response
+        status = response.status_code
+        detail = _plain_detail(request, response)
+        replaced = JsonResponse(error_body(status, detail), status=status)
+        for header in ("Allow", "WWW-Authenticate", "Retry-After"):
+            if header in response:
+                replaced[header] = response[header]
+        return replaced
+
+
+def _plain_detail(request: HttpRequest, response: HttpResponse) -> str:
+    status = response.status_code
+    if status == 404:
+        return f"no API endpoint at {request.path}"
+    if status == 405:
+        return f"{request.method} is not allowed on {request.path}; allowed: {response.get('Allow', 'none')}"
+    if status == 403:
+        return "forbidden (a session write needs the CSRF token; scripts use Authorization: Bearer <API token>)"
+    if status == 400 and b"<" not in response.content[:1]:
+        text = response.content.decode(errors="replace").strip()
+        if text and len(text) < 500 and "<html" not in text.lower():
+            return text
+    return {400: "bad request", 413: "request body too large"}.get(status, f"HTTP {status}")
+
+
+__all__ = ["ApiError", "ApiErrorMiddleware", "CODES", "clean_loc", "error_body", "install_error_handlers"]

@@ -1,0 +1,73 @@
+"""One way to page, sort and filter every list under ``/api/``.
+
+A list endpoint takes ``page: ListQuery = Query(...)`` beside its own filters and returns
+``page_of(rows, page, response, sort_fields)``: the answer stays a JSON array (older clients and
+the ``kalena`` CLI read it as one) and the totals travel in headers, as the GitHub and
+Kubernetes-style APIs do:
+
+* ``X-Total-Count``: rows matching the filters, all pages together;
+* ``X-Page``, ``X-Page-Size``: this page;
+* ``Link``: ``<…?page=3&page_size=50>; rel="next"``, and ``prev``/``first``/``last``.
+
+``sort`` names one of the endpoint's sort fields, ``-`` first for descending
+(``sort=-queued``); a field not offered is a 400 naming the ones that are. ``page`` past the
+last gives an empty array with the same totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import urlencode
+
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Schema
+
+from kalena_web.api.errors import ApiError
+
+MAX_PAGE_SIZE = 1000
+
+
+class ListQuery(Schema):
+    """Paging and sorting parameters shared by every list."""
+
+    page: int = Field(1, ge=1, le=1_000_000, description="1-based page number")
+    page_size: int = Field(100, ge=1, le=MAX_PAGE_SIZE, description=f"rows per page (at most {MAX_PAGE_SIZE})")
+    sort: str | None = Field(None, max_length=64, description="a sort field, '-' first for descending")
+
+
+def order_by(query: ListQuery, fields: dict[str, tuple[str, ...]], default: str) -> tuple[str, ...]:
+    """The ORM ordering for ``query.sort`` from ``fields`` (sort name → ORM fields, ending on a
+    unique one so pages never overlap). Raises :class:`ApiError` (400) naming the sort fields."""
+    raw = query.sort or default
+    descending = raw.startswith("-")
+    name = raw.lstrip("-")
+    if name not in fields:
+        raise ApiError(400, f"cannot sort by {name!r}; sort fields: {', '.join(sorted(fields))} "
+                            "(prefix '-' for descending)", code="invalid_sort")
+    return tuple(("-" + f if descending else f) for f in fields[name])
+
+
+def page_of(rows: QuerySet | Sequence, query: ListQuery, request: HttpRequest, response: HttpResponse) -> list:
+    """This page of ``rows`` (already filtered and ordered), with the total and links in headers."""
+    total = rows.count() if isinstance(rows, QuerySet) else len(rows)
+    start = (query.page - 1) * query.page_size
+    items = list(rows[start:start + query.page_size])
+    last = max(1, -(-total // query.page_size))
+    response["X-Total-Count"] = str(total)
+    response["X-Page"] = str(query.page)
+    response["X-Page-Size"] = str(query.page_size)
+    response["Access-Control-Expose-Headers"] = "X-Total-Count, X-Page, X-Page-Size, Link"
+
+    def link(page: int, rel: str) -> str:
+        params = {k: v for k, v in request.GET.items() if k not in ("page", "page_size")}
+        params.update(page=page, page_size=query.page_size)
+        return f'<{request.path}?{urlencode(params)}>; rel="{rel}"'
+
+    links = [link(1, "first"), link(last, "last")]
+    if query.page < last:
+        links.append(link(query.page + 1, "next"))
+    if 1 < query.page <= last + 1:
+        links.append(link(min(query.page - 1, last), "prev"))
+    response["Link"] = ", ".join(links)
+    return items
