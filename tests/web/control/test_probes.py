@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.privatepg import PrivatePostgres
+from kalena_web.cli.faultenv import PrivatePostgres
 
 ROOT = Path(__file__).resolve().parents[3]
 POD_IP_HOST = "10.244.1.7:8000"   # what a kubelet probe or a Prometheus pod scrape sends as Host
@@ -44,9 +44,10 @@ def _wait(predicate, what: str, timeout_s: float = 90.0):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[tuple[str, PrivatePostgres]]:
     var = tmp_path_factory.mktemp("var")
-    with PrivatePostgres(_free_port()) as pg:
-        pg.createdb("kalena")
-        env = {**os.environ, "DATABASE_URL": pg.url("kalena"), "KALENA_VAR_DIR": str(var),
+    pg = PrivatePostgres(_free_port(), database="kalena")
+    pg.create()
+    try:
+        env = {**os.environ, "DATABASE_URL": pg.url, "KALENA_VAR_DIR": str(var),
                "KALENA_ALLOWED_HOSTS": "localhost", "KALENA_LOG_FORMAT": "json", "KALENA_LOG_LEVEL": "INFO"}
         env.pop("REDIS_URL", None)
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
@@ -62,6 +63,8 @@ def served(tmp_path_factory) -> Iterator[tuple[str, PrivatePostgres]]:
             proc.terminate()
             proc.wait(timeout=30)
             log.close()
+    finally:
+        pg.drop()
 
 
 def _get(base: str, path: str) -> httpx.Response:
@@ -77,7 +80,7 @@ def test_probes_answer_by_pod_ip_and_readiness_follows_the_database(served) -> N
     # every other page still refuses a host it does not know
     assert _get(base, "/accounts/login/").status_code == 400
 
-    pg.stop(mode="immediate")
+    pg.stop()                                            # -m immediate, like a crash
     try:
         down = _wait(lambda: (r := _get(base, "/readyz")).status_code == 503 and r, "/readyz to fail")
         assert down.json()["checks"]["database"].startswith("unreachable")
