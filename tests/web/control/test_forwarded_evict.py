@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Permission
 
 from agents.bench.dockerd import PrivateEngines
 from agents.orchestrators.docker import DockerOrchestrator, Engine, EngineConfig
@@ -61,7 +61,9 @@ def test_a_console_without_the_socket_deletes_a_running_pod_through_a_worker(tmp
                 filters={"label": "kalena.naughtian.io/workload=batch/long"})), timeout_s=60, what="its container running")
 
             user = get_user_model().objects.create_user("op")
-            user.groups.set(Group.objects.filter(name="operator"))
+            # the operator role's permission (a transactional test's flush drops the roles' groups)
+            user.user_permissions.add(Permission.objects.get(content_type__app_label="scheduling",
+                                                             codename="operate_batch"))
             token, _ = api_token_create(user=user, name="test")
             # the worker holds the engine; the console is told the engine is somewhere it cannot reach
             services = Services(tmp_path, KALENA_ORCHESTRATOR="docker", KALENA_DOCKER_ENGINES=f"node-a={engine.url}")

@@ -132,6 +132,7 @@ def test_production_settings_pass_the_deploy_check(tmp_path: Path) -> None:
     env = {**os.environ, "KALENA_SECRET_KEY": secrets.token_urlsafe(50), "KALENA_HTTPS": "1",
            "KALENA_STATIC_MANIFEST": "1", "KALENA_ALLOWED_HOSTS": "kalena.example.com", "KALENA_VAR_DIR": str(tmp_path)}
     env.pop("KALENA_DEBUG", None)
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)   # set by the suite's live-server tests, never in deployment
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
                             env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
