@@ -300,9 +300,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def _refresh_view(self, message: Any, now_s: float) -> None:
         """Reload the node's workloads when a sample or an action names one the view does not know (at most
-        every :data:`VIEW_REFRESH_S`) or the view is older than :data:`VIEW_MAX_AGE_S`."""
+        every :data:`VIEW_REFRESH_S` for samples; at once for an action — rare, and its why-evicted join
+        depends on it: an eviction can follow a placement within seconds) or the view is older than
+        :data:`VIEW_MAX_AGE_S`."""
         age = time.monotonic() - self.view_loaded
-        if age < VIEW_REFRESH_S:
+        is_action = isinstance(message, dict) and message.get("type") == "action"
+        if age < VIEW_REFRESH_S and not is_action:
             return
         if age < VIEW_MAX_AGE_S:
             records = message.get("samples") if isinstance(message, dict) else None

@@ -116,7 +116,9 @@ def test_swarm_batch_is_throttled_and_evicted_as_batch(swarm_engine, services, t
                    what="the batch task throttled as batch")
         production.exec_run(["sh", "-c", "dd if=/dev/zero bs=360M count=1 2>/dev/null | sleep 3600"], detach=True)
         wait_until(lambda: (tick(), batch().requeues >= 1)[1], timeout_s=90, what="the evicted task's pod requeued")
-        assert MitigationEvent.objects.filter(action="evict", workload__name=BATCH).exists()
+        # the engine's die event may requeue the pod before the agent's report of the eviction is stored
+        wait_until(lambda: MitigationEvent.objects.filter(action="evict", workload__name=BATCH).exists(),
+                   timeout_s=60, what="the agent's eviction report stored")
         assert batch().requeues == 1
 
         # re-placement as a new service for the next attempt: tests/agents/orchestrators/test_swarm_updates.py
