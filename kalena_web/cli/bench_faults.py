@@ -212,12 +212,6 @@ def _query(url: str, sql: str, params: tuple = ()) -> list[tuple] | None:
         return None
 
 
-def _applied_between(url: str, t0: float, t1: float) -> int | None:
-    rows = _query(url, "SELECT count(*) FROM telemetry_sample s JOIN telemetry_ingestbatch b ON b.id = s.batch_id "
-                       "WHERE b.estimation_run IS NOT NULL AND s.ts >= %s AND s.ts <= %s", (t0, t1))
-    return None if rows is None else rows[0][0]
-
-
 def _over_applied(url: str) -> int:
     rows = _query(url, "SELECT (SELECT COALESCE(sum(samples), 0) FROM ledger_estimationrun) - (SELECT count(*) FROM "
                        "telemetry_sample s JOIN telemetry_ingestbatch b ON b.id = s.batch_id WHERE b.estimation_run > 0)")
@@ -376,31 +370,119 @@ def inject(fault: str, rig: Rig) -> None:
         raise ValueError(f"unknown fault {fault!r}")
 
 
+@dataclass
+class Progress:
+    """One look at the database during a row's recovery: of the samples stamped up to the end
+    of the fault, the rows stored, the distinct samples stored and those applied by estimation;
+    and every sample of the row stored so far (whatever its stamp)."""
+
+    rows: int
+    distinct: int
+    applied: int
+    stored_all: int
+
+
+def _progress(url: str, row_start: float, fault_end: float) -> Progress | None:
+    rows = _query(url, "SELECT count(*) FILTER (WHERE s.ts <= %s), "
+                       "count(DISTINCT (s.node_id, s.workload_id, s.ts)) FILTER (WHERE s.ts <= %s), "
+                       "count(*) FILTER (WHERE s.ts <= %s AND b.estimation_run IS NOT NULL), count(*) "
+                       "FROM telemetry_sample s JOIN telemetry_ingestbatch b ON b.id = s.batch_id WHERE s.ts >= %s",
+                  (fault_end, fault_end, fault_end, row_start))
+    return None if rows is None else Progress(*rows[0])
+
+
+def _writes_between(url: str, t0: float, t1: float) -> tuple[int, int]:
+    """``(group commits, samples)`` stored between ``t0`` and ``t1`` (a write's batches share
+    its ``stored_s``)."""
+    rows = _query(url, "SELECT count(DISTINCT stored_s), COALESCE(sum(samples), 0) FROM telemetry_ingestbatch "
+                       "WHERE stored_s >= %s AND stored_s <= %s", (t0, t1))
+    return (0, 0) if not rows else (int(rows[0][0]), int(rows[0][1]))
+
+
+@dataclass
+class Recovery:
+    """What a row's recovery loop measured (seconds from the end of the fault)."""
+
+    recovery_s: float | None = None     # every sample stamped up to the fault's end stored exactly once
+    applied_s: float | None = None      # … and applied by estimation
+    reconnect_s: float | None = None    # every agent connected again
+    backlog_samples: int | None = None  # generated up to the fault's end and not stored at its end
+    arrival_per_s: float | None = None  # samples generated per second while the backlog drained
+    drain_per_s: float | None = None    # samples stored per second (backlog and new) meanwhile
+    samples_per_write: float | None = None
+    cores: dict[str, float] | None = None  # CPU used meanwhile: Daphne, the workers, the agents (this process)
+    machine_busy_pct: float | None = None
+
+
+def _recover(row: int, fault: str, rig: Rig, generator: Generator, row_start: float, fault_end: float) -> Recovery:
+    """Poll the database every 0.5 s after the fault until every sample stamped up to
+    ``fault_end`` is stored exactly once and applied (or :data:`RECOVERY_LIMIT_S`); the
+    progress goes to the row's timeline file."""
+    from kalena_web.cli.benchenv import machine_ticks, process_cpu_s
+
+    url, out = rig.pg.url, Recovery()
+    pids = {"daphne": [rig.procs.procs[rig.name("daphne")].pid],
+            "workers": [rig.procs.procs[name].pid for name in rig.worker_names()]}
+
+    def cpu_s() -> dict[str, float]:
+        used = {k: sum(process_cpu_s(p) for p in v) for k, v in pids.items()}
+        return {**used, "agents": process_cpu_s(os.getpid(), descendants=False)}
+
+    cpu0, busy0 = cpu_s(), machine_ticks()
+    first: tuple[float, Progress, int] | None = None   # the first answer after the fault: (s, progress, generated)
+    last: tuple[float, int, int] | None = None
+    with (rig.args.state_dir / "logs" / f"row-{row}-{fault}.timeline").open("w") as timeline:
+        while (elapsed := time.time() - fault_end) < RECOVERY_LIMIT_S:
+            progress = _progress(url, row_start - 1e-6, fault_end)
+            wanted = generator.generated(row, until_ts=fault_end)
+            generated = generator.generated(row)
+            connected = sum(a.client.connected.is_set() for a in rig.agents)
+            if out.reconnect_s is None and connected == len(rig.agents):
+                out.reconnect_s = round(elapsed, 1)
+            line = f"{elapsed:6.1f} s  wanted {wanted}  connected {connected}  "
+            if progress is None:
+                timeline.write(line + "database not answering\n")
+            else:
+                if first is None:
+                    first = (elapsed, progress, generated)
+                    out.backlog_samples = max(0, wanted - progress.rows)
+                rates = ""
+                if last is not None and elapsed > last[0]:
+                    rates = (f"  stored {(progress.stored_all - last[1]) / (elapsed - last[0]):7.0f}/s"
+                             f"  generated {(generated - last[2]) / (elapsed - last[0]):6.0f}/s")
+                last = (elapsed, progress.stored_all, generated)
+                timeline.write(line + f"stored {progress.rows} (distinct {progress.distinct})  applied "
+                               f"{progress.applied}  buffered messages {sum(a.buffer.count() for a in rig.agents)}"
+                               f"{rates}\n")
+                if out.recovery_s is None and progress.rows == progress.distinct == wanted:
+                    out.recovery_s = round(elapsed, 1)
+                    span = elapsed - first[0]
+                    if span >= 1.0:                       # a backlog to drain: the rates that drained it
+                        out.arrival_per_s = round((generated - first[2]) / span)
+                        out.drain_per_s = round((progress.stored_all - first[1].stored_all) / span)
+                        writes, samples = _writes_between(url, fault_end + first[0], fault_end + elapsed)
+                        out.samples_per_write = round(samples / writes) if writes else None
+                        busy1, cpu1 = machine_ticks(), cpu_s()
+                        out.cores = {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1}
+                        out.machine_busy_pct = round(100 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]))
+                if out.applied_s is None and progress.applied >= wanted:
+                    out.applied_s = round(elapsed, 1)
+            timeline.flush()
+            if out.recovery_s is not None and out.applied_s is not None:
+                break
+            time.sleep(0.5)
+    return out
+
+
 def run_row(row: int, fault: str, rig: Rig, generator: Generator, initial, node_ids: list[int]) -> dict:
     url = rig.pg.url
     before_over = _over_applied(url)
+    row_start = time.time()          # every sample of this row is stamped after it, every earlier one before
     generator.row = row
-    row_start = time.time()
     time.sleep(rig.args.warmup_s)
     inject(fault, rig)
     fault_end = time.time()
-    recovery_s = None
-    timeline = (rig.args.state_dir / "logs" / f"row-{row}-{fault}.timeline").open("w")
-    while time.time() - fault_end < RECOVERY_LIMIT_S:
-        applied = _applied_between(url, row_start - 1.0, fault_end)
-        stored = _query(url, "SELECT count(*) FROM telemetry_sample WHERE ts >= %s AND ts <= %s",
-                        (row_start - 1.0, fault_end))
-        wanted = generator.generated(row, until_ts=fault_end)
-        buffered = sum(a.buffer.count() for a in rig.agents)
-        connected = sum(a.client.connected.is_set() for a in rig.agents)
-        timeline.write(f"{time.time() - fault_end:6.1f} s  wanted {wanted}  stored {stored and stored[0][0]}  "
-                       f"applied {applied}  buffered messages {buffered}  connected {connected}\n")
-        timeline.flush()
-        if applied is not None and applied >= wanted:
-            recovery_s = round(time.time() - fault_end, 1)
-            break
-        time.sleep(0.5)
-    timeline.close()
+    recovery = _recover(row, fault, rig, generator, row_start, fault_end)
     time.sleep(1.0)
     generator.row = -1
     end = time.monotonic() + 180
@@ -410,12 +492,18 @@ def run_row(row: int, fault: str, rig: Rig, generator: Generator, initial, node_
     over = max(0, _over_applied(url) - before_over)
     return {"fault": fault, "samples_sent": counts["samples_sent"], "samples_stored": counts["samples_stored"],
             "samples_lost": counts["samples_lost"], "double_applied": counts["duplicate_rows"] + over,
-            "reservations_mismatched": _mismatched_reservations(initial, node_ids), "recovery_s": recovery_s}
+            "reservations_mismatched": _mismatched_reservations(initial, node_ids),
+            "recovery_s": recovery.recovery_s, "applied_s": recovery.applied_s, "reconnect_s": recovery.reconnect_s,
+            "backlog_samples": recovery.backlog_samples, "arrival_per_s": recovery.arrival_per_s,
+            "drain_per_s": recovery.drain_per_s, "samples_per_write": recovery.samples_per_write,
+            "cores": recovery.cores, "machine_busy_pct": recovery.machine_busy_pct,
+            "load_1m": round(os.getloadavg()[0], 1)}
 
 
 def _floor_met(row: dict) -> bool:
     return (row["samples_lost"] == 0 and row["double_applied"] == 0 and row["reservations_mismatched"] == 0
-            and row["recovery_s"] is not None and row["recovery_s"] <= FLOOR_RECOVERY_S and row["samples_sent"] > 0)
+            and row["samples_sent"] > 0 and all(row[k] is not None and row[k] <= FLOOR_RECOVERY_S
+                                                for k in ("recovery_s", "applied_s")))
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -513,6 +601,15 @@ def _stop_agents(agents: list[BenchAgent]) -> None:
 
 
 def _format_row(row: dict) -> str:
+    def num(key: str, fmt: str = ",") -> str:
+        return "–" if row[key] is None else format(row[key], fmt)
+
+    cores = "–" if row["cores"] is None else " ".join(f"{k} {v:g}" for k, v in row["cores"].items())
+
     return (f"  {row['fault']:<18} sent {row['samples_sent']:>7,}  stored {row['samples_stored']:>7,}  "
             f"lost {row['samples_lost']:>4}  double {row['double_applied']:>3}  "
-            f"mismatched {row['reservations_mismatched']:>3}  recovery {row['recovery_s']} s")
+            f"mismatched {row['reservations_mismatched']:>3}  recovery {num('recovery_s', 'g')} s "
+            f"(applied {num('applied_s', 'g')} s, reconnected {num('reconnect_s', 'g')} s)  "
+            f"backlog {num('backlog_samples')}  drain {num('drain_per_s')}/s vs arrival {num('arrival_per_s')}/s  "
+            f"{num('samples_per_write')} samples/write  cores {cores}  "
+            f"machine {num('machine_busy_pct', 'g')} % busy  load {row['load_1m']:g}")

@@ -186,6 +186,11 @@ def _by_name(name: str) -> list[int]:
     return pids
 
 
+def process_cpu_s(pid: int, *, descendants: bool = True) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` (and its descendants)."""
+    return sum(_proc_ticks(p) for p in (_tree(pid) if descendants else [pid])) / CLK_TCK
+
+
 def machine_ticks() -> tuple[int, int]:
     """``(busy, total)`` clock ticks of all cpus since boot (``/proc/stat``)."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]

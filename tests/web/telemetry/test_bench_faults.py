@@ -13,6 +13,10 @@ from kalena_web.cli.bench_faults import FLOOR_RECOVERY_S, SHORT_FAULTS
 
 COLUMNS = ["fault", "samples_sent", "samples_stored", "samples_lost", "double_applied", "reservations_mismatched",
            "recovery_s"]
+# why a recovery took what it took: the ledger's catch-up, the reconnects, the backlog and the
+# rates that drained it, the CPU it had and the machine's load
+CAUSES = ["applied_s", "reconnect_s", "backlog_samples", "arrival_per_s", "drain_per_s", "samples_per_write", "cores",
+          "machine_busy_pct", "load_1m"]
 
 
 def test_the_short_fault_suite_loses_nothing_applies_nothing_twice_and_recovers(tmp_path: Path) -> None:
@@ -26,10 +30,12 @@ def test_the_short_fault_suite_loses_nothing_applies_nothing_twice_and_recovers(
     rows = summary["rows"]
     assert [r["fault"] for r in rows] == list(SHORT_FAULTS)
     for row in rows:
-        assert list(row) == COLUMNS
+        assert list(row) == COLUMNS + CAUSES
         assert row["samples_sent"] > 0 and row["samples_stored"] == row["samples_sent"], row
         assert (row["samples_lost"], row["double_applied"], row["reservations_mismatched"]) == (0, 0, 0), row
-        assert row["recovery_s"] is not None and row["recovery_s"] <= FLOOR_RECOVERY_S, row
+        assert row["recovery_s"] is not None and row["recovery_s"] <= FLOOR_RECOVERY_S, row   # stored exactly once
+        assert row["applied_s"] is not None and row["recovery_s"] <= row["applied_s"] <= FLOOR_RECOVERY_S, row
+        assert row["reconnect_s"] is not None, row                  # every agent connected again
     logged = sum(len(json.loads(line)["samples"]) for line in Path(summary["generated_log"]).read_text().splitlines())
     assert logged == sum(r["samples_sent"] for r in rows)                   # reconciled against the whole log
     assert summary["floor_met"] is True and done.returncode == 0
