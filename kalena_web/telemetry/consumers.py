@@ -67,13 +67,20 @@ def off_thread(func):
     return database_sync_to_async(func, thread_sensitive=False)
 
 
-def _hello_load(*, node_id: int, hello: dict, peer: str, token_id: int, now_s: float) -> NodeView:
+def _hello_load(*, node_id: int, hello: dict, peer: str, token_id: int,
+                now_s: float) -> tuple[NodeView, int | None, tuple[int, dict] | None]:
     """The database work of a ``hello`` in one thread hop: the node's view, the hello recorded,
-    the token marked used."""
+    the token marked used, the node's cluster and that cluster's current policy message
+    (``(version, message)``, None without a cluster). One hop: the cluster and policy lookups
+    used to be two more hops on the one sync thread every consumer shares, so after a database
+    restart 150 reconnecting agents' hellos queued there one after another while their
+    backlogs — which a connection reads only after its hello — waited."""
     view = selectors.node_view_load(node_id=node_id, shards=settings.KALENA_ESTIMATION_SHARDS)
     services.agent_hello_record(node_id=node_id, hello=hello, peer=peer, now_s=now_s)
     services.agent_token_used(token_id=token_id)
-    return view
+    cluster_id = policy_selectors.node_clusters([node_id]).get(node_id)
+    policy = None if cluster_id is None else policy_selectors.agent_policy_message(cluster_id=cluster_id)
+    return view, cluster_id, policy
 
 
 def decode(raw: str | bytes) -> Any:
@@ -279,21 +286,23 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._refuse("node_mismatch", f"<hello>.node: {message['node'][:100]!r}, but the token is for node "
                                f"{self.identity.node_name!r}", node_id=node_id, close=True)
             return
-        self.view = await off_thread(_hello_load)(node_id=node_id, hello=message, peer=self.peer,
-                                                  token_id=self.identity.token_id, now_s=now_s)
+        view, cluster_id, policy = await off_thread(_hello_load)(node_id=node_id, hello=message, peer=self.peer,
+                                                                 token_id=self.identity.token_id, now_s=now_s)
+        self.view, self.cluster_id = view, cluster_id
         self.view_loaded = time.monotonic()
         self.reported_policy_version = message.get("policy_version")
-        self.cluster_id = await database_sync_to_async(
-            lambda: policy_selectors.node_clusters([node_id]).get(node_id))()
-        await self.send_policy()
+        if policy is not None:
+            await self._send_policy_message(*policy)
 
     async def send_policy(self) -> None:
         """Send the cluster's current policy version (none saved yet: nothing to send — the agent
         keeps its own defaults, which are the engine's)."""
         if self.cluster_id is None:
             return
-        version, message = await database_sync_to_async(policy_selectors.agent_policy_message)(
-            cluster_id=self.cluster_id)
+        await self._send_policy_message(*await database_sync_to_async(policy_selectors.agent_policy_message)(
+            cluster_id=self.cluster_id))
+
+    async def _send_policy_message(self, version: int, message: dict) -> None:
         self.sent_policy_version = version
         if version > 0:
             await self._send(message)
