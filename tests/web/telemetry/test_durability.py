@@ -6,6 +6,7 @@ connections' messages share a few transactions (group commit)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from django.db import connection
@@ -114,3 +115,34 @@ def test_many_connections_share_few_transactions(agent_app, home) -> None:
     assert len(acks) == 15 and all(a["duplicate"] is False for a in acks)
     assert Sample.objects.count() == sum(a["accepted"] for a in acks) == 5 * sum(len(p) for p in pods.values())
     assert agent_app.writer.stats.entries == 15 and agent_app.writer.stats.writes < 15
+
+
+def test_a_hello_and_the_messages_behind_it_never_wait_for_the_shared_sync_thread(agent_app, beta, beta_token) -> None:
+    """After a database restart every agent reconnects at once. The hello's database work used to
+    take two hops on the one sync thread every consumer of the process shares, so the hellos — and
+    the backlog each connection reads only after its hello — queued there one after another. With
+    that thread busy (here: blocked until the end of the test) an agent is still greeted, and its
+    samples stored and acknowledged."""
+    now = time.time()
+    message = samples(NODE, 1, [record(PODS[0], now - 2), record(PODS[1], now - 2)])
+    release = threading.Event()
+
+    async def go() -> dict:
+        from channels.db import database_sync_to_async
+
+        blocked = asyncio.ensure_future(database_sync_to_async(release.wait)())   # the shared sync thread is taken
+        try:
+            agent = Agent(agent_app, beta_token)
+            assert await agent.connect()
+            await agent.send(hello(NODE))
+            await agent.send(message)
+            ack = await agent.until("ack")
+            await agent.close()
+        finally:
+            release.set()
+            await blocked
+        return ack
+
+    ack = run(go())
+    assert ack["type"] == "ack" and ack["accepted"] == 2 and ack["duplicate"] is False
+    assert Sample.objects.count() == 2
