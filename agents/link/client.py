@@ -12,8 +12,8 @@ same trade: a server that is back must not wait long for its clients.) The cap b
 agent stays away once the server can take it again: a database outage makes every connection
 attempt fail (HTTP 403), ``attempt`` climbs, and after the database is back each agent waits at
 most one more delay — ≤ 5 s, about 2 s on average. With a 10 s cap, 150 agents took 7 s after a
-20 s outage to be connected again, most of the time to drain their backlog; the price of the
-lower cap is one refused attempt per agent every 2.5–5 s during an outage.
+20 s database outage to be connected again — 7 of the 8.5 s until their backlog was stored; the
+price of the lower cap is one refused attempt per agent every 2.5–5 s during an outage.
 ``attempt`` resets once a connection has delivered an ack. A connection that has had messages
 in flight and no ack at all for ``ack_timeout_s`` is given up (closed) and the client
 reconnects and resends: a server that keeps the socket open and answers pings but stores
