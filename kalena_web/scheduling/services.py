@@ -282,16 +282,13 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
         mark = time.perf_counter()
         accepted = _bind_many_in_ledger(chunk, now_s=now_s)
         mark = _phase(report, "ledger", mark)
+        calls = []
         for node_id, node_name, chosen, _ in chunk:
             if node_id not in accepted:
                 report.stale += len(chosen)
                 continue
-            for pod in chosen:
-                if keep_going is not None and not keep_going():  # the lease lapsed: bind nothing more
-                    report.stopped_early = True
-                    batch_requeue(pod=pod, now_s=now_s, reason="scheduler lost its lease before binding")
-                    continue
-                _bind_one(orchestrator, pod, node_name, now_s=now_s, report=report)
+            calls += [(pod, node_name) for pod in chosen]
+        _bind_all(orchestrator, calls, now_s=now_s, report=report, keep_going=keep_going)
         _phase(report, "bind_api", mark)
     mark = time.perf_counter()
     left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
@@ -353,27 +350,70 @@ def _notice_pending(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: flo
 BIND_CHUNK_NODES = 200  # nodes whose bindings one transaction accepts before their API calls
 
 
-def _bind_one(orchestrator: Orchestrator, pod: BatchPod, node_name: str, *, now_s: float, report: PassReport) -> None:
+LEASE_LAPSED = "scheduler lost its lease before binding"
+
+
+def _bind_call(orchestrator: Orchestrator, pod: BatchPod, node_name: str,
+               keep_going: Callable[[], bool] | None) -> Exception | None:
+    """One binding call (no database access: it may run on a worker thread); returns the
+    refusal, or None when the orchestrator bound the pod."""
+    if keep_going is not None and not keep_going():  # the lease lapsed: bind nothing more
+        return _LeaseLapsed(LEASE_LAPSED)
     try:
         orchestrator.bind(_spec(pod), node_name)
+    except OrchestratorError as exc:
+        return exc
+    return None
+
+
+class _LeaseLapsed(Exception):
+    pass
+
+
+def _bind_all(orchestrator: Orchestrator, calls: list[tuple[BatchPod, str]], *, now_s: float, report: PassReport,
+              keep_going: Callable[[], bool] | None) -> None:
+    """Ask the orchestrator to bind every ``(pod, node name)``, then apply each answer here
+    (:func:`_bind_outcome`). An orchestrator with ``bind_concurrency`` > 1 (Kubernetes: the
+    Binding calls are independent, kube-scheduler makes them asynchronously too) gets that many
+    calls in flight at once on a thread pool; the answers are applied in the calls' order."""
+    workers = min(int(getattr(orchestrator, "bind_concurrency", 1) or 1), len(calls))
+    if workers <= 1:
+        answers = [_bind_call(orchestrator, pod, name, keep_going) for pod, name in calls]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kalena-bind") as pool:
+            answers = list(pool.map(lambda c: _bind_call(orchestrator, c[0], c[1], keep_going), calls))
+    for (pod, _), answer in zip(calls, answers, strict=True):
+        _bind_outcome(pod, answer, now_s=now_s, report=report)
+
+
+def _bind_outcome(pod: BatchPod, answer: Exception | None, *, now_s: float, report: PassReport) -> None:
+    """Apply one binding call's answer: bound; the lease lapsed first (requeued); a stale
+    binding (409 already assigned, 404 gone: a watched pod leaves the queue, never loops); an
+    uncertain one (a watched pod stays bound, unconfirmed, until the watch or a read —
+    :func:`batch_unconfirmed` — settles it); any other refusal (requeued)."""
+    if answer is None:
         report.placed += 1
-    except StaleBinding as exc:
+    elif isinstance(answer, _LeaseLapsed):
+        report.stopped_early = True
+        batch_requeue(pod=pod, now_s=now_s, reason=LEASE_LAPSED)
+    elif isinstance(answer, StaleBinding):
         report.failed += 1
         report.stale_bindings += 1
-        report.errors.append(str(exc))
-        if pod.source == BatchPod.WATCH:  # 409 already assigned / 404 gone: drop, never loop
-            batch_drop(pod=pod, now_s=now_s, reason=str(exc))
+        report.errors.append(str(answer))
+        if pod.source == BatchPod.WATCH:
+            batch_drop(pod=pod, now_s=now_s, reason=str(answer))
         else:
             batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
-    except BindingUncertain as exc:
+    elif isinstance(answer, BindingUncertain):
         report.uncertain += 1
-        report.errors.append(str(exc))
+        report.errors.append(str(answer))
         if pod.source != BatchPod.WATCH:
             batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
-        # a watched pod stays bound, unconfirmed: the watch or a read (batch_unconfirmed) settles it
-    except OrchestratorError as exc:
+    else:
         report.failed += 1
-        report.errors.append(str(exc))
+        report.errors.append(str(answer))
         batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
 
 
@@ -403,7 +443,9 @@ def _bind_many_in_ledger(groups: list[tuple[int, str, list[BatchPod], int]], *, 
                 bound.append(pod)
         if not accepted:
             return accepted
-        LiveNodeLedger.objects.bulk_update(changed, ["batch_request", "batch_reservation", "version"], batch_size=500)
+        _update_by_id(LiveNodeLedger._meta.db_table, [("batch_request", "vector"), ("batch_reservation", "vector"),
+                                                      ("version", "int")],
+                      [(led.id, led.batch_request, led.batch_reservation, led.version) for led in changed], chunk=500)
         ids = [w.id for w in workloads]
         _set_by_id(Workload._meta.db_table, "node_id", [(w.id, w.node_id) for w in workloads])
         Workload.objects.filter(id__in=ids).update(start_s=now_s)
@@ -416,19 +458,41 @@ def _bind_many_in_ledger(groups: list[tuple[int, str, list[BatchPod], int]], *, 
 
 
 def _set_by_id(table: str, column: str, pairs: list[tuple[int, int]], chunk: int = 1000) -> None:
-    """``UPDATE table SET column = v WHERE id = k`` for every ``(k, v)`` integer pair in one
+    """``UPDATE table SET column = v WHERE id = k`` for every ``(k, v)`` integer pair
+    (:func:`_update_by_id`)."""
+    _update_by_id(table, [(column, "int")], pairs, chunk=chunk)
+
+
+_SQL_TYPES = {"postgresql": {"int": "BIGINT", "float": "DOUBLE PRECISION", "vector": "JSONB"},
+              "sqlite": {"int": "INTEGER", "float": "REAL", "vector": "TEXT"}}
+
+
+def _update_by_id(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]],
+                  chunk: int = 1000) -> None:
+    """``UPDATE table SET c1 = v1, … WHERE id = k`` for every row ``(k, v1, …)`` in one
     statement per ``chunk`` (a VALUES list joined by id; PostgreSQL and SQLite alike) —
-    Django's ``bulk_update`` builds a CASE per row, which is slow for thousands of rows."""
+    Django's ``bulk_update`` builds a CASE per row and column, which is slow for thousands of
+    rows. ``columns``: ``(name, kind)`` with kind ``int``, ``float`` or ``vector`` (a
+    :class:`~kalena_web.inventory.fields.ResourceVectorField`, stored as its JSON)."""
+    import json
+
     from django.db import connection
 
+    from kalena_web.inventory.fields import encode_vector
+
+    types = _SQL_TYPES.get(connection.vendor, _SQL_TYPES["postgresql"])
     quote = connection.ops.quote_name
-    for i in range(0, len(pairs), chunk):
-        part = pairs[i:i + chunk]
-        values = ", ".join(["(CAST(%s AS BIGINT), CAST(%s AS BIGINT))"] * len(part))
-        sql = (f"WITH v(k, val) AS (VALUES {values}) UPDATE {quote(table)} SET {quote(column)} = v.val "
-               f"FROM v WHERE {quote(table)}.{quote('id')} = v.k")
+    casts = ", ".join(["CAST(%s AS BIGINT)"] + [f"CAST(%s AS {types[kind]})" for _, kind in columns])
+    names = ", ".join(["k"] + [f"v{j}" for j in range(len(columns))])
+    sets = ", ".join(f"{quote(name)} = v.v{j}" for j, (name, _) in enumerate(columns))
+    encode = [(lambda v: json.dumps(encode_vector(v))) if kind == "vector" else (lambda v: v) for _, kind in columns]
+    for i in range(0, len(rows), chunk):
+        part = rows[i:i + chunk]
+        sql = (f"WITH v({names}) AS (VALUES {', '.join([f'({casts})'] * len(part))}) "
+               f"UPDATE {quote(table)} SET {sets} FROM v WHERE {quote(table)}.{quote('id')} = v.k")
+        params = [x for row in part for x in [row[0], *(f(v) for f, v in zip(encode, row[1:], strict=True))]]
         with connection.cursor() as cursor:
-            cursor.execute(sql, [x for pair in part for x in pair])
+            cursor.execute(sql, params)
 
 
 def _spec(pod: BatchPod) -> BatchSpec:
@@ -702,13 +766,16 @@ def batch_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = U
 def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,
                                ) -> list[bool | BatchRejected]:
     """:func:`batch_observe_pending` for many pods (keyword dicts of its arguments) with a fixed
-    number of queries for the common case — names Kalena does not hold yet, created in bulk;
-    the others go one by one. Returns, per pod, whether it changed anything or the
-    :class:`BatchRejected` that refused it (nothing stored for that pod)."""
+    number of queries for the common cases — names Kalena does not hold yet, created in bulk, and
+    watched pods it holds already (a re-list repeats every pending pod: valid, they change
+    nothing); the others (gone, or submitted through REST) go one by one. Returns, per pod,
+    whether it changed anything or the :class:`BatchRejected` that refused it (nothing stored
+    for that pod)."""
     out: list[bool | BatchRejected] = [False] * len(pods)
     names = [p.get("ref") for p in pods]
-    existing = set(Workload.objects.filter(cluster=cluster, kind=Workload.BATCH, name__in=names)
-                   .values_list("name", flat=True))
+    held = {name: (source, gone) for name, source, gone in Workload.objects.filter(
+        cluster=cluster, kind=Workload.BATCH, name__in=names).values_list("name", "batch__source", "batch__gone")}
+    existing = set(held)
     fresh, seen = [], set()
     for i, p in enumerate(pods):
         if p.get("ref") in existing or p.get("ref") in seen:
@@ -750,6 +817,14 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
         if i in fresh_set or isinstance(out[i], BatchRejected):
             continue
         if p.get("ref") in existing:
+            if held[p["ref"]] == (BatchPod.WATCH, False):  # queued, bound or ended already: unchanged
+                try:
+                    _check_pending(**p)
+                    out[i] = False
+                except InputError as exc:
+                    out[i] = exc if isinstance(exc, BatchRejected) else BatchRejected(
+                        exc.problem, field=exc.field, accepted=exc.accepted)
+                continue
             try:
                 out[i] = batch_observe_pending(cluster=cluster, now_s=now_s, **p)[1]
             except BatchRejected as exc:
@@ -802,6 +877,5 @@ def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str,
             continue
         out[i] = batch_observe_running(pod=pod, node_id=node_id, at_s=at_s, now_s=now_s)
     if quick:
-        BatchPod.objects.bulk_update([BatchPod(id=k, running_s=v) for k, v in quick.items()], ["running_s"],
-                                     batch_size=1000)
+        _update_by_id(BatchPod._meta.db_table, [("running_s", "float")], list(quick.items()))
     return out
