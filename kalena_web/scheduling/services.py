@@ -274,21 +274,25 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
         version_of[node_row] = int(bindings.version[b])
     groups = [(rows[node_row].id, rows[node_row].name, chosen, version_of[node_row])
               for node_row, chosen in by_node.items()]
-    for i in range(0, len(groups), BIND_CHUNK_NODES):
-        if keep_going is not None and not keep_going():
-            report.stopped_early = True
-            break
-        chunk = groups[i:i + BIND_CHUNK_NODES]
+    with _Binder(orchestrator, keep_going) as binder:
+        for i in range(0, len(groups), BIND_CHUNK_NODES):
+            if keep_going is not None and not keep_going():
+                report.stopped_early = True
+                break
+            chunk = groups[i:i + BIND_CHUNK_NODES]
+            mark = time.perf_counter()
+            accepted = _bind_many_in_ledger(chunk, now_s=now_s)
+            mark = _phase(report, "ledger", mark)
+            calls = []
+            for node_id, node_name, chosen, _ in chunk:
+                if node_id not in accepted:
+                    report.stale += len(chosen)
+                    continue
+                calls += [(pod, node_name) for pod in chosen]
+            binder.submit(calls)  # in flight while the next chunk's ledger transaction runs
+            _phase(report, "bind_api", mark)
         mark = time.perf_counter()
-        accepted = _bind_many_in_ledger(chunk, now_s=now_s)
-        mark = _phase(report, "ledger", mark)
-        calls = []
-        for node_id, node_name, chosen, _ in chunk:
-            if node_id not in accepted:
-                report.stale += len(chosen)
-                continue
-            calls += [(pod, node_name) for pod in chosen]
-        _bind_all(orchestrator, calls, now_s=now_s, report=report, keep_going=keep_going)
+        binder.finish(now_s=now_s, report=report)
         _phase(report, "bind_api", mark)
     mark = time.perf_counter()
     left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
@@ -370,22 +374,42 @@ class _LeaseLapsed(Exception):
     pass
 
 
-def _bind_all(orchestrator: Orchestrator, calls: list[tuple[BatchPod, str]], *, now_s: float, report: PassReport,
-              keep_going: Callable[[], bool] | None) -> None:
-    """Ask the orchestrator to bind every ``(pod, node name)``, then apply each answer here
-    (:func:`_bind_outcome`). An orchestrator with ``bind_concurrency`` > 1 (Kubernetes: the
-    Binding calls are independent, kube-scheduler makes them asynchronously too) gets that many
-    calls in flight at once on a thread pool; the answers are applied in the calls' order."""
-    workers = min(int(getattr(orchestrator, "bind_concurrency", 1) or 1), len(calls))
-    if workers <= 1:
-        answers = [_bind_call(orchestrator, pod, name, keep_going) for pod, name in calls]
-    else:
-        from concurrent.futures import ThreadPoolExecutor
+class _Binder:
+    """The binding calls of one pass: :meth:`submit` them (after their ledger transaction
+    committed), :meth:`finish` to wait for every answer and apply each one in the pass's thread
+    (:func:`_bind_outcome`, in submission order). An orchestrator with ``bind_concurrency`` > 1
+    (Kubernetes: Binding calls are independent, and kube-scheduler makes them asynchronously
+    too) gets that many calls in flight at once on a thread pool, overlapping the next chunk's
+    ledger transaction; otherwise each call is made at once in this thread."""
 
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kalena-bind") as pool:
-            answers = list(pool.map(lambda c: _bind_call(orchestrator, c[0], c[1], keep_going), calls))
-    for (pod, _), answer in zip(calls, answers, strict=True):
-        _bind_outcome(pod, answer, now_s=now_s, report=report)
+    def __init__(self, orchestrator: Orchestrator, keep_going: Callable[[], bool] | None) -> None:
+        self.orchestrator, self.keep_going = orchestrator, keep_going
+        self.workers = int(getattr(orchestrator, "bind_concurrency", 1) or 1)
+        self.pool = None
+        self.pending: list[tuple[BatchPod, Any]] = []
+
+    def __enter__(self) -> _Binder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+    def submit(self, calls: list[tuple[BatchPod, str]]) -> None:
+        if self.workers <= 1:
+            self.pending += [(pod, _bind_call(self.orchestrator, pod, name, self.keep_going)) for pod, name in calls]
+            return
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kalena-bind")
+        self.pending += [(pod, self.pool.submit(_bind_call, self.orchestrator, pod, name, self.keep_going))
+                         for pod, name in calls]
+
+    def finish(self, *, now_s: float, report: PassReport) -> None:
+        for pod, answer in self.pending:
+            _bind_outcome(pod, answer if self.workers <= 1 else answer.result(), now_s=now_s, report=report)
+        self.pending = []
 
 
 def _bind_outcome(pod: BatchPod, answer: Exception | None, *, now_s: float, report: PassReport) -> None:
