@@ -259,9 +259,13 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     result = schedule_batch(snapshot, pending, policy, rng=rng)
     mark = _phase(report, "engine", mark)
     taken = [0] * len(pods_of_entry)
-    pods = {p.id: p for p in BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids])
-            .select_related("workload")}
     bindings = result.bindings
+    placed_ids, counted = [], [0] * len(pods_of_entry)
+    for b in range(len(bindings)):  # only the placed pods are read as models
+        entry, count = int(bindings.entry[b]), int(bindings.count[b])
+        placed_ids += pods_of_entry[entry][counted[entry]:counted[entry] + count]
+        counted[entry] += count
+    pods = {p.id: p for p in BatchPod.objects.filter(id__in=placed_ids).select_related("workload")}
     # a pass's bindings on one node were decided together (in-flight debits): bind them together,
     # against the version the pass read, and bump the node's version once (as SlackLedger.bind)
     by_node: dict[int, list[BatchPod]] = {}
@@ -295,7 +299,8 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
         binder.finish(now_s=now_s, report=report)
         _phase(report, "bind_api", mark)
     mark = time.perf_counter()
-    left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
+    left = set(BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids], state=BatchPod.PENDING)
+               .values_list("id", flat=True))
     report.why_pending = _record_why_pending(result.why_pending(), pods_of_entry, pending, left, now_s)
     report.noticed = _notice_pending(orchestrator, left, now_s=now_s)
     _phase(report, "why_pending", mark)
