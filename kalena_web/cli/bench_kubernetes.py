@@ -17,7 +17,8 @@ request is drawn once from a seeded grid of 100m–1 cpu and 128Mi–2Gi) are cr
 server at ``--arrival-rate``
 pods/s (default 0 = all at once, i.e. faster than the scheduler can bind). When a third are
 bound, every open watch gets ``ERROR 410`` (a re-list); when two thirds are bound, the leader
-is killed (its lease left to expire) and the standby takes over.
+is killed: it stops at once, binding nothing more, and its lease is left to expire, so the
+standby takes over only after the lease duration.
 
 Figures: ``created_to_bound_p50_ms`` / ``_p99_ms`` (server-side creation → binding stored);
 ``pods_bound_per_s`` = pods bound / (end − first creation − ``failover_gap_s``), the end being

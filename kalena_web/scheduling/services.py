@@ -359,7 +359,7 @@ def _notice_pending(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: flo
 BIND_CHUNK_NODES = 200  # nodes whose bindings one transaction accepts before their API calls
 
 
-LEASE_LAPSED = "scheduler lost its lease before binding"
+LEASE_LAPSED = "scheduler lost its lease (or stopped) before binding"
 
 
 def _bind_call(orchestrator: Orchestrator, pod: BatchPod, node_name: str,
@@ -412,13 +412,22 @@ class _Binder:
                          for pod, name in calls]
 
     def finish(self, *, now_s: float, report: PassReport) -> None:
+        lapsed = []
         for pod, answer in self.pending:
-            _bind_outcome(pod, answer if self.workers <= 1 else answer.result(), now_s=now_s, report=report)
+            answer = answer if self.workers <= 1 else answer.result()
+            if isinstance(answer, _LeaseLapsed):
+                lapsed.append(pod)
+            else:
+                _bind_outcome(pod, answer, now_s=now_s, report=report)
+        if lapsed:  # everything not bound once the lease lapsed goes back to the queue at once
+            report.stopped_early = True
+            batch_requeue_many(pods=lapsed, now_s=now_s, reason=LEASE_LAPSED)
         self.pending = []
 
 
 def _bind_outcome(pod: BatchPod, answer: Exception | None, *, now_s: float, report: PassReport) -> None:
-    """Apply one binding call's answer: bound; the lease lapsed first (requeued); a stale
+    """Apply one binding call's answer: bound; the lease lapsed first (requeued; :class:`_Binder`
+    requeues those together); a stale
     binding (409 already assigned, 404 gone: a watched pod leaves the queue, never loops); an
     uncertain one (a watched pod stays bound, unconfirmed, until the watch or a read —
     :func:`batch_unconfirmed` — settles it); any other refusal (requeued)."""
@@ -588,6 +597,46 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.PENDING, queued_s=now_s, bound_s=None,
                                                   bound_version=None, running_s=None, reason=reason[:300],
                                                   requeues=pod.requeues + 1)
+
+
+def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -> int:
+    """:func:`batch_requeue` for many pods in one transaction (a fixed number of queries; a
+    scheduler whose lease lapsed mid-pass gives back everything it had not bound yet). Pods no
+    longer bound are left as they are. Returns how many were requeued."""
+    from django.db.models import F
+
+    if not pods:
+        return 0
+    with transaction.atomic():
+        locked = [p for p in BatchPod.objects.select_for_update().select_related("workload")
+                  .filter(id__in=[p.id for p in pods]).order_by("id")
+                  if p.state == BatchPod.BOUND and p.workload.node_id is not None]
+        if not locked:
+            return 0
+        workload_ids = [p.workload_id for p in locked]
+        reserved = dict(WorkloadReservation.objects.filter(workload_id__in=workload_ids)
+                        .values_list("workload_id", "value"))
+        ledgers = {led.node_id: led for led in LiveNodeLedger.objects.select_for_update().filter(
+            node_id__in={p.workload.node_id for p in locked}).order_by("node_id")}
+        for pod in locked:  # as _credit, node by node (clamping at 0 once equals clamping each time)
+            led = ledgers[pod.workload.node_id]
+            request = np.asarray(pod.workload.request)
+            r = np.asarray(reserved[pod.workload_id]) if pod.workload_id in reserved else request
+            led.batch_request = (np.asarray(led.batch_request) - request).tolist()
+            led.batch_reservation = (np.asarray(led.batch_reservation) - r).tolist()
+        for led in ledgers.values():
+            led.batch_request = np.maximum(0.0, led.batch_request).tolist()
+            led.batch_reservation = np.maximum(0.0, led.batch_reservation).tolist()
+            led.version += 1
+        _update_by_id(LiveNodeLedger._meta.db_table, [("batch_request", "vector"), ("batch_reservation", "vector"),
+                                                      ("version", "int")],
+                      [(led.id, led.batch_request, led.batch_reservation, led.version) for led in ledgers.values()])
+        Workload.objects.filter(id__in=workload_ids).update(node_id=None, start_s=None)
+        WorkloadReservation.objects.filter(workload_id__in=workload_ids).delete()
+        BatchPod.objects.filter(id__in=[p.id for p in locked]).update(
+            state=BatchPod.PENDING, queued_s=now_s, bound_s=None, bound_version=None, running_s=None,
+            reason=reason[:300], requeues=F("requeues") + 1)
+    return len(locked)
 
 
 def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED, outcome: str = "",
