@@ -33,7 +33,8 @@ wall-clock rate says as much about the neighbours as about Kalena;
 ``pods_lost`` = created, never bound and not pending in Kalena at the end;
 ``pods_double_bound`` = 409 "already assigned" answers + binding requests naming a node other
 than the pod's first; ``engine_only_per_s`` = the engine's placement rate for the same pods on
-the same cluster, without API, watch or database.
+the same cluster, without API, watch or database (the baseline:
+``end_to_end_over_engine`` = ``pods_bound_per_s`` / ``engine_only_per_s``).
 """
 
 from __future__ import annotations
@@ -325,6 +326,7 @@ def _figures(args, server: dict, started_wall, events_done, gap_s, BatchPod, clu
             differing += 1
         first_target.setdefault(path, target)
     conflicts = server["conflicts"]
+    engine_only = _engine_only(cluster, created_at)
     return {
         "nodes": args.nodes, "pods": args.pods,
         "arrival_rate": args.arrival_rate or "all at once",
@@ -332,7 +334,9 @@ def _figures(args, server: dict, started_wall, events_done, gap_s, BatchPod, clu
         "pods_bound_per_s": round(bound_n / span, 1),
         "created_to_bound_p50_ms": round(float(np.percentile(latencies, 50)), 1) if latencies else None,
         "created_to_bound_p99_ms": round(float(np.percentile(latencies, 99)), 1) if latencies else None,
-        "engine_only_per_s": _engine_only(cluster, created_at),
+        "engine_only_per_s": engine_only,
+        # the baseline ratio: how much of the engine's own rate survives the API, watch and database
+        "end_to_end_over_engine": round(bound_n / span / engine_only, 4) if engine_only else None,
         "pods_lost": len(lost),
         "pods_double_bound": conflicts + differing,
         "failover_gap_s": round(gap_s, 2) if gap_s is not None else None,

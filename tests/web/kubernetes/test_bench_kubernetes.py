@@ -16,7 +16,7 @@ import pytest
 
 FIELDS = ("pods_bound_per_s", "created_to_bound_p50_ms", "created_to_bound_p99_ms", "engine_only_per_s",
           "pods_lost", "pods_double_bound", "failover_gap_s", "events_drained_after_last_binding_s",
-          "bind_concurrency", "api_server_cpu_s", "process_cpu_s")
+          "bind_concurrency", "api_server_cpu_s", "process_cpu_s", "end_to_end_over_engine")
 
 
 def _bench_database_url() -> str:
