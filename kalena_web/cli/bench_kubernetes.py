@@ -55,28 +55,26 @@ def _serve(conn, bookmark_interval_s: float) -> None:
     of its own): serves HTTP on loopback and answers the benchmark's commands on ``conn``.
     Pods are created here (server-side, as by a client of the API) and the creation and
     binding times are taken here."""
-    import time as clock
-
     from agents.orchestrators.kubernetes.testserver import TestAPIServer, pod
 
     api = TestAPIServer(bookmark_interval_s=bookmark_interval_s, record_bodies=True)
     created_at: dict[str, float] = {}
     bound_at: dict[str, float] = {}
-    api.bound_hooks.insert(0, lambda server, key, node: bound_at.__setitem__(key, clock.time()))
+    api.bound_hooks.insert(0, lambda server, key, node: bound_at.__setitem__(key, time.time()))
     api.start()
     conn.send(api.url)
     creator: threading.Thread | None = None
 
     def create_all(n: int, jobs: int, cpus: list, mems: list, rate: float) -> None:
-        start = clock.monotonic()
+        start = time.monotonic()
         for i in range(n):
             if rate:
-                wait = start + i / rate - clock.monotonic()
+                wait = start + i / rate - time.monotonic()
                 if wait > 0:
-                    clock.sleep(wait)
+                    time.sleep(wait)
             job = f"job-{i % jobs}"
             name = f"{job}-{i}"
-            created_at[f"bench/{name}"] = clock.time()
+            created_at[f"bench/{name}"] = time.time()
             api.create_pod(pod("bench", name, tier="batch", owner_kind="Job", owner_name=job, labels={"app": job},
                                cpu=f"{cpus[i]}m", memory=f"{mems[i]}Mi", limit_cpu=f"{cpus[i]}m",
                                limit_memory=f"{mems[i]}Mi"))
@@ -103,7 +101,7 @@ def _serve(conn, bookmark_interval_s: float) -> None:
                             if verb == "POST" and path.endswith("/binding") and code == 409)
             conn.send(dict(created_at=dict(created_at), bound_at=dict(bound_at), bindings=bindings,
                            conflicts=conflicts, calls={f"{v} {r}": n for (v, r), n in sorted(api.calls.items())},
-                           cpu_s=clock.process_time()))
+                           cpu_s=time.process_time()))
         elif command == "stop":
             api.stop()
             conn.send(True)
