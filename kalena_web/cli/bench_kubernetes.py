@@ -4,9 +4,12 @@ API server on loopback (prints figures; not a timed test).
 Setup: a dedicated PostgreSQL database (recreated), the real ``irina-186-3d`` infrastructure,
 workloads and blueprint replicated to ``--nodes`` nodes and imported as a live cluster (its
 telemetry marked fresh: no agents run here), and the same nodes registered in
-:class:`~agents.orchestrators.kubernetes.testserver.TestAPIServer` with their allocatable.
-Two candidate schedulers (:class:`~kalena_web.control.leading.ClusterScheduler`, each with its
-own ``kubernetes`` client, watch, reconciler and Lease elector) run in this process.
+:class:`~agents.orchestrators.kubernetes.testserver.TestAPIServer` with their allocatable. The
+test API server runs in a process of its own (a real API server is a separate process: the
+schedulers do not share its interpreter), on loopback. Two candidate schedulers
+(:class:`~kalena_web.control.leading.ClusterScheduler`, each with its own ``kubernetes``
+client, watch, reconciler and Lease elector, binding over ``bind_concurrency`` connections at
+once) run in this process.
 
 Run: ``--pods`` batch pods (``schedulerName: kalena``, owned by ``--jobs`` Jobs; as in
 kube-scheduler's scheduler_perf SchedulingBasic, the pods of one Job are identical: each Job's
@@ -14,18 +17,24 @@ request is drawn once from a seeded grid of 100m–1 cpu and 128Mi–2Gi) are cr
 server at ``--arrival-rate``
 pods/s (default 0 = all at once, i.e. faster than the scheduler can bind). When a third are
 bound, every open watch gets ``ERROR 410`` (a re-list); when two thirds are bound, the leader
-is killed (its lease left to expire) and the standby takes over.
+is killed: it stops at once, binding nothing more, and its lease is left to expire, so the
+standby takes over only after the lease duration.
 
 Figures: ``created_to_bound_p50_ms`` / ``_p99_ms`` (server-side creation → binding stored);
-``pods_bound_per_s`` = pods bound / (last binding − first creation − ``failover_gap_s``);
+``pods_bound_per_s`` = pods bound / (end − first creation − ``failover_gap_s``), the end being
+the last binding or, when later, the moment the last queued Event (``Scheduled``,
+``FailedScheduling``, the ``PodScheduled`` condition) was sent
+(``events_drained_after_last_binding_s`` says how much later);
 ``failover_gap_s`` = the killed leader's last lease renewal → the standby's acquisition;
-``process_cpu_s`` and ``pods_bound_per_cpu_s``: the CPU this one process (API server, both
-schedulers, watches, reconcilers, event senders) used while the pods were bound — on a shared
-machine the wall-clock rate says as much about the neighbours as about Kalena;
+``process_cpu_s`` and ``pods_bound_per_cpu_s``: the CPU the schedulers' process (both
+candidates, watches, reconcilers, event senders) used while the pods were bound, and
+``api_server_cpu_s`` the API server's process (from its start) — on a shared machine the
+wall-clock rate says as much about the neighbours as about Kalena;
 ``pods_lost`` = created, never bound and not pending in Kalena at the end;
 ``pods_double_bound`` = 409 "already assigned" answers + binding requests naming a node other
 than the pod's first; ``engine_only_per_s`` = the engine's placement rate for the same pods on
-the same cluster, without API, watch or database.
+the same cluster, without API, watch or database (the baseline:
+``end_to_end_over_engine`` = ``pods_bound_per_s`` / ``engine_only_per_s``).
 """
 
 from __future__ import annotations
@@ -39,6 +48,90 @@ from collections import Counter
 from pathlib import Path
 
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/kalena_bench_kubernetes"
+
+
+def _serve(conn, bookmark_interval_s: float) -> None:
+    """The test API server's process (its own interpreter, as a real API server is a process
+    of its own): serves HTTP on loopback and answers the benchmark's commands on ``conn``.
+    Pods are created here (server-side, as by a client of the API) and the creation and
+    binding times are taken here."""
+    from agents.orchestrators.kubernetes.testserver import TestAPIServer, pod
+
+    api = TestAPIServer(bookmark_interval_s=bookmark_interval_s, record_bodies=True)
+    created_at: dict[str, float] = {}
+    bound_at: dict[str, float] = {}
+    api.bound_hooks.insert(0, lambda server, key, node: bound_at.__setitem__(key, time.time()))
+    api.start()
+    conn.send(api.url)
+    creator: threading.Thread | None = None
+
+    def create_all(n: int, jobs: int, cpus: list, mems: list, rate: float) -> None:
+        start = time.monotonic()
+        for i in range(n):
+            if rate:
+                wait = start + i / rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+            job = f"job-{i % jobs}"
+            name = f"{job}-{i}"
+            created_at[f"bench/{name}"] = time.time()
+            api.create_pod(pod("bench", name, tier="batch", owner_kind="Job", owner_name=job, labels={"app": job},
+                               cpu=f"{cpus[i]}m", memory=f"{mems[i]}Mi", limit_cpu=f"{cpus[i]}m",
+                               limit_memory=f"{mems[i]}Mi"))
+
+    while True:
+        command, *rest = conn.recv()
+        if command == "nodes":
+            for obj in rest[0]:
+                api.create("nodes", obj)
+            conn.send(len(rest[0]))
+        elif command == "pods":
+            creator = threading.Thread(target=create_all, args=tuple(rest), name="bench-creator", daemon=True)
+            creator.start()
+            conn.send(True)
+        elif command == "progress":
+            conn.send((len(bound_at), creator is not None and creator.is_alive()))
+        elif command == "expire":
+            api.expire_watches()
+            conn.send(True)
+        elif command == "results":
+            bindings = [(path, (body.get("target") or {}).get("name")) for verb, path, body in api.requests
+                        if verb == "POST" and path.endswith("/binding") and isinstance(body, dict)]
+            conflicts = sum(1 for verb, path, code in api.answers
+                            if verb == "POST" and path.endswith("/binding") and code == 409)
+            conn.send(dict(created_at=dict(created_at), bound_at=dict(bound_at), bindings=bindings,
+                           conflicts=conflicts, calls={f"{v} {r}": n for (v, r), n in sorted(api.calls.items())},
+                           cpu_s=time.process_time()))
+        elif command == "stop":
+            api.stop()
+            conn.send(True)
+            return
+
+
+class _ServerProcess:
+    """The benchmark's handle on :func:`_serve` running in a child process (spawned: a clean
+    interpreter, no Django, no inherited database connections)."""
+
+    def __init__(self, bookmark_interval_s: float) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child, bookmark_interval_s), name="kube-test-api",
+                                   daemon=True)
+        self.process.start()
+        self.url = self._conn.recv()
+        self._lock = threading.Lock()
+
+    def ask(self, *command):
+        with self._lock:
+            self._conn.send(command)
+            return self._conn.recv()
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.ask("stop")
+        self.process.join(timeout=10)
 
 
 def add_parsers(which: argparse._SubParsersAction) -> None:
@@ -111,23 +204,22 @@ def handle(args: argparse.Namespace) -> int:
 
     from agents.orchestrators.kubernetes import KubernetesOrchestrator
     from agents.orchestrators.kubernetes.lease import LeaderElector
-    from agents.orchestrators.kubernetes.testserver import TestAPIServer, pod
     from kalena_web.control.leading import ClusterScheduler
+    from kalena_web.control.orchestrators import BIND_POOL
     from kalena_web.inventory.models import Node
     from kalena_web.scheduling.models import BatchPod
 
-    api = TestAPIServer(bookmark_interval_s=30.0, record_bodies=True)
-    api.start()
-    for name, allocatable, labels in Node.objects.filter(cluster=cluster).values_list("name", "allocatable", "labels"):
-        api.create("nodes", _node_json(name, allocatable, labels))
+    api = _ServerProcess(bookmark_interval_s=30.0)
+    api.ask("nodes", [_node_json(name, allocatable, labels) for name, allocatable, labels in
+                      Node.objects.filter(cluster=cluster).values_list("name", "allocatable", "labels")])
     setup_s = time.monotonic() - t0
-    print(f"  setup: cluster imported and {args.nodes} nodes registered in {setup_s:.1f} s")
-    bound_at: dict[str, float] = {}
-    api.bound_hooks.insert(0, lambda server, key, node: bound_at.__setitem__(key, time.time()))
+    print(f"  setup: cluster imported and {args.nodes} nodes registered in {setup_s:.1f} s "
+          f"(test API server in its own process, pid {api.process.pid})")
 
     def candidate(identity: str) -> ClusterScheduler:
-        orch = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)), request_timeout_s=10.0,
-                                      identity=identity)
+        configuration = k8s.Configuration(host=api.url)
+        configuration.connection_pool_maxsize = BIND_POOL  # as kubernetes_api_client() configures it
+        orch = KubernetesOrchestrator(k8s.ApiClient(configuration), request_timeout_s=10.0, identity=identity)
         elector = LeaderElector(orch, identity=identity, lease_duration_s=args.lease_duration,
                                 renew_deadline_s=args.renew_deadline, retry_period_s=args.retry_period)
         return ClusterScheduler(cluster=cluster, orchestrator=orch, elector=elector, pass_period_s=1.0,
@@ -150,35 +242,18 @@ def handle(args: argparse.Namespace) -> int:
     job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
     job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
     cpus, mems = job_cpu[np.arange(args.pods) % args.jobs], job_mem[np.arange(args.pods) % args.jobs]
-    created_at: dict[str, float] = {}
-
-    def create_all() -> None:
-        start = time.monotonic()
-        for i in range(args.pods):
-            if args.arrival_rate:
-                wait = start + i / args.arrival_rate - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-            job = f"job-{i % args.jobs}"
-            name = f"{job}-{i}"
-            created_at[f"bench/{name}"] = time.time()
-            api.create_pod(pod("bench", name, tier="batch", owner_kind="Job", owner_name=job, labels={"app": job},
-                               cpu=f"{cpus[i]}m", memory=f"{mems[i]}Mi", limit_cpu=f"{cpus[i]}m",
-                               limit_memory=f"{mems[i]}Mi"))
-
-    creator = threading.Thread(target=create_all, name="bench-creator", daemon=True)
+    api.ask("pods", args.pods, args.jobs, [int(c) for c in cpus], [int(m) for m in mems], args.arrival_rate)
     started_wall = time.time()
     cpu_start = time.process_time()
     load_start = os.getloadavg()[0]
-    creator.start()
     expired = killed = False
     gap_s = None
     end = time.monotonic() + args.timeout
     last_print = 0.0
     while time.monotonic() < end:
-        n = len(bound_at)
+        n, creating = api.ask("progress")
         if not expired and n >= args.pods / 3:
-            api.expire_watches()
+            api.ask("expire")
             expired = True
             print(f"  {n} bound: ERROR 410 sent to every watch (re-list)")
         if expired and not killed and n >= 2 * args.pods / 3:
@@ -188,25 +263,32 @@ def handle(args: argparse.Namespace) -> int:
         if killed and gap_s is None and b.elector.acquired_at is not None:
             gap_s = b.elector.acquired_at - a.elector._renewed_at
             print(f"  kalena-b took the lease after a {gap_s:.1f} s gap")
-        if n >= args.pods and not creator.is_alive():
+        if n >= args.pods and not creating:
             break
         if time.monotonic() - last_print > 10:
             print(f"  … {n}/{args.pods} bound")
             last_print = time.monotonic()
         time.sleep(0.05)
+    # Events are part of the pipeline: the run ends when the last one queued has been sent
+    for candidate_ in (a, b):
+        candidate_.orchestrator.flush_events(timeout_s=120.0)
+    events_done = time.time()
     cpu_s = time.process_time() - cpu_start
     load_end = os.getloadavg()[0]
+    server = api.ask("results")
     b.stop()
     if not killed:
         a.stop()
     api.stop()
 
-    figures = _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, cluster, a, b)
+    figures = _figures(args, server, started_wall, events_done, gap_s, BatchPod, cluster, a, b)
     figures["setup_s"] = round(setup_s, 1)
-    # the whole run shares this process (API server, both schedulers, watches, reconcilers):
-    # CPU seconds it used while pods were bound, and the machine's load, say how contended it was
+    # CPU seconds the schedulers' process (both candidates, watches, reconcilers, event senders)
+    # and the API server's process used while pods were bound, and the machine's load, say how
+    # contended the run was
     figures["process_cpu_s"] = round(cpu_s, 1)
     figures["pods_bound_per_cpu_s"] = round(figures["pods_bound"] / max(cpu_s, 1e-9), 1)
+    figures["api_server_cpu_s"] = round(server["cpu_s"], 1)
     figures["load_average_1m"] = [round(load_start, 1), round(load_end, 1)]
     figures["cpus"] = os.cpu_count()
     for key, value in figures.items():
@@ -223,25 +305,26 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, cluster, a, b) -> dict:
+def _figures(args, server: dict, started_wall, events_done, gap_s, BatchPod, cluster, a, b) -> dict:
     import numpy as np
 
+    created_at, bound_at = server["created_at"], server["bound_at"]
     latencies = [(bound_at[k] - created_at[k]) * 1000.0 for k in bound_at if k in created_at]
     bound_n = len(latencies)
-    last = max(bound_at.values()) if bound_at else started_wall
+    last_bound = max(bound_at.values()) if bound_at else started_wall
+    last = max(last_bound, events_done)
     first = min(created_at.values()) if created_at else started_wall
     span = max(1e-9, last - first - (gap_s or 0.0))
     states = dict(BatchPod.objects.filter(cluster=cluster).values_list("workload__name", "state"))
     lost = [k for k in created_at if k not in bound_at and states.get(k) != "pending"]
     first_target: dict[str, str] = {}
     differing = 0
-    for verb, path, body in api.requests:
-        if verb == "POST" and path.endswith("/binding") and isinstance(body, dict):
-            target = (body.get("target") or {}).get("name")
-            if path in first_target and first_target[path] != target:
-                differing += 1
-            first_target.setdefault(path, target)
-    conflicts = sum(1 for verb, path, code in api.answers if verb == "POST" and path.endswith("/binding") and code == 409)
+    for path, target in server["bindings"]:
+        if path in first_target and first_target[path] != target:
+            differing += 1
+        first_target.setdefault(path, target)
+    conflicts = server["conflicts"]
+    engine_only = _engine_only(cluster, created_at)
     return {
         "nodes": args.nodes, "pods": args.pods,
         "arrival_rate": args.arrival_rate or "all at once",
@@ -249,7 +332,9 @@ def _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, clu
         "pods_bound_per_s": round(bound_n / span, 1),
         "created_to_bound_p50_ms": round(float(np.percentile(latencies, 50)), 1) if latencies else None,
         "created_to_bound_p99_ms": round(float(np.percentile(latencies, 99)), 1) if latencies else None,
-        "engine_only_per_s": _engine_only(cluster, created_at),
+        "engine_only_per_s": engine_only,
+        # the baseline ratio: how much of the engine's own rate survives the API, watch and database
+        "end_to_end_over_engine": round(bound_n / span / engine_only, 4) if engine_only else None,
         "pods_lost": len(lost),
         "pods_double_bound": conflicts + differing,
         "failover_gap_s": round(gap_s, 2) if gap_s is not None else None,
@@ -260,9 +345,11 @@ def _figures(args, api, created_at, bound_at, started_wall, gap_s, BatchPod, clu
         "watch_lists": sum(sum(w.lists.values()) for s in (a, b) for w in s.orchestrator.watchers),
         "watch_410_expired": sum(sum(w.expired.values()) for s in (a, b) for w in s.orchestrator.watchers),
         "watch_reconnects": sum(sum(w.reconnects.values()) for s in (a, b) for w in s.orchestrator.watchers),
+        "events_drained_after_last_binding_s": round(max(0.0, events_done - last_bound), 2),
         "events_sent": a.orchestrator.events_sent + b.orchestrator.events_sent,
         "events_dropped": a.orchestrator.events_dropped + b.orchestrator.events_dropped,
-        "api_calls": {f"{v} {r}": n for (v, r), n in sorted(api.calls.items())},
+        "bind_concurrency": a.orchestrator.bind_concurrency,
+        "api_calls": server["calls"],
     }
 
 

@@ -4,9 +4,10 @@ kube-scheduler's shape: every ``kalena watch`` process (or ``kalena serve`` thre
 candidate for the cluster's Lease (:class:`~agents.orchestrators.kubernetes.lease.LeaderElector`,
 renewed on its own thread). While it leads, it runs the watch (pods and nodes →
 :class:`~kalena_web.control.reconciler.Reconciler`) and scheduling passes — event-driven (a
-queued pod wakes it) and at least every ``pass_period_s`` — each pass asking the elector
-before every node's bindings, so no pass outlives the lease. When it loses the lease it stops
-watching and binding at once; a standby takes over after the lease expires. Each pass also
+queued pod wakes it) and at least every ``pass_period_s`` — each pass asking
+:meth:`ClusterScheduler.may_act` before every binding call, so no pass outlives the lease nor a
+:meth:`ClusterScheduler.stop`. When it loses the lease it stops watching and binding at once;
+a standby takes over after the lease expires. Each pass also
 records the agents' evictions, settles bindings the watch has not confirmed after 30 s by
 reading the pod (:func:`~kalena_web.scheduling.services.batch_unconfirmed`), and retries evictions a
 PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`).
@@ -118,6 +119,11 @@ class ClusterScheduler:
         finally:
             connection.close()
 
+    def may_act(self) -> bool:
+        """Whether this candidate may bind now: it holds the Lease and is not stopping (a
+        stopped scheduler binds nothing more, as kube-scheduler's cancelled context)."""
+        return not self._stop.is_set() and self.elector.is_leader()
+
     def _settle_unconfirmed(self, now: float) -> int:
         """Bindings the watch has not confirmed after 30 s: ask the API where each pod is —
         bound (the watch is behind: confirm it there), pending (the call never landed: queue it
@@ -129,7 +135,7 @@ class ClusterScheduler:
 
         requeued = 0
         for pod in batch_unconfirmed(cluster=self.cluster, now_s=now):
-            if not self.elector.is_leader():
+            if not self.may_act():
                 break
             try:
                 where = self.orchestrator.pod_node(pod.workload.name)
@@ -158,7 +164,7 @@ class ClusterScheduler:
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
         eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=self.policy, now_s=now,
-                                 rng=self.rng, keep_going=self.elector.is_leader, cache=self._cache)
+                                 rng=self.rng, keep_going=self.may_act, cache=self._cache)
         self.stats.passes += 1
         self.stats.placed += report.placed
         self.stats.stale_bindings += report.stale_bindings

@@ -71,6 +71,9 @@ def docker_orchestrator(kind: str) -> Orchestrator:
     return DockerOrchestrator(engines) if kind == "docker" else SwarmOrchestrator(engines[0])
 
 
+BIND_POOL = 12  # connections: 8 concurrent Binding calls + 2 watches + the event sender + the Lease
+
+
 def kubernetes_api_client():
     """An ApiClient from the in-cluster service account, else ``KUBECONFIG`` / ~/.kube/config.
 
@@ -86,7 +89,11 @@ def kubernetes_api_client():
             config.load_kube_config()
         except (config.ConfigException, OSError) as exc:
             raise OrchestratorNotConfigured(f"kubernetes: no in-cluster or kubeconfig credentials ({exc})") from None
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    # room for the Binding calls a pass makes at once (KubernetesOrchestrator.bind_concurrency)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, BIND_POOL)
+    return client.ApiClient(configuration)
+
 
 
 def _fake_from_database(cluster: Cluster) -> FakeOrchestrator:

@@ -82,7 +82,7 @@ class Reconciler:
         forgets all of them."""
         kind = type(event).__name__
         key = (type(event), _ref_of(event))
-        if type(event) in _CACHED and self._seen.get(key) == event:
+        if type(event) in _CACHED and self._seen.get(key) == _cache_form(event):
             self.counts.setdefault(kind, Counter())[UNCHANGED] += 1
             return UNCHANGED
         handler = _HANDLERS.get(type(event))
@@ -95,7 +95,7 @@ class Reconciler:
                 outcome = self._reject(kind, _ref_of(event), str(exc))
         self.counts.setdefault(kind, Counter())[outcome] += 1
         if type(event) in _CACHED and outcome in (CHANGED, UNCHANGED):
-            self._seen[key] = event
+            self._seen[key] = _cache_form(event)
         elif isinstance(event, Resynced):
             self._seen.clear()
         elif isinstance(event, PodFinished | PodRefused | PodGone | NodeGone):
@@ -134,12 +134,12 @@ class Reconciler:
         return out
 
     def _cached(self, event) -> bool:
-        return self._seen.get((type(event), _ref_of(event))) == event
+        return self._seen.get((type(event), _ref_of(event))) == _cache_form(event)
 
     def _tally(self, event, outcome: str) -> str:
         self.counts.setdefault(type(event).__name__, Counter())[outcome] += 1
         if outcome in (CHANGED, UNCHANGED):
-            self._seen[(type(event), _ref_of(event))] = event
+            self._seen[(type(event), _ref_of(event))] = _cache_form(event)
         return outcome
 
     def _pending_run(self, run: list[PodPending]) -> list[str]:
@@ -188,11 +188,13 @@ class Reconciler:
                    for e, a in zip(known, answers, strict=True)}
         return [self._tally(e, results.get(id(e), UNCHANGED if self._cached(e) else UNKNOWN)) for e in run]
 
-    def run(self, events: Iterable[WatchEvent], *, batch: int = 500) -> None:
+    def run(self, events: Iterable[WatchEvent], *, batch: int = 500, stop: threading.Event | None = None) -> None:
         """Apply a watcher's stream until it ends (a long-running thread's body): events that
         are already waiting are applied together (:meth:`apply_many`, up to ``batch``);
         database connections are recycled between batches, and an unexpected error is logged
-        and counted, never the end of the watch (the batch is then applied one by one)."""
+        and counted, never the end of the watch (the batch is then applied one by one). Once
+        ``stop`` is set, events still waiting are left unapplied (whoever watches next lists
+        the cluster again, so nothing is lost) and the method returns."""
         waiting: queue.Queue = queue.Queue()
         done = threading.Event()
 
@@ -204,6 +206,8 @@ class Reconciler:
                 done.set()
         threading.Thread(target=pump, name="kalena-reconciler-pump", daemon=True).start()
         while not (done.is_set() and waiting.empty()):
+            if stop is not None and stop.is_set():
+                return
             try:
                 chunk = [waiting.get(timeout=0.2)]
             except queue.Empty:
@@ -340,6 +344,15 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
 
 
 _CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
+
+
+def _cache_form(event: WatchEvent) -> object:
+    """What makes a cached event the same as the last one applied: the whole event, except
+    that a ``PodRunning`` is its pod and node (its running time is noted once, from the first
+    report: the pod's bound-but-Pending update and its Running one change nothing twice)."""
+    if isinstance(event, PodRunning):
+        return (event.ref, event.node)
+    return event
 
 
 def _images_of(e: NodeSeen) -> dict[str, float]:

@@ -46,7 +46,7 @@ def watch_run(*, cluster: Cluster, orchestrator: Orchestrator, stop: threading.E
     """Apply ``orchestrator.watch(stop)`` to ``cluster`` until ``stop`` is set (blocking)."""
     reconciler = reconciler or Reconciler(cluster=cluster, wake=_wake)
     try:
-        reconciler.run(orchestrator.watch(stop))
+        reconciler.run(orchestrator.watch(stop), stop=stop)
     finally:
         connection.close()  # this thread's connection
     return reconciler

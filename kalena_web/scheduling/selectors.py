@@ -28,17 +28,22 @@ def node_rows(*, cluster: Cluster) -> list[NodeRow]:
     """Every node of ``cluster`` with its live ledger and condition, in row order (1 query).
     A node is ``ready`` for placement when the orchestrator reports it ready, not cordoned and
     not gone (:class:`~kalena_web.control.models.NodeCondition`)."""
-    nodes = (Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("row"))
+    fields = ("id", "name", "zone", "rack", "labels", "taints", "takes_batch", "live_ledger__capacity",
+              "live_ledger__prod_request", "live_ledger__prod_reservation", "live_ledger__batch_request",
+              "live_ledger__batch_reservation", "live_ledger__version", "live_ledger__stale", "condition__ready",
+              "condition__schedulable", "condition__gone", "condition__slack_ineligible_until_s",
+              "condition__volatility", "condition__images")
     out = []
-    for node in nodes:
-        led, cond = node.live_ledger, node.condition
+    # values_list, not model instances: a pass reads every node (5,000 rows take a third of the time)
+    for (node_id, name, zone, rack, labels, taints, takes_batch, capacity, prod_request, prod_reservation,
+         batch_request, batch_reservation, version, stale, ready, schedulable, gone, ineligible_until_s, volatility,
+         images) in Node.objects.filter(cluster=cluster).order_by("row").values_list(*fields):
         out.append(NodeRow(
-            id=node.id, name=node.name, zone=node.zone, rack=node.rack, labels=node.labels, taints=node.taints,
-            takes_batch=node.takes_batch, capacity=led.capacity, prod_request=led.prod_request,
-            prod_reservation=led.prod_reservation, batch_request=led.batch_request,
-            batch_reservation=led.batch_reservation, version=led.version, stale=led.stale,
-            ready=cond.ready and cond.schedulable and not cond.gone,
-            ineligible_until_s=cond.slack_ineligible_until_s, volatility=cond.volatility, images=cond.images or {},
+            id=node_id, name=name, zone=zone, rack=rack, labels=labels, taints=taints, takes_batch=takes_batch,
+            capacity=capacity, prod_request=prod_request, prod_reservation=prod_reservation,
+            batch_request=batch_request, batch_reservation=batch_reservation, version=version, stale=stale,
+            ready=ready and schedulable and not gone, ineligible_until_s=ineligible_until_s, volatility=volatility,
+            images=images or {},
         ))
     return out
 

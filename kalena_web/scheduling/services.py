@@ -259,9 +259,13 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     result = schedule_batch(snapshot, pending, policy, rng=rng)
     mark = _phase(report, "engine", mark)
     taken = [0] * len(pods_of_entry)
-    pods = {p.id: p for p in BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids])
-            .select_related("workload")}
     bindings = result.bindings
+    placed_ids, counted = [], [0] * len(pods_of_entry)
+    for b in range(len(bindings)):  # only the placed pods are read as models
+        entry, count = int(bindings.entry[b]), int(bindings.count[b])
+        placed_ids += pods_of_entry[entry][counted[entry]:counted[entry] + count]
+        counted[entry] += count
+    pods = {p.id: p for p in BatchPod.objects.filter(id__in=placed_ids).select_related("workload")}
     # a pass's bindings on one node were decided together (in-flight debits): bind them together,
     # against the version the pass read, and bump the node's version once (as SlackLedger.bind)
     by_node: dict[int, list[BatchPod]] = {}
@@ -274,27 +278,29 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
         version_of[node_row] = int(bindings.version[b])
     groups = [(rows[node_row].id, rows[node_row].name, chosen, version_of[node_row])
               for node_row, chosen in by_node.items()]
-    for i in range(0, len(groups), BIND_CHUNK_NODES):
-        if keep_going is not None and not keep_going():
-            report.stopped_early = True
-            break
-        chunk = groups[i:i + BIND_CHUNK_NODES]
-        mark = time.perf_counter()
-        accepted = _bind_many_in_ledger(chunk, now_s=now_s)
-        mark = _phase(report, "ledger", mark)
-        for node_id, node_name, chosen, _ in chunk:
-            if node_id not in accepted:
-                report.stale += len(chosen)
-                continue
-            for pod in chosen:
-                if keep_going is not None and not keep_going():  # the lease lapsed: bind nothing more
-                    report.stopped_early = True
-                    batch_requeue(pod=pod, now_s=now_s, reason="scheduler lost its lease before binding")
+    with _Binder(orchestrator, keep_going) as binder:
+        for i in range(0, len(groups), BIND_CHUNK_NODES):
+            if keep_going is not None and not keep_going():
+                report.stopped_early = True
+                break
+            chunk = groups[i:i + BIND_CHUNK_NODES]
+            mark = time.perf_counter()
+            accepted = _bind_many_in_ledger(chunk, now_s=now_s)
+            mark = _phase(report, "ledger", mark)
+            calls = []
+            for node_id, node_name, chosen, _ in chunk:
+                if node_id not in accepted:
+                    report.stale += len(chosen)
                     continue
-                _bind_one(orchestrator, pod, node_name, now_s=now_s, report=report)
+                calls += [(pod, node_name) for pod in chosen]
+            binder.submit(calls)  # in flight while the next chunk's ledger transaction runs
+            _phase(report, "bind_api", mark)
+        mark = time.perf_counter()
+        binder.finish(now_s=now_s, report=report)
         _phase(report, "bind_api", mark)
     mark = time.perf_counter()
-    left = set(BatchPod.objects.filter(id__in=list(pods), state=BatchPod.PENDING).values_list("id", flat=True))
+    left = set(BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids], state=BatchPod.PENDING)
+               .values_list("id", flat=True))
     report.why_pending = _record_why_pending(result.why_pending(), pods_of_entry, pending, left, now_s)
     report.noticed = _notice_pending(orchestrator, left, now_s=now_s)
     _phase(report, "why_pending", mark)
@@ -353,27 +359,99 @@ def _notice_pending(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: flo
 BIND_CHUNK_NODES = 200  # nodes whose bindings one transaction accepts before their API calls
 
 
-def _bind_one(orchestrator: Orchestrator, pod: BatchPod, node_name: str, *, now_s: float, report: PassReport) -> None:
+LEASE_LAPSED = "scheduler lost its lease (or stopped) before binding"
+
+
+def _bind_call(orchestrator: Orchestrator, pod: BatchPod, node_name: str,
+               keep_going: Callable[[], bool] | None) -> Exception | None:
+    """One binding call (no database access: it may run on a worker thread); returns the
+    refusal, or None when the orchestrator bound the pod."""
+    if keep_going is not None and not keep_going():  # the lease lapsed: bind nothing more
+        return _LeaseLapsed(LEASE_LAPSED)
     try:
         orchestrator.bind(_spec(pod), node_name)
+    except OrchestratorError as exc:
+        return exc
+    return None
+
+
+class _LeaseLapsed(Exception):
+    pass
+
+
+class _Binder:
+    """The binding calls of one pass: :meth:`submit` them (after their ledger transaction
+    committed), :meth:`finish` to wait for every answer and apply each one in the pass's thread
+    (:func:`_bind_outcome`, in submission order). An orchestrator with ``bind_concurrency`` > 1
+    (Kubernetes: Binding calls are independent, and kube-scheduler makes them asynchronously
+    too) gets that many calls in flight at once on a thread pool, overlapping the next chunk's
+    ledger transaction; otherwise each call is made at once in this thread."""
+
+    def __init__(self, orchestrator: Orchestrator, keep_going: Callable[[], bool] | None) -> None:
+        self.orchestrator, self.keep_going = orchestrator, keep_going
+        self.workers = int(getattr(orchestrator, "bind_concurrency", 1) or 1)
+        self.pool = None
+        self.pending: list[tuple[BatchPod, Any]] = []
+
+    def __enter__(self) -> _Binder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+    def submit(self, calls: list[tuple[BatchPod, str]]) -> None:
+        if self.workers <= 1:
+            self.pending += [(pod, _bind_call(self.orchestrator, pod, name, self.keep_going)) for pod, name in calls]
+            return
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kalena-bind")
+        self.pending += [(pod, self.pool.submit(_bind_call, self.orchestrator, pod, name, self.keep_going))
+                         for pod, name in calls]
+
+    def finish(self, *, now_s: float, report: PassReport) -> None:
+        lapsed = []
+        for pod, answer in self.pending:
+            answer = answer if self.workers <= 1 else answer.result()
+            if isinstance(answer, _LeaseLapsed):
+                lapsed.append(pod)
+            else:
+                _bind_outcome(pod, answer, now_s=now_s, report=report)
+        if lapsed:  # everything not bound once the lease lapsed goes back to the queue at once
+            report.stopped_early = True
+            batch_requeue_many(pods=lapsed, now_s=now_s, reason=LEASE_LAPSED)
+        self.pending = []
+
+
+def _bind_outcome(pod: BatchPod, answer: Exception | None, *, now_s: float, report: PassReport) -> None:
+    """Apply one binding call's answer: bound; the lease lapsed first (requeued; :class:`_Binder`
+    requeues those together); a stale
+    binding (409 already assigned, 404 gone: a watched pod leaves the queue, never loops); an
+    uncertain one (a watched pod stays bound, unconfirmed, until the watch or a read —
+    :func:`batch_unconfirmed` — settles it); any other refusal (requeued)."""
+    if answer is None:
         report.placed += 1
-    except StaleBinding as exc:
+    elif isinstance(answer, _LeaseLapsed):
+        report.stopped_early = True
+        batch_requeue(pod=pod, now_s=now_s, reason=LEASE_LAPSED)
+    elif isinstance(answer, StaleBinding):
         report.failed += 1
         report.stale_bindings += 1
-        report.errors.append(str(exc))
-        if pod.source == BatchPod.WATCH:  # 409 already assigned / 404 gone: drop, never loop
-            batch_drop(pod=pod, now_s=now_s, reason=str(exc))
+        report.errors.append(str(answer))
+        if pod.source == BatchPod.WATCH:
+            batch_drop(pod=pod, now_s=now_s, reason=str(answer))
         else:
             batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
-    except BindingUncertain as exc:
+    elif isinstance(answer, BindingUncertain):
         report.uncertain += 1
-        report.errors.append(str(exc))
+        report.errors.append(str(answer))
         if pod.source != BatchPod.WATCH:
             batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
-        # a watched pod stays bound, unconfirmed: the watch or a read (batch_unconfirmed) settles it
-    except OrchestratorError as exc:
+    else:
         report.failed += 1
-        report.errors.append(str(exc))
+        report.errors.append(str(answer))
         batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
 
 
@@ -403,7 +481,9 @@ def _bind_many_in_ledger(groups: list[tuple[int, str, list[BatchPod], int]], *, 
                 bound.append(pod)
         if not accepted:
             return accepted
-        LiveNodeLedger.objects.bulk_update(changed, ["batch_request", "batch_reservation", "version"], batch_size=500)
+        _update_by_id(LiveNodeLedger._meta.db_table, [("batch_request", "vector"), ("batch_reservation", "vector"),
+                                                      ("version", "int")],
+                      [(led.id, led.batch_request, led.batch_reservation, led.version) for led in changed], chunk=500)
         ids = [w.id for w in workloads]
         _set_by_id(Workload._meta.db_table, "node_id", [(w.id, w.node_id) for w in workloads])
         Workload.objects.filter(id__in=ids).update(start_s=now_s)
@@ -416,19 +496,41 @@ def _bind_many_in_ledger(groups: list[tuple[int, str, list[BatchPod], int]], *, 
 
 
 def _set_by_id(table: str, column: str, pairs: list[tuple[int, int]], chunk: int = 1000) -> None:
-    """``UPDATE table SET column = v WHERE id = k`` for every ``(k, v)`` integer pair in one
+    """``UPDATE table SET column = v WHERE id = k`` for every ``(k, v)`` integer pair
+    (:func:`_update_by_id`)."""
+    _update_by_id(table, [(column, "int")], pairs, chunk=chunk)
+
+
+_SQL_TYPES = {"postgresql": {"int": "BIGINT", "float": "DOUBLE PRECISION", "vector": "JSONB"},
+              "sqlite": {"int": "INTEGER", "float": "REAL", "vector": "TEXT"}}
+
+
+def _update_by_id(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]],
+                  chunk: int = 1000) -> None:
+    """``UPDATE table SET c1 = v1, … WHERE id = k`` for every row ``(k, v1, …)`` in one
     statement per ``chunk`` (a VALUES list joined by id; PostgreSQL and SQLite alike) —
-    Django's ``bulk_update`` builds a CASE per row, which is slow for thousands of rows."""
+    Django's ``bulk_update`` builds a CASE per row and column, which is slow for thousands of
+    rows. ``columns``: ``(name, kind)`` with kind ``int``, ``float`` or ``vector`` (a
+    :class:`~kalena_web.inventory.fields.ResourceVectorField`, stored as its JSON)."""
+    import json
+
     from django.db import connection
 
+    from kalena_web.inventory.fields import encode_vector
+
+    types = _SQL_TYPES.get(connection.vendor, _SQL_TYPES["postgresql"])
     quote = connection.ops.quote_name
-    for i in range(0, len(pairs), chunk):
-        part = pairs[i:i + chunk]
-        values = ", ".join(["(CAST(%s AS BIGINT), CAST(%s AS BIGINT))"] * len(part))
-        sql = (f"WITH v(k, val) AS (VALUES {values}) UPDATE {quote(table)} SET {quote(column)} = v.val "
-               f"FROM v WHERE {quote(table)}.{quote('id')} = v.k")
+    casts = ", ".join(["CAST(%s AS BIGINT)"] + [f"CAST(%s AS {types[kind]})" for _, kind in columns])
+    names = ", ".join(["k"] + [f"v{j}" for j in range(len(columns))])
+    sets = ", ".join(f"{quote(name)} = v.v{j}" for j, (name, _) in enumerate(columns))
+    encode = [(lambda v: json.dumps(encode_vector(v))) if kind == "vector" else (lambda v: v) for _, kind in columns]
+    for i in range(0, len(rows), chunk):
+        part = rows[i:i + chunk]
+        sql = (f"WITH v({names}) AS (VALUES {', '.join([f'({casts})'] * len(part))}) "
+               f"UPDATE {quote(table)} SET {sets} FROM v WHERE {quote(table)}.{quote('id')} = v.k")
+        params = [x for row in part for x in [row[0], *(f(v) for f, v in zip(encode, row[1:], strict=True))]]
         with connection.cursor() as cursor:
-            cursor.execute(sql, [x for pair in part for x in pair])
+            cursor.execute(sql, params)
 
 
 def _spec(pod: BatchPod) -> BatchSpec:
@@ -495,6 +597,46 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.PENDING, queued_s=now_s, bound_s=None,
                                                   bound_version=None, running_s=None, reason=reason[:300],
                                                   requeues=pod.requeues + 1)
+
+
+def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -> int:
+    """:func:`batch_requeue` for many pods in one transaction (a fixed number of queries; a
+    scheduler whose lease lapsed mid-pass gives back everything it had not bound yet). Pods no
+    longer bound are left as they are. Returns how many were requeued."""
+    from django.db.models import F
+
+    if not pods:
+        return 0
+    with transaction.atomic():
+        locked = [p for p in BatchPod.objects.select_for_update().select_related("workload")
+                  .filter(id__in=[p.id for p in pods]).order_by("id")
+                  if p.state == BatchPod.BOUND and p.workload.node_id is not None]
+        if not locked:
+            return 0
+        workload_ids = [p.workload_id for p in locked]
+        reserved = dict(WorkloadReservation.objects.filter(workload_id__in=workload_ids)
+                        .values_list("workload_id", "value"))
+        ledgers = {led.node_id: led for led in LiveNodeLedger.objects.select_for_update().filter(
+            node_id__in={p.workload.node_id for p in locked}).order_by("node_id")}
+        for pod in locked:  # as _credit, node by node (clamping at 0 once equals clamping each time)
+            led = ledgers[pod.workload.node_id]
+            request = np.asarray(pod.workload.request)
+            r = np.asarray(reserved[pod.workload_id]) if pod.workload_id in reserved else request
+            led.batch_request = (np.asarray(led.batch_request) - request).tolist()
+            led.batch_reservation = (np.asarray(led.batch_reservation) - r).tolist()
+        for led in ledgers.values():
+            led.batch_request = np.maximum(0.0, led.batch_request).tolist()
+            led.batch_reservation = np.maximum(0.0, led.batch_reservation).tolist()
+            led.version += 1
+        _update_by_id(LiveNodeLedger._meta.db_table, [("batch_request", "vector"), ("batch_reservation", "vector"),
+                                                      ("version", "int")],
+                      [(led.id, led.batch_request, led.batch_reservation, led.version) for led in ledgers.values()])
+        Workload.objects.filter(id__in=workload_ids).update(node_id=None, start_s=None)
+        WorkloadReservation.objects.filter(workload_id__in=workload_ids).delete()
+        BatchPod.objects.filter(id__in=[p.id for p in locked]).update(
+            state=BatchPod.PENDING, queued_s=now_s, bound_s=None, bound_version=None, running_s=None,
+            reason=reason[:300], requeues=F("requeues") + 1)
+    return len(locked)
 
 
 def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED, outcome: str = "",
@@ -702,13 +844,16 @@ def batch_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = U
 def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,
                                ) -> list[bool | BatchRejected]:
     """:func:`batch_observe_pending` for many pods (keyword dicts of its arguments) with a fixed
-    number of queries for the common case — names Kalena does not hold yet, created in bulk;
-    the others go one by one. Returns, per pod, whether it changed anything or the
-    :class:`BatchRejected` that refused it (nothing stored for that pod)."""
+    number of queries for the common cases — names Kalena does not hold yet, created in bulk, and
+    watched pods it holds already (a re-list repeats every pending pod: valid, they change
+    nothing); the others (gone, or submitted through REST) go one by one. Returns, per pod,
+    whether it changed anything or the :class:`BatchRejected` that refused it (nothing stored
+    for that pod)."""
     out: list[bool | BatchRejected] = [False] * len(pods)
     names = [p.get("ref") for p in pods]
-    existing = set(Workload.objects.filter(cluster=cluster, kind=Workload.BATCH, name__in=names)
-                   .values_list("name", flat=True))
+    held = {name: (source, gone) for name, source, gone in Workload.objects.filter(
+        cluster=cluster, kind=Workload.BATCH, name__in=names).values_list("name", "batch__source", "batch__gone")}
+    existing = set(held)
     fresh, seen = [], set()
     for i, p in enumerate(pods):
         if p.get("ref") in existing or p.get("ref") in seen:
@@ -750,6 +895,14 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
         if i in fresh_set or isinstance(out[i], BatchRejected):
             continue
         if p.get("ref") in existing:
+            if held[p["ref"]] == (BatchPod.WATCH, False):  # queued, bound or ended already: unchanged
+                try:
+                    _check_pending(**p)
+                    out[i] = False
+                except InputError as exc:
+                    out[i] = exc if isinstance(exc, BatchRejected) else BatchRejected(
+                        exc.problem, field=exc.field, accepted=exc.accepted)
+                continue
             try:
                 out[i] = batch_observe_pending(cluster=cluster, now_s=now_s, **p)[1]
             except BatchRejected as exc:
@@ -802,6 +955,5 @@ def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str,
             continue
         out[i] = batch_observe_running(pod=pod, node_id=node_id, at_s=at_s, now_s=now_s)
     if quick:
-        BatchPod.objects.bulk_update([BatchPod(id=k, running_s=v) for k, v in quick.items()], ["running_s"],
-                                     batch_size=1000)
+        _update_by_id(BatchPod._meta.db_table, [("running_s", "float")], list(quick.items()))
     return out

@@ -53,11 +53,18 @@ def _now_rfc3339(micro: bool = False) -> str:
 
 class KubernetesOrchestrator:
     """The port over a ``kubernetes.client.ApiClient`` (in-cluster or kubeconfig configured by
-    the caller). ``identity`` names this scheduler instance in Events and the Lease."""
+    the caller). ``identity`` names this scheduler instance in Events and the Lease.
+
+    ``bind_concurrency``: Binding calls a scheduling pass may have in flight at once (they are
+    independent; kube-scheduler binds each pod asynchronously in its own goroutine), at most
+    the client's connection pool size (``Configuration.connection_pool_maxsize``) less four
+    connections kept for the two watches, the event sender and the Lease."""
 
     def __init__(self, api_client: k8s.ApiClient, *, request_timeout_s: float = 10.0, identity: str = COMPONENT,
-                 event_queue: int = 10000) -> None:
+                 event_queue: int = 10000, bind_concurrency: int = 8) -> None:
         self.api_client = api_client
+        pool = int(getattr(api_client.configuration, "connection_pool_maxsize", None) or 4)
+        self.bind_concurrency = max(1, min(int(bind_concurrency), pool - 4))
         self.core = k8s.CoreV1Api(api_client)
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.timeout_s = request_timeout_s

@@ -13,7 +13,7 @@ from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.scheduling.services import (
-    BatchRejected, _bind_in_ledger, batch_finish, batch_requeue, batch_submit, scheduling_pass,
+    BatchRejected, _bind_in_ledger, batch_finish, batch_requeue, batch_requeue_many, batch_submit, scheduling_pass,
 )
 
 GIB = 2**30
@@ -96,6 +96,45 @@ def test_refused_binding_is_requeued_and_credited(live) -> None:
     pod = BatchPod.objects.get(workload__name="batch/job-4-0")
     assert pod.state == BatchPod.PENDING and pod.requeues == 1
     assert slack_cpu(live) == pytest.approx(before)
+
+
+def test_a_lease_lapsing_mid_pass_requeues_every_unbound_pod_and_credits_the_ledgers(live) -> None:
+    before = slack_cpu(live)
+    for i in range(6):
+        submit(live, f"batch/job-6-{i}", cpu=0.5, ram=0.5)
+    fake = FakeOrchestrator(node_names=["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"])
+    calls = iter(range(100))
+    report = scheduling_pass(cluster=live, orchestrator=fake, policy=Policy(), now_s=1001.0,
+                             rng=np.random.default_rng(0), keep_going=lambda: next(calls) < 3)
+    assert report.stopped_early
+    bound = BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND)
+    pending = BatchPod.objects.filter(cluster=live, state=BatchPod.PENDING)
+    assert report.placed == bound.count() == len(fake.running) and 0 < bound.count() < 6
+    assert pending.count() == 6 - bound.count()
+    assert all(p.requeues == 1 and "lease" in p.reason for p in pending)  # placed, given back, queued again
+    debited = sum(before.values()) - sum(slack_cpu(live).values())
+    assert debited == pytest.approx(0.5 * bound.count())  # only what the orchestrator bound stays debited
+
+
+def test_requeue_many_is_requeue_one_by_one(live) -> None:
+    for i in range(4):
+        submit(live, f"batch/job-7-{i}", cpu=0.5, ram=0.5)
+    run_pass(live)
+    pods = list(BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND).select_related("workload"))
+    assert len(pods) == 4
+    before = slack_cpu(live)
+    assert batch_requeue_many(pods=pods[:2], now_s=1002.0, reason="evicted") == 2
+    after_many = slack_cpu(live)
+    for pod in pods[2:]:
+        batch_requeue(pod=pod, now_s=1002.0, reason="evicted")
+    after_all = slack_cpu(live)
+    freed = {k: after_many[k] - before[k] for k in before}
+    assert sum(freed.values()) == pytest.approx(1.0)  # 2 × 0.5 core back
+    assert sum(after_all.values()) - sum(after_many.values()) == pytest.approx(1.0)  # the same for the other two
+    assert batch_requeue_many(pods=pods, now_s=1003.0, reason="again") == 0  # none is bound any more
+    assert {(p.state, p.requeues, p.reason) for p in BatchPod.objects.filter(id__in=[p.id for p in pods])} == {
+        (BatchPod.PENDING, 1, "evicted")}
+    assert slack_cpu(live) == pytest.approx(after_all)
 
 
 def test_requeue_and_finish_leave_the_ledgers(live) -> None:

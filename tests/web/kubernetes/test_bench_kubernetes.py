@@ -1,0 +1,49 @@
+"""The short version of ``kalena bench kubernetes`` (the full one is a benchmark, not a test:
+docs/kubernetes.md has its figures): a small cluster end to end with the test API server in its
+own process, a 410 re-list and a leader kill mid-run — every pod bound once, none lost, every
+summary field written, and a teardown that logs no errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+FIELDS = ("pods_bound_per_s", "created_to_bound_p50_ms", "created_to_bound_p99_ms", "engine_only_per_s",
+          "pods_lost", "pods_double_bound", "failover_gap_s", "events_drained_after_last_binding_s",
+          "bind_concurrency", "api_server_cpu_s", "process_cpu_s", "end_to_end_over_engine")
+
+
+def _bench_database_url() -> str:
+    base = urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kalena"))
+    if not base.scheme.startswith("postgres"):
+        pytest.skip("the benchmark recreates a PostgreSQL database")
+    return urlunsplit(base._replace(path=f"{base.path.rstrip('/') or '/kalena'}_bench_k8s_{os.getpid()}"))
+
+
+def test_short_bench_binds_every_pod_once_and_tears_down_cleanly(tmp_path: Path, data_dir: Path) -> None:
+    out = tmp_path / "k8s.json"
+    env = {**os.environ, "KALENA_DATA_DIR": str(data_dir)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "kalena_web.cli", "bench", "kubernetes", "--nodes", "100", "--pods", "120",
+         "--jobs", "5", "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5",
+         "--timeout", "240", "--database-url", _bench_database_url(), "--summary-json", str(out)],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test API server in its own process" in result.stdout
+    assert "ERROR 410 sent to every watch" in result.stdout and "leader kalena-a killed" in result.stdout
+    summary = json.loads(out.read_text())
+    for field in FIELDS:
+        assert field in summary, field
+    assert summary["pods_bound"] == 120
+    assert summary["pods_lost"] == 0 and summary["pods_double_bound"] == 0
+    assert summary["api_calls"]["POST pods/binding"] == 120  # one Binding per pod, none repeated
+    assert summary["watch_410_expired"] >= 1
+    errors = [line for line in result.stderr.splitlines() if '"level": "ERROR"' in line]
+    assert not errors, errors[:3]
