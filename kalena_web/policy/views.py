@@ -48,8 +48,10 @@ def _policy_page(request: HttpRequest, cluster, *, draft: drafts.Draft | None = 
 
 def _preflight(cluster, document: PolicyDocument):
     current = selectors.current_policy(cluster_id=cluster.id)
-    return policy_preflight(preflight_cluster_load(cluster=cluster), current=current.policy,
-                            proposed=document.policy, now_s=time.time())
+    now = time.time()
+    cooldown_s = max(current.policy.eviction.cooldown_s, document.policy.eviction.cooldown_s)
+    return policy_preflight(preflight_cluster_load(cluster=cluster, now_s=now, cooldown_s=cooldown_s),
+                            current=current.policy, proposed=document.policy, now_s=now)
 
 
 def _user(request: HttpRequest) -> str:
