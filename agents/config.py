@@ -12,12 +12,11 @@ memory = MemTotal) minus ``--reserved``, and the rest are unconstrained.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,9 @@ from agents.cgroups.parse import parse_meminfo
 from agents.errors import ConfigError, DiscoveryError
 from agents.settings import PRESSURE_SOURCES
 from agents.units import k8s_resources_vector, mcpu_from_cores
-from kalena_engine.policy import EstimatorPolicy, EvictionPolicy, Policy
+from kalena_engine.errors import PolicyError
+from kalena_engine.policy import Policy
+from kalena_engine.policy_file import parse_policy_text, policy_with_sections
 from kalena_engine.resources import CPU, RAM
 
 ENV_PREFIX = "KALENA_AGENT_"
@@ -139,34 +140,37 @@ def parse_capacity(text: str | None, reserved: str | None, proc_root: str) -> np
     return capacity
 
 
-def load_policy(path: str | None, overrides: Mapping[str, Any]) -> Policy:
-    """Policy from a JSON file ``{"estimator": {...}, "eviction": {...}}`` plus flag overrides."""
-    doc: dict[str, Any] = {}
+def load_policy(path: str | None, overrides: Mapping[tuple[str, str], Any]) -> Policy:
+    """The policy from a policy file (DESIGN §10: YAML or JSON, ``apiVersion:
+    kalena.naughtian.io/v1``, ``kind: Policy``, ``spec`` {estimator, eviction, …}), with the flag
+    values ``overrides`` ((section, key) → value, None = not given) on top. Both are read by the
+    engine's parser (:mod:`kalena_engine.policy_file`), the only one.
+
+    Raises:
+        ConfigError: the file cannot be read, or the parser refuses it or a flag value — naming
+            the file (or ``flags``), line and key, and what is accepted.
+    """
+    policy = Policy()
     if path:
         try:
-            doc = json.loads(Path(path).read_text())
+            text = Path(path).read_text()
         except OSError as exc:
             raise ConfigError(f"cannot read: {exc.strerror or exc}", source=path) from None
-        except ValueError as exc:
-            raise ConfigError(f"not JSON: {exc}", source=path) from None
-        if not isinstance(doc, dict) or set(doc) - {"estimator", "eviction"}:
-            raise ConfigError("expected {'estimator': {...}, 'eviction': {...}}", source=path,
-                              accepted="keys estimator, eviction")
-    policy = Policy()
-    parts = {"estimator": (EstimatorPolicy, policy.estimator), "eviction": (EvictionPolicy, policy.eviction)}
-    built = {}
-    for part, (cls, base) in parts.items():
-        values = dict(doc.get(part) or {})
-        values.update({k: v for (p, k), v in overrides.items() if p == part and v is not None})
-        known = {f.name for f in fields(cls)}
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"unknown policy field {key!r}", source=path or "flags", field=f"{part}.{key}",
-                                  accepted=", ".join(sorted(known)))
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{value!r} is not a number ≥ 0", source=path or "flags", field=f"{part}.{key}")
-        built[part] = replace(base, **values)
-    return Policy(estimator=built["estimator"], eviction=built["eviction"])
+        except UnicodeDecodeError:
+            raise ConfigError("not UTF-8 text", source=path, accepted="a YAML or JSON policy file") from None
+        try:
+            policy = parse_policy_text(text, source=path).policy
+        except PolicyError as exc:
+            raise ConfigError(exc.problem, source=exc.source, line=exc.line, field=exc.field,
+                              accepted=exc.accepted) from None
+    flags: dict[str, dict[str, Any]] = {}
+    for (section, key), value in overrides.items():
+        if value is not None:
+            flags.setdefault(section, {})[key] = value
+    try:
+        return policy_with_sections(policy, flags, source="flags")
+    except PolicyError as exc:
+        raise ConfigError(exc.problem, source=exc.source, field=exc.field, accepted=exc.accepted) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--psi-cpu-threshold-ms", type=float, default=150.0)
     add("--psi-memory-threshold-ms", type=float, default=150.0)
     add("--acute-grace-s", type=float, default=2.0)
-    add("--policy-file", help='JSON {"estimator": {...}, "eviction": {...}} (kalena_engine.policy fields)')
+    add("--policy-file", help="policy file (DESIGN §10: YAML or JSON, kind: Policy; `kalena` console export)")
     add("--min-run-time-s", type=float, help="T_min (eviction.min_run_time_s)")
     add("--evict-threshold-ratio", type=float, help="eviction.evict_threshold_ratio")
     add("--link-url", help="ws:// or wss:// URL of the console's agent endpoint (none: no link)")

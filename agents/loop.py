@@ -48,6 +48,7 @@ from agents.pressure.events import SCOPE_NODE, SOURCE_POLL, PressureEvent
 from agents.settings import LoopSettings
 from agents.state import WorkloadTable
 from agents.units import stall_ratio
+from kalena_engine.errors import PolicyError
 from kalena_engine.resources import CPU, RAM
 
 log = logging.getLogger("kalena.agent")
@@ -243,7 +244,12 @@ class MitigationLoop(CpuActions, MemoryActions):
                 update = self.policy_updates.get_nowait()
             except queue.Empty:
                 break
-            self.settings = replace(self.settings, policy=update.apply(self.settings.policy))
+            try:
+                policy = update.apply(self.settings.policy)
+            except PolicyError as exc:  # refused as a whole: the policy in force stays
+                log.warning("policy version %s refused, keeping the policy in force: %s", update.version, exc)
+                continue
+            self.settings = replace(self.settings, policy=policy)
             if update.version is not None:
                 self.policy_version = update.version
             changed = True

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kalena_engine.policy import Policy
+
 from agents.bench.harness import BURNER, SPINNER
 from agents.config import parse_run_args
 from agents.errors import ConfigError
@@ -41,12 +43,41 @@ def test_bad_configuration_is_refused_with_the_flag_named(argv, env, named) -> N
     assert result.returncode == 2 and named in result.stderr
 
 
-def test_bad_policy_file_names_the_field(tmp_path) -> None:
+POLICY = {"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy"}
+
+
+@pytest.mark.parametrize("document, says", [
+    ({**POLICY, "spec": {"eviction": {"min_run_time": 5}}},
+     "spec.eviction.min_run_time: unknown key 'min_run_time' (accepted: evict_threshold_ratio, acute_ratio"),
+    ({**POLICY, "spec": {"estimator": {"margin_ratio": 0.9}}},
+     "spec.estimator.margin_ratio: 0.9 is out of range (accepted: a number in [1, 10])"),
+    ({**POLICY, "spec": {"estimator": {"half_life_s": "10min"}}}, "spec.estimator.half_life_s: expected"),
+    # the old agent-only shape {"estimator": …} is not a policy file
+    ({"estimator": {"margin_ratio": 1.2}}, "estimator: unknown key 'estimator' (accepted: apiVersion, kind, metadata, spec)"),
+    ({"kind": "Policy", "spec": {}}, "apiVersion: missing apiVersion (accepted: kalena.naughtian.io/v1)"),
+    ({**POLICY, "apiVersion": "kalena.naughtian.io/v2"}, "is not a apiVersion Kalena reads"),
+])
+def test_bad_policy_file_is_refused_naming_the_field(tmp_path, document, says) -> None:
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({"eviction": {"min_run_time": 5}}))
+    policy.write_text(json.dumps(document))
     with pytest.raises(ConfigError) as info:
         parse_run_args(["--workloads-file", "w", "--policy-file", str(policy)], {})
-    assert "eviction.min_run_time" in str(info.value) and "min_run_time_s" in str(info.value)
+    assert str(info.value).startswith(str(policy)) and says in str(info.value)
+
+
+def test_a_policy_file_as_the_console_exports_it_is_read_and_flags_go_on_top(tmp_path) -> None:
+    from kalena_engine.policy_file import PolicyDocument, dump_policy_text
+
+    policy = tmp_path / "home-policy-v3.yaml"
+    exported = PolicyDocument(policy=Policy().with_estimator(margin_ratio=1.3).with_eviction(min_run_time_s=45.0))
+    policy.write_text(dump_policy_text(exported))
+    config = parse_run_args(["--workloads-file", "w", "--policy-file", str(policy)], {})
+    assert config.policy == exported.policy
+    config = parse_run_args(["--workloads-file", "w", "--policy-file", str(policy), "--min-run-time-s", "90"], {})
+    assert (config.policy.estimator.margin_ratio, config.policy.eviction.min_run_time_s) == (1.3, 90.0)
+    with pytest.raises(ConfigError) as info:
+        parse_run_args(["--workloads-file", "w", "--evict-threshold-ratio", "1.5"], {})
+    assert "flags: eviction.evict_threshold_ratio: 1.5 is out of range" in str(info.value)
 
 
 def test_environment_configures_the_agent() -> None:
