@@ -47,6 +47,7 @@ class AgentConfig:
     psi_root: str | None = None
     proc_root: str = "/proc"
     node_cgroup: str = ""
+    node_cgroup_wait_s: float = 0.0
     discovery: tuple[str, ...] = ("file",)
     workloads_file: str | None = None
     docker_host: str | None = None
@@ -184,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--psi-root", help="v2 hierarchy for per-group PSI beside cgroup v1 (default: <root>/unified if present)")
     add("--proc-root", default="/proc")
     add("--node-cgroup", default="", help="group holding every workload (kubepods, docker); '' = whole machine")
+    add("--node-cgroup-wait-s", type=float, default=0.0,
+        help="wait this long at start for --node-cgroup to appear (0: refuse at once if it is missing)")
     add("--discovery", default="file", help="comma list of: file, docker, kubelet")
     add("--workloads-file", help="workloads file for --discovery file (JSON or YAML)")
     add("--docker-host", help="Docker Engine address (default: $DOCKER_HOST or the local socket)")
@@ -274,6 +277,9 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         positive(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.acute_grace_s < 0:
         raise ConfigError(f"{args.acute_grace_s!r} must be ≥ 0", source="--acute-grace-s")
+    if not (math.isfinite(args.node_cgroup_wait_s) and args.node_cgroup_wait_s >= 0):
+        raise ConfigError(f"{args.node_cgroup_wait_s!r} must be ≥ 0 seconds",
+                          source=f"--node-cgroup-wait-s / {_env_name('--node-cgroup-wait-s')}")
     if args.psi_cpu_threshold_ms >= args.psi_window_s * 1000 or args.psi_memory_threshold_ms >= args.psi_window_s * 1000:
         raise ConfigError("a PSI threshold must be shorter than the window", source="--psi-*-threshold-ms",
                           accepted=f"< {args.psi_window_s * 1000:g} ms")
@@ -306,7 +312,8 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
     return AgentConfig(
         node_name=node, capacity=parse_capacity(args.capacity, args.reserved, args.proc_root),
         cgroup_root=args.cgroup_root, cgroup_version=args.cgroup_version, psi_root=args.psi_root,
-        proc_root=args.proc_root, node_cgroup=args.node_cgroup.strip("/"), discovery=discovery,
+        proc_root=args.proc_root, node_cgroup=args.node_cgroup.strip("/"),
+        node_cgroup_wait_s=args.node_cgroup_wait_s, discovery=discovery,
         workloads_file=args.workloads_file, docker_host=args.docker_host or environ.get("DOCKER_HOST"),
         docker_label_filter=args.docker_label_filter, kubelet_url=args.kubelet_url,
         kubelet_token_file=args.kubelet_token_file, kubelet_ca_file=args.kubelet_ca_file,

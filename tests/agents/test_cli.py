@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kalena_engine.policy import Policy
-
 from agents.bench.harness import BURNER, SPINNER
 from agents.config import parse_run_args
 from agents.errors import ConfigError
+from kalena_engine.policy import Policy
+from tests.agents.conftest import make_v2_tree, v2_files
 from tests.agents.test_link import WsServer, free_port, wait_for
 
 AGENT = [sys.executable, "-m", "agents.cli"]
@@ -147,3 +147,68 @@ def test_bench_mitigation_writes_its_summary(tmp_path) -> None:
     assert printed["episodes"] == 1
     assert not [p for p in Path("/sys/fs/cgroup/cpu").glob("kalena-bench-*")]            # cleaned up
 
+
+
+def _machine(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A temp-dir cgroup v2 tree and procfs, and the agent flags that use them."""
+    root = make_v2_tree(tmp_path / "cgroup", {"system.slice": v2_files()})
+    proc = tmp_path / "proc"
+    (proc / "pressure").mkdir(parents=True)
+    for res in ("cpu", "memory", "io"):
+        (proc / "pressure" / res).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                                             "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    (proc / "meminfo").write_text("MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n")
+    workloads = tmp_path / "workloads.json"
+    workloads.write_text(json.dumps({"workloads": []}))
+    return root, ["--cgroup-root", str(root), "--proc-root", str(proc), "--workloads-file", str(workloads),
+                  "--capacity", "cpu=2,memory=4Gi", "--health-address", "off", "--node-cgroup", "kubepods"]
+
+
+def test_a_missing_node_cgroup_is_a_clear_error(tmp_path) -> None:
+    root, flags = _machine(tmp_path)
+    result = subprocess.run([*AGENT, "run", *flags, "--duration-s", "2"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert (f"configuration error: --node-cgroup: kubepods: {root}/kubepods does not exist in the memory hierarchy "
+            f"(cgroup v2 at {root})") in result.stderr
+    assert "--node-cgroup-wait-s to wait for it" in result.stderr
+
+
+def test_the_agent_waits_for_its_node_cgroup_when_asked(tmp_path) -> None:
+    root, flags = _machine(tmp_path)
+    proc = subprocess.Popen([*AGENT, "run", *flags, "--node-cgroup-wait-s", "60", "--duration-s", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "KALENA_LOG_FORMAT": "text"})
+    try:
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:          # the agent says it waits before the group exists
+            lines.append(line)
+            if "does not exist yet; waiting up to 60 s" in line:
+                break
+        assert proc.poll() is None, "".join(lines)
+        make_v2_tree(root, {"kubepods": v2_files(memory_bytes=2**30)})
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(lines) + rest
+    assert "kubepods appeared" in rest
+
+
+def test_a_node_cgroup_removed_while_running_stops_node_pressure_not_the_agent(tmp_path) -> None:
+    from tests.agents.rig import GIB, Rig
+
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 64 * GIB})
+    try:
+        loop = rig.build()
+        loop.tick(1000.0, 0.0)
+        assert loop._last_node is not None
+        (rig.root / "kubepods" / "memory.current").unlink()     # the runtime removed its group
+        loop.tick(1010.0, 10.0)
+        assert loop._last_node is None                          # no reading: no node-pressure eviction
+        rig.set_files("", memory_bytes=GIB)
+        loop.tick(1020.0, 20.0)
+        assert loop._last_node is not None and loop._last_node.working_set_bytes == GIB
+    finally:
+        rig.close()
