@@ -62,7 +62,7 @@ def load_workloads(node_ids: Sequence[int]) -> WorkloadColumns:
     return WorkloadColumns(
         ids=cols[0], node_ids=cols[1], kinds=cols[2], request=cols[3], limit=cols[4], start_s=cols[5],
         value=cols[6], updated_s=cols[7], last_sample_s=cols[8], last_usage=cols[9], names=cols[10],
-        priorities=cols[11], overrides=tuple(dict(zip(KEYS, values)) for values in zip(*cols[12:12 + len(KEYS)])))
+        priorities=cols[11], overrides=dict(zip(KEYS, cols[12:12 + len(KEYS)])))
 
 
 def load_samples(batch_ids: Sequence[int]) -> list[tuple]:

@@ -8,7 +8,7 @@ start and pinning; and stored samples → ``(m,)`` / ``(m, 8)`` arrays for
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,8 +27,8 @@ class WorkloadColumns:
     """Workload rows as read (:func:`kalena_web.ledger.estimation_io.load_workloads`), one tuple per
     column: ``ids``, ``node_ids``, ``kinds``; vectors as JSON text (``request``, ``limit``,
     ``value``, ``last_usage``); ``start_s``, ``updated_s``, ``last_sample_s`` (None = never);
-    ``names``, ``priorities``; ``overrides``: per row the override keys
-    (:data:`kalena_engine.overrides.KEYS`) → raw value or None."""
+    ``names``, ``priorities``; ``overrides``: each override key (:data:`kalena_engine.overrides.KEYS`)
+    → its column of raw values (None where the workload does not set it)."""
 
     ids: tuple
     node_ids: tuple
@@ -42,11 +42,11 @@ class WorkloadColumns:
     last_usage: tuple
     names: tuple
     priorities: tuple
-    overrides: tuple
+    overrides: Mapping[str, tuple]
 
     @classmethod
     def empty(cls) -> WorkloadColumns:
-        return cls(*([()] * 13))
+        return cls(*([()] * 12), overrides={})
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -67,6 +67,7 @@ class LiveWorkloads:
         last_usage: ``(n, 8)`` the newest sample's usage (0 where never measured).
         grace_override_s: ``(n,)`` per-workload startup grace (``kalena.naughtian.io/startup-grace-s``),
             NaN = the policy's.
+        declared_limit: ``(n, 8)`` the declared limits (+inf where none), or None.
     """
 
     ids: np.ndarray
@@ -79,6 +80,7 @@ class LiveWorkloads:
     state: Reservations
     last_usage: np.ndarray
     grace_override_s: np.ndarray | None = None
+    declared_limit: np.ndarray | None = None
 
     def grace_s(self, policy_grace_s: float) -> np.ndarray:
         """``(n,)`` startup grace per workload: its override, else the policy's ``g``."""
@@ -96,8 +98,11 @@ def vector_matrix(texts: Sequence[str | bytes | None], fill: float = 0.0) -> np.
     n = len(texts)
     if n == 0:
         return np.zeros((0, N_DIMS))
-    missing = np.fromiter((t is None for t in texts), dtype=bool, count=n)
-    joined = ",".join(_NULL_ROW if t is None else (t.decode() if isinstance(t, bytes) else t) for t in texts)
+    missing = [i for i, t in enumerate(texts) if t is None]
+    texts = [_NULL_ROW if t is None else t for t in texts] if missing else texts
+    if not isinstance(texts[0], str):
+        texts = [t.decode() for t in texts]
+    joined = ",".join(texts)
     out = np.array(orjson.loads(f"[{joined}]"), dtype=np.float64).reshape(n, N_DIMS)
     out[np.isnan(out)] = np.inf
     out[missing] = fill
@@ -122,13 +127,14 @@ def live_workloads(cols: WorkloadColumns, *, limit_ratio: float) -> LiveWorkload
     state = Reservations(value=vector_matrix(cols.value, 0.0),
                          updated_s=np.array(cols.updated_s, dtype=np.float64).reshape(n),
                          last_sample_s=_times(cols.last_sample_s, n))
-    none = WorkloadOverrides()
-    overrides = [none if not any(v is not None for v in keys.values()) else
-                 workload_overrides(keys, source=f"workload {wid}", errors=[])
-                 for wid, keys in zip(cols.ids, cols.overrides)]
+    overrides = [WorkloadOverrides()] * n
+    for row in sorted({i for column in cols.overrides.values() for i, v in enumerate(column) if v is not None}):
+        overrides[row] = workload_overrides({key: column[row] for key, column in cols.overrides.items()},
+                                            source=f"workload {cols.ids[row]}", errors=[])
     return LiveWorkloads(
         ids=np.array(cols.ids, dtype=np.int64).reshape(n), node_ids=np.array(cols.node_ids, dtype=np.int64).reshape(n),
         batch=np.array([k == "batch" for k in cols.kinds], dtype=bool).reshape(n), request=request, limit=limit,
+        declared_limit=declared,
         start_s=_times(cols.start_s, n),
         reclaim_disabled=np.array([o.reclaim_disabled for o in overrides], dtype=bool).reshape(n),
         state=state, last_usage=np.nan_to_num(vector_matrix(cols.last_usage, 0.0), nan=0.0, posinf=0.0),

@@ -15,7 +15,7 @@ from kalena_engine.estimator import Reservations
 from kalena_engine.preflight import PreflightCluster
 from kalena_web.inventory.models import Cluster
 from kalena_web.ledger import estimation_io
-from kalena_web.ledger.mappers import live_workloads, vector_matrix
+from kalena_web.ledger.mappers import live_workloads
 from kalena_web.scheduling import mappers as scheduling_mappers
 from kalena_web.scheduling import selectors as scheduling
 from kalena_web.telemetry.models import AgentStatus
@@ -42,7 +42,7 @@ def preflight_cluster_load(*, cluster: Cluster, now_s: float, cooldown_s: float)
         sampling_interval_s=np.array([float(intervals.get(r.id) or 0.0) for r in rows]),
         names=tuple(cols.names), node_of=np.array([row_of[int(n)] for n in cols.node_ids], dtype=np.int64),
         batch=live.batch, priority=np.array(cols.priorities, dtype=np.int64).reshape(len(cols)),
-        request=live.request, limit=vector_matrix(cols.limit, np.inf),
+        request=live.request, limit=live.declared_limit,
         usage=live.last_usage, start_s=live.start_s, reclaim_disabled=live.reclaim_disabled,
         state=Reservations(value=live.state.value, updated_s=live.state.updated_s,
                            last_sample_s=live.state.last_sample_s),

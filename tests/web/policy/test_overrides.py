@@ -21,7 +21,7 @@ def _columns(overrides: list[dict]) -> WorkloadColumns:
         ids=tuple(range(1, n + 1)), node_ids=(1,) * n, kinds=("production",) * n, request=(Q,) * n,
         limit=(None,) * n, start_s=(0.0,) * n, value=(Q,) * n, updated_s=(0.0,) * n, last_sample_s=(None,) * n,
         last_usage=(None,) * n, names=tuple(f"w{i}" for i in range(n)), priorities=(0,) * n,
-        overrides=tuple({RECLAIM: o.get(RECLAIM), STARTUP_GRACE: o.get(STARTUP_GRACE)} for o in overrides))
+        overrides={key: tuple(o.get(key) for o in overrides) for key in (RECLAIM, STARTUP_GRACE)})
 
 
 def test_startup_grace_override_replaces_the_policy_grace_per_workload() -> None:
