@@ -127,13 +127,17 @@ class NodeSlackChange:
 
 @dataclass(frozen=True)
 class Preflight:
-    """Result of :func:`policy_preflight`; ``placeable_*`` count pending pods that fit."""
+    """Result of :func:`policy_preflight`; ``placeable_*`` count pending pods the scheduler
+    places; ``unplaced_proposed``: the pods it leaves pending under the proposed policy by
+    binding constraint (the why-pending ``binding``: a rule kind such as ``taint`` or
+    ``node_selector``, or a dimension such as ``ram``), most first."""
 
     evictions: tuple[PreflightEviction, ...]
     nodes: tuple[NodeSlackChange, ...]
     pending: int
     placeable_current: int
     placeable_proposed: int
+    unplaced_proposed: tuple[tuple[str, int], ...] = ()
 
     @property
     def new_evictions(self) -> int:
@@ -223,12 +227,20 @@ def _evictions(cluster: PreflightCluster, reservation: np.ndarray, policy: Polic
     return chosen
 
 
-def _placeable(cluster: PreflightCluster, slack: np.ndarray, policy: Policy, now_s: float) -> int:
-    """Pending pods the engine scheduler places on ``slack`` under ``policy`` (module doc)."""
+def _placeable(cluster: PreflightCluster, slack: np.ndarray, policy: Policy, now_s: float, *,
+               explain: bool = False) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Pending pods the engine scheduler places on ``slack`` under ``policy`` (module doc), and
+    with ``explain`` the pods left pending by binding constraint."""
     if cluster.snapshot is None or cluster.pending is None or not cluster.pending_pods:
-        return 0
+        return 0, ()
     snapshot = replace(cluster.snapshot, slack=np.array(slack, dtype=np.float64), now_s=now_s)
-    return schedule_batch(snapshot, cluster.pending, policy, rng=np.random.default_rng(0)).placed
+    result = schedule_batch(snapshot, cluster.pending, policy, rng=np.random.default_rng(0))
+    if not explain or not result.pending:
+        return result.placed, ()
+    left: dict[str, int] = {}
+    for record in result.why_pending():
+        left[record.binding] = left.get(record.binding, 0) + int(record.pending)
+    return result.placed, tuple(sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def policy_preflight(cluster: PreflightCluster, *, current: Policy, proposed: Policy, now_s: float) -> Preflight:
@@ -236,8 +248,9 @@ def policy_preflight(cluster: PreflightCluster, *, current: Policy, proposed: Po
 
     Returns:
         :class:`Preflight`: evictions (``new`` when ``current`` would not also choose them),
-        per-node slack now / after / settled on cpu and ram, and the pending pods placeable
-        under each policy. Never raises on an empty cluster.
+        per-node slack now / after / settled on cpu and ram, the pending pods placeable
+        under each policy, and why the rest stay pending under ``proposed``. Never raises on
+        an empty cluster.
     """
     now_r = _after_now(cluster, current, now_s)
     after_r = _after_now(cluster, proposed, now_s)
@@ -259,6 +272,7 @@ def policy_preflight(cluster: PreflightCluster, *, current: Policy, proposed: Po
         cpu_settled_mcpu=float(settled_proposed[i, 0]), ram_now_bytes=float(slack_now[i, RAM]),
         ram_after_bytes=float(slack_after[i, RAM]), ram_settled_bytes=float(settled_proposed[i, RAM]))
         for i, name in enumerate(cluster.node_names))
+    placed_current, _ = _placeable(cluster, settled_current, current, now_s)
+    placed_proposed, unplaced = _placeable(cluster, settled_proposed, proposed, now_s, explain=True)
     return Preflight(evictions=tuple(evictions), nodes=nodes, pending=cluster.pending_pods,
-                     placeable_current=_placeable(cluster, settled_current, current, now_s),
-                     placeable_proposed=_placeable(cluster, settled_proposed, proposed, now_s))
+                     placeable_current=placed_current, placeable_proposed=placed_proposed, unplaced_proposed=unplaced)

@@ -137,6 +137,7 @@ def test_a_workload_startup_grace_override_is_honoured() -> None:
                                                Node("b", cpu=4, ram=10)], {"disk": "ssd"}, 0),
     ("selector matches b", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10, labels={"disk": "ssd"})],
      {"disk": "ssd"}, 2),
+    ("selector no node carries", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10)], {"disk": "nvme"}, 0),
 ])
 def test_placeable_applies_the_scheduler_node_filters(case, nodes, selector, placeable) -> None:
     cluster = _cluster(pending_namespaces=("team-b", "team-b"), nodes=nodes, node_selector=selector)
@@ -144,6 +145,13 @@ def test_placeable_applies_the_scheduler_node_filters(case, nodes, selector, pla
     # the slack itself is the same in every case: b has room for both by slack alone
     assert result.nodes[1].cpu_settled_mcpu == pytest.approx(4000) and result.nodes[1].ram_settled_bytes == pytest.approx(10 * GIB)
     assert (result.pending, result.placeable_proposed) == (2, placeable), case
+    # what keeps the rest pending is named as the why-pending page names it
+    assert sum(n for _, n in result.unplaced_proposed) == 2 - placeable
+    # (a passes the rules but lacks ram: the binding constraint is ram; no node carries the label: the selector)
+    if case.startswith(("b tainted", "selector names")):
+        assert result.unplaced_proposed == (("ram", 2),)
+    if case == "selector no node carries":
+        assert result.unplaced_proposed == (("node_selector", 2),)
 
 
 def test_no_queue_places_nothing_and_a_snapshot_of_other_nodes_is_refused() -> None:
