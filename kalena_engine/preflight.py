@@ -177,7 +177,9 @@ def _stale(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarra
     """``(n,)`` rows whose newest sample is older than their node's T_stale (never sampled: stale)."""
     if not len(cluster.names):
         return np.zeros(0, dtype=bool)
-    ttl = np.array([policy.estimator.stale_ttl_s(float(i)) for i in cluster.sampling_interval_s])
+    # T_stale per distinct sampling interval (a cluster has one or a few), spread over the nodes
+    intervals, node_interval = np.unique(cluster.sampling_interval_s, return_inverse=True)
+    ttl = np.array([policy.estimator.stale_ttl_s(float(i)) for i in intervals])[node_interval.reshape(-1)]
     return (now_s - cluster.state.last_sample_s) > ttl[cluster.node_of]
 
 
