@@ -12,12 +12,11 @@ memory = MemTotal) minus ``--reserved``, and the rest are unconstrained.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,9 @@ from agents.cgroups.parse import parse_meminfo
 from agents.errors import ConfigError, DiscoveryError
 from agents.settings import PRESSURE_SOURCES
 from agents.units import k8s_resources_vector, mcpu_from_cores
-from kalena_engine.policy import EstimatorPolicy, EvictionPolicy, Policy
+from kalena_engine.errors import PolicyError
+from kalena_engine.policy import Policy
+from kalena_engine.policy_file import parse_policy_text, policy_with_sections
 from kalena_engine.resources import CPU, RAM
 
 ENV_PREFIX = "KALENA_AGENT_"
@@ -46,6 +47,7 @@ class AgentConfig:
     psi_root: str | None = None
     proc_root: str = "/proc"
     node_cgroup: str = ""
+    node_cgroup_wait_s: float = 0.0
     discovery: tuple[str, ...] = ("file",)
     workloads_file: str | None = None
     docker_host: str | None = None
@@ -139,34 +141,37 @@ def parse_capacity(text: str | None, reserved: str | None, proc_root: str) -> np
     return capacity
 
 
-def load_policy(path: str | None, overrides: Mapping[str, Any]) -> Policy:
-    """Policy from a JSON file ``{"estimator": {...}, "eviction": {...}}`` plus flag overrides."""
-    doc: dict[str, Any] = {}
+def load_policy(path: str | None, overrides: Mapping[tuple[str, str], Any]) -> Policy:
+    """The policy from a policy file (DESIGN §10: YAML or JSON, ``apiVersion:
+    kalena.naughtian.io/v1``, ``kind: Policy``, ``spec`` {estimator, eviction, …}), with the flag
+    values ``overrides`` ((section, key) → value, None = not given) on top. Both are read by the
+    engine's parser (:mod:`kalena_engine.policy_file`), the only one.
+
+    Raises:
+        ConfigError: the file cannot be read, or the parser refuses it or a flag value — naming
+            the file (or ``flags``), line and key, and what is accepted.
+    """
+    policy = Policy()
     if path:
         try:
-            doc = json.loads(Path(path).read_text())
+            text = Path(path).read_text()
         except OSError as exc:
             raise ConfigError(f"cannot read: {exc.strerror or exc}", source=path) from None
-        except ValueError as exc:
-            raise ConfigError(f"not JSON: {exc}", source=path) from None
-        if not isinstance(doc, dict) or set(doc) - {"estimator", "eviction"}:
-            raise ConfigError("expected {'estimator': {...}, 'eviction': {...}}", source=path,
-                              accepted="keys estimator, eviction")
-    policy = Policy()
-    parts = {"estimator": (EstimatorPolicy, policy.estimator), "eviction": (EvictionPolicy, policy.eviction)}
-    built = {}
-    for part, (cls, base) in parts.items():
-        values = dict(doc.get(part) or {})
-        values.update({k: v for (p, k), v in overrides.items() if p == part and v is not None})
-        known = {f.name for f in fields(cls)}
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"unknown policy field {key!r}", source=path or "flags", field=f"{part}.{key}",
-                                  accepted=", ".join(sorted(known)))
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{value!r} is not a number ≥ 0", source=path or "flags", field=f"{part}.{key}")
-        built[part] = replace(base, **values)
-    return Policy(estimator=built["estimator"], eviction=built["eviction"])
+        except UnicodeDecodeError:
+            raise ConfigError("not UTF-8 text", source=path, accepted="a YAML or JSON policy file") from None
+        try:
+            policy = parse_policy_text(text, source=path).policy
+        except PolicyError as exc:
+            raise ConfigError(exc.problem, source=exc.source, line=exc.line, field=exc.field,
+                              accepted=exc.accepted) from None
+    flags: dict[str, dict[str, Any]] = {}
+    for (section, key), value in overrides.items():
+        if value is not None:
+            flags.setdefault(section, {})[key] = value
+    try:
+        return policy_with_sections(policy, flags, source="flags")
+    except PolicyError as exc:
+        raise ConfigError(exc.problem, source=exc.source, field=exc.field, accepted=exc.accepted) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--psi-root", help="v2 hierarchy for per-group PSI beside cgroup v1 (default: <root>/unified if present)")
     add("--proc-root", default="/proc")
     add("--node-cgroup", default="", help="group holding every workload (kubepods, docker); '' = whole machine")
+    add("--node-cgroup-wait-s", type=float, default=0.0,
+        help="wait this long at start for --node-cgroup to appear (0: refuse at once if it is missing)")
     add("--discovery", default="file", help="comma list of: file, docker, kubelet")
     add("--workloads-file", help="workloads file for --discovery file (JSON or YAML)")
     add("--docker-host", help="Docker Engine address (default: $DOCKER_HOST or the local socket)")
@@ -208,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--psi-cpu-threshold-ms", type=float, default=150.0)
     add("--psi-memory-threshold-ms", type=float, default=150.0)
     add("--acute-grace-s", type=float, default=2.0)
-    add("--policy-file", help='JSON {"estimator": {...}, "eviction": {...}} (kalena_engine.policy fields)')
+    add("--policy-file", help="policy file (DESIGN §10: YAML or JSON, kind: Policy; `kalena` console export)")
     add("--min-run-time-s", type=float, help="T_min (eviction.min_run_time_s)")
     add("--evict-threshold-ratio", type=float, help="eviction.evict_threshold_ratio")
     add("--link-url", help="ws:// or wss:// URL of the console's agent endpoint (none: no link)")
@@ -270,6 +277,9 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         positive(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.acute_grace_s < 0:
         raise ConfigError(f"{args.acute_grace_s!r} must be ≥ 0", source="--acute-grace-s")
+    if not (math.isfinite(args.node_cgroup_wait_s) and args.node_cgroup_wait_s >= 0):
+        raise ConfigError(f"{args.node_cgroup_wait_s!r} must be ≥ 0 seconds",
+                          source=f"--node-cgroup-wait-s / {_env_name('--node-cgroup-wait-s')}")
     if args.psi_cpu_threshold_ms >= args.psi_window_s * 1000 or args.psi_memory_threshold_ms >= args.psi_window_s * 1000:
         raise ConfigError("a PSI threshold must be shorter than the window", source="--psi-*-threshold-ms",
                           accepted=f"< {args.psi_window_s * 1000:g} ms")
@@ -302,7 +312,8 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
     return AgentConfig(
         node_name=node, capacity=parse_capacity(args.capacity, args.reserved, args.proc_root),
         cgroup_root=args.cgroup_root, cgroup_version=args.cgroup_version, psi_root=args.psi_root,
-        proc_root=args.proc_root, node_cgroup=args.node_cgroup.strip("/"), discovery=discovery,
+        proc_root=args.proc_root, node_cgroup=args.node_cgroup.strip("/"),
+        node_cgroup_wait_s=args.node_cgroup_wait_s, discovery=discovery,
         workloads_file=args.workloads_file, docker_host=args.docker_host or environ.get("DOCKER_HOST"),
         docker_label_filter=args.docker_label_filter, kubelet_url=args.kubelet_url,
         kubelet_token_file=args.kubelet_token_file, kubelet_ca_file=args.kubelet_ca_file,

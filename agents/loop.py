@@ -38,6 +38,7 @@ from agents.cgroups.backend import CgroupFs
 from agents.collectors.telemetry import Telemetry
 from agents.discovery.base import WorkloadSource
 from agents.enforcer import Applied, Enforcer
+from agents.errors import TelemetryError
 from agents.link import protocol
 from agents.link.protocol import PolicyUpdate
 from agents.loop_cpu import CpuActions
@@ -48,6 +49,7 @@ from agents.pressure.events import SCOPE_NODE, SOURCE_POLL, PressureEvent
 from agents.settings import LoopSettings
 from agents.state import WorkloadTable
 from agents.units import stall_ratio
+from kalena_engine.errors import PolicyError
 from kalena_engine.resources import CPU, RAM
 
 log = logging.getLogger("kalena.agent")
@@ -91,6 +93,7 @@ class MitigationLoop(CpuActions, MemoryActions):
         self._next_report = -math.inf
         self._last_hold: dict[str, str] = {}
         self._last_node: NodeReading | None = None
+        self._node_unreadable = False
         self._starvation_hold_until_s = -math.inf
 
     # --- helpers ---------------------------------------------------------------------------
@@ -236,6 +239,21 @@ class MitigationLoop(CpuActions, MemoryActions):
 
     # --- entry points ------------------------------------------------------------------------
 
+    def _read_node(self, now_s: float) -> NodeReading | None:
+        """The node reading, or None while it cannot be read (e.g. ``--node-cgroup`` removed after
+        start): no node reading starts no node-pressure eviction, as stale telemetry (case C1)."""
+        try:
+            reading = self.node_reader(now_s)
+        except (OSError, TelemetryError) as exc:
+            if not self._node_unreadable:
+                log.warning("node reading failed, no node-pressure eviction until it reads again: %s", exc)
+            self._node_unreadable = True
+            return None
+        if self._node_unreadable:
+            log.info("node reading restored")
+        self._node_unreadable = False
+        return reading
+
     def _drain_policy(self) -> None:
         changed = False
         while True:
@@ -243,7 +261,12 @@ class MitigationLoop(CpuActions, MemoryActions):
                 update = self.policy_updates.get_nowait()
             except queue.Empty:
                 break
-            self.settings = replace(self.settings, policy=update.apply(self.settings.policy))
+            try:
+                policy = update.apply(self.settings.policy)
+            except PolicyError as exc:  # refused as a whole: the policy in force stays
+                log.warning("policy version %s refused, keeping the policy in force: %s", update.version, exc)
+                continue
+            self.settings = replace(self.settings, policy=policy)
             if update.version is not None:
                 self.policy_version = update.version
             changed = True
@@ -261,7 +284,7 @@ class MitigationLoop(CpuActions, MemoryActions):
         elif any(s.name == "file" for s in self.sources):
             self.discover(now_s, only=("file",))   # a stat() per tick: file edits apply at once
         self._collect(now_s, memory_only=False)
-        self._last_node = self.node_reader(now_s)
+        self._last_node = self._read_node(now_s)
         polled = self._update_contention(now_s, now_mono)
         actions = self._memory_caps(now_s)
         actions += self._evict(now_s, None)
@@ -285,7 +308,7 @@ class MitigationLoop(CpuActions, MemoryActions):
             self._mark(event)
         if memory:
             self._collect(now_s, memory_only=True)
-            self._last_node = self.node_reader(now_s)
+            self._last_node = self._read_node(now_s)
             actions += self._evict(now_s, memory[0])
         if cpu:
             actions += self._cpu(now_s, cpu[0])

@@ -41,6 +41,8 @@ class Workload:
         cgroup: path relative to each hierarchy's root, e.g. ``kubepods/burstable/pod<uid>``.
         slack_cpu, slack_memory: ``kalena.naughtian.io/slack-cpu|slack-memory`` allowed.
         reclaim_disabled: ``kalena.naughtian.io/reclaim: disabled`` (reservation pinned).
+        startup_grace_s: ``kalena.naughtian.io/startup-grace-s`` — this workload's startup grace
+            g (s) in place of the policy's; None when it sets none (DESIGN §5).
         terminating: the orchestrator is already deleting it (credited, never chosen again).
         runtime_ref: what the enforcer addresses: container id, ``namespace/pod``, or ``""``.
         source: discovery source, for messages (``file:/etc/…``, ``docker``, ``kubelet``).
@@ -59,6 +61,7 @@ class Workload:
     slack_cpu: bool = True
     slack_memory: bool = False
     reclaim_disabled: bool = False
+    startup_grace_s: float | None = None
     terminating: bool = False
     runtime_ref: str = ""
     source: str = ""

@@ -30,7 +30,7 @@ from agents.discovery.docker import DockerSource
 from agents.discovery.files import FileSource
 from agents.discovery.kubelet import KubeletSource
 from agents.enforcer import Enforcer, kube_api_client
-from agents.errors import FacilityUnavailable
+from agents.errors import ConfigError, FacilityUnavailable
 from agents.health import AgentMetrics, HealthServer
 from agents.link import protocol
 from agents.link.buffer import LinkBuffer
@@ -164,6 +164,8 @@ def build_agent(config: AgentConfig) -> Agent:
             assert kubelet is not None
             sources.append(KubeletSource(kubelet, driver=config.kube_cgroup_driver, cgroup_root=config.kube_cgroup_root,
                                          infer_jobs=config.infer_job_batch))
+    if config.telemetry != "kubelet":   # the node reading comes from --node-cgroup's memory files
+        wait_for_node_cgroup(fs, config.node_cgroup, wait_s=config.node_cgroup_wait_s)
     node = NodeCollector(fs, config.proc_root, config.node_cgroup)
     telemetry: Telemetry
     node_reader = node.read
@@ -225,6 +227,35 @@ def build_agent(config: AgentConfig) -> Agent:
     for failure in arming.failures:
         log.warning("%s", failure)
     return agent
+
+
+def wait_for_node_cgroup(fs, rel: str, *, wait_s: float, check_s: float = 1.0,
+                         sleep: Callable[[float], None] = time.sleep,
+                         monotonic: Callable[[], float] = time.monotonic) -> None:
+    """Return once ``--node-cgroup`` ``rel`` exists in the memory hierarchy (and, on v1, the cpu
+    one); wait up to ``wait_s`` for it (checking every ``check_s``, logging once), e.g. while
+    the kubelet or dockerd that creates it starts. ``""`` (the whole machine) always exists.
+
+    Raises:
+        ConfigError: the group is still missing after ``wait_s`` (at once when 0), naming the
+            flag, the path looked at and what is accepted.
+    """
+    if fs.exists(rel):
+        return
+    path = fs.group_dir(rel, "memory")
+    if wait_s > 0:
+        log.warning("--node-cgroup %s: %s does not exist yet; waiting up to %g s for it", rel, path, wait_s)
+        deadline = monotonic() + wait_s
+        while monotonic() < deadline:
+            sleep(min(check_s, max(0.0, deadline - monotonic())))
+            if fs.exists(rel):
+                log.info("--node-cgroup %s: %s appeared", rel, path)
+                return
+    waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
+    raise ConfigError(f"{path} does not exist in the memory hierarchy{waited} ({fs.describe()})",
+                      source="--node-cgroup", field=rel,
+                      accepted="a group relative to --cgroup-root that holds every workload (kubepods, docker, "
+                               "system.slice), '' for the whole machine, or --node-cgroup-wait-s to wait for it")
 
 
 def run(config: AgentConfig) -> int:

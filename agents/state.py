@@ -114,7 +114,8 @@ class WorkloadTable:
         request = self.request()
         limit = self.estimator_limit(policy)
         start = np.array([self.by_id[i].workload.start_s for i in self.ids])
-        grace = np.full(len(self.ids), policy.grace_s)
+        grace = np.array([policy.grace_s if g is None else g
+                          for g in (self.by_id[i].workload.startup_grace_s for i in self.ids)], dtype=np.float64)
         reclaim = np.array([self.by_id[i].workload.reclaim_disabled for i in self.ids])
         by_ts: dict[float, list[int]] = {}
         for row, wid in enumerate(self.ids):

@@ -4,7 +4,9 @@ agents. This module is the only parser; one pure function maps each way:
 
 * :func:`policy_from_document` — a parsed YAML/JSON mapping → :class:`PolicyDocument`;
 * :func:`policy_to_document` — :class:`PolicyDocument` → a JSON/YAML-ready mapping;
-* :func:`parse_policy_text` / :func:`dump_policy_text` — the same from and to text.
+* :func:`parse_policy_text` / :func:`dump_policy_text` — the same from and to text;
+* :func:`policy_with_sections` — some ``spec`` sections on top of a policy (the agent's flags and
+  the link's ``policy`` message), read by the same section readers.
 
 Shape::
 
@@ -313,24 +315,8 @@ def _read_calibration(data: Any, at: _At) -> Calibration:
     return Calibration(sweep=tuple(sweep), points=tuple(points), knee=tuple(knee))
 
 
-def policy_from_document(data: Any, *, source: str = "<policy>") -> PolicyDocument:
-    """Map a parsed policy document to a :class:`PolicyDocument` (see module doc).
-
-    Raises:
-        PolicyError: not a ``kalena.naughtian.io/v1`` ``Policy``, an unknown key anywhere, a
-            wrong type, a value out of range, or a combination the engine refuses (e.g.
-            ``acute_ratio`` below ``evict_threshold_ratio``) — naming file, line and key.
-    """
-    at = _At(source)
-    top = at.mapping(data, ("apiVersion", "kind", "metadata", "spec"))
-    for key, wanted in (("apiVersion", API_VERSION), ("kind", KIND)):
-        if top.get(key) != wanted:
-            problem = f"missing {key}" if key not in top else f"{top[key]!r} is not a {key} Kalena reads"
-            raise (at.key(top, key) if key in top else _At(source, key, getattr(top, "line", None))).error(problem, accepted=wanted)
-    metadata = _read_metadata(top["metadata"], at.key(top, "metadata")) if "metadata" in top else PolicyMetadata()
-    spec_at = at.key(top, "spec")
-    spec = spec_at.mapping(top.get("spec") or {}, SECTIONS) if "spec" in top else {}
-    policy = Policy()
+def _apply_spec(policy: Policy, spec: Mapping[str, Any], spec_at: _At) -> Policy:
+    """``spec``'s sections read and applied on top of ``policy``, the cross-field rules checked."""
     sections: dict[str, dict[str, Any]] = {}
     for section in ("estimator", "eviction", "placement", "escalation"):
         if section in spec:
@@ -348,6 +334,46 @@ def policy_from_document(data: Any, *, source: str = "<policy>") -> PolicyDocume
         where = spec_at.key(spec, "eviction") if "eviction" in spec else spec_at
         raise where.error(f"acute_ratio {eviction.acute_ratio:g} is below evict_threshold_ratio "
                           f"{eviction.evict_threshold_ratio:g}", accepted="acute_ratio ≥ evict_threshold_ratio")
+    return policy
+
+
+def policy_with_sections(base: Policy, spec: Any, *, source: str = "<policy>",
+                         sections: tuple[str, ...] = SECTIONS) -> Policy:
+    """``base`` with the given ``spec`` sections (a policy file's ``spec`` body, any subset of
+    keys) applied on top — read exactly as a file's ``spec`` is, so a link message or a flag is
+    checked by the same ranges and units. Errors name the key without the ``spec.`` prefix
+    (``estimator.margin_ratio``). ``sections`` narrows which sections may appear.
+
+    Example: ``policy_with_sections(Policy(), {"estimator": {"margin_ratio": 1.3}})`` → the
+    defaults with μ = 1.3; ``{"estimator": {"margin": 1.3}}`` raises
+    ``<policy>: estimator.margin: unknown key 'margin' (accepted: margin_ratio, …)``.
+
+    Raises:
+        PolicyError: an unknown section or key, a wrong type, a value out of range, or a
+            combination the engine refuses — naming ``source`` and the key.
+    """
+    at = _At(source)
+    return _apply_spec(base, at.mapping(spec if spec is not None else {}, sections), at)
+
+
+def policy_from_document(data: Any, *, source: str = "<policy>") -> PolicyDocument:
+    """Map a parsed policy document to a :class:`PolicyDocument` (see module doc).
+
+    Raises:
+        PolicyError: not a ``kalena.naughtian.io/v1`` ``Policy``, an unknown key anywhere, a
+            wrong type, a value out of range, or a combination the engine refuses (e.g.
+            ``acute_ratio`` below ``evict_threshold_ratio``) — naming file, line and key.
+    """
+    at = _At(source)
+    top = at.mapping(data, ("apiVersion", "kind", "metadata", "spec"))
+    for key, wanted in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if top.get(key) != wanted:
+            problem = f"missing {key}" if key not in top else f"{top[key]!r} is not a {key} Kalena reads"
+            raise (at.key(top, key) if key in top else _At(source, key, getattr(top, "line", None))).error(problem, accepted=wanted)
+    metadata = _read_metadata(top["metadata"], at.key(top, "metadata")) if "metadata" in top else PolicyMetadata()
+    spec_at = at.key(top, "spec")
+    spec = spec_at.mapping(top.get("spec") or {}, SECTIONS) if "spec" in top else {}
+    policy = _apply_spec(Policy(), spec, spec_at)
     return PolicyDocument(policy=policy, metadata=metadata)
 
 

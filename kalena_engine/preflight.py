@@ -12,10 +12,13 @@ Three answers, each from the engine's own functions:
 * **slack** per node — now (as the ledgers read it today), after the change now, and once the
   change has settled (every decay finished: ``r = τ = min(L, μ·u)``, or ``max(q, τ)`` in grace,
   ``q`` when pinned; DESIGN §5). ``S = C − Σ r`` (GPU: ``C − Σ q``; :func:`~kalena_engine.ledger.slack_of`).
-* **placeable** — pending batch pods, in queue order, fitted first-fit on the settled
-  reservation ledger of the nodes that take batch, with the proposed per-namespace running caps
-  (DESIGN §9). Only the ledger fit and the cap are modelled: the scheduling pass still applies
-  the node filters (selectors, taints, anti-affinity) when it runs.
+* **placeable** — the pending batch pods the scheduler itself
+  (:func:`~kalena_engine.placement.schedule_batch`, DESIGN §9) places on the scheduling pass's
+  own snapshot with its slack replaced by the settled slack under each policy: every filter
+  applies (node readiness and telemetry freshness, batch node set and escalation cooldown,
+  eviction cooldown, nodeSelector, taints, anti-affinity, spread, the policy's namespace caps,
+  the kubelet's room) and the ledger fit. The pass is decided only, never bound; its node
+  sampling uses a fixed seed (0), so the same inputs give the same count.
 
 Worked example: one node, C_ram = 10 GiB, a service pod (L = 12 GiB) using 8 GiB with r = 9.2 GiB (μ = 1.15)
 and a batch pod r = 1 GiB; raising μ to 1.3 gives r = 10.4 GiB at once, Σ r = 11.4 > 10 and the
@@ -30,46 +33,60 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kalena_engine.estimator import Reservations, pinned_mask, update_reservations
-from kalena_engine.ledger import fits, node_sum, slack_of
+from kalena_engine.ledger import node_sum, slack_of
 from kalena_engine.mitigation.eviction import TIER_BATCH, TIER_SERVICE, NodeWorkloads, PressureSignal, plan_evictions
+from kalena_engine.placement import ClusterSnapshot, PendingBatch, schedule_batch
 from kalena_engine.policy import Policy
 from kalena_engine.resources import DIMS, RAM, STORAGE
 
 
 @dataclass(frozen=True, eq=False)
 class PreflightCluster:
-    """The live cluster as the pre-flight reads it: ``m`` nodes, ``n`` running workloads,
-    ``p`` pending batch pods; vectors ``(…, 8)`` in internal units (DESIGN §2).
+    """The live cluster as the pre-flight reads it: ``m`` nodes, ``n`` running workloads and
+    the pending batch queue; vectors ``(…, 8)`` in internal units (DESIGN §2).
 
     Attributes:
-        node_names: ``(m,)`` names; ``capacity``: ``(m, 8)``; ``takes_batch``: ``(m,)`` bool.
+        node_names: ``(m,)`` names; ``capacity``: ``(m, 8)``.
         sampling_interval_s: ``(m,)`` each agent's sampling interval (0 when unknown).
         names: ``(n,)`` workload names; ``node_of``: ``(n,)`` node row; ``batch``: ``(n,)`` bool.
-        priority: ``(n,)`` int; ``namespace``: ``(n,)`` namespaces of batch rows ("" else).
+        priority: ``(n,)`` int (batch eviction order).
         request, limit, usage: ``(n, 8)``; ``limit`` is the declared limit (inf where none).
         start_s: ``(n,)``; ``reclaim_disabled``: ``(n,)`` bool; ``state``: the estimator state.
-        pending_request: ``(p, 8)``; ``pending_namespace``: ``(p,)``.
+        snapshot: the scheduling pass's :class:`~kalena_engine.placement.ClusterSnapshot` of
+            the same ``m`` nodes in the same order (its slack is replaced), or None with no queue.
+        pending: the queue as the scheduling pass reads it (:class:`~kalena_engine.placement.PendingBatch`).
         grace_override_s: ``(n,)`` per-workload startup grace (NaN = the policy's), or None.
+
+    Raises:
+        ValueError: ``snapshot`` does not have the ``m`` nodes.
     """
 
     node_names: tuple[str, ...]
     capacity: np.ndarray
-    takes_batch: np.ndarray
     sampling_interval_s: np.ndarray
     names: tuple[str, ...]
     node_of: np.ndarray
     batch: np.ndarray
     priority: np.ndarray
-    namespace: tuple[str, ...]
     request: np.ndarray
     limit: np.ndarray
     usage: np.ndarray
     start_s: np.ndarray
     reclaim_disabled: np.ndarray
     state: Reservations
-    pending_request: np.ndarray
-    pending_namespace: tuple[str, ...]
+    snapshot: ClusterSnapshot | None = None
+    pending: PendingBatch | None = None
     grace_override_s: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot is not None and tuple(self.snapshot.nodes.names) != tuple(self.node_names):
+            raise ValueError(f"the scheduling snapshot's nodes {list(self.snapshot.nodes.names)[:5]} are "
+                             f"not the pre-flight's {len(self.node_names)} in the same order")
+
+    @property
+    def pending_pods(self) -> int:
+        """Pods in the pending queue."""
+        return 0 if self.pending is None else int(np.sum(self.pending.count))
 
     def grace_s(self, policy: Policy) -> np.ndarray:
         """``(n,)`` startup grace per workload under ``policy`` (its override wins)."""
@@ -110,13 +127,17 @@ class NodeSlackChange:
 
 @dataclass(frozen=True)
 class Preflight:
-    """Result of :func:`policy_preflight`; ``placeable_*`` count pending pods that fit."""
+    """Result of :func:`policy_preflight`; ``placeable_*`` count pending pods the scheduler
+    places; ``unplaced_proposed``: the pods it leaves pending under the proposed policy by
+    binding constraint (the why-pending ``binding``: a rule kind such as ``taint`` or
+    ``node_selector``, or a dimension such as ``ram``), most first."""
 
     evictions: tuple[PreflightEviction, ...]
     nodes: tuple[NodeSlackChange, ...]
     pending: int
     placeable_current: int
     placeable_proposed: int
+    unplaced_proposed: tuple[tuple[str, int], ...] = ()
 
     @property
     def new_evictions(self) -> int:
@@ -156,7 +177,9 @@ def _stale(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarra
     """``(n,)`` rows whose newest sample is older than their node's T_stale (never sampled: stale)."""
     if not len(cluster.names):
         return np.zeros(0, dtype=bool)
-    ttl = np.array([policy.estimator.stale_ttl_s(float(i)) for i in cluster.sampling_interval_s])
+    # T_stale per distinct sampling interval (a cluster has one or a few), spread over the nodes
+    intervals, node_interval = np.unique(cluster.sampling_interval_s, return_inverse=True)
+    ttl = np.array([policy.estimator.stale_ttl_s(float(i)) for i in intervals])[node_interval.reshape(-1)]
     return (now_s - cluster.state.last_sample_s) > ttl[cluster.node_of]
 
 
@@ -206,24 +229,20 @@ def _evictions(cluster: PreflightCluster, reservation: np.ndarray, policy: Polic
     return chosen
 
 
-def _placeable(cluster: PreflightCluster, slack: np.ndarray, policy: Policy) -> int:
-    """Pending pods that fit first-fit, in queue order, under the namespace caps."""
-    slack = slack.copy()
-    running: dict[str, int] = {}
-    for ns in (ns for ns, b in zip(cluster.namespace, cluster.batch) if b):
-        running[ns] = running.get(ns, 0) + 1
-    placed = 0
-    for request, ns in zip(cluster.pending_request, cluster.pending_namespace):
-        cap = policy.placement.batch_cap(ns)
-        if cap is not None and running.get(ns, 0) >= cap:
-            continue
-        ok = np.flatnonzero(fits(request, slack) & cluster.takes_batch)
-        if not len(ok):
-            continue
-        slack[ok[0]] -= request
-        running[ns] = running.get(ns, 0) + 1
-        placed += 1
-    return placed
+def _placeable(cluster: PreflightCluster, slack: np.ndarray, policy: Policy, now_s: float, *,
+               explain: bool = False) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Pending pods the engine scheduler places on ``slack`` under ``policy`` (module doc), and
+    with ``explain`` the pods left pending by binding constraint."""
+    if cluster.snapshot is None or cluster.pending is None or not cluster.pending_pods:
+        return 0, ()
+    snapshot = replace(cluster.snapshot, slack=np.array(slack, dtype=np.float64), now_s=now_s)
+    result = schedule_batch(snapshot, cluster.pending, policy, rng=np.random.default_rng(0))
+    if not explain or not result.pending:
+        return result.placed, ()
+    left: dict[str, int] = {}
+    for record in result.why_pending():
+        left[record.binding] = left.get(record.binding, 0) + int(record.pending)
+    return result.placed, tuple(sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def policy_preflight(cluster: PreflightCluster, *, current: Policy, proposed: Policy, now_s: float) -> Preflight:
@@ -231,8 +250,9 @@ def policy_preflight(cluster: PreflightCluster, *, current: Policy, proposed: Po
 
     Returns:
         :class:`Preflight`: evictions (``new`` when ``current`` would not also choose them),
-        per-node slack now / after / settled on cpu and ram, and the pending pods placeable
-        under each policy. Never raises on an empty cluster.
+        per-node slack now / after / settled on cpu and ram, the pending pods placeable
+        under each policy, and why the rest stay pending under ``proposed``. Never raises on
+        an empty cluster.
     """
     now_r = _after_now(cluster, current, now_s)
     after_r = _after_now(cluster, proposed, now_s)
@@ -254,6 +274,7 @@ def policy_preflight(cluster: PreflightCluster, *, current: Policy, proposed: Po
         cpu_settled_mcpu=float(settled_proposed[i, 0]), ram_now_bytes=float(slack_now[i, RAM]),
         ram_after_bytes=float(slack_after[i, RAM]), ram_settled_bytes=float(settled_proposed[i, RAM]))
         for i, name in enumerate(cluster.node_names))
-    return Preflight(evictions=tuple(evictions), nodes=nodes, pending=len(cluster.pending_namespace),
-                     placeable_current=_placeable(cluster, settled_current, current),
-                     placeable_proposed=_placeable(cluster, settled_proposed, proposed))
+    placed_current, _ = _placeable(cluster, settled_current, current, now_s)
+    placed_proposed, unplaced = _placeable(cluster, settled_proposed, proposed, now_s, explain=True)
+    return Preflight(evictions=tuple(evictions), nodes=nodes, pending=cluster.pending_pods,
+                     placeable_current=placed_current, placeable_proposed=placed_proposed, unplaced_proposed=unplaced)

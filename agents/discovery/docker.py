@@ -88,6 +88,7 @@ def workload_from_inspect(attrs: dict[str, Any], *, cgroup: str, errors: list[st
         id=cid, name=name, kind=KIND_DOCKER, tier=kind.tier, priority=kind.priority,
         request=request, limit=limit, start_s=start, grace_s=grace, cgroup=cgroup,
         slack_cpu=kind.slack_cpu, slack_memory=kind.slack_memory, reclaim_disabled=kind.reclaim_disabled,
+        startup_grace_s=kind.startup_grace_s,
         terminating=bool(state.get("Restarting")) or state.get("Status") == "removing",
         runtime_ref=cid, source="docker", labels=labels,
     )

@@ -109,7 +109,8 @@ def parse_workloads_file(text: str, *, source: str, first_seen: Mapping[str, flo
             request=request, limit=limit, start_s=numbers["start_time"],
             grace_s=numbers["termination_grace_period_seconds"], cgroup=entry["cgroup"].strip("/"),
             slack_cpu=kind.slack_cpu, slack_memory=kind.slack_memory,
-            reclaim_disabled=kind.reclaim_disabled, source=f"file:{source}", labels=labels,
+            reclaim_disabled=kind.reclaim_disabled, startup_grace_s=kind.startup_grace_s,
+            source=f"file:{source}", labels=labels,
         ))
     return out
 

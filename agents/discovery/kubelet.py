@@ -143,6 +143,7 @@ def parse_pod_list(doc: Any, *, source: str, driver: str = "cgroupfs", cgroup_ro
                 request=request, limit=limit, start_s=start, grace_s=float(grace),
                 cgroup=pod_cgroup(uid, qos, driver=driver, root=cgroup_root),
                 slack_cpu=kind.slack_cpu, slack_memory=kind.slack_memory, reclaim_disabled=kind.reclaim_disabled,
+                startup_grace_s=kind.startup_grace_s,
                 terminating=bool(meta.get("deletionTimestamp")), runtime_ref=key, source="kubelet",
                 labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             ))

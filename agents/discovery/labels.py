@@ -8,7 +8,12 @@ key                                    where       values (default)
 ``kalena.naughtian.io/slack-cpu``      annotation  ``allow`` (default) | ``deny``
 ``kalena.naughtian.io/slack-memory``   annotation  ``allow`` | ``deny`` (default)
 ``kalena.naughtian.io/reclaim``        annotation  ``disabled`` pins r at the request
+``kalena.naughtian.io/startup-grace-s``  annotation  seconds ≥ 0: this workload's startup grace
 =====================================  ==========  =========================================
+
+The per-workload overrides (reclaim, startup grace; DESIGN §4, §5) are read by
+:func:`kalena_engine.overrides.workload_overrides` — the control plane's reading too — from the
+annotations over the labels.
 
 Docker has no annotations: container labels serve as both. DaemonSet pods (and containers
 labelled ``kalena.naughtian.io/daemonset: "true"``) are tier ``daemonset``: never throttled,
@@ -22,13 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agents.errors import DiscoveryError
+from kalena_engine.overrides import RECLAIM, OverrideError, WorkloadOverrides, workload_overrides
 
 PREFIX = "kalena.naughtian.io/"
 TIER = PREFIX + "tier"
 PRIORITY = PREFIX + "priority"
 SLACK_CPU = PREFIX + "slack-cpu"
 SLACK_MEMORY = PREFIX + "slack-memory"
-RECLAIM = PREFIX + "reclaim"
 DAEMONSET = PREFIX + "daemonset"
 GRACE = PREFIX + "termination-grace-seconds"
 
@@ -37,13 +42,14 @@ TIERS = ("service", "batch")
 
 @dataclass(frozen=True)
 class Classification:
-    """Tier, priority and slack/reclaim switches of one workload."""
+    """Tier, priority, slack switches and per-workload overrides of one workload."""
 
     tier: str
     priority: int
     slack_cpu: bool
     slack_memory: bool
     reclaim_disabled: bool
+    startup_grace_s: float | None = None   # None: the policy's startup grace
 
 
 def _switch(value: object, key: str, default: bool, source: str) -> bool:
@@ -77,15 +83,11 @@ def _priority(annotations: Mapping[str, str], source: str) -> int:
     return priority
 
 
-def _reclaim_disabled(annotations: Mapping[str, str], source: str) -> bool:
-    value = annotations.get(RECLAIM)
-    if value is None:
-        return False
-    text = str(value).strip().lower()
-    if text not in ("disabled", "enabled"):
-        raise DiscoveryError(f"{value!r} is not a reclaim setting", source=source, field=RECLAIM,
-                             accepted="disabled, enabled")
-    return text == "disabled"
+def _overrides(labels: Mapping[str, str], annotations: Mapping[str, str], source: str) -> WorkloadOverrides:
+    try:
+        return workload_overrides({**labels, **annotations}, source=source)
+    except OverrideError as exc:
+        raise DiscoveryError(exc.problem, source=exc.source, field=exc.field, accepted=exc.accepted) from None
 
 
 def classify(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | None, *, source: str,
@@ -100,7 +102,8 @@ def classify(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | 
     annotation never makes a workload disappear from the ledgers.
 
     Example: labels ``{tier: batch}``, annotations ``{priority: "3"}`` →
-    ``Classification("batch", 3, slack_cpu=True, slack_memory=False, reclaim_disabled=False)``.
+    ``Classification("batch", 3, slack_cpu=True, slack_memory=False, reclaim_disabled=False)``;
+    with ``{kalena.naughtian.io/startup-grace-s: "0"}`` too, ``startup_grace_s=0.0``.
     """
     labels = labels or {}
     annotations = annotations or {}
@@ -115,6 +118,8 @@ def classify(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | 
             return default
 
     tier = checked(lambda: _tier(labels, source, job_owned, infer_jobs), "service")
+    overrides = workload_overrides({**labels, **annotations}, source=source, errors=errors) if errors is not None \
+        else _overrides(labels, annotations, source)
     if daemonset or str(labels.get(DAEMONSET, "")).lower() == "true":
         tier = "daemonset"
     return Classification(
@@ -122,5 +127,5 @@ def classify(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | 
         priority=checked(lambda: _priority(annotations, source), 0),
         slack_cpu=checked(lambda: _switch(annotations.get(SLACK_CPU), SLACK_CPU, True, source), True),
         slack_memory=checked(lambda: _switch(annotations.get(SLACK_MEMORY), SLACK_MEMORY, False, source), False),
-        reclaim_disabled=checked(lambda: _reclaim_disabled(annotations, source), False),
+        reclaim_disabled=overrides.reclaim_disabled, startup_grace_s=overrides.startup_grace_s,
     )

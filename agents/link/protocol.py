@@ -76,11 +76,13 @@ Server → agent
 ``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42"}``: the message is stored; the
 agent deletes it from its buffer.
 
-``policy`` — optional run-time policy update, any subset of the engine's
-:class:`~kalena_engine.policy.EstimatorPolicy` / :class:`~kalena_engine.policy.EvictionPolicy`
-fields, and the cluster's policy ``version`` it carries (the control plane sends the whole
-estimator and eviction sections of its current version after each ``hello`` and whenever a new
-version is saved)::
+``policy`` — optional run-time policy update: the ``estimator`` and ``eviction`` sections of a
+policy file's ``spec`` (any subset of their keys, DESIGN §10), and the cluster's policy
+``version`` it carries (the control plane sends the whole estimator and eviction sections of its
+current version after each ``hello`` and whenever a new version is saved). The engine's policy
+parser (:func:`kalena_engine.policy_file.policy_with_sections`) reads them: an unknown key, a
+wrong unit or a value out of range refuses the whole message, naming the key and the accepted
+range, and the policy in force stays::
 
     {"type": "policy", "v": 1, "version": 4, "estimator": {"margin_ratio": 1.2},
      "eviction": {"min_run_time_s": 60}}
@@ -99,20 +101,23 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from agents.errors import ProtocolError
 from agents.model import NodeReading, UsageSample, Workload
-from kalena_engine.policy import EstimatorPolicy, EvictionPolicy, Policy
+from kalena_engine.errors import PolicyError
+from kalena_engine.policy import Policy
+from kalena_engine.policy_file import policy_with_sections
 
 VERSION = 1
 USAGE_KEYS: tuple[str, ...] = ("cpu_mcpu", "ram_bytes", "gpu_devices", "storage_bytes", "disk_read_bps",
                                "disk_write_bps", "net_in_bps", "net_out_bps")
 AGENT_TYPES = ("hello", "samples", "action", "gap")
 SERVER_TYPES = ("ack", "policy", "error")
+POLICY_SECTIONS = ("estimator", "eviction")  # what an agent applies of the cluster's policy
 ACTIONS = ("throttle", "cpu_weight", "memory_cap", "evict", "kill", "starvation_cap", "starvation_release", "hold")
 TRIGGER_SOURCES = ("psi-trigger", "eventfd-threshold", "poll", "periodic")
 
@@ -322,38 +327,25 @@ class Ack:
 
 @dataclass(frozen=True)
 class PolicyUpdate:
-    """Changes to apply on top of the current policy (field → value); ``version`` is the
-    cluster's policy version they come from (None when the sender gave none)."""
+    """Changes to apply on top of the current policy (section → field → value, as a policy
+    file's ``spec``); ``version`` is the cluster's policy version they come from (None when the
+    sender gave none). Read and applied by the engine's parser
+    (:func:`kalena_engine.policy_file.policy_with_sections`), the only one."""
 
     estimator: Mapping[str, float]
     eviction: Mapping[str, float]
     version: int | None = None
 
     def apply(self, policy: Policy) -> Policy:
-        return replace(policy, estimator=replace(policy.estimator, **self.estimator),
-                       eviction=replace(policy.eviction, **self.eviction))
+        """``policy`` with these changes (raises :class:`~kalena_engine.errors.PolicyError` when
+        the combination is refused, e.g. acute_ratio below evict_threshold_ratio)."""
+        return policy_with_sections(policy, {"estimator": dict(self.estimator), "eviction": dict(self.eviction)},
+                                    source="<policy>", sections=POLICY_SECTIONS)
 
 
 @dataclass(frozen=True)
 class ServerError:
     message: str
-
-
-def _policy_part(obj: Any, cls: type, where: str, field: str) -> dict[str, float]:
-    if obj is None:
-        return {}
-    if not isinstance(obj, Mapping):
-        raise ProtocolError("expected an object", source=where, field=field)
-    known = {f.name: f.type for f in fields(cls)}
-    out: dict[str, float] = {}
-    for key, value in obj.items():
-        if key not in known:
-            raise ProtocolError(f"unknown field {key!r}", source=where, field=f"{field}.{key}",
-                                accepted=", ".join(sorted(known)))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise ProtocolError(f"{value!r} is not a number ≥ 0", source=where, field=f"{field}.{key}")
-        out[key] = int(value) if known[key] in ("int", int) else float(value)
-    return out
 
 
 def parse_server_message(text: str | bytes) -> Ack | PolicyUpdate | ServerError:
@@ -380,8 +372,12 @@ def parse_server_message(text: str | bytes) -> Ack | PolicyUpdate | ServerError:
         if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
             raise ProtocolError(f"{version!r} is not a policy version", source=where, field="version",
                                 accepted="a whole number ≥ 0")
-        return PolicyUpdate(_policy_part(message.get("estimator"), EstimatorPolicy, where, "estimator"),
-                            _policy_part(message.get("eviction"), EvictionPolicy, where, "eviction"), version)
+        sections = {name: message.get(name) or {} for name in POLICY_SECTIONS}
+        try:  # the engine's parser checks every key, unit and range (and the combination)
+            policy_with_sections(Policy(), sections, source=where, sections=POLICY_SECTIONS)
+        except PolicyError as exc:
+            raise ProtocolError(exc.problem, source=where, field=exc.field, accepted=exc.accepted) from None
+        return PolicyUpdate(dict(sections["estimator"]), dict(sections["eviction"]), version)
     if kind == "error":
         return ServerError(str(message.get("message", "")))
     raise ProtocolError(f"unknown type {kind!r}", source=where, field="type", accepted=", ".join(SERVER_TYPES))

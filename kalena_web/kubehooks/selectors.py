@@ -17,20 +17,6 @@ from kalena_web.scheduling import mappers
 from kalena_web.scheduling import selectors as scheduling
 
 
-def cluster_snapshot(*, cluster: Cluster, now_s: float, policy: Policy):
-    """``(rows, snapshot)`` exactly as a scheduling pass reads the cluster."""
-    rows = scheduling.node_rows(cluster=cluster)
-    row_of_node = {r.id: i for i, r in enumerate(rows)}
-    cached, _ = mappers.node_images(rows)
-    snap = mappers.snapshot(
-        rows, now_s=now_s, production=scheduling.production_pods(cluster=cluster, row_of_node=row_of_node),
-        batch=scheduling.batch_residents(cluster=cluster, row_of_node=row_of_node),
-        evictions=scheduling.recent_evictions(cluster=cluster, since_s=now_s - policy.eviction.cooldown_s,
-                                              row_of_node=row_of_node),
-        images=cached)
-    return rows, snap
-
-
 def extender_verdicts(*, cluster: Cluster, pod: Mapping[str, Any], node_names: Sequence[str], now_s: float,
                       policy: Policy) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
     """``(failed, scores)`` for ``pod`` on ``node_names``: failed maps node → ``(reason kind,
@@ -46,7 +32,8 @@ def extender_verdicts(*, cluster: Cluster, pod: Mapping[str, Any], node_names: S
     template = mappers.template_of(owner=f"{owners[0]['kind']}/{owners[0]['name']}" if owners else ref,
                                    namespace=ref.split("/", 1)[0], labels=meta.get("labels") or {},
                                    constraints=pod_constraints(pod), min_member=None)
-    rows, snap = cluster_snapshot(cluster=cluster, now_s=now_s, policy=policy)
+    rows, snap = scheduling.cluster_snapshot(cluster=cluster, now_s=now_s, cooldown_s=policy.eviction.cooldown_s,
+                                              kubelet=False)
     verdicts = node_verdicts(snap, template, np.asarray(requests), policy) if rows else None
     index = {r.name: i for i, r in enumerate(rows)}
     failed: dict[str, tuple[str, str]] = {}

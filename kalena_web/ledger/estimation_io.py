@@ -12,8 +12,10 @@ from collections.abc import Sequence
 import orjson
 from django.db import connection
 
+from kalena_engine.overrides import KEYS
 from kalena_web.inventory.fields import encode_vector
 from kalena_web.inventory.models import Workload
+from kalena_web.ledger.mappers import WorkloadColumns
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
 from kalena_web.telemetry.models import USAGE_COLUMNS, Sample
 
@@ -24,13 +26,6 @@ def _pg() -> bool:
     return connection.vendor == "postgresql"
 
 
-def _vector(text: str | bytes | None) -> list[float] | None:
-    """Stored JSON → eight floats (``null`` → inf), or None."""
-    if text is None:
-        return None
-    return [float("inf") if v is None else float(v) for v in orjson.loads(text)]
-
-
 def _ids(ids: Sequence[int]) -> tuple[str, list]:
     """``= ANY(%s)`` with one array on PostgreSQL, ``IN (…)`` elsewhere."""
     if _pg():
@@ -38,23 +33,36 @@ def _ids(ids: Sequence[int]) -> tuple[str, list]:
     return f"IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
 
-def load_workloads(node_ids: Sequence[int]) -> list[tuple]:
-    """Workloads placed on ``node_ids`` that have a reservation, as rows of
-    :data:`kalena_web.ledger.mappers.WORKLOAD_COLUMNS` (vectors decoded, labels a dict)."""
+def _label(key: str) -> str:
+    """SQL reading one label value as text (PostgreSQL jsonb ``->>``, SQLite ``json_extract``)."""
+    return f"w.labels->>'{key}'" if _pg() else f"json_extract(w.labels, '$.\"{key}\"')"
+
+
+def load_workloads(node_ids: Sequence[int]) -> WorkloadColumns:
+    """Workloads placed on ``node_ids`` that have a reservation, ordered by id, as the columns of
+    :class:`~kalena_web.ledger.mappers.WorkloadColumns` (one statement; vectors stay JSON text
+    for :func:`~kalena_web.ledger.mappers.live_workloads` to decode in one step; of the labels
+    only the per-workload override keys are read, :data:`kalena_engine.overrides.KEYS`)."""
     if not node_ids:
-        return []
+        return WorkloadColumns.empty()
     cast = "::text" if _pg() else ""
     clause, params = _ids(node_ids)
+    overrides = ", ".join(_label(k) for k in KEYS)
     with connection.cursor() as cursor:
         cursor.execute(
-            f'SELECT w.id, w.node_id, w.kind, w.request{cast}, w."limit"{cast}, w.labels{cast}, w.start_s, '
-            f"r.value{cast}, r.updated_s, r.last_sample_s, r.last_usage{cast} "
+            f'SELECT w.id, w.node_id, w.kind, w.request{cast}, w."limit"{cast}, w.start_s, '
+            f"r.value{cast}, r.updated_s, r.last_sample_s, r.last_usage{cast}, w.name, w.priority, "
+            f"{overrides} "
             f"FROM {Workload._meta.db_table} w JOIN {WorkloadReservation._meta.db_table} r ON r.workload_id = w.id "
             f"WHERE w.node_id {clause} ORDER BY w.id", params)
         rows = cursor.fetchall()
-    return [(wid, node, kind, _vector(q), _vector(lim), orjson.loads(labels) if labels else {}, start, _vector(r),
-             updated, last, _vector(usage))
-            for wid, node, kind, q, lim, labels, start, r, updated, last, usage in rows]
+    if not rows:
+        return WorkloadColumns.empty()
+    cols = list(zip(*rows))
+    return WorkloadColumns(
+        ids=cols[0], node_ids=cols[1], kinds=cols[2], request=cols[3], limit=cols[4], start_s=cols[5],
+        value=cols[6], updated_s=cols[7], last_sample_s=cols[8], last_usage=cols[9], names=cols[10],
+        priorities=cols[11], overrides=dict(zip(KEYS, cols[12:12 + len(KEYS)])))
 
 
 def load_samples(batch_ids: Sequence[int]) -> list[tuple]:

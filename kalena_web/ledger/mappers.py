@@ -8,32 +8,48 @@ start and pinning; and stored samples → ``(m,)`` / ``(m, 8)`` arrays for
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import orjson
 
 from kalena_engine.estimator import Reservations, estimator_limit
+from kalena_engine.overrides import WorkloadOverrides, workload_overrides
 from kalena_engine.resources import N_DIMS
 
-RECLAIM = "kalena.naughtian.io/reclaim"
-#: Per-workload startup grace (DESIGN §5: g has a per-workload override), seconds ≥ 0.
-STARTUP_GRACE = "kalena.naughtian.io/startup-grace-s"
+#: A text column of one JSON vector per row (``null`` element = +inf, a NULL row = none).
+_NULL_ROW = "[" + ",".join(["null"] * N_DIMS) + "]"
 
 
-def grace_override_s(labels: dict | None) -> float:
-    """The workload's startup-grace override in seconds, NaN when it has none (or a value that is
-    not a finite number ≥ 0 — the policy's grace then applies)."""
-    raw = (labels or {}).get(STARTUP_GRACE)
-    try:
-        value = float(str(raw).strip()) if raw is not None else np.nan
-    except ValueError:
-        return np.nan
-    return value if np.isfinite(value) and value >= 0 else np.nan
+@dataclass(frozen=True)
+class WorkloadColumns:
+    """Workload rows as read (:func:`kalena_web.ledger.estimation_io.load_workloads`), one tuple per
+    column: ``ids``, ``node_ids``, ``kinds``; vectors as JSON text (``request``, ``limit``,
+    ``value``, ``last_usage``); ``start_s``, ``updated_s``, ``last_sample_s`` (None = never);
+    ``names``, ``priorities``; ``overrides``: each override key (:data:`kalena_engine.overrides.KEYS`)
+    → its column of raw values (None where the workload does not set it)."""
 
-#: Columns :func:`live_workloads` reads, in order (a ``values_list`` over Workload).
-WORKLOAD_COLUMNS = ("id", "node_id", "kind", "request", "limit", "labels", "start_s", "reservation__value",
-                    "reservation__updated_s", "reservation__last_sample_s", "reservation__last_usage")
+    ids: tuple
+    node_ids: tuple
+    kinds: tuple
+    request: tuple
+    limit: tuple
+    start_s: tuple
+    value: tuple
+    updated_s: tuple
+    last_sample_s: tuple
+    last_usage: tuple
+    names: tuple
+    priorities: tuple
+    overrides: Mapping[str, tuple]
+
+    @classmethod
+    def empty(cls) -> WorkloadColumns:
+        return cls(*([()] * 12), overrides={})
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +65,9 @@ class LiveWorkloads:
         reclaim_disabled: ``(n,)`` bool (``kalena.naughtian.io/reclaim: disabled``).
         state: the estimator state; ``last_sample_s`` is ``-inf`` for never-sampled workloads.
         last_usage: ``(n, 8)`` the newest sample's usage (0 where never measured).
-        grace_override_s: ``(n,)`` per-workload startup grace (:data:`STARTUP_GRACE`), NaN = the policy's.
+        grace_override_s: ``(n,)`` per-workload startup grace (``kalena.naughtian.io/startup-grace-s``),
+            NaN = the policy's.
+        declared_limit: ``(n, 8)`` the declared limits (+inf where none), or None.
     """
 
     ids: np.ndarray
@@ -62,6 +80,7 @@ class LiveWorkloads:
     state: Reservations
     last_usage: np.ndarray
     grace_override_s: np.ndarray | None = None
+    declared_limit: np.ndarray | None = None
 
     def grace_s(self, policy_grace_s: float) -> np.ndarray:
         """``(n,)`` startup grace per workload: its override, else the policy's ``g``."""
@@ -73,33 +92,54 @@ class LiveWorkloads:
         return len(self.ids)
 
 
-def _vectors(values: Sequence, n: int, fill: float = 0.0) -> np.ndarray:
-    out = np.full((n, N_DIMS), fill, dtype=np.float64)
-    for i, v in enumerate(values):
-        if v is not None:
-            out[i] = v
+def vector_matrix(texts: Sequence[str | bytes | None], fill: float = 0.0) -> np.ndarray:
+    """``(n, 8)`` from ``n`` JSON vectors in one parse: a ``null`` element is +inf
+    (:class:`~kalena_web.inventory.fields.ResourceVectorField`), a NULL row reads ``fill``."""
+    n = len(texts)
+    if n == 0:
+        return np.zeros((0, N_DIMS))
+    missing = [i for i, t in enumerate(texts) if t is None]
+    texts = [_NULL_ROW if t is None else t for t in texts] if missing else texts
+    if not isinstance(texts[0], str):
+        texts = [t.decode() for t in texts]
+    joined = ",".join(texts)
+    out = np.array(orjson.loads(f"[{joined}]"), dtype=np.float64).reshape(n, N_DIMS)
+    out[np.isnan(out)] = np.inf
+    out[missing] = fill
     return out
 
 
-def live_workloads(rows: Sequence[tuple], *, limit_ratio: float) -> LiveWorkloads:
-    """Rows of :data:`WORKLOAD_COLUMNS` → :class:`LiveWorkloads`."""
-    n = len(rows)
-    cols = list(zip(*rows)) if rows else [()] * len(WORKLOAD_COLUMNS)
-    request = _vectors(cols[3], n)
-    declared = _vectors(cols[4], n, fill=np.inf)
+def _times(values: Sequence, n: int) -> np.ndarray:
+    """``(n,)`` seconds, None → −inf."""
+    out = np.array(values, dtype=np.float64).reshape(n)  # None → nan
+    out[np.isnan(out)] = -np.inf
+    return out
+
+
+def live_workloads(cols: WorkloadColumns, *, limit_ratio: float) -> LiveWorkloads:
+    """:class:`WorkloadColumns` → :class:`LiveWorkloads` (columns decoded with numpy; the
+    overrides through :func:`kalena_engine.overrides.workload_overrides`, a bad value keeping its
+    default, as the agent does)."""
+    n = len(cols)
+    request = vector_matrix(cols.request, 0.0)
+    declared = vector_matrix(cols.limit, np.inf)
     limit = estimator_limit(declared, request, limit_ratio)
-    start = np.array([-np.inf if s is None else float(s) for s in cols[6]], dtype=np.float64)
-    last = np.array([-np.inf if s is None else float(s) for s in cols[9]], dtype=np.float64)
-    state = Reservations(value=_vectors(cols[7], n), updated_s=np.array(cols[8], dtype=np.float64).reshape(n),
-                         last_sample_s=last)
+    state = Reservations(value=vector_matrix(cols.value, 0.0),
+                         updated_s=np.array(cols.updated_s, dtype=np.float64).reshape(n),
+                         last_sample_s=_times(cols.last_sample_s, n))
+    overrides = [WorkloadOverrides()] * n
+    for row in sorted({i for column in cols.overrides.values() for i, v in enumerate(column) if v is not None}):
+        overrides[row] = workload_overrides({key: column[row] for key, column in cols.overrides.items()},
+                                            source=f"workload {cols.ids[row]}", errors=[])
     return LiveWorkloads(
-        ids=np.array(cols[0], dtype=np.int64).reshape(n), node_ids=np.array(cols[1], dtype=np.int64).reshape(n),
-        batch=np.array([k == "batch" for k in cols[2]], dtype=bool).reshape(n), request=request, limit=limit,
-        start_s=start,
-        reclaim_disabled=np.array([str((lab or {}).get(RECLAIM, "")).lower() == "disabled" for lab in cols[5]],
-                                  dtype=bool).reshape(n),
-        state=state, last_usage=np.nan_to_num(_vectors(cols[10], n), nan=0.0, posinf=0.0),
-        grace_override_s=np.array([grace_override_s(lab) for lab in cols[5]], dtype=np.float64).reshape(n),
+        ids=np.array(cols.ids, dtype=np.int64).reshape(n), node_ids=np.array(cols.node_ids, dtype=np.int64).reshape(n),
+        batch=np.array([k == "batch" for k in cols.kinds], dtype=bool).reshape(n), request=request, limit=limit,
+        declared_limit=declared,
+        start_s=_times(cols.start_s, n),
+        reclaim_disabled=np.array([o.reclaim_disabled for o in overrides], dtype=bool).reshape(n),
+        state=state, last_usage=np.nan_to_num(vector_matrix(cols.last_usage, 0.0), nan=0.0, posinf=0.0),
+        grace_override_s=np.array([np.nan if o.startup_grace_s is None else o.startup_grace_s for o in overrides],
+                                  dtype=np.float64).reshape(n),
     )
 
 

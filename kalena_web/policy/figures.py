@@ -1,15 +1,19 @@
 """Plotly figures of the policy pages (drawn by ``static/console/console.js``, as every
-console figure): the pre-flight's per-node slack and the calibration safety curve."""
+console figure): the pre-flight's per-node slack and the calibration safety curve; and the
+pre-flight's per-node slack table body (one row per node — 620 rows rendered by the template
+language cost more than the pre-flight's engine, so they are joined here, escaped)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
 
 from kalena_engine.policy import Policy
 from kalena_engine.policy_file import Calibration
 from kalena_engine.preflight import Preflight
 from kalena_web.console.figures import FONT, GRID, _to_json
-from kalena_web.console.formatting import GIB
+from kalena_web.console.formatting import GIB, cores, gib
 
 MAX_NODES = 60  # the chart shows the nodes whose slack moves most; the table lists all
 
@@ -41,6 +45,15 @@ def preflight_slack_figure(preflight: Preflight) -> str:
                       yaxis=_axis(domain=[0.55, 1.0], title="slack cpu (cores)"),
                       yaxis2=_axis(domain=[0.0, 0.45], title="slack ram (GiB)"))
     return _to_json(fig)
+
+
+def preflight_slack_rows(preflight: Preflight) -> SafeString:
+    """The ``<tr>`` rows of the slack table: node, cpu now / after / settled (cores), ram now /
+    after / settled (GiB), in the pre-flight's node order; names are escaped."""
+    return format_html_join("", '<tr><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>'
+                                '<td class="num">{}</td><td class="num">{}</td><td class="num">{}</td></tr>\n', (
+        (n.node, cores(n.cpu_now_mcpu), cores(n.cpu_after_mcpu), cores(n.cpu_settled_mcpu), gib(n.ram_now_bytes),
+         gib(n.ram_after_bytes), gib(n.ram_settled_bytes)) for n in preflight.nodes))
 
 
 def calibration_figure(calibration: Calibration, current: Policy) -> str:

@@ -30,8 +30,8 @@ MAX_FILE_BYTES = 1_000_000
 
 
 def _policy_page(request: HttpRequest, cluster, *, draft: drafts.Draft | None = None, preflight=None,
-                 message: str = "", status: int = 200, origin: str = "") -> HttpResponse:
-    current = selectors.current_policy(cluster_id=cluster.id)
+                 message: str = "", status: int = 200, origin: str = "", current=None) -> HttpResponse:
+    current = current or selectors.current_policy(cluster_id=cluster.id)
     version, agents = selectors.agents_policy_state(cluster=cluster)
     fields = draft.fields if draft else drafts.form_fields(current.document)
     sections: dict[str, list] = {}
@@ -42,14 +42,17 @@ def _policy_page(request: HttpRequest, cluster, *, draft: drafts.Draft | None = 
         "namespaces": draft.namespaces if draft else drafts.namespaces_text(dict(current.policy.placement.namespace_batch_caps)),
         "errors": draft.errors if draft else {}, "form_error": (draft.errors.get("", "") if draft else "") or message,
         "preflight": preflight, "figure": figures.preflight_slack_figure(preflight) if preflight else None,
+        "slack_rows": figures.preflight_slack_rows(preflight) if preflight else "",
         "agents": agents, "behind": [a for a in agents if a.behind], "can_tune": request.user.has_perm(TUNE),
     }, status=status)
 
 
-def _preflight(cluster, document: PolicyDocument):
-    current = selectors.current_policy(cluster_id=cluster.id)
-    return policy_preflight(preflight_cluster_load(cluster=cluster), current=current.policy,
-                            proposed=document.policy, now_s=time.time())
+def _preflight(cluster, document: PolicyDocument, current=None):
+    current = current or selectors.current_policy(cluster_id=cluster.id)
+    now = time.time()
+    cooldown_s = max(current.policy.eviction.cooldown_s, document.policy.eviction.cooldown_s)
+    return policy_preflight(preflight_cluster_load(cluster=cluster, now_s=now, cooldown_s=cooldown_s),
+                            current=current.policy, proposed=document.policy, now_s=now)
 
 
 def _user(request: HttpRequest) -> str:
@@ -92,8 +95,8 @@ def policy(request: HttpRequest, cluster: str) -> HttpResponse:
                                              source=request.POST.get("origin", "")[:200] or "console",
                                              note=request.POST.get("note", ""))
         return redirect(f"/policy/{c.name}/history/?saved={row.version}")
-    return _policy_page(request, c, draft=draft, preflight=_preflight(c, draft.document),
-                        origin=request.POST.get("origin", ""))
+    return _policy_page(request, c, draft=draft, preflight=_preflight(c, draft.document, current),
+                        origin=request.POST.get("origin", ""), current=current)
 
 
 def _uploaded_text(request: HttpRequest, name: str = "file") -> tuple[str, str]:

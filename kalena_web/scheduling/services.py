@@ -23,7 +23,6 @@ from kalena_engine.policy import Policy
 from kalena_engine.resources import DIM_INDEX, IR_UNITS, N_DIMS, to_ir
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
-from kalena_web.kubehooks.selectors import kubelet_room
 from kalena_web.scheduling import mappers, selectors
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.telemetry.validation import Rejected, check_json_values
@@ -237,23 +236,15 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     """
     report = PassReport()
     mark = time.perf_counter()
-    rows = selectors.node_rows(cluster=cluster)
     pending_rows = selectors.pending_rows(cluster=cluster)
     report.pending = len(pending_rows)
-    if not rows or not pending_rows:
+    if not pending_rows:
         return report
-    row_of_node = {r.id: i for i, r in enumerate(rows)}
-    cached, image_sizes = mappers.node_images(rows)
-    snapshot = mappers.snapshot(
-        rows, now_s=now_s, production=selectors.production_pods(cluster=cluster, row_of_node=row_of_node, cache=cache),
-        batch=selectors.batch_residents(cluster=cluster, row_of_node=row_of_node),
-        evictions=selectors.recent_evictions(cluster=cluster, since_s=now_s - policy.eviction.cooldown_s,
-                                             row_of_node=row_of_node),
-        images=cached,
-    )
-    kubelet = kubelet_room(cluster=cluster, rows=rows)  # Kubernetes: the kubelet re-checks (case C11)
-    if kubelet is not None:
-        snapshot = dataclasses.replace(snapshot, kubelet=kubelet)
+    rows, snapshot = selectors.cluster_snapshot(cluster=cluster, now_s=now_s, cooldown_s=policy.eviction.cooldown_s,
+                                                cache=cache)
+    if not rows:
+        return report
+    _, image_sizes = mappers.node_images(rows)
     pending, pods_of_entry = mappers.pending_batch(pending_rows, image_sizes)
     mark = _phase(report, "read", mark)
     result = schedule_batch(snapshot, pending, policy, rng=rng)

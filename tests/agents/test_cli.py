@@ -17,6 +17,8 @@ import pytest
 from agents.bench.harness import BURNER, SPINNER
 from agents.config import parse_run_args
 from agents.errors import ConfigError
+from kalena_engine.policy import Policy
+from tests.agents.conftest import make_v2_tree, v2_files
 from tests.agents.test_link import WsServer, free_port, wait_for
 
 AGENT = [sys.executable, "-m", "agents.cli"]
@@ -41,12 +43,41 @@ def test_bad_configuration_is_refused_with_the_flag_named(argv, env, named) -> N
     assert result.returncode == 2 and named in result.stderr
 
 
-def test_bad_policy_file_names_the_field(tmp_path) -> None:
+POLICY = {"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy"}
+
+
+@pytest.mark.parametrize("document, says", [
+    ({**POLICY, "spec": {"eviction": {"min_run_time": 5}}},
+     "spec.eviction.min_run_time: unknown key 'min_run_time' (accepted: evict_threshold_ratio, acute_ratio"),
+    ({**POLICY, "spec": {"estimator": {"margin_ratio": 0.9}}},
+     "spec.estimator.margin_ratio: 0.9 is out of range (accepted: a number in [1, 10])"),
+    ({**POLICY, "spec": {"estimator": {"half_life_s": "10min"}}}, "spec.estimator.half_life_s: expected"),
+    # the old agent-only shape {"estimator": …} is not a policy file
+    ({"estimator": {"margin_ratio": 1.2}}, "estimator: unknown key 'estimator' (accepted: apiVersion, kind, metadata, spec)"),
+    ({"kind": "Policy", "spec": {}}, "apiVersion: missing apiVersion (accepted: kalena.naughtian.io/v1)"),
+    ({**POLICY, "apiVersion": "kalena.naughtian.io/v2"}, "is not a apiVersion Kalena reads"),
+])
+def test_bad_policy_file_is_refused_naming_the_field(tmp_path, document, says) -> None:
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({"eviction": {"min_run_time": 5}}))
+    policy.write_text(json.dumps(document))
     with pytest.raises(ConfigError) as info:
         parse_run_args(["--workloads-file", "w", "--policy-file", str(policy)], {})
-    assert "eviction.min_run_time" in str(info.value) and "min_run_time_s" in str(info.value)
+    assert str(info.value).startswith(str(policy)) and says in str(info.value)
+
+
+def test_a_policy_file_as_the_console_exports_it_is_read_and_flags_go_on_top(tmp_path) -> None:
+    from kalena_engine.policy_file import PolicyDocument, dump_policy_text
+
+    policy = tmp_path / "home-policy-v3.yaml"
+    exported = PolicyDocument(policy=Policy().with_estimator(margin_ratio=1.3).with_eviction(min_run_time_s=45.0))
+    policy.write_text(dump_policy_text(exported))
+    config = parse_run_args(["--workloads-file", "w", "--policy-file", str(policy)], {})
+    assert config.policy == exported.policy
+    config = parse_run_args(["--workloads-file", "w", "--policy-file", str(policy), "--min-run-time-s", "90"], {})
+    assert (config.policy.estimator.margin_ratio, config.policy.eviction.min_run_time_s) == (1.3, 90.0)
+    with pytest.raises(ConfigError) as info:
+        parse_run_args(["--workloads-file", "w", "--evict-threshold-ratio", "1.5"], {})
+    assert "flags: eviction.evict_threshold_ratio: 1.5 is out of range" in str(info.value)
 
 
 def test_environment_configures_the_agent() -> None:
@@ -116,3 +147,68 @@ def test_bench_mitigation_writes_its_summary(tmp_path) -> None:
     assert printed["episodes"] == 1
     assert not [p for p in Path("/sys/fs/cgroup/cpu").glob("kalena-bench-*")]            # cleaned up
 
+
+
+def _machine(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A temp-dir cgroup v2 tree and procfs, and the agent flags that use them."""
+    root = make_v2_tree(tmp_path / "cgroup", {"system.slice": v2_files()})
+    proc = tmp_path / "proc"
+    (proc / "pressure").mkdir(parents=True)
+    for res in ("cpu", "memory", "io"):
+        (proc / "pressure" / res).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                                             "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    (proc / "meminfo").write_text("MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n")
+    workloads = tmp_path / "workloads.json"
+    workloads.write_text(json.dumps({"workloads": []}))
+    return root, ["--cgroup-root", str(root), "--proc-root", str(proc), "--workloads-file", str(workloads),
+                  "--capacity", "cpu=2,memory=4Gi", "--health-address", "off", "--node-cgroup", "kubepods"]
+
+
+def test_a_missing_node_cgroup_is_a_clear_error(tmp_path) -> None:
+    root, flags = _machine(tmp_path)
+    result = subprocess.run([*AGENT, "run", *flags, "--duration-s", "2"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert (f"configuration error: --node-cgroup: kubepods: {root}/kubepods does not exist in the memory hierarchy "
+            f"(cgroup v2 at {root})") in result.stderr
+    assert "--node-cgroup-wait-s to wait for it" in result.stderr
+
+
+def test_the_agent_waits_for_its_node_cgroup_when_asked(tmp_path) -> None:
+    root, flags = _machine(tmp_path)
+    proc = subprocess.Popen([*AGENT, "run", *flags, "--node-cgroup-wait-s", "60", "--duration-s", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "KALENA_LOG_FORMAT": "text"})
+    try:
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:          # the agent says it waits before the group exists
+            lines.append(line)
+            if "does not exist yet; waiting up to 60 s" in line:
+                break
+        assert proc.poll() is None, "".join(lines)
+        make_v2_tree(root, {"kubepods": v2_files(memory_bytes=2**30)})
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(lines) + rest
+    assert "kubepods appeared" in rest
+
+
+def test_a_node_cgroup_removed_while_running_stops_node_pressure_not_the_agent(tmp_path) -> None:
+    from tests.agents.rig import GIB, Rig
+
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 64 * GIB})
+    try:
+        loop = rig.build()
+        loop.tick(1000.0, 0.0)
+        assert loop._last_node is not None
+        (rig.root / "kubepods" / "memory.current").unlink()     # the runtime removed its group
+        loop.tick(1010.0, 10.0)
+        assert loop._last_node is None                          # no reading: no node-pressure eviction
+        rig.set_files("", memory_bytes=GIB)
+        loop.tick(1020.0, 20.0)
+        assert loop._last_node is not None and loop._last_node.working_set_bytes == GIB
+    finally:
+        rig.close()

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from websockets.asyncio.server import serve
 
+from agents.errors import ProtocolError
 from agents.link import protocol
 from agents.link.buffer import LinkBuffer
 from agents.link.client import LinkClient, backoff_delay_s
 from agents.link.protocol import PolicyUpdate
 from agents.model import KIND_KUBERNETES, UsageSample, Workload
 from kalena_engine.resources import zeros
-from tests.agents.rig import Rig
+from tests.agents.rig import GIB, Rig
 
 TOKEN = "node-a-token"
 
@@ -341,5 +342,32 @@ def test_samples_carry_the_policy_version_the_loop_applies(tmp_path) -> None:
         assert loop.settings.policy.estimator.margin_ratio == 1.3
         assert loop.settings.policy.eviction.min_run_time_s == 60.0
         assert loop.policy_version == 4
+    finally:
+        rig.close()
+
+
+@pytest.mark.parametrize("message, says", [
+    ({"estimator": {"margin": 1.2}}, "<policy>: estimator.margin: unknown key 'margin' (accepted: margin_ratio"),
+    ({"estimator": {"margin_ratio": 0.9}}, "<policy>: estimator.margin_ratio: 0.9 is out of range (accepted: a number in [1, 10])"),
+    ({"estimator": {"half_life_s": "10min"}}, "<policy>: estimator.half_life_s: expected a number"),
+    ({"eviction": {"cfs_period_us": 100000.5}}, "<policy>: eviction.cfs_period_us: 100000.5 is not a whole number"),
+    ({"eviction": {"acute_ratio": 0.9}}, "acute_ratio 0.9 is below evict_threshold_ratio 0.95"),
+])
+def test_a_bad_policy_message_is_refused_naming_the_field(message, says) -> None:
+    """The link's policy message is read by the engine's policy parser (one parser)."""
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse_server_message(json.dumps({"type": "policy", "v": 1, "version": 2, **message}))
+    assert says in str(info.value)
+
+
+def test_a_policy_update_the_engine_refuses_leaves_the_policy_in_force(tmp_path) -> None:
+    rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 64 * GIB})
+    try:
+        loop = rig.build()
+        loop.apply_policy_update(PolicyUpdate({"margin_ratio": 1.3}, {}, version=2))
+        loop.apply_policy_update(PolicyUpdate({}, {"evict_threshold_ratio": 0.999}, version=3))  # above acute 0.99
+        loop.tick(1000.0, 0.0)
+        assert loop.settings.policy.estimator.margin_ratio == 1.3 and loop.policy_version == 2
+        assert loop.settings.policy.eviction.evict_threshold_ratio == 0.95
     finally:
         rig.close()

@@ -386,3 +386,39 @@ def test_an_agent_without_workloads_still_reports_its_node(rig) -> None:
     (message,) = [m for m in rig.messages if m["type"] == "samples"]
     assert message["samples"] == [] and message["node_sample"] is not None
     assert message["node_sample"]["ts"] == T0
+
+
+def test_the_agent_estimate_honours_the_startup_grace_override(rig) -> None:
+    """DESIGN §5: ``kalena.naughtian.io/startup-grace-s`` replaces the policy's grace g for one
+    workload, in the agent's own estimate as in the control plane's (one reading:
+    :func:`kalena_engine.overrides.workload_overrides`)."""
+    start = T0 - 60.0          # 60 s old at the first tick: inside the policy's 300 s grace
+    for name, annotations in (("policy-grace", {}), ("no-grace", {"kalena.naughtian.io/startup-grace-s": "0"}),
+                              ("grace-90", {"kalena.naughtian.io/startup-grace-s": "90"})):
+        rig.add(name, tier="service", requests={"memory": "2Gi"}, limits={"memory": "4Gi"}, start_time=start,
+                annotations=annotations, memory_bytes=GIB // 2)
+    loop = rig.build()
+    for step in range(5):      # samples at T0 … T0 + 40 s, 10 s apart
+        loop.tick(T0 + 10.0 * step, 10.0 * step)
+    r = {wid: loop.table.res.value[row, 1] for row, wid in enumerate(loop.table.ids)}
+    q, tau = 2.0 * GIB, 1.15 * 0.5 * GIB                    # τ = μ·u = 1.15 × 0.5 GiB
+    h = rig.settings.policy.estimator.half_life_s
+    # in the policy's grace (g = 300 s, 100 s old): r = max(q, τ) = q
+    assert r["policy-grace"] == pytest.approx(q)
+    # g = 0: no grace, r decays from q since the first sample at T0: Δt = 40 s
+    assert r["no-grace"] == pytest.approx(tau + (q - tau) * 2 ** (-40.0 / h))
+    # g = 90 s: grace ended at T0 + 30 s, the decay runs from there: Δt = 10 s
+    assert r["grace-90"] == pytest.approx(tau + (q - tau) * 2 ** (-10.0 / h))
+    reported = {s["workload"]: s["reservation"]["ram_bytes"]
+                for s in [m for m in rig.messages if m["type"] == "samples"][-1]["samples"]}
+    assert reported == pytest.approx(r)     # what the agent reports is this estimate
+
+
+def test_a_bad_startup_grace_override_is_reported_and_the_policy_grace_kept(rig) -> None:
+    rig.add("w", tier="service", requests={"memory": "2Gi"}, start_time=T0 - 60.0,
+            annotations={"kalena.naughtian.io/startup-grace-s": "soon"}, memory_bytes=GIB // 2)
+    loop = rig.build()
+    loop.tick(T0, 0.0)
+    assert loop.table.res.value[0, 1] == pytest.approx(2.0 * GIB)     # still in the policy's grace: r = q
+    (workload,) = [t.workload for t in loop.table.rows()]
+    assert workload.startup_grace_s is None

@@ -1,5 +1,6 @@
 """The policy pre-flight (kalena_engine.preflight) on the module's worked example: two nodes,
-a service pod whose reservation rises with μ, a batch pod, two pending pods."""
+a service pod whose reservation rises with μ, a batch pod, two pending pods; "placeable" is the
+engine scheduler's own answer, node filters included."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import numpy as np
 import pytest
 
 from kalena_engine.estimator import Reservations
+from kalena_engine.kuberina.model import Taint
+from kalena_engine.placement import BatchResidents, BatchTemplate
 from kalena_engine.policy import Policy
 from kalena_engine.preflight import PreflightCluster, policy_preflight
 from kalena_engine.resources import CPU, N_DIMS, RAM
+from tests.engine.placement.builders import Entry, Node, node_table, pending, snapshot
 
 GIB = 2.0**30
 NOW = 10_000.0
@@ -21,7 +25,7 @@ def _vec(cpu_mcpu: float, ram_gib: float, fill: float = 0.0) -> np.ndarray:
     return v
 
 
-def _cluster(*, pending_namespaces=("team-a", "team-a")) -> PreflightCluster:
+def _cluster(*, pending_namespaces=("team-a", "team-a"), nodes=None, node_selector=None) -> PreflightCluster:
     # node A: C = 4 cores, 10 GiB. service: q = 2 cores / 8 GiB, L = 4 cores / 12 GiB, u = 1 core / 8 GiB,
     # r = μ·u = 1.15 / 9.2 GiB
     # batch: q = L = 0.5 core / 1 GiB, u = q, r = q. Node B: empty, same capacity.
@@ -30,14 +34,27 @@ def _cluster(*, pending_namespaces=("team-a", "team-a")) -> PreflightCluster:
     limit = np.array([_vec(4000, 12, np.inf), _vec(500, 1, np.inf)])
     usage = np.array([_vec(1000, 8), _vec(500, 1)])
     reservation = np.array([_vec(1150, 9.2), _vec(500, 1)])
+    # the scheduling pass's snapshot of the same nodes: team-a already runs the batch pod on a;
+    # the queue: one 1-core / 2 GiB pod per namespace given (one template each)
+    nodes = nodes or [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10)]
+    table = node_table(nodes)
+    table = type(table)(names=table.names, zone=table.zone, rack=table.rack, labels=table.labels,
+                        taints=table.taints, capacity=capacity)
+    templates = tuple(BatchTemplate(owner=f"{ns}/job", namespace=ns, node_selector=node_selector or {})
+                      for ns in dict.fromkeys(pending_namespaces))
+    row = {t.namespace: i for i, t in enumerate(templates)}
+    queue = pending([Entry(f"{ns}/job-{i}", 1, cpu=1.0, ram=2.0, template=row[ns], queued_s=float(i))
+                     for i, ns in enumerate(pending_namespaces)], templates=templates)
+    residents = BatchResidents(node=np.array([0]), count=np.array([1]), template=np.array([0]),
+                               templates=(BatchTemplate(owner="batch/job", namespace="team-a"),))
     return PreflightCluster(
-        node_names=("a", "b"), capacity=capacity, takes_batch=np.array([True, True]),
+        node_names=("a", "b"), capacity=capacity,
         sampling_interval_s=np.array([10.0, 10.0]), names=("default/web-0", "batch/job-1"),
         node_of=np.array([0, 0]), batch=np.array([False, True]), priority=np.array([0, 3]),
-        namespace=("default", "team-a"), request=request, limit=limit, usage=usage,
+        request=request, limit=limit, usage=usage,
         start_s=np.array([-np.inf, NOW - 3600.0]), reclaim_disabled=np.array([False, False]),
         state=Reservations(value=reservation, updated_s=np.full(2, NOW), last_sample_s=np.full(2, NOW - 5.0)),
-        pending_request=np.array([_vec(1000, 2), _vec(1000, 2)]), pending_namespace=tuple(pending_namespaces))
+        snapshot=snapshot(nodes, now_s=NOW, batch=residents, table=table), pending=queue)
 
 
 def test_raising_the_margin_evicts_the_batch_pod_now() -> None:
@@ -105,3 +122,42 @@ def test_a_workload_startup_grace_override_is_honoured() -> None:
                                 proposed=lower, now_s=NOW)
     assert in_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 9 - 1) * GIB)
     assert no_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)
+
+
+@pytest.mark.parametrize("case, nodes, selector, placeable", [
+    # settled slack under μ = 1.05: a = 4 − 1.05 − 0.5 = 2.45 cores, 10 − 8.4 − 1 = 0.6 GiB (no room for
+    # 2 GiB); b = 4 cores / 10 GiB: both pending pods (1 core / 2 GiB each) fit on b by slack alone
+    ("no filter", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10)], None, 2),
+    ("b tainted, not tolerated", [Node("a", cpu=4, ram=10),
+                                  Node("b", cpu=4, ram=10, taints=(Taint("gpu", "only", "NoSchedule"),))], None, 0),
+    ("b not ready", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10, ready=False)], None, 0),
+    ("b telemetry stale", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10, fresh=False)], None, 0),
+    ("b outside the batch node set", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10, eligible=False)], None, 0),
+    ("selector names a label only a carries", [Node("a", cpu=4, ram=10, labels={"disk": "ssd"}),
+                                               Node("b", cpu=4, ram=10)], {"disk": "ssd"}, 0),
+    ("selector matches b", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10, labels={"disk": "ssd"})],
+     {"disk": "ssd"}, 2),
+    ("selector no node carries", [Node("a", cpu=4, ram=10), Node("b", cpu=4, ram=10)], {"disk": "nvme"}, 0),
+])
+def test_placeable_applies_the_scheduler_node_filters(case, nodes, selector, placeable) -> None:
+    cluster = _cluster(pending_namespaces=("team-b", "team-b"), nodes=nodes, node_selector=selector)
+    result = policy_preflight(cluster, current=Policy(), proposed=Policy().with_estimator(margin_ratio=1.05), now_s=NOW)
+    # the slack itself is the same in every case: b has room for both by slack alone
+    assert result.nodes[1].cpu_settled_mcpu == pytest.approx(4000) and result.nodes[1].ram_settled_bytes == pytest.approx(10 * GIB)
+    assert (result.pending, result.placeable_proposed) == (2, placeable), case
+    # what keeps the rest pending is named as the why-pending page names it
+    assert sum(n for _, n in result.unplaced_proposed) == 2 - placeable
+    # (a passes the rules but lacks ram: the binding constraint is ram; no node carries the label: the selector)
+    if case.startswith(("b tainted", "selector names")):
+        assert result.unplaced_proposed == (("ram", 2),)
+    if case == "selector no node carries":
+        assert result.unplaced_proposed == (("node_selector", 2),)
+
+
+def test_no_queue_places_nothing_and_a_snapshot_of_other_nodes_is_refused() -> None:
+    from dataclasses import replace
+
+    result = policy_preflight(replace(_cluster(), pending=None), current=Policy(), proposed=Policy(), now_s=NOW)
+    assert (result.pending, result.placeable_current, result.placeable_proposed) == (0, 0, 0)
+    with pytest.raises(ValueError, match="not the pre-flight's 2 in the same order"):
+        _cluster(nodes=[Node("a", cpu=4, ram=10), Node("c", cpu=4, ram=10)])

@@ -37,3 +37,30 @@ def test_bench_rejects_bad_sizes(data_dir: Path) -> None:
                              "--no-progress"], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "KALENA_DATA_DIR": str(data_dir)})
     assert result.returncode != 0 and "--nodes (0)" in result.stderr
+
+
+def test_bench_preflight_prints_the_request_beside_the_engine(tmp_path: Path, data_dir: Path) -> None:
+    """The short version of ``kalena bench preflight`` (8 nodes): every figure is there; it times nothing."""
+    import psycopg
+
+    from kalena_web.cli.benchenv import database_url_with_name
+
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kalena")
+    name = f"{base.rsplit('/', 1)[1]}_preflight_bench"
+    out = tmp_path / "preflight.json"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "kalena_web.cli", "bench", "preflight", "--nodes", "8", "--pending", "20",
+             "--repeat", "1", "--database-url", database_url_with_name(base, name), "--summary-json", str(out)],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "KALENA_DATA_DIR": str(data_dir)})
+    finally:
+        with psycopg.connect(database_url_with_name(base, "postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert result.returncode == 0, result.stderr
+    assert "pre-flight engine" in result.stdout and "end to end (console POST)" in result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["nodes"] == 8 and summary["pending"] == 20
+    assert 0 <= summary["placeable_current"] <= 20 and 0 <= summary["placeable_proposed"] <= 20
+    assert summary["preflight_request_s"] > 0 and summary["preflight_engine_s"] > 0
+    assert set(summary["pages"]) == {"pre-flight POST", "policy", "history", "calibration", "export", "audit"}
+    assert all(page["queries"] > 0 for page in summary["pages"].values())

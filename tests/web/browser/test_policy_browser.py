@@ -76,12 +76,20 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         page.screenshot(path=str(artifacts / "policy-refused.png"), full_page=True)
         assert not PolicyVersion.objects.exists()
 
-        # tune through the pre-flight, then save
+        # tune through the pre-flight, then save; of three pending pods the scheduler's node
+        # selector filter keeps one pending (no node carries disk=nvme)
+        from kalena_web.ledger.models import LiveNodeLedger
+        from kalena_web.scheduling.services import batch_submit
+        LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=time.time())
+        for i, constraints in enumerate(({}, {}, {"node_selector": {"disk": "nvme"}})):
+            batch_submit(cluster=cluster, name=f"team-a/job-{i}", owner=f"team-a/job-{i}", now_s=time.time(),
+                         request={"cpu": 0.25, "ram": 0.25}, constraints=constraints)
         page.fill("#f-estimator\\.margin_ratio", "1.3")
         page.click("#run-preflight")
         page.wait_for_selector("#preflight")
         page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
         assert page.locator("#pf-slack-table tbody tr").count() == 3
+        assert page.inner_text("#pf-unplaced") == "node_selector 1"
         bars = page.eval_on_selector("#preflight-chart", "gd => gd._fullData.map(t => [t.name, t.x.length])")
         assert ["settled", 3] in bars and ["now", 3] in bars
         page.screenshot(path=str(artifacts / "policy-preflight.png"), full_page=True)
@@ -128,7 +136,8 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         assert current_policy(cluster_id=cluster.id).version == 3
         assert current_policy(cluster_id=cluster.id).policy.estimator.margin_ratio == 1.3
         assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == [
-            "token.create", "policy.change", "calibration.import", "policy.change", "policy.rollback"]
+            "token.create", *["batch.submit"] * 3, "policy.change", "calibration.import", "policy.change",
+            "policy.rollback"]
         for name in ("refused", "preflight", "audit", "calibration", "history"):
             assert (artifacts / f"policy-{name}.png").stat().st_size > 20_000
     finally:

@@ -233,16 +233,37 @@ def test_manual_actions_and_approvals_are_audited_with_the_user(client, django_u
     assert rows[0][3] == "team-a/job-1"
 
 
-def test_preflight_reads_the_cluster_in_five_queries_whatever_its_size(live, django_assert_num_queries) -> None:
-    from kalena_web.policy.preflight_io import preflight_cluster_load
-    from kalena_web.scheduling.services import batch_submit
+def test_preflight_request_makes_as_many_queries_whatever_the_cluster_size(tuner, live, kuberina_dir, tmp_path) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
-    for i in range(3):
-        batch_submit(cluster=live, name=f"team-a/job-{i}", owner="t", request={"cpu": 0.5, "ram": 1.0}, now_s=1000.0)
-    with django_assert_num_queries(5):
-        state = preflight_cluster_load(cluster=live)
-    assert len(state.node_names) == 3 and len(state.pending_namespace) == 3
-    assert len(state.names) == live.workloads.filter(node__isnull=False).count()
+    from kalena_web.ledger.models import LiveNodeLedger
+    from kalena_web.policy.preflight_io import QUERIES, preflight_cluster_load
+    from kalena_web.scheduling.services import batch_submit
+    from tests.web.live_cluster import import_homelab
+
+    big = import_homelab(kuberina_dir, tmp_path, now_s=1000.0, name="big", nodes=12)
+    LiveNodeLedger.objects.filter(node__cluster=big).update(stale=False, last_sample_s=1000.0)
+    for cluster, pods in ((live, 3), (big, 40)):
+        for i in range(pods):
+            batch_submit(cluster=cluster, name=f"team-{i % 4}/job-{i}", owner=f"t{i % 3}",
+                         request={"cpu": 0.5, "ram": 1.0}, now_s=1000.0)
+    counts = {}
+    for cluster in (live, big):
+        fields = _form(tuner, cluster.name)
+        fields["estimator.margin_ratio"] = "1.3"
+        with CaptureQueriesContext(connection) as queries:
+            page = tuner.post(f"/policy/{cluster.name}/", {**fields, "action": "preflight"})
+        assert page.status_code == 200
+        preflight = page.context["preflight"]
+        counts[cluster.name] = (len(queries.captured_queries), len(preflight.nodes), preflight.pending)
+        with CaptureQueriesContext(connection) as reads:
+            state = preflight_cluster_load(cluster=cluster, now_s=1000.0, cooldown_s=600.0)
+        assert len(reads.captured_queries) == QUERIES
+        assert len(state.names) == cluster.workloads.filter(node__isnull=False).count()
+    # 3 nodes / 3 pending and 12 nodes / 40 pending: the same number of queries for the whole request
+    assert counts["home"][1:] == (3, 3) and counts["big"][1:] == (12, 40)
+    assert counts["home"][0] == counts["big"][0], counts
 
 
 def test_agents_page_marks_an_agent_behind_the_current_version(tuner, live) -> None:
