@@ -91,3 +91,21 @@ def test_a_node_no_agent_reported_from_says_so(client, live, django_user_model) 
     assert "no agent has reported from this node yet" in silent and "as the agent last reported" not in silent
     reported = client.get("/live/home/nodes/thinkcentre-beta/").content.decode()
     assert "as the agent last reported" in reported and "0 pods" in reported and "0 pod<" not in reported
+
+
+def test_ir_without_a_blueprint_names_the_one_used_and_refuses_a_mismatch(data_dir) -> None:
+    """issue 16: homelab without --blueprint was paired with Irina's and exited 0 with 2,724 violations;
+    its unresolved anti-affinity target was only counted (DESIGN §3 wants file and pod)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KALENA_DATA_DIR": str(data_dir)}
+    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "replay", "--no-progress", "--hours", "1",
+                             "--infra", "kuberina/homelab/homelab_infra.yaml",
+                             "--workloads", "kuberina/homelab/homelab_workloads.yaml"],
+                            capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "no --blueprint given" in result.stderr and "irina-186-3d/kuberina_solution.yaml" in result.stderr
+    assert "made for other workloads" in result.stderr and "homelab_workloads.yaml" in result.stderr
+    assert "homelab_workloads.yaml: pod dns/pihole-0: antiAffinity target 'adguard'" in result.stderr
