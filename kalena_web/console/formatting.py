@@ -57,6 +57,13 @@ def cores(mcpu: float | None, decimals: int = 2) -> str:
     return "–" if mcpu is None else _number(mcpu / 1000.0, decimals)
 
 
+def cores_text(mcpu: float | None, decimals: int = 2) -> str:
+    """Millicores → cores with the unit, singular for exactly one: ``1000`` → ``"1 core"``,
+    ``61750`` → ``"61.75 cores"``, ``None`` → ``"– cores"``."""
+    number = cores(mcpu, decimals)
+    return f"{number} {'core' if number == '1' else 'cores'}"
+
+
 def gib(value_bytes: float | None, decimals: int = 2) -> str:
     """Bytes → GiB, e.g. ``2**31`` → ``"2"``."""
     return "–" if value_bytes is None else _number(value_bytes / GIB, decimals)

@@ -109,3 +109,28 @@ def test_ir_without_a_blueprint_names_the_one_used_and_refuses_a_mismatch(data_d
     assert "no --blueprint given" in result.stderr and "irina-186-3d/kuberina_solution.yaml" in result.stderr
     assert "made for other workloads" in result.stderr and "homelab_workloads.yaml" in result.stderr
     assert "homelab_workloads.yaml: pod dns/pihole-0: antiAffinity target 'adguard'" in result.stderr
+
+
+def test_one_core_and_one_pod_are_singular(client, live, django_user_model) -> None:
+    from kalena_web.console.formatting import cores_text
+
+    assert [cores_text(v) for v in (1000, 1000.4, 2000, 500, None)] == ["1 core", "1 core", "2 cores", "0.5 cores",
+                                                                        "– cores"]
+    client.force_login(django_user_model.objects.create_user("viewer-p", password="x" * 12))
+    page = client.get("/live/home/nodes/thinkcentre-beta/").content.decode()
+    assert " 1 cores" not in page and " 1 pods" not in page and "cores ·" in page
+
+
+def test_the_live_node_axis_ticks_show_seconds_when_ticks_are_seconds_apart() -> None:
+    """A few minutes of history ticked every 10 s under a fixed "%H:%M" label: "13:45 13:45 13:45"."""
+    import json
+
+    import numpy as np
+
+    from kalena_web.console.live_figures import live_node_figure
+
+    history = {"times_s": np.arange(1_700_000_000.0, 1_700_000_180.0, 10.0)}
+    history.update({k: np.ones((18, 8)) for k in ("capacity", "limit", "request", "reservation", "usage")})
+    axis = json.loads(live_node_figure(history))["layout"]["xaxis"]
+    stops = {tuple(s["dtickrange"]): s["value"] for s in axis["tickformatstops"]}
+    assert "tickformat" not in axis and stops[(None, 60_000)] == "%H:%M:%S" and stops[(60_000, 86_400_000)] == "%H:%M"

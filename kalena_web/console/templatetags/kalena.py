@@ -13,6 +13,7 @@ from kalena_web.console import formatting
 register = template.Library()
 
 register.filter("cores", formatting.cores)
+register.filter("cores_text", formatting.cores_text)
 register.filter("gib", formatting.gib)
 register.filter("pct", formatting.pct)
 register.filter("clock", formatting.clock)
