@@ -10,13 +10,18 @@ from __future__ import annotations
 import time
 from functools import wraps
 
+from django.conf import settings
+from django.core.paginator import InvalidPage
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from kalena_engine.errors import InputError
 from kalena_web.archive.models import EvictionRecord
+from kalena_web.console.listing import ListSpec, listing
 from kalena_web.console.live_figures import live_node_figure
+from kalena_web.console.params import BadParameter
 from kalena_web.console.views import error_page
 from kalena_web.console.why import rejection_lines
 from kalena_web.control import selectors
@@ -30,13 +35,40 @@ HISTORY_S = 6 * 3600.0
 
 
 def live_page(view):
+    """Unknown names → 404 page; a bad list parameter → 400; a page past the end → 404."""
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
         except NotFound as exc:
             return error_page(request, 404, str(exc))
+        except InvalidPage as exc:
+            return error_page(request, 404, f"page: {exc}")
+        except BadParameter as exc:
+            return error_page(request, 400, str(exc))
     return wrapper
+
+
+BATCH_LIST = ListSpec(
+    search=("workload__name", "workload__owner", "workload__node__name", "ran_on"),
+    filters={"state": {"all": Q(), **{state: Q(state=state) for state, _ in BatchPod.STATES}}},
+    sorts={"queued": ("queued_s",), "submitted": ("submitted_s",), "name": ("workload__name",),
+           "priority": ("workload__priority",), "node": ("workload__node__name", "ran_on"), "bound": ("bound_s",),
+           "ended": ("ended_s",), "state": ("state",)},
+    per_page=50)
+
+
+@require_GET
+@live_page
+def batch_list(request: HttpRequest, cluster: str) -> HttpResponse:
+    """Every batch pod of the cluster — pending, bound (running), completed, deleted — with its
+    node and times; searchable, filterable by state, sortable, paged (3 queries + session)."""
+    c = selectors.live_cluster_get(name=cluster)
+    rows = BatchPod.objects.filter(cluster=c).select_related("workload", "workload__node")
+    return render(request, "console/live_batch.html", {
+        "cluster": c, "listing": listing(rows, request.GET, BATCH_LIST), "now_s": time.time(),
+        "can_operate": request.user.has_perm("scheduling.operate_batch"),
+        "orchestrator": settings.KALENA_ORCHESTRATOR})
 
 
 @require_GET
@@ -88,7 +120,7 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
         raise NotFound(f"no batch pod {name!r} in {cluster!r}") from None
     why = scheduling_selectors.why_pending(pod=pod)
     return render(request, "console/live_batch_pod.html", {
-        "cluster": c, "pod": pod, "why": why, "examples": rejection_lines(why.record if why else {}),
+        "cluster": c, "pod": pod, "can_operate": request.user.has_perm("scheduling.operate_batch"), "why": why, "examples": rejection_lines(why.record if why else {}),
         "evictions": EvictionRecord.objects.filter(workload=pod.workload).select_related("node")[:20]})
 
 

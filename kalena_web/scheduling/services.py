@@ -546,13 +546,15 @@ def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
         if pod.state in BatchPod.TERMINAL:
             return False
+        ran_on = ""
         if pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
             _credit(pod, pod.workload.node_id)
+            ran_on = Node.objects.filter(id=pod.workload.node_id).values_list("name", flat=True).first() or ""
         Workload.objects.filter(id=pod.workload_id).update(node_id=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         WhyPending.objects.filter(pod=pod).delete()
         BatchPod.objects.filter(id=pod.id).update(state=state, ended_s=now_s, outcome=outcome,
-                                                  reason=reason[:300] or pod.reason)
+                                                  reason=reason[:300] or pod.reason, ran_on=ran_on)
         from kalena_web.policy.audit import audit
 
         action = {BatchPod.DELETED: "delete", BatchPod.COMPLETED: "complete"}.get(state, state)
