@@ -32,12 +32,15 @@ class ListSpec:
 
     Attributes:
         search: fields the ``q`` text is looked for in (ORM paths ``workload__name``; on an
-            in-memory list the same path read as attributes, ``workload.name``).
+            in-memory list the same path read as attributes or indexes, ``workload.name``,
+            ``slack[0]`` as ``slack__0``).
         filters: ``{parameter: {value: Q or predicate}}``; the first value of each is the default.
         sorts: ``{key: (field, …)}`` (ORM paths, or attribute paths on an in-memory list);
             the first key is the default order.
         labels: display names of filter values (``{"never_placed": "never placed"}``).
         per_page: rows per page.
+        default_sort: the order when ``sort`` is absent (``-time`` for newest first); the first
+            sort key when empty.
     """
 
     search: tuple[str, ...]
@@ -45,6 +48,7 @@ class ListSpec:
     filters: Mapping[str, Mapping[str, Filter]] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     per_page: int = 50
+    default_sort: str = ""
 
 
 @dataclass
@@ -73,6 +77,14 @@ class Listing:
         """Sort by ``key`` ascending, or toggle its direction when it is the current sort."""
         return self.url(sort=f"-{key}" if key == self.sort and not self.descending else key)
 
+    def sort_choices(self) -> list[tuple[str, str, bool]]:
+        """``[(value, label, selected), …]`` for the sort select: each key ascending, then descending."""
+        out = []
+        for key in self.spec.sorts:
+            label = key.replace("_", " ")
+            out += [(key, f"{label} ↑", self.sort_value == key), (f"-{key}", f"{label} ↓", self.sort_value == f"-{key}")]
+        return out
+
     def filter_choices(self) -> list[tuple[str, list[tuple[str, str, bool]]]]:
         """``[(parameter, [(value, label, selected), …]), …]`` for the filter selects."""
         return [(name, [(v, self.spec.labels.get(v, v.replace("_", " ")), v == self.chosen[name]) for v in values])
@@ -82,7 +94,12 @@ class Listing:
 def _path_value(item: Any, path: str) -> Any:
     value = item
     for part in path.split("__"):
-        value = None if value is None else (value.get(part) if isinstance(value, Mapping) else getattr(value, part))
+        if value is None:
+            return None
+        if part.isdigit():
+            value = value[int(part)]
+        else:
+            value = value.get(part) if isinstance(value, Mapping) else getattr(value, part)
     return value
 
 
@@ -109,7 +126,7 @@ def listing(rows: QuerySet | Sequence[Any], query: QueryDict, spec: ListSpec, *,
     q = (query.get("q") or "").strip()
     if len(q) > SEARCH_MAX:
         raise params.BadParameter(f"q: {len(q)} characters is longer than the {SEARCH_MAX} a search takes")
-    raw_sort = query.get("sort") or next(iter(spec.sorts))
+    raw_sort = query.get("sort") or spec.default_sort or next(iter(spec.sorts))
     descending = raw_sort.startswith("-")
     sort = raw_sort.removeprefix("-")
     if sort not in spec.sorts:

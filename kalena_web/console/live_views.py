@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from kalena_engine.errors import InputError
 from kalena_web.archive.models import EvictionRecord
-from kalena_web.console.listing import ListSpec, listing
+from kalena_web.console.listing import ListSpec, everything, listing
 from kalena_web.console.live_figures import live_node_figure
 from kalena_web.console.params import BadParameter
 from kalena_web.console.views import error_page
@@ -48,6 +48,36 @@ def live_page(view):
             return error_page(request, 400, str(exc))
     return wrapper
 
+
+LIVE_NODES = ListSpec(
+    search=("node__name",),
+    filters={"telemetry": {"all": everything, "fresh": lambda v: not v.stale, "stale": lambda v: v.stale},
+             "condition": {"all": everything, "memory_pressure": lambda v: v.pressure_since_s is not None,
+                           "slack_ineligible": lambda v: v.ineligible_until_s > time.time(),
+                           "blueprint_broken": lambda v: bool(v.blueprint_violations),
+                           "with_batch": lambda v: v.batch_pods > 0}},
+    sorts={"row": ("node__row",), "name": ("node__name",), "slack_cpu": ("slack__0",), "slack_ram": ("slack__1",),
+           "headroom_cpu": ("headroom__0",), "headroom_ram": ("headroom__1",), "usage_cpu": ("usage__0",),
+           "usage_ram": ("usage__1",), "batch": ("batch_pods",)},
+    per_page=100)
+
+PENDING_LIST = ListSpec(
+    search=("workload__name", "workload__owner", "why_pending__binding"),
+    sorts={"queued": ("queued_s",), "name": ("workload__name",), "priority": ("workload__priority",),
+           "owner": ("workload__owner",), "binding": ("why_pending__binding",)},
+    filters={"checked": {"all": Q(), "through_a_pass": Q(why_pending__isnull=False),
+                         "not_yet": Q(why_pending__isnull=True)}},
+    per_page=100)
+
+EVICTION_LIST = ListSpec(
+    search=("workload_name", "node__name"),
+    filters={"cause": {"all": Q(), "priority": Q(cause="priority"), "limit_breach": Q(cause="limit_breach"),
+                       "escalation": Q(cause="escalation")},
+             "condition": {"all": Q(), "memory_pressure": Q(dimension="ram"), "cpu_pressure": Q(dimension="cpu")},
+             "tier": {"all": Q(), "batch": Q(tier="batch"), "service": ~Q(tier="batch")}},
+    labels={"limit_breach": "over its limit", "priority": "lowest priority"},
+    sorts={"time": ("time_s",), "workload": ("workload_name",), "node": ("node__name",), "priority": ("priority",)},
+    default_sort="-time", per_page=50)
 
 BATCH_LIST = ListSpec(
     search=("workload__name", "workload__owner", "workload__node__name", "ran_on"),
@@ -85,7 +115,7 @@ def cluster(request: HttpRequest, cluster: str) -> HttpResponse:
     views = selectors.node_views(cluster=c)
     pending = BatchPod.objects.filter(cluster=c, state=BatchPod.PENDING).count()
     return render(request, "console/live_cluster.html", {
-        "cluster": c, "views": views, "now_s": now, "totals": selectors.totals(views, now_s=now),
+        "cluster": c, "views": views, "listing": listing(views, request.GET, LIVE_NODES), "now_s": now, "totals": selectors.totals(views, now_s=now),
         "pending": pending, **selectors.cluster_events(cluster=c)})
 
 
@@ -106,8 +136,8 @@ def node(request: HttpRequest, cluster: str, node: str) -> HttpResponse:
 @live_page
 def pending(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
-    return render(request, "console/live_pending.html", {
-        "cluster": c, "pods": scheduling_selectors.pending_pods(cluster=c)[:500]})
+    found = listing(scheduling_selectors.pending_pods(cluster=c), request.GET, PENDING_LIST)
+    return render(request, "console/live_pending.html", {"cluster": c, "listing": found, "pods": found.page})
 
 
 @require_GET
@@ -128,8 +158,9 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
 @live_page
 def evictions(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
-    return render(request, "console/live_evictions.html", {
-        "cluster": c, "records": EvictionRecord.objects.filter(cluster=c).select_related("node")[:200]})
+    rows = EvictionRecord.objects.filter(cluster=c).select_related("node")
+    found = listing(rows, request.GET, EVICTION_LIST)
+    return render(request, "console/live_evictions.html", {"cluster": c, "listing": found, "records": found.page})
 
 
 @require_GET
