@@ -43,19 +43,6 @@ def get(mapping, key):
         return None
 
 
-@register.simple_tag(takes_context=True)
-def sort_link(context, key: str, label: str):
-    """A column header that sorts the nodes table by ``key`` (ascending first, then toggles)."""
-    from django.utils.html import format_html
-
-    active = context.get("sort") == key
-    descending = bool(context.get("descending"))
-    target = f"-{key}" if active and not descending else key
-    arrow = (" ▼" if descending else " ▲") if active else ""
-    return format_html('<a class="sort{}" href="?sort={}" title="sort by {}">{}{}</a>',
-                       " active" if active else "", target, label, label, arrow)
-
-
 @register.simple_tag
 def list_url(listing, **changes):
     """``?…`` for a :class:`~kalena_web.console.listing.Listing` with ``changes`` (e.g. ``page=2``)."""
