@@ -26,12 +26,14 @@ from kalena_web.console.views import error_page
 from kalena_web.console.why import rejection_lines
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
-from kalena_web.replan.models import ReplanRecommendation
+from kalena_web.control.schedules import PERIODS_S
+from kalena_web.replan.models import DriftCheck, ReplanRecommendation
 from kalena_web.replan.services import RecommendationClosed, recommendation_decide
 from kalena_web.scheduling import selectors as scheduling_selectors
 from kalena_web.scheduling.models import BatchPod
 
 HISTORY_S = 6 * 3600.0
+DRIFT_INTERVAL_S = PERIODS_S["kalena.replan.drift"]
 
 
 def live_page(view):
@@ -167,8 +169,14 @@ def evictions(request: HttpRequest, cluster: str) -> HttpResponse:
 @live_page
 def recommendations(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
+    recs = list(ReplanRecommendation.objects.filter(cluster=c).select_related("decided_by")[:20])
+    check = DriftCheck.objects.filter(cluster=c).first()
     return render(request, "console/live_replan.html", {
-        "cluster": c, "recommendations": ReplanRecommendation.objects.filter(cluster=c).select_related("decided_by")[:20],
+        "cluster": c, "recommendations": recs, "check": check, "now_s": time.time(),
+        "open": next((r for r in recs if r.state == ReplanRecommendation.OPEN), None),
+        "threshold": float(getattr(settings, "KALENA_DRIFT_THRESHOLD", 0.25)),
+        "window_s": float(getattr(settings, "KALENA_DRIFT_WINDOW_S", 86_400)),
+        "interval_s": DRIFT_INTERVAL_S,
         "can_approve": request.user.has_perm("replan.approve_replan")})
 
 
