@@ -27,7 +27,8 @@ from kalena_web.ledger.selectors import SORTS, BadSort
 
 def error_page(request: HttpRequest, status: int, message: str) -> HttpResponse:
     """The console's error page for ``status`` carrying the user-facing ``message``."""
-    title = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict"}.get(status, "Error")
+    title = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict",
+             413: "Request too large"}.get(status, "Error")
     return render(request, "console/error.html", {"status": status, "title": title, "message": message}, status=status)
 
 

@@ -134,3 +134,17 @@ def test_the_live_node_axis_ticks_show_seconds_when_ticks_are_seconds_apart() ->
     axis = json.loads(live_node_figure(history))["layout"]["xaxis"]
     stops = {tuple(s["dtickrange"]): s["value"] for s in axis["tickformatstops"]}
     assert "tickformat" not in axis and stops[(None, 60_000)] == "%H:%M:%S" and stops[(60_000, 86_400_000)] == "%H:%M"
+
+
+def test_an_oversize_console_form_is_a_413_page_naming_the_limit(client, live, django_user_model) -> None:
+    """issue 16: a 5.7 MB body answered Django's bare HTML "Bad Request (400)"."""
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user("op-big", password="x" * 12)
+    user.groups.add(Group.objects.get(name="operator"))
+    client.force_login(user)
+    response = client.post("/live/home/actions/batch/submit", {"name": "batch/x-0", "owner": "x" * 5_700_000})
+    text = response.content.decode()
+    assert response.status_code == 413 and "Request too large" in text and "2,621,440-byte limit" in text
+    api = client.post("/api/clusters/home/batch", {"owner": "x" * 5_700_000})
+    assert api.status_code == 413 and api.json()["code"] == "body_too_large"
