@@ -75,8 +75,11 @@ def in_ir(dim: str, value: float) -> float:
 
 
 def quantity(dim: str, value: float | None) -> str:
-    """A value with its IR unit, e.g. ``("ram", 2**30)`` → ``"1 GiB"`` (engine formatting)."""
-    return "–" if value is None else format_quantity(dim, value)
+    """A value with its IR unit, e.g. ``("ram", 2**30)`` → ``"1 GiB"`` (engine formatting); a
+    missing value (``None``, or the empty string a template gives for a key a record lacks) → ``"–"``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "–"
+    return format_quantity(dim, value)
 
 
 def pct(ratio: float | None, decimals: int = 1) -> str:

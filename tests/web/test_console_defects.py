@@ -148,3 +148,14 @@ def test_an_oversize_console_form_is_a_413_page_naming_the_limit(client, live, d
     assert response.status_code == 413 and "Request too large" in text and "2,621,440-byte limit" in text
     api = client.post("/api/clusters/home/batch", {"owner": "x" * 5_700_000})
     assert api.status_code == 413 and api.json()["code"] == "body_too_large"
+
+
+def test_an_eviction_record_lacking_some_numbers_still_renders(client, live, django_user_model) -> None:
+    from kalena_web.archive.models import EvictionRecord
+
+    EvictionRecord.objects.create(cluster=live, node=live.nodes.first(), workload_name="batch/e-0", time_s=1000.0,
+                                  cause="priority", dimension="ram", source_key="partial",
+                                  detail={"dimension": "ram", "capacity": 2.0**34})
+    client.force_login(django_user_model.objects.create_user("viewer-e", password="x" * 12))
+    page = client.get("/live/home/evictions/")
+    assert page.status_code == 200 and "working set – of capacity 16 GiB" in page.content.decode()
