@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL, format_quantity
 
 GIB = float(2**30)
+
+
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float | np.floating | np.integer)
 
 
 def _number(value: float, decimals: int) -> str:
@@ -53,8 +59,9 @@ def eviction_condition(reason: str, dimension: str | None) -> str:
 
 
 def cores(mcpu: float | None, decimals: int = 2) -> str:
-    """Millicores → cores, e.g. ``61750`` → ``"61.75"``."""
-    return "–" if mcpu is None else _number(mcpu / 1000.0, decimals)
+    """Millicores → cores, e.g. ``61750`` → ``"61.75"``; missing (``None`` or the empty string a
+    template gives for an absent value) → ``"–"``."""
+    return _number(mcpu / 1000.0, decimals) if _is_number(mcpu) else "–"
 
 
 def cores_text(mcpu: float | None, decimals: int = 2) -> str:
@@ -65,8 +72,8 @@ def cores_text(mcpu: float | None, decimals: int = 2) -> str:
 
 
 def gib(value_bytes: float | None, decimals: int = 2) -> str:
-    """Bytes → GiB, e.g. ``2**31`` → ``"2"``."""
-    return "–" if value_bytes is None else _number(value_bytes / GIB, decimals)
+    """Bytes → GiB, e.g. ``2**31`` → ``"2"``; missing → ``"–"``."""
+    return _number(value_bytes / GIB, decimals) if _is_number(value_bytes) else "–"
 
 
 def in_ir(dim: str, value: float) -> float:
@@ -77,9 +84,7 @@ def in_ir(dim: str, value: float) -> float:
 def quantity(dim: str, value: float | None) -> str:
     """A value with its IR unit, e.g. ``("ram", 2**30)`` → ``"1 GiB"`` (engine formatting); a
     missing value (``None``, or the empty string a template gives for a key a record lacks) → ``"–"``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "–"
-    return format_quantity(dim, value)
+    return format_quantity(dim, value) if _is_number(value) else "–"
 
 
 def pct(ratio: float | None, decimals: int = 1) -> str:
