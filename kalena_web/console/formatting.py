@@ -108,8 +108,9 @@ def clock(seconds: float | None) -> str:
 
 
 def utc(unix_s: float | None) -> str:
-    """Unix seconds as a UTC wall-clock time, ``2026-11-29 09:15:03`` (live clusters)."""
-    if unix_s is None:
+    """Unix seconds as a UTC wall-clock time, ``2026-11-29 09:15:03`` (live clusters); missing
+    (``None``, or a template's empty string: a workload without a reservation yet) → ``"–"``."""
+    if not _is_number(unix_s):
         return "–"
     from datetime import datetime, timezone
 
