@@ -20,6 +20,23 @@ def favicon(request):
     request, so the hashed static name exists only after collectstatic)."""
     return HttpResponsePermanentRedirect(static("console/favicon.svg"))
 
+def bad_request(request, exception=None):
+    """A console request Django refused before any view (``handler400``): an oversize body is a
+    413 page naming the limit, anything else a 400 page saying what was wrong — never the bare
+    "Bad Request (400)". (Under ``/api/`` the JSON error middleware answers first.)"""
+    from django.conf import settings
+    from django.core.exceptions import RequestDataTooBig
+
+    from kalena_web.console.views import error_page
+
+    if isinstance(exception, RequestDataTooBig):
+        return error_page(request, 413, f"the request body is larger than the {settings.DATA_UPLOAD_MAX_MEMORY_SIZE:,}-byte "
+                                        "limit (DATA_UPLOAD_MAX_MEMORY_SIZE); nothing was changed")
+    return error_page(request, 400, str(exception) or "the request could not be read")
+
+
+handler400 = bad_request
+
 urlpatterns = [
     path("accounts/login/", ThrottledLoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

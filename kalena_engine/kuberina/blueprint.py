@@ -21,7 +21,9 @@ def load_blueprint(path: str | Path, workloads: Workloads) -> Blueprint:
     ``Blueprint.unknown_pods`` (blueprint verification counts them as hard violations).
 
     Raises:
-        BlueprintRefused: ``metadata.feasible`` is false — such a plan must not be applied.
+        BlueprintRefused: ``metadata.feasible`` is false — such a plan must not be applied; or
+            the solution names pods but not one of them is a pod of ``workloads`` (the blueprint
+            was made for other workloads).
         IRError: malformed document, a non-string node, or a bare name shared by two namespaces.
     """
     return parse_blueprint(load_yaml(path), workloads, source=str(path))
@@ -66,4 +68,12 @@ def parse_blueprint(doc: Any, workloads: Workloads, *, source: str) -> Blueprint
         if pod_id in assignment:
             raise at.error(f"pod {pod_id} is assigned twice")
         assignment[pod_id] = node
+    if unknown and not assignment:
+        raise BlueprintRefused(
+            f"none of the solution's {len(unknown):,} pods (e.g. {unknown[0]!r}) is a pod of the workloads "
+            f"{workloads.source} ({len(workloads.pods):,} pods, e.g. {workloads.pods[0].id if workloads.pods else 'none'!r}): "
+            "this blueprint was made for other workloads",
+            source=source, line=getattr(doc, "key_lines", {}).get("solution"), field="solution",
+            accepted="the blueprint Kuberina solved for these workloads (--blueprint)",
+        )
     return Blueprint(source=source, assignment=assignment, metadata=metadata, unknown_pods=tuple(unknown))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kalena_engine.errors import BlueprintRefused, InputError
+from kalena_engine.errors import BlueprintRefused, InputError, TraceError
 from kalena_engine.estimator import estimator_limit, initial_reservations
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.kuberina.verify import Verification
@@ -123,7 +123,10 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
     Raises:
         BlueprintRefused: the blueprint overloads a node's request ledger (the blueprint state
             itself would be broken) — nothing is simulated.
-        ValueError: no Bitbrains VM covers the window, or bad config.
+        InputError: no Bitbrains VM covers the window.
+        TraceError: the batch trace has arrivals but none inside the window (every one precedes
+            ``batch_offset_s`` or follows the window's end) — names the trace's time range.
+        ValueError: bad config.
     """
     rng = np.random.default_rng(config.seed)
     capacity = phase0_capacity(inputs.infra)
@@ -209,7 +212,17 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
 
 
 def _task_table(batch: BatchTasks, config: ReplayConfig, rng: np.random.Generator) -> TaskTable:
-    window = select_window(batch, config.batch_offset_s, config.batch_offset_s + config.hours * 3600.0)
+    end_s = config.batch_offset_s + config.hours * 3600.0
+    window = select_window(batch, config.batch_offset_s, end_s)
+    if len(batch) and not len(window):
+        first, last = float(batch.arrival_s.min()), float(batch.arrival_s.max())
+        side = "precedes" if last < config.batch_offset_s else "falls after"
+        raise TraceError(
+            f"every batch arrival of the trace ({len(batch):,} tasks, arriving {first:,.0f}–{last:,.0f} s) {side} "
+            f"the replay window {config.batch_offset_s:,.0f}–{end_s:,.0f} s, so the replay would have no batch",
+            source=batch.source, field="offset",
+            accepted=f"an --offset within the trace's arrivals, {first:,.0f}–{last:,.0f} s "
+                     f"(window length {config.hours * 3600.0:,.0f} s)")
     if config.load_factor != 1.0:
         window = scale_load(window, config.load_factor, rng)
     order = np.argsort(window.arrival_s, kind="stable")

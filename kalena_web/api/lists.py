@@ -16,7 +16,7 @@ last gives an empty array with the same totals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urlencode
 
 from django.db.models import QuerySet
@@ -71,3 +71,19 @@ def page_of(rows: QuerySet | Sequence, query: ListQuery, request: HttpRequest, r
         links.append(link(min(query.page - 1, last), "prev"))
     response["Link"] = ", ".join(links)
     return items
+
+
+def sort_items(items: Sequence, query: ListQuery, keys: dict[str, Callable], default: str) -> list:
+    """An in-memory list (rows already built from bulk queries) sorted by ``query.sort`` from
+    ``keys`` (sort name → key function; ``None`` values last), stable. Raises :class:`ApiError`
+    (400) naming the sort fields."""
+    raw = query.sort or default
+    descending = raw.startswith("-")
+    name = raw.lstrip("-")
+    if name not in keys:
+        raise ApiError(400, f"cannot sort by {name!r}; sort fields: {', '.join(sorted(keys))} "
+                            "(prefix '-' for descending)", code="invalid_sort")
+    key = keys[name]
+    present = [i for i in items if key(i) is not None]
+    missing = [i for i in items if key(i) is None]
+    return sorted(present, key=key, reverse=descending) + missing

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest
-from ninja import Router, Schema
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL
+from kalena_web.api.lists import ListQuery, order_by, page_of
+from kalena_web.api.times import iso
 from kalena_web.archive import selectors
 from kalena_web.archive.errors import NotFound
 from kalena_web.archive.series import NODE_SERIES
@@ -17,7 +19,8 @@ router = Router(tags=["archive"])
 class RunOut(Schema):
     name: str
     cluster: str
-    created_at: str
+    created_at: str  # ISO 8601 (UTC)
+    created_s: float
     hours: float
     step_s: float
     steps: int
@@ -34,13 +37,24 @@ class NodeSeriesOut(Schema):
 
 
 def _run_out(run) -> RunOut:
-    return RunOut(name=run.name, cluster=run.cluster.name, created_at=run.created_at.isoformat(),
+    return RunOut(name=run.name, cluster=run.cluster.name, created_at=iso(run.created_at.timestamp()),
+                  created_s=run.created_at.timestamp(),
                   hours=run.steps * run.step_s / 3600.0, step_s=run.step_s, steps=run.steps, summary=run.summary)
 
 
-@router.get("/runs", response=list[RunOut], summary="Persisted replay runs, newest first")
-def runs(request: HttpRequest):
-    return [_run_out(r) for r in selectors.run_list()]
+RUN_SORTS = {"created": ("created_at", "id"), "name": ("name", "id")}
+
+
+@router.get("/runs", response=list[RunOut],
+            summary="Persisted replay runs, newest first; paginated (X-Total-Count, Link), filtered by name")
+def runs(request: HttpRequest, response: HttpResponse, page: Query[ListQuery],
+         q: str | None = Query(None, max_length=200)):
+    """``q``: part of the run name. ``sort``: created (default ``-created``), name."""
+    rows = selectors.run_list()
+    if q:
+        rows = rows.filter(name__icontains=q)
+    rows = rows.order_by(*order_by(page, RUN_SORTS, "-created"))
+    return [_run_out(r) for r in page_of(rows, page, request, response)]
 
 
 @router.get("/runs/{name}", response=RunOut, summary="One run with its replay summary")

@@ -258,13 +258,7 @@ BATCH_FILTERS = {
 }
 
 
-def batch_outcomes(*, run: Run, show: str, page: int, per_page: int = 100) -> Page:
-    """One page of the run's batch tasks with outcomes, in arrival order (two queries).
-
-    Raises:
-        KeyError: ``show`` is not one of :data:`BATCH_FILTERS`.
-        django.core.paginator.InvalidPage: ``page`` out of range.
-    """
-    rows = (TaskOutcome.objects.filter(run=run).filter(BATCH_FILTERS[show])
-            .select_related("workload").order_by("workload__row"))
-    return Paginator(rows, per_page).page(page)
+def batch_outcome_rows(*, run: Run) -> QuerySet[TaskOutcome]:
+    """The run's batch tasks with their outcomes and task, in arrival order (one query; the
+    console's list filters it by :data:`BATCH_FILTERS`, searches, sorts and pages it)."""
+    return TaskOutcome.objects.filter(run=run).select_related("workload").order_by("workload__row")

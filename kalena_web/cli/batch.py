@@ -157,22 +157,15 @@ def handle_submit(args: argparse.Namespace) -> int:
         raise BatchCommandError("constraints are a JSON object", field="--constraints")
     django_setup()
     from django.conf import settings
-    from django.db import transaction
 
     from kalena_web.scheduling import services
-    from kalena_web.scheduling.api import resource_block
-    from kalena_web.scheduling.tasks import scheduling_request
 
     cluster = _cluster(args.cluster)
-    services.batch_submit_allowed(name=args.name, orchestrator_kind=settings.KALENA_ORCHESTRATOR)
-    with transaction.atomic():
-        pod = services.batch_submit(
-            cluster=cluster, name=args.name, owner=args.owner, request=resource_block(_block_arg(args.request, "request"),
-                                                                                      "request"),
-            limit=resource_block(_block_arg(args.limit, "limit"), "limit"), priority=args.priority, labels=labels,
-            constraints=constraints, image=args.image, command=command, gang=args.gang, min_member=args.min_member,
-            now_s=time.time())
-        transaction.on_commit(lambda: scheduling_request(cluster_id=cluster.id), robust=True)
+    pod = services.batch_queue(
+        cluster=cluster, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=args.name, owner=args.owner,
+        request=_block_arg(args.request, "request"), limit=_block_arg(args.limit, "limit"), priority=args.priority,
+        labels=labels, constraints=constraints, image=args.image, command=command, gang=args.gang,
+        min_member=args.min_member, now_s=time.time())
     _print(_pod(cluster, pod.workload.name), args.json)
     return 0
 

@@ -8,7 +8,7 @@ import time
 
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
-from kalena_web.cli.inputs import DEFAULTS
+from kalena_web.cli.inputs import DEFAULTS, warn_unresolved
 from kalena_web.cli.paths import data_path
 from kalena_web.cli.persist import django_setup
 
@@ -47,6 +47,7 @@ def handle_import(args: argparse.Namespace) -> int:
     else:
         infra = load_infrastructure(data_path(args.infra))
         workloads = load_workloads(data_path(args.workloads))
+        warn_unresolved(workloads)
         document_path = data_path(args.workloads)
     blueprint = load_blueprint(data_path(args.blueprint), workloads)
     django_setup()

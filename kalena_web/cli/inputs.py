@@ -49,6 +49,13 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                        help="cores of the machine Google requests are normalised to (default 32)")
 
 
+def warn_unresolved(workloads) -> None:
+    """Print every affinity / anti-affinity target of ``workloads`` that matched no pod or
+    declaration, one line each naming the file and the pod (DESIGN §3), to stderr."""
+    for unresolved in workloads.unresolved:
+        print(f"kalena: warning: {unresolved} (the term is ignored for placement)", file=sys.stderr)
+
+
 def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInputs:
     """Read the IR files and traces named by ``args``.
 
@@ -61,6 +68,10 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     steps = tqdm(total=5, desc="loading inputs", unit="file set", disable=not progress, leave=False)
     infra = load_infrastructure(data_path(args.infra))
     workloads = load_workloads(data_path(args.workloads))
+    if args.blueprint == DEFAULTS["blueprint"] and args.workloads != DEFAULTS["workloads"]:
+        print(f"kalena: no --blueprint given: the workloads {args.workloads} are paired with the default "
+              f"blueprint {data_path(args.blueprint)} (made for {DEFAULTS['workloads']})", file=sys.stderr)
+    warn_unresolved(workloads)
     blueprint = load_blueprint(data_path(args.blueprint), workloads)
     steps.update(1)
     files = tqdm(desc="bitbrains series", unit="file", disable=not progress, leave=False)

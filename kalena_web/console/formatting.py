@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL, format_quantity
 
 GIB = float(2**30)
+
+
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float | np.floating | np.integer)
 
 
 def _number(value: float, decimals: int) -> str:
@@ -53,13 +59,21 @@ def eviction_condition(reason: str, dimension: str | None) -> str:
 
 
 def cores(mcpu: float | None, decimals: int = 2) -> str:
-    """Millicores → cores, e.g. ``61750`` → ``"61.75"``."""
-    return "–" if mcpu is None else _number(mcpu / 1000.0, decimals)
+    """Millicores → cores, e.g. ``61750`` → ``"61.75"``; missing (``None`` or the empty string a
+    template gives for an absent value) → ``"–"``."""
+    return _number(mcpu / 1000.0, decimals) if _is_number(mcpu) else "–"
+
+
+def cores_text(mcpu: float | None, decimals: int = 2) -> str:
+    """Millicores → cores with the unit, singular for exactly one: ``1000`` → ``"1 core"``,
+    ``61750`` → ``"61.75 cores"``, ``None`` → ``"– cores"``."""
+    number = cores(mcpu, decimals)
+    return f"{number} {'core' if number == '1' else 'cores'}"
 
 
 def gib(value_bytes: float | None, decimals: int = 2) -> str:
-    """Bytes → GiB, e.g. ``2**31`` → ``"2"``."""
-    return "–" if value_bytes is None else _number(value_bytes / GIB, decimals)
+    """Bytes → GiB, e.g. ``2**31`` → ``"2"``; missing → ``"–"``."""
+    return _number(value_bytes / GIB, decimals) if _is_number(value_bytes) else "–"
 
 
 def in_ir(dim: str, value: float) -> float:
@@ -68,8 +82,9 @@ def in_ir(dim: str, value: float) -> float:
 
 
 def quantity(dim: str, value: float | None) -> str:
-    """A value with its IR unit, e.g. ``("ram", 2**30)`` → ``"1 GiB"`` (engine formatting)."""
-    return "–" if value is None else format_quantity(dim, value)
+    """A value with its IR unit, e.g. ``("ram", 2**30)`` → ``"1 GiB"`` (engine formatting); a
+    missing value (``None``, or the empty string a template gives for a key a record lacks) → ``"–"``."""
+    return format_quantity(dim, value) if _is_number(value) else "–"
 
 
 def pct(ratio: float | None, decimals: int = 1) -> str:
@@ -93,8 +108,9 @@ def clock(seconds: float | None) -> str:
 
 
 def utc(unix_s: float | None) -> str:
-    """Unix seconds as a UTC wall-clock time, ``2026-11-29 09:15:03`` (live clusters)."""
-    if unix_s is None:
+    """Unix seconds as a UTC wall-clock time, ``2026-11-29 09:15:03`` (live clusters); missing
+    (``None``, or a template's empty string: a workload without a reservation yet) → ``"–"``."""
+    if not _is_number(unix_s):
         return "–"
     from datetime import datetime, timezone
 

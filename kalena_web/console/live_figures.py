@@ -18,6 +18,12 @@ STYLE = {"capacity": dict(width=2.5, shape="hv"), "limit": dict(width=1.2, dash=
          "request": dict(width=1.4, dash="dot", shape="hv"), "reservation": dict(width=1.8, shape="hv"),
          "usage": dict(width=1.2, shape="hv")}
 
+# Tick labels by tick spacing (ms): a few minutes of history ticks every 10 s or so, which
+# "%H:%M" printed as the same label over and over (issue 16); seconds appear below a minute.
+TICK_FORMATS = [dict(dtickrange=[None, 60_000], value="%H:%M:%S"),
+                dict(dtickrange=[60_000, 86_400_000], value="%H:%M"),
+                dict(dtickrange=[86_400_000, None], value="%b %d")]
+
 
 def live_node_figure(history: dict[str, np.ndarray]) -> str:
     """JSON of the live node figure from :func:`kalena_web.control.selectors.node_history`."""
@@ -37,7 +43,7 @@ def live_node_figure(history: dict[str, np.ndarray]) -> str:
                  font=dict(size=13, color="#334155"))
     layout = _layout(
         height=600,
-        xaxis=dict(type="date", anchor="y2", gridcolor=GRID, tickformat="%H:%M", hoverformat="%H:%M:%S UTC",
+        xaxis=dict(type="date", anchor="y2", gridcolor=GRID, tickformatstops=TICK_FORMATS, hoverformat="%H:%M:%S UTC",
                    title=dict(text="time (UTC)"), showline=True, linecolor="#cbd5e1", zeroline=False),
         yaxis=_yaxis(domain=[0.56, 1.0], title=dict(text="cores")),
         yaxis2=_yaxis(domain=[0.0, 0.44], title=dict(text="GiB")),

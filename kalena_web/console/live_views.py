@@ -10,33 +10,97 @@ from __future__ import annotations
 import time
 from functools import wraps
 
+from django.conf import settings
+from django.core.paginator import InvalidPage
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from kalena_engine.errors import InputError
 from kalena_web.archive.models import EvictionRecord
+from kalena_web.console.listing import ListSpec, everything, listing
 from kalena_web.console.live_figures import live_node_figure
+from kalena_web.console.params import BadParameter
 from kalena_web.console.views import error_page
 from kalena_web.console.why import rejection_lines
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
-from kalena_web.replan.models import ReplanRecommendation
+from kalena_web.control.schedules import PERIODS_S
+from kalena_web.replan.models import DriftCheck, ReplanRecommendation
 from kalena_web.replan.services import RecommendationClosed, recommendation_decide
 from kalena_web.scheduling import selectors as scheduling_selectors
 from kalena_web.scheduling.models import BatchPod
 
 HISTORY_S = 6 * 3600.0
+DRIFT_INTERVAL_S = PERIODS_S["kalena.replan.drift"]
 
 
 def live_page(view):
+    """Unknown names → 404 page; a bad list parameter → 400; a page past the end → 404."""
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
         except NotFound as exc:
             return error_page(request, 404, str(exc))
+        except InvalidPage as exc:
+            return error_page(request, 404, f"page: {exc}")
+        except BadParameter as exc:
+            return error_page(request, 400, str(exc))
     return wrapper
+
+
+LIVE_NODES = ListSpec(
+    search=("node__name",),
+    filters={"telemetry": {"all": everything, "fresh": lambda v: not v.stale, "stale": lambda v: v.stale},
+             "condition": {"all": everything, "memory_pressure": lambda v: v.pressure_since_s is not None,
+                           "slack_ineligible": lambda v: v.ineligible_until_s > time.time(),
+                           "blueprint_broken": lambda v: bool(v.blueprint_violations),
+                           "with_batch": lambda v: v.batch_pods > 0}},
+    sorts={"row": ("node__row",), "name": ("node__name",), "slack_cpu": ("slack__0",), "slack_ram": ("slack__1",),
+           "headroom_cpu": ("headroom__0",), "headroom_ram": ("headroom__1",), "usage_cpu": ("usage__0",),
+           "usage_ram": ("usage__1",), "batch": ("batch_pods",)},
+    per_page=100)
+
+PENDING_LIST = ListSpec(
+    search=("workload__name", "workload__owner", "why_pending__binding"),
+    sorts={"queued": ("queued_s",), "name": ("workload__name",), "priority": ("workload__priority",),
+           "owner": ("workload__owner",), "binding": ("why_pending__binding",)},
+    filters={"checked": {"all": Q(), "through_a_pass": Q(why_pending__isnull=False),
+                         "not_yet": Q(why_pending__isnull=True)}},
+    per_page=100)
+
+EVICTION_LIST = ListSpec(
+    search=("workload_name", "node__name"),
+    filters={"cause": {"all": Q(), "priority": Q(cause="priority"), "limit_breach": Q(cause="limit_breach"),
+                       "escalation": Q(cause="escalation")},
+             "condition": {"all": Q(), "memory_pressure": Q(dimension="ram"), "cpu_pressure": Q(dimension="cpu")},
+             "tier": {"all": Q(), "batch": Q(tier="batch"), "service": ~Q(tier="batch")}},
+    labels={"limit_breach": "over its limit", "priority": "lowest priority"},
+    sorts={"time": ("time_s",), "workload": ("workload_name",), "node": ("node__name",), "priority": ("priority",)},
+    default_sort="-time", per_page=50)
+
+BATCH_LIST = ListSpec(
+    search=("workload__name", "workload__owner", "workload__node__name", "ran_on"),
+    filters={"state": {"all": Q(), **{state: Q(state=state) for state, _ in BatchPod.STATES}}},
+    sorts={"queued": ("queued_s",), "submitted": ("submitted_s",), "name": ("workload__name",),
+           "priority": ("workload__priority",), "node": ("workload__node__name", "ran_on"), "bound": ("bound_s",),
+           "ended": ("ended_s",), "state": ("state",)},
+    per_page=50)
+
+
+@require_GET
+@live_page
+def batch_list(request: HttpRequest, cluster: str) -> HttpResponse:
+    """Every batch pod of the cluster — pending, bound (running), completed, deleted — with its
+    node and times; searchable, filterable by state, sortable, paged (3 queries + session)."""
+    c = selectors.live_cluster_get(name=cluster)
+    rows = BatchPod.objects.filter(cluster=c).select_related("workload", "workload__node")
+    return render(request, "console/live_batch.html", {
+        "cluster": c, "listing": listing(rows, request.GET, BATCH_LIST), "now_s": time.time(),
+        "can_operate": request.user.has_perm("scheduling.operate_batch"),
+        "orchestrator": settings.KALENA_ORCHESTRATOR})
 
 
 @require_GET
@@ -53,7 +117,7 @@ def cluster(request: HttpRequest, cluster: str) -> HttpResponse:
     views = selectors.node_views(cluster=c)
     pending = BatchPod.objects.filter(cluster=c, state=BatchPod.PENDING).count()
     return render(request, "console/live_cluster.html", {
-        "cluster": c, "views": views, "now_s": now, "totals": selectors.totals(views, now_s=now),
+        "cluster": c, "views": views, "listing": listing(views, request.GET, LIVE_NODES), "now_s": now, "totals": selectors.totals(views, now_s=now),
         "pending": pending, **selectors.cluster_events(cluster=c)})
 
 
@@ -74,8 +138,8 @@ def node(request: HttpRequest, cluster: str, node: str) -> HttpResponse:
 @live_page
 def pending(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
-    return render(request, "console/live_pending.html", {
-        "cluster": c, "pods": scheduling_selectors.pending_pods(cluster=c)[:500]})
+    found = listing(scheduling_selectors.pending_pods(cluster=c), request.GET, PENDING_LIST)
+    return render(request, "console/live_pending.html", {"cluster": c, "listing": found, "pods": found.page})
 
 
 @require_GET
@@ -88,7 +152,7 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
         raise NotFound(f"no batch pod {name!r} in {cluster!r}") from None
     why = scheduling_selectors.why_pending(pod=pod)
     return render(request, "console/live_batch_pod.html", {
-        "cluster": c, "pod": pod, "why": why, "examples": rejection_lines(why.record if why else {}),
+        "cluster": c, "pod": pod, "can_operate": request.user.has_perm("scheduling.operate_batch"), "why": why, "examples": rejection_lines(why.record if why else {}),
         "evictions": EvictionRecord.objects.filter(workload=pod.workload).select_related("node")[:20]})
 
 
@@ -96,16 +160,23 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
 @live_page
 def evictions(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
-    return render(request, "console/live_evictions.html", {
-        "cluster": c, "records": EvictionRecord.objects.filter(cluster=c).select_related("node")[:200]})
+    rows = EvictionRecord.objects.filter(cluster=c).select_related("node")
+    found = listing(rows, request.GET, EVICTION_LIST)
+    return render(request, "console/live_evictions.html", {"cluster": c, "listing": found, "records": found.page})
 
 
 @require_GET
 @live_page
 def recommendations(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
+    recs = list(ReplanRecommendation.objects.filter(cluster=c).select_related("decided_by")[:20])
+    check = DriftCheck.objects.filter(cluster=c).first()
     return render(request, "console/live_replan.html", {
-        "cluster": c, "recommendations": ReplanRecommendation.objects.filter(cluster=c).select_related("decided_by")[:20],
+        "cluster": c, "recommendations": recs, "check": check, "now_s": time.time(),
+        "open": next((r for r in recs if r.state == ReplanRecommendation.OPEN), None),
+        "threshold": float(getattr(settings, "KALENA_DRIFT_THRESHOLD", 0.25)),
+        "window_s": float(getattr(settings, "KALENA_DRIFT_WINDOW_S", 86_400)),
+        "interval_s": DRIFT_INTERVAL_S,
         "can_approve": request.user.has_perm("replan.approve_replan")})
 
 

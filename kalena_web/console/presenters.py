@@ -9,7 +9,7 @@ import numpy as np
 
 from kalena_engine.resources import CPU, RAM
 from kalena_web.archive.mappers import NodeTimeSeries
-from kalena_web.console.formatting import clock, cores, duration, gib, integer, pct, quantity
+from kalena_web.console.formatting import clock, cores, cores_text, duration, gib, integer, pct, quantity
 
 GIB = float(2**30)
 
@@ -113,14 +113,14 @@ def node_story(ts: NodeTimeSeries, ledger) -> list[Figure]:
     if ledger is None:
         return []
     return [
-        Figure("Blueprint requests", f"{cores(prod_req[CPU])} cores · {gib(prod_req[RAM])} GiB",
+        Figure("Blueprint requests", f"{cores_text(prod_req[CPU])} · {gib(prod_req[RAM])} GiB",
                f"{pct(share[0], 0)} / {pct(share[1], 0)} of capacity · {ledger.pods} production pods"),
-        Figure("All usage · mean / peak", f"{cores(ledger.usage_mean_cpu_mcpu)} / {cores(ledger.usage_peak_cpu_mcpu)} cores",
+        Figure("All usage · mean / peak", f"{cores(ledger.usage_mean_cpu_mcpu)} / {cores_text(ledger.usage_peak_cpu_mcpu)}",
                f"{gib(ledger.usage_mean_ram_bytes)} / {gib(ledger.usage_peak_ram_bytes)} GiB · production + batch"),
-        Figure("Slack · mean / min", f"{cores(ledger.slack_mean_cpu_mcpu)} / {cores(ledger.slack_min_cpu_mcpu)} cores",
+        Figure("Slack · mean / min", f"{cores(ledger.slack_mean_cpu_mcpu)} / {cores_text(ledger.slack_min_cpu_mcpu)}",
                f"{gib(ledger.slack_mean_ram_bytes)} / {gib(ledger.slack_min_ram_bytes)} GiB · C − Σ reservations"),
         Figure("Batch", f"{integer(ledger.batch_placed)} placed · {integer(ledger.batch_evicted)} evicted",
-               f"reclaimed in use: {cores(ledger.reclaimed_mean_cpu_mcpu)} cores · {gib(ledger.reclaimed_mean_ram_bytes)} GiB mean",
+               f"reclaimed in use: {cores_text(ledger.reclaimed_mean_cpu_mcpu)} · {gib(ledger.reclaimed_mean_ram_bytes)} GiB mean",
                "bad" if ledger.batch_evicted else ""),
     ]
 
@@ -149,9 +149,9 @@ def node_sentence(node, ts: NodeTimeSeries, ledger) -> str:
     if not node.active:
         return (f"No production pod runs here: Kuberina's blueprint left this node empty, so its capacity is "
                 f"already freed, not slack to reclaim{'' if node.takes_batch else ', and batch is not placed here'}.")
-    text = (f"{ledger.pods} production pod{'s' if ledger.pods != 1 else ''} request {cores(req[CPU])} cores and "
-            f"{gib(req[RAM])} GiB ({share[0]} and {share[1]} of capacity) but used {cores(use[CPU])} cores and "
-            f"{gib(use[RAM])} GiB on average; reservations left {cores(ledger.slack_mean_cpu_mcpu)} cores and "
+    text = (f"{ledger.pods} production pod{'s' if ledger.pods != 1 else ''} request {cores_text(req[CPU])} and "
+            f"{gib(req[RAM])} GiB ({share[0]} and {share[1]} of capacity) but used {cores_text(use[CPU])} and "
+            f"{gib(use[RAM])} GiB on average; reservations left {cores_text(ledger.slack_mean_cpu_mcpu)} and "
             f"{gib(ledger.slack_mean_ram_bytes)} GiB of slack on average")
     if not node.takes_batch:
         return text + "; batch is not placed on this node."

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import wraps
 
 from django.core.paginator import InvalidPage
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
@@ -18,6 +19,7 @@ from kalena_web.archive import selectors
 from kalena_web.archive.errors import NotFound
 from kalena_web.archive.mappers import times_of
 from kalena_web.console import figures, params, presenters
+from kalena_web.console.listing import ListSpec, listing
 from kalena_web.console.why import rejection_lines
 from kalena_web.ledger import selectors as ledger_selectors
 from kalena_web.ledger.selectors import SORTS, BadSort
@@ -25,7 +27,8 @@ from kalena_web.ledger.selectors import SORTS, BadSort
 
 def error_page(request: HttpRequest, status: int, message: str) -> HttpResponse:
     """The console's error page for ``status`` carrying the user-facing ``message``."""
-    title = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict"}.get(status, "Error")
+    title = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict",
+             413: "Request too large"}.get(status, "Error")
     return render(request, "console/error.html", {"status": status, "title": title, "message": message}, status=status)
 
 
@@ -43,6 +46,20 @@ def page(view):
         except (params.BadParameter, BadSort) as exc:
             return error_page(request, 400, str(exc))
     return wrapper
+
+
+RUN_NODES = ListSpec(
+    search=("node__name", "node__zone"),
+    filters={"nodes": {"all": Q(), "active": Q(node__active=True), "idle": Q(node__active=False),
+                       "no_batch": Q(node__takes_batch=False), "with_evictions": Q(batch_evicted__gt=0)}},
+    sorts={key: sort.fields + ("node__row",) for key, sort in SORTS.items()}, per_page=200)
+
+BATCH_TASKS = ListSpec(
+    search=("workload__name", "workload__owner"),
+    filters={"show": selectors.BATCH_FILTERS}, labels={"never_placed": "never placed"},
+    sorts={"arrival": ("workload__row",), "name": ("workload__name",), "pods": ("submitted",),
+           "placed": ("placed",), "evicted": ("evicted",), "completed": ("completed",),
+           "pending_at_end": ("pending_at_end",)}, per_page=100)
 
 
 def _hours(run) -> float:
@@ -66,6 +83,8 @@ def overview(request: HttpRequest, run: str) -> HttpResponse:
     the_run = selectors.run_get(name=run)
     sort_value = request.GET.get("sort") or "name"
     sort, descending = ledger_selectors.sort_parse(sort_value)
+    nodes = listing(ledger_selectors.node_table(run=the_run, sort=sort, descending=descending), request.GET,
+                    RUN_NODES)
     cluster = selectors.cluster_series(run=the_run)
     return render(request, "console/overview.html", {
         "run": the_run,
@@ -73,7 +92,7 @@ def overview(request: HttpRequest, run: str) -> HttpResponse:
         "facts": presenters.run_facts(the_run),
         "reclaimed_figure": figures.reclaimed_figure(times_of(the_run, len(cluster["reclaimed_cpu"])), cluster,
                                                      hours=_hours(the_run)),
-        "nodes": list(ledger_selectors.node_table(run=the_run, sort=sort, descending=descending)),
+        "nodes": nodes.page, "listing": nodes,
         "sort": sort, "descending": descending, "sort_value": sort_value, "sort_label": SORTS[sort].label,
         "evictions": selectors.recent_evictions(run=the_run),
         "other_runs": [name for name in selectors.run_names() if name != the_run.name],
@@ -150,12 +169,10 @@ def batch(request: HttpRequest, run: str) -> HttpResponse:
     if query.get("show"):
         query["show"] = spelt.get(query["show"].replace("_", "").replace("-", "").replace(" ", "").lower(),
                                   query["show"])
-    show = params.choice(query, "show", accepted=tuple(selectors.BATCH_FILTERS), default="all")
-    page_no = params.integer(request.GET, "page", default=1, low=1)
+    tasks = listing(selectors.batch_outcome_rows(run=the_run), query, BATCH_TASKS)
     return render(request, "console/batch.html", {
-        "run": the_run, "show": show, "filters": list(selectors.BATCH_FILTERS),
-        "outcomes": selectors.batch_outcomes(run=the_run, show=show, page=page_no),
-    })
+        "run": the_run, "show": tasks.chosen["show"], "filters": list(selectors.BATCH_FILTERS),
+        "outcomes": tasks.page, "listing": tasks})
 
 
 @page

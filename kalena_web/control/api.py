@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 
-from django.http import HttpRequest
-from ninja import Router, Schema
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from kalena_engine.resources import to_ir_block
+from kalena_web.api.lists import ListQuery, order_by, page_of, sort_items
+from kalena_web.api.times import iso
 from kalena_web.control import selectors
 from kalena_web.control.models import Escalation
 
@@ -19,10 +21,13 @@ class NodeOut(Schema):
     name: str
     telemetry_stale: bool
     last_sample_s: float | None
+    last_sample_at: str | None = None  # the *_s times as ISO 8601 (UTC)
     slack_ineligible: bool
     ineligible_until_s: float
+    ineligible_until_at: str | None = None
     ineligible_reason: str
     pressure_since_s: float | None
+    pressure_since_at: str | None = None
     ledger_version: int
     capacity: dict
     requests: dict
@@ -34,41 +39,80 @@ class NodeOut(Schema):
     batch_pods: int
 
 
+NODE_SORTS = {"row": lambda v: v.node.row, "name": lambda v: v.node.name, "batch_pods": lambda v: v.batch_pods,
+              "slack_cpu": lambda v: float(v.slack[0]), "slack_ram": lambda v: float(v.slack[1]),
+              "last_sample": lambda v: v.last_sample_s}
+
+
 @router.get("/clusters/{cluster}/nodes", response=list[NodeOut],
-            summary="Nodes with their ledgers (IR units) and why they take no batch, if they don't")
-def nodes(request: HttpRequest, cluster: str):
+            summary="Nodes with their ledgers (IR units) and why they take no batch, if they don't; paginated "
+                    "(X-Total-Count, Link), filtered, sorted")
+def nodes(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
+          q: str | None = Query(None, max_length=200), stale: bool | None = None,
+          slack_ineligible: bool | None = None):
+    """``q``: part of the node name; ``stale``: telemetry stale or fresh; ``slack_ineligible``:
+    takes no batch now. ``sort``: row (default), name, batch_pods, slack_cpu, slack_ram, last_sample."""
     try:
         c = selectors.live_cluster_get(name=cluster)
     except selectors.NotFound as exc:
         raise HttpError(404, str(exc)) from None
     now = time.time()
+    views = selectors.node_views(cluster=c)
+    if q:
+        views = [v for v in views if q.lower() in v.node.name.lower()]
+    if stale is not None:
+        views = [v for v in views if v.stale == stale]
+    if slack_ineligible is not None:
+        views = [v for v in views if (v.ineligible_until_s > now) == slack_ineligible]
+    views = sort_items(views, page, NODE_SORTS, "row")
     return [NodeOut(name=v.node.name, telemetry_stale=v.stale, last_sample_s=v.last_sample_s,
+                    last_sample_at=iso(v.last_sample_s),
                     slack_ineligible=v.ineligible_until_s > now, ineligible_until_s=v.ineligible_until_s,
+                    ineligible_until_at=iso(v.ineligible_until_s) if v.ineligible_until_s > 0 else None,
                     ineligible_reason=v.ineligible_reason if v.ineligible_until_s > now else "",
-                    pressure_since_s=v.pressure_since_s, ledger_version=v.version,
+                    pressure_since_s=v.pressure_since_s, pressure_since_at=iso(v.pressure_since_s),
+                    ledger_version=v.version,
                     capacity=to_ir_block(v.capacity), requests=to_ir_block(v.request),
                     reservations=to_ir_block(v.reservation), usage=to_ir_block(v.usage), slack=to_ir_block(v.slack),
                     headroom=to_ir_block(v.headroom), reclaimed=to_ir_block(v.reclaimed), batch_pods=v.batch_pods)
-            for v in selectors.node_views(cluster=c)]
+            for v in page_of(views, page, request, response)]
 
 
 class EscalationOut(Schema):
     node: str
     time_s: float
+    time_at: str | None = None  # ISO 8601 (UTC) of time_s
     reason: str
     detail: str
     drained: list[str]
     until_s: float
+    until_at: str | None = None
 
 
-@router.get("/clusters/{cluster}/escalations", response=list[EscalationOut])
-def escalations(request: HttpRequest, cluster: str, limit: int = 100):
+ESCALATION_SORTS = {"time": ("time_s", "id"), "node": ("node__name", "time_s", "id")}
+
+
+@router.get("/clusters/{cluster}/escalations", response=list[EscalationOut],
+            summary="Escalations, newest first; paginated (X-Total-Count, Link), filtered by node and reason")
+def escalations(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
+                node: str | None = Query(None, max_length=253), reason: str | None = Query(None, max_length=100),
+                limit: int | None = None):
+    """``sort``: time (default newest first: ``-time``), node. ``limit`` (1–1000, older
+    clients): the same as ``page_size``."""
+    if limit is not None:
+        if not 1 <= limit <= 1000:
+            raise HttpError(400, f"limit {limit} is outside 1–1000")
+        page = ListQuery(page=page.page, page_size=limit, sort=page.sort)
     try:
         c = selectors.live_cluster_get(name=cluster)
     except selectors.NotFound as exc:
         raise HttpError(404, str(exc)) from None
-    if not 1 <= limit <= 1000:
-        raise HttpError(400, f"limit {limit} is outside 1–1000")
-    rows = Escalation.objects.filter(node__cluster=c).select_related("node")[:limit]
-    return [EscalationOut(node=e.node.name, time_s=e.time_s, reason=e.reason, detail=e.detail, drained=e.drained,
-                          until_s=e.until_s) for e in rows]
+    rows = Escalation.objects.filter(node__cluster=c).select_related("node")
+    if node:
+        rows = rows.filter(node__name=node)
+    if reason:
+        rows = rows.filter(reason=reason)
+    rows = rows.order_by(*order_by(page, ESCALATION_SORTS, "-time"))
+    return [EscalationOut(node=e.node.name, time_s=e.time_s, time_at=iso(e.time_s), reason=e.reason, detail=e.detail,
+                          drained=e.drained, until_s=e.until_s, until_at=iso(e.until_s))
+            for e in page_of(rows, page, request, response)]

@@ -69,26 +69,56 @@ class NodeView:
         return reclaimed_in_use(self.capacity, self.request)
 
 
-def node_views(*, cluster: Cluster) -> list[NodeView]:
-    """Every node of a live cluster in row order (2 queries)."""
-    bound = dict(BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND).values_list("workload__node_id")
-                 .annotate(n=Count("id")).values_list("workload__node_id", "n"))
+#: the columns a list of every node reads (``values_list``: no model instances, and none of the
+#: node's labels, taints or the ledger's blueprint workloads decoded — 54 → ~20 ms for 620 nodes)
+LIST_COLUMNS = ("id", "row", "name", "zone", "active", "takes_batch", "live_ledger__capacity",
+                "live_ledger__prod_request", "live_ledger__batch_request", "live_ledger__prod_reservation",
+                "live_ledger__batch_reservation", "live_ledger__usage", "live_ledger__stale",
+                "live_ledger__last_sample_s", "live_ledger__version", "live_ledger__blueprint_violations",
+                "live_ledger__blueprint_checked_s", "condition__slack_ineligible_until_s",
+                "condition__ineligible_reason", "condition__pressure_since_s")
+
+
+def node_views(*, cluster: Cluster, name: str | None = None) -> list[NodeView]:
+    """Every node of a live cluster in row order (2 queries); only the node ``name`` when given
+    (then ``NodeView.node`` is the full model row; in the list it carries id, row, name, zone,
+    active, takes_batch and the cluster)."""
+    bound = BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND)
+    nodes = Node.objects.filter(cluster=cluster).order_by("row")
+    if name is not None:
+        bound, nodes = bound.filter(workload__node__name=name), nodes.filter(name=name)
+    bound = dict(bound.values_list("workload__node_id").annotate(n=Count("id")).values_list("workload__node_id", "n"))
     out = []
-    for node in Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("row"):
-        led, cond = node.live_ledger, node.condition
-        prod_q, batch_q = vector(led.prod_request), vector(led.batch_request)
-        out.append(NodeView(
-            node=node, capacity=vector(led.capacity), request=prod_q + batch_q, prod_request=prod_q,
-            reservation=vector(led.prod_reservation) + vector(led.batch_reservation), usage=vector(led.usage),
-            batch_request=batch_q, stale=led.stale, last_sample_s=led.last_sample_s, version=led.version,
-            ineligible_until_s=cond.slack_ineligible_until_s, ineligible_reason=cond.ineligible_reason,
-            pressure_since_s=cond.pressure_since_s, batch_pods=bound.get(node.id, 0),
-            blueprint_violations=tuple(led.blueprint_violations or ()), blueprint_checked_s=led.blueprint_checked_s))
+    if name is not None:
+        for node in nodes.select_related("live_ledger", "condition"):
+            led, cond = node.live_ledger, node.condition
+            out.append(_view(node, led.capacity, led.prod_request, led.batch_request, led.prod_reservation,
+                             led.batch_reservation, led.usage, led.stale, led.last_sample_s, led.version,
+                             led.blueprint_violations, led.blueprint_checked_s, cond.slack_ineligible_until_s,
+                             cond.ineligible_reason, cond.pressure_since_s, bound))
+        return out
+    for node_id, row, node_name, zone, active, takes_batch, *rest in nodes.values_list(*LIST_COLUMNS):
+        node = Node(id=node_id, row=row, name=node_name, zone=zone, active=active, takes_batch=takes_batch,
+                    cluster=cluster)
+        out.append(_view(node, *rest, bound))
     return out
 
 
+def _view(node, capacity, prod_request, batch_request, prod_reservation, batch_reservation, usage, stale,
+          last_sample_s, version, violations, checked_s, ineligible_until_s, ineligible_reason, pressure_since_s,
+          bound) -> NodeView:
+    prod_q, batch_q = vector(prod_request), vector(batch_request)
+    return NodeView(
+        node=node, capacity=vector(capacity), request=prod_q + batch_q, prod_request=prod_q,
+        reservation=vector(prod_reservation) + vector(batch_reservation), usage=vector(usage),
+        batch_request=batch_q, stale=stale, last_sample_s=last_sample_s, version=version,
+        ineligible_until_s=ineligible_until_s, ineligible_reason=ineligible_reason,
+        pressure_since_s=pressure_since_s, batch_pods=bound.get(node.id, 0),
+        blueprint_violations=tuple(violations or ()), blueprint_checked_s=checked_s)
+
+
 def node_view(*, cluster: Cluster, name: str) -> NodeView:
-    views = [v for v in node_views(cluster=cluster) if v.node.name == name]
+    views = node_views(cluster=cluster, name=name)
     if not views:
         raise NotFound(f"no node {name!r} in live cluster {cluster.name!r}")
     return views[0]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from kalena_engine.errors import InputError
+from kalena_web.api.lists import ListQuery, order_by, page_of
+from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
 from kalena_web.replan.models import ReplanRecommendation
 from kalena_web.replan.services import RecommendationClosed, build_export, export_window_check, recommendation_decide
@@ -44,6 +46,9 @@ def export_workloads(request: HttpRequest, cluster: str, window_s: float = 86_40
 class RecommendationOut(Schema):
     id: int
     created_s: float
+    created_at: str | None = None  # ISO 8601 (UTC) of created_s
+    decided_s: float | None = None
+    decided_at: str | None = None
     state: str
     drift: dict
     threshold: float
@@ -58,14 +63,22 @@ class DecisionIn(Schema):
 
 
 def _out(rec: ReplanRecommendation) -> RecommendationOut:
-    return RecommendationOut(id=rec.id, created_s=rec.created_s, state=rec.state, drift=rec.drift,
+    return RecommendationOut(id=rec.id, created_s=rec.created_s, created_at=iso(rec.created_s),
+                             decided_s=rec.decided_s, decided_at=iso(rec.decided_s), state=rec.state, drift=rec.drift,
                              threshold=rec.threshold, top_nodes=rec.top_nodes,
                              decided_by=rec.decided_by.get_username() if rec.decided_by else None, note=rec.note)
 
 
-@router.get("/clusters/{cluster}/recommendations", response=list[RecommendationOut])
-def recommendations(request: HttpRequest, cluster: str):
-    return [_out(r) for r in ReplanRecommendation.objects.filter(cluster=_cluster(cluster)).select_related("decided_by")]
+@router.get("/clusters/{cluster}/recommendations", response=list[RecommendationOut],
+            summary="Re-plan recommendations, newest first; paginated (X-Total-Count, Link), filtered by state")
+def recommendations(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
+                    state: str = Query("all", pattern="^(all|open|approved|rejected)$")):
+    """``state``: all (default), open, approved, rejected. ``sort``: created (default ``-created``)."""
+    rows = ReplanRecommendation.objects.filter(cluster=_cluster(cluster)).select_related("decided_by")
+    if state != "all":
+        rows = rows.filter(state=state)
+    rows = rows.order_by(*order_by(page, {"created": ("created_s", "id")}, "-created"))
+    return [_out(r) for r in page_of(rows, page, request, response)]
 
 
 @router.post("/clusters/{cluster}/recommendations/{rec_id}/decision", response=RecommendationOut)

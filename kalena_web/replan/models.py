@@ -36,3 +36,25 @@ class ReplanRecommendation(models.Model):
     class Meta:
         ordering = ["-created_s"]
         permissions = [("approve_replan", "Can approve or reject re-plan recommendations")]
+
+
+class DriftCheck(models.Model):
+    """The drift loop's last pass over a cluster (one row per cluster, replaced each pass), so
+    the re-plan page can say what D is now, against which threshold, and why no recommendation
+    exists yet — without recomputing a day of rollups per page view.
+
+    ``drift``: ``{dimension: D or None}`` (None: no steady reservation yet, nothing to compare);
+    ``observed_pods`` of ``production_pods`` had steady (p95) samples in the window;
+    ``findings``: production pods the watch saw off their blueprint node; ``recommended``:
+    this pass opened a recommendation.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="drift_check")
+    time_s = models.FloatField()
+    window_s = models.FloatField()
+    threshold = models.FloatField()
+    drift = models.JSONField(default=dict)
+    observed_pods = models.PositiveIntegerField(default=0)
+    production_pods = models.PositiveIntegerField(default=0)
+    findings = models.PositiveIntegerField(default=0)
+    recommended = models.BooleanField(default=False)

@@ -26,7 +26,7 @@ from kalena_engine.policy import EstimatorPolicy
 from kalena_web.archive.models import EvictionRecord, UsageRollup
 from kalena_web.inventory.mappers import vector
 from kalena_web.inventory.models import Cluster, Node, Workload
-from kalena_web.replan.models import ReplanRecommendation
+from kalena_web.replan.models import DriftCheck, ReplanRecommendation
 
 NOTE_MAX = 500  # characters of a decision's note
 
@@ -161,15 +161,21 @@ def drift_pass(*, cluster: Cluster, now_s: float) -> DriftReport:
                  "seen_node": f.seen_node.name if f.seen_node else None} for f in fidelity_findings(cluster=cluster)]
     export.report["fidelity_findings"] = findings
     out = DriftReport(drift=per_dim, fidelity_findings=len(findings))
-    over = [d for d in ("cpu", "ram") if per_dim.get(d, 0.0) > threshold]
+    over = [d for d in ("cpu", "ram") if (per_dim.get(d) or 0.0) > threshold]
+    check = dict(time_s=now_s, window_s=window_s, threshold=threshold,
+                 drift={d: per_dim.get(d) for d in ("cpu", "ram")}, observed_pods=len(export.steady),
+                 production_pods=Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION).count(),
+                 findings=len(findings), recommended=False)
     if (not over and not findings) or ReplanRecommendation.objects.filter(
             cluster=cluster, state=ReplanRecommendation.OPEN).exists():
+        DriftCheck.objects.update_or_create(cluster=cluster, defaults=check)
         return out
     nodes = sorted(export.report["nodes"], key=lambda n: -(n["drift"].get("cpu", 0) + n["drift"].get("ram", 0)))[:10]
     ReplanRecommendation.objects.create(
         cluster=cluster, created_s=now_s, window_s=window_s, threshold=threshold, drift=per_dim,
         top_nodes=[{"name": n["name"], "drift": n["drift"]} for n in nodes],
         workloads_yaml=export.workloads_yaml, report=export.report)
+    DriftCheck.objects.update_or_create(cluster=cluster, defaults={**check, "recommended": True})
     out.recommended = True
     return out
 

@@ -11,15 +11,12 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from kalena_engine.errors import InputError
-from kalena_engine.kuberina.fields import parse_resource_block
-from kalena_engine.kuberina.yamlio import Where
-from kalena_engine.resources import DIMS, to_ir_block
+from kalena_engine.resources import to_ir_block
 from kalena_web.api.errors import ApiError
 from kalena_web.api.lists import ListQuery, order_by, page_of
 from kalena_web.api.times import iso
@@ -27,7 +24,6 @@ from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling import selectors, services
 from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.tasks import scheduling_request
 
 router = Router(tags=["scheduling"])
 
@@ -70,15 +66,6 @@ def _cluster(name: str) -> Cluster:
         raise HttpError(404, f"no live cluster named {name!r}") from None
 
 
-def resource_block(raw: dict[str, Any] | None, field: str) -> dict[str, float] | None:
-    """A Kuberina resource block (IR units, ``{"cpu": 0.5, "ram": "2Gi"}``) → internal units per
-    dimension (REST and ``kalena batch submit``); raises :class:`InputError` naming ``field``."""
-    if raw is None:
-        return None
-    vector = parse_resource_block(raw, Where("request body", field), capacity=False)
-    return {DIMS[i]: float(v) for i, v in enumerate(vector) if v}
-
-
 def _pod(cluster: str, name: str) -> tuple[Cluster, BatchPod]:
     c = _cluster(cluster)
     try:
@@ -108,19 +95,16 @@ def submit(request: HttpRequest, cluster: str, body: BatchIn):
     _operator(request)
     c = _cluster(cluster)
     try:
-        services.batch_submit_allowed(name=body.name, orchestrator_kind=settings.KALENA_ORCHESTRATOR)
-    except services.BatchConflict as exc:
-        raise HttpError(409, exc.problem) from None
-    try:
-        pod = services.batch_submit(
-            cluster=c, name=body.name, owner=body.owner, request=resource_block(body.request, "request"),
-            limit=resource_block(body.limit, "limit"), priority=body.priority, labels=body.labels,
+        pod = services.batch_queue(
+            cluster=c, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=body.name, owner=body.owner,
+            request=body.request, limit=body.limit, priority=body.priority, labels=body.labels,
             constraints=body.constraints, image=body.image, command=body.command, gang=body.gang,
             min_member=body.min_member, now_s=time.time())
+    except services.BatchConflict as exc:
+        raise HttpError(409, exc.problem) from None
     except InputError as exc:
         raise HttpError(400, str(exc)) from None
     out = pod_out(selectors.batch_pod(cluster=c, name=pod.workload.name))
-    transaction.on_commit(lambda: scheduling_request(cluster_id=c.id), robust=True)
     return Status(201, out)
 
 

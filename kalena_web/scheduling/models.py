@@ -57,6 +57,9 @@ class BatchPod(models.Model):
     running_s = models.FloatField(null=True, blank=True)
     grace_s = models.FloatField(default=30.0)
     noticed_s = models.FloatField(null=True, blank=True)
+    #: the node it was bound to when it ended (completed or deleted while bound); the workload's
+    #: ``node`` is cleared then, and the console's batch list still shows where it ran
+    ran_on = models.CharField(max_length=253, blank=True, default="")
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "state", "queued_s"], name="scheduling_pod_queue")]

@@ -18,9 +18,11 @@ from agents.orchestrators import (
     BatchSpec, BindingUncertain, Orchestrator, OrchestratorError, StaleBinding, WorkloadGone,
 )
 from kalena_engine.errors import InputError
+from kalena_engine.kuberina.fields import parse_resource_block
+from kalena_engine.kuberina.yamlio import Where
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
-from kalena_engine.resources import DIM_INDEX, IR_UNITS, N_DIMS, to_ir
+from kalena_engine.resources import DIM_INDEX, DIMS, IR_UNITS, N_DIMS, to_ir
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
 from kalena_web.scheduling import mappers, selectors
@@ -196,6 +198,45 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
 
         audit("batch.submit", cluster_name=cluster.name, target=name, after={"owner": owner, "priority": priority})
         return pod
+
+
+def resource_block(raw: Mapping[str, Any] | None, field_name: str) -> dict[str, float] | None:
+    """A Kuberina resource block (IR units, ``{"cpu": 0.5, "ram": "2Gi"}``) → internal units per
+    dimension (REST, ``kalena batch submit`` and the console's form).
+
+    Raises:
+        InputError: a malformed block, naming ``field_name``.
+    """
+    if raw is None:
+        return None
+    vector = parse_resource_block(raw, Where("request body", field_name), capacity=False)
+    return {DIMS[i]: float(v) for i, v in enumerate(vector) if v}
+
+
+def batch_queue(*, cluster: Cluster, orchestrator_kind: str, name: str, owner: str = "",
+                request: Mapping[str, Any], limit: Mapping[str, Any] | None = None, priority: int = 0,
+                labels: Mapping[str, str] | None = None, constraints: Mapping[str, Any] | None = None,
+                image: str = "", command: Sequence[str] = (), gang: str = "", min_member: int | None = None,
+                now_s: float) -> BatchPod:
+    """Submit one batch pod by hand — the one path of the REST ``POST …/batch``, ``kalena batch
+    submit`` and the console's submit form: refuse where the orchestrator feeds batch itself,
+    parse the IR resource blocks, :func:`batch_submit`, and ask for a scheduling pass once the
+    transaction commits.
+
+    Raises:
+        BatchConflict: on Kubernetes (:func:`batch_submit_allowed`).
+        InputError: a malformed resource block, or anything :func:`batch_submit` refuses.
+    """
+    from kalena_web.scheduling.tasks import scheduling_request
+
+    batch_submit_allowed(name=name, orchestrator_kind=orchestrator_kind)
+    with transaction.atomic():
+        pod = batch_submit(
+            cluster=cluster, name=name, owner=owner, request=resource_block(request, "request"),
+            limit=resource_block(limit, "limit"), priority=priority, labels=labels, constraints=constraints,
+            image=image, command=command, gang=gang, min_member=min_member, now_s=now_s)
+        transaction.on_commit(lambda: scheduling_request(cluster_id=cluster.id), robust=True)
+    return pod
 
 
 @dataclass
@@ -638,13 +679,15 @@ def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
         if pod.state in BatchPod.TERMINAL:
             return False
+        ran_on = ""
         if pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
             _credit(pod, pod.workload.node_id)
+            ran_on = Node.objects.filter(id=pod.workload.node_id).values_list("name", flat=True).first() or ""
         Workload.objects.filter(id=pod.workload_id).update(node_id=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         WhyPending.objects.filter(pod=pod).delete()
         BatchPod.objects.filter(id=pod.id).update(state=state, ended_s=now_s, outcome=outcome,
-                                                  reason=reason[:300] or pod.reason)
+                                                  reason=reason[:300] or pod.reason, ran_on=ran_on)
         from kalena_web.policy.audit import audit
 
         action = {BatchPod.DELETED: "delete", BatchPod.COMPLETED: "complete"}.get(state, state)

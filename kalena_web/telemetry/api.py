@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
+
+from kalena_web.api.lists import ListQuery, page_of, sort_items
+from kalena_web.api.times import iso
 
 from kalena_web.telemetry import selectors
 from kalena_web.telemetry.services import TokenError, TokenNotFound, agent_token_create, agent_token_revoke
@@ -46,6 +49,7 @@ class AgentOut(Schema):
     agent_version: str
     sampling_interval_s: float | None
     last_sample_s: float | None
+    last_sample_at: str | None = None  # ISO 8601 (UTC) of last_sample_s
     stale: bool
     accepted_samples: int
     duplicate_batches: int
@@ -98,10 +102,16 @@ def _operator(request: HttpRequest) -> None:
                              "(permission telemetry.manage_agent_tokens)")
 
 
-@router.get("/clusters/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut])
-def tokens(request: HttpRequest, cluster: str, node: str):
+@router.get("/clusters/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut],
+            summary="A node's agent tokens; paginated (X-Total-Count, Link), filtered by state")
+def tokens(request: HttpRequest, response: HttpResponse, cluster: str, node: str, page: Query[ListQuery],
+           state: str = Query("all", pattern="^(all|active|revoked)$")):
+    """``state``: all (default), active or revoked; in creation order."""
     found = _node(cluster, node)
-    return [_token_out(t) for t in selectors.tokens_list(cluster=found.cluster.name, node=found.name)]
+    rows = list(selectors.tokens_list(cluster=found.cluster.name, node=found.name))
+    if state != "all":
+        rows = [t for t in rows if (t.revoked_at is None) == (state == "active")]
+    return [_token_out(t) for t in page_of(rows, page, request, response)]
 
 
 @router.post("/clusters/{cluster}/nodes/{node}/agent-tokens", response={201: NewTokenOut})
@@ -120,17 +130,34 @@ def token_revoke(request: HttpRequest, token_id: int):
         raise HttpError(404 if isinstance(exc, TokenNotFound) else 409, str(exc)) from None
 
 
-@router.get("/clusters/{cluster}/agents", response=list[AgentOut])
-def agents(request: HttpRequest, cluster: str):
+AGENT_SORTS = {"row": lambda r: r.node.row, "name": lambda r: r.node.name,
+               "last_sample": lambda r: r.ledger_last_sample_s,
+               "accepted": lambda r: r.status.accepted_samples if r.status else 0,
+               "rejected": lambda r: r.rejected_total}
+
+
+@router.get("/clusters/{cluster}/agents", response=list[AgentOut],
+            summary="Each node's agent and telemetry; paginated (X-Total-Count, Link), filtered, sorted")
+def agents(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
+           q: str | None = Query(None, max_length=200), connected: bool | None = None, stale: bool | None = None):
+    """``q``: part of the node name; ``connected``, ``stale``: true or false. ``sort``: row
+    (default), name, last_sample, accepted, rejected."""
     rows = selectors.cluster_agents(cluster=_cluster(cluster))
+    if q:
+        rows = [r for r in rows if q.lower() in r.node.name.lower()]
+    if connected is not None:
+        rows = [r for r in rows if bool(r.status and r.status.connected) == connected]
+    if stale is not None:
+        rows = [r for r in rows if r.stale == stale]
+    rows = sort_items(rows, page, AGENT_SORTS, "row")
     return [AgentOut(node=r.node.name, tokens_active=r.tokens_active, tokens_revoked=r.tokens_revoked,
                      connected=bool(r.status and r.status.connected),
                      agent_version=r.status.agent_version if r.status else "",
                      sampling_interval_s=r.status.sampling_interval_s if r.status else None,
-                     last_sample_s=r.ledger_last_sample_s, stale=r.stale,
+                     last_sample_s=r.ledger_last_sample_s, last_sample_at=iso(r.ledger_last_sample_s), stale=r.stale,
                      accepted_samples=r.status.accepted_samples if r.status else 0,
                      duplicate_batches=r.status.duplicate_batches if r.status else 0,
-                     rejected_samples=r.rejected) for r in rows]
+                     rejected_samples=r.rejected) for r in page_of(rows, page, request, response)]
 
 
 @router.get("/clusters/{cluster}/rejections", response=RejectionsOut)

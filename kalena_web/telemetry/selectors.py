@@ -120,7 +120,9 @@ class AgentRow:
 def cluster_agents(*, cluster: Cluster) -> list[AgentRow]:
     """Every node of ``cluster`` with its tokens, agent status, staleness and rejected samples
     per reason (a fixed number of queries, whatever the cluster size)."""
-    nodes = list(Node.objects.filter(cluster=cluster).select_related("live_ledger").order_by("row"))
+    nodes = list(Node.objects.filter(cluster=cluster).select_related("live_ledger").order_by("row").only(
+        "id", "row", "name", "cluster_id", "live_ledger__id", "live_ledger__stale",
+        "live_ledger__last_sample_s"))  # the ledger's vectors and blueprint workloads: not read here
     rows = {n.id: AgentRow(node=n) for n in nodes}
     for node_id, revoked in AgentToken.objects.filter(node__cluster=cluster).values_list("node_id", "revoked_at"):
         if revoked is None:

@@ -11,12 +11,31 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from kalena_web.console.listing import ListSpec, everything, listing
 from kalena_web.telemetry import selectors
+from kalena_web.telemetry.models import AgentToken
 from kalena_web.telemetry.validation import REASONS
+
+AGENT_LIST = ListSpec(
+    search=("node__name",),
+    filters={"agent": {"all": everything, "connected": lambda r: bool(r.status and r.status.connected),
+                       "disconnected": lambda r: bool(r.status and not r.status.connected),
+                       "never_seen": lambda r: r.status is None,
+                       "without_token": lambda r: not r.tokens_active},
+             "telemetry": {"all": everything, "stale": lambda r: r.stale, "fresh": lambda r: not r.stale}},
+    sorts={"node": ("node__row",), "name": ("node__name",), "last_sample": ("ledger_last_sample_s",),
+           "accepted": ("status__accepted_samples",), "rejected": ("rejected_total",), "tokens": ("tokens_active",)},
+    per_page=100)
 
 
 @require_GET
 def agents(request: HttpRequest, cluster: str) -> HttpResponse:
+    from kalena_web.console.live_views import live_page
+
+    return live_page(_agents)(request, cluster)
+
+
+def _agents(request: HttpRequest, cluster: str) -> HttpResponse:
     from kalena_web.policy import selectors as policy_selectors
 
     try:
@@ -29,7 +48,10 @@ def agents(request: HttpRequest, cluster: str) -> HttpResponse:
     for r in rows:
         r.age_s = None if r.ledger_last_sample_s is None else max(0.0, now - r.ledger_last_sample_s)
     return render(request, "telemetry/agents.html", {
-        "cluster": found, "rows": rows, "reasons": reasons, "reason_labels": REASONS, "now_s": now,
+        "cluster": found, "rows": rows, "listing": listing(rows, request.GET, AGENT_LIST),
+        "tokens": AgentToken.objects.filter(node__cluster=found).select_related("node", "created_by")
+                                    .order_by("revoked_at", "node__row", "-id")[:500],
+        "can_manage_tokens": request.user.has_perm("telemetry.manage_agent_tokens"), "reasons": reasons, "reason_labels": REASONS, "now_s": now,
         "connected": sum(1 for r in rows if r.status and r.status.connected),
         "stale": sum(1 for r in rows if r.stale), "without_token": sum(1 for r in rows if not r.tokens_active),
         "accepted": sum(r.status.accepted_samples for r in rows if r.status),

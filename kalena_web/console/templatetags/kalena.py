@@ -13,6 +13,7 @@ from kalena_web.console import formatting
 register = template.Library()
 
 register.filter("cores", formatting.cores)
+register.filter("cores_text", formatting.cores_text)
 register.filter("gib", formatting.gib)
 register.filter("pct", formatting.pct)
 register.filter("clock", formatting.clock)
@@ -42,14 +43,29 @@ def get(mapping, key):
         return None
 
 
-@register.simple_tag(takes_context=True)
-def sort_link(context, key: str, label: str):
-    """A column header that sorts the nodes table by ``key`` (ascending first, then toggles)."""
+@register.simple_tag
+def list_url(listing, **changes):
+    """``?…`` for a :class:`~kalena_web.console.listing.Listing` with ``changes`` (e.g. ``page=2``)."""
+    return listing.url(**changes)
+
+
+@register.simple_tag
+def list_sort(listing, key: str, label: str):
+    """A column header sorting a listed table by ``key`` (ascending first, then toggles),
+    keeping the search and filters."""
     from django.utils.html import format_html
 
-    active = context.get("sort") == key
-    descending = bool(context.get("descending"))
-    target = f"-{key}" if active and not descending else key
-    arrow = (" ▼" if descending else " ▲") if active else ""
-    return format_html('<a class="sort{}" href="?sort={}" title="sort by {}">{}{}</a>',
-                       " active" if active else "", target, label, label, arrow)
+    active = listing.sort == key
+    arrow = (" ▼" if listing.descending else " ▲") if active else ""
+    return format_html('<a class="sort{}" href="{}" title="sort by {}">{}{}</a>',
+                       " active" if active else "", listing.sort_url(key), label, label, arrow)
+
+
+@register.filter
+def ran(pod, now_s: float) -> str:
+    """How long a batch pod has run since it was bound: to its end, or to ``now_s`` while bound;
+    ``–`` if it was never bound."""
+    if pod.bound_s is None:
+        return "–"
+    end = pod.ended_s if pod.ended_s is not None else now_s
+    return formatting.duration(max(0.0, end - pod.bound_s))

@@ -116,3 +116,26 @@ def test_legacy_entry_without_declaration(tmp_path: Path) -> None:
         """)
     with pytest.raises(IRError, match=r"w\.yaml:6: pods\[x-0005\]: legacy pods entry 'a/x-0005' matches no pod"):
         load_workloads(path)
+
+
+def test_a_blueprint_matching_none_of_the_workloads_is_refused(tmp_path: Path) -> None:
+    """issue 16: homelab replayed with the Irina blueprint ran with thousands of "violations"."""
+    workloads = load_workloads(write(tmp_path, "w.yaml", "namespaces:\n  a:\n    - name: x\n"))
+    other = write(tmp_path, "bp.yaml", "kind: Blueprint\nsolution:\n  b/y-0: n1\n  b/y-1: n2\n")
+    with pytest.raises(BlueprintRefused) as caught:
+        load_blueprint(other, workloads)
+    text = str(caught.value)
+    assert "bp.yaml" in text and "none of the solution's 2 pods" in text and "w.yaml" in text and "'a/x-0'" in text
+    partial = write(tmp_path, "partial.yaml", "kind: Blueprint\nsolution:\n  a/x-0: n1\n  b/y-0: n2\n")
+    assert load_blueprint(partial, workloads).unknown_pods == ("b/y-0",)  # a partial match is verified, not refused
+
+
+def test_an_unresolved_affinity_target_is_kept_with_file_and_pod(tmp_path: Path) -> None:
+    path = write(tmp_path, "w.yaml", """\
+        namespaces:
+          a:
+            - name: x
+              antiAffinity: [nothere]
+        """)
+    (line,) = load_workloads(path).unresolved
+    assert str(path) in line and "pod a/x-0" in line and "'nothere'" in line

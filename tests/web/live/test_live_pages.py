@@ -18,7 +18,12 @@ from kalena_web.replan.models import ReplanRecommendation
 from kalena_web.scheduling.services import batch_submit, scheduling_pass
 
 PAGES = ["/live/", "/live/home/", "/live/home/nodes/thinkcentre-beta/", "/live/home/pending/",
-         "/live/home/evictions/", "/live/home/replan/"]
+         "/live/home/evictions/", "/live/home/replan/",
+         # the lists' search, filters, sort and paging (issue 16) keep the count fixed too
+         "/live/home/?q=think&telemetry=fresh&sort=-slack_ram", "/live/home/batch/",
+         "/live/home/batch/?state=bound&q=batch&sort=-priority", "/live/home/pending/?q=batch&sort=-priority",
+         "/live/home/evictions/?condition=memory_pressure&sort=node", "/live/home/agents/?q=beta&agent=all",
+         "/tokens/"]
 
 
 @pytest.fixture

@@ -115,3 +115,32 @@ def test_observed_percentiles_weight_every_minute_equally_as_documented(live) ->
     observed = block["namespaces"]["database"][0]["observed"]
     assert observed["p50"]["cpu"] == pytest.approx(3.0) and observed["peak"]["cpu"] == pytest.approx(3.0)
     assert observed["exceeded_request_fraction"] == 0.0
+
+
+def test_the_replan_page_shows_drift_threshold_and_why_no_recommendation(live, client) -> None:
+    """issue 16: the page said only "drift is under the threshold", with neither number."""
+    import re
+
+    client.force_login(User.objects.create_user("viewer", password="x" * 12))
+
+    def why() -> str:
+        page = client.get("/live/home/replan/").content.decode()
+        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page[page.index('id="drift-now"'):page.index("</section>",
+                                                                                                   page.index('id="drift-now"'))]))
+
+    assert "No drift pass has run for this cluster yet" in why() and "threshold 25.0 %" in why()
+    drift(now_s=NOW)  # no rollups at all: nothing observed
+    text = why()
+    assert "Drift cpu – · ram –" in text and "0 of 10 observed" in text and "needs the agents' samples" in text
+    fill_rollups(live, 0.9)
+    drift(now_s=NOW + 1)
+    text = why()
+    assert "Drift cpu 10.0 % · ram 10.0 %" in text and "threshold 25.0 %" in text
+    assert "neither dimension is above the threshold" in text
+    assert "10 of 10 production pods had steady samples" in text
+    UsageRollup.objects.filter(cluster=live).update(reservation=[0.0] * 8)  # observed to need nothing: D = 100 %
+    drift(now_s=NOW + 2)
+    assert ReplanRecommendation.objects.filter(cluster=live, state="open").exists()
+    assert "This pass opened the recommendation below" in why()
+    drift(now_s=NOW + 3)
+    assert "A recommendation is open" in why()
