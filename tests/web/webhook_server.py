@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from kalena_web.cli.benchenv import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -53,7 +55,8 @@ def kalena_webhook(tmp_path_factory):
 
     import httpx
 
-    proc, url, ca = start_webhook(tmp_path_factory.mktemp("webhook"), 21011, 21012, KALENA_ADMISSION_INFER_JOBS="1")
+    proc, url, ca = start_webhook(tmp_path_factory.mktemp("webhook"), free_port(), free_port(),
+                                KALENA_ADMISSION_INFER_JOBS="1")
     # warm Django up (the first request imports the URL map), as a deployed console is
     httpx.post(url + "/kubernetes/admission/mutate", content=b"{}", timeout=60,
                verify=ssl.create_default_context(cafile=ca))
