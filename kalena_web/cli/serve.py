@@ -58,8 +58,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.tls_port is not None:
         endpoints.append(tls_endpoint(args.host, args.tls_port, args.tls_cert, args.tls_key))
         print(f"kalena serve: webhook and extender on https://{args.host}:{args.tls_port}/kubernetes/")
+    # both of Daphne's limits, message and frame (each 1 MiB by default): a client may send a
+    # message as one frame, and a frame over Daphne's frame limit is dropped like an oversize message
     server = Server(application=application, endpoints=endpoints,
-                    websocket_max_message_size=transport_max_message_bytes())
+                    websocket_max_message_size=transport_max_message_bytes(),
+                    websocket_max_frame_size=transport_max_message_bytes())
     try:
         server.run()
     finally:

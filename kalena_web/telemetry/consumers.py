@@ -100,8 +100,10 @@ def decode(raw: str | bytes) -> Any:
 
 
 def transport_max_message_bytes() -> int:
-    """Daphne's ``websocket_max_message_size`` for the one setting
-    ``KALENA_INGEST_MAX_FRAME_BYTES`` F: 2 F (8 MiB → 16 MiB). Frames up to 2 F reach the
+    """Daphne's ``websocket_max_message_size`` and ``websocket_max_frame_size`` (both 1 MiB by
+    default) for the one setting ``KALENA_INGEST_MAX_FRAME_BYTES`` F: 2 F (8 MiB → 16 MiB). Both:
+    a client may send a message as one frame, and autobahn drops a frame over its frame limit
+    as it drops a message over its message limit. Frames up to 2 F reach the
     consumer, which refuses one over F as ``oversize_batch`` — counted with its samples, and
     acknowledged when its ``batch_id`` can be read, so the agent drops it instead of resending it
     forever. A frame over 2 F never reaches Kalena: autobahn drops the connection (logging

@@ -167,3 +167,43 @@ def test_after_a_lost_buffer_file_new_samples_are_stored_not_taken_for_duplicate
     status = AgentStatus.objects.get(node__name=NODE)
     assert (status.batches, status.duplicate_batches) == (6, 0)
 
+
+
+def test_a_single_frame_over_one_mebibyte_within_the_limits_is_stored_at_the_default_settings(home, services) -> None:
+    """A batch inside both documented limits (1,500 samples ≤ 2,000; ~1.3 MB ≤ F = 8 MiB) sent as
+    one WebSocket frame — what a client that does not split to 1 MiB sends — reaches Kalena and
+    is stored and acknowledged. Daphne has a frame limit as well as a message limit, both 1 MiB
+    by default: raising only the message limit left such a frame dropped by the transport,
+    uncounted, and resent forever (issue 17, item 2)."""
+    import asyncio
+    import json
+
+    from websockets.asyncio.client import connect
+
+    port = free_port()
+    services.procs.daphne(port)                                    # the default KALENA_INGEST_MAX_FRAME_BYTES
+    beta = Node.objects.get(name=NODE)
+    token = agent_token_create(node=beta)[0]
+    now = time.time()
+    message = samples(NODE, 1, [record(PODS[i % 2], now - 1600 + i) for i in range(1500)])
+    frame = json.dumps(message)
+    assert 2**20 < len(frame.encode()) < 8 * 2**20
+
+    async def go() -> list[dict]:
+        url = f"ws://127.0.0.1:{port}/agent/v1/ws"
+        async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as ws:
+            await ws.send(json.dumps(hello(NODE)))
+            await ws.send(frame)                                   # one frame: websockets does not fragment
+            replies = []
+            while not any(r.get("type") == "ack" for r in replies):
+                replies.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+            return replies
+
+    try:
+        replies = asyncio.run(go())
+    except Exception as exc:  # noqa: BLE001 - the transport dropped the frame
+        raise AssertionError(f"the {len(frame):,}-byte frame did not reach Kalena: {exc!r}") from None
+    ack = next(r for r in replies if r.get("type") == "ack")
+    assert ack == {"type": "ack", "v": 1, "batch_id": f"{NODE}:1", "accepted": 1500, "rejected": {},
+                   "duplicate": False}
+    assert Sample.objects.filter(node=beta).count() == 1500 and not RejectedSamples.objects.exists()
