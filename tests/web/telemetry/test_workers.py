@@ -171,14 +171,15 @@ def test_a_held_shard_lock_is_renewed_and_a_dead_holders_lock_expires_within_its
             time.sleep(0.1)
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
-        killed = time.monotonic()
+        left_at_kill_ms = r.pttl(key)       # what Redis itself will still hold it for (no renewal after the kill)
         wait_until(lambda: not r.exists(key), timeout_s=30, every_s=0.05, what="the dead holder's lock to expire")
-        gone_after_s = time.monotonic() - killed
     finally:
         blocker.rollback()
         blocker.close()
     assert min(ttls_ms) > 0 and max(ttls_ms) <= ttl_s * 1000, f"the held lock expired: {ttls_ms}"
-    assert gone_after_s <= ttl_s + 1.0, f"the lock outlived its holder by {gone_after_s:.1f} s"
+    # the dead holder's lock lives at most its TTL past the kill: Redis's own countdown, not our wall clock
+    assert left_at_kill_ms == -2 or 0 < left_at_kill_ms <= ttl_s * 1000, \
+        f"the lock outlives its holder: {left_at_kill_ms} ms"
     assert settings.KALENA_ESTIMATION_LOCK_TTL_S <= 10.0 - 3.0      # the default leaves room to resume within 10 s
     services.procs.worker("next")
     client = services.celery()
