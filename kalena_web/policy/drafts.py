@@ -133,6 +133,9 @@ def draft_read(posted: Mapping[str, str], *, base: PolicyDocument, name: str = "
         if not sep or not ns.strip():
             errors["namespaces"] = f"line {n}: {line.strip()!r} is not 'namespace: cap'"
             break
+        if ns.strip() in caps:
+            errors["namespaces"] = f"line {n}: namespace {ns.strip()!r} is capped twice (accepted: one line per namespace)"
+            break
         try:
             caps[ns.strip()] = _number(cap, "cap", True)
         except ValueError:

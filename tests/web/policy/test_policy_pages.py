@@ -317,3 +317,12 @@ def test_both_eviction_thresholds_lowered_together_are_one_valid_draft(tuner, li
     assert page.status_code == 400
     assert "acute_ratio 0.6 is below evict_threshold_ratio 0.7" in page.context["errors"]["eviction.acute_ratio"]
     assert current_policy(cluster_id=live.id).version == 2
+
+
+def test_a_namespace_capped_twice_is_refused_not_silently_the_last(tuner, live) -> None:
+    fields = _form(tuner, "home")
+    fields["namespaces"] = "team-a: 3\nteam-b: 1\nteam-a: 4"
+    page = tuner.post("/policy/home/", {**fields, "action": "save"})
+    assert page.status_code == 400
+    assert page.context["errors"]["namespaces"] == "line 3: namespace 'team-a' is capped twice (accepted: one line per namespace)"
+    assert not PolicyVersion.objects.exists()
