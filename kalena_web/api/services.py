@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from django.db import transaction
 from django.utils import timezone
 
 from kalena_engine.errors import InputError
@@ -36,12 +37,24 @@ def api_token_create(*, user, name: str, scopes=SCOPES) -> tuple[str, ApiToken]:
     token = PREFIX + secrets.token_urlsafe(32)
     row = ApiToken.objects.create(user=user, name=name[:100], prefix=token[:12], digest=_digest(token),
                                   scopes=" ".join(chosen))
+    from kalena_web.policy.audit import audit
+
+    audit("token.create", target=f"API token {row.id} ({row.prefix}…) of {user.get_username()}",
+          after={"scopes": list(chosen)})
     return token, row
 
 
 def api_token_revoke(*, token_id: int) -> bool:
-    """Revoke a token; returns False when it was unknown or already revoked."""
-    return bool(ApiToken.objects.filter(id=token_id, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+    """Revoke a token (an audit entry); returns False when it was unknown or already revoked."""
+    from kalena_web.policy.audit import audit
+
+    with transaction.atomic():
+        if not ApiToken.objects.filter(id=token_id, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+            return False
+        row = ApiToken.objects.select_related("user").get(id=token_id)
+        audit("token.revoke", target=f"API token {row.id} ({row.prefix}…) of {row.user.get_username()}",
+              before={"state": "active"}, after={"state": "revoked"})
+    return True
 
 
 def api_token_user(*, token: str):

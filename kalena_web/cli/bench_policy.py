@@ -77,7 +77,9 @@ def _setup(args: argparse.Namespace):
     LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=now - 5.0)
     for i in range(args.pending):
         batch_submit(cluster=cluster, name=f"team-{i % 7}/job-{i}", owner="bench",
-                     request={"cpu": float(rng.choice([0.25, 0.5, 1.0, 2.0])), "ram": float(rng.choice([0.5, 1.0, 4.0]))},
+                     # batch_submit takes internal units: mcpu and bytes (0.25–2 cores, 0.5–4 GiB)
+                     request={"cpu": 1000.0 * float(rng.choice([0.25, 0.5, 1.0, 2.0])),
+                              "ram": float(2**30 * rng.choice([0.5, 1.0, 4.0]))},
                      now_s=now)
     _history(cluster)
     return cluster, len(rows)
@@ -166,8 +168,17 @@ def handle(args: argparse.Namespace) -> int:
         "pages": {name: {"wall_s": w, "cpu_s": c, "queries": q} for name, (w, c, q) in timed.items()},
         "load_average_1m": os.getloadavg()[0],
     }
+    import numpy as np
+
+    from kalena_web.inventory.models import Workload
+
+    requests = np.array(list(Workload.objects.filter(cluster=cluster, kind=Workload.BATCH)
+                             .values_list("request", flat=True)), dtype=float).reshape(-1, 8)
+    figures["pending_request_mean"] = {"cpu_cores": float(requests[:, 0].mean() / 1000.0) if len(requests) else 0.0,
+                                       "ram_gib": float(requests[:, 1].mean() / 2**30) if len(requests) else 0.0}
     print(f"Kalena policy pre-flight, {args.nodes} nodes, {production} production pods, {args.pending} pending "
-          f"(median of {args.repeat}; load average {figures['load_average_1m']:.2f}):")
+          f"(mean request {figures['pending_request_mean']['cpu_cores']:.2f} cores, "
+          f"{figures['pending_request_mean']['ram_gib']:.2f} GiB; median of {args.repeat}; load average {figures['load_average_1m']:.2f}):")
     print(f"  pre-flight engine {figures['preflight_engine_s']:.3f} s (read {figures['preflight_load_s']:.3f} s); "
           f"end to end (console POST) {figures['preflight_request_s']:.3f} s wall, "
           f"{figures['preflight_request_cpu_s']:.3f} s CPU, {figures['preflight_request_queries']} queries")

@@ -118,8 +118,11 @@ def draft_read(posted: Mapping[str, str], *, base: PolicyDocument, name: str = "
                 errors[dotted] = str(exc)
                 continue
             except PolicyError as exc:
-                errors[dotted] = _message(exc)
-                continue
+                if exc.field == f"spec.{dotted}":
+                    errors[dotted] = _message(exc)
+                    continue
+                # a rule across fields (acute_ratio ≥ evict_threshold_ratio) tested against the
+                # other field's default: the whole draft is judged below, with its own values
             spec[section][key] = value
     namespaces = str(posted.get("namespaces", namespaces_text(spec["namespaces"])))
     caps: dict[str, Any] = {}
@@ -129,6 +132,9 @@ def draft_read(posted: Mapping[str, str], *, base: PolicyDocument, name: str = "
         ns, sep, cap = line.partition(":")
         if not sep or not ns.strip():
             errors["namespaces"] = f"line {n}: {line.strip()!r} is not 'namespace: cap'"
+            break
+        if ns.strip() in caps:
+            errors["namespaces"] = f"line {n}: namespace {ns.strip()!r} is capped twice (accepted: one line per namespace)"
             break
         try:
             caps[ns.strip()] = _number(cap, "cap", True)

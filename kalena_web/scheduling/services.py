@@ -85,7 +85,7 @@ def batch_complete(*, pod: BatchPod, orchestrator_kind: str, now_s: float) -> No
         raise BatchConflict(f"{name!r} is {pod.state}: only a pod that was placed can complete"
                             + (" (delete a pending pod instead)" if pod.state == BatchPod.PENDING else ""),
                             field="name")
-    batch_finish(pod=pod, now_s=now_s, state=BatchPod.COMPLETED)
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.COMPLETED, by_hand=True)
 
 
 def batch_delete(*, pod: BatchPod, orchestrator: Callable[[], Orchestrator], now_s: float, by: str) -> None:
@@ -107,7 +107,7 @@ def batch_delete(*, pod: BatchPod, orchestrator: Callable[[], Orchestrator], now
         except OrchestratorError as exc:
             raise BatchNotStopped(f"{name!r} was not deleted: the orchestrator refused to stop it: {exc}",
                                   field="name") from None
-    batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED)
+    batch_finish(pod=pod, now_s=now_s, state=BatchPod.DELETED, by_hand=True)
 
 
 def _vector(raw: Mapping[str, float] | None, field_name: str) -> list[float]:
@@ -672,9 +672,11 @@ def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -
 
 
 def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED, outcome: str = "",
-                 reason: str = "") -> bool:
+                 reason: str = "", by_hand: bool = False) -> bool:
     """A pod ended (completed, refused at admission, deleted): it leaves every ledger at once
-    and the queue. Finishing a finished pod changes nothing; returns whether anything changed."""
+    and the queue. Finishing a finished pod changes nothing; returns whether anything changed.
+    The audit entry's actor is the reconciler loop, or with ``by_hand`` the request's user or
+    the command line."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
         if pod.state in BatchPod.TERMINAL:
@@ -693,7 +695,7 @@ def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED
         action = {BatchPod.DELETED: "delete", BatchPod.COMPLETED: "complete"}.get(state, state)
         audit(f"batch.{action}", cluster_name=pod.cluster.name, target=pod.workload.name,
               before={"state": pod.state}, after={"state": state, **({"outcome": outcome} if outcome else {})},
-              actor_kind="loop", actor="reconciler")
+              **({} if by_hand else {"actor_kind": "loop", "actor": "reconciler"}))
     return True
 
 

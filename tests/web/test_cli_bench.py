@@ -61,6 +61,9 @@ def test_bench_preflight_prints_the_request_beside_the_engine(tmp_path: Path, da
     summary = json.loads(out.read_text())
     assert summary["nodes"] == 8 and summary["pending"] == 20
     assert 0 <= summary["placeable_current"] <= 20 and 0 <= summary["placeable_proposed"] <= 20
+    # the pending pods are real-sized (0.25–2 cores, 0.5–4 GiB), not mcpu and bytes taken as cores and GiB
+    assert 0.25 <= summary["pending_request_mean"]["cpu_cores"] <= 2
+    assert 0.5 <= summary["pending_request_mean"]["ram_gib"] <= 4
     assert summary["preflight_request_s"] > 0 and summary["preflight_engine_s"] > 0
     assert set(summary["pages"]) == {"pre-flight POST", "policy", "history", "calibration", "export", "audit"}
     assert all(page["queries"] > 0 for page in summary["pages"].values())

@@ -156,3 +156,17 @@ def test_live_volatility_is_the_engines_tracker_over_the_minute_rows(live) -> No
         tracker.update(t, np.array([[cores * 1000.0] + [0.0] * 7]))
     assert got == pytest.approx(float(tracker.ratio(np.array([led.capacity]))[0]))
     assert got == pytest.approx(3 ** 0.5 / capacity_cores)      # not the plain σ of the last hour (0)
+
+
+def test_an_agent_eviction_is_in_the_audit_log_once(live) -> None:
+    """Issue 15: every eviction is an audit entry — who (the node's agent), what, before/after."""
+    from kalena_web.policy.models import AuditEntry
+
+    pod = bound_pods(live)[0]
+    agent_evicts(pod, 1100.0)
+    evictions_record(cluster=live, now_s=1100.0 + SETTLE_S + 1)
+    evictions_record(cluster=live, now_s=1200.0 + SETTLE_S)
+    (entry,) = AuditEntry.objects.filter(action="eviction")
+    assert (entry.actor_kind, entry.actor, entry.target) == ("agent", f"agent of {pod.workload.node.name}",
+                                                            pod.workload.name)
+    assert entry.before == {"ledger": 16.2 * GIB} and entry.after == {"ledger": 15.2 * GIB, "reason": "priority"}

@@ -92,3 +92,17 @@ def test_stale_telemetry_never_escalates(live) -> None:
     escalate(now_s=1400.0)
     assert not Escalation.objects.exists()
     assert BatchPod.objects.filter(workload__node=node, state=BatchPod.BOUND).exists()
+
+
+def test_a_drain_is_in_the_audit_log_with_the_loop_as_actor(live) -> None:
+    """Issue 15: every drain is an audit entry (who: the escalation loop; what: the node)."""
+    from kalena_web.policy.models import AuditEntry
+
+    place(live, 6)
+    node = node_with_batch(live)
+    for i, t in enumerate((1100.0, 1250.0, 1390.0)):
+        record_eviction(node, t, i)
+    assert not AuditEntry.objects.filter(action="node.drain").exists()
+    escalate(now_s=1400.0)
+    (entry,) = AuditEntry.objects.filter(action="node.drain")
+    assert (entry.actor_kind, entry.actor, entry.cluster_name, entry.target) == ("loop", "escalation", "home", node.name)

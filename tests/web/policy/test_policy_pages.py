@@ -294,3 +294,35 @@ def test_a_policy_file_without_a_sweep_is_shown_as_such_and_its_values_proposed(
     proposed = tuner.get(f"/policy/home/?calibration={CalibrationImport.objects.get().id}")
     values = {f.name: f.value for s in proposed.context["sections"].values() for f in s}
     assert (values["estimator.margin_ratio"], values["estimator.half_life_s"]) == ("1.25", "900")
+
+
+def test_both_eviction_thresholds_lowered_together_are_one_valid_draft(tuner, live) -> None:
+    """The cross-field rule (acute_ratio ≥ evict_threshold_ratio) is checked on the draft as a
+    whole, not each field against the other's default: lowering both in one draft is accepted."""
+    fields = _form(tuner, "home")
+    fields["eviction.evict_threshold_ratio"] = "0.5"
+    fields["eviction.acute_ratio"] = "0.6"
+    page = tuner.post("/policy/home/", {**fields, "action": "save"})
+    assert page.status_code == 302, page.context and page.context.get("errors")
+    saved = current_policy(cluster_id=live.id).policy.eviction
+    assert (saved.evict_threshold_ratio, saved.acute_ratio) == (0.5, 0.6)
+
+    # and from there, raising evict_threshold_ratio alone is judged against the draft's acute_ratio
+    fields = _form(tuner, "home")
+    fields["eviction.evict_threshold_ratio"] = "0.55"
+    assert tuner.post("/policy/home/", {**fields, "action": "save"}).status_code == 302
+    fields = _form(tuner, "home")
+    fields["eviction.evict_threshold_ratio"] = "0.7"
+    page = tuner.post("/policy/home/", {**fields, "action": "save"})
+    assert page.status_code == 400
+    assert "acute_ratio 0.6 is below evict_threshold_ratio 0.7" in page.context["errors"]["eviction.acute_ratio"]
+    assert current_policy(cluster_id=live.id).version == 2
+
+
+def test_a_namespace_capped_twice_is_refused_not_silently_the_last(tuner, live) -> None:
+    fields = _form(tuner, "home")
+    fields["namespaces"] = "team-a: 3\nteam-b: 1\nteam-a: 4"
+    page = tuner.post("/policy/home/", {**fields, "action": "save"})
+    assert page.status_code == 400
+    assert page.context["errors"]["namespaces"] == "line 3: namespace 'team-a' is capped twice (accepted: one line per namespace)"
+    assert not PolicyVersion.objects.exists()

@@ -98,3 +98,19 @@ def test_complete_is_refused_where_the_orchestrator_observes_completion(live, ca
     response = api.post("/api/clusters/home/batch/batch/obs-0/complete")
     assert response.status_code == 409 and "observed from the orchestrator" in response.json()["detail"]
     assert BatchPod.objects.get(workload__name="batch/obs-0").state == BatchPod.BOUND  # unchanged
+
+
+def test_manual_complete_and_delete_are_audited_as_the_command_line(live, capsys,
+                                                                   django_capture_on_commit_callbacks) -> None:
+    """A hand-made completion or deletion is the operator's action (issue 15: manual actions),
+    not the reconciler loop's."""
+    from kalena_web.policy.models import AuditEntry
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert kalena(capsys, "batch", "submit", "home", "batch/done-0", "--request", "cpu=100m")[0] == 0
+    assert kalena(capsys, "batch", "submit", "home", "batch/gone-0", "--request", "cpu=100m")[0] == 0
+    assert kalena(capsys, "batch", "complete", "home", "batch/done-0")[0] == 0
+    assert kalena(capsys, "batch", "delete", "home", "batch/gone-0")[0] == 0
+    rows = {a: (k, who) for a, k, who in AuditEntry.objects.filter(action__in=["batch.complete", "batch.delete"])
+            .values_list("action", "actor_kind", "actor")}
+    assert rows == {"batch.complete": ("user", "cli"), "batch.delete": ("user", "cli")}
