@@ -368,7 +368,8 @@ def policy_from_document(data: Any, *, source: str = "<policy>") -> PolicyDocume
     top = at.mapping(data, ("apiVersion", "kind", "metadata", "spec"))
     for key, wanted in (("apiVersion", API_VERSION), ("kind", KIND)):
         if top.get(key) != wanted:
-            problem = f"missing {key}" if key not in top else f"{top[key]!r} is not a {key} Kalena reads"
+            article = "an" if key[0] in "aeiou" else "a"
+            problem = f"missing {key}" if key not in top else f"{top[key]!r} is not {article} {key} Kalena reads"
             raise (at.key(top, key) if key in top else _At(source, key, getattr(top, "line", None))).error(problem, accepted=wanted)
     metadata = _read_metadata(top["metadata"], at.key(top, "metadata")) if "metadata" in top else PolicyMetadata()
     spec_at = at.key(top, "spec")

@@ -55,7 +55,7 @@ POLICY = {"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy"}
     # the old agent-only shape {"estimator": …} is not a policy file
     ({"estimator": {"margin_ratio": 1.2}}, "estimator: unknown key 'estimator' (accepted: apiVersion, kind, metadata, spec)"),
     ({"kind": "Policy", "spec": {}}, "apiVersion: missing apiVersion (accepted: kalena.naughtian.io/v1)"),
-    ({**POLICY, "apiVersion": "kalena.naughtian.io/v2"}, "is not a apiVersion Kalena reads"),
+    ({**POLICY, "apiVersion": "kalena.naughtian.io/v2"}, "is not an apiVersion Kalena reads"),
 ])
 def test_bad_policy_file_is_refused_naming_the_field(tmp_path, document, says) -> None:
     policy = tmp_path / "policy.json"

@@ -76,7 +76,7 @@ REFUSED = {
     "fractional count": (HEAD + "spec:\n  escalation: {evictions: 2.5}\n", ["spec.escalation.evictions: 2.5 is not a whole number"]),
     "infinite value": (HEAD + "spec:\n  estimator: {half_life_s: .inf}\n", ["spec.estimator.half_life_s: inf is out of range"]),
     "section not a mapping": (HEAD + "spec:\n  eviction: 3\n", ["spec.eviction: expected a mapping, got int 3", "evict_threshold_ratio"]),
-    "wrong apiVersion": ("apiVersion: v2\nkind: Policy\n", ["p.yaml:1: apiVersion: 'v2' is not a apiVersion Kalena reads", "kalena.naughtian.io/v1"]),
+    "wrong apiVersion": ("apiVersion: v2\nkind: Policy\n", ["p.yaml:1: apiVersion: 'v2' is not an apiVersion Kalena reads", "kalena.naughtian.io/v1"]),
     "missing kind": ("apiVersion: kalena.naughtian.io/v1\n", ["kind: missing kind", "Policy"]),
     "unknown dimension": (HEAD + "spec:\n  placement: {balance_dims: [cpu, gpus]}\n", ["spec.placement.balance_dims[1]: unknown dimension 'gpus'", "cpu, ram, gpu"]),
     "negative namespace cap": (HEAD + "spec:\n  namespaces: {ml: -1}\n", ["spec.namespaces.ml: -1 is out of range", "a whole number in [0, ∞)"]),

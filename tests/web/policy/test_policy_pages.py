@@ -142,7 +142,7 @@ def test_rollback_is_a_new_version_and_export_imports_back(tuner, live) -> None:
 @pytest.mark.parametrize("document, says", [
     ({"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy", "spec": {"estimator": {"margin": 1.2}}},
      "spec.estimator.margin: unknown key 'margin' (accepted: margin_ratio, half_life_s"),
-    ({"apiVersion": "kalena.naughtian.io/v2", "kind": "Policy"}, "is not a apiVersion Kalena reads"),
+    ({"apiVersion": "kalena.naughtian.io/v2", "kind": "Policy"}, "is not an apiVersion Kalena reads"),
     ({"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy", "metadata": {"cluster": "prod-eu"}},
      "this file is for cluster 'prod-eu', not 'home'"),
 ])
