@@ -34,6 +34,8 @@ class ReplayConfig:
     Attributes:
         usage_mapping: ``peak`` (default) or ``raw`` (DESIGN §11).
         batch_offset_s: trace time that replay time 0 maps to for batch arrivals (86,400 s).
+        usage_offset_s: time after the usage source's earliest start that replay time 0 maps
+            to (0 s; ``kalena evaluate compaction`` moves both offsets to its window).
         load_factor: multiplies batch instance counts (stochastic rounding; 1.0).
         node_set: ``active`` — the blueprint's active nodes take batch — or ``all``.
         batch_usage_ratio: batch usage as a fraction of request (the trace has no usage; 1.0).
@@ -48,6 +50,7 @@ class ReplayConfig:
     seed: int = 0
     usage_mapping: str = "peak"
     batch_offset_s: float = 86_400.0
+    usage_offset_s: float = 0.0
     load_factor: float = 1.0
     node_set: str = "active"
     batch_usage_ratio: float = 1.0
@@ -63,6 +66,8 @@ class ReplayConfig:
             raise ValueError(f"{self.hours} h is shorter than one step of {self.step_s:g} s")
         if self.node_set not in NODE_SETS:
             raise ValueError(f"node set {self.node_set!r} is not one of {', '.join(NODE_SETS)}")
+        if not 0 <= self.usage_offset_s < math.inf:
+            raise ValueError(f"usage offset {self.usage_offset_s} s must be ≥ 0 and finite")
         if self.load_factor <= 0:
             raise ValueError(f"load factor {self.load_factor} must be positive")
         if self.batch_usage_ratio < 0:
@@ -143,13 +148,15 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
                             request=request, limit=limit)
     clock = SimClock(0.0, config.step_s, config.steps)
     window_end_s = config.hours * 3600.0
-    start = inputs.bitbrains.earliest_start_s()
+    start = inputs.bitbrains.earliest_start_s() + config.usage_offset_s
     vms = inputs.bitbrains.covering(start, start + window_end_s, tolerance_s=config.coverage_tolerance_s)
     if not vms:
         ends = [float(vm.timestamp_s[-1]) for vm in inputs.bitbrains.series
                 if len(vm) and vm.timestamp_s[0] <= start + config.coverage_tolerance_s]
         longest_h = (max(ends) - start) / 3600.0 if ends else 0.0
-        raise InputError(f"no Bitbrains VM covers {config.hours:g} hours", source=inputs.bitbrains.directory,
+        raise InputError(f"no Bitbrains VM covers {config.hours:g} hours"
+                         + (f" from {config.usage_offset_s / 3600:g} h" if config.usage_offset_s else ""),
+                         source=inputs.bitbrains.directory,
                          field="hours", accepted=f"at most {longest_h:.1f} hours (the longest VM series from the "
                                                  "trace's start)")
     usage = build_production_usage(
