@@ -217,8 +217,8 @@ def smallest_fitting(unserved: Callable[[int], float], start: int, limit: int, f
     Bracketing from ``start``: a failing size ``m`` with unserved share ``f`` grows to
     ``m + max(⌈m/8⌉, ⌈2·f·m⌉)``; a fitting ``start`` shrinks by the same rule down to ``floor``.
     Inside the bracket, regula falsi on the unserved share (the chord's crossing of the
-    allowance), alternating with a bisection step whenever the interval did not halve — so
-    at most twice bisection's probes, usually fewer. Deterministic.
+    allowance) while the fitting end still leaves some work unserved, alternating with a
+    bisection step whenever the interval did not halve; bisection otherwise. Deterministic.
     """
     start = min(max(start, floor), limit)
     f = unserved(start)
@@ -245,7 +245,7 @@ def smallest_fitting(unserved: Callable[[int], float], start: int, limit: int, f
     bisect_next = False
     while hi - lo > 1:
         width = hi - lo
-        if bisect_next or not math.isfinite(f_lo) or f_lo <= f_hi:
+        if bisect_next or not math.isfinite(f_lo) or f_lo <= f_hi or f_hi <= 0:
             mid = (lo + hi) // 2
         else:
             mid = lo + round((f_lo - allowance) / (f_lo - f_hi) * width)

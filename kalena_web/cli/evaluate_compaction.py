@@ -138,7 +138,7 @@ def handle(args: argparse.Namespace) -> int:
         _fail(str(exc))
     seeds = [int(args.first_seed) + i for i in range(int(args.seeds))]
     print(f"window: {start_s / 3600:g} h – {(start_s / 3600 + args.hours):g} h of the trace day "
-          f"({'--window-start-h' if args.window_start_h is not None else 'the 6-h-aligned daily peak of batch demand'}"
+          f"({'--window-start-h' if args.window_start_h is not None else 'the daily peak: the hour-aligned window with the most batch demand'}"
           f"; batch trace {DAY_START_S + start_s:.0f} s, usage {start_s / 3600:g} h after its start), "
           f"{len(seeds)} seeds, {args.jobs} at a time")
     print(f"note: {SOLVER_NOTE}")
