@@ -57,9 +57,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     out.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_policy_arguments(policies)
     policies.set_defaults(handler=handle)
-    from kalena_web.cli import evaluate_compaction  # its own module; registers under ``evaluate``
+    from kalena_web.cli import evaluate_calibrate, evaluate_compaction  # their own modules, under ``evaluate``
 
     evaluate_compaction.add_parser(sub)
+    evaluate_calibrate.add_parser(sub)
     return parser
 
 
@@ -91,7 +92,7 @@ def _config(args: argparse.Namespace) -> ReplayConfig:
         _fail(str(exc))
 
 
-def _policy_work(name: str, inputs: ReplayInputs, config: ReplayConfig):
+def policy_work(name: str, inputs: ReplayInputs, config: ReplayConfig):
     """One policy's replay as a piece of :func:`run_parallel` work."""
     def work(report) -> dict[str, object]:
         started = time.perf_counter()
@@ -116,7 +117,7 @@ def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs
     Raises:
         RuntimeError: a policy's process failed (its traceback in the message) or died.
     """
-    return run_parallel({name: _policy_work(name, inputs, cfg) for name, cfg in configs.items()},
+    return run_parallel({name: policy_work(name, inputs, cfg) for name, cfg in configs.items()},
                         {name: cfg.steps for name, cfg in configs.items()}, jobs=jobs, progress=progress)
 
 

@@ -156,3 +156,62 @@ def render_compaction_report(summary: dict[str, object], *, title: str) -> str:
 def write_compaction_report(path: Path, summary: dict[str, object], *, title: str) -> str:
     """Write the compaction report whole (or not at all); returns a line saying where."""
     return write_page(path, render_compaction_report(summary, title=title))
+
+
+def render_calibration_report(summary: dict[str, object], *, title: str) -> str:
+    """The calibration report: the safety curve per load factor (every setting a point, the
+    frontier a line, the knee a star, the shipped default a diamond) and production
+    contention against reclaimed cpu."""
+    default = summary["default"]
+    curve, contention = go.Figure(), go.Figure()
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
+    for i, (load, result) in enumerate(summary["load_factors"].items()):
+        colour = palette[i % len(palette)]
+        pts = result["points"]
+        labels = [f"μ {p['margin_ratio']:g}, h {p['half_life_s']:g} s" for p in pts]
+        curve.add_trace(go.Scatter(
+            x=[p["batch_evictions_per_100_pod_hours"] for p in pts], y=[100 * p["reclaimed_fraction_cpu"] for p in pts],
+            mode="markers", name=f"×{load} settings", text=labels, marker={"color": colour, "size": 9, "opacity": 0.6},
+            hovertemplate="%{text}<br>evictions/100 pod-h %{x:.3f}<br>reclaimed cpu %{y:.2f} %<extra></extra>"))
+        front = result["frontier"]
+        curve.add_trace(go.Scatter(x=[p["batch_evictions_per_100_pod_hours"] for p in front],
+                                   y=[100 * p["reclaimed_fraction_cpu"] for p in front], mode="lines",
+                                   name=f"×{load} frontier", line={"color": colour}))
+        k = summary["knee"]
+        here = [p for p in pts if (p["margin_ratio"], p["half_life_s"]) == (k["margin_ratio"], k["half_life_s"])]
+        ref = [p for p in pts if (p["margin_ratio"], p["half_life_s"]) == (default["margin_ratio"], default["half_life_s"])]
+        for rows, symbol, name in ((here, "star", "knee"), (ref, "diamond", "shipped default")):
+            if rows:
+                curve.add_trace(go.Scatter(
+                    x=[rows[0]["batch_evictions_per_100_pod_hours"]], y=[100 * rows[0]["reclaimed_fraction_cpu"]],
+                    mode="markers", name=f"×{load} {name} (μ {rows[0]['margin_ratio']:g}, h {rows[0]['half_life_s']:g} s)",
+                    marker={"color": colour, "size": 18, "symbol": symbol, "line": {"width": 1, "color": "#222"}}))
+        contention.add_trace(go.Scatter(
+            x=[100 * p["reclaimed_fraction_cpu"] for p in pts], y=[p["production_contention_core_hours"] for p in pts],
+            mode="markers", name=f"×{load}", text=labels, marker={"color": colour, "size": 9},
+            hovertemplate="%{text}<br>reclaimed cpu %{x:.2f} %<br>contention %{y:.1f} core-h<extra></extra>"))
+    curve.update_layout(title="Safety curve: reclaimed cpu against batch evictions", template="plotly_white",
+                        xaxis_title="batch evictions per 100 batch pod-hours",
+                        yaxis_title="reclaimed fraction of cpu requests (%)", height=500, legend={"orientation": "h"})
+    contention.update_layout(title="Production contention against reclaimed cpu", template="plotly_white",
+                             xaxis_title="reclaimed fraction of cpu requests (%)",
+                             yaxis_title="production contention (core-hours)", height=440, legend={"orientation": "h"})
+    rows = []
+    for load, result in summary["load_factors"].items():
+        for p in result["points"]:
+            rows.append([f"×{load}", f"{p['margin_ratio']:g}", f"{p['half_life_s']:g}",
+                         f"{p['reclaimed_fraction_cpu']:.2%}", f"{p['reclaimed_fraction_ram']:.2%}",
+                         f"{p['batch_evictions_per_100_pod_hours']:.3f}", f"{p['production_contention_core_hours']:,.1f}"])
+    table = html_table(["load", "μ", "h (s)", "reclaimed cpu", "reclaimed ram", "evictions /100 pod-h",
+                        "prod contention core-h"], rows)
+    k = summary["knee"]
+    intro = (f"Every setting replays the same {summary['hours']:g} h (seed {summary['seed']}). Knee: the last frontier "
+             f"point reached while one more % of reclaimed cpu costs at most {summary['knee_rate']:g} evictions per "
+             f"100 batch pod-hours — μ {k['margin_ratio']:g}, h {k['half_life_s']:g} s. "
+             f"{html.escape(str(summary['verdict']))}.")
+    return render_page(title, intro, table, [("safety-curve", curve), ("contention", contention)])
+
+
+def write_calibration_report(path: Path, summary: dict[str, object], *, title: str) -> str:
+    """Write the calibration report whole (or not at all); returns a line saying where."""
+    return write_page(path, render_calibration_report(summary, title=title))
