@@ -57,10 +57,11 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     out.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_policy_arguments(policies)
     policies.set_defaults(handler=handle)
-    from kalena_web.cli import evaluate_calibrate, evaluate_compaction  # their own modules, under ``evaluate``
+    from kalena_web.cli import evaluate_calibrate, evaluate_compaction, evaluate_pareto  # under ``evaluate``
 
     evaluate_compaction.add_parser(sub)
     evaluate_calibrate.add_parser(sub)
+    evaluate_pareto.add_parser(sub)
     return parser
 
 

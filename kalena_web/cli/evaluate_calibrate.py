@@ -29,7 +29,7 @@ from kalena_web.cli.replay import input_sources, summary_path_check, write_summa
 COMMAND = "evaluate calibrate"
 
 
-def _numbers(flag: str, minimum: float):
+def numbers_list(flag: str, minimum: float):
     def parse(text: str) -> tuple[float, ...]:
         parts = [p.strip() for p in text.split(",") if p.strip()]
         if not parts:
@@ -47,11 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     add_input_arguments(parser)
     run = add_run_arguments(parser, hours=24.0)
-    run.add_argument("--margins", type=_numbers("--margins", 1.0), default=MARGINS,
+    run.add_argument("--margins", type=numbers_list("--margins", 1.0), default=MARGINS,
                      help=f"margin ratios μ to sweep (default {','.join(f'{m:g}' for m in MARGINS)})")
-    run.add_argument("--half-lives", type=_numbers("--half-lives", 1.0), default=HALF_LIVES,
+    run.add_argument("--half-lives", type=numbers_list("--half-lives", 1.0), default=HALF_LIVES,
                      help=f"half-lives h (s) to sweep (default {','.join(f'{h:g}' for h in HALF_LIVES)})")
-    run.add_argument("--load-factors", type=_numbers("--load-factors", 1e-9), default=(1.0, 4.0),
+    run.add_argument("--load-factors", type=numbers_list("--load-factors", 1e-9), default=(1.0, 4.0),
                      help="load factors, each a full sweep (default 1,4); the knee is taken on the first")
     run.add_argument("--knee-rate", type=NON_NEGATIVE, default=KNEE_RATE,
                      help="evictions per 100 batch pod-hours one more %% of reclaimed cpu may cost (default 0.5)")

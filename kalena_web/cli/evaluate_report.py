@@ -215,3 +215,37 @@ def render_calibration_report(summary: dict[str, object], *, title: str) -> str:
 def write_calibration_report(path: Path, summary: dict[str, object], *, title: str) -> str:
     """Write the calibration report whole (or not at all); returns a line saying where."""
     return write_page(path, render_calibration_report(summary, title=title))
+
+
+def render_pareto_report(summary: dict[str, object], *, title: str) -> str:
+    """The Pareto report: useful work per setting (production and batch stacked) and the active
+    nodes the repack used."""
+    rows = [r for r in summary["settings"].values() if r["production_fits"]]
+    x = [f"{r['pareto_percent']:g} %" for r in rows]
+    work = go.Figure()
+    work.add_trace(go.Bar(x=x, y=[r["production_cpu_core_hours"] for r in rows], name="production",
+                          marker={"color": COLOURS["none"]}))
+    work.add_trace(go.Bar(x=x, y=[r["batch_cpu_core_hours"] for r in rows], name="batch",
+                          marker={"color": COLOURS["kalena"]}))
+    work.update_layout(title="Total useful work per Pareto setting (cpu core-hours)", barmode="stack",
+                       xaxis_title="Pareto setting (production packed against this share of capacity)",
+                       yaxis_title="core-hours", template="plotly_white", height=440, legend={"orientation": "h"})
+    nodes = go.Figure(go.Scatter(x=x, y=[r["active_nodes"] for r in rows], mode="lines+markers", name="active nodes",
+                                 line={"color": COLOURS["koordinator"]}))
+    nodes.update_layout(title="Active nodes the repack used", xaxis_title="Pareto setting", yaxis_title="nodes",
+                        template="plotly_white", height=380)
+    table = html_table(["pareto", "active nodes", "useful core-h", "production core-h", "batch core-h", "per node",
+                        "reclaimed cpu", "evictions /100 pod-h"],
+                       [[f"{r['pareto_percent']:g} %", str(r["active_nodes"]), f"{r['useful_core_hours']:,.0f}",
+                         f"{r['production_cpu_core_hours']:,.0f}", f"{r['batch_cpu_core_hours']:,.0f}",
+                         f"{r['useful_core_hours_per_active_node']:,.1f}", f"{r['reclaimed_fraction_cpu']:.2%}",
+                         f"{r['batch_evictions_per_100_pod_hours']:.3f}"] for r in rows])
+    intro = (f"Reclamation on; {summary['hours']:g} h, seed {summary['seed']}. Production is packed by first-fit "
+             "decreasing against the capped capacity, <b>standing in for Kuberina's solver</b>; the replay uses the "
+             f"real capacity. Most useful work: {html.escape(str(summary['most_useful_work']))}.")
+    return render_page(title, intro, table, [("useful-work", work), ("active-nodes", nodes)])
+
+
+def write_pareto_report(path: Path, summary: dict[str, object], *, title: str) -> str:
+    """Write the Pareto report whole (or not at all); returns a line saying where."""
+    return write_page(path, render_pareto_report(summary, title=title))
