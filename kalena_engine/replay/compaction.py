@@ -149,14 +149,19 @@ def cluster_inputs(inputs: ReplayInputs, order: NodeOrder, m: int) -> ReplayInpu
                            api_version=inputs.infra.api_version)
     if m >= order.active:
         return replace(inputs, infra=infra)  # nothing removed: the blueprint itself
-    placed = first_fit_decreasing(infra, inputs.workloads, phase0_capacity(infra))
-    if (placed < 0).any():
+    blueprint = ffd_blueprint(infra, inputs.workloads)
+    if len(blueprint.assignment) < len(inputs.workloads.pods):
         return None
-    names = [infra.nodes[row].name for row in placed.tolist()]
-    assignment = {pod.id: name for pod, name in zip(inputs.workloads.pods, names, strict=True)}
-    blueprint = Blueprint(source=f"first-fit decreasing onto {m} nodes", assignment=assignment,
-                          metadata={"solver": "first-fit decreasing"})
     return replace(inputs, infra=infra, blueprint=blueprint)
+
+
+def ffd_blueprint(infra: Infrastructure, workloads: Workloads, capacity: np.ndarray | None = None) -> Blueprint:
+    """A blueprint by :func:`first_fit_decreasing` against ``capacity`` (default post-Phase-0);
+    a pod no node takes is left out of the solution (the replay then reports it unassigned)."""
+    rows = first_fit_decreasing(infra, workloads, phase0_capacity(infra) if capacity is None else capacity)
+    assignment = {pod.id: infra.nodes[r].name for pod, r in zip(workloads.pods, rows.tolist(), strict=True) if r >= 0}
+    return Blueprint(source=f"first-fit decreasing onto {len(infra.nodes)} nodes", assignment=assignment,
+                     metadata={"solver": "first-fit decreasing"})
 
 
 def production_fits(inputs: ReplayInputs, order: NodeOrder, m: int) -> bool:

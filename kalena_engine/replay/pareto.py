@@ -4,7 +4,7 @@ the verdict (and the replay) use the real capacity. With reclamation on, the res
 batch whenever production is not bursting, so the setting that maximises **total useful
 work** — production plus batch cpu core-hours over the window — is a joint result.
 
-Here a first-fit-decreasing repack (:func:`~kalena_engine.replay.compaction.first_fit_decreasing`)
+Here a first-fit-decreasing repack (:func:`~kalena_engine.replay.compaction.ffd_blueprint`)
 stands in for Kuberina's solver at every setting, 100 % included (so the settings compare
 like with like; none of them is Kuberina's own blueprint). Batch runs on the nodes the repack
 used (the replay's default: nodes left empty are capacity the planner freed).
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kalena_engine.kuberina import Blueprint, phase0_capacity
-from kalena_engine.replay.compaction import first_fit_decreasing
+from kalena_engine.kuberina import phase0_capacity
+from kalena_engine.replay.compaction import ffd_blueprint
 from kalena_engine.replay.setup import ReplayInputs
 
 PERCENTS = (70.0, 75.0, 80.0, 85.0, 90.0, 95.0, 100.0)
@@ -31,14 +31,11 @@ def pareto_inputs(inputs: ReplayInputs, percent: float) -> ReplayInputs | None:
     """
     if not 0 < percent <= 100:
         raise ValueError(f"a Pareto setting of {percent:g} % is outside (0, 100]")
-    capped = phase0_capacity(inputs.infra) * (percent / 100.0)
-    placed = first_fit_decreasing(inputs.infra, inputs.workloads, capped)
-    if (placed < 0).any():
+    blueprint = ffd_blueprint(inputs.infra, inputs.workloads, phase0_capacity(inputs.infra) * (percent / 100.0))
+    if len(blueprint.assignment) < len(inputs.workloads.pods):
         return None
-    nodes = inputs.infra.nodes
-    assignment = {pod.id: nodes[row].name for pod, row in zip(inputs.workloads.pods, placed.tolist(), strict=True)}
-    return replace(inputs, blueprint=Blueprint(source=f"first-fit decreasing at pareto {percent:g} %",
-                                               assignment=assignment, metadata={"pareto": percent}))
+    return replace(inputs, blueprint=replace(blueprint, source=f"first-fit decreasing at pareto {percent:g} %",
+                                             metadata={"pareto": percent}))
 
 
 def best_setting(rows: dict[str, dict[str, object]]) -> str | None:
