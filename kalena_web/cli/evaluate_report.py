@@ -180,7 +180,7 @@ def render_calibration_report(summary: dict[str, object], *, title: str) -> str:
         k = summary["knee"]
         here = [p for p in pts if (p["margin_ratio"], p["half_life_s"]) == (k["margin_ratio"], k["half_life_s"])]
         ref = [p for p in pts if (p["margin_ratio"], p["half_life_s"]) == (default["margin_ratio"], default["half_life_s"])]
-        for rows, symbol, name in ((here, "star", "knee"), (ref, "diamond", "shipped default")):
+        for rows, symbol, name in ((here, "star", "at the knee setting"), (ref, "diamond", "shipped default")):
             if rows:
                 curve.add_trace(go.Scatter(
                     x=[rows[0]["batch_evictions_per_100_pod_hours"]], y=[100 * rows[0]["reclaimed_fraction_cpu"]],
@@ -207,8 +207,8 @@ def render_calibration_report(summary: dict[str, object], *, title: str) -> str:
     k = summary["knee"]
     intro = (f"Every setting replays the same {summary['hours']:g} h (seed {summary['seed']}). Knee: the last frontier "
              f"point reached while one more % of reclaimed cpu costs at most {summary['knee_rate']:g} evictions per "
-             f"100 batch pod-hours — μ {k['margin_ratio']:g}, h {k['half_life_s']:g} s. "
-             f"{html.escape(str(summary['verdict']))}.")
+             f"100 batch pod-hours — μ {k['margin_ratio']:g}, h {k['half_life_s']:g} s. Ship as default: "
+             f"{'yes' if summary['ship_knee_as_default'] else 'no'} — {html.escape(str(summary['verdict']))}.")
     return render_page(title, intro, table, [("safety-curve", curve), ("contention", contention)])
 
 
@@ -239,7 +239,9 @@ def render_pareto_report(summary: dict[str, object], *, title: str) -> str:
                        [[f"{r['pareto_percent']:g} %", str(r["active_nodes"]), f"{r['useful_core_hours']:,.0f}",
                          f"{r['production_cpu_core_hours']:,.0f}", f"{r['batch_cpu_core_hours']:,.0f}",
                          f"{r['useful_core_hours_per_active_node']:,.1f}", f"{r['reclaimed_fraction_cpu']:.2%}",
-                         f"{r['batch_evictions_per_100_pod_hours']:.3f}"] for r in rows])
+                         f"{r['batch_evictions_per_100_pod_hours']:.3f}"] for r in rows]
+                       + [[f"{r['pareto_percent']:g} %", "production does not fit the capped capacity"] + [""] * 6
+                          for r in summary["settings"].values() if not r["production_fits"]])
     intro = (f"Reclamation on; {summary['hours']:g} h, seed {summary['seed']}. Production is packed by first-fit "
              "decreasing against the capped capacity, <b>standing in for Kuberina's solver</b>; the replay uses the "
              f"real capacity. Most useful work: {html.escape(str(summary['most_useful_work']))}.")
