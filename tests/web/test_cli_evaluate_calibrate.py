@@ -18,7 +18,7 @@ from kalena_engine.policy_file import parse_policy_text
 from tests.web.conftest import PASSWORD
 
 KALENA = [sys.executable, "-m", "kalena_web.cli"]
-SHORT = ["--hours", "0.5", "--margins", "1.0,1.15,1.4", "--half-lives", "300,600", "--load-factors", "1,4",
+SHORT = ["--hours", "0.5", "--margins", "1.0,1.15", "--half-lives", "300,600", "--load-factors", "1,4",
          "--no-progress"]
 
 
@@ -46,9 +46,9 @@ def test_points_knee_and_verdict(calibration) -> None:
     summary = json.loads((folder / "summary.json").read_text())
     assert set(summary["load_factors"]) == {"1", "4"}
     for result_at in summary["load_factors"].values():
-        assert len(result_at["points"]) == 6
+        assert len(result_at["points"]) == 4
         keys = {(p["margin_ratio"], p["half_life_s"]) for p in result_at["points"]}
-        assert keys == {(m, h) for m in (1.0, 1.15, 1.4) for h in (300.0, 600.0)}
+        assert keys == {(m, h) for m in (1.0, 1.15) for h in (300.0, 600.0)}
         assert result_at["knee"] in result_at["frontier"]
     knee = summary["knee"]
     assert knee == summary["load_factors"]["1"]["knee"]
@@ -65,7 +65,7 @@ def test_the_policy_file_holds_the_knee_and_loads_with_replay(calibration, data_
     assert dict(doc.metadata.calibration.knee) == {"margin_ratio": summary["knee"]["margin_ratio"],
                                                    "half_life_s": summary["knee"]["half_life_s"]}
     assert doc.policy.estimator.margin_ratio == summary["knee"]["margin_ratio"]
-    assert len(doc.metadata.calibration.points) == 6
+    assert len(doc.metadata.calibration.points) == 4
     replayed = run("replay", "--policy", str(folder / "cal.yaml"), "--hours", "0.1", "--no-progress",
                    "--summary-json", str(tmp_path / "replay.json"), data_dir=data_dir)
     assert replayed.returncode == 0, replayed.stderr[-2000:]
