@@ -20,9 +20,10 @@ from kalena_engine.replay.scheduling import ReplayScheduler
 from kalena_engine.replay.simulator import SimClock, Simulator, StepRecord
 from kalena_engine.replay.state import BatchGroups, ClusterState, Production, TaskTable
 from kalena_engine.replay.summary import SummaryAccumulator
-from kalena_engine.replay.usage import build_production_usage
+from kalena_engine.replay.usage import build_production_usage, with_memory_series
 from kalena_engine.traces.batch import BatchTasks, scale_load, select_window
 from kalena_engine.traces.bitbrains import BitbrainsSet
+from kalena_engine.traces.genai import MemoryUtil
 
 NODE_SETS = ("active", "all")
 
@@ -91,6 +92,7 @@ class ReplayInputs:
     batch: BatchTasks
     peak_ratios: np.ndarray | None = None
     anomalies: dict[str, int] = field(default_factory=dict)
+    memory_util: MemoryUtil | None = None  # production memory from real series where they cover the window
 
 
 @dataclass(eq=False)
@@ -163,6 +165,13 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         vms, trace_start_s=start, step_times_s=clock.times(), request=request, limit=limit,
         peak_ratios=inputs.peak_ratios, mapping=config.usage_mapping, rng=rng,
     )
+    memory_source = "bitbrains"
+    if inputs.memory_util is not None:
+        m_start = inputs.memory_util.earliest_s() + config.usage_offset_s
+        fitting = inputs.memory_util.covering(m_start, m_start + window_end_s, config.coverage_tolerance_s)
+        if fitting:  # "where it fits": the series span ≈ 22.8 h; longer windows keep Bitbrains memory
+            usage = with_memory_series(usage, fitting, series_start_s=m_start, rng=np.random.default_rng((config.seed, 26)))
+            memory_source = f"alibaba-genai-2026 ({len(fitting)} series)"
     tasks = _task_table(inputs.batch, config, rng)
     n_nodes = len(inputs.infra.nodes)
     active = np.zeros(n_nodes, dtype=bool)
@@ -201,6 +210,7 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         "reservation_rule": config.reservation_rule,
         "usage_mapping": config.usage_mapping,
         "usage_vms": len(vms),
+        "production_memory_source": memory_source,
         "batch_tasks": len(tasks),
         "load_factor": config.load_factor,
         "seed": config.seed,

@@ -14,6 +14,7 @@ from kalena_engine.replay.compaction import ffd_blueprint
 from kalena_engine.traces.alibaba_gpu import load_gpu_cluster
 from kalena_engine.traces.alibaba import read_batch_task
 from kalena_engine.traces.bitbrains import load_bitbrains
+from kalena_engine.traces.genai import load_memory_util
 from kalena_engine.traces.google import batch_tasks_from_events, production_peak_ratios, read_task_events, read_task_usage
 from kalena_web.cli.argtypes import POSITIVE
 from kalena_web.cli.paths import SAMPLE_DATA, data_path, data_root
@@ -30,6 +31,8 @@ DEFAULTS = {
 #: ``--cluster`` choices: the Kuberina Irina testbed (the IR files) or the Alibaba GPU trace
 #: 2023 mapped as docs/traces.md says (its folder under the data root).
 CLUSTERS = {"irina": None, "alibaba-gpu-2023": "traces/alibaba-gpu-2023"}
+#: Production memory of the alibaba-gpu-2023 cluster (docs/traces.md).
+GENAI_MEMORY = "traces/alibaba-genai-2026/pod_memory_util_anon.tar.gz"
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +73,7 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     steps = tqdm(total=5, desc="loading inputs", unit="file set", disable=not progress, leave=False)
     cluster = CLUSTERS.get(getattr(args, "cluster", "irina"))
     gpu_batch = None
+    memory = None
     if cluster is None:
         infra = load_infrastructure(data_path(args.infra))
         workloads = load_workloads(data_path(args.workloads))
@@ -77,6 +81,7 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     else:
         infra, workloads, gpu_batch, _ = load_gpu_cluster(data_path(cluster))
         blueprint = ffd_blueprint(infra, workloads)
+        memory = load_memory_util(data_path(GENAI_MEMORY))
     steps.update(1)
     files = tqdm(desc="bitbrains series", unit="file", disable=not progress, leave=False)
 
@@ -116,10 +121,12 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     # batch tables built from the same task_events already carry that file's anomalies
     parts = (bitbrains.anomalies, batch.anomalies) if batch.source == events.source else (
         bitbrains.anomalies, events.anomalies, batch.anomalies)
+    if memory is not None:
+        parts = (*parts, memory.anomalies)
     for part in parts:
         for kind, n in part.items():
             anomalies[kind] = anomalies.get(kind, 0) + n
     if workloads.unresolved:
         anomalies["kuberina.unresolved_affinity_target"] = len(workloads.unresolved)
     return ReplayInputs(infra=infra, workloads=workloads, blueprint=blueprint, bitbrains=bitbrains,
-                        batch=batch, peak_ratios=ratios.ratios, anomalies=anomalies)
+                        batch=batch, peak_ratios=ratios.ratios, anomalies=anomalies, memory_util=memory)

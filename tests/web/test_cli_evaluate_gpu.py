@@ -31,6 +31,7 @@ def test_policies_run_on_the_gpu_cluster(tmp_path: Path, data_dir: Path) -> None
         assert s["blueprint_violations"] == 0  # first-fit placed every production pod within capacity
         assert s["inputs"]["cluster"] == "alibaba-gpu-2023"
         assert s["batch_submitted"] > 0
+        assert s["production_memory_source"].startswith("alibaba-genai-2026")
     assert summaries["none"]["reclaimed_fraction_cpu"] == 0.0
     assert summaries["kalena"]["production_evictions"] == 0
 
