@@ -66,8 +66,6 @@ def _fail(message: str) -> None:
 
 def window(args: argparse.Namespace, inputs: ReplayInputs) -> float:
     """The window's start (s after the trace day's start): the flag, or the daily peak."""
-    if args.hours > 24:
-        _fail(f"--hours: {args.hours:g} is longer than the trace day (accepted: 0 < hours ≤ 24)")
     if args.window_start_h is not None:
         if args.window_start_h + args.hours > 24:
             _fail(f"--window-start-h: {args.window_start_h:g} + --hours {args.hours:g} ends after the trace day "
