@@ -20,9 +20,10 @@ from kalena_engine.replay.scheduling import ReplayScheduler
 from kalena_engine.replay.simulator import SimClock, Simulator, StepRecord
 from kalena_engine.replay.state import BatchGroups, ClusterState, Production, TaskTable
 from kalena_engine.replay.summary import SummaryAccumulator
-from kalena_engine.replay.usage import build_production_usage
+from kalena_engine.replay.usage import build_production_usage, with_memory_series
 from kalena_engine.traces.batch import BatchTasks, scale_load, select_window
 from kalena_engine.traces.bitbrains import BitbrainsSet
+from kalena_engine.traces.genai import MemoryUtil
 
 NODE_SETS = ("active", "all")
 
@@ -34,6 +35,8 @@ class ReplayConfig:
     Attributes:
         usage_mapping: ``peak`` (default) or ``raw`` (DESIGN §11).
         batch_offset_s: trace time that replay time 0 maps to for batch arrivals (86,400 s).
+        usage_offset_s: time after the usage source's earliest start that replay time 0 maps
+            to (0 s; ``kalena evaluate compaction`` moves both offsets to its window).
         load_factor: multiplies batch instance counts (stochastic rounding; 1.0).
         node_set: ``active`` — the blueprint's active nodes take batch — or ``all``.
         batch_usage_ratio: batch usage as a fraction of request (the trace has no usage; 1.0).
@@ -48,6 +51,7 @@ class ReplayConfig:
     seed: int = 0
     usage_mapping: str = "peak"
     batch_offset_s: float = 86_400.0
+    usage_offset_s: float = 0.0
     load_factor: float = 1.0
     node_set: str = "active"
     batch_usage_ratio: float = 1.0
@@ -63,6 +67,8 @@ class ReplayConfig:
             raise ValueError(f"{self.hours} h is shorter than one step of {self.step_s:g} s")
         if self.node_set not in NODE_SETS:
             raise ValueError(f"node set {self.node_set!r} is not one of {', '.join(NODE_SETS)}")
+        if not 0 <= self.usage_offset_s < math.inf:
+            raise ValueError(f"usage offset {self.usage_offset_s} s must be ≥ 0 and finite")
         if self.load_factor <= 0:
             raise ValueError(f"load factor {self.load_factor} must be positive")
         if self.batch_usage_ratio < 0:
@@ -86,6 +92,7 @@ class ReplayInputs:
     batch: BatchTasks
     peak_ratios: np.ndarray | None = None
     anomalies: dict[str, int] = field(default_factory=dict)
+    memory_util: MemoryUtil | None = None  # production memory from real series where they cover the window
 
 
 @dataclass(eq=False)
@@ -146,19 +153,28 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
                             request=request, limit=limit)
     clock = SimClock(0.0, config.step_s, config.steps)
     window_end_s = config.hours * 3600.0
-    start = inputs.bitbrains.earliest_start_s()
+    start = inputs.bitbrains.earliest_start_s() + config.usage_offset_s
     vms = inputs.bitbrains.covering(start, start + window_end_s, tolerance_s=config.coverage_tolerance_s)
     if not vms:
         ends = [float(vm.timestamp_s[-1]) for vm in inputs.bitbrains.series
                 if len(vm) and vm.timestamp_s[0] <= start + config.coverage_tolerance_s]
         longest_h = (max(ends) - start) / 3600.0 if ends else 0.0
-        raise InputError(f"no Bitbrains VM covers {config.hours:g} hours", source=inputs.bitbrains.directory,
+        raise InputError(f"no Bitbrains VM covers {config.hours:g} hours"
+                         + (f" from {config.usage_offset_s / 3600:g} h" if config.usage_offset_s else ""),
+                         source=inputs.bitbrains.directory,
                          field="hours", accepted=f"at most {longest_h:.1f} hours (the longest VM series from the "
                                                  "trace's start)")
     usage = build_production_usage(
         vms, trace_start_s=start, step_times_s=clock.times(), request=request, limit=limit,
         peak_ratios=inputs.peak_ratios, mapping=config.usage_mapping, rng=rng,
     )
+    memory_source = "bitbrains"
+    if inputs.memory_util is not None:
+        m_start = inputs.memory_util.earliest_s() + config.usage_offset_s
+        fitting = inputs.memory_util.covering(m_start, m_start + window_end_s, config.coverage_tolerance_s)
+        if fitting:  # "where it fits": the series span ≈ 22.8 h; longer windows keep Bitbrains memory
+            usage = with_memory_series(usage, fitting, series_start_s=m_start, rng=np.random.default_rng((config.seed, 26)))
+            memory_source = f"alibaba-genai-2026 ({len(fitting)} series)"
     tasks = _task_table(inputs.batch, config, rng)
     n_nodes = len(inputs.infra.nodes)
     active = np.zeros(n_nodes, dtype=bool)
@@ -197,6 +213,7 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         "reservation_rule": config.reservation_rule,
         "usage_mapping": config.usage_mapping,
         "usage_vms": len(vms),
+        "production_memory_source": memory_source,
         "batch_tasks": len(tasks),
         "load_factor": config.load_factor,
         "seed": config.seed,

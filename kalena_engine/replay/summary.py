@@ -13,6 +13,8 @@ Co-location costs (DESIGN §11), summed over the run:
 * ``batch_pod_hours`` = Σ running batch instances × step (time-weighted), and
   ``batch_evictions_per_100_pod_hours`` = 100 · batch_evicted / batch_pod_hours;
 * ``throttled_batch_core_hours`` = Σ (batch cpu demand − what compressible cpu granted) × step;
+* useful work (the proposal's metric 10): ``batch_cpu_core_hours`` = Σ granted batch cpu × step,
+  ``production_cpu_core_hours`` = Σ production cpu usage × step, ``useful_core_hours`` their sum;
 * ``completion_inflation_p50`` / ``_p99`` = percentiles over completed instances of actual ÷
   undisturbed run time (1.0 = never throttled);
 * ``production_contention_core_hours`` = Σ_n max(0, Σ u_prod + Σ q_batch − C) on cpu × step —
@@ -85,6 +87,8 @@ class SummaryAccumulator:
         self.sums["batch_pod_hours"] += record.batch_instances * hours
         throttled = max(0.0, record.batch_cpu_demand_mcpu - record.batch_cpu_granted_mcpu)
         self.sums["throttled_batch_core_hours"] += throttled / 1000.0 * hours
+        self.sums["batch_cpu_core_hours"] += record.batch_cpu_granted_mcpu / 1000.0 * hours
+        self.sums["production_cpu_core_hours"] += float(record.prod_usage[:, CPU].sum()) / 1000.0 * hours
         if record.contention_mcpu is not None:
             self.sums["production_contention_core_hours"] += float(record.contention_mcpu.sum()) / 1000.0 * hours
             self.counts["production_contention_node_steps"] += int(np.count_nonzero(record.contention_mcpu > 1e-6))
@@ -154,6 +158,9 @@ class SummaryAccumulator:
         out["batch_pod_hours"] = round(pod_hours, 3)
         out["batch_evictions_per_100_pod_hours"] = round(100.0 * self.counts["batch_evicted"] / pod_hours, 4) if pod_hours > 0 else 0.0
         out["throttled_batch_core_hours"] = round(self.sums["throttled_batch_core_hours"], 3)
+        out["batch_cpu_core_hours"] = round(self.sums["batch_cpu_core_hours"], 3)
+        out["production_cpu_core_hours"] = round(self.sums["production_cpu_core_hours"], 3)
+        out["useful_core_hours"] = round(self.sums["batch_cpu_core_hours"] + self.sums["production_cpu_core_hours"], 3)
         out["production_contention_core_hours"] = round(self.sums["production_contention_core_hours"], 3)
         out["production_contention_node_steps"] = self.counts["production_contention_node_steps"]
         out["oom_kills"] = int(sum(self.oom_by_tier.values()))

@@ -21,7 +21,7 @@ now → u = 0.6 · 2 · 0.10 / 0.25 = 0.48 cores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -136,3 +136,28 @@ def build_production_usage(
         vm_of_pod=vm_of_pod, vm_ids=tuple(vm.vm_id for vm in vms), scale=scale,
         shapes=shapes, sample_age_s=ages, rho=rho, request=request, limit=limit,
     )
+
+
+def with_memory_series(usage: ProductionUsage, series: tuple[tuple[str, np.ndarray, np.ndarray], ...], *,
+                       series_start_s: float, rng: np.random.Generator) -> ProductionUsage:
+    """Production memory from real per-container utilisation series instead of the VM's ram
+    column: each VM draws one series (with ``rng``), held between samples, and pods driven by
+    that VM use ``u_ram(t) = q_ram · util(t)`` (utilisation is a fraction of the container's
+    memory, read as a fraction of the request). ``series_start_s`` is the series time replay
+    time 0 maps to. Every series must cover the window (the caller picks them).
+
+    Raises:
+        ValueError: no series.
+    """
+    if not series:
+        raise ValueError("no memory-utilisation series covers the replay window")
+    times = series_start_s + usage.step_times_s
+    shapes = usage.shapes.copy()
+    pick = rng.integers(0, len(series), size=shapes.shape[1])
+    for v, c in enumerate(pick.tolist()):
+        _, t, values = series[c]
+        index = np.clip(np.searchsorted(t, times, side="right") - 1, 0, len(t) - 1)
+        shapes[:, v, 1] = values[index]  # column 1 of _SERIES_DIMS is ram
+    scale = usage.scale.copy()
+    scale[:, RAM] = usage.request[:, RAM]
+    return replace(usage, shapes=shapes, scale=scale)

@@ -12,16 +12,9 @@ timelines; the output is the same whatever ``--jobs`` is.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import queue as queue_module
-import signal
 import sys
 import time
-import traceback
 from pathlib import Path
-
-from tqdm import tqdm
 
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import MAPPINGS, NODE_SETS, ReplayConfig, ReplayInputs, build_replay
@@ -29,6 +22,7 @@ from kalena_engine.replay.evaluate import format_table, policy_configs, with_har
 from kalena_engine.replay.rules import RULES
 from kalena_web.cli.argtypes import NON_NEGATIVE, POSITIVE, SEED, number
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
+from kalena_web.cli.parallel import run_parallel
 from kalena_web.cli.policy_args import add_policy_arguments, policy_or_exit
 from kalena_web.cli.replay import input_sources, summary_path_check, write_summary
 
@@ -48,18 +42,12 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                     "kills and throttling.",
     )
     add_input_arguments(policies)
-    run = policies.add_argument_group("replay")
+    run = add_run_arguments(policies, hours=24.0)
     run.add_argument("--policies", default=",".join(RULES),
                      help=f"comma-separated rules to run (default all: {','.join(RULES)})")
-    run.add_argument("--hours", type=POSITIVE, default=24.0, help="simulated hours")
-    run.add_argument("--step", type=POSITIVE, default=60.0, help="step (s)")
     run.add_argument("--seed", type=SEED, default=0, help="seed for VM and ratio draws, load scaling and sampling")
-    run.add_argument("--load-factor", type=POSITIVE, default=1.0, help="multiply batch instance counts (one per run)")
     run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
     run.add_argument("--node-set", choices=NODE_SETS, default="active", help="nodes batch may use")
-    run.add_argument("--usage-mapping", choices=MAPPINGS, default="peak", help="production usage mapping")
-    run.add_argument("--batch-usage-ratio", type=NON_NEGATIVE, default=1.0,
-                     help="batch usage as a fraction of its request (the trace has no usage)")
     run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
                      help="policies run at once, one process each (default 2)")
     out = policies.add_argument_group("output")
@@ -69,7 +57,24 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     out.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_policy_arguments(policies)
     policies.set_defaults(handler=handle)
+    from kalena_web.cli import evaluate_calibrate, evaluate_compaction, evaluate_pareto  # under ``evaluate``
+
+    evaluate_compaction.add_parser(sub)
+    evaluate_calibrate.add_parser(sub)
+    evaluate_pareto.add_parser(sub)
     return parser
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, hours: float) -> argparse._ArgumentGroup:
+    """The replay flags every evaluation takes (window, step, load, usage); returns the group."""
+    run = parser.add_argument_group("replay")
+    run.add_argument("--hours", type=POSITIVE, default=hours, help=f"simulated hours (default {hours:g})")
+    run.add_argument("--step", type=POSITIVE, default=60.0, help="step (s)")
+    run.add_argument("--load-factor", type=POSITIVE, default=1.0, help="multiply batch instance counts")
+    run.add_argument("--usage-mapping", choices=MAPPINGS, default="peak", help="production usage mapping")
+    run.add_argument("--batch-usage-ratio", type=NON_NEGATIVE, default=1.0,
+                     help="batch usage as a fraction of its request (the trace has no usage)")
+    return run
 
 
 def _fail(message: str) -> None:
@@ -88,79 +93,33 @@ def _config(args: argparse.Namespace) -> ReplayConfig:
         _fail(str(exc))
 
 
-def _run_one(name: str, inputs: ReplayInputs, config: ReplayConfig, results, parent_pid: int) -> None:
-    """Child process: build and run one policy's replay, reporting progress and the result;
-    it stops by itself if the command that started it is gone."""
-    try:
+def policy_work(name: str, inputs: ReplayInputs, config: ReplayConfig):
+    """One policy's replay as a piece of :func:`run_parallel` work."""
+    def work(report) -> dict[str, object]:
         started = time.perf_counter()
         replay = build_replay(inputs, config)
 
         def observe(record) -> None:
             if (record.step + 1) % PROGRESS_EVERY_STEPS == 0 or record.step + 1 == config.steps:
-                if os.getppid() != parent_pid:  # orphaned: nobody will read the result
-                    os._exit(3)
-                results.put(("progress", name, record.step + 1))
+                report(record.step + 1)
 
         summary = replay.run(observe)
         summary["wall_seconds"] = round(time.perf_counter() - started, 3)
-        results.put(("done", name, {"summary": summary, "timeline": replay.accumulator.timeline}))
-    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the command
-        results.put(("failed", name, traceback.format_exc()))
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+        return {"summary": summary, "timeline": replay.accumulator.timeline}
+    return work
 
 
 def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs: int,
                  progress: bool = True) -> dict[str, dict[str, object]]:
-    """Run every configuration, at most ``jobs`` at once in forked processes; returns
+    """Run every configuration, at most ``jobs`` at once in forked processes
+    (:func:`~kalena_web.cli.parallel.run_parallel`); returns
     ``{name: {"summary": …, "timeline": …}}`` in ``configs`` order.
 
     Raises:
         RuntimeError: a policy's process failed (its traceback in the message) or died.
     """
-    context = multiprocessing.get_context("fork")
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a terminated command stops its children too
-    results = context.Queue()
-    waiting = list(configs)
-    running: dict[str, multiprocessing.Process] = {}
-    done: dict[str, dict[str, object]] = {}
-    bars = {name: tqdm(total=cfg.steps, desc=f"{name:>12}", unit="step", position=i, disable=not progress, leave=True)
-            for i, (name, cfg) in enumerate(configs.items())}
-    try:
-        while waiting or running:
-            while waiting and len(running) < jobs:
-                name = waiting.pop(0)
-                process = context.Process(target=_run_one, args=(name, inputs, configs[name], results, os.getpid()),
-                                          daemon=True)
-                process.start()
-                running[name] = process
-            try:
-                kind, name, payload = results.get(timeout=5.0)
-            except queue_module.Empty:
-                for name, process in list(running.items()):
-                    if not process.is_alive() and name not in done:
-                        raise RuntimeError(f"policy {name}: its process died (exit code {process.exitcode})")
-                continue
-            if kind == "progress":
-                bars[name].n = payload
-                bars[name].refresh()
-            elif kind == "failed":
-                raise RuntimeError(f"policy {name} failed:\n{payload}")
-            else:
-                done[name] = payload
-                bars[name].n = configs[name].steps
-                bars[name].refresh()
-                running.pop(name).join()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        for process in running.values():
-            process.terminate()
-            process.join()
-        for bar in bars.values():
-            bar.close()
-    return {name: done[name] for name in configs}
+    return run_parallel({name: policy_work(name, inputs, cfg) for name, cfg in configs.items()},
+                        {name: cfg.steps for name, cfg in configs.items()}, jobs=jobs, progress=progress)
 
 
 def handle(args: argparse.Namespace) -> int:

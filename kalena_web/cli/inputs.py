@@ -10,8 +10,11 @@ from tqdm import tqdm
 
 from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
 from kalena_engine.replay import ReplayInputs
+from kalena_engine.replay.compaction import ffd_blueprint
+from kalena_engine.traces.alibaba_gpu import load_gpu_cluster
 from kalena_engine.traces.alibaba import read_batch_task
 from kalena_engine.traces.bitbrains import load_bitbrains
+from kalena_engine.traces.genai import load_memory_util
 from kalena_engine.traces.google import batch_tasks_from_events, production_peak_ratios, read_task_events, read_task_usage
 from kalena_web.cli.argtypes import POSITIVE
 from kalena_web.cli.paths import SAMPLE_DATA, data_path, data_root
@@ -25,11 +28,20 @@ DEFAULTS = {
     "google_events": "traces/google-2011/task_events-part-00000-of-00500.csv.gz",
     "google_usage": "traces/google-2011/task_usage-part-00000-first10000.csv.gz",
 }
+#: ``--cluster`` choices: the Kuberina Irina testbed (the IR files) or the Alibaba GPU trace
+#: 2023 mapped as docs/traces.md says (its folder under the data root).
+CLUSTERS = {"irina": None, "alibaba-gpu-2023": "traces/alibaba-gpu-2023"}
+#: Production memory of the alibaba-gpu-2023 cluster (docs/traces.md).
+GENAI_MEMORY = "traces/alibaba-genai-2026/pod_memory_util_anon.tar.gz"
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags naming the input files (relative paths resolve under the data folder)."""
     group = parser.add_argument_group("inputs (relative paths resolve under $KALENA_DATA_DIR or ../shared/data)")
+    group.add_argument("--cluster", choices=tuple(CLUSTERS), default="irina",
+                       help="irina: the Kuberina IR files below; alibaba-gpu-2023: that trace's nodes and pods "
+                            "(non-BE as production placed by first-fit, BE as batch; --infra/--workloads/--blueprint/"
+                            "--batch-trace are then unused; docs/traces.md)")
     group.add_argument("--infra", default=DEFAULTS["infra"], help="Kuberina infrastructure file")
     group.add_argument("--workloads", default=DEFAULTS["workloads"], help="Kuberina workloads file")
     group.add_argument("--blueprint", default=DEFAULTS["blueprint"], help="Kuberina solution (blueprint) file")
@@ -66,13 +78,21 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
         print(f"kalena: ../shared/data not found and KALENA_DATA_DIR unset: using the bundled demo "
               f"sample {SAMPLE_DATA} (see its README)", file=sys.stderr)
     steps = tqdm(total=5, desc="loading inputs", unit="file set", disable=not progress, leave=False)
-    infra = load_infrastructure(data_path(args.infra))
-    workloads = load_workloads(data_path(args.workloads))
-    if args.blueprint == DEFAULTS["blueprint"] and args.workloads != DEFAULTS["workloads"]:
-        print(f"kalena: no --blueprint given: the workloads {args.workloads} are paired with the default "
-              f"blueprint {data_path(args.blueprint)} (made for {DEFAULTS['workloads']})", file=sys.stderr)
-    warn_unresolved(workloads)
-    blueprint = load_blueprint(data_path(args.blueprint), workloads)
+    cluster = CLUSTERS.get(getattr(args, "cluster", "irina"))
+    gpu_batch = None
+    memory = None
+    if cluster is None:
+        infra = load_infrastructure(data_path(args.infra))
+        workloads = load_workloads(data_path(args.workloads))
+        if args.blueprint == DEFAULTS["blueprint"] and args.workloads != DEFAULTS["workloads"]:
+            print(f"kalena: no --blueprint given: the workloads {args.workloads} are paired with the default "
+                  f"blueprint {data_path(args.blueprint)} (made for {DEFAULTS['workloads']})", file=sys.stderr)
+        warn_unresolved(workloads)
+        blueprint = load_blueprint(data_path(args.blueprint), workloads)
+    else:
+        infra, workloads, gpu_batch, _ = load_gpu_cluster(data_path(cluster))
+        blueprint = ffd_blueprint(infra, workloads)
+        memory = load_memory_util(data_path(GENAI_MEMORY))
     steps.update(1)
     files = tqdm(desc="bitbrains series", unit="file", disable=not progress, leave=False)
 
@@ -93,13 +113,17 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     if args.machine_ram_gib is not None:
         machine["machine_ram_bytes"] = args.machine_ram_gib * 2**30
     fmt = args.batch_format
-    if fmt == "auto":
+    if gpu_batch is not None:
+        fmt = "gpu-trace"
+    elif fmt == "auto":
         fmt = "google" if "task_events" in Path(batch_path).name else "alibaba"
     if fmt == "google":
         batch_events = events if batch_path == data_path(args.google_events) else read_task_events(batch_path)
         if args.machine_cores is not None:
             machine["machine_cores"] = args.machine_cores
         batch = batch_tasks_from_events(batch_events, **machine)
+    elif fmt == "gpu-trace":
+        batch = gpu_batch
     else:
         batch = read_batch_task(batch_path, **machine)
     steps.update(1)
@@ -108,10 +132,12 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     # batch tables built from the same task_events already carry that file's anomalies
     parts = (bitbrains.anomalies, batch.anomalies) if batch.source == events.source else (
         bitbrains.anomalies, events.anomalies, batch.anomalies)
+    if memory is not None:
+        parts = (*parts, memory.anomalies)
     for part in parts:
         for kind, n in part.items():
             anomalies[kind] = anomalies.get(kind, 0) + n
     if workloads.unresolved:
         anomalies["kuberina.unresolved_affinity_target"] = len(workloads.unresolved)
     return ReplayInputs(infra=infra, workloads=workloads, blueprint=blueprint, bitbrains=bitbrains,
-                        batch=batch, peak_ratios=ratios.ratios, anomalies=anomalies)
+                        batch=batch, peak_ratios=ratios.ratios, anomalies=anomalies, memory_util=memory)

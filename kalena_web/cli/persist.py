@@ -49,7 +49,8 @@ def persist_replay(args: argparse.Namespace, *, setup: bool = True):
         if not args.replace and run_exists(name=args.run_name):
             raise RunExists(f"a run named {args.run_name!r} already exists; choose another --run-name or pass --replace")
     prepared = prepare_replay(args)
-    cluster_name = os.path.basename(os.path.dirname(os.path.abspath(str(args.infra)))) or "cluster"
+    cluster_name = (os.path.basename(os.path.dirname(os.path.abspath(str(args.infra)))) or "cluster"
+                    if getattr(args, "cluster", "irina") == "irina" else args.cluster)
     name = args.run_name or run_default_name(cluster_name=cluster_name, config=config_from_args(args),
                                              now=datetime.now(timezone.utc))
     progress = not args.no_progress

@@ -94,6 +94,9 @@ class PreparedReplay:
 
 def input_sources(args: argparse.Namespace) -> dict[str, str]:
     """The input files named by ``args`` (as given, relative to the data folder)."""
+    cluster = getattr(args, "cluster", "irina")
+    if cluster != "irina":
+        return {"cluster": cluster, "usage_dir": str(args.usage_dir)}
     return {k: str(getattr(args, k)) for k in ("infra", "workloads", "blueprint", "usage_dir", "batch_trace")}
 
 

@@ -1,0 +1,127 @@
+"""Calibration (Borg §5.5 / Fig. 12; DESIGN §10; proposal §6.4): the estimator's margin ``μ``
+and half-life ``h`` swept on the same replay — same inputs, seed and full diurnal cycle for
+every setting, a paired comparison (what Borg's A/B/A/B weeks approximate on a live cell) —
+giving the *safety curve*: reclaimed cpu against batch evictions per 100 batch pod-hours,
+production contention beside it.
+
+**The knee.** Keep the settings no other setting beats on both axes (the Pareto frontier:
+more reclaimed cpu, fewer evictions); walk it from the fewest evictions towards more harvest.
+The step from frontier point ``a`` to the next ``b`` costs::
+
+    slope = (e_b − e_a) / (100 · (x_b − x_a))     evictions per 100 pod-h per percentage point
+
+with ``e`` = ``batch_evictions_per_100_pod_hours`` and ``x`` = ``reclaimed_fraction_cpu``. The
+knee is the last point reached while every step costs at most ``rate`` (default
+:data:`KNEE_RATE`): past it, one more % of reclaimed cpu costs more than ``rate`` evictions per
+100 batch pod-hours. Example: frontier (x 10 %, e 0.2), (12 %, 0.6), (13 %, 1.9), rate 0.5 →
+steps cost 0.2 then 1.3 → knee (12 %, 0.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kalena_engine.policy import Policy
+from kalena_engine.policy_file import Calibration, CalibrationPoint, PolicyDocument, PolicyMetadata
+from kalena_engine.replay.setup import ReplayConfig
+
+#: Default knee rate: evictions per 100 batch pod-hours one more percentage point of reclaimed
+#: cpu may cost (a stated operator tolerance, docs/evaluation.md).
+KNEE_RATE = 0.5
+MARGINS = (1.0, 1.05, 1.1, 1.15, 1.25, 1.4)
+HALF_LIVES = (300.0, 600.0, 1200.0)
+#: Summary fields a point carries (DESIGN §10's point keys, plus OOM kills).
+POINT_FIELDS = ("reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_evictions_per_100_pod_hours",
+                "production_contention_core_hours")
+
+
+def setting_name(margin: float, half_life_s: float, load_factor: float) -> str:
+    """A sweep setting's display name, e.g. ``μ1.15 h600 ×1``."""
+    return f"μ{margin:g} h{half_life_s:g} ×{load_factor:g}"
+
+
+def sweep_configs(base: ReplayConfig, margins: tuple[float, ...], half_lives: tuple[float, ...],
+                  load_factors: tuple[float, ...]) -> dict[str, ReplayConfig]:
+    """One Kalena-rule replay per (load factor, μ, h), identical but for those.
+
+    Raises:
+        ValueError: an empty or repeated list, or a value the estimator refuses.
+    """
+    for label, values in (("margins", margins), ("half-lives", half_lives), ("load factors", load_factors)):
+        if not values:
+            raise ValueError(f"no {label} to sweep")
+        if len(set(values)) != len(values):
+            raise ValueError(f"a value is named twice in the {label} {', '.join(f'{v:g}' for v in values)}")
+    out = {}
+    for load in load_factors:
+        for h in half_lives:
+            for mu in margins:
+                estimator = replace(base.policy.estimator, margin_ratio=float(mu), half_life_s=float(h))
+                policy = replace(base.policy, estimator=estimator)
+                out[setting_name(mu, h, load)] = replace(base, policy=policy, load_factor=float(load),
+                                                         reservation_rule="kalena")
+    return out
+
+
+def point(margin: float, half_life_s: float, summary: dict[str, object]) -> dict[str, float]:
+    """A calibration point: the setting and :data:`POINT_FIELDS` (plus ``oom_kills``)."""
+    row = {"margin_ratio": float(margin), "half_life_s": float(half_life_s)}
+    row.update({k: float(summary[k]) for k in POINT_FIELDS})
+    row["oom_kills"] = float(summary.get("oom_kills", 0))
+    return row
+
+
+def _dominated(p: dict[str, float], q: dict[str, float]) -> bool:
+    """True when ``q`` beats ``p``: at least as much harvest, at most as many evictions, one strictly."""
+    x, e = "reclaimed_fraction_cpu", "batch_evictions_per_100_pod_hours"
+    return q[x] >= p[x] and q[e] <= p[e] and (q[x] > p[x] or q[e] < p[e])
+
+
+def frontier(points: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The points no other point beats (module doc), by increasing reclaimed cpu."""
+    front = [p for p in points if not any(_dominated(p, q) for q in points)]
+    return sorted(front, key=lambda p: (p["reclaimed_fraction_cpu"], -p["batch_evictions_per_100_pod_hours"],
+                                        p["margin_ratio"], p["half_life_s"]))
+
+
+def knee(points: list[dict[str, float]], rate: float = KNEE_RATE) -> dict[str, float]:
+    """The knee of the safety curve (module doc).
+
+    Raises:
+        ValueError: no point, or ``rate`` < 0.
+    """
+    if not points:
+        raise ValueError("no calibration point")
+    if rate < 0:
+        raise ValueError(f"knee rate {rate} must be ≥ 0")
+    front = frontier(points)
+    chosen = front[0]
+    for nxt in front[1:]:
+        gain = 100.0 * (nxt["reclaimed_fraction_cpu"] - chosen["reclaimed_fraction_cpu"])
+        cost = nxt["batch_evictions_per_100_pod_hours"] - chosen["batch_evictions_per_100_pod_hours"]
+        if gain <= 0 or cost / gain > rate:
+            break
+        chosen = nxt
+    return chosen
+
+
+def better_on_both_axes(candidate: dict[str, float], reference: dict[str, float]) -> bool:
+    """At least the reference's reclaimed cpu and at most its evictions, one strictly."""
+    return _dominated(reference, candidate)
+
+
+def calibration_document(document: PolicyDocument, points: list[dict[str, float]], chosen: dict[str, float],
+                         *, margins: tuple[float, ...], half_lives: tuple[float, ...], created: str) -> PolicyDocument:
+    """The policy file of a calibration: ``document``'s policy with the knee's ``μ`` and ``h``,
+    ``metadata.source`` ``calibration`` and ``metadata.calibration`` (sweep, points, knee)."""
+    estimator = replace(document.policy.estimator, margin_ratio=chosen["margin_ratio"], half_life_s=chosen["half_life_s"])
+    policy: Policy = replace(document.policy, estimator=estimator)
+    calibration = Calibration(
+        sweep=(("margin_ratio", tuple(float(m) for m in margins)), ("half_life_s", tuple(float(h) for h in half_lives))),
+        points=tuple(CalibrationPoint(**{k: p[k] for k in ("margin_ratio", "half_life_s", *POINT_FIELDS)}) for p in points),
+        knee=(("margin_ratio", chosen["margin_ratio"]), ("half_life_s", chosen["half_life_s"])),
+    )
+    metadata = PolicyMetadata(name=f"{document.metadata.name}-calibrated" if document.metadata.name else "calibrated",
+                              version=1, created=created, source="calibration", calibration=calibration,
+                              cluster=document.metadata.cluster)
+    return PolicyDocument(policy=policy, metadata=metadata)

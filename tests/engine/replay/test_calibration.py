@@ -1,0 +1,61 @@
+"""The calibration's pure parts: the frontier, the knee at a stated eviction rate, the
+ship-as-default comparison and the calibration policy file."""
+
+from __future__ import annotations
+
+import pytest
+
+from kalena_engine.policy_file import PolicyDocument, dump_policy_text, parse_policy_text
+from kalena_engine.replay.calibration import (
+    better_on_both_axes, calibration_document, frontier, knee, sweep_configs,
+)
+from kalena_engine.replay.setup import ReplayConfig
+
+
+def pt(mu: float, h: float, x: float, e: float, c: float = 0.0) -> dict[str, float]:
+    return {"margin_ratio": mu, "half_life_s": h, "reclaimed_fraction_cpu": x, "reclaimed_fraction_ram": x / 2,
+            "batch_evictions_per_100_pod_hours": e, "production_contention_core_hours": c, "oom_kills": 0.0}
+
+
+POINTS = [pt(1.4, 600, 0.10, 0.2), pt(1.15, 600, 0.12, 0.6), pt(1.0, 600, 0.13, 1.9),
+          pt(1.3, 600, 0.09, 0.5)]  # the last is beaten on both axes by the first
+
+
+def test_the_frontier_drops_settings_beaten_on_both_axes() -> None:
+    assert [p["margin_ratio"] for p in frontier(POINTS)] == [1.4, 1.15, 1.0]
+
+
+def test_the_knee_is_the_last_point_whose_steps_cost_at_most_the_rate() -> None:
+    # steps cost 0.4 / 2 pp = 0.2, then 1.3 / 1 pp = 1.3 per percentage point (the docstring's example)
+    assert knee(POINTS, 0.5)["margin_ratio"] == 1.15
+    assert knee(POINTS, 2.0)["margin_ratio"] == 1.0  # a looser tolerance walks further
+    assert knee(POINTS, 0.0)["margin_ratio"] == 1.4  # no eviction allowed: the safest frontier point
+    with pytest.raises(ValueError, match="no calibration point"):
+        knee([])
+
+
+def test_better_on_both_axes_needs_one_strict_gain_and_no_loss() -> None:
+    assert better_on_both_axes(pt(1, 600, 0.12, 0.5), pt(1.15, 600, 0.11, 0.5))
+    assert not better_on_both_axes(pt(1, 600, 0.12, 0.6), pt(1.15, 600, 0.11, 0.5))
+    assert not better_on_both_axes(pt(1, 600, 0.11, 0.5), pt(1.15, 600, 0.11, 0.5))
+
+
+def test_the_sweep_is_paired_and_refuses_repeats() -> None:
+    configs = sweep_configs(ReplayConfig(hours=1, seed=7), (1.0, 1.2), (300.0,), (1.0, 4.0))
+    assert len(configs) == 4
+    assert {c.seed for c in configs.values()} == {7} and {c.hours for c in configs.values()} == {1}
+    assert {(c.policy.estimator.margin_ratio, c.load_factor) for c in configs.values()} == {
+        (1.0, 1.0), (1.2, 1.0), (1.0, 4.0), (1.2, 4.0)}
+    with pytest.raises(ValueError, match="named twice"):
+        sweep_configs(ReplayConfig(hours=1), (1.0, 1.0), (300.0,), (1.0,))
+
+
+def test_the_calibration_file_carries_the_knee_and_reads_back() -> None:
+    chosen = knee(POINTS)
+    doc = calibration_document(PolicyDocument(), POINTS, chosen, margins=(1.0, 1.15, 1.3, 1.4), half_lives=(600.0,),
+                               created="2026-12-01T00:00:00Z")
+    back = parse_policy_text(dump_policy_text(doc), source="cal.yaml")
+    assert back == doc
+    assert back.policy.estimator.margin_ratio == 1.15 and back.metadata.source == "calibration"
+    assert dict(back.metadata.calibration.knee) == {"margin_ratio": 1.15, "half_life_s": 600.0}
+    assert len(back.metadata.calibration.points) == 4
