@@ -116,8 +116,8 @@ def verdict(per_load: dict[str, dict[str, object]], chosen: dict[str, float]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    for path in (args.summary_json, args.report_html, args.out):
-        summary_path_check(path)
+    for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html), ("--out", args.out)):
+        summary_path_check(path, flag, COMMAND)
     document = policy_or_exit(args, COMMAND)
     try:
         base = ReplayConfig(hours=args.hours, step_s=args.step, seed=args.seed, usage_mapping=args.usage_mapping,

@@ -118,8 +118,8 @@ def headline(summary: dict[str, object]) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    summary_path_check(args.summary_json)
-    summary_path_check(args.report_html)
+    for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html)):
+        summary_path_check(path, flag, "evaluate compaction")
     document = policy_or_exit(args, COMMAND)
     if args.hours > 24:
         _fail(f"--hours: {args.hours:g} is longer than the trace day (accepted: 0 < hours ≤ 24)")
