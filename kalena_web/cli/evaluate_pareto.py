@@ -31,7 +31,7 @@ FIELDS = ("pareto_percent", "production_fits", "active_nodes", "useful_core_hour
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "pareto", help="Pareto reserve 70–100 %% with reclamation on: total useful work per setting",
-        description="Pack production against P %% of each node's capacity (first-fit decreasing standing in for "
+        description="Pack production against P % of each node's capacity (first-fit decreasing standing in for "
                     "Kuberina's --pareto), replay with the real capacity and reclamation on, and report production "
                     "+ batch cpu core-hours per setting.",
     )

@@ -35,3 +35,33 @@ def test_unwritable_output_is_refused_naming_its_flag(tmp_path: Path, data_dir: 
     assert "is not a writable folder" in result.stderr
     assert not good.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.parametrize("command", ["policies", "compaction", "calibrate", "pareto"])
+def test_help_shows_percent_signs_as_written(command: str) -> None:
+    """argparse %-formats argument help but prints a description as is: no ``%%`` reaches the user."""
+    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "evaluate", command, "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "%%" not in result.stdout, result.stdout
+
+
+def test_compaction_report_labels_the_allowance_where_its_line_is() -> None:
+    """The probes chart has a log y axis; the allowance's label must sit at log10 of its value."""
+    import json
+    import math
+    import re
+
+    from kalena_web.cli.evaluate_report import render_compaction_report
+
+    probes = [{"arm": arm, "nodes": n, "unserved_fraction": f, "fits": f <= 0.002}
+              for arm, rows in (("on", ((10, 0.3), (12, 0.001))), ("off", ((12, 0.05), (14, 0.0))))
+              for n, f in rows]
+    summary = {"allowance": 0.002, "nodes_needed_p90_on": 12, "nodes_needed_p90_off": 14,
+               "extra_nodes_without_reclamation_p90": 2, "seeds": [0], "window_hours": 1.0, "window_start_h": 20.0,
+               "active_nodes_blueprint": 10, "load_factor": 1.0,
+               "trials": [{"seed": 0, "nodes_needed_on": 12, "nodes_needed_off": 14, "probes": probes}]}
+    html = render_compaction_report(summary, title="t")
+    labels = [json.loads(m) for m in re.findall(r'(\{[^{}]*"text":"allowance[^{}]*\})', html)]
+    assert labels, "no allowance label"
+    assert all(math.isclose(a["y"], math.log10(0.2)) and a["yref"] == "y" for a in labels), labels
