@@ -65,3 +65,18 @@ def test_compaction_report_labels_the_allowance_where_its_line_is() -> None:
     labels = [json.loads(m) for m in re.findall(r'(\{[^{}]*"text":"allowance[^{}]*\})', html)]
     assert labels, "no allowance label"
     assert all(math.isclose(a["y"], math.log10(0.2)) and a["yref"] == "y" for a in labels), labels
+
+
+def test_calibrate_tables_mark_the_knee_that_is_written_at_every_load() -> None:
+    """The knee is taken on the first load factor (the one written and compared, and starred at
+    every load in the report); another load's own knee is labelled as such, not as ``knee``."""
+    from kalena_web.cli.evaluate_calibrate import format_points
+
+    def pt(m: float, h: float, x: float, e: float) -> dict[str, float]:
+        return {"margin_ratio": m, "half_life_s": h, "reclaimed_fraction_cpu": x, "reclaimed_fraction_ram": 0.0,
+                "batch_evictions_per_100_pod_hours": e, "production_contention_core_hours": 0.0, "oom_kills": 0.0}
+
+    points = [pt(1.0, 300.0, 0.3, 2.0), pt(1.3, 1200.0, 0.2, 0.5), pt(1.15, 1200.0, 0.28, 0.4)]
+    table = format_points(points, chosen=points[1], front=[points[0], points[2]], own_knee=points[2], load="4")
+    marks = {line.split()[0] + "/" + line.split()[1]: line.split("  ")[-1].strip() for line in table.splitlines()[2:]}
+    assert marks == {"1/300": "frontier", "1.3/1200": "knee", "1.15/1200": "knee of ×4"}, table
