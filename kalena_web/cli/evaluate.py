@@ -123,9 +123,9 @@ def run_policies(inputs: ReplayInputs, configs: dict[str, ReplayConfig], *, jobs
 
 
 def handle(args: argparse.Namespace) -> int:
-    summary_path_check(args.summary_json)
-    summary_path_check(args.report_html)
-    summary_path_check(args.policy_out)
+    for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html),
+                       ("--policy-out", args.policy_out)):
+        summary_path_check(path, flag, "evaluate policies")
     rules = tuple(r.strip() for r in args.policies.split(",") if r.strip())
     document = policy_or_exit(args, "evaluate policies")
     base = _config(args)

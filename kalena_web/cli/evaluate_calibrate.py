@@ -74,14 +74,20 @@ def _fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def format_points(points: list[dict[str, float]], chosen: dict[str, float], front: list[dict[str, float]]) -> str:
+def format_points(points: list[dict[str, float]], chosen: dict[str, float], front: list[dict[str, float]],
+                  own_knee: dict[str, float] | None = None, load: str = "") -> str:
+    """One load factor's points as a table; ``chosen`` (the knee taken on the first load factor, the
+    one written and compared) is marked ``knee`` at every load, this load's own knee (when it is
+    another setting) ``knee of ×<load>``, other frontier points ``frontier``."""
     headers = ["μ", "h (s)", "reclaimed cpu", "reclaimed ram", "evictions /100 pod-h", "prod contention core-h",
                "OOM kills", ""]
     on_front = {(p["margin_ratio"], p["half_life_s"]) for p in front}
     rows = []
     for p in points:
         key = (p["margin_ratio"], p["half_life_s"])
-        mark = "knee" if key == (chosen["margin_ratio"], chosen["half_life_s"]) else ("frontier" if key in on_front else "")
+        own = own_knee is not None and key == (own_knee["margin_ratio"], own_knee["half_life_s"])
+        mark = ("knee" if key == (chosen["margin_ratio"], chosen["half_life_s"]) else f"knee of ×{load}" if own
+                else "frontier" if key in on_front else "")
         rows.append([f"{p['margin_ratio']:g}", f"{p['half_life_s']:g}", f"{p['reclaimed_fraction_cpu']:.2%}",
                      f"{p['reclaimed_fraction_ram']:.2%}", f"{p['batch_evictions_per_100_pod_hours']:.3f}",
                      f"{p['production_contention_core_hours']:,.1f}", f"{p['oom_kills']:.0f}", mark])
@@ -116,8 +122,8 @@ def verdict(per_load: dict[str, dict[str, object]], chosen: dict[str, float]) ->
 
 
 def handle(args: argparse.Namespace) -> int:
-    for path in (args.summary_json, args.report_html, args.out):
-        summary_path_check(path)
+    for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html), ("--out", args.out)):
+        summary_path_check(path, flag, COMMAND)
     document = policy_or_exit(args, COMMAND)
     try:
         base = ReplayConfig(hours=args.hours, step_s=args.step, seed=args.seed, usage_mapping=args.usage_mapping,
@@ -154,7 +160,7 @@ def handle(args: argparse.Namespace) -> int:
           f"(inputs {loaded:.0f} s); knee rate {args.knee_rate:g} evictions/100 pod-h per % of reclaimed cpu")
     for load, result in per_load.items():
         print(f"\nload ×{load}")
-        print(format_points(result["points"], result["knee"], result["frontier"]))
+        print(format_points(result["points"], chosen, result["frontier"], result["knee"], f"{load}"))
     print(f"\nknee (×{args.load_factors[0]:g}): μ {chosen['margin_ratio']:g}, h {chosen['half_life_s']:g} s — "
           f"reclaimed cpu {chosen['reclaimed_fraction_cpu']:.2%}, "
           f"{chosen['batch_evictions_per_100_pod_hours']:.3f} evictions/100 pod-h")

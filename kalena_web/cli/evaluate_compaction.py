@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "compaction", help="smallest cluster that fits the workload, reclamation on vs off (11 seeds)",
         description="Remove nodes at random and repack from scratch (production by first-fit decreasing — not "
                     "Kuberina's solver — then batch by Kalena's scheduler) to find the smallest cluster that fits: "
-                    "production placed and at most 0.2 %% of batch core-hours unserved at the window's end. "
+                    "production placed and at most 0.2 % of batch core-hours unserved at the window's end. "
                     "Reports the 90th percentile over seeds with min–max, and the extra nodes needed with "
                     "reclamation off.",
     )
@@ -118,8 +118,8 @@ def headline(summary: dict[str, object]) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    summary_path_check(args.summary_json)
-    summary_path_check(args.report_html)
+    for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html)):
+        summary_path_check(path, flag, "evaluate compaction")
     document = policy_or_exit(args, COMMAND)
     if args.hours > 24:
         _fail(f"--hours: {args.hours:g} is longer than the trace day (accepted: 0 < hours ≤ 24)")

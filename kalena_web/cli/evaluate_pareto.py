@@ -31,7 +31,7 @@ FIELDS = ("pareto_percent", "production_fits", "active_nodes", "useful_core_hour
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "pareto", help="Pareto reserve 70–100 %% with reclamation on: total useful work per setting",
-        description="Pack production against P %% of each node's capacity (first-fit decreasing standing in for "
+        description="Pack production against P % of each node's capacity (first-fit decreasing standing in for "
                     "Kuberina's --pareto), replay with the real capacity and reclamation on, and report production "
                     "+ batch cpu core-hours per setting.",
     )
@@ -96,8 +96,8 @@ def format_rows(rows: dict[str, dict[str, object]], best: str | None) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    summary_path_check(args.summary_json)
-    summary_path_check(args.report_html)
+    for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html)):
+        summary_path_check(path, flag, "evaluate pareto")
     if any(p > 100 for p in args.percents):
         _fail(f"--percents: {max(args.percents):g} is above 100 (accepted: settings in (0, 100])")
     if len(set(args.percents)) != len(args.percents):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,11 +187,12 @@ def format_summary(summary: dict[str, object]) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in headline)
 
 
-def summary_path_check(path: Path | None) -> None:
-    """Refuse a ``--summary-json`` path that could not be written, before anything runs.
+def summary_path_check(path: Path | None, flag: str = "--summary-json", command: str = "replay") -> None:
+    """Refuse an output path (``flag``: ``--summary-json``, ``--report-html``, ``--out``…) that could
+    not be written, before anything runs: prints ``kalena <command>: error: <flag> <path>: …``.
 
     Raises:
-        SystemExit: naming the path and why.
+        SystemExit: status 2 (as a bad flag), after naming the flag, the path and why.
     """
     if not path:
         return
@@ -198,8 +200,9 @@ def summary_path_check(path: Path | None) -> None:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise SystemExit(f"kalena replay: error: --summary-json {path}: "
-                         + ("is a folder" if path.is_dir() else f"{folder} is not a writable folder"))
+        why = "is a folder" if path.is_dir() else f"{folder} is not a writable folder"
+        print(f"kalena {command}: error: {flag} {path}: {why}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def write_summary(summary: dict[str, object], path: Path | None) -> str | None:
