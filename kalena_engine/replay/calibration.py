@@ -105,6 +105,21 @@ def knee(points: list[dict[str, float]], rate: float = KNEE_RATE) -> dict[str, f
     return chosen
 
 
+def grid_edges(chosen: dict[str, float], margins: tuple[float, ...], half_lives: tuple[float, ...]) -> list[str]:
+    """The edges of the swept grid the knee ``chosen`` lies on, as flag-named phrases (e.g.
+    ``"the largest --margins value"``): a knee on an edge may lie outside the grid, so the sweep
+    should be widened that way. A dimension swept at one value has no edge. Empty when inside."""
+    edges = []
+    for key, values, flag in (("margin_ratio", margins, "--margins"), ("half_life_s", half_lives, "--half-lives")):
+        if len(set(values)) < 2:
+            continue
+        if chosen[key] == max(values):
+            edges.append(f"the largest {flag} value ({chosen[key]:g})")
+        elif chosen[key] == min(values):
+            edges.append(f"the smallest {flag} value ({chosen[key]:g})")
+    return edges
+
+
 def better_on_both_axes(candidate: dict[str, float], reference: dict[str, float]) -> bool:
     """At least the reference's reclaimed cpu and at most its evictions, one strictly."""
     return _dominated(reference, candidate)

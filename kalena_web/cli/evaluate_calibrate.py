@@ -16,7 +16,8 @@ from kalena_engine.policy import Policy
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import ReplayConfig
 from kalena_engine.replay.calibration import (
-    HALF_LIVES, KNEE_RATE, MARGINS, better_on_both_axes, calibration_document, frontier, knee, point, setting_name,
+    HALF_LIVES, KNEE_RATE, MARGINS, better_on_both_axes, calibration_document, frontier, grid_edges, knee, point,
+    setting_name,
     sweep_configs,
 )
 from kalena_web.cli.argtypes import NON_NEGATIVE, SEED, number
@@ -164,9 +165,13 @@ def handle(args: argparse.Namespace) -> int:
     print(f"\nknee (×{args.load_factors[0]:g}): μ {chosen['margin_ratio']:g}, h {chosen['half_life_s']:g} s — "
           f"reclaimed cpu {chosen['reclaimed_fraction_cpu']:.2%}, "
           f"{chosen['batch_evictions_per_100_pod_hours']:.3f} evictions/100 pod-h")
+    edges = grid_edges(chosen, tuple(args.margins), tuple(args.half_lives))
+    if edges:
+        print(f"warning: the knee lies on the swept grid's edge ({' and '.join(edges)}); the true knee may be "
+              "outside the grid — widen the sweep that way", file=sys.stderr)
     print(f"ship as default: {'yes' if ship else 'no'} — {why}")
     summary = {"load_factors": per_load, "knee": chosen, "knee_rate": float(args.knee_rate),
-               "ship_knee_as_default": ship, "verdict": why, "hours": float(args.hours), "seed": int(args.seed),
+               "ship_knee_as_default": ship, "verdict": why, "knee_grid_edges": edges, "hours": float(args.hours), "seed": int(args.seed),
                "margins": list(args.margins), "half_lives_s": list(args.half_lives),
                "default": {"margin_ratio": Policy().estimator.margin_ratio, "half_life_s": Policy().estimator.half_life_s},
                "wall_seconds": round(wall, 1), "load_seconds": round(loaded, 1), "inputs": input_sources(args),

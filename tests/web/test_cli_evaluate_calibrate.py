@@ -55,6 +55,10 @@ def test_points_knee_and_verdict(calibration) -> None:
     assert isinstance(summary["ship_knee_as_default"], bool) and summary["verdict"]
     assert f"knee (×1): μ {knee['margin_ratio']:g}, h {knee['half_life_s']:g} s" in result.stdout
     assert "ship as default: " in result.stdout
+    # on a 2 × 2 grid every setting is on an edge: the knee's edges are named, flag by flag
+    assert summary["knee_grid_edges"] and all(e.split(" value")[0].split()[-1] in ("--margins", "--half-lives")
+                                              for e in summary["knee_grid_edges"])
+    assert "warning: the knee lies on the swept grid's edge" in result.stderr
 
 
 def test_the_policy_file_holds_the_knee_and_loads_with_replay(calibration, data_dir: Path, tmp_path: Path) -> None:

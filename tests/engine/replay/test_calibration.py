@@ -7,7 +7,7 @@ import pytest
 
 from kalena_engine.policy_file import PolicyDocument, dump_policy_text, parse_policy_text
 from kalena_engine.replay.calibration import (
-    better_on_both_axes, calibration_document, frontier, knee, sweep_configs,
+    better_on_both_axes, calibration_document, frontier, grid_edges, knee, sweep_configs,
 )
 from kalena_engine.replay.setup import ReplayConfig
 
@@ -59,3 +59,12 @@ def test_the_calibration_file_carries_the_knee_and_reads_back() -> None:
     assert back.policy.estimator.margin_ratio == 1.15 and back.metadata.source == "calibration"
     assert dict(back.metadata.calibration.knee) == {"margin_ratio": 1.15, "half_life_s": 600.0}
     assert len(back.metadata.calibration.points) == 4
+
+
+def test_a_knee_on_the_grid_edge_is_named_by_flag_and_an_interior_one_is_not() -> None:
+    margins, half_lives = (1.0, 1.15, 1.3), (300.0, 600.0, 1200.0)
+    assert grid_edges(pt(1.15, 600, 0.1, 0.1), margins, half_lives) == []
+    assert grid_edges(pt(1.3, 1200, 0.1, 0.1), margins, half_lives) == [
+        "the largest --margins value (1.3)", "the largest --half-lives value (1200)"]
+    assert grid_edges(pt(1.0, 600, 0.1, 0.1), margins, half_lives) == ["the smallest --margins value (1)"]
+    assert grid_edges(pt(1.0, 600, 0.1, 0.1), margins, (600.0,)) == ["the smallest --margins value (1)"]
