@@ -75,7 +75,20 @@ def api_token_user(*, token: str):
 
     user.has_perm = has_perm  # this request's user object only
     user.api_token_scopes = scopes
+    user.role_has_perm = role_has_perm
     return user
+
+
+def permission_refusal(user, perm: str, needs_role: str) -> str:
+    """Why ``user`` may not use ``perm``: the API token's missing scope when the user's role has
+    the permission (``"this API token lacks the 'write' scope …"``), else ``needs_role``."""
+    role_has_perm = getattr(user, "role_has_perm", None)
+    if role_has_perm is not None and role_has_perm(perm):
+        scope = scope_for_permission(perm)
+        held = " ".join(sorted(user.api_token_scopes))
+        return (f"this API token lacks the {scope!r} scope (its scopes: {held}); "
+                f"the user's role allows it: create a token with --scope {scope}")
+    return needs_role
 
 
 PERMISSION_SCOPES = {"replan.approve_replan": "approve"}  # every other Kalena permission is an operator write

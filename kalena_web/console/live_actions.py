@@ -52,10 +52,11 @@ def _number(raw: str, field: str, *, integer: bool = False):
 
 
 def _block(request: HttpRequest, prefix: str) -> dict[str, object] | None:
-    """The form's ``<prefix>_cpu`` (cores) and ``<prefix>_ram`` (IR quantity, ``2Gi``) as an IR block."""
+    """The form's ``<prefix>_cpu`` (IR quantity: cores or millicores, ``0.5``, ``300m``) and
+    ``<prefix>_ram`` (IR quantity, ``2Gi``) as an IR block, parsed by the REST API's parser."""
     block: dict[str, object] = {}
-    cpu = _number(request.POST.get(f"{prefix}_cpu", ""), f"{prefix}.cpu")
-    if cpu is not None:
+    cpu = (request.POST.get(f"{prefix}_cpu") or "").strip()
+    if cpu:
         block["cpu"] = cpu
     ram = (request.POST.get(f"{prefix}_ram") or "").strip()
     if ram:

@@ -9,6 +9,7 @@ from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from kalena_engine.errors import InputError
+from kalena_web.api.services import permission_refusal
 from kalena_web.api.lists import ListQuery, order_by, page_of
 from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
@@ -84,7 +85,8 @@ def recommendations(request: HttpRequest, response: HttpResponse, cluster: str, 
 @router.post("/clusters/{cluster}/recommendations/{rec_id}/decision", response=RecommendationOut)
 def decide(request: HttpRequest, cluster: str, rec_id: int, body: DecisionIn):
     if not request.user.has_perm("replan.approve_replan"):
-        raise HttpError(403, "approving a re-plan needs the approver role (permission replan.approve_replan)")
+        raise HttpError(403, permission_refusal(request.user, "replan.approve_replan",
+                                                "approving a re-plan needs the approver role (permission replan.approve_replan)"))
     try:
         rec = ReplanRecommendation.objects.get(cluster=_cluster(cluster), id=rec_id)
     except ReplanRecommendation.DoesNotExist:

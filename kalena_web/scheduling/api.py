@@ -17,6 +17,7 @@ from ninja.errors import HttpError
 
 from kalena_engine.errors import InputError
 from kalena_engine.resources import to_ir_block
+from kalena_web.api.services import permission_refusal
 from kalena_web.api.errors import ApiError
 from kalena_web.api.lists import ListQuery, order_by, page_of
 from kalena_web.api.times import iso
@@ -76,7 +77,7 @@ def _pod(cluster: str, name: str) -> tuple[Cluster, BatchPod]:
 
 def _operator(request: HttpRequest) -> None:
     if not request.user.has_perm("scheduling.operate_batch"):
-        raise HttpError(403, "submitting or deleting batch needs the operator role (permission scheduling.operate_batch)")
+        raise HttpError(403, permission_refusal(request.user, "scheduling.operate_batch", "submitting or deleting batch needs the operator role (permission scheduling.operate_batch)"))
 
 
 def pod_out(pod: BatchPod) -> BatchOut:

@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
+from kalena_web.api.services import permission_refusal
 from kalena_web.api.lists import ListQuery, page_of, sort_items
 from kalena_web.api.times import iso
 
@@ -98,8 +99,9 @@ def _cluster(cluster: str):
 
 def _operator(request: HttpRequest) -> None:
     if not request.user.has_perm("telemetry.manage_agent_tokens"):
-        raise HttpError(403, "creating or revoking agent tokens needs the operator role "
-                             "(permission telemetry.manage_agent_tokens)")
+        raise HttpError(403, permission_refusal(request.user, "telemetry.manage_agent_tokens",
+                                                "creating or revoking agent tokens needs the operator role "
+                                                "(permission telemetry.manage_agent_tokens)"))
 
 
 @router.get("/clusters/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut],

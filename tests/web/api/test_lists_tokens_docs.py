@@ -119,3 +119,19 @@ def test_the_docs_need_login_and_load_nothing_from_outside(live) -> None:
 def test_the_schema_stays_open_for_client_generators(db) -> None:
     response = Client().get("/api/openapi.json")
     assert response.status_code == 200 and "/api/clusters" in response.json()["paths"]
+
+
+def test_a_scope_refusal_names_the_missing_scope_not_the_role(live) -> None:
+    """An operator's read-only token was told the write "needs the operator role" (tester16): the
+    user has the role; what the token lacks is the ``write`` scope."""
+    read_token, _ = api_token_create(user=_user("op-ro", "operator"), name="ro", scopes="read")
+    refused = _bearer(read_token).post("/api/clusters/home/batch",
+                                       json.dumps({"name": "batch/s-3", "request": {"cpu": 1}}),
+                                       content_type="application/json")
+    assert refused.status_code == 403 and "'write' scope" in refused.json()["detail"]
+    assert "operator role" not in refused.json()["detail"]
+    viewer_token, _ = api_token_create(user=_user("view-t2", "viewer"), name="all")
+    refused = _bearer(viewer_token).post("/api/clusters/home/batch",
+                                         json.dumps({"name": "batch/s-4", "request": {"cpu": 1}}),
+                                         content_type="application/json")
+    assert refused.status_code == 403 and "operator role" in refused.json()["detail"]

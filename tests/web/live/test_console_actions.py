@@ -130,3 +130,17 @@ def test_the_batch_list_searches_filters_sorts_and_pages(operator_client, live) 
     for bad in ("state=running", "sort=size", "page=x", "q=" + "x" * 201):
         assert operator_client.get(f"/live/home/batch/?{bad}").status_code == 400, bad
     assert operator_client.get("/live/home/batch/?page=9").status_code == 404
+
+
+def test_the_submit_form_takes_millicores_as_the_rest_api_does(operator_client, django_capture_on_commit_callbacks) -> None:
+    """The form says it is the same path as ``POST /api/…/batch``, whose ``cpu`` takes ``300m``
+    (tester16: the form answered "'250m' is not a number")."""
+    with django_capture_on_commit_callbacks(execute=True):
+        response = submit(operator_client, "batch/milli-0", request_cpu="250m")
+        submit(operator_client, "batch/cores-0", request_cpu="0.25")
+    assert response["Location"] == "/live/home/batch/batch/milli-0/"
+    milli, cores = (BatchPod.objects.select_related("workload").get(workload__name=n).workload.request[0]
+                    for n in ("batch/milli-0", "batch/cores-0"))
+    assert milli == pytest.approx(cores) and cores > 0
+    text = operator_client.get(submit(operator_client, "batch/milli-1", request_cpu="abc")["Location"]).content.decode()
+    assert "batch/milli-1 was not queued" in text and "request.cpu" in text
