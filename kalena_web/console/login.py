@@ -61,8 +61,9 @@ class ThrottledLoginView(LoginView):
         username = request.POST.get("username", "")[:150]
         wait_s = login_locked_for_s(request, username, now_s=time.time())
         if wait_s > 0:
+            minutes = math.ceil(wait_s / 60)
             locked = (f"Too many failed logins for this account or from this address: try again in "
-                      f"{math.ceil(wait_s / 60)} minute(s). The password was not checked.")
+                      f"{minutes} minute{'' if minutes == 1 else 's'}. The password was not checked.")
             response = self.render_to_response(self.get_context_data(locked=locked), status=429)
             response["Retry-After"] = str(math.ceil(wait_s))
             return response

@@ -89,6 +89,7 @@ def test_a_node_no_agent_reported_from_says_so(client, live, django_user_model) 
     client.force_login(django_user_model.objects.create_user("viewer-n", password="x" * 12))
     silent = client.get("/live/home/nodes/thinkcentre-alpha/").content.decode()
     assert "no agent has reported from this node yet" in silent and "as the agent last reported" not in silent
+    assert "no sample reported yet" in silent and "last sample – UTC" not in silent
     reported = client.get("/live/home/nodes/thinkcentre-beta/").content.decode()
     assert "as the agent last reported" in reported and "0 pods" in reported and "0 pod<" not in reported
 
