@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import MAPPINGS, NODE_SETS, ReplayConfig, ReplayInputs, build_replay
@@ -48,13 +49,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--seed", type=SEED, default=0, help="seed for VM and ratio draws, load scaling and sampling")
     run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
     run.add_argument("--node-set", choices=NODE_SETS, default="active", help="nodes batch may use")
-    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
-                     help="policies run at once, one process each (default 2)")
-    out = policies.add_argument_group("output")
-    out.add_argument("--summary-json", type=Path, help="write {policy: summary} as JSON")
-    out.add_argument("--report-html", type=Path, help="write a self-contained HTML report (Plotly, no network)")
-    out.add_argument("--policy-out", type=Path, help="write the policy the runs used as a policy file (YAML)")
-    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_jobs_argument(run, "policies")
+    add_output_arguments(policies, summary="{policy: summary}", files=(
+        ("--policy-out", "write the policy the runs used as a policy file (YAML)"),))
     add_policy_arguments(policies)
     policies.set_defaults(handler=handle)
     from kalena_web.cli import evaluate_calibrate, evaluate_compaction, evaluate_pareto  # under ``evaluate``
@@ -77,10 +74,33 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, hours: float) -> argpa
     return run
 
 
-def _fail(message: str) -> None:
-    """Print ``kalena evaluate policies: error: …`` and exit 2 (as a bad input file does)."""
-    print(f"kalena evaluate policies: error: {message}", file=sys.stderr)
+def add_jobs_argument(run: argparse._ArgumentGroup, what: str) -> None:
+    """``--jobs``: how many of the evaluation's ``what`` (settings, trials, policies) run at once."""
+    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
+                     help=f"{what} run at once, one process each (default 2)")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, *, summary: str,
+                         files: tuple[tuple[str, str], ...] = ()) -> argparse._ArgumentGroup:
+    """The output flags every evaluation takes: ``--summary-json`` (``summary`` says what it
+    holds), ``--report-html``, ``--no-progress``, and ``files`` as (flag, help) before them."""
+    out = parser.add_argument_group("output")
+    for flag, help_text in files:
+        out.add_argument(flag, type=Path, help=help_text)
+    out.add_argument("--summary-json", type=Path, help=f"write {summary} as JSON")
+    out.add_argument("--report-html", type=Path, help="write a self-contained HTML report (Plotly, no network)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return out
+
+
+def fail(command: str, message: str) -> NoReturn:
+    """Print ``kalena <command>: error: …`` and exit 2 (as a bad input file does)."""
+    print(f"kalena {command}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def _fail(message: str) -> NoReturn:
+    fail("evaluate policies", message)
 
 
 def _config(args: argparse.Namespace) -> ReplayConfig:

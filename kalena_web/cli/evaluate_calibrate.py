@@ -10,7 +10,7 @@ import argparse
 import datetime as dt
 import sys
 import time
-from pathlib import Path
+from typing import NoReturn
 
 from kalena_engine.policy import Policy
 from kalena_engine.policy_file import dump_policy_text
@@ -21,7 +21,7 @@ from kalena_engine.replay.calibration import (
     sweep_configs,
 )
 from kalena_web.cli.argtypes import NON_NEGATIVE, SEED, number
-from kalena_web.cli.evaluate import policy_work, add_run_arguments
+from kalena_web.cli.evaluate import add_jobs_argument, add_output_arguments, add_run_arguments, fail, policy_work
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
 from kalena_web.cli.parallel import run_parallel
 from kalena_web.cli.policy_args import add_policy_arguments, policy_or_exit
@@ -58,21 +58,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="evictions per 100 batch pod-hours one more %% of reclaimed cpu may cost (default 0.5)")
     run.add_argument("--seed", type=SEED, default=0, help="seed (the same for every setting: a paired comparison)")
     run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
-    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
-                     help="settings run at once, one process each (default 2)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", type=Path, help="write the knee as a calibration policy file (YAML)")
-    out.add_argument("--summary-json", type=Path, help="write the points, frontier, knee and verdict as JSON")
-    out.add_argument("--report-html", type=Path, help="write a self-contained HTML report (Plotly, no network)")
-    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_jobs_argument(run, "settings")
+    add_output_arguments(parser, summary="the points, frontier, knee and verdict", files=(
+        ("--out", "write the knee as a calibration policy file (YAML)"),))
     add_policy_arguments(parser)
     parser.set_defaults(handler=handle)
     return parser
 
 
-def _fail(message: str) -> None:
-    print(f"kalena {COMMAND}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+def _fail(message: str) -> NoReturn:
+    fail(COMMAND, message)
 
 
 def format_points(points: list[dict[str, float]], chosen: dict[str, float], front: list[dict[str, float]],

@@ -9,14 +9,13 @@ counts are not comparable with Kuberina's 152 active Irina nodes. The window def
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
+from typing import NoReturn
 
 from kalena_engine.replay import ReplayConfig, ReplayInputs
 from kalena_engine.replay.compaction import ALLOWANCE, compaction_trial, peak_window_start_s, summarise_trials
 from kalena_web.cli.argtypes import NON_NEGATIVE, SEED, number
-from kalena_web.cli.evaluate import add_run_arguments
+from kalena_web.cli.evaluate import add_jobs_argument, add_output_arguments, add_run_arguments, fail
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
 from kalena_web.cli.parallel import run_parallel
 from kalena_web.cli.policy_args import add_policy_arguments, policy_or_exit
@@ -48,20 +47,15 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="unserved share of batch core-hours a fitting cluster may leave (default 0.002)")
     run.add_argument("--max-added-nodes", type=number(minimum=0, integer=True), default=2_000,
                      help="copies of infrastructure nodes a trial may add (default 2000)")
-    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
-                     help="trials run at once, one process each (default 2)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--summary-json", type=Path, help="write the figures as JSON")
-    out.add_argument("--report-html", type=Path, help="write a self-contained HTML report (Plotly, no network)")
-    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_jobs_argument(run, "trials")
+    add_output_arguments(parser, summary="the figures")
     add_policy_arguments(parser)
     parser.set_defaults(handler=handle)
     return parser
 
 
-def _fail(message: str) -> None:
-    print(f"kalena {COMMAND}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+def _fail(message: str) -> NoReturn:
+    fail(COMMAND, message)
 
 
 def window(args: argparse.Namespace, inputs: ReplayInputs) -> float:

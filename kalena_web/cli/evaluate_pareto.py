@@ -6,14 +6,15 @@ on; total useful work (production + batch cpu core-hours) per setting — the pr
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
+from typing import NoReturn
 
 from kalena_engine.replay import ReplayConfig, ReplayInputs, build_replay
 from kalena_engine.replay.pareto import PERCENTS, best_setting, pareto_inputs
-from kalena_web.cli.argtypes import NON_NEGATIVE, SEED, number
-from kalena_web.cli.evaluate import PROGRESS_EVERY_STEPS, add_run_arguments
+from kalena_web.cli.argtypes import NON_NEGATIVE, SEED
+from kalena_web.cli.evaluate import (
+    PROGRESS_EVERY_STEPS, add_jobs_argument, add_output_arguments, add_run_arguments, fail,
+)
 from kalena_web.cli.evaluate_calibrate import numbers_list
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
 from kalena_web.cli.parallel import run_parallel
@@ -41,20 +42,15 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="Pareto settings (%%; default 70,75,…,100)")
     run.add_argument("--seed", type=SEED, default=0, help="seed (the same for every setting)")
     run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
-    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
-                     help="settings run at once, one process each (default 2)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--summary-json", type=Path, help="write {setting: figures} as JSON")
-    out.add_argument("--report-html", type=Path, help="write a self-contained HTML report (Plotly, no network)")
-    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_jobs_argument(run, "settings")
+    add_output_arguments(parser, summary="{setting: figures}")
     add_policy_arguments(parser)
     parser.set_defaults(handler=handle)
     return parser
 
 
-def _fail(message: str) -> None:
-    print(f"kalena {COMMAND}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+def _fail(message: str) -> NoReturn:
+    fail(COMMAND, message)
 
 
 def _work(inputs: ReplayInputs, config: ReplayConfig, percent: float):
