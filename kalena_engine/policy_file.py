@@ -43,7 +43,7 @@ import yaml
 
 from kalena_engine.errors import IRError, PolicyError
 from kalena_engine.escalation import EscalationPolicy
-from kalena_engine.kuberina.yamlio import parse_yaml
+from kalena_engine.kuberina.yamlio import _kind, parse_yaml
 from kalena_engine.placement.policy import PlacementPolicy
 from kalena_engine.policy import EstimatorPolicy, EvictionPolicy, Policy
 from kalena_engine.resources import DIMS
@@ -204,16 +204,6 @@ class _At:
         if not isinstance(value, str):
             raise self.error(f"expected text, got {_kind(value)}")
         return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"{type(value).__name__} {value!r}"
 
 
 def _section_keys(section: str) -> tuple[str, ...]:
