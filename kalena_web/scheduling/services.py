@@ -601,10 +601,15 @@ def batch_drop(*, pod: BatchPod, now_s: float, reason: str) -> None:
     """The orchestrator refused a watched pod's binding because the world moved on (409
     already assigned, 404 gone): the debit is undone and the pod leaves the queue — it is never
     bound again (no loop). The watch reports where it actually runs (adopted by
-    :func:`batch_observe_running`) or that it is gone."""
+    :func:`batch_observe_running`) or that it is gone. When the watch has already reported it
+    running on a node (adopted there before the refusal's answer came back), the refusal is
+    stale news and nothing changes: the pod stays bound where it runs, and that node keeps its
+    debit."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
         if pod.state in BatchPod.TERMINAL:
+            return
+        if pod.state == BatchPod.BOUND and pod.running_s is not None and pod.workload.node_id is not None:
             return
         if pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
             _credit(pod, pod.workload.node_id)

@@ -124,6 +124,21 @@ def test_pod_bound_by_someone_else_is_adopted_and_debited(rec) -> None:
     assert batch_on(rec.cluster, "thinkcentre-gamma") == 3000
 
 
+def test_a_refused_binding_answered_after_the_watch_adopted_the_pod_keeps_its_node_charged(rec) -> None:
+    """Another binder wins the race: the watch adopts the pod on its node first, then Kalena's own
+    Binding comes back 409 "already assigned" — the pod stays bound there and the node keeps its
+    debit (it was dropped and charged to no node)."""
+    from kalena_web.scheduling.services import batch_drop
+
+    rec.apply(pending("a-0", cpu=3.0))
+    assert rec.apply(PodRunning("batch/a-0", "thinkcentre-gamma", at_s=1002.0)) == CHANGED
+    batch_drop(pod=BatchPod.objects.get(workload__name="batch/a-0"), now_s=1003.0,
+               reason='pod a-0 is already assigned to node "thinkcentre-gamma"')
+    pod = BatchPod.objects.select_related("workload__node").get(workload__name="batch/a-0")
+    assert (pod.state, pod.workload.node.name) == ("bound", "thinkcentre-gamma")
+    assert batch_on(rec.cluster, "thinkcentre-gamma") == 3000
+
+
 def test_gone_pending_pod_leaves_the_queue_and_a_new_object_is_queued_afresh(rec) -> None:
     rec.apply(pending("a-0"))
     assert apply_twice(rec, PodGone("batch/a-0")) == CHANGED
