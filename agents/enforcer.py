@@ -275,8 +275,11 @@ def kube_api_client(*, in_cluster: bool, url: str | None, token_file: str | None
     if in_cluster:
         configuration = k8s.Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)
+    else:
+        configuration = k8s.Configuration(host=url)
+    configuration.retries = False  # each call is made once, within its own timeout (urllib3 retried 3 ×)
+    if in_cluster:
         return k8s.ApiClient(configuration)
-    configuration = k8s.Configuration(host=url)
     if ca_file:
         configuration.ssl_ca_cert = ca_file
     if token_file:

@@ -184,7 +184,8 @@ def eviction_retries_run(*, cluster: Cluster, orchestrator: Orchestrator, now_s:
         if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
             retry.delete()
             continue
-        why = {"escalation": retry.cause, "why": retry.detail, "limit_breach": False,
+        reason, _, detail = retry.detail.partition(": ")  # stored as f"{reason}: {detail}" by _drain
+        why = {"escalation": reason, "why": detail, "limit_breach": False,
                "refused_before": retry.attempts, "last_refusal": retry.refusal}
         refusal = _evict_one(pod, orchestrator, now_s=now_s, grace_s=pod.grace_s, cause=retry.cause, detail=why,
                              source_key=f"retry:{pod.id}:{retry.first_s:.3f}", report=report)

@@ -10,7 +10,8 @@ queued pod wakes it) and at least every ``pass_period_s`` — each pass asking
 a standby takes over after the lease expires. Each pass also
 records the agents' evictions, settles bindings the watch has not confirmed after 30 s by
 reading the pod (:func:`~kalena_web.scheduling.services.batch_unconfirmed`), and retries evictions a
-PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`).
+PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`), and
+every 5 s moves the watch's counters into ``/metrics/cluster`` (:class:`~kalena_web.control.watching.WatchCounters`).
 
 The Celery scheduling task skips Kubernetes clusters (this loop schedules them).
 """
@@ -28,10 +29,12 @@ from django.db import close_old_connections, connection
 from agents.orchestrators.kubernetes.lease import LeaderElector
 from kalena_engine.policy import Policy
 from kalena_web.control.reconciler import Reconciler
-from kalena_web.control.watching import RunningWatch, watch_start
+from kalena_web.control.watching import RunningWatch, WatchCounters, watch_start
 from kalena_web.inventory.models import Cluster
 
 log = logging.getLogger(__name__)
+#: seconds between two moves of the watch's counters into /metrics/cluster (and once at stop)
+COUNTERS_PERIOD_S = 5.0
 
 
 @dataclass
@@ -65,6 +68,8 @@ class ClusterScheduler:
         self._cache: dict = {}  # production pods between passes (scheduling_pass ``cache``)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.counters = WatchCounters(cluster)
+        self._counters_at = -COUNTERS_PERIOD_S
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -81,8 +86,23 @@ class ClusterScheduler:
         for t in self._threads:
             t.join(timeout=30)
         self._stop_watch()
+        self.record_counters(force=True)
         if release:
             self.elector.release()
+
+    def record_counters(self, *, force: bool = False) -> int:
+        """Move the watch's counters (lists, 410s, reconnects, malformed objects, the
+        reconciler's outcomes) into ``/metrics/cluster``, at most every
+        :data:`COUNTERS_PERIOD_S` unless ``force``; returns the series that rose."""
+        if not force and time.monotonic() < self._counters_at + COUNTERS_PERIOD_S:
+            return 0
+        self._counters_at = time.monotonic()
+        reconcilers = [*self.reconcilers, *([self.watch.reconciler] if self.watch is not None else [])]
+        try:
+            return self.counters.record(self.counters.totals(getattr(self.orchestrator, "watchers", []), reconcilers))
+        except Exception:  # noqa: BLE001 - metrics must never stop scheduling; the rise is kept for next time
+            log.exception("watch counters for %s not recorded", self.cluster.name)
+            return 0
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -171,4 +191,5 @@ class ClusterScheduler:
         self.stats.errors = (self.stats.errors + report.errors)[-20:]
         for phase, seconds in report.phase_s.items():
             self.stats.phase_s[phase] = round(self.stats.phase_s.get(phase, 0.0) + seconds, 3)
+        self.record_counters()
         return report

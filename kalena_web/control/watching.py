@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from django.db import connection
 
@@ -61,3 +63,56 @@ def watch_start(*, cluster: Cluster, orchestrator: Orchestrator, reconciler: Rec
                                                             reconciler=reconciler), name=name, daemon=True)
     thread.start()
     return RunningWatch(thread=thread, reconciler=reconciler, stop_event=stop)
+
+
+#: The watcher's in-process counters (attribute → counter of :data:`kalena_web.control.metrics.COUNTERS`).
+WATCHER_COUNTERS = {"lists": "kalena_watch_lists", "expired": "kalena_watch_expired",
+                    "reconnects": "kalena_watch_reconnects", "malformed": "kalena_watch_malformed_objects"}
+
+
+def _copy(counts: Mapping) -> list[tuple]:
+    """``counts.items()`` read while another thread may add keys (a dict resized under the
+    iteration is read again)."""
+    while True:
+        try:
+            return list(counts.items())
+        except RuntimeError:
+            continue
+
+
+@dataclass
+class WatchCounters:
+    """The watch's in-process counters made cluster-wide ``/metrics/cluster`` counters
+    (:func:`~kalena_web.control.services.metric_increment`): :meth:`record` adds what rose since
+    the last call, so every count reaches the metrics once, from whichever process counted it."""
+
+    cluster: Cluster
+    recorded: Counter = field(default_factory=Counter)
+
+    def totals(self, watchers: Iterable, reconcilers: Iterable[Reconciler]) -> Counter:
+        """``(counter, labels) → count`` over ``watchers`` (each with the Counters named in
+        :data:`WATCHER_COUNTERS`, keyed by resource) and ``reconcilers`` (their ``counts``)."""
+        out: Counter = Counter()
+        for watcher in watchers:
+            for attribute, name in WATCHER_COUNTERS.items():
+                for resource, n in _copy(getattr(watcher, attribute, {})):
+                    out[name, (("resource", resource),)] += n
+        for reconciler in reconcilers:
+            for kind, outcomes in _copy(reconciler.counts):
+                for outcome, n in _copy(outcomes):
+                    out["kalena_reconciler_events", (("kind", kind), ("outcome", outcome))] += n
+        return out
+
+    def record(self, totals: Mapping) -> int:
+        """Add each counter's rise since the last call; returns how many series rose."""
+        from kalena_web.control.services import metric_increment
+
+        rose = 0
+        for key, total in totals.items():
+            delta = total - self.recorded[key]
+            if delta > 0:
+                name, labels = key
+                metric_increment(name=name, labels={"cluster": self.cluster.name, **dict(labels)}, by=delta)
+                self.recorded[key] = total
+                rose += 1
+        return rose

@@ -8,7 +8,8 @@ as often as the scheduler asks, and ``PodScheduled=False, reason Unschedulable``
 :mod:`agents.orchestrators.kubernetes.watch`, and reads and writes the scheduler's
 ``coordination.k8s.io`` Lease for :mod:`agents.orchestrators.kubernetes.lease`.
 
-Every call has a timeout (``request_timeout_s``). Objects travel as raw JSON dicts
+Every call has a timeout (``request_timeout_s``) and is made once (the client's urllib3
+retries are turned off). Objects travel as raw JSON dicts
 (``_preload_content=False``): :mod:`agents.orchestrators.kubernetes.objects` reads them, and a
 response is always read and released so its connection returns to the pool. Events are sent
 by one background thread from a bounded queue (kube-scheduler's event broadcaster does the
@@ -58,10 +59,19 @@ class KubernetesOrchestrator:
     ``bind_concurrency``: Binding calls a scheduling pass may have in flight at once (they are
     independent; kube-scheduler binds each pod asynchronously in its own goroutine), at most
     the client's connection pool size (``Configuration.connection_pool_maxsize``) less four
-    connections kept for the two watches, the event sender and the Lease."""
+    connections kept for the two watches, the event sender and the Lease.
+
+    The client's own retries are turned off unless the caller configured them
+    (``Configuration.retries``), so no call outlives ``request_timeout_s``: the watch resumes
+    with backoff, a pass retries at the next pass, the Lease at the next retry period."""
 
     def __init__(self, api_client: k8s.ApiClient, *, request_timeout_s: float = 10.0, identity: str = COMPONENT,
                  event_queue: int = 10000, bind_concurrency: int = 8) -> None:
+        if api_client.configuration.retries is None:
+            # urllib3's default retries a GET or PUT that timed out up to 3 times, each with the whole
+            # timeout: a call would take 4 × request_timeout_s. Kalena retries in its own loops instead.
+            api_client.configuration.retries = False
+            api_client.rest_client = k8s.rest.RESTClientObject(api_client.configuration)
         self.api_client = api_client
         pool = int(getattr(api_client.configuration, "connection_pool_maxsize", None) or 4)
         self.bind_concurrency = max(1, min(int(bind_concurrency), pool - 4))
@@ -106,12 +116,13 @@ class KubernetesOrchestrator:
         """
         namespace, name = ref.split("/", 1)
         try:
-            raw = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            return self._raw(self.core.read_namespaced_pod, name, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 raise WorkloadGone(f"pod {ref}: no such pod") from None
             raise OrchestratorError(f"read pod {ref}: {exc.status} {_reason(exc)}") from None
-        return json.loads(raw.data)
+        except Exception as exc:  # noqa: BLE001 - a timeout or a dropped connection
+            raise OrchestratorError(f"read pod {ref}: {type(exc).__name__}: {exc}") from None
 
     def publish_batch_capacity(self, node: str, *, cpu_mcpu: int, memory_bytes: int) -> None:
         """Patch the node's status (capacity and allocatable) with Kalena's extended resources
@@ -127,9 +138,11 @@ class KubernetesOrchestrator:
                for part in ("capacity", "allocatable")
                for name, value in ((BATCH_CPU, cpu_mcpu), (BATCH_MEMORY, memory_bytes))]
         try:
-            self.core.patch_node_status(node, ops, _preload_content=False).release_conn()
+            self._raw(self.core.patch_node_status, node, ops)
         except ApiException as exc:
             raise OrchestratorError(f"publish batch capacity on {node}: {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - a timeout: published again at the next pass
+            raise OrchestratorError(f"publish batch capacity on {node}: {type(exc).__name__}: {exc}") from None
 
     def token_review(self, token: str, audiences: list[str]) -> dict:
         """``TokenReview.status`` (authentication.k8s.io/v1) for ``token`` and ``audiences``.
@@ -140,11 +153,12 @@ class KubernetesOrchestrator:
         body = k8s.V1TokenReview(api_version="authentication.k8s.io/v1", kind="TokenReview",
                                  spec=k8s.V1TokenReviewSpec(token=token, audiences=audiences))
         try:
-            raw = k8s.AuthenticationV1Api(self.core.api_client).create_token_review(
-                body, _preload_content=False, _request_timeout=5)
+            answer = self._raw(k8s.AuthenticationV1Api(self.core.api_client).create_token_review, body)
         except ApiException as exc:
             raise OrchestratorError(f"token review: {exc.status} {_reason(exc)}") from None
-        return json.loads(raw.data).get("status") or {}
+        except Exception as exc:  # noqa: BLE001 - a timeout: the caller refuses the token
+            raise OrchestratorError(f"token review: {type(exc).__name__}: {exc}") from None
+        return answer.get("status") or {}
 
     def bind(self, spec: BatchSpec, node: str) -> None:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": spec.name, "namespace": spec.namespace},
@@ -230,6 +244,8 @@ class KubernetesOrchestrator:
                 body = self._raw(self._list_call(resource), **kwargs)
             except ApiException as exc:
                 raise OrchestratorError(f"list {resource}: {exc.status} {_reason(exc)}") from None
+            except Exception as exc:  # noqa: BLE001 - a timeout or a dropped connection
+                raise OrchestratorError(f"list {resource}: {type(exc).__name__}: {exc}") from None
             items.extend(body.get("items") or [])
             meta = body.get("metadata") or {}
             version = version or str(meta.get("resourceVersion") or "")
@@ -242,6 +258,9 @@ class KubernetesOrchestrator:
         """``(type, object)`` of one watch stream from ``resource_version`` with bookmarks, for
         at most ``timeout_s`` (the server ends it; the caller resumes).
 
+        A line that is not a watch event comes as ``("MALFORMED", {"name", "field", "problem",
+        "line"})`` and the stream goes on (:class:`_Watch`).
+
         Raises:
             WatchExpired: 410 Gone (an ERROR event, or the client's exception after its retry).
         """
@@ -252,18 +271,20 @@ class KubernetesOrchestrator:
         def listing(**kwargs):  # no return annotation: the client yields raw dicts, not models
             return call(**kwargs)
 
-        w = k8s_watch.Watch()
+        w = _Watch()
         done = threading.Event()
         threading.Thread(target=_stop_when, args=(stop, done, w), daemon=True).start()
         try:
             for event in w.stream(listing, resource_version=resource_version, allow_watch_bookmarks=True,
                                   timeout_seconds=int(timeout_s), _request_timeout=(self.timeout_s, timeout_s + 60)):
-                if event.get("type") == "ERROR":
-                    obj = event.get("raw_object") or {}
-                    if obj.get("code") == 410:
-                        raise WatchExpired(obj.get("message", ""))
-                    raise OrchestratorError(f"watch {resource}: {obj.get('code')} {obj.get('message')}")
-                yield event.get("type", ""), event.get("raw_object")
+                if event is None:
+                    continue  # a blank line
+                if event["type"] == "ERROR":
+                    obj = event["raw_object"]
+                    if obj["code"] == 410:
+                        raise WatchExpired(str(obj.get("message", "")))
+                    raise OrchestratorError(f"watch {resource}: {obj['code']} {obj.get('message')}")
+                yield event["type"], event["raw_object"]
         except ApiException as exc:
             if exc.status == 410:
                 raise WatchExpired(str(exc.reason)) from None
@@ -274,13 +295,19 @@ class KubernetesOrchestrator:
     # -- the Lease (coordination.k8s.io/v1) -------------------------------------------------------
 
     def lease_read(self, namespace: str, name: str) -> dict | None:
-        """The Lease, or None when it does not exist."""
+        """The Lease, or None when it does not exist.
+
+        Raises:
+            OrchestratorError: the API refused or did not answer in time.
+        """
         try:
             return self._raw(self.coordination.read_namespaced_lease, name, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise OrchestratorError(f"read lease {namespace}/{name}: {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - a timeout is a failed renewal, not a crash of the elector
+            raise OrchestratorError(f"read lease {namespace}/{name}: {type(exc).__name__}: {exc}") from None
 
     def lease_write(self, namespace: str, lease: dict, *, create: bool) -> dict:
         """Create the Lease or replace it (optimistic: its ``metadata.resourceVersion``).
@@ -370,6 +397,47 @@ class KubernetesOrchestrator:
         finally:
             resp.release_conn()
         return json.loads(data) if data else {}
+
+
+#: The watch event types of the API concepts page (``MALFORMED`` is Kalena's, see :class:`_Watch`).
+WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
+
+
+class _Watch(k8s_watch.Watch):
+    """The client's ``Watch`` with its line decoding made total: a line that is not a
+    ``{"type", "object"}`` event (not JSON, not an object, an unknown ``type``, an ``object``
+    that is not a mapping, an ERROR without an integer ``code``) becomes a ``MALFORMED`` event
+    naming the field, instead of a ``KeyError`` that ends the stream (or a ``None`` event).
+    Objects stay raw dicts (``raw_object``); nothing is deserialised into models."""
+
+    def unmarshal_event(self, data: str, return_type) -> dict | None:
+        if not data or data.isspace():
+            return None
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return _malformed_line(data, None, "", "not JSON")
+        if not isinstance(event, dict):
+            return _malformed_line(data, None, "", f"a watch event is a JSON object, got {type(event).__name__}")
+        obj = event.get("object")
+        if event.get("type") not in WATCH_TYPES:
+            return _malformed_line(data, obj, "type", f"{event.get('type')!r} is not one of {', '.join(sorted(WATCH_TYPES))}")
+        if not isinstance(obj, dict):
+            return _malformed_line(data, obj, "object", f"expected an object, got {type(obj).__name__}")
+        if event["type"] == "ERROR" and (isinstance(obj.get("code"), bool) or not isinstance(obj.get("code"), int)):
+            return _malformed_line(data, obj, "object.code", "an ERROR event carries a Status with an integer code")
+        if event["type"] == "ERROR":  # the client formats the exception from both (reason is optional)
+            obj = {**obj, "reason": obj.get("reason") or "", "message": obj.get("message") or ""}
+        return {"type": event["type"], "object": obj, "raw_object": obj}
+
+
+def _malformed_line(line: str, obj: object, field: str, problem: str) -> dict:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = ""
+    if isinstance(meta, dict) and meta.get("name"):
+        name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+    return {"type": "MALFORMED", "raw_object": {"name": name, "field": field, "problem": problem,
+                                                "line": line if len(line) <= 200 else line[:197] + "..."}}
 
 
 def _stop_when(stop: threading.Event, done: threading.Event, w: k8s_watch.Watch) -> None:

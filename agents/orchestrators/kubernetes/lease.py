@@ -85,7 +85,8 @@ class LeaderElector:
             self._renewed_at = None
             return False
         stamp = _micro_time()
-        transitions = int(spec.get("leaseTransitions") or 0) + (1 if holder != self.identity else 0)
+        # client-go: a new Lease starts at 0 transitions; each change of holder adds one
+        transitions = int(spec.get("leaseTransitions") or 0) + (1 if lease is not None and holder != self.identity else 0)
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(round(self.lease_duration_s)),
@@ -128,5 +129,8 @@ class LeaderElector:
     def run(self, stop: threading.Event) -> None:
         """Attempt every ``retry_period_s`` until ``stop``; does not release (see :meth:`release`)."""
         while not stop.is_set():
-            self.try_acquire_or_renew()
+            try:
+                self.try_acquire_or_renew()
+            except Exception:  # noqa: BLE001 - one failed attempt is a missed renewal, never the end of the elector
+                log.exception("lease %s/%s: attempt by %s failed", self.namespace, self.name, self.identity)
             stop.wait(self.retry_period_s)

@@ -56,6 +56,68 @@ class MalformedObject(ValueError):
         super().__init__(f"{name or '<unnamed>'}: {field}: {problem}")
 
 
+# -- shapes: the fields Kalena reads, checked before they are read -------------------------------
+
+#: A shape is ``Mapping`` / ``list`` (any mapping / list), a type or tuple of types (a leaf), a dict
+#: (a mapping whose listed keys have those shapes) or a one-item list (a list of that shape).
+#: ``None`` is accepted everywhere as "absent", as the API omits empty fields.
+_STR, _NUMBER = str, (int, float)
+_RESOURCES = {"requests": Mapping, "limits": Mapping}
+_CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
+_META = {"name": _STR, "namespace": _STR, "labels": Mapping, "annotations": Mapping, "creationTimestamp": _STR,
+         "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR}]}
+POD_SHAPE = {
+    "metadata": _META,
+    "spec": {"nodeName": _STR, "schedulerName": _STR, "containers": [_CONTAINER], "initContainers": [_CONTAINER],
+             "overhead": Mapping, "nodeSelector": Mapping, "tolerations": [Mapping],
+             "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                 {"labelSelector": Mapping, "topologyKey": _STR, "namespaces": [_STR]}]}},
+             "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "whenUnsatisfiable": _STR,
+                                            "labelSelector": Mapping}]},
+    "status": {"phase": _STR, "reason": _STR, "startTime": _STR, "conditions": [{"type": _STR, "status": _STR}],
+               "containerStatuses": [{"state": {"terminated": {"reason": _STR, "exitCode": int}}}]},
+}
+NODE_SHAPE = {
+    "metadata": _META,
+    "spec": {"taints": [Mapping]},
+    "status": {"conditions": [{"type": _STR, "status": _STR}], "allocatable": Mapping,
+               "images": [{"names": [_STR], "sizeBytes": _NUMBER}]},
+}
+_KIND = {Mapping: "a mapping", list: "a list", str: "a string", int: "an integer", (int, float): "a number"}
+
+
+def check_shape(obj: object, shape: object, name: str, field: str = "") -> None:
+    """Check that ``obj`` has ``shape`` (see :data:`POD_SHAPE`) where Kalena reads it.
+
+    Raises:
+        MalformedObject: naming ``name`` and the dotted field (``spec.containers[0].image``).
+    """
+    if obj is None:
+        return
+    if isinstance(shape, dict):
+        if not isinstance(obj, Mapping):
+            raise MalformedObject(name, field, f"expected a mapping, got {_got(obj)}")
+        for key, inner in shape.items():
+            check_shape(obj.get(key), inner, name, f"{field}.{key}" if field else key)
+    elif isinstance(shape, list):
+        if not isinstance(obj, list):
+            raise MalformedObject(name, field, f"expected a list, got {_got(obj)}")
+        for i, item in enumerate(obj):
+            if item is None:
+                raise MalformedObject(name, f"{field}[{i}]", "null in a list")
+            check_shape(item, shape[0], name, f"{field}[{i}]")
+    elif shape is list:
+        if not isinstance(obj, list):
+            raise MalformedObject(name, field, f"expected a list, got {_got(obj)}")
+    elif isinstance(obj, bool) and shape is not bool or not isinstance(obj, shape):  # type: ignore[arg-type]
+        raise MalformedObject(name, field, f"expected {_KIND.get(shape, shape)}, got {_got(obj)}")
+
+
+def _got(obj: object) -> str:
+    text = repr(obj)
+    return f"{type(obj).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
 def _quantity(raw: object, name: str, field: str, *, milli: bool = False) -> float:
     try:
         value = float(parse_quantity(raw)) * (1000.0 if milli else 1.0)
@@ -156,18 +218,15 @@ def normalize_image(name: str) -> str:
     return name if ":" in last else f"{name}:latest"
 
 
-def pod_constraints(spec: Mapping, name: str) -> dict:
+def pod_constraints(spec: Mapping) -> dict:
     """nodeSelector, tolerations, required pod anti-affinity and hard topology spread → the
-    constraint shape the scheduler stores (the REST API's ``constraints``)."""
+    constraint shape the scheduler stores (the REST API's ``constraints``). ``spec`` has passed
+    :func:`check_shape` (:data:`POD_SHAPE`)."""
     out: dict = {}
     if spec.get("nodeSelector"):
-        if not isinstance(spec["nodeSelector"], Mapping):
-            raise MalformedObject(name, "spec.nodeSelector", "expected a mapping")
         out["node_selector"] = {str(k): str(v) for k, v in spec["nodeSelector"].items()}
     tolerations = []
     for t in spec.get("tolerations") or []:
-        if not isinstance(t, Mapping):
-            raise MalformedObject(name, "spec.tolerations", "expected a list of mappings")
         tolerations.append({k: str(t[k]) for k in ("key", "operator", "value", "effect") if t.get(k) is not None})
     if tolerations:
         out["tolerations"] = tolerations
@@ -186,7 +245,8 @@ def pod_constraints(spec: Mapping, name: str) -> dict:
 
 
 def is_daemonset(meta: Mapping) -> bool:
-    return any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+    owners = meta.get("ownerReferences")
+    return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners)
 
 
 def is_batch(pod: Mapping) -> bool:
@@ -206,10 +266,9 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
     if is_daemonset(meta):
         return []
     if event_type == "DELETED":
-        return [PodGone(ref)]
+        return [PodGone(ref)]  # only the name is read: a deletion is one whatever the rest holds
+    check_shape(pod, POD_SHAPE, ref)
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
-        raise MalformedObject(ref, "spec", "spec and status must be mappings")
     node = spec.get("nodeName") or ""
     phase = status.get("phase") or "Pending"
     at_s = timestamp_s(meta.get("creationTimestamp"), ref, "metadata.creationTimestamp")
@@ -240,7 +299,7 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
             ref, pod_resources(pod), pod_resources(pod, "limits"), labels=dict(meta.get("labels") or {}),
             annotations=annotations, priority=priority_of(annotations), owner=owner_of(meta),
             gang=str(annotations.get(GANG_ANNOTATION, "")), at_s=at_s,
-            image=normalize_image(str(containers[0].get("image") or "")), constraints=pod_constraints(spec, ref),
+            image=normalize_image(str(containers[0].get("image") or "")), constraints=pod_constraints(spec),
             grace_s=float(grace), min_member=min_member)]
     if phase in ("Pending", "Running", "Unknown"):
         return [PodRunning(ref, node, at_s=timestamp_s(status.get("startTime"), ref, "status.startTime") or at_s)]
@@ -278,6 +337,7 @@ def node_event(node: Mapping) -> NodeSeen:
     if not isinstance(meta, Mapping) or not meta.get("name"):
         raise MalformedObject("", "metadata.name", "a node needs a name")
     name = str(meta["name"])
+    check_shape(node, NODE_SHAPE, name)
     spec, status = node.get("spec") or {}, node.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -16,7 +16,7 @@ concepts page):
   ``bookmark_interval_s`` (and on :meth:`bookmark`); ``timeoutSeconds`` ends the stream; a
   version older than the compacted one → one ``ERROR`` event with a 410 ``Expired`` Status, to
   every retry as well (:meth:`compact`); :meth:`expire_watches` sends that ERROR to open
-  watches, :meth:`drop_watches` ends them.
+  watches, :meth:`drop_watches` ends them, :meth:`inject_watch_line` sends them a raw line.
 * pods: create (``pod_create_hooks`` = admission: mutate or refuse), delete (immediately, or
   with ``graceful=True`` a ``deletionTimestamp`` and removal after the grace ×
   ``grace_scale``), PATCH of the object and of ``/status`` (JSON patch, merge patch, strategic
@@ -160,6 +160,7 @@ class TestAPIServer:
         self._watch_generation = 0
         self._expire_generation = 0
         self._bookmark_generation = 0
+        self._injected: list[tuple[str, bytes]] = []
         self._closing = threading.Event()
         self._timers: list[threading.Timer] = []
         self.server = _Server(("127.0.0.1", port), self._handler())
@@ -272,6 +273,13 @@ class TestAPIServer:
         """Send a BOOKMARK now to every watch that allowed them."""
         with self.store.lock:
             self._bookmark_generation += 1
+            self.store.changed.notify_all()
+
+    def inject_watch_line(self, resource: str, line: bytes) -> None:
+        """Send ``line`` (a newline is added) as it is to every open watch of ``resource`` — a
+        line that is not a watch event, as a faulty proxy or server might send."""
+        with self.store.lock:
+            self._injected.append((resource, line.rstrip(b"\n") + b"\n"))
             self.store.changed.notify_all()
 
     def fault(self, method: str, path_regex: str, *, code: int | None = None, delay_s: float = 0.0,
@@ -596,6 +604,7 @@ class TestAPIServer:
         started = time.monotonic()
         with self.store.lock:
             generation, expire_gen, bookmark_gen = self._watch_generation, self._expire_generation, self._bookmark_generation
+            injected = len(self._injected)
             if raw_rv in ("", "0"):
                 pending = [json.dumps({"type": "ADDED", "object": o}, separators=(",", ":")).encode() + b"\n"
                            for o in self.store.objects[resource].values() if predicate(o)]
@@ -638,6 +647,8 @@ class TestAPIServer:
                             out = [c.line for c in changes if c.resource == resource and predicate(c.obj)]
                             if changes:
                                 sent_rv = changes[-1].rv
+                        out += [line for r_, line in self._injected[injected:] if r_ == resource]
+                        injected = len(self._injected)
                         current_rv = self.store.rv
                         bookmark_now = self._bookmark_generation != bookmark_gen
                         bookmark_gen = self._bookmark_generation

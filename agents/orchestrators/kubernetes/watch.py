@@ -10,8 +10,9 @@ resumed from the last version; a failed connection is retried with exponential b
 ends with :class:`Resynced` carrying every pod ref and node name the watcher holds, so the
 reconciler drops what vanished while the watch was away.
 
-A malformed object (or watch line) is counted in ``malformed`` and logged with its name and
-field; it changes nothing and never stops the watch.
+A malformed object (or watch line: the API's ``MALFORMED`` events) is counted in ``malformed``
+and logged with its name and field; it changes nothing, never stops the watch and is not a
+reconnect (the stream goes on past it).
 
 Only :mod:`agents.orchestrators.kubernetes.client` calls the API; this module decides.
 """
@@ -40,7 +41,8 @@ class KubernetesWatcher:
 
     ``api`` has ``list_objects(resource) -> (items, resource_version)`` and
     ``watch_objects(resource, resource_version, timeout_s, stop) -> Iterator[(type, object)]``
-    (raising :class:`WatchExpired` on 410); :class:`~agents.orchestrators.kubernetes.client.
+    (raising :class:`WatchExpired` on 410; a line that was not a watch event comes as type
+    ``MALFORMED`` with ``{"name", "field", "problem", "line"}``); :class:`~agents.orchestrators.kubernetes.client.
     KubernetesOrchestrator` provides both. ``sleep(seconds, stop)`` is injectable for tests.
     """
 
@@ -84,9 +86,14 @@ class KubernetesWatcher:
                 elif events:
                     self.pods.add(ref)
             return events
-        except (MalformedObject, KeyError, TypeError, AttributeError) as exc:
+        except (MalformedObject, KeyError, TypeError, AttributeError, ValueError) as exc:
             self.malformed[resource] += 1
-            where = exc if isinstance(exc, MalformedObject) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, MalformedObject):
+                where = str(exc)
+            else:  # a shape check_shape does not know yet: name the object at least
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                name = meta.get("name") if isinstance(meta, dict) else None
+                where = f"{name or '<unnamed>'}: field unknown: {type(exc).__name__}: {exc}"
             log.warning("watch %s: malformed %s object skipped: %s", resource, event_type, where)
             if isinstance(exc, MalformedObject) and exc.name and event_type != "DELETED":
                 with self._lock:  # keep what Kalena holds of it: a bad version is not a deletion
@@ -130,6 +137,12 @@ class KubernetesWatcher:
                     need_list = False
                 version = self.versions[resource]
                 for event_type, obj in self.api.watch_objects(resource, version, self.watch_timeout_s, stop):
+                    if event_type == "MALFORMED":  # a line that was not a watch event: the stream goes on
+                        self.malformed[resource] += 1
+                        log.warning("watch %s: malformed watch line skipped: %s: %s: %s (line %r)", resource,
+                                    obj.get("name") or "<unnamed>", obj.get("field") or "<line>", obj.get("problem"),
+                                    obj.get("line"))
+                        continue
                     if event_type == "BOOKMARK":
                         bookmark = ((obj or {}).get("metadata") or {}).get("resourceVersion")
                         if bookmark:

@@ -105,6 +105,57 @@ def test_malformed_pods_name_the_object_and_field(edit, field) -> None:
         assert err.value.name == "ml/train-x7k2p"
 
 
+@pytest.mark.parametrize("fixture, edit, field", [
+    ("pod-job-pending.json", lambda p: p["spec"].update(containers="not-a-list"), "spec.containers: expected a list"),
+    ("pod-job-pending.json", lambda p: p["spec"]["containers"].append("sidecar"), "spec.containers[2]: expected a mapping"),
+    ("pod-job-pending.json", lambda p: p["spec"]["containers"][0].update(resources="1 cpu"),
+     "spec.containers[0].resources: expected a mapping"),
+    ("pod-job-pending.json", lambda p: p["spec"]["containers"][0].update(image=7), "spec.containers[0].image: expected a string"),
+    ("pod-job-pending.json", lambda p: p["metadata"].update(labels=["a", "b"]), "metadata.labels: expected a mapping"),
+    ("pod-job-pending.json", lambda p: p["metadata"].update(ownerReferences=["Job/x"]), "metadata.ownerReferences[0]"),
+    ("pod-job-pending.json", lambda p: p["spec"].update(tolerations=["gpu"]), "spec.tolerations[0]: expected a mapping"),
+    ("pod-job-pending.json", lambda p: p["spec"].update(affinity={"podAntiAffinity": []}),
+     "spec.affinity.podAntiAffinity: expected a mapping"),
+    ("pod-job-pending.json", lambda p: p["spec"].update(topologySpreadConstraints=[{"maxSkew": "1"}]),
+     "spec.topologySpreadConstraints[0].maxSkew: expected an integer"),
+    ("pod-job-pending.json", lambda p: p.update(status="Pending"), "status: expected a mapping"),
+    ("pod-evicted.json", lambda p: p["status"].update(conditions="DisruptionTarget"), "status.conditions: expected a list"),
+    ("pod-oomkilled.json", lambda p: p["status"]["containerStatuses"][0]["state"].update(terminated=True),
+     "status.containerStatuses[0].state.terminated: expected a mapping"),
+    ("pod-oomkilled.json", lambda p: p["status"]["containerStatuses"][0]["state"]["terminated"].update(exitCode="137"),
+     "exitCode: expected an integer"),
+])
+def test_a_field_of_the_wrong_type_names_the_pod_and_the_field(fixture, edit, field) -> None:
+    pod = load(fixture)
+    name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    edit(pod)
+    with pytest.raises(MalformedObject) as err:
+        pod_events("MODIFIED", pod)
+    assert field in str(err.value) and err.value.name == name
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda n: n["status"].update(conditions={"Ready": "True"}), "status.conditions: expected a list"),
+    (lambda n: n["status"].update(allocatable=["16"]), "status.allocatable: expected a mapping"),
+    (lambda n: n["status"]["images"][0].update(names="busybox"), "status.images[0].names: expected a list"),
+    (lambda n: n["status"]["images"][0].update(sizeBytes="big"), "status.images[0].sizeBytes: expected a number"),
+    (lambda n: n["spec"].update(taints="NoSchedule"), "spec.taints: expected a list"),
+    (lambda n: n.update(spec=[]), "spec: expected a mapping"),
+])
+def test_a_node_field_of_the_wrong_type_names_the_node_and_the_field(edit, field) -> None:
+    node = load("node-worker.json")
+    edit(node)
+    with pytest.raises(MalformedObject) as err:
+        node_event(node)
+    assert field in str(err.value) and err.value.name == "worker-1"
+
+
+def test_a_deletion_needs_only_the_name() -> None:
+    pod = load("pod-job-pending.json")
+    pod["spec"]["containers"] = "not-a-list"
+    assert pod_events("DELETED", pod) == [PodGone("ml/train-x7k2p")]
+
+
 def test_image_names_are_normalised_like_kube_scheduler() -> None:
     assert normalize_image("busybox") == "docker.io/library/busybox:latest"
     assert normalize_image("pytorch/pytorch:2.4") == "docker.io/pytorch/pytorch:2.4"

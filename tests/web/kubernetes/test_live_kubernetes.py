@@ -276,3 +276,58 @@ def test_a_binding_that_timed_out_is_settled_by_reading_the_pod_not_by_binding_a
     assert t0.state == "bound" and t0.running_s is not None
     assert t0.workload.node.name == api.get("pods", "batch/t-0")["spec"]["nodeName"]
     assert [p for v, p, _ in api.requests if p.endswith("/t-0/binding")] == ["/api/v1/namespaces/batch/pods/t-0/binding"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pod_that_fits_nowhere_is_explained_on_the_pod_itself(live, api) -> None:
+    s = scheduler(live, api, "kalena-a")
+    s.start()
+    try:
+        api.create_pod(job_pod("huge", cpu="64"))  # each node has 16 cores
+        api.create_pod(job_pod("small"))
+        wait_for(lambda: api.get("pods", "batch/small")["spec"].get("nodeName"), "the small pod bound")
+        wait_for(lambda: s.stats.passes >= 3, "a few passes")
+        s.orchestrator.flush_events()
+    finally:
+        s.stop()
+    huge = api.get("pods", "batch/huge")
+    assert not huge["spec"].get("nodeName")
+    failed = [e for e in api.objects("events")
+              if e["involvedObject"]["name"] == "huge" and e["reason"] == "FailedScheduling"]
+    assert len(failed) == 1  # at most one per pod per 60 s, however many passes ran
+    assert failed[0]["type"] == "Warning" and failed[0]["message"].startswith(f"0/{len(NODES)} nodes are available")
+    assert "cpu" in failed[0]["message"]
+    (condition,) = [c for c in huge["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert condition["message"] == failed[0]["message"]
+    assert not [e for e in api.objects("events") if e["involvedObject"]["name"] == "small"
+                and e["reason"] == "FailedScheduling"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_the_watch_skipped_and_applied_is_in_the_cluster_metrics(live, api, client) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    bad = job_pod("bad")
+    bad["spec"]["containers"] = "not-a-list"
+    s = scheduler(live, api, "kalena-a")
+    s.start()
+    try:
+        wait_for(lambda: s.watch is not None and s.orchestrator.watchers, "the watch started")
+        api.create_pod(bad)
+        api.create_pod(job_pod("good"))
+        wait_for(lambda: api.get("pods", "batch/good")["spec"].get("nodeName"), "the good pod bound")
+        api.inject_watch_line("pods", b'{"type": "ADDED"}')
+        wait_for(lambda: s.orchestrator.watchers[-1].malformed["pods"] == 2, "both counted")
+    finally:
+        s.stop()  # records what was still in the process
+    samples = {(m.name, tuple(sorted(m.labels.items()))): m.value
+               for f in text_string_to_metric_families(client.get("/metrics/cluster").content.decode())
+               for m in f.samples}
+    cluster = (("cluster", live.name),)
+    assert samples["kalena_watch_malformed_objects_total", (*cluster, ("resource", "pods"))] == 2
+    assert samples["kalena_watch_lists_total", (*cluster, ("resource", "pods"))] == 1
+    assert samples["kalena_reconciler_events_total", (*cluster, ("kind", "PodPending"), ("outcome", "changed"))] == 1
+    assert not any(name == "kalena_reconciler_events_total" and dict(labels).get("outcome") == "rejected"
+                   for name, labels in samples)
+    assert BatchPod.objects.filter(workload__name="batch/bad").count() == 0  # skipped: nothing changed

@@ -1,0 +1,186 @@
+"""The Kubernetes watcher and adapter against the wire-faithful test API server and the real
+``kubernetes`` client: bad watch lines and malformed objects are counted, logged with their
+name and field and skipped while the stream goes on; the watch resumes from a bookmark's
+version; every API call gives up at the request timeout."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+import pytest
+from kubernetes import client as k8s
+
+from agents.orchestrators.base import BatchSpec, OrchestratorError
+from agents.orchestrators.events import PodPending, Resynced
+from agents.orchestrators.kubernetes import KubernetesOrchestrator
+from agents.orchestrators.kubernetes.lease import LeaderElector
+from agents.orchestrators.kubernetes.testserver import TestAPIServer, node, pod
+
+DEADLINE_S = 30.0
+
+
+def wait_for(check, what: str, timeout_s: float = DEADLINE_S):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def api():
+    with TestAPIServer(bookmark_interval_s=30.0) as server:  # bookmarks only when a test asks
+        server.create("nodes", node("n1"))
+        yield server
+
+
+def orchestrator(api: TestAPIServer, timeout_s: float = 5.0) -> KubernetesOrchestrator:
+    return KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)), request_timeout_s=timeout_s)
+
+
+class Watching:
+    """The orchestrator's watch on a thread; ``events`` collects what it emits."""
+
+    def __init__(self, api: TestAPIServer) -> None:
+        self.orch = orchestrator(api)
+        self.stop = threading.Event()
+        self.events: queue.Queue = queue.Queue()
+        self.seen: list = []
+        stream = self.orch.watch(self.stop)
+        self.thread = threading.Thread(target=lambda: [self.events.put(e) for e in stream], daemon=True)
+        self.thread.start()
+        self.watcher = self.orch.watchers[-1]
+        self.until(lambda e: isinstance(e, Resynced), "the first list")
+
+    def until(self, match, what: str):
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            try:
+                event = self.events.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            self.seen.append(event)
+            if match(event):
+                return event
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def watching(api):
+    w = Watching(api)
+    yield w
+    w.close()
+
+
+def pod_watches(api: TestAPIServer) -> list[dict]:
+    return [q for v, p, q in api.queries if v == "GET" and p == "/api/v1/pods" and q.get("watch") in ("true", "1", "True")]
+
+
+BAD_LINES = [
+    (b"this is not json", "<line>: not JSON"),
+    (b'["ADDED"]', "a watch event is a JSON object"),
+    (b'{"type": "ADDED"}', "object: expected an object, got NoneType"),
+    (b'{"type": "ADDED", "object": "batch/p"}', "object: expected an object, got str"),
+    (b'{"type": "RENAMED", "object": {"metadata": {"name": "q", "namespace": "batch"}}}', "batch/q: type: 'RENAMED'"),
+    (b'{"type": "ERROR", "object": {"kind": "Status", "message": "no code"}}', "object.code"),
+]
+
+
+def test_lines_that_are_not_watch_events_are_counted_and_named_and_the_stream_goes_on(api, watching, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="agents.orchestrators.kubernetes.watch")
+    wait_for(lambda: pod_watches(api), "the pods watch")
+    for line, _ in BAD_LINES:
+        api.inject_watch_line("pods", line)
+    api.inject_watch_line("pods", b"")  # a blank line is no event and no fault
+    w = watching.watcher
+    wait_for(lambda: w.malformed["pods"] == len(BAD_LINES), "every bad line counted")
+    api.create_pod(pod("batch", "after", tier="batch"))
+    watching.until(lambda e: isinstance(e, PodPending) and e.ref == "batch/after", "the pod created after the bad lines")
+    assert w.malformed["pods"] == len(BAD_LINES)
+    assert w.reconnects["pods"] == 0 and w.lists["pods"] == 1 and w.expired["pods"] == 0
+    assert len(pod_watches(api)) == 1  # the same stream carried the pod after the bad lines
+    logged = [r.getMessage() for r in caplog.records if "malformed watch line" in r.getMessage()]
+    assert len(logged) == len(BAD_LINES)
+    for (_, named), message in zip(BAD_LINES, logged, strict=True):
+        assert named in message, message
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda p: p["spec"].update(containers="not-a-list"), "spec.containers: expected a list"),
+    (lambda p: p["metadata"].update(labels=["tier", "batch"]), "metadata.labels: expected a mapping"),
+    (lambda p: p["spec"]["containers"][0].update(resources="lots"), "spec.containers[0].resources: expected a mapping"),
+    (lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu="lots"), "requests.cpu"),
+])
+def test_a_malformed_pod_is_counted_named_and_skipped_and_the_watch_goes_on(api, watching, caplog, edit, field) -> None:
+    caplog.set_level(logging.WARNING, logger="agents.orchestrators.kubernetes.watch")
+    bad = pod("batch", "bad", tier="batch")
+    edit(bad)
+    api.create_pod(bad)
+    api.create_pod(pod("batch", "good", tier="batch"))
+    watching.until(lambda e: isinstance(e, PodPending) and e.ref == "batch/good", "the good pod")
+    assert not any(getattr(e, "ref", "") == "batch/bad" for e in watching.seen)
+    assert watching.watcher.malformed["pods"] == 1 and watching.watcher.reconnects["pods"] == 0
+    (message,) = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert "batch/bad" in message and field in message, message
+
+
+def test_the_watch_resumes_from_the_version_of_the_last_bookmark(api, watching) -> None:
+    wait_for(lambda: pod_watches(api), "the pods watch")
+    listed = watching.watcher.versions["pods"]
+    api.create("nodes", node("n2"))  # moves the cluster's version; the pods stream carries no event for it
+    moved = str(api.store.rv)
+    assert int(moved) > int(listed)
+    # asked again until it lands: a bookmark asked for before the stream's handler started is not sent
+    wait_for(lambda: api.bookmark() or watching.watcher.versions["pods"] == moved, "the bookmark's version")
+    api.drop_watches()  # the stream ends: the watcher resumes from where the bookmark left it
+    wait_for(lambda: len(pod_watches(api)) >= 2, "the pods watch resumed")
+    assert pod_watches(api)[-1]["resourceVersion"] == moved
+    assert watching.watcher.lists["pods"] == 1  # resumed, not re-listed
+
+
+SLOW_S = 4.0
+TIMEOUT_S = 0.5
+CALLS = [
+    ("GET", r"/namespaces/batch/pods/p$", lambda o: o.pod("batch/p")),
+    ("GET", r"/namespaces/batch/pods/p$", lambda o: o.pod_node("batch/p")),
+    ("PATCH", r"/nodes/n1/status$", lambda o: o.publish_batch_capacity("n1", cpu_mcpu=1000, memory_bytes=2**30)),
+    ("POST", r"/pods/p/binding$", lambda o: o.bind(BatchSpec(id="batch/p", request_mcpu=500, request_bytes=2**30), "n1")),
+    ("POST", r"/pods/p/eviction$", lambda o: o.evict("batch/p", grace_s=30, reason="test")),
+    ("GET", r"/api/v1/pods$", lambda o: o.list_objects("pods")),
+    ("GET", r"/leases/kalena-scheduler$", lambda o: o.lease_read("kube-system", "kalena-scheduler")),
+    ("POST", r"/tokenreviews$", lambda o: o.token_review("token", ["kalena"])),
+]
+
+
+@pytest.mark.parametrize("method, path, call", CALLS, ids=[c[1] for c in CALLS])
+def test_every_api_call_gives_up_at_the_request_timeout(api, method, path, call) -> None:
+    api.create_pod(pod("batch", "p", tier="batch"))
+    api.fault(method, path, delay_s=SLOW_S)  # answered, but only after SLOW_S > TIMEOUT_S
+    with pytest.raises(OrchestratorError):
+        call(orchestrator(api, timeout_s=TIMEOUT_S))
+
+
+def test_a_lease_read_that_times_out_is_a_missed_renewal_not_the_end_of_the_elector(api) -> None:
+    elector = LeaderElector(orchestrator(api, timeout_s=TIMEOUT_S), identity="a", lease_duration_s=2.0,
+                            renew_deadline_s=1.5, retry_period_s=0.1)
+    api.fault("GET", r"/leases/kalena-scheduler$", delay_s=SLOW_S)
+    stop = threading.Event()
+    thread = threading.Thread(target=elector.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(elector.is_leader, "the lease acquired after the slow read")
+        assert thread.is_alive()
+        lease = api.get("leases", "kube-system/kalena-scheduler")
+        assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["leaseTransitions"] == 0  # a new Lease
+    finally:
+        stop.set()
+        thread.join(timeout=5)
