@@ -10,7 +10,7 @@ resumed from the last version; a failed connection is retried with exponential b
 ends with :class:`Resynced` carrying every pod ref and node name the watcher holds, so the
 reconciler drops what vanished while the watch was away.
 
-A malformed object (or watch line: the API's ``MALFORMED`` events) is counted in ``malformed``
+A malformed object (or watch line: the adapter's ``MALFORMED`` events) is counted in ``malformed``
 and logged with its name and field; it changes nothing, never stops the watch and is not a
 reconnect (the stream goes on past it).
 
