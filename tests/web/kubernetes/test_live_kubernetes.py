@@ -221,7 +221,12 @@ def test_c12_a_disruption_budget_refuses_an_eviction(live, api) -> None:
     assert eviction_retries_run(cluster=live, orchestrator=core, now_s=1500.0) == 0
     evictions = [path for verb, path, _ in api.requests if path.endswith("/p-0/eviction")]
     assert len(evictions) == 3  # two refused, one accepted: evicted exactly once
-    assert EvictionRecord.objects.filter(workload=p.workload).count() == 1
+    (record,) = EvictionRecord.objects.filter(workload=p.workload)
+    assert record.detail["escalation"] == escalation.reason and record.detail["refused_before"] == 2
+    core.flush_events()
+    (evicted,) = [e for e in api.objects("events") if e["reason"] == "Evicted" and e["involvedObject"]["name"] == "p-0"]
+    assert evicted["message"].startswith(f"Evicted by Kalena: escalation: {escalation.reason} 3 evictions within")
+    assert "escalation: escalation" not in evicted["message"]  # the cause once, as on the first attempt
     p.refresh_from_db()
     assert (p.state, p.outcome) == ("completed", "evicted") and api.objects("pods")[0]["metadata"]["name"] == "q-0"
 
