@@ -160,9 +160,9 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
                             accepted=f"0 ≤ priority ≤ {PRIORITY_MAX} (Kubernetes' user PriorityClass range)")
     if min_member is not None and (not isinstance(min_member, int) or not 1 <= min_member <= MIN_MEMBER_MAX):
         raise BatchRejected(f"{min_member!r} is not an integer in 1–{MIN_MEMBER_MAX}", field="min_member")
-    if labels is not None and (not isinstance(labels, Mapping) or len(labels) > LABELS_MAX):
-        raise BatchRejected(f"{len(labels) if isinstance(labels, Mapping) else labels!r} labels", field="labels",
-                            accepted=f"a mapping of at most {LABELS_MAX} labels")
+    if labels is not None and isinstance(labels, Mapping) and len(labels) > LABELS_MAX:
+        raise BatchRejected(f"{len(labels)} labels", field="labels", accepted=f"a mapping of at most {LABELS_MAX} labels")
+    _check_labels(labels)
     req = _vector(request, "request")
     if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
         raise BatchRejected("a batch pod must request cpu or ram", field="request", accepted="cpu > 0 or ram > 0")
@@ -951,6 +951,32 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
     return out
 
 
+LABEL_KEY_MAX = 317  # Kubernetes: a DNS subdomain prefix (253) + "/" + a name (63)
+LABEL_VALUE_MAX = 4096  # Kubernetes allows 63; Docker and Swarm labels (compose's config hashes, paths) run longer
+
+
+def _check_labels(labels: object, field: str = "labels") -> None:
+    """Labels are a mapping of strings to strings, as in Kubernetes and Docker (the scheduler
+    matches selectors and spreads on them).
+
+    Raises:
+        BatchRejected: naming the label.
+    """
+    if labels is None:
+        return
+    if not isinstance(labels, Mapping):
+        raise BatchRejected(f"{type(labels).__name__} is not a mapping", field=field,
+                            accepted="a mapping of label name → string value")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not key or len(key) > LABEL_KEY_MAX or "\x00" in key:
+            raise BatchRejected(f"{str(key)[:40]!r} is not a label name", field=field,
+                                accepted=f"a non-empty string of at most {LABEL_KEY_MAX} characters without NUL")
+        if not isinstance(value, str) or len(value) > LABEL_VALUE_MAX or "\x00" in value:
+            raise BatchRejected(f"{str(value)[:40]!r} ({type(value).__name__}) is not a label value",
+                                field=f"{field}.{key}",
+                                accepted=f"a string of at most {LABEL_VALUE_MAX} characters without NUL")
+
+
 def _check_pending(*, ref: str, request, limit, labels, priority: int, owner: str, gang: str = "",
                    min_member: int | None = None, image: str = "", constraints=None, grace_s: float = 30.0,
                    at_s: float = 0.0) -> None:
@@ -972,6 +998,7 @@ def _check_pending(*, ref: str, request, limit, labels, priority: int, owner: st
             raise BatchRejected(f"{str(text)[:40]!r} is not a string of at most {longest} characters", field=field_name)
     if not isinstance(grace_s, int | float) or not math.isfinite(grace_s) or grace_s < 0:
         raise BatchRejected(f"{grace_s!r} is not a grace in seconds", field="grace_s")
+    _check_labels(labels)
     mappers.template_of(owner=owner, namespace=ref.split("/", 1)[0], labels=labels or {},
                         constraints=dict(constraints or {}), min_member=min_member)
 

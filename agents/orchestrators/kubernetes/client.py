@@ -210,9 +210,13 @@ class KubernetesOrchestrator:
 
     def note_pending(self, workload_id: str, message: str) -> None:
         """Why a pod waits: a ``FailedScheduling`` Event and ``PodScheduled=False,
-        reason Unschedulable`` in its status (sent by the event thread)."""
+        reason Unschedulable`` in its status (sent by the event thread). The status patch
+        carries the resourceVersion the watch last saw the pod pending at, so a patch that
+        reaches the API after the pod was bound is refused (409) instead of overwriting the
+        binding's ``PodScheduled=True``."""
         self.record_event(workload_id, "FailedScheduling", message, type_="Warning")
-        self._enqueue(("condition", workload_id, message))
+        version = self.watchers[-1].pending_versions.get(workload_id, "") if self.watchers else ""
+        self._enqueue(("condition", workload_id, message, version))
 
     def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
         """The watch part of the port: :class:`~agents.orchestrators.kubernetes.watch.KubernetesWatcher`
@@ -262,7 +266,9 @@ class KubernetesOrchestrator:
         "line"})`` and the stream goes on (:class:`_Watch`).
 
         Raises:
-            WatchExpired: 410 Gone (an ERROR event, or the client's exception after its retry).
+            WatchExpired: 410 Gone (an ERROR event, or the client's exception after its retry), or
+                504 "Too large resource version" (the version is newer than the server's, e.g.
+                from a bookmark of a server that restarted behind it): both mean re-list.
         """
         if not resource_version or resource_version == "0":
             raise ValueError("a watch resumes from a list's resourceVersion, never from none or 0")
@@ -281,13 +287,13 @@ class KubernetesOrchestrator:
                     continue  # a blank line
                 if event["type"] == "ERROR":
                     obj = event["raw_object"]
-                    if obj["code"] == 410:
-                        raise WatchExpired(str(obj.get("message", "")))
+                    if obj["code"] == 410 or (obj["code"] == 504 and TOO_LARGE in str(obj.get("message"))):
+                        raise WatchExpired(f"{obj['code']} {obj.get('message', '')}")
                     raise OrchestratorError(f"watch {resource}: {obj['code']} {obj.get('message')}")
                 yield event["type"], event["raw_object"]
         except ApiException as exc:
-            if exc.status == 410:
-                raise WatchExpired(str(exc.reason)) from None
+            if exc.status == 410 or (exc.status == 504 and TOO_LARGE in str(exc.reason)):
+                raise WatchExpired(f"{exc.status} {exc.reason}") from None
             raise OrchestratorError(f"watch {resource}: {exc.status} {_reason(exc)}") from None
         finally:
             done.set()
@@ -362,7 +368,7 @@ class KubernetesOrchestrator:
                 if item[0] == "event":
                     self._post_event(*item[1:])
                 else:
-                    self._patch_unschedulable(item[1], item[2])
+                    self._patch_unschedulable(*item[1:])
                 self.events_sent += 1
             except Exception as exc:  # noqa: BLE001 - an Event is best effort; the pod's state is not
                 log.info("kubernetes event for %s not sent: %s", item[1], exc)
@@ -380,10 +386,12 @@ class KubernetesOrchestrator:
                 "reportingInstance": self.identity, "action": "Scheduling" if reason != "Evicted" else "Evicting"}
         self._raw(self.core.create_namespaced_event, namespace, body)
 
-    def _patch_unschedulable(self, workload_id: str, message: str) -> None:
+    def _patch_unschedulable(self, workload_id: str, message: str, version: str) -> None:
         namespace, name = workload_id.split("/", 1)
-        patch = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                            "message": message[:1024], "lastTransitionTime": _now_rfc3339()}]}}
+        patch: dict = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                  "message": message[:1024], "lastTransitionTime": _now_rfc3339()}]}}
+        if version:  # a precondition: 409 if the pod changed (was bound) since the watch saw it pending
+            patch["metadata"] = {"resourceVersion": version}
         self._raw(self.core.patch_namespaced_pod_status, name, namespace, patch,
                   _content_type="application/strategic-merge-patch+json")
 
@@ -399,6 +407,8 @@ class KubernetesOrchestrator:
         return json.loads(data) if data else {}
 
 
+#: The message of the apiserver's ResourceVersionTooLarge error (a 504 Timeout Status)
+TOO_LARGE = "Too large resource version"
 #: The watch event types of the API concepts page (``MALFORMED`` is Kalena's, see :class:`_Watch`).
 WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 

@@ -58,18 +58,19 @@ class MalformedObject(ValueError):
 
 # -- shapes: the fields Kalena reads, checked before they are read -------------------------------
 
-#: A shape is ``Mapping`` / ``list`` (any mapping / list), a type or tuple of types (a leaf), a dict
-#: (a mapping whose listed keys have those shapes) or a one-item list (a list of that shape).
-#: ``None`` is accepted everywhere as "absent", as the API omits empty fields.
-_STR, _NUMBER = str, (int, float)
+#: A shape is ``Mapping`` / ``list`` (any mapping / list), ``_STR_MAP`` (a mapping of strings to
+#: strings: labels, annotations, nodeSelector), a type or tuple of types (a leaf), a dict (a mapping
+#: whose listed keys have those shapes) or a one-item list (a list of that shape). ``None`` is
+#: accepted everywhere as "absent", as the API omits empty fields.
+_STR, _NUMBER, _STR_MAP = str, (int, float), object()
 _RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
-_META = {"name": _STR, "namespace": _STR, "labels": Mapping, "annotations": Mapping, "creationTimestamp": _STR,
+_META = {"name": _STR, "namespace": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
          "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR}]}
 POD_SHAPE = {
     "metadata": _META,
     "spec": {"nodeName": _STR, "schedulerName": _STR, "containers": [_CONTAINER], "initContainers": [_CONTAINER],
-             "overhead": Mapping, "nodeSelector": Mapping, "tolerations": [Mapping],
+             "overhead": Mapping, "nodeSelector": _STR_MAP, "tolerations": [Mapping],
              "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                  {"labelSelector": Mapping, "topologyKey": _STR, "namespaces": [_STR]}]}},
              "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "whenUnsatisfiable": _STR,
@@ -106,6 +107,12 @@ def check_shape(obj: object, shape: object, name: str, field: str = "") -> None:
             if item is None:
                 raise MalformedObject(name, f"{field}[{i}]", "null in a list")
             check_shape(item, shape[0], name, f"{field}[{i}]")
+    elif shape is _STR_MAP:
+        if not isinstance(obj, Mapping):
+            raise MalformedObject(name, field, f"expected a mapping of strings, got {_got(obj)}")
+        for key, value in obj.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise MalformedObject(name, f"{field}.{key}", f"expected a string, got {_got(value)}")
     elif shape is list:
         if not isinstance(obj, list):
             raise MalformedObject(name, field, f"expected a list, got {_got(obj)}")

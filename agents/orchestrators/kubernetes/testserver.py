@@ -15,14 +15,18 @@ concepts page):
   ADDED of the current state first); ``allowWatchBookmarks`` → BOOKMARK events every
   ``bookmark_interval_s`` (and on :meth:`bookmark`); ``timeoutSeconds`` ends the stream; a
   version older than the compacted one → one ``ERROR`` event with a 410 ``Expired`` Status, to
-  every retry as well (:meth:`compact`); :meth:`expire_watches` sends that ERROR to open
+  every retry as well (:meth:`compact`); a version newer than the cluster's is waited for up to
+  ``too_large_wait_s`` (the watch cache's 3 s), then answered with one ``ERROR`` event carrying a
+  504 ``Timeout`` Status "Too large resource version" (cause ``ResourceVersionTooLarge``);
+  :meth:`expire_watches` sends that ERROR to open
   watches, :meth:`drop_watches` ends them, :meth:`inject_watch_line` sends them a raw line.
 * pods: create (``pod_create_hooks`` = admission: mutate or refuse), delete (immediately, or
   with ``graceful=True`` a ``deletionTimestamp`` and removal after the grace ×
   ``grace_scale``), PATCH of the object and of ``/status`` (JSON patch, merge patch, strategic
   merge patch with ``conditions`` merged by ``type``; the client's default content type is JSON
-  patch, so a dict body sent as such is a 400 as on a real server), ``/binding`` (404 for a
-  missing pod, 409 ``already assigned`` for a bound one; ``bind_hooks`` may refuse; then
+  patch, so a dict body sent as such is a 400 as on a real server; a patch carrying
+  ``metadata.resourceVersion`` is a precondition: 409 Conflict when the object moved on),
+  ``/binding`` (404 for a missing pod, 409 ``already assigned`` for a bound one; ``bind_hooks`` may refuse; then
   ``bound_hooks`` run — by default a kubelet that sets ``Running`` when ``run_bound_pods``),
   ``/eviction`` (policy/v1 Eviction: PodDisruptionBudgets evaluated, 429 with a Status naming
   the budget; else a ``DisruptionTarget`` condition and deletion with the given grace).
@@ -138,9 +142,11 @@ class TestAPIServer:
     __test__ = False  # not a pytest test class
 
     def __init__(self, *, port: int = 0, bookmark_interval_s: float = 1.0, graceful: bool = False,
-                 grace_scale: float = 1.0, run_bound_pods: bool = True, record_bodies: bool = True) -> None:
+                 grace_scale: float = 1.0, run_bound_pods: bool = True, record_bodies: bool = True,
+                 too_large_wait_s: float = 3.0) -> None:
         self.store = Store()
         self.bookmark_interval_s = bookmark_interval_s
+        self.too_large_wait_s = too_large_wait_s
         self.graceful = graceful
         self.grace_scale = grace_scale
         self.run_bound_pods = run_bound_pods
@@ -509,7 +515,11 @@ class TestAPIServer:
                 return h._send(200, out)
             if method == "PATCH":
                 ctype = h.headers.get("Content-Type", "")
-                return h._send(200, self.store.mutate(resource, key, lambda o: apply_patch(ctype, o, body)))
+
+                def patch(o: dict) -> dict:
+                    _precondition(resource, key, o, body)
+                    return apply_patch(ctype, o, body)
+                return h._send(200, self.store.mutate(resource, key, patch))
             if method == "PUT":
                 return h._send(200, self._replace(resource, key, body or {}))
         elif sub == "status" and resource in ("pods", "nodes"):
@@ -519,6 +529,7 @@ class TestAPIServer:
                 ctype = h.headers.get("Content-Type", "")
 
                 def patch_status(o: dict) -> dict:
+                    _precondition(resource, key, o, body)
                     patched = apply_patch(ctype, o, body)
                     o["status"] = patched.get("status", o.get("status"))  # the status subresource changes status only
                     return o
@@ -531,14 +542,8 @@ class TestAPIServer:
 
     def _replace(self, resource: str, key: str, body: dict) -> dict:
         """PUT: optimistic concurrency on ``metadata.resourceVersion`` (409 Conflict when stale)."""
-        sent = (body.get("metadata") or {}).get("resourceVersion")
         with self.store.lock:
-            current = self.store.get(resource, key)
-            if sent and sent != current["metadata"]["resourceVersion"]:
-                short = f"{resource}.{_GROUPS[resource]}" if _GROUPS[resource] else resource
-                raise APIError(409, "Conflict", f'Operation cannot be fulfilled on {short} "{key.rsplit("/", 1)[-1]}": '
-                               "the object has been modified; please apply your changes to the latest version and "
-                               "try again")
+            _precondition(resource, key, self.store.get(resource, key), body)
 
             def put(o: dict) -> dict:
                 new = copy.deepcopy(body)
@@ -601,6 +606,12 @@ class TestAPIServer:
             status = status_body(410, "Expired", f"too old resource version: {rv_text} ({self.store.rv})")
             return json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
 
+        def too_large(rv_text: str) -> bytes:  # the apiserver's storage.NewTooLargeResourceVersionError
+            status = status_body(504, "Timeout", f"Too large resource version: {rv_text}, current: {self.store.rv}",
+                                 {"causes": [{"reason": "ResourceVersionTooLarge",
+                                              "message": "Too large resource version"}], "retryAfterSeconds": 1})
+            return json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
+
         started = time.monotonic()
         with self.store.lock:
             generation, expire_gen, bookmark_gen = self._watch_generation, self._expire_generation, self._bookmark_generation
@@ -618,9 +629,17 @@ class TestAPIServer:
                     pending = None
                 else:
                     pending = []
+                    deadline = time.monotonic() + self.too_large_wait_s
+                    while sent_rv > self.store.rv and time.monotonic() < deadline:  # the watch cache waits to catch up
+                        self.store.wait(max(0.0, deadline - time.monotonic()))
+                    if sent_rv > self.store.rv:
+                        pending = "too large"
         try:
             if pending is None:
                 chunk(expired(raw_rv))
+                return
+            if pending == "too large":
+                chunk(too_large(raw_rv))
                 return
             if pending:
                 chunk(b"".join(pending))
@@ -671,6 +690,20 @@ class TestAPIServer:
             h.close_connection = True
             return
         h.close_connection = True
+
+
+def _precondition(resource: str, key: str, current: dict, body: object) -> None:
+    """Optimistic concurrency: a PUT or an object patch carrying ``metadata.resourceVersion`` is
+    refused with 409 Conflict unless it is the stored object's (API concepts, "Resource versions").
+
+    Raises:
+        APIError: 409 Conflict.
+    """
+    sent = ((body.get("metadata") or {}).get("resourceVersion")) if isinstance(body, dict) else None
+    if sent and sent != current["metadata"]["resourceVersion"]:
+        short = f"{resource}.{_GROUPS[resource]}" if _GROUPS[resource] else resource
+        raise APIError(409, "Conflict", f'Operation cannot be fulfilled on {short} "{key.rsplit("/", 1)[-1]}": '
+                       "the object has been modified; please apply your changes to the latest version and try again")
 
 
 class _Server(ThreadingHTTPServer):

@@ -3,7 +3,8 @@
 A reflector per resource (client-go's Reflector, in small): list, emit every item, remember
 the list's ``resourceVersion``, then watch from it, advancing the version with every event and
 BOOKMARK. On ``410 Gone`` (an ERROR event with ``reason: Expired``, or the client's
-``ApiException(410)`` after its one retry) it re-lists and restarts from the new list's
+``ApiException(410)`` after its one retry), and on "Too large resource version" (a version
+the server has not reached, e.g. a bookmark from before the server restarted), it re-lists and restarts from the new list's
 version — never from an empty, ``None`` or ``0`` version (case C9). A stream that ends is
 resumed from the last version; a failed connection is retried with exponential backoff
 (``backoff_s`` doubling to ``max_backoff_s``, with jitter), then the same rule. Every list
@@ -26,14 +27,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 
-from agents.orchestrators.events import NodeGone, Resynced, WatchEvent
+from agents.orchestrators.events import NodeGone, PodPending, Resynced, WatchEvent
 from agents.orchestrators.kubernetes.objects import MalformedObject, node_event, pod_events
 
 log = logging.getLogger(__name__)
 
 
 class WatchExpired(Exception):
-    """The API answered 410 Gone: the version is too old; re-list."""
+    """The watch's version is unusable — 410 Gone (too old) or 504 "Too large resource version"
+    (newer than the server's): re-list, as client-go's reflector does."""
 
 
 class KubernetesWatcher:
@@ -58,6 +60,9 @@ class KubernetesWatcher:
         self.pods: set[str] = set()
         self.nodes: set[str] = set()
         self.versions: dict[str, str] = {}
+        #: ``namespace/name`` → resourceVersion of each pod last seen pending for Kalena (the
+        #: precondition of its ``PodScheduled=False`` patch: a pod bound meanwhile is not overwritten)
+        self.pending_versions: dict[str, str] = {}
         self.malformed: Counter = Counter()
         self.lists: Counter = Counter()
         self.expired: Counter = Counter()
@@ -85,6 +90,11 @@ class KubernetesWatcher:
                     self.pods.discard(ref)
                 elif events:
                     self.pods.add(ref)
+            version = obj["metadata"].get("resourceVersion")
+            if version and any(isinstance(e, PodPending) for e in events):
+                self.pending_versions[ref] = str(version)
+            else:
+                self.pending_versions.pop(ref, None)
             return events
         except (MalformedObject, KeyError, TypeError, AttributeError, ValueError) as exc:
             self.malformed[resource] += 1
@@ -115,6 +125,7 @@ class KubernetesWatcher:
         with self._lock:
             if resource == "pods":
                 self.pods = listed
+                self.pending_versions = {ref: v for ref, v in self.pending_versions.items() if ref in listed}
             else:
                 self.nodes = listed
             pods, nodes = frozenset(self.pods), frozenset(self.nodes)
@@ -160,9 +171,9 @@ class KubernetesWatcher:
                     if stop.is_set():
                         return
                 delay = self.backoff_s  # a stream that ended normally: resume at once
-            except WatchExpired:
+            except WatchExpired as exc:
                 self.expired[resource] += 1
-                log.info("watch %s: 410 Gone at resourceVersion %s, re-listing", resource, self.versions.get(resource))
+                log.info("watch %s: %s at resourceVersion %s, re-listing", resource, exc, self.versions.get(resource))
                 need_list = True
             except Exception as exc:  # noqa: BLE001 - any transport failure: back off and resume
                 if stop.is_set():

@@ -13,7 +13,8 @@ from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.scheduling.services import (
-    BatchRejected, _bind_in_ledger, batch_finish, batch_requeue, batch_requeue_many, batch_submit, scheduling_pass,
+    BatchRejected, _bind_in_ledger, batch_finish, batch_observe_pending_many, batch_requeue, batch_requeue_many,
+    batch_submit, scheduling_pass,
 )
 
 GIB = 2**30
@@ -172,6 +173,27 @@ def test_duplicate_name_is_rejected(live) -> None:
     submit(live, "batch/dup-0")
     with pytest.raises(BatchRejected, match="exists"):
         submit(live, "batch/dup-0")
+
+
+@pytest.mark.parametrize("labels, field", [
+    ({"app": ["a", "b"]}, "labels.app"),
+    ({"app": 7}, "labels.app"),
+    ({"app": None}, "labels.app"),
+    ({"": "x"}, "labels"),
+    (["app=a"], "labels"),
+])
+def test_a_label_that_is_not_a_string_pair_is_refused_and_the_queue_goes_on(live, labels, field) -> None:
+    with pytest.raises(BatchRejected) as err:
+        submit(live, "batch/bad-0", labels=labels)
+    assert err.value.field == field
+    assert not BatchPod.objects.filter(workload__name="batch/bad-0").exists()  # nothing stored
+    (watched,) = batch_observe_pending_many(cluster=live, pods=[dict(  # the watch's path refuses it the same way
+        ref="batch/bad-1", request=[1000.0, GIB] + [0.0] * 6, limit=[1000.0, GIB] + [0.0] * 6, labels=labels,
+        priority=0, owner="Job/x", at_s=1000.0)], now_s=1000.0)
+    assert isinstance(watched, BatchRejected) and watched.field == field
+    assert not BatchPod.objects.filter(workload__name="batch/bad-1").exists()
+    submit(live, "batch/good-0")
+    assert run_pass(live).placed == 1
 
 
 def test_one_pass_binds_many_pods_on_one_node_without_calling_its_own_bindings_stale(live) -> None:

@@ -5,6 +5,7 @@ version; every API call gives up at the request timeout."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -184,3 +185,46 @@ def test_a_lease_read_that_times_out_is_a_missed_renewal_not_the_end_of_the_elec
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+def test_a_bookmark_ahead_of_the_server_makes_the_watcher_re_list_not_wait_forever(api, watching, caplog) -> None:
+    """A version the server has not reached (a bookmark from before an API server restart, or
+    from a faulty proxy) is answered "Too large resource version" (504) after the watch cache's
+    wait; the watcher re-lists, as client-go's reflector does, and sees what came after."""
+    caplog.set_level(logging.INFO, logger="agents.orchestrators.kubernetes.watch")
+    api.too_large_wait_s = 0.2
+    wait_for(lambda: pod_watches(api), "the pods watch")
+    ahead = str(api.store.rv + 1000)
+    api.inject_watch_line("pods", json.dumps({"type": "BOOKMARK", "object": {
+        "kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": ahead}}}).encode())
+    wait_for(lambda: watching.watcher.versions["pods"] == ahead, "the bookmark read")
+    api.drop_watches()
+    wait_for(lambda: watching.watcher.lists["pods"] == 2, "a re-list")
+    api.create_pod(pod("batch", "after", tier="batch"))
+    watching.until(lambda e: isinstance(e, PodPending) and e.ref == "batch/after", "the pod created afterwards")
+    assert watching.watcher.expired["pods"] == 1
+    assert any("Too large resource version" in r.getMessage() for r in caplog.records)
+
+
+def test_a_late_unschedulable_patch_never_overwrites_a_binding(api, watching) -> None:
+    """The PodScheduled=False patch is sent by the event thread and may reach the API after the
+    pod was bound; its resourceVersion precondition makes the API refuse it (409)."""
+    api.create_pod(pod("batch", "p", tier="batch"))
+    watching.until(lambda e: isinstance(e, PodPending) and e.ref == "batch/p", "the pod pending")
+    orch = watching.orch
+    api.fault("PATCH", r"/pods/p/status$", delay_s=1.0)  # the patch arrives after the binding below
+    orch.note_pending("batch/p", "0/1 nodes are available: 1 Insufficient cpu slack.")
+    wait_for(lambda: any(v == "PATCH" and p.endswith("/p/status") for v, p, _ in api.request_log), "the patch sent")
+    orch.bind(BatchSpec(id="batch/p", request_mcpu=500, request_bytes=2**30), "n1")
+    assert orch.flush_events(10.0)
+    bound = api.get("pods", "batch/p")
+    assert bound["spec"]["nodeName"] == "n1"
+    assert not [c for c in bound["status"].get("conditions") or [] if c.get("reason") == "Unschedulable"]
+    assert ("PATCH", "/api/v1/namespaces/batch/pods/p/status", 409) in api.answers
+    # a pod still pending gets the condition (the precondition holds)
+    api.create_pod(pod("batch", "q", tier="batch"))
+    watching.until(lambda e: isinstance(e, PodPending) and e.ref == "batch/q", "q pending")
+    orch.note_pending("batch/q", "0/1 nodes are available: 1 Insufficient cpu slack.")
+    assert orch.flush_events(10.0)
+    (condition,) = [c for c in api.get("pods", "batch/q")["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
