@@ -95,7 +95,7 @@ class Reconciler:
                 outcome = self._reject(kind, _ref_of(event), str(exc))
         self.counts.setdefault(kind, Counter())[outcome] += 1
         if type(event) in _CACHED and outcome in (CHANGED, UNCHANGED):
-            self._seen[key] = _cache_form(event)
+            self._remember(event)
         elif isinstance(event, Resynced):
             self._seen.clear()
         elif isinstance(event, PodFinished | PodRefused | PodGone | NodeGone):
@@ -139,8 +139,18 @@ class Reconciler:
     def _tally(self, event, outcome: str) -> str:
         self.counts.setdefault(type(event).__name__, Counter())[outcome] += 1
         if outcome in (CHANGED, UNCHANGED):
-            self._seen[(type(event), _ref_of(event))] = _cache_form(event)
+            self._remember(event)
         return outcome
+
+    def _remember(self, event) -> None:
+        """Cache ``event`` as the last one applied for its object and kind. A pod is pending or
+        on a node, so a report of one forgets the other: a pending report after a running one
+        is a new object under the same name, and its own later ``PodRunning`` must be applied."""
+        ref = _ref_of(event)
+        self._seen[(type(event), ref)] = _cache_form(event)
+        other = _EXCLUSIVE.get(type(event))
+        if other is not None:
+            self._seen.pop((other, ref), None)
 
     def _pending_run(self, run: list[PodPending]) -> list[str]:
         todo = [e for e in run if not self._cached(e)]
@@ -344,6 +354,7 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
 
 
 _CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
+_EXCLUSIVE = {PodPending: PodRunning, PodRunning: PodPending}
 
 
 def _cache_form(event: WatchEvent) -> object:

@@ -764,7 +764,8 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
     Idempotent: a pod already queued, bound or ended is left as it is (its object cannot be
     pending again); a pod submitted through REST under the same name is adopted (one queue
     entry, never two); a pod whose object was gone and that reappears under its name is a new
-    object, queued afresh. ``at_s`` (its creation time) orders the queue. Returns the pod and
+    object, queued afresh — also when the deletion was missed (the watch was away): a pod seen
+    on a node, or one that ended before this object was created (:func:`_replaced`). ``at_s`` (its creation time) orders the queue. Returns the pod and
     whether anything changed.
 
     Raises:
@@ -804,7 +805,10 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
                                           source=BatchPod.WATCH, grace_s=float(grace_s))
             return pod, True
         pod = workload.batch
-        if pod.gone or (pod.source == BatchPod.REST and pod.state in BatchPod.TERMINAL):
+        replaced = _replaced(pod.source, pod.state, pod.running_s, pod.submitted_s, at_s)
+        if replaced and not pod.gone:  # the old object went while the watch was away: it leaves every ledger
+            batch_gone(pod=pod, now_s=now_s, reason="replaced by a new pod of the same name")
+        if pod.gone or replaced or (pod.source == BatchPod.REST and pod.state in BatchPod.TERMINAL):
             Workload.objects.filter(id=workload.id).update(node=None, start_s=None, **fields)
             BatchPod.objects.filter(id=pod.id).update(
                 state=BatchPod.PENDING, source=BatchPod.WATCH, gone=False, outcome="", reason="", image=image,
@@ -817,6 +821,18 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
             pod.source = BatchPod.WATCH
             return pod, True
         return pod, False
+
+
+def _replaced(source: str, state: str, running_s: float | None, submitted_s: float, at_s: float) -> bool:
+    """Whether a pending report for a watched pod Kalena holds is a new object under the same
+    name (the old one deleted while the watch was away, its DELETED never seen): the old object
+    was seen running on a node (a pod's node never changes, so it cannot be pending again), or
+    it ended and the report's object was created after it (``at_s``, its creationTimestamp; 0
+    when unknown, never newer)."""
+    if source != BatchPod.WATCH:
+        return False
+    return (state == BatchPod.BOUND and running_s is not None) or (
+        state in BatchPod.TERMINAL and at_s > 0 and at_s > submitted_s)
 
 
 def _debit(pod: BatchPod, node_id: int) -> None:
@@ -892,8 +908,9 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
     for that pod)."""
     out: list[bool | BatchRejected] = [False] * len(pods)
     names = [p.get("ref") for p in pods]
-    held = {name: (source, gone) for name, source, gone in Workload.objects.filter(
-        cluster=cluster, kind=Workload.BATCH, name__in=names).values_list("name", "batch__source", "batch__gone")}
+    held = {row[0]: row[1:] for row in Workload.objects.filter(  # (source, gone, state, running_s, submitted_s)
+        cluster=cluster, kind=Workload.BATCH, name__in=names).values_list(
+        "name", "batch__source", "batch__gone", "batch__state", "batch__running_s", "batch__submitted_s")}
     existing = set(held)
     fresh, seen = [], set()
     for i, p in enumerate(pods):
@@ -936,7 +953,9 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
         if i in fresh_set or isinstance(out[i], BatchRejected):
             continue
         if p.get("ref") in existing:
-            if held[p["ref"]] == (BatchPod.WATCH, False):  # queued, bound or ended already: unchanged
+            source, gone, state, running_s, submitted_s = held[p["ref"]]
+            if source == BatchPod.WATCH and not gone and not _replaced(
+                    source, state, running_s, submitted_s, p.get("at_s") or 0.0):  # queued, bound or ended: unchanged
                 try:
                     _check_pending(**p)
                     out[i] = False

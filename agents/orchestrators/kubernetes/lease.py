@@ -13,6 +13,9 @@ request timeouts and no way to ask "may I still act?", which a scheduling pass n
   defaults 15 / 10 / 2 s: the leader renews at t = 0 and then dies; it would stop acting at
   t = 10; a standby that observed that renewal at t ≈ 0 takes over at t ≥ 15 — a gap of at least
   5 s in which nobody binds).
+* The Lease holds whole seconds (``leaseDurationSeconds``), and a standby waits what the holder
+  wrote: the duration is rounded up, never down, so a fractional ``lease_duration_s`` (10.4 s
+  with a 10.2 s renew deadline) never lets a standby take over while the holder may still act.
 * ``release()`` (a clean shutdown) clears the holder, so a standby takes over at its next retry.
 
 Only :mod:`agents.orchestrators.kubernetes.client` calls the API (``lease_read``,
@@ -22,6 +25,7 @@ Only :mod:`agents.orchestrators.kubernetes.client` calls the API (``lease_read``
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -89,7 +93,7 @@ class LeaderElector:
         transitions = int(spec.get("leaseTransitions") or 0) + (1 if lease is not None and holder != self.identity else 0)
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(round(self.lease_duration_s)),
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": math.ceil(self.lease_duration_s),
                          "acquireTime": spec.get("acquireTime") if holder == self.identity else stamp,
                          "renewTime": stamp, "leaseTransitions": transitions}}
         if lease is not None:

@@ -6,7 +6,8 @@ BOOKMARK. On ``410 Gone`` (an ERROR event with ``reason: Expired``, or the clien
 ``ApiException(410)`` after its one retry), and on "Too large resource version" (a version
 the server has not reached, e.g. a bookmark from before the server restarted), it re-lists and restarts from the new list's
 version — never from an empty, ``None`` or ``0`` version (case C9). A stream that ends is
-resumed from the last version; a failed connection is retried with exponential backoff
+resumed from the last version; a failed connection, or a stream that ended within a second
+without an event, is retried with exponential backoff
 (``backoff_s`` doubling to ``max_backoff_s``, with jitter), then the same rule. Every list
 ends with :class:`Resynced` carrying every pod ref and node name the watcher holds, so the
 reconciler drops what vanished while the watch was away.
@@ -24,6 +25,7 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -31,6 +33,15 @@ from agents.orchestrators.events import NodeGone, PodPending, Resynced, WatchEve
 from agents.orchestrators.kubernetes.objects import MalformedObject, node_event, pod_events
 
 log = logging.getLogger(__name__)
+
+
+#: seconds: a watch stream that ends sooner without a single event is a failure (backed off)
+SHORT_WATCH_S = 1.0
+
+
+class ShortWatch(Exception):
+    """A watch stream ended within :data:`SHORT_WATCH_S` without an event (client-go's "very short
+    watch"): retried with backoff like a failed connection."""
 
 
 class WatchExpired(Exception):
@@ -147,7 +158,9 @@ class KubernetesWatcher:
                     self._relist(resource, out)
                     need_list = False
                 version = self.versions[resource]
+                started, received = time.monotonic(), 0
                 for event_type, obj in self.api.watch_objects(resource, version, self.watch_timeout_s, stop):
+                    received += 1
                     if event_type == "MALFORMED":  # a line that was not a watch event: the stream goes on
                         self.malformed[resource] += 1
                         log.warning("watch %s: malformed watch line skipped: %s: %s: %s (line %r)", resource,
@@ -170,6 +183,10 @@ class KubernetesWatcher:
                         self.versions[resource] = str(new)
                     if stop.is_set():
                         return
+                if not received and time.monotonic() - started < SHORT_WATCH_S and not stop.is_set():
+                    # client-go's "very short watch": a server or proxy answering every watch at once
+                    # with nothing would otherwise be asked again in a tight loop
+                    raise ShortWatch(f"the stream ended after {time.monotonic() - started:.2f} s without an event")
                 delay = self.backoff_s  # a stream that ended normally: resume at once
             except WatchExpired as exc:
                 self.expired[resource] += 1

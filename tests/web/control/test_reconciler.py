@@ -320,3 +320,40 @@ def test_fidelity_findings_reach_the_console_and_drift(rec, client) -> None:
     client.force_login(User.objects.create_user("viewer", password="x" * 12))
     page = client.get(f"/live/{rec.cluster.name}/").content.decode()
     assert "Blueprint fidelity" in page and prod.name in page
+
+
+def test_a_pod_replaced_under_its_name_while_its_deletion_was_missed_is_queued_afresh(rec) -> None:
+    """The watch was away while a pod was deleted and a new one of the same name created (a
+    re-applied manifest): the re-list reports it pending. The old object ran on a node, so it
+    cannot be pending again: it leaves every ledger and the new object is queued."""
+    fake = FakeOrchestrator(node_names=NODES)
+    rec.apply(pending("s-0", cpu=2.0))
+    run_pass(rec.cluster, fake)
+    node = fake.log[0][2]
+    assert rec.apply(PodRunning("batch/s-0", node, at_s=1002.0)) == CHANGED
+    assert batch_on(rec.cluster, node) == 2000
+    assert apply_twice(rec, pending("s-0", cpu=2.0)) == CHANGED  # the same event as the old object's first
+    pod = BatchPod.objects.select_related("workload").get(workload__name="batch/s-0")
+    assert (pod.state, pod.workload.node_id, pod.running_s, pod.gone) == ("pending", None, None, False)
+    assert batch_on(rec.cluster, node) == 0  # the old object's debit is gone
+    run_pass(rec.cluster, fake)
+    node2 = fake.log[-1][2]
+    assert rec.apply(PodRunning("batch/s-0", node2, at_s=1010.0)) == CHANGED  # the new object's own report
+    assert batch_on(rec.cluster, node2) == 2000
+
+
+def test_a_pod_that_ended_is_queued_again_only_for_an_object_created_after_it(rec) -> None:
+    fake = FakeOrchestrator(node_names=NODES)
+    rec.apply(pending("b-0"))
+    run_pass(rec.cluster, fake)
+    node = fake.log[0][2]
+    rec.apply(PodRunning("batch/b-0", node, at_s=1002.0))
+    rec.apply(PodFinished("batch/b-0", node, "succeeded", "Completed", 0))
+    fresh = Reconciler(cluster=rec.cluster, clock=rec.clock)  # no cache: the database decides
+    assert fresh.apply(pending("b-0")) == UNCHANGED  # the old object's own (late) report: it stays completed
+    assert BatchPod.objects.get(workload__name="batch/b-0").state == "completed"
+    later = PodPending("batch/b-0", vec(1, 1), vec(1, 1), labels={"app": "train"}, priority=1, owner="Job/train",
+                       at_s=2000.0)
+    assert apply_twice(rec, later) == CHANGED  # created after the old one ended: a new object
+    pod = BatchPod.objects.get(workload__name="batch/b-0")
+    assert (pod.state, pod.outcome, pod.submitted_s) == ("pending", "", 2000.0)

@@ -228,3 +228,38 @@ def test_a_late_unschedulable_patch_never_overwrites_a_binding(api, watching) ->
     assert orch.flush_events(10.0)
     (condition,) = [c for c in api.get("pods", "batch/q")["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+
+
+def test_a_server_that_ends_every_watch_at_once_is_asked_again_only_after_a_backoff(api) -> None:
+    from agents.orchestrators.kubernetes.watch import KubernetesWatcher
+
+    slept: list[float] = []
+    watcher = KubernetesWatcher(orchestrator(api), sleep=lambda s, stop: (slept.append(s), stop.wait(0.01)))
+    stop = threading.Event()
+    stream = watcher.events(stop)
+    next(e for e in stream if isinstance(e, Resynced))
+    api.route("GET", r"^/api/v1/pods$", lambda groups, body: (200, {}))  # every request: an empty 200, at once
+    api.drop_watches()
+    thread = threading.Thread(target=lambda: [None for _ in stream], daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(slept) >= 3, "three backoffs")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert slept[1] > slept[0] and slept[2] > slept[1]  # exponential
+    assert watcher.reconnects["pods"] >= 3 and watcher.lists["pods"] == 1
+
+
+def test_a_fractional_lease_duration_never_lets_two_candidates_act_at_once(api) -> None:
+    now = [0.0]
+    a, b = (LeaderElector(orchestrator(api), identity=who, lease_duration_s=10.4, renew_deadline_s=10.2,
+                          retry_period_s=2.0, clock=lambda: now[0]) for who in "ab")
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    assert api.get("leases", "kube-system/kalena-scheduler")["spec"]["leaseDurationSeconds"] == 11  # rounded up
+    for t in (10.1, 10.3, 10.9):  # a stopped renewing at 0 (partitioned): it acts until 10.2
+        now[0] = t
+        b.try_acquire_or_renew()
+        assert not (a.is_leader() and b.is_leader()), t
+    now[0] = 11.0
+    assert b.try_acquire_or_renew() and not a.is_leader()
