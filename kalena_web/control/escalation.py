@@ -9,8 +9,9 @@
   orchestrator port (each drained pod requeued, with a why-evicted record) and is made
   slack-ineligible for the cooldown, the reason shown in the console and API.
 * An eviction the orchestrator refuses for now (a PodDisruptionBudget's 429,
-  :class:`~agents.orchestrators.base.EvictionRefused`) leaves the pod running with its
-  reservation, writes no why-evicted record, is named in the escalation's detail, and is
+  :class:`~agents.orchestrators.base.EvictionRefused`) or does not perform (any other refusal —
+  a 500, a 403 from missing RBAC — or a timeout: only a pod that is gone counts as evicted)
+  leaves the pod running with its reservation, writes no why-evicted record, is named in the escalation's detail, and is
   retried by :func:`eviction_retries_run` with backoff (``RETRY_BASE_S`` doubling to
   ``RETRY_MAX_S``: 10, 20, 40 … 300 s after each refusal) until it is evicted once.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import EvictionRefused, Orchestrator, OrchestratorError
+from agents.orchestrators import Orchestrator, OrchestratorError, WorkloadGone
 from kalena_engine.escalation import EscalationPolicy, decide_escalation
 from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
 from kalena_engine.policy import EvictionPolicy
@@ -129,17 +130,19 @@ def _retry_delay_s(attempts: int) -> float:
 
 def _evict_one(pod: BatchPod, orchestrator: Orchestrator, *, now_s: float, grace_s: float, cause: str,
                detail: dict, source_key: str, report: EscalationReport) -> str | None:
-    """Evict one bound pod; returns the refusal message when the orchestrator refused for now
-    (the pod keeps running and its reservation), else None (evicted, or already gone)."""
+    """Evict one bound pod; returns the refusal message when the orchestrator refused or failed
+    (the pod keeps running and its reservation; retried), else None (evicted, or already gone).
+    A call that timed out may still land: the retry then finds the pod gone (404), or the watch
+    reports it evicted first and the retry is dropped."""
     name = pod.workload.name
     try:
         orchestrator.evict(name, grace_s=grace_s if pod.source != BatchPod.WATCH else pod.grace_s,
                            reason=f"{cause}: {detail.get('escalation', '')} {detail.get('why', '')}".strip())
-    except EvictionRefused as exc:
+    except WorkloadGone as exc:
+        report.errors.append(str(exc))  # gone already: still take it off the ledger
+    except OrchestratorError as exc:  # EvictionRefused (429), another refusal or a timeout: not evicted
         report.errors.append(str(exc))
         return str(exc)
-    except OrchestratorError as exc:
-        report.errors.append(str(exc))  # gone already: still take it off the ledger
     EvictionRecord.objects.get_or_create(
         source_key=source_key,
         defaults=dict(cluster_id=pod.cluster_id, node_id=pod.workload.node_id, workload=pod.workload,

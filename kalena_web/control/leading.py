@@ -136,6 +136,7 @@ class ClusterScheduler:
                     self.run_pass()
                 except Exception:  # noqa: BLE001 - a failed pass is retried at the next one
                     log.exception("scheduling pass for %s failed", self.cluster.name)
+                self.record_counters()  # after a failed pass too: the counters may say why
         finally:
             connection.close()
 
@@ -191,5 +192,4 @@ class ClusterScheduler:
         self.stats.errors = (self.stats.errors + report.errors)[-20:]
         for phase, seconds in report.phase_s.items():
             self.stats.phase_s[phase] = round(self.stats.phase_s.get(phase, 0.0) + seconds, 3)
-        self.record_counters()
         return report

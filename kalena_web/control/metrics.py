@@ -58,10 +58,12 @@ HISTOGRAMS: dict[str, tuple[str, tuple[float, ...]]] = {
 COUNTERS: dict[str, str] = {
     "kalena_scheduling_attempts": "Scheduling attempts of batch pods by result (scheduled, unschedulable, "
                                   "error, stale) — kube-scheduler's scheduler_schedule_attempts_total",
-    "kalena_watch_lists": "Lists the Kubernetes watcher made, by resource (the first, and one after every 410 "
-                          "Gone or a reconnect without a version)",
-    "kalena_watch_expired": "410 Gone answers to the Kubernetes watcher (each followed by a re-list), by resource",
-    "kalena_watch_reconnects": "Watch connections the Kubernetes watcher lost and retried with backoff, by resource",
+    "kalena_watch_lists": "Lists the Kubernetes watcher made, by resource (the first, then one after every 410 "
+                          "Gone or Too large resource version)",
+    "kalena_watch_expired": "410 Gone and Too large resource version answers to the Kubernetes watcher (each "
+                            "followed by a re-list), by resource",
+    "kalena_watch_reconnects": "Watch connections the Kubernetes watcher lost (or streams that ended within a second "
+                               "without an event) and retried with backoff, by resource",
     "kalena_watch_malformed_objects": "Objects and watch lines the Kubernetes watcher skipped as malformed (each "
                                       "logged with its name and field), by resource",
     "kalena_reconciler_events": "Watch events the reconciler applied, by kind and outcome (changed, unchanged, "

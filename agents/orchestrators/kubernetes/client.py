@@ -260,7 +260,8 @@ class KubernetesOrchestrator:
     def watch_objects(self, resource: str, resource_version: str, timeout_s: int,
                       stop: threading.Event) -> Iterator[tuple[str, dict]]:
         """``(type, object)`` of one watch stream from ``resource_version`` with bookmarks, for
-        at most ``timeout_s`` (the server ends it; the caller resumes).
+        at most ``timeout_s`` (the server ends it; the caller resumes). The answer must start
+        within the request timeout; the stream may then be quiet for ``timeout_s`` + 60 s.
 
         A line that is not a watch event comes as ``("MALFORMED", {"name", "field", "problem",
         "line"})`` and the stream goes on (:class:`_Watch`).
@@ -275,14 +276,18 @@ class KubernetesOrchestrator:
         call = self._list_call(resource)
 
         def listing(**kwargs):  # no return annotation: the client yields raw dicts, not models
-            return call(**kwargs)
+            resp = call(**kwargs)  # the answer's headers came within request_timeout_s ...
+            sock = getattr(getattr(resp, "connection", None), "sock", None)
+            if sock is not None:  # ... the stream itself may stay quiet until the server ends it
+                sock.settimeout(timeout_s + 60)
+            return resp
 
         w = _Watch()
         done = threading.Event()
         threading.Thread(target=_stop_when, args=(stop, done, w), daemon=True).start()
         try:
             for event in w.stream(listing, resource_version=resource_version, allow_watch_bookmarks=True,
-                                  timeout_seconds=int(timeout_s), _request_timeout=(self.timeout_s, timeout_s + 60)):
+                                  timeout_seconds=int(timeout_s), _request_timeout=(self.timeout_s, self.timeout_s)):
                 if event is None:
                     continue  # a blank line
                 if event["type"] == "ERROR":
@@ -451,10 +456,13 @@ def _malformed_line(line: str, obj: object, field: str, problem: str) -> dict:
 
 
 def _stop_when(stop: threading.Event, done: threading.Event, w: k8s_watch.Watch) -> None:
-    """End watch ``w`` as soon as ``stop`` is set (a blocked read would wait for the timeout)."""
+    """End watch ``w`` as soon as ``stop`` is set (a blocked read would wait for the timeout);
+    while its answer has not come yet there is no stream to cut, so ask again until it ends."""
     while not done.is_set():
         if stop.wait(0.5):
-            w.stop()
+            while not done.is_set():
+                w.stop()
+                done.wait(0.2)
             return
 
 

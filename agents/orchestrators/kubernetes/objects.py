@@ -45,6 +45,7 @@ BATCH_MEMORY = "kalena.naughtian.io/batch-memory"
 GANG_ANNOTATION = "kalena.naughtian.io/gang"
 MIN_MEMBER_ANNOTATION = "kalena.naughtian.io/min-member"
 UNREPORTED = math.inf  # a dimension Kubernetes does not report (disk and network bandwidth)
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")  # core/v1 PodStatus.phase
 
 
 class MalformedObject(ValueError):
@@ -67,20 +68,22 @@ _RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
 _META = {"name": _STR, "namespace": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
          "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR}]}
+_SELECTOR = {"matchLabels": _STR_MAP, "matchExpressions": [{"key": _STR, "operator": _STR, "values": [_STR]}]}
 POD_SHAPE = {
     "metadata": _META,
     "spec": {"nodeName": _STR, "schedulerName": _STR, "containers": [_CONTAINER], "initContainers": [_CONTAINER],
              "overhead": Mapping, "nodeSelector": _STR_MAP, "tolerations": [Mapping],
              "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                 {"labelSelector": Mapping, "topologyKey": _STR, "namespaces": [_STR]}]}},
+                 {"labelSelector": _SELECTOR, "topologyKey": _STR, "namespaces": [_STR]}]}},
              "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "whenUnsatisfiable": _STR,
-                                            "labelSelector": Mapping}]},
+                                            "labelSelector": _SELECTOR}],
+             "terminationGracePeriodSeconds": int},
     "status": {"phase": _STR, "reason": _STR, "startTime": _STR, "conditions": [{"type": _STR, "status": _STR}],
                "containerStatuses": [{"state": {"terminated": {"reason": _STR, "exitCode": int}}}]},
 }
 NODE_SHAPE = {
     "metadata": _META,
-    "spec": {"taints": [Mapping]},
+    "spec": {"taints": [Mapping], "unschedulable": bool},
     "status": {"conditions": [{"type": _STR, "status": _STR}], "allocatable": Mapping,
                "images": [{"names": [_STR], "sizeBytes": _NUMBER}]},
 }
@@ -126,6 +129,8 @@ def _got(obj: object) -> str:
 
 
 def _quantity(raw: object, name: str, field: str, *, milli: bool = False) -> float:
+    if isinstance(raw, bool):
+        raise MalformedObject(name, field, f"{raw!r} is not a Kubernetes quantity")
     try:
         value = float(parse_quantity(raw)) * (1000.0 if milli else 1.0)
     except (ValueError, TypeError, ArithmeticError):
@@ -204,9 +209,9 @@ def timestamp_s(raw: object, name: str = "", field: str = "") -> float:
 
 def owner_of(meta: Mapping) -> str:
     """``Kind/name`` of the controlling owner reference (``Job/train``), ``""`` for a bare pod."""
-    owners = meta.get("ownerReferences") or []
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") and o.get("name")]
     chosen = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
-    return f"{chosen.get('kind')}/{chosen.get('name')}" if chosen else ""
+    return f"{chosen['kind']}/{chosen['name']}" if chosen else ""
 
 
 def normalize_image(name: str) -> str:
@@ -278,7 +283,10 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     node = spec.get("nodeName") or ""
     phase = status.get("phase") or "Pending"
+    if phase not in POD_PHASES:
+        raise MalformedObject(ref, "status.phase", f"{phase!r} is not one of {', '.join(POD_PHASES)}")
     at_s = timestamp_s(meta.get("creationTimestamp"), ref, "metadata.creationTimestamp")
+    deleting = timestamp_s(meta.get("deletionTimestamp"), ref, "metadata.deletionTimestamp") > 0
     if not is_batch(pod):
         if phase in ("Succeeded", "Failed"):
             return [PodGone(ref, at_s=at_s)]
@@ -287,7 +295,7 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
     if not node:
         if spec.get("schedulerName") != SCHEDULER_NAME:
             return []  # another scheduler's pod (extender mode): not Kalena's queue
-        if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+        if deleting or phase in ("Succeeded", "Failed"):
             return [PodGone(ref, at_s=at_s)]
         annotations = dict(meta.get("annotations") or {})
         containers = spec.get("containers") or []
@@ -297,8 +305,10 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
         try:
             min_member = int(raw_min) if raw_min is not None else None
         except ValueError:
+            min_member = 0
+        if min_member is not None and min_member < 1:
             raise MalformedObject(ref, f"metadata.annotations.{MIN_MEMBER_ANNOTATION}",
-                                  f"{raw_min!r} is not a positive integer") from None
+                                  f"{raw_min!r} is not a positive integer")
         grace = spec.get("terminationGracePeriodSeconds", 30)
         if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
             raise MalformedObject(ref, "spec.terminationGracePeriodSeconds", f"{grace!r} is not a number of seconds")

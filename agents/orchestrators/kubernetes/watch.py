@@ -85,8 +85,10 @@ class KubernetesWatcher:
     def _translate(self, resource: str, event_type: str, obj: dict) -> list[WatchEvent]:
         try:
             if resource == "nodes":
-                name = str(((obj.get("metadata") or {}).get("name")) or "")
+                name = str(_metadata(obj).get("name") or "")
                 if event_type == "DELETED":
+                    if not name:
+                        raise MalformedObject("", "metadata.name", "a node needs a name")
                     with self._lock:
                         self.nodes.discard(name)
                     return [NodeGone(name)]
@@ -101,7 +103,7 @@ class KubernetesWatcher:
                     self.pods.discard(ref)
                 elif events:
                     self.pods.add(ref)
-            version = obj["metadata"].get("resourceVersion")
+            version = _metadata(obj).get("resourceVersion")
             if version and any(isinstance(e, PodPending) for e in events):
                 self.pending_versions[ref] = str(version)
             else:
@@ -112,9 +114,7 @@ class KubernetesWatcher:
             if isinstance(exc, MalformedObject):
                 where = str(exc)
             else:  # a shape check_shape does not know yet: name the object at least
-                meta = obj.get("metadata") if isinstance(obj, dict) else None
-                name = meta.get("name") if isinstance(meta, dict) else None
-                where = f"{name or '<unnamed>'}: field unknown: {type(exc).__name__}: {exc}"
+                where = f"{_metadata(obj).get('name') or '<unnamed>'}: field unknown: {type(exc).__name__}: {exc}"
             log.warning("watch %s: malformed %s object skipped: %s", resource, event_type, where)
             if isinstance(exc, MalformedObject) and exc.name and event_type != "DELETED":
                 with self._lock:  # keep what Kalena holds of it: a bad version is not a deletion
@@ -130,7 +130,7 @@ class KubernetesWatcher:
         for obj in items:
             for event in self._translate(resource, "LISTED", obj):
                 out(event)
-            meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+            meta = _metadata(obj)
             if meta.get("name"):
                 listed.add(f"{meta.get('namespace') or 'default'}/{meta['name']}" if resource == "pods" else meta["name"])
         with self._lock:
@@ -168,7 +168,13 @@ class KubernetesWatcher:
                                     obj.get("line"))
                         continue
                     if event_type == "BOOKMARK":
-                        bookmark = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+                        meta = obj.get("metadata") if isinstance(obj, dict) else None
+                        if meta is not None and not isinstance(meta, dict):
+                            self.malformed[resource] += 1
+                            log.warning("watch %s: malformed BOOKMARK skipped: metadata: expected a mapping, got %s",
+                                        resource, type(meta).__name__)
+                            continue
+                        bookmark = _metadata(obj).get("resourceVersion")
                         if bookmark:
                             self.versions[resource] = str(bookmark)
                         continue
@@ -178,7 +184,7 @@ class KubernetesWatcher:
                         continue
                     for event in self._translate(resource, event_type, obj):
                         out(event)
-                    new = (obj.get("metadata") or {}).get("resourceVersion")
+                    new = _metadata(obj).get("resourceVersion")
                     if new:
                         self.versions[resource] = str(new)
                     if stop.is_set():
@@ -228,3 +234,10 @@ class KubernetesWatcher:
                     break
         for t in threads:
             t.join(timeout=5)
+
+
+def _metadata(obj: object) -> dict:
+    """``obj["metadata"]`` when both are mappings, else ``{}`` (a malformed object is counted
+    where it is translated; reading its version or name must not fail a stream or a list)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
