@@ -230,3 +230,19 @@ def test_a_watch_that_ends_at_once_without_events_is_retried_with_backoff(api) -
 
 def pod_watches_any(api: TestAPIServer) -> list:
     return [p for v, p, q in api.request_log if v == "GET" and p == "/api/v1/pods"]
+
+
+def test_a_bookmark_with_a_version_the_server_never_issued_does_not_blind_the_watch(api, watching) -> None:
+    """Observed: a BOOKMARK's ``resourceVersion`` is taken as it is; after
+    ``{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "999999"}}}`` and a
+    dropped stream the watcher resumes from 999999 and never sees another pod (the test server
+    serves nothing after it; a real API server answers "Too large resource version", which the
+    watcher does not treat as a reason to re-list, so it retries the same version with backoff
+    forever). Expected: the pod created afterwards is seen (client-go re-lists on such an answer)."""
+    wait_for(lambda: pod_watches(api), "the pods watch")
+    api.inject_watch_line("pods", b'{"type": "BOOKMARK", "object": {"kind": "Pod", '
+                                  b'"metadata": {"resourceVersion": "999999"}}}')
+    wait_for(lambda: watching.watcher.versions["pods"] == "999999", "the bookmark read")
+    api.drop_watches()
+    wait_for(lambda: len(pod_watches(api)) >= 2, "the pods watch resumed")
+    _marker(api, watching, "after")
