@@ -246,3 +246,24 @@ def test_a_bookmark_with_a_version_the_server_never_issued_does_not_blind_the_wa
     api.drop_watches()
     wait_for(lambda: len(pod_watches(api)) >= 2, "the pods watch resumed")
     _marker(api, watching, "after")
+
+
+def test_a_late_unschedulable_condition_does_not_overwrite_a_pod_bound_meanwhile(api) -> None:
+    """Observed: ``note_pending`` queues the ``PodScheduled=False, reason Unschedulable`` status
+    patch on the event thread; when it reaches the API after the pod was bound (a backlog of
+    Events, a slow API server — here the patch is answered 1 s late while the next pass binds),
+    the strategic merge patch replaces the Binding's ``PodScheduled=True``: a running pod shows
+    Unschedulable. Expected: a pod bound before the patch lands keeps ``PodScheduled=True``."""
+    from agents.orchestrators.base import BatchSpec
+
+    api.create_pod(pod("batch", "p", tier="batch"))
+    orch = orchestrator(api, timeout_s=5.0)
+    api.fault("PATCH", r"/pods/p/status$", delay_s=1.0)
+    orch.note_pending("batch/p", "0/1 nodes are available: 1 Insufficient cpu slack.")
+    wait_for(lambda: any(v == "PATCH" and p.endswith("/p/status") for v, p, _ in api.request_log), "the patch sent")
+    orch.bind(BatchSpec(id="batch/p", request_mcpu=500, request_bytes=2**30), "n1")  # the next pass placed it
+    assert orch.flush_events(10.0)
+    bound = api.get("pods", "batch/p")
+    assert bound["spec"]["nodeName"] == "n1"
+    (condition,) = [c for c in bound["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert condition["status"] == "True", condition
