@@ -33,3 +33,28 @@ def test_a_pod_whose_label_value_is_not_a_string_does_not_stop_the_others_being_
     finally:
         s.stop()
     assert BatchPod.objects.get(workload__name="batch/good").state == "bound"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_production_pod_whose_label_value_is_not_a_string_does_not_stop_scheduling(live, api) -> None:
+    """Observed: a production (non-batch) pod with ``labels: {"app": ["a", "b"]}`` is taken as
+    ``ProductionSeen`` with those labels; from then on every pass that has a pending pod with pod
+    anti-affinity or topology spread fails ("kalena_engine/placement/model.py, in label_groups:
+    out.setdefault(key, []).append(…) TypeError: unhashable type: 'list'"), so no pod is bound.
+    Expected: the production pod counted as malformed (or its label refused), the batch pod bound."""
+    from agents.orchestrators.kubernetes.testserver import pod
+
+    api.create_pod(pod("web", "shop-0", "thinkcentre-alpha", labels={"app": ["a", "b"]}))
+    good = job_pod("good")
+    good["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "a"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaces": ["web", "batch"]}]}}
+    s = scheduler(live, api, "kalena-a")
+    s.start()
+    try:
+        api.create_pod(good)
+        wait_for(lambda: BatchPod.objects.filter(workload__name="batch/good").exists(), "the good pod queued")
+        wait_for(lambda: api.get("pods", "batch/good")["spec"].get("nodeName"), "the good pod bound", 30)
+    finally:
+        s.stop()
+    assert BatchPod.objects.get(workload__name="batch/good").state == "bound"
