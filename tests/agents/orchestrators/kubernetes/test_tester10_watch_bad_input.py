@@ -267,3 +267,21 @@ def test_a_late_unschedulable_condition_does_not_overwrite_a_pod_bound_meanwhile
     assert bound["spec"]["nodeName"] == "n1"
     (condition,) = [c for c in bound["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert condition["status"] == "True", condition
+
+
+def test_a_watch_stopped_while_its_answer_is_late_ends_when_the_answer_comes(api) -> None:
+    """Observed: ``_stop_when`` calls ``Watch.stop()`` once, as soon as ``stop`` is set; while the
+    answer is late ``_resp`` does not exist yet, so nothing is shut down and it never tries
+    again: the stream then waits for its next line (measured by hand: stop at 0.5 s, answer at
+    4 s, the watch returned at 34.0 s, at the test server's 30 s bookmark; a real API server can
+    be silent up to the 360 s read timeout). A lost lease or ``kalena watch`` shutdown leaves the
+    thread and its pooled connection behind. Expected: the watch ends once it is answered."""
+    orch = orchestrator(api, timeout_s=5.0)  # the fixture's server: bookmarks every 30 s
+    _, version = orch.list_objects("pods")
+    api.fault("GET", r"^/api/v1/pods$", delay_s=2.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: [None for _ in orch.watch_objects("pods", version, 300, stop)],
+                              daemon=True)
+    thread.start()
+    stop.set()  # stopped while the answer is late
+    wait_for(lambda: not thread.is_alive(), "the stopped watch ended", timeout_s=15.0)
