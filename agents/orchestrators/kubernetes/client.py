@@ -211,9 +211,9 @@ class KubernetesOrchestrator:
     def note_pending(self, workload_id: str, message: str) -> None:
         """Why a pod waits: a ``FailedScheduling`` Event and ``PodScheduled=False,
         reason Unschedulable`` in its status (sent by the event thread). The status patch
-        carries the resourceVersion the watch last saw the pod pending at, so a patch that
-        reaches the API after the pod was bound is refused (409) instead of overwriting the
-        binding's ``PodScheduled=True``."""
+        carries the resourceVersion the watch last saw the pod pending at (or, with no watch,
+        the one read just before), so a patch that reaches the API after the pod was bound is
+        refused (409) instead of overwriting the binding's ``PodScheduled=True``."""
         self.record_event(workload_id, "FailedScheduling", message, type_="Warning")
         version = self.watchers[-1].pending_versions.get(workload_id, "") if self.watchers else ""
         self._enqueue(("condition", workload_id, message, version))
@@ -300,6 +300,10 @@ class KubernetesOrchestrator:
             if exc.status == 410 or (exc.status == 504 and TOO_LARGE in str(exc.reason)):
                 raise WatchExpired(f"{exc.status} {exc.reason}") from None
             raise OrchestratorError(f"watch {resource}: {exc.status} {_reason(exc)}") from None
+        except Exception:
+            if stop.is_set():
+                return  # the stream was cut because the watch is stopping: it simply ends
+            raise
         finally:
             done.set()
 
@@ -393,6 +397,11 @@ class KubernetesOrchestrator:
 
     def _patch_unschedulable(self, workload_id: str, message: str, version: str) -> None:
         namespace, name = workload_id.split("/", 1)
+        if not version:  # no watch saw it pending: read where it is now (a bound pod is left alone)
+            pod = self._raw(self.core.read_namespaced_pod, name, namespace)
+            if (pod.get("spec") or {}).get("nodeName"):
+                return
+            version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
         patch: dict = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                                   "message": message[:1024], "lastTransitionTime": _now_rfc3339()}]}}
         if version:  # a precondition: 409 if the pod changed (was bound) since the watch saw it pending

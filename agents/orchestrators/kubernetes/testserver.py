@@ -167,6 +167,8 @@ class TestAPIServer:
         self._expire_generation = 0
         self._bookmark_generation = 0
         self._injected: list[tuple[str, bytes]] = []
+        #: resource → watch streams open now (started: they get what is injected or bookmarked from now on)
+        self.open_watches: Counter = Counter()
         self._closing = threading.Event()
         self._timers: list[threading.Timer] = []
         self.server = _Server(("127.0.0.1", port), self._handler())
@@ -283,7 +285,8 @@ class TestAPIServer:
 
     def inject_watch_line(self, resource: str, line: bytes) -> None:
         """Send ``line`` (a newline is added) as it is to every open watch of ``resource`` — a
-        line that is not a watch event, as a faulty proxy or server might send."""
+        line that is not a watch event, as a faulty proxy or server might send. A watch is open
+        once ``open_watches[resource]`` counts it (its request may be logged earlier)."""
         with self.store.lock:
             self._injected.append((resource, line.rstrip(b"\n") + b"\n"))
             self.store.changed.notify_all()
@@ -616,6 +619,7 @@ class TestAPIServer:
         with self.store.lock:
             generation, expire_gen, bookmark_gen = self._watch_generation, self._expire_generation, self._bookmark_generation
             injected = len(self._injected)
+            self.open_watches[resource] += 1
             if raw_rv in ("", "0"):
                 pending = [json.dumps({"type": "ADDED", "object": o}, separators=(",", ":")).encode() + b"\n"
                            for o in self.store.objects[resource].values() if predicate(o)]
@@ -689,6 +693,9 @@ class TestAPIServer:
         except (BrokenPipeError, ConnectionResetError, OSError):
             h.close_connection = True
             return
+        finally:
+            with self.store.lock:
+                self.open_watches[resource] -= 1
         h.close_connection = True
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import random
 import threading
 import time
 
@@ -98,7 +99,7 @@ BAD_LINES = [
 
 def test_lines_that_are_not_watch_events_are_counted_and_named_and_the_stream_goes_on(api, watching, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="agents.orchestrators.kubernetes.watch")
-    wait_for(lambda: pod_watches(api), "the pods watch")
+    wait_for(lambda: api.open_watches["pods"], "the pods watch open")
     for line, _ in BAD_LINES:
         api.inject_watch_line("pods", line)
     api.inject_watch_line("pods", b"")  # a blank line is no event and no fault
@@ -135,7 +136,7 @@ def test_a_malformed_pod_is_counted_named_and_skipped_and_the_watch_goes_on(api,
 
 
 def test_the_watch_resumes_from_the_version_of_the_last_bookmark(api, watching) -> None:
-    wait_for(lambda: pod_watches(api), "the pods watch")
+    wait_for(lambda: api.open_watches["pods"], "the pods watch open")
     listed = watching.watcher.versions["pods"]
     api.create("nodes", node("n2"))  # moves the cluster's version; the pods stream carries no event for it
     moved = str(api.store.rv)
@@ -193,7 +194,7 @@ def test_a_bookmark_ahead_of_the_server_makes_the_watcher_re_list_not_wait_forev
     wait; the watcher re-lists, as client-go's reflector does, and sees what came after."""
     caplog.set_level(logging.INFO, logger="agents.orchestrators.kubernetes.watch")
     api.too_large_wait_s = 0.2
-    wait_for(lambda: pod_watches(api), "the pods watch")
+    wait_for(lambda: api.open_watches["pods"], "the pods watch open")
     ahead = str(api.store.rv + 1000)
     api.inject_watch_line("pods", json.dumps({"type": "BOOKMARK", "object": {
         "kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": ahead}}}).encode())
@@ -234,7 +235,8 @@ def test_a_server_that_ends_every_watch_at_once_is_asked_again_only_after_a_back
     from agents.orchestrators.kubernetes.watch import KubernetesWatcher
 
     slept: list[float] = []
-    watcher = KubernetesWatcher(orchestrator(api), sleep=lambda s, stop: (slept.append(s), stop.wait(0.01)))
+    watcher = KubernetesWatcher(orchestrator(api), sleep=lambda s, stop: (slept.append(s), stop.wait(0.01)),
+                                rng=random.Random(0))
     stop = threading.Event()
     stream = watcher.events(stop)
     next(e for e in stream if isinstance(e, Resynced))
@@ -247,8 +249,9 @@ def test_a_server_that_ends_every_watch_at_once_is_asked_again_only_after_a_back
     finally:
         stop.set()
         thread.join(timeout=10)
-    assert slept[1] > slept[0] and slept[2] > slept[1]  # exponential
-    assert watcher.reconnects["pods"] >= 3 and watcher.lists["pods"] == 1
+    asked = len([p for v, p, _ in api.request_log if v == "GET" and p == "/api/v1/pods"])
+    assert asked <= len(slept) + 2  # the first list, the first watch, then one request per backoff: no tight loop
+    assert slept[2] > slept[0]  # the delay doubles (each is jittered ×0.5–1.5: 0.5 s, 1 s, 2 s)
 
 
 def test_a_fractional_lease_duration_never_lets_two_candidates_act_at_once(api) -> None:
