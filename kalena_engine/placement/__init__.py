@@ -24,14 +24,14 @@ from kalena_engine.placement.model import (
 from kalena_engine.placement.policy import PlacementPolicy
 from kalena_engine.placement.scheduler import PassResult, PassStats, schedule_batch
 from kalena_engine.placement.selectors import (
-    HOSTNAME, AntiAffinityTerm, Image, LabelSelector, Requirement, SpreadConstraint,
+    HOSTNAME, AntiAffinityTerm, Image, LabelSelector, NodeRequirement, NodeSelectorTerm, Requirement, SpreadConstraint,
 )
 from kalena_engine.placement.volatility import VolatilityTracker, volatility_ratio
 
 __all__ = [
     "HOSTNAME", "IN_FLIGHT", "MIN_MEMBER_ANNOTATION", "PHASES", "RUNNING", "TERMINAL", "AntiAffinityTerm",
     "BatchResidents", "BatchTemplate", "BindOutcome", "Bindings", "ClusterSnapshot", "Evictions", "Gang", "Image", "KubeletRoom",
-    "LabelSelector", "NodeTable", "PassResult", "PassStats", "PendingBatch", "PlacementPolicy", "ProductionPods",
+    "LabelSelector", "NodeRequirement", "NodeSelectorTerm", "NodeTable", "PassResult", "PassStats", "PendingBatch", "PlacementPolicy", "ProductionPods",
     "Reduction", "Requirement", "ScoreCache", "Shortfall", "SlackLedger", "SpreadConstraint", "VolatilityTracker",
     "WhyPending", "gang_pass_minimum", "min_member_from_annotations", "pending_from_workloads", "requeue", "reservation_slack", "schedule_batch",
     "volatility_ratio",

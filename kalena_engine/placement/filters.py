@@ -9,7 +9,8 @@ filter                      kind(s)  rejects a node when
 ==========================  =======  ==================================================
 :class:`NodeCondition`      node_not_ready, telemetry_stale, slack_ineligible
 :class:`CooldownFilter`     cooldown  the owner had batch evicted there < cooldown_s ago
-:class:`NodeSelectorFilter` node_selector  a nodeSelector pair does not match
+:class:`NodeSelectorFilter` node_selector  a nodeSelector pair or the required node
+                                     affinity does not match
 :class:`TaintFilter`        taint    a NoSchedule/NoExecute taint is not tolerated
 :class:`ProductionAntiAffinityFilter`  production_anti_affinity  a resident production
                                      pod's required term (labelSelector or Kuberina name
@@ -147,14 +148,17 @@ class CooldownFilter:
 
 
 class NodeSelectorFilter:
-    """Every nodeSelector ``key: value`` pair must be a node label (DESIGN §3)."""
+    """Every nodeSelector ``key: value`` pair must be a node label (DESIGN §3), and a required
+    node affinity must match (any of its terms) — kube-scheduler's NodeAffinity plugin reads
+    both, and the kubelet refuses a pod on a node that matches neither."""
 
     name = "node_selector"
     kinds = (R.NODE_SELECTOR,)
 
     @classmethod
     def mask(cls, view: PassView, template: BatchTemplate) -> np.ndarray:
-        return view.snapshot.nodes.selector_mask(template.node_selector)
+        nodes = view.snapshot.nodes
+        return nodes.selector_mask(template.node_selector) & nodes.affinity_mask(template.node_affinity)
 
     @classmethod
     def explain(cls, view: PassView, template: BatchTemplate, rows: np.ndarray) -> list[R.Rejection]:
@@ -162,8 +166,11 @@ class NodeSelectorFilter:
         out: list[R.Rejection] = []
         for row in rows:
             labels = nodes.labels[row]
-            key, wanted = next((k, v) for k, v in template.node_selector.items() if labels.get(k) != v)
-            out.append(R.SelectorMismatch(nodes.names[row], key, wanted, labels.get(key)))
+            miss = next(((k, v) for k, v in template.node_selector.items() if labels.get(k) != v), None)
+            if miss is not None:
+                out.append(R.SelectorMismatch(nodes.names[row], miss[0], miss[1], labels.get(miss[0])))
+            else:
+                out.append(R.NodeAffinityMismatch(nodes.names[row], "; ".join(str(t) for t in template.node_affinity)))
         return out
 
 
@@ -335,7 +342,8 @@ class SpreadFilter:
         if match.any():
             dom = codes[all_nodes[match]]
             np.add.at(per_domain, dom[dom >= 0], all_counts[match][dom >= 0])
-        eligible_nodes = snap.nodes.selector_mask(template.node_selector) & (codes >= 0)
+        eligible_nodes = (snap.nodes.selector_mask(template.node_selector)  # nodeAffinityPolicy: Honor (default)
+                          & snap.nodes.affinity_mask(template.node_affinity) & (codes >= 0))
         eligible = np.zeros(len(names), dtype=bool)
         eligible[codes[eligible_nodes]] = True
         return codes, per_domain, eligible, names

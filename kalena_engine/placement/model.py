@@ -18,7 +18,7 @@ import numpy as np
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina.model import BLOCKING_EFFECTS, Infrastructure, Taint, Toleration
 from kalena_engine.placement.selectors import (
-    HOSTNAME, RACK_KEYS, ZONE_KEYS, AntiAffinityTerm, Image, SpreadConstraint,
+    HOSTNAME, RACK_KEYS, ZONE_KEYS, AntiAffinityTerm, Image, NodeSelectorTerm, SpreadConstraint,
 )
 from kalena_engine.resources import N_DIMS
 
@@ -95,6 +95,18 @@ class NodeTable:
             memo[key, value] = np.array([labels.get(key) == value for labels in self.labels], dtype=bool)
         return memo[key, value]
 
+    def affinity_mask(self, terms: tuple[NodeSelectorTerm, ...]) -> np.ndarray:
+        """``(n,)`` bool: nodes matching a required node affinity (any of ``terms``; none given:
+        every node). Each node is read once per distinct affinity per pass (memoised)."""
+        if not terms:
+            return np.ones(len(self), dtype=bool)
+        memo = self._memo.setdefault("affinity", {})
+        if terms not in memo:
+            memo[terms] = np.fromiter((any(t.matches(labels, name) for t in terms)
+                                       for labels, name in zip(self.labels, self.names, strict=True)),
+                                      dtype=bool, count=len(self))
+        return memo[terms]
+
     def selector_mask(self, selector: Mapping[str, str]) -> np.ndarray:
         """``(n,)`` bool: nodes whose labels match every nodeSelector pair."""
         mask = np.ones(len(self), dtype=bool)
@@ -155,6 +167,8 @@ class BatchTemplate:
         namespace: for the per-namespace running-batch cap and anti-affinity namespaces.
         labels: pod labels (production anti-affinity terms and spread selectors match them).
         node_selector, tolerations: Kubernetes semantics (DESIGN §3).
+        node_affinity: a required node affinity (``nodeSelectorTerms``, ORed), read with the
+            nodeSelector: the kubelet refuses a pod on a node that matches neither.
         anti_affinity: the pod's own required anti-affinity terms (against every resident pod).
         anti_affinity_pods: a Kuberina name list: pod ids the pod must not share a node with.
         spread: hard topology spread constraints counting batch pods only.
@@ -168,6 +182,7 @@ class BatchTemplate:
     namespace: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     anti_affinity: tuple[AntiAffinityTerm, ...] = ()
     anti_affinity_pods: tuple[str, ...] = ()
@@ -181,7 +196,7 @@ class BatchTemplate:
         """Everything the owner-independent static filters read: templates with equal
         signatures share one static mask per pass."""
         return (tuple(sorted(self.labels.items())), self.namespace, tuple(sorted(self.node_selector.items())),
-                self.tolerations, self.member_ids)
+                self.node_affinity, self.tolerations, self.member_ids)
 
     @property
     def dynamic(self) -> bool:

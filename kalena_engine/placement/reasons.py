@@ -115,6 +115,15 @@ class SelectorMismatch(Rejection):
 
 
 @dataclass(frozen=True)
+class NodeAffinityMismatch(Rejection):
+    """The node matches none of the pod's required node affinity terms (``affinity``, their
+    text: ``accelerator in (a100); gpu-count gt (3)``)."""
+
+    kind: ClassVar[str] = NODE_SELECTOR
+    affinity: str
+
+
+@dataclass(frozen=True)
 class UntoleratedTaint(Rejection):
     kind: ClassVar[str] = TAINT
     key: str

@@ -6,6 +6,11 @@ and every ``matchExpressions`` requirement must hold (operators ``In``, ``NotIn`
 ``DoesNotExist``). An empty selector matches every pod, as in Kubernetes. Example:
 ``LabelSelector.of(app="noisy-io").matches({"app": "noisy-io", "team": "x"})`` is True.
 
+A required node affinity is a tuple of :class:`NodeSelectorTerm` (ORed), each of
+:class:`NodeRequirement` (ANDed; ``Gt``/``Lt`` too). Example: the term
+``accelerator in (a100,h100), gpu-count gt (3)`` matches a node labelled
+``accelerator=a100, gpu-count=4``.
+
 Topology keys name a node's domain: ``kubernetes.io/hostname`` (the node itself),
 ``topology.kubernetes.io/zone`` or Kuberina's ``zone``, ``topology.kubernetes.io/rack`` or
 ``rack``; any other key is read from the node's labels (a node without it is in no domain).
@@ -83,6 +88,82 @@ class LabelSelector:
     def __str__(self) -> str:
         parts = [f"{k}={v}" for k, v in self.match_labels] + [str(r) for r in self.match_expressions]
         return ",".join(parts) or "<everything>"
+
+
+NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+@dataclass(frozen=True)
+class NodeRequirement:
+    """One ``nodeSelectorTerms[].matchExpressions`` (a node label, ``field=False``) or
+    ``matchFields`` (``metadata.name``, ``field=True``) entry of a required node affinity
+    (core/v1 NodeSelectorRequirement). ``Gt``/``Lt`` take one integer and compare it with the
+    label read as an integer (a label that is not one does not match), as the kubelet does.
+
+    Raises:
+        InputError: an unknown operator, a field other than ``metadata.name``, or values that
+            do not fit the operator (the Kubernetes validation rules).
+    """
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+    field: bool = False
+
+    def __post_init__(self) -> None:
+        where = f"nodeAffinity.{'matchFields' if self.field else 'matchExpressions'}[{self.key}]"
+        if self.operator not in (("In", "NotIn") if self.field else NODE_OPERATORS):
+            raise InputError(f"operator {self.operator!r} is not supported", field=f"{where}.operator",
+                             accepted=", ".join(("In", "NotIn") if self.field else NODE_OPERATORS))
+        if self.field and self.key != "metadata.name":
+            raise InputError(f"field {self.key!r} is not supported", field=where, accepted="metadata.name")
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise InputError(f"{self.operator} needs at least one value", field=f"{where}.values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise InputError(f"{self.operator} takes no values", field=f"{where}.values")
+        if self.operator in ("Gt", "Lt") and (len(self.values) != 1 or not _is_int(self.values[0])):
+            raise InputError(f"{self.operator} takes one integer", field=f"{where}.values")
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        if self.field:
+            return (name in self.values) == (self.operator == "In")
+        if self.operator in ("Exists", "DoesNotExist"):
+            return (self.key in labels) == (self.operator == "Exists")
+        if self.operator in ("In", "NotIn"):
+            return (labels.get(self.key) in self.values) == (self.operator == "In")
+        found = labels.get(self.key)
+        if found is None or not _is_int(found):
+            return False
+        return int(found) > int(self.values[0]) if self.operator == "Gt" else int(found) < int(self.values[0])
+
+    def __str__(self) -> str:
+        key = "metadata.name" if self.field else self.key
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{'!' if self.operator == 'DoesNotExist' else ''}{key}"
+        return f"{key} {self.operator.lower()} ({','.join(self.values)})"
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """One of a required node affinity's ``nodeSelectorTerms``: every requirement must hold. A
+    node matches the affinity when it matches any term (Kubernetes: the terms are ORed, an empty
+    term matches no node)."""
+
+    requirements: tuple[NodeRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        return bool(self.requirements) and all(r.matches(labels, name) for r in self.requirements)
+
+    def __str__(self) -> str:
+        return ",".join(str(r) for r in self.requirements) or "<nothing>"
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)

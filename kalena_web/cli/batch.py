@@ -39,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     sub.add_argument("--owner", default="", help="job or owner (cooldowns key on it; default: the pod)")
     sub.add_argument("--priority", type=int, default=0)
     sub.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    sub.add_argument("--constraints", default="{}", help="JSON: node_selector, tolerations, anti_affinity_terms, spread")
+    sub.add_argument("--constraints", default="{}", help="JSON: node_selector, node_affinity, tolerations, anti_affinity_terms, spread")
     sub.add_argument("--image", default="")
     sub.add_argument("--gang", default="")
     sub.add_argument("--min-member", type=int)

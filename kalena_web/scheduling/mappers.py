@@ -19,7 +19,8 @@ from kalena_engine.errors import InputError
 from kalena_engine.kuberina.model import Taint, Toleration
 from kalena_engine.placement import (
     AntiAffinityTerm, BatchResidents, BatchTemplate, ClusterSnapshot, Evictions, Gang, Image, LabelSelector,
-    NodeTable, PendingBatch, ProductionPods, Requirement, SpreadConstraint, gang_pass_minimum,
+    NodeRequirement, NodeSelectorTerm, NodeTable, PendingBatch, ProductionPods, Requirement, SpreadConstraint,
+    gang_pass_minimum,
 )
 from kalena_engine.resources import GPU
 from kalena_web.inventory.mappers import vector
@@ -47,8 +48,42 @@ def label_selector(raw: Mapping[str, Any] | None, field: str) -> LabelSelector:
     return LabelSelector.of({str(k): str(v) for k, v in labels.items()}, expressions=tuple(expressions))
 
 
+def node_affinity(raw: Sequence[Any] | None, field: str) -> tuple[NodeSelectorTerm, ...]:
+    """A required node affinity's ``nodeSelectorTerms`` (``[{matchExpressions, matchFields}]``)
+    → :class:`~kalena_engine.placement.selectors.NodeSelectorTerm` tuple (ORed).
+
+    Raises:
+        InputError: a malformed term or requirement, naming ``field[i]…``.
+    """
+    terms = []
+    for i, term in enumerate(raw or []):
+        where = f"{field}[{i}]"
+        if not isinstance(term, Mapping):
+            raise InputError("a node selector term must be a mapping", field=where,
+                             accepted="{matchExpressions, matchFields}")
+        requirements = []
+        for part, is_field in (("matchExpressions", False), ("matchFields", True)):
+            items = term.get(part) or []
+            if not isinstance(items, list):
+                raise InputError("expected a list", field=f"{where}.{part}")
+            for k, item in enumerate(items):
+                values = item.get("values") if isinstance(item, Mapping) else None
+                if not isinstance(item, Mapping) or not isinstance(item.get("key"), str) or \
+                        not isinstance(item.get("operator"), str) or not isinstance(values or [], list) or \
+                        not all(isinstance(v, str) for v in values or []):
+                    raise InputError("a requirement needs a string key and operator and a list of string values",
+                                     field=f"{where}.{part}[{k}]", accepted="{key, operator, values}")
+                try:
+                    requirements.append(NodeRequirement(item["key"], item["operator"], tuple(values or ()), is_field))
+                except InputError as exc:
+                    raise InputError(exc.problem, field=f"{where}.{part}[{k}]", accepted=exc.accepted) from None
+        terms.append(NodeSelectorTerm(tuple(requirements)))
+    return tuple(terms)
+
+
 CONSTRAINT_SHAPES = {  # key → (JSON type, what one is)
     "node_selector": (Mapping, "a mapping of label → value"),
+    "node_affinity": (list, "a required node affinity's nodeSelectorTerms: [{matchExpressions, matchFields}]"),
     "tolerations": (list, "a list of taint keys or {key, operator, value, effect}"),
     "anti_affinity_terms": (list, "a list of {labelSelector, topologyKey, namespaces}"),
     "anti_affinity": (list, "a list of Kuberina workload names"),
@@ -119,6 +154,7 @@ def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constr
     return BatchTemplate(
         owner=owner, namespace=namespace, labels=dict(labels),
         node_selector={str(k): str(v) for k, v in (constraints.get("node_selector") or {}).items()},
+        node_affinity=node_affinity(constraints.get("node_affinity"), "constraints.node_affinity"),
         tolerations=tuple(tolerations), anti_affinity=terms,
         anti_affinity_pods=tuple(constraints.get("anti_affinity") or ()), spread=spread,
         member_ids=(member_id,) if member_id else (), min_member=min_member,

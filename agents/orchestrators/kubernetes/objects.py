@@ -9,8 +9,9 @@ Which pods become which events (DESIGN §14):
 * DaemonSet pods: nothing (Phase 0 already deducted them from capacity).
 * batch — tier label ``batch`` or ``schedulerName: kalena``: no node, ``schedulerName: kalena``,
   not terminating → :class:`PodPending`; on a node and Pending/Running → :class:`PodRunning`;
-  Succeeded → ``PodFinished(succeeded)``; Failed with ``status.reason`` ``OutOf…`` →
-  :class:`PodRefused` (an admission rejection, never a completion); Failed ``Evicted`` or with a
+  Succeeded → ``PodFinished(succeeded)``; Failed with ``status.reason`` ``OutOf…`` or another
+  kubelet admission refusal (``NodeAffinity`` …, :data:`KUBELET_REFUSALS`) → :class:`PodRefused`
+  (an admission rejection, never a completion); Failed ``Evicted`` or with a
   ``DisruptionTarget`` condition → ``PodFinished(evicted)``; a container terminated
   ``OOMKilled`` → ``PodFinished(oom)``; other Failed → ``PodFinished(failed)`` with the exit code.
 * production (everything else): on a node and not terminal → :class:`ProductionSeen`;
@@ -46,6 +47,9 @@ GANG_ANNOTATION = "kalena.naughtian.io/gang"
 MIN_MEMBER_ANNOTATION = "kalena.naughtian.io/min-member"
 UNREPORTED = math.inf  # a dimension Kubernetes does not report (disk and network bandwidth)
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")  # core/v1 PodStatus.phase
+#: Failed ``status.reason`` of the kubelet's admission besides ``OutOf<resource>``: refusals, never runs
+KUBELET_REFUSALS = frozenset({"NodeAffinity", "NodeName", "NodePorts", "UnexpectedAdmissionError",
+                              "TopologyAffinityError"})
 
 
 class MalformedObject(ValueError):
@@ -68,12 +72,15 @@ _RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
 _META = {"name": _STR, "namespace": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
          "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR}]}
-_SELECTOR = {"matchLabels": _STR_MAP, "matchExpressions": [{"key": _STR, "operator": _STR, "values": [_STR]}]}
+_REQUIREMENT = {"key": _STR, "operator": _STR, "values": [_STR]}
+_SELECTOR = {"matchLabels": _STR_MAP, "matchExpressions": [_REQUIREMENT]}
 POD_SHAPE = {
     "metadata": _META,
     "spec": {"nodeName": _STR, "schedulerName": _STR, "containers": [_CONTAINER], "initContainers": [_CONTAINER],
              "overhead": Mapping, "nodeSelector": _STR_MAP, "tolerations": [Mapping],
-             "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                 "nodeSelectorTerms": [{"matchExpressions": [_REQUIREMENT], "matchFields": [_REQUIREMENT]}]}},
+                 "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                  {"labelSelector": _SELECTOR, "topologyKey": _STR, "namespaces": [_STR]}]}},
              "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "whenUnsatisfiable": _STR,
                                             "labelSelector": _SELECTOR}],
@@ -231,7 +238,8 @@ def normalize_image(name: str) -> str:
 
 
 def pod_constraints(spec: Mapping) -> dict:
-    """nodeSelector, tolerations, required pod anti-affinity and hard topology spread → the
+    """nodeSelector, required node affinity, tolerations, required pod anti-affinity and hard
+    topology spread → the
     constraint shape the scheduler stores (the REST API's ``constraints``). ``spec`` has passed
     :func:`check_shape` (:data:`POD_SHAPE`)."""
     out: dict = {}
@@ -242,6 +250,12 @@ def pod_constraints(spec: Mapping) -> dict:
         tolerations.append({k: str(t[k]) for k in ("key", "operator", "value", "effect") if t.get(k) is not None})
     if tolerations:
         out["tolerations"] = tolerations
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {})
+    if required.get("nodeSelectorTerms"):
+        out["node_affinity"] = [{part: [dict(r) for r in term.get(part) or []]
+                                 for part in ("matchExpressions", "matchFields") if term.get(part)}
+                                for term in required["nodeSelectorTerms"]]
     anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or []
     if anti:
@@ -323,7 +337,7 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
     reason = str(status.get("reason") or "")
     if phase == "Succeeded":
         return [PodFinished(ref, node, "succeeded", reason or "Completed", _exit_code(status), at_s=at_s)]
-    if reason.startswith("OutOf"):
+    if reason.startswith("OutOf") or reason in KUBELET_REFUSALS:
         return [PodRefused(ref, node, reason, at_s=at_s)]
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
     if reason == "Evicted" or (conditions.get("DisruptionTarget") or {}).get("status") == "True":

@@ -46,6 +46,14 @@ def test_terminal_batch_pods(name, cls, fields) -> None:
     assert {k: getattr(event, k) for k in fields} == fields
 
 
+@pytest.mark.parametrize("reason", ["NodeAffinity", "UnexpectedAdmissionError"])
+def test_other_kubelet_admission_refusals_are_refusals_not_failures(reason) -> None:
+    pod = load("pod-outofcpu.json")
+    pod["status"]["reason"] = reason
+    (event,) = pod_events("MODIFIED", pod)
+    assert isinstance(event, PodRefused) and event.reason == reason
+
+
 def test_phases_of_a_bound_batch_pod() -> None:
     pod = load("pod-evicted.json")
     pod["status"] = {"phase": "Running", "startTime": "2026-11-29T08:00:05Z"}
@@ -151,6 +159,21 @@ def test_a_node_field_of_the_wrong_type_names_the_node_and_the_field(edit, field
     with pytest.raises(MalformedObject) as err:
         node_event(node)
     assert field in str(err.value) and err.value.name == "worker-1"
+
+
+def test_a_required_node_affinity_reaches_the_constraints() -> None:
+    pod = load("pod-job-pending.json")
+    terms = [{"matchExpressions": [{"key": "accelerator", "operator": "In", "values": ["a100", "h100"]}]},
+             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}]}]
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}, "preferredDuringSchedulingIgnoredDuringExecution": []}}
+    (event,) = pod_events("ADDED", pod)
+    assert event.constraints["node_affinity"] == terms
+    pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"][0]["values"] = "a100"
+    with pytest.raises(MalformedObject) as err:
+        pod_events("ADDED", pod)
+    assert "nodeSelectorTerms[0].matchExpressions[0].values: expected a list" in str(err.value)
 
 
 def test_a_deletion_needs_only_the_name() -> None:

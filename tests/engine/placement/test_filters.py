@@ -10,8 +10,8 @@ import pytest
 from kalena_engine.kuberina.model import Taint, Toleration
 from kalena_engine.ledger import ledgers
 from kalena_engine.placement import (
-    AntiAffinityTerm, BatchResidents, BatchTemplate, Evictions, LabelSelector, PlacementPolicy, ProductionPods,
-    Requirement, SpreadConstraint, schedule_batch,
+    AntiAffinityTerm, BatchResidents, BatchTemplate, Evictions, LabelSelector, NodeRequirement, NodeSelectorTerm,
+    PlacementPolicy, ProductionPods, Requirement, SpreadConstraint, schedule_batch,
 )
 from kalena_engine.placement import filters as F
 from kalena_engine.placement import reasons as R
@@ -100,6 +100,56 @@ SELECTOR = [
 def test_node_selector(selector, passing, reasons) -> None:
     view = View(snapshot([Node("a", labels={"disk": "ssd"})]))
     assert run_filter(F.NodeSelectorFilter, view, T("job", node_selector=selector)) == (passing, reasons)
+
+
+def term(*requirements) -> NodeSelectorTerm:
+    return NodeSelectorTerm(tuple(NodeRequirement(*r) for r in requirements))
+
+
+AFFINITY_NODES = [Node("a", labels={"accelerator": "a100", "gpu-count": "8"}),
+                  Node("b", labels={"accelerator": "t4", "gpu-count": "1"}), Node("c", labels={})]
+AFFINITY = [
+    ("in", (term(("accelerator", "In", ("a100", "h100"))),), [0]),
+    ("not_in_matches_an_absent_label", (term(("accelerator", "NotIn", ("t4",))),), [0, 2]),
+    ("exists", (term(("gpu-count", "Exists")),), [0, 1]),
+    ("does_not_exist", (term(("gpu-count", "DoesNotExist")),), [2]),
+    ("gt_reads_the_label_as_an_integer", (term(("gpu-count", "Gt", ("3",))),), [0]),
+    ("lt", (term(("gpu-count", "Lt", ("3",))),), [1]),
+    ("requirements_are_anded", (term(("accelerator", "In", ("a100", "t4")), ("gpu-count", "Lt", ("4",))),), [1]),
+    ("terms_are_ored", (term(("accelerator", "In", ("t4",))), term(("gpu-count", "DoesNotExist"))), [1, 2]),
+    ("match_fields_on_the_node_name", (term(("metadata.name", "In", ("c",), True)),), [2]),
+    ("an_empty_term_matches_no_node", (NodeSelectorTerm(()),), []),
+]
+
+
+@pytest.mark.parametrize(("terms", "passing"), [c[1:] for c in AFFINITY], ids=[c[0] for c in AFFINITY])
+def test_required_node_affinity(terms, passing) -> None:
+    view = View(snapshot(AFFINITY_NODES))
+    got, reasons = run_filter(F.NodeSelectorFilter, view, T("job", node_affinity=terms))
+    assert got == passing
+    text = "; ".join(str(t) for t in terms)
+    assert reasons == [R.NodeAffinityMismatch(n.name, text) for i, n in enumerate(AFFINITY_NODES) if i not in passing]
+
+
+@pytest.mark.parametrize("bad", [("k", "Near", ("x",)), ("k", "In", ()), ("k", "Exists", ("x",)), ("k", "Gt", ("x",)),
+                                 ("k", "Gt", ("1", "2")), ("spec.unschedulable", "In", ("true",), True)])
+def test_a_malformed_node_requirement_is_refused_naming_it(bad) -> None:
+    from kalena_engine.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        NodeRequirement(*bad)
+    assert "nodeAffinity" in err.value.field
+
+
+def test_spread_domains_are_those_the_node_affinity_allows() -> None:
+    """nodeAffinityPolicy Honor (Kubernetes' default): a zone the pod may not use is no domain."""
+    nodes = [Node("a", zone="z1", labels={"pool": "batch"}), Node("b", zone="z2", labels={"pool": "batch"}),
+             Node("c", zone="z3", labels={"pool": "db"})]
+    template = T("batch/w", labels={"app": "w"}, spread=(SpreadConstraint(1, "zone"),),
+                 node_affinity=(term(("pool", "In", ("batch",))),))
+    result = schedule_batch(snapshot(nodes), pending([Entry("w", 4)], [template]), Policy(), rng=np.random.default_rng(0))
+    placed = result.bindings.node.tolist()
+    assert result.placed == 4 and sorted(placed) == [0, 0, 1, 1]  # z3 (count 0) would have capped z1, z2 at 1
 
 
 NO_SCHEDULE = Taint("dedicated", "gpu", "NoSchedule")

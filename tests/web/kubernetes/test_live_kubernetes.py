@@ -336,3 +336,33 @@ def test_what_the_watch_skipped_and_applied_is_in_the_cluster_metrics(live, api,
     assert not any(name == "kalena_reconciler_events_total" and dict(labels).get("outcome") == "rejected"
                    for name, labels in samples)
     assert BatchPod.objects.filter(workload__name="batch/bad").count() == 0  # skipped: nothing changed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_required_node_affinity_is_honoured_and_explained(live, api) -> None:
+    """The kubelet refuses a pod on a node its required node affinity does not match, so Kalena
+    binds only where it matches — and says so, as kube-scheduler does, where none does."""
+    api.store.mutate("nodes", "thinkcentre-beta", lambda n: n["metadata"]["labels"].update(pool="batch"))
+
+    def with_affinity(name: str, pool: str) -> dict:
+        p = job_pod(name)
+        p["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool]}]}]}}}
+        return p
+
+    s = scheduler(live, api, "kalena-a")
+    s.start()
+    try:
+        for i in range(3):
+            api.create_pod(with_affinity(f"aff-{i}", "batch"))
+        api.create_pod(with_affinity("nowhere", "gpu"))
+        wait_for(lambda: all(api.get("pods", f"batch/aff-{i}")["spec"].get("nodeName") for i in range(3)), "binds")
+        wait_for(lambda: s.stats.passes >= 3, "a few passes")
+        s.orchestrator.flush_events()
+    finally:
+        s.stop()
+    assert {api.get("pods", f"batch/aff-{i}")["spec"]["nodeName"] for i in range(3)} == {"thinkcentre-beta"}
+    assert not api.get("pods", "batch/nowhere")["spec"].get("nodeName")
+    (failed,) = [e for e in api.objects("events")
+                 if e["involvedObject"]["name"] == "nowhere" and e["reason"] == "FailedScheduling"]
+    assert f"{len(NODES)} node(s) didn't match Pod's node affinity/selector" in failed["message"]

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from agents.orchestrators import FakeOrchestrator, StaleBinding
+from kalena_engine.errors import InputError
 from kalena_engine.policy import Policy
 from kalena_engine.resources import CPU, RAM, ir_vector, to_ir
 from kalena_web.control.orchestrators import orchestrator_for
+from kalena_web.inventory.models import Node
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.scheduling.services import (
@@ -194,6 +196,21 @@ def test_a_label_that_is_not_a_string_pair_is_refused_and_the_queue_goes_on(live
     assert not BatchPod.objects.filter(workload__name="batch/bad-1").exists()
     submit(live, "batch/good-0")
     assert run_pass(live).placed == 1
+
+
+def test_a_submitted_required_node_affinity_is_honoured_and_a_malformed_one_refused(live) -> None:
+    target = Node.objects.filter(cluster=live).order_by("name").values_list("name", flat=True)[1]
+    affinity = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [target]}]}]
+    for i in range(3):
+        submit(live, f"batch/aff-{i}", cpu=0.1, ram=0.1, constraints={"node_affinity": affinity})
+    assert run_pass(live).placed == 3
+    assert set(BatchPod.objects.filter(workload__name__startswith="batch/aff-")
+               .values_list("workload__node__name", flat=True)) == {target}
+    with pytest.raises(InputError) as err:  # as every malformed constraint (the REST API answers 400)
+        submit(live, "batch/aff-bad", constraints={"node_affinity": [{"matchExpressions": [
+            {"key": "pool", "operator": "Near", "values": ["x"]}]}]})
+    assert err.value.field == "constraints.node_affinity[0].matchExpressions[0]"
+    assert not BatchPod.objects.filter(workload__name="batch/aff-bad").exists()
 
 
 def test_one_pass_binds_many_pods_on_one_node_without_calling_its_own_bindings_stale(live) -> None:
