@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 
 from kubernetes.utils import parse_quantity
 
@@ -64,7 +64,8 @@ class MalformedObject(ValueError):
 # -- shapes: the fields Kalena reads, checked before they are read -------------------------------
 
 #: A shape is ``Mapping`` / ``list`` (any mapping / list), ``_STR_MAP`` (a mapping of strings to
-#: strings: labels, annotations, nodeSelector), a type or tuple of types (a leaf), a dict (a mapping
+#: strings: labels, annotations, nodeSelector), a frozenset (one of these strings), a type or tuple
+#: of types (a leaf), a dict (a mapping
 #: whose listed keys have those shapes) or a one-item list (a list of that shape). ``None`` is
 #: accepted everywhere as "absent", as the API omits empty fields.
 _STR, _NUMBER, _STR_MAP = str, (int, float), object()
@@ -73,16 +74,19 @@ _CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
 _META = {"name": _STR, "namespace": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
          "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR}]}
 _REQUIREMENT = {"key": _STR, "operator": _STR, "values": [_STR]}
+_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _SELECTOR = {"matchLabels": _STR_MAP, "matchExpressions": [_REQUIREMENT]}
 POD_SHAPE = {
     "metadata": _META,
     "spec": {"nodeName": _STR, "schedulerName": _STR, "containers": [_CONTAINER], "initContainers": [_CONTAINER],
-             "overhead": Mapping, "nodeSelector": _STR_MAP, "tolerations": [Mapping],
+             "overhead": Mapping, "nodeSelector": _STR_MAP,
+             "tolerations": [{"key": _STR, "operator": frozenset({"Exists", "Equal"}), "value": _STR,
+                              "effect": frozenset({"", *_EFFECTS}), "tolerationSeconds": int}],
              "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                  "nodeSelectorTerms": [{"matchExpressions": [_REQUIREMENT], "matchFields": [_REQUIREMENT]}]}},
                  "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                  {"labelSelector": _SELECTOR, "topologyKey": _STR, "namespaces": [_STR]}]}},
-             "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "whenUnsatisfiable": _STR,
+             "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "whenUnsatisfiable": frozenset({"DoNotSchedule", "ScheduleAnyway"}),
                                             "labelSelector": _SELECTOR}],
              "terminationGracePeriodSeconds": int},
     "status": {"phase": _STR, "reason": _STR, "startTime": _STR, "conditions": [{"type": _STR, "status": _STR}],
@@ -90,11 +94,12 @@ POD_SHAPE = {
 }
 NODE_SHAPE = {
     "metadata": _META,
-    "spec": {"taints": [Mapping], "unschedulable": bool},
+    "spec": {"taints": [{"key": _STR, "value": _STR, "effect": _EFFECTS}], "unschedulable": bool},
     "status": {"conditions": [{"type": _STR, "status": _STR}], "allocatable": Mapping,
                "images": [{"names": [_STR], "sizeBytes": _NUMBER}]},
 }
-_KIND = {Mapping: "a mapping", list: "a list", str: "a string", int: "an integer", (int, float): "a number"}
+_KIND = {Mapping: "a mapping", list: "a list", str: "a string", int: "an integer", (int, float): "a number",
+         bool: "true or false"}
 
 
 def check_shape(obj: object, shape: object, name: str, field: str = "") -> None:
@@ -117,6 +122,9 @@ def check_shape(obj: object, shape: object, name: str, field: str = "") -> None:
             if item is None:
                 raise MalformedObject(name, f"{field}[{i}]", "null in a list")
             check_shape(item, shape[0], name, f"{field}[{i}]")
+    elif isinstance(shape, frozenset):
+        if obj not in shape:
+            raise MalformedObject(name, field, f"{obj!r} is not one of {', '.join(sorted(map(repr, shape)))}")
     elif shape is _STR_MAP:
         if not isinstance(obj, Mapping):
             raise MalformedObject(name, field, f"expected a mapping of strings, got {_got(obj)}")
@@ -209,9 +217,10 @@ def timestamp_s(raw: object, name: str = "", field: str = "") -> float:
     if not raw:
         return 0.0
     try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+        when = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
     except ValueError:
         raise MalformedObject(name, field, f"{raw!r} is not an RFC 3339 time") from None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()  # no offset: UTC, never local
 
 
 def owner_of(meta: Mapping) -> str:

@@ -214,14 +214,16 @@ class KubernetesWatcher:
         its new set and the other's current one), until ``stop`` is set."""
         q: queue.Queue = queue.Queue()
         for resource in ("nodes", "pods"):  # both lists before the first Resynced: it needs both sets whole
+            delay = self.backoff_s
             while not stop.is_set():
                 try:
                     self._relist(resource, q.put, resynced=resource == "pods")
                     break
                 except Exception as exc:  # noqa: BLE001 - the API may not be up yet
                     self.reconnects[resource] += 1
-                    log.warning("list %s: %s; retrying", resource, exc)
-                    self.sleep(self.backoff_s, stop)
+                    log.warning("list %s: %s; retrying in %.1f s", resource, exc, delay)
+                    self.sleep(delay * (0.5 + self.rng.random()), stop)
+                    delay = min(self.max_backoff_s, delay * 2)
         threads = [threading.Thread(target=self.reflect, args=(r, q.put, stop, True), name=f"kalena-watch-{r}",
                                     daemon=True) for r in ("nodes", "pods")]
         for t in threads:

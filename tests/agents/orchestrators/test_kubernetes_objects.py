@@ -135,6 +135,17 @@ def test_malformed_pods_name_the_object_and_field(edit, field) -> None:
      "status.containerStatuses[0].state.terminated: expected a mapping"),
     ("pod-oomkilled.json", lambda p: p["status"]["containerStatuses"][0]["state"]["terminated"].update(exitCode="137"),
      "exitCode: expected an integer"),
+    ("pod-job-pending.json", lambda p: p["spec"].update(tolerations=[{"key": "gpu", "operator": "Maybe"}]),
+     "spec.tolerations[0].operator: 'Maybe' is not one of"),
+    ("pod-job-pending.json", lambda p: p["spec"].update(topologySpreadConstraints=[{"maxSkew": 1,
+                                                                                   "whenUnsatisfiable": "Maybe"}]),
+     "whenUnsatisfiable: 'Maybe' is not one of"),
+    ("pod-job-pending.json", lambda p: p["status"].update(phase="Runnning"), "status.phase: 'Runnning'"),
+    ("pod-job-pending.json", lambda p: p["metadata"].update(deletionTimestamp="soon"), "metadata.deletionTimestamp"),
+    ("pod-job-pending.json", lambda p: p["metadata"]["annotations"].update({"kalena.naughtian.io/min-member": "-3"}),
+     "min-member: '-3' is not a positive integer"),
+    ("pod-job-pending.json", lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu=True),
+     "requests.cpu: True is not a Kubernetes quantity"),
 ])
 def test_a_field_of_the_wrong_type_names_the_pod_and_the_field(fixture, edit, field) -> None:
     pod = load(fixture)
@@ -152,6 +163,8 @@ def test_a_field_of_the_wrong_type_names_the_pod_and_the_field(fixture, edit, fi
     (lambda n: n["status"]["images"][0].update(sizeBytes="big"), "status.images[0].sizeBytes: expected a number"),
     (lambda n: n["spec"].update(taints="NoSchedule"), "spec.taints: expected a list"),
     (lambda n: n.update(spec=[]), "spec: expected a mapping"),
+    (lambda n: n["spec"].update(unschedulable="false"), "spec.unschedulable: expected"),
+    (lambda n: n["spec"].update(taints=[{"key": "gpu", "effect": "Sometimes"}]), "spec.taints[0].effect"),
 ])
 def test_a_node_field_of_the_wrong_type_names_the_node_and_the_field(edit, field) -> None:
     node = load("node-worker.json")
