@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import time
 
+from agents.orchestrators.kubernetes.teststore import APIError
 from agents.orchestrators.kubernetes.watch import KubernetesWatcher
+from kalena_engine.resources import GIB
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.control.escalation import escalation_pass, eviction_retries_run
 from kalena_web.control.reconciler import Reconciler
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
-from kalena_engine.resources import GIB
 from kalena_web.scheduling.models import BatchPod
-from agents.orchestrators.kubernetes.teststore import APIError
 from tests.web.kubernetes.test_live_kubernetes import api, job_pod, orchestrator  # noqa: F401 - fixture
 
 
