@@ -38,14 +38,39 @@ def label_selector(raw: Mapping[str, Any] | None, field: str) -> LabelSelector:
     if not isinstance(raw, Mapping):
         raise InputError("a label selector must be a mapping", field=field, accepted="{matchLabels, matchExpressions}")
     labels = raw.get("matchLabels") or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise InputError("matchLabels must map label names to string values", field=f"{field}.matchLabels",
+                         accepted='{"app": "train"}')
+    items = raw.get("matchExpressions") or []
+    if not isinstance(items, list):
+        raise InputError("expected a list", field=f"{field}.matchExpressions")
     expressions = []
-    for i, item in enumerate(raw.get("matchExpressions") or []):
-        if not isinstance(item, Mapping) or "key" not in item or "operator" not in item:
-            raise InputError("an expression needs key and operator", field=f"{field}.matchExpressions[{i}]",
-                             accepted="{key, operator: In|NotIn|Exists|DoesNotExist, values}")
-        expressions.append(Requirement(str(item["key"]), str(item["operator"]),
-                                       tuple(str(v) for v in item.get("values") or ())))
-    return LabelSelector.of({str(k): str(v) for k, v in labels.items()}, expressions=tuple(expressions))
+    for i, item in enumerate(items):
+        values = item.get("values") if isinstance(item, Mapping) else None
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str) or \
+                not isinstance(item.get("operator"), str) or not isinstance(values or [], list) or \
+                not all(isinstance(v, str) for v in values or []):
+            raise InputError("an expression needs a string key and operator and a list of string values",
+                             field=f"{field}.matchExpressions[{i}]",
+                             accepted="{key, operator: In|NotIn|Exists|DoesNotExist, values: [strings]}")
+        try:
+            expressions.append(Requirement(item["key"], item["operator"], tuple(values or ())))
+        except InputError as exc:
+            raise InputError(exc.problem, field=f"{field}.matchExpressions[{i}]", accepted=exc.accepted) from None
+    return LabelSelector.of(dict(labels), expressions=tuple(expressions))
+
+
+def _strings(raw: Any, field: str) -> tuple[str, ...]:
+    """A JSON list of strings (namespaces) as a tuple.
+
+    Raises:
+        InputError: anything else, naming ``field``.
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise InputError("expected a list of strings", field=field, accepted='["batch", "ml"]')
+    return tuple(raw)
 
 
 def node_affinity(raw: Sequence[Any] | None, field: str) -> tuple[NodeSelectorTerm, ...]:
@@ -135,18 +160,25 @@ def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constr
         if isinstance(t, str):
             tolerations.append(Toleration(key=t))
         elif isinstance(t, Mapping):
-            tolerations.append(Toleration(key=str(t.get("key", "")), operator=str(t.get("operator", "Exists")),
-                                          value=str(t.get("value", "")), effect=str(t.get("effect", ""))))
+            if not all(isinstance(t.get(k, ""), str) for k in ("key", "operator", "value", "effect")):
+                raise InputError("a toleration's key, operator, value and effect are strings",
+                                 field=f"constraints.tolerations[{i}]")
+            tolerations.append(Toleration(key=t.get("key", ""), operator=t.get("operator", "Exists"),
+                                          value=t.get("value", ""), effect=t.get("effect", "")))
         else:
             raise InputError("a toleration is a key or a mapping", field=f"constraints.tolerations[{i}]")
+    for key, name in (("anti_affinity_terms", "topologyKey"), ("spread", "topologyKey")):
+        for i, item in enumerate(constraints.get(key) or []):
+            if not isinstance(item.get(name, ""), str):
+                raise InputError("expected a string", field=f"constraints.{key}[{i}].{name}", accepted="a topology key")
     terms = tuple(
         AntiAffinityTerm(label_selector(term.get("labelSelector", term), f"constraints.anti_affinity_terms[{i}]"),
-                         topology_key=str(term.get("topologyKey", "kubernetes.io/hostname")),
-                         namespaces=tuple(term.get("namespaces") or ()))
+                         topology_key=term.get("topologyKey", "kubernetes.io/hostname"),
+                         namespaces=_strings(term.get("namespaces"), f"constraints.anti_affinity_terms[{i}].namespaces"))
         for i, term in enumerate(constraints.get("anti_affinity_terms") or [])
     )
     spread = tuple(
-        SpreadConstraint(int(s.get("maxSkew", 1)), str(s.get("topologyKey", "zone")),
+        SpreadConstraint(int(s.get("maxSkew", 1)), s.get("topologyKey", "zone"),
                          label_selector(s["labelSelector"], f"constraints.spread[{i}].labelSelector")
                          if s.get("labelSelector") else None)
         for i, s in enumerate(constraints.get("spread") or [])

@@ -180,9 +180,14 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
         except Rejected as exc:
             raise BatchRejected(exc.detail, field=field_name) from None
     namespace = name.split("/", 1)[0]
+    if not isinstance(constraints or {}, Mapping):
+        raise BatchRejected("constraints must be a mapping", field="constraints")
     constraints = dict(constraints or {})
-    mappers.template_of(owner=owner, namespace=namespace, labels=labels or {}, constraints=constraints,
-                        min_member=min_member)  # raises InputError on malformed constraints
+    try:
+        mappers.template_of(owner=owner, namespace=namespace, labels=labels or {}, constraints=constraints,
+                            min_member=min_member)
+    except InputError as exc:  # malformed constraints: refused as every other bad field
+        raise BatchRejected(exc.problem, field=exc.field, accepted=exc.accepted) from None
     with transaction.atomic():
         if Workload.objects.filter(cluster=cluster, name=name).exists():
             raise BatchRejected(f"{name!r} exists in cluster {cluster.name!r}", field="name", accepted="a new name")

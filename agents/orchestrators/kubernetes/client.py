@@ -412,12 +412,27 @@ class KubernetesOrchestrator:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _raw(self, method, *args, **kwargs) -> dict:
-        """Call ``method`` with a timeout and raw content; read, release and parse the answer."""
+        """Call ``method`` with a timeout and raw content; read, release and parse the answer.
+        urllib3's timeout bounds each socket read, so the whole answer is also read against one
+        deadline: a body that trickles in gives up at about ``request_timeout_s`` too.
+
+        Raises:
+            ApiException: the API refused. TimeoutError: no whole answer within the timeout.
+        """
+        deadline = time.monotonic() + self.timeout_s
         resp = method(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+        chunks = []
         try:
-            data = resp.read()
+            for chunk in resp.stream(64 * 1024, decode_content=True):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the answer took longer than {self.timeout_s:g} s")
+        except BaseException:
+            resp.close()  # half read: the connection must not go back to the pool with the rest in it
+            raise
         finally:
             resp.release_conn()
+        data = b"".join(chunks)
         return json.loads(data) if data else {}
 
 

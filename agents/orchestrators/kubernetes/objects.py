@@ -72,7 +72,7 @@ _STR, _NUMBER, _STR_MAP = str, (int, float), object()
 _RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
 _META = {"name": _STR, "namespace": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
-         "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR}]}
+         "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR, "controller": bool}]}
 _REQUIREMENT = {"key": _STR, "operator": _STR, "values": [_STR]}
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _SELECTOR = {"matchLabels": _STR_MAP, "matchExpressions": [_REQUIREMENT]}
@@ -123,7 +123,7 @@ def check_shape(obj: object, shape: object, name: str, field: str = "") -> None:
                 raise MalformedObject(name, f"{field}[{i}]", "null in a list")
             check_shape(item, shape[0], name, f"{field}[{i}]")
     elif isinstance(shape, frozenset):
-        if obj not in shape:
+        if not isinstance(obj, str) or obj not in shape:
             raise MalformedObject(name, field, f"{obj!r} is not one of {', '.join(sorted(map(repr, shape)))}")
     elif shape is _STR_MAP:
         if not isinstance(obj, Mapping):
