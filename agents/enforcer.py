@@ -183,11 +183,11 @@ class Enforcer:
                 body = k8s.V1Eviction(api_version="policy/v1", kind="Eviction",
                                       metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
                                       delete_options=k8s.V1DeleteOptions(grace_period_seconds=grace))
-                self.kube.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False,
-                                                         _request_timeout=5).release_conn()
+                _read_and_release(self.kube.create_namespaced_pod_eviction(
+                    name, namespace, body, _preload_content=False, _request_timeout=5))
             else:
-                self.kube.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False,
-                                                _request_timeout=5).release_conn()
+                _read_and_release(self.kube.delete_namespaced_pod(
+                    name, namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=5))
         except ApiException as exc:
             if exc.status == 404:  # already gone: nothing left to stop
                 return Applied(True, what, writes, None, started, self.clock_mono())
@@ -259,6 +259,15 @@ class Enforcer:
             os.close(ufd)
             raise
         return efd, ufd
+
+
+def _read_and_release(resp) -> None:
+    """Read the answer whole, then give its connection back to the pool: an unread body left on
+    a kept-alive connection would be read as the start of the next answer."""
+    try:
+        resp.read()
+    finally:
+        resp.release_conn()
 
 
 def kube_api_client(*, in_cluster: bool, url: str | None, token_file: str | None, ca_file: str | None) -> k8s.ApiClient:

@@ -34,6 +34,11 @@ class EvictionRefused(OrchestratorError):
     the workload still runs and keeps its reservation; retry later with backoff."""
 
 
+class EvictionUncertain(OrchestratorError):
+    """An eviction call that may or may not have landed (a timeout, a dropped connection): the
+    workload keeps its reservation until the retry or the watch says what happened."""
+
+
 class BindingUncertain(OrchestratorError):
     """A binding call that may or may not have landed (a timeout, a dropped connection): the
     caller must ask the orchestrator (or wait for its watch) before binding again."""

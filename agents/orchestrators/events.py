@@ -67,7 +67,8 @@ class PodPending:
     Added with defaults (placement needs them): ``image`` (the first container's image, image
     locality), ``constraints`` (the REST API's constraint shape: ``node_selector``,
     ``tolerations``, ``anti_affinity_terms``, ``spread``), ``grace_s`` (termination grace used
-    when Kalena evicts it), ``min_member`` (gang size).
+    when Kalena evicts it), ``min_member`` (gang size), ``uid`` (the object's ``metadata.uid``:
+    a pod deleted and created again under its name is a new object, told apart by it).
     """
 
     ref: str
@@ -83,6 +84,7 @@ class PodPending:
     constraints: Mapping[str, object] = field(default_factory=dict)
     grace_s: float = 30.0
     min_member: int | None = None
+    uid: str = ""
 
 
 @dataclass(frozen=True)

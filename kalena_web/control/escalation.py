@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import transaction
 
-from agents.orchestrators import Orchestrator, OrchestratorError, WorkloadGone
+from agents.orchestrators import EvictionUncertain, Orchestrator, OrchestratorError, WorkloadGone
 from kalena_engine.escalation import EscalationPolicy, decide_escalation
 from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
 from kalena_engine.policy import EvictionPolicy
@@ -129,11 +129,11 @@ def _retry_delay_s(attempts: int) -> float:
 
 
 def _evict_one(pod: BatchPod, orchestrator: Orchestrator, *, now_s: float, grace_s: float, cause: str,
-               detail: dict, source_key: str, report: EscalationReport) -> str | None:
-    """Evict one bound pod; returns the refusal message when the orchestrator refused or failed
-    (the pod keeps running and its reservation; retried), else None (evicted, or already gone).
-    A call that timed out may still land: the retry then finds the pod gone (404), or the watch
-    reports it evicted first and the retry is dropped."""
+               detail: dict, source_key: str, report: EscalationReport) -> OrchestratorError | None:
+    """Evict one bound pod; returns the orchestrator's refusal or failure (the pod keeps running
+    and its reservation; retried), else None (evicted, or already gone). A call that timed out
+    (:class:`~agents.orchestrators.base.EvictionUncertain`) may still land: the retry then finds
+    the pod gone (404), or the watch reports it gone first and the retry records the eviction."""
     name = pod.workload.name
     try:
         orchestrator.evict(name, grace_s=grace_s if pod.source != BatchPod.WATCH else pod.grace_s,
@@ -142,14 +142,19 @@ def _evict_one(pod: BatchPod, orchestrator: Orchestrator, *, now_s: float, grace
         report.errors.append(str(exc))  # gone already: still take it off the ledger
     except OrchestratorError as exc:  # EvictionRefused (429), another refusal or a timeout: not evicted
         report.errors.append(str(exc))
-        return str(exc)
-    EvictionRecord.objects.get_or_create(
-        source_key=source_key,
-        defaults=dict(cluster_id=pod.cluster_id, node_id=pod.workload.node_id, workload=pod.workload,
-                      workload_name=name, time_s=now_s, cause=cause, tier="batch", priority=pod.workload.priority,
-                      detail=detail))
+        return exc
+    _record_eviction(pod, time_s=now_s, cause=cause, detail=detail, source_key=source_key)
     batch_evicted(pod=pod, now_s=now_s, reason=f"{cause}: {detail.get('escalation', '')}")
     return None
+
+
+def _record_eviction(pod: BatchPod, *, time_s: float, cause: str, detail: dict, source_key: str,
+                     node_id: int | None = None) -> None:
+    EvictionRecord.objects.get_or_create(
+        source_key=source_key,
+        defaults=dict(cluster_id=pod.cluster_id, node_id=node_id or pod.workload.node_id, workload=pod.workload,
+                      workload_name=pod.workload.name, time_s=time_s, cause=cause, tier="batch",
+                      priority=pod.workload.priority, detail=detail))
 
 
 def _drain(node: Node, orchestrator: Orchestrator, *, now_s: float, reason: str, detail: str, grace_s: float,
@@ -164,10 +169,11 @@ def _drain(node: Node, orchestrator: Orchestrator, *, now_s: float, reason: str,
         if refusal is None:
             drained.append(name)
             continue
-        refused.append((name, refusal))
+        refused.append((name, str(refusal)))
         EvictionRetry.objects.update_or_create(pod=pod, defaults=dict(
             cause="escalation", detail=f"{reason}: {detail}"[:300], attempts=1, first_s=now_s,
-            next_s=now_s + _retry_delay_s(1), refusal=refusal[:500]))
+            next_s=now_s + _retry_delay_s(1), refusal=str(refusal)[:500],
+            uncertain=isinstance(refusal, EvictionUncertain)))
     if drained:
         from kalena_web.policy.audit import audit
 
@@ -179,17 +185,24 @@ def _drain(node: Node, orchestrator: Orchestrator, *, now_s: float, reason: str,
 def eviction_retries_run(*, cluster: Cluster, orchestrator: Orchestrator, now_s: float,
                          report: EscalationReport | None = None) -> int:
     """Retry every refused eviction that is due; returns how many were evicted now. A pod that
-    ended meanwhile is forgotten; a refusal again doubles the wait (:func:`_retry_delay_s`)."""
+    ended meanwhile is forgotten — unless the last attempt timed out and the pod is gone: that
+    eviction landed, and is recorded with its cause. A refusal again doubles the wait
+    (:func:`_retry_delay_s`)."""
     report = report or EscalationReport()
     done = 0
     for retry in EvictionRetry.objects.filter(pod__cluster=cluster, next_s__lte=now_s).select_related("pod__workload"):
         pod = retry.pod
-        if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
-            retry.delete()
-            continue
         reason, _, detail = retry.detail.partition(": ")  # stored as f"{reason}: {detail}" by _drain
         why = {"escalation": reason, "why": detail, "limit_breach": False,
                "refused_before": retry.attempts, "last_refusal": retry.refusal}
+        if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
+            if retry.uncertain and pod.gone:
+                node_id = Node.objects.filter(cluster=cluster, name=pod.ran_on).values_list("id", flat=True).first()
+                _record_eviction(pod, time_s=pod.ended_s or now_s, cause=retry.cause, node_id=node_id,
+                                 detail={**why, "landed_after_timeout": True},
+                                 source_key=f"retry:{pod.id}:{retry.first_s:.3f}")
+            retry.delete()
+            continue
         refusal = _evict_one(pod, orchestrator, now_s=now_s, grace_s=pod.grace_s, cause=retry.cause, detail=why,
                              source_key=f"retry:{pod.id}:{retry.first_s:.3f}", report=report)
         if refusal is None:
@@ -199,6 +212,7 @@ def eviction_retries_run(*, cluster: Cluster, orchestrator: Orchestrator, now_s:
         else:
             retry.attempts += 1
             retry.next_s = now_s + _retry_delay_s(retry.attempts)
-            retry.refusal = refusal[:500]
-            retry.save(update_fields=["attempts", "next_s", "refusal"])
+            retry.refusal = str(refusal)[:500]
+            retry.uncertain = isinstance(refusal, EvictionUncertain)
+            retry.save(update_fields=["attempts", "next_s", "refusal", "uncertain"])
     return done

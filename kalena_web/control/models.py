@@ -111,3 +111,5 @@ class EvictionRetry(models.Model):
     first_s = models.FloatField()
     next_s = models.FloatField()
     refusal = models.CharField(max_length=500)
+    #: the last attempt timed out: it may have landed (a pod then gone is recorded as evicted)
+    uncertain = models.BooleanField(default=False)

@@ -164,7 +164,7 @@ class Reconciler:
         answers = scheduling.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), pods=[dict(
             ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels, priority=e.priority, owner=e.owner,
             gang=e.gang, min_member=e.min_member, image=e.image, constraints=e.constraints, grace_s=e.grace_s,
-            at_s=e.at_s) for e in batch])
+            uid=e.uid, at_s=e.at_s) for e in batch])
         for e, answer in zip(batch, answers, strict=True):
             if isinstance(answer, InputError):
                 results[id(e)] = self._reject("PodPending", e.ref, str(answer))
@@ -263,7 +263,7 @@ class Reconciler:
         _, changed = scheduling.batch_observe_pending(
             cluster=self.cluster, ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels,
             priority=e.priority, owner=e.owner, gang=e.gang, min_member=e.min_member, image=e.image,
-            constraints=e.constraints, grace_s=e.grace_s, at_s=e.at_s, now_s=self.clock())
+            constraints=e.constraints, grace_s=e.grace_s, uid=e.uid, at_s=e.at_s, now_s=self.clock())
         if changed and self.wake is not None:
             self.wake(self.cluster.id)
         return CHANGED if changed else UNCHANGED

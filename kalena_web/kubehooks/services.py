@@ -7,6 +7,7 @@ from agents.discovery.labels import TIER
 from agents.orchestrators import Orchestrator, OrchestratorError
 from agents.orchestrators.kubernetes.batch_resources import pod_vectors
 from agents.orchestrators.kubernetes.extender import BindingArgs, pod_constraints, pod_priority
+from agents.orchestrators.kubernetes.objects import MalformedObject, timestamp_s
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling import services as scheduling
@@ -15,6 +16,15 @@ from kalena_web.scheduling.models import BatchPod
 
 class ExtenderBindRefused(Exception):
     """The bind cannot be done; the message (sent as ``ExtenderBindingResult.Error``) says why."""
+
+
+def _created_s(meta: dict) -> float:
+    """The pod's creationTimestamp (Unix s; 0 when absent or unreadable): immutable, so the queue
+    can tell this object from an earlier one of the same name."""
+    try:
+        return timestamp_s(meta.get("creationTimestamp"))
+    except MalformedObject:
+        return 0.0
 
 
 def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orchestrator, now_s: float) -> BatchPod:
@@ -41,7 +51,8 @@ def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orche
         cluster=cluster, ref=binding.ref, request=requests, limit=limits,
         labels={**(meta.get("labels") or {}), TIER: "batch"}, priority=pod_priority(pod),
         owner=f"{owners[0]['kind']}/{owners[0]['name']}" if owners else "", constraints=pod_constraints(pod),
-        grace_s=float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)), at_s=now_s, now_s=now_s)
+        grace_s=float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)), uid=str(meta.get("uid") or ""),
+        at_s=_created_s(meta) or now_s, now_s=now_s)
     batch_pod = BatchPod.objects.select_related("workload").get(id=batch_pod.id)
     if batch_pod.state != BatchPod.PENDING:
         raise ExtenderBindRefused(f"pod {binding.ref} is {batch_pod.state} in Kalena, not pending")

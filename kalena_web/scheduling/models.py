@@ -60,6 +60,8 @@ class BatchPod(models.Model):
     #: the node it was bound to when it ended (completed or deleted while bound); the workload's
     #: ``node`` is cleared then, and the console's batch list still shows where it ran
     ran_on = models.CharField(max_length=253, blank=True, default="")
+    #: the watched object's ``metadata.uid`` (``""``: submitted through REST, or not known)
+    uid = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "state", "queued_s"], name="scheduling_pod_queue")]

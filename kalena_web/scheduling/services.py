@@ -763,7 +763,7 @@ def _vector8(values: Sequence[float], field_name: str) -> list[float]:
 def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float], limit: Sequence[float],
                           labels: Mapping[str, str], priority: int, owner: str, gang: str = "",
                           min_member: int | None = None, image: str = "", constraints: Mapping[str, Any] | None = None,
-                          grace_s: float = 30.0, at_s: float, now_s: float) -> tuple[BatchPod, bool]:
+                          grace_s: float = 30.0, uid: str = "", at_s: float, now_s: float) -> tuple[BatchPod, bool]:
     """Queue a pod the watch reports pending (the same queue :func:`batch_submit` feeds).
 
     Idempotent: a pod already queued, bound or ended is left as it is (its object cannot be
@@ -807,37 +807,46 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
                 row=Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count(), **fields)
             pod = BatchPod.objects.create(cluster=cluster, workload=workload, image=image, gang=gang,
                                           min_member=min_member, submitted_s=queued_s, queued_s=queued_s,
-                                          source=BatchPod.WATCH, grace_s=float(grace_s))
+                                          source=BatchPod.WATCH, grace_s=float(grace_s), uid=uid)
             return pod, True
         pod = workload.batch
-        replaced = _replaced(pod.source, pod.state, pod.running_s, pod.submitted_s, at_s)
+        replaced = _replaced(pod.source, pod.state, pod.running_s, pod.submitted_s, at_s, pod.uid, uid)
         if replaced and not pod.gone:  # the old object went while the watch was away: it leaves every ledger
             batch_gone(pod=pod, now_s=now_s, reason="replaced by a new pod of the same name")
         if pod.gone or replaced or (pod.source == BatchPod.REST and pod.state in BatchPod.TERMINAL):
+            from kalena_web.control.models import EvictionRetry
+
+            EvictionRetry.objects.filter(pod=pod).delete()  # a retry was for the old object, never the new one
             Workload.objects.filter(id=workload.id).update(node=None, start_s=None, **fields)
             BatchPod.objects.filter(id=pod.id).update(
                 state=BatchPod.PENDING, source=BatchPod.WATCH, gone=False, outcome="", reason="", image=image,
                 gang=gang, min_member=min_member, submitted_s=queued_s, queued_s=queued_s, bound_s=None,
-                ended_s=None, bound_version=None, running_s=None, noticed_s=None, requeues=0, grace_s=float(grace_s))
+                ended_s=None, bound_version=None, running_s=None, noticed_s=None, requeues=0, grace_s=float(grace_s),
+                uid=uid, ran_on="")
             pod.refresh_from_db()
             return pod, True
         if pod.source == BatchPod.REST and pod.state in (BatchPod.PENDING, BatchPod.BOUND):
-            BatchPod.objects.filter(id=pod.id).update(source=BatchPod.WATCH, grace_s=float(grace_s))
+            BatchPod.objects.filter(id=pod.id).update(source=BatchPod.WATCH, grace_s=float(grace_s), uid=uid,
+                                                      submitted_s=at_s or pod.submitted_s)
             pod.source = BatchPod.WATCH
             return pod, True
+        if uid and not pod.uid:  # known from now on
+            BatchPod.objects.filter(id=pod.id).update(uid=uid)
         return pod, False
 
 
-def _replaced(source: str, state: str, running_s: float | None, submitted_s: float, at_s: float) -> bool:
+def _replaced(source: str, state: str, running_s: float | None, submitted_s: float, at_s: float,
+              held_uid: str = "", uid: str = "") -> bool:
     """Whether a pending report for a watched pod Kalena holds is a new object under the same
-    name (the old one deleted while the watch was away, its DELETED never seen): the old object
-    was seen running on a node (a pod's node never changes, so it cannot be pending again), or
-    it ended and the report's object was created after it (``at_s``, its creationTimestamp; 0
-    when unknown, never newer)."""
+    name (the old one deleted while the watch was away, its DELETED never seen). Their
+    ``metadata.uid`` decide when both are known. Otherwise: the old object was seen running on
+    a node (a pod's node never changes, so it cannot be pending again), or the report's object
+    was created after it (``at_s``, its creationTimestamp, is immutable; 0 when unknown)."""
     if source != BatchPod.WATCH:
         return False
-    return (state == BatchPod.BOUND and running_s is not None) or (
-        state in BatchPod.TERMINAL and at_s > 0 and at_s > submitted_s)
+    if held_uid and uid:
+        return held_uid != uid
+    return (state == BatchPod.BOUND and running_s is not None) or (at_s > 0 and at_s > submitted_s)
 
 
 def _debit(pod: BatchPod, node_id: int) -> None:
@@ -913,9 +922,10 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
     for that pod)."""
     out: list[bool | BatchRejected] = [False] * len(pods)
     names = [p.get("ref") for p in pods]
-    held = {row[0]: row[1:] for row in Workload.objects.filter(  # (source, gone, state, running_s, submitted_s)
+    held = {row[0]: row[1:] for row in Workload.objects.filter(  # (source, gone, state, running_s, submitted_s, uid)
         cluster=cluster, kind=Workload.BATCH, name__in=names).values_list(
-        "name", "batch__source", "batch__gone", "batch__state", "batch__running_s", "batch__submitted_s")}
+        "name", "batch__source", "batch__gone", "batch__state", "batch__running_s", "batch__submitted_s",
+        "batch__uid")}
     existing = set(held)
     fresh, seen = [], set()
     for i, p in enumerate(pods):
@@ -949,7 +959,7 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
                 BatchPod(cluster=cluster, workload=w, image=pods[i].get("image", ""), gang=pods[i].get("gang", ""),
                          min_member=pods[i].get("min_member"), submitted_s=pods[i].get("at_s") or now_s,
                          queued_s=pods[i].get("at_s") or now_s, source=BatchPod.WATCH,
-                         grace_s=float(pods[i].get("grace_s", 30.0)))
+                         grace_s=float(pods[i].get("grace_s", 30.0)), uid=pods[i].get("uid") or "")
                 for w, i in zip(workloads, fresh, strict=True)], batch_size=1000)
         for i in fresh:
             out[i] = True
@@ -958,9 +968,10 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
         if i in fresh_set or isinstance(out[i], BatchRejected):
             continue
         if p.get("ref") in existing:
-            source, gone, state, running_s, submitted_s = held[p["ref"]]
-            if source == BatchPod.WATCH and not gone and not _replaced(
-                    source, state, running_s, submitted_s, p.get("at_s") or 0.0):  # queued, bound or ended: unchanged
+            source, gone, state, running_s, submitted_s, held_uid = held[p["ref"]]
+            uid = p.get("uid") or ""
+            if source == BatchPod.WATCH and not gone and (not uid or held_uid) and not _replaced(
+                    source, state, running_s, submitted_s, p.get("at_s") or 0.0, held_uid, uid):  # unchanged
                 try:
                     _check_pending(**p)
                     out[i] = False
@@ -1003,7 +1014,7 @@ def _check_labels(labels: object, field: str = "labels") -> None:
 
 def _check_pending(*, ref: str, request, limit, labels, priority: int, owner: str, gang: str = "",
                    min_member: int | None = None, image: str = "", constraints=None, grace_s: float = 30.0,
-                   at_s: float = 0.0) -> None:
+                   at_s: float = 0.0, uid: str = "") -> None:
     """Every check :func:`batch_observe_pending` makes before it stores anything.
 
     Raises:

@@ -34,7 +34,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from agents.orchestrators.base import (
-    BatchSpec, BindingUncertain, EvictionRefused, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
+    BatchSpec, BindingUncertain, EvictionRefused, EvictionUncertain, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
 )
 from agents.orchestrators.events import WatchEvent
 from agents.orchestrators.kubernetes.watch import KubernetesWatcher, WatchExpired
@@ -187,7 +187,7 @@ class KubernetesOrchestrator:
                                       " (a PodDisruptionBudget refused it)") from None
             raise OrchestratorError(f"evict {workload_id} ({reason}): {exc.status} {_reason(exc)}") from None
         except Exception as exc:  # noqa: BLE001 - timeouts: the caller keeps the pod and retries
-            raise OrchestratorError(f"evict {workload_id}: {type(exc).__name__}: {exc}") from None
+            raise EvictionUncertain(f"evict {workload_id}: {type(exc).__name__}: {exc}") from None
         self.record_event(workload_id, "Evicted", f"Evicted by Kalena: {reason}", type_="Warning")
 
     def pod_node(self, workload_id: str) -> str | None:

@@ -71,7 +71,7 @@ class MalformedObject(ValueError):
 _STR, _NUMBER, _STR_MAP = str, (int, float), object()
 _RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
-_META = {"name": _STR, "namespace": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
+_META = {"name": _STR, "namespace": _STR, "uid": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
          "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR, "controller": bool}]}
 _REQUIREMENT = {"key": _STR, "operator": _STR, "values": [_STR]}
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
@@ -340,7 +340,7 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
             annotations=annotations, priority=priority_of(annotations), owner=owner_of(meta),
             gang=str(annotations.get(GANG_ANNOTATION, "")), at_s=at_s,
             image=normalize_image(str(containers[0].get("image") or "")), constraints=pod_constraints(spec),
-            grace_s=float(grace), min_member=min_member)]
+            grace_s=float(grace), min_member=min_member, uid=str(meta.get("uid") or ""))]
     if phase in ("Pending", "Running", "Unknown"):
         return [PodRunning(ref, node, at_s=timestamp_s(status.get("startTime"), ref, "status.startTime") or at_s)]
     reason = str(status.get("reason") or "")

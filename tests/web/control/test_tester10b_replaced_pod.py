@@ -38,10 +38,11 @@ def test_a_pod_that_ended_and_was_replaced_in_the_same_second_is_queued_again(re
     the re-list reports the new object pending (a list shows the present: an object that ended
     is never pending again). Observed: ``_replaced`` needs ``at_s > submitted_s``, so the report
     is taken for the old object's and ignored; the new pod stays Pending in Kubernetes forever,
-    never queued. Expected: queued (pending). Telling the two apart needs ``metadata.uid``."""
+    never queued. Expected: queued (pending). Telling the two apart needs ``metadata.uid``, which
+    the watch events now carry (without it, a same-second replacement stays undetectable)."""
     fake = FakeOrchestrator(node_names=NODES)
     first = PodPending("batch/b-0", vec(1, 1), vec(1, 1), labels={"app": "train"}, priority=1, owner="Job/train",
-                       at_s=1000.0)
+                       at_s=1000.0, uid="uid-first")  # the watch carries metadata.uid: it tells the two apart
     rec.apply(first)
     run_pass(rec.cluster, fake)
     node = fake.log[0][2]
@@ -49,7 +50,9 @@ def test_a_pod_that_ended_and_was_replaced_in_the_same_second_is_queued_again(re
     rec.apply(PodFinished("batch/b-0", node, "succeeded", "Completed", 0))
     after_410 = Reconciler(cluster=rec.cluster, clock=rec.clock)  # the watcher's re-list, applied
     after_410.apply(PodPending("batch/b-0", vec(1, 1), vec(1, 1), labels={"app": "train"}, priority=1,
-                               owner="Job/train", at_s=1000.0))
+                               owner="Job/train", at_s=1000.0, uid="uid-second"))
+    assert after_410.apply(PodPending("batch/b-0", vec(1, 1), vec(1, 1), labels={"app": "train"}, priority=1,
+                                      owner="Job/train", at_s=1000.0, uid="uid-second")) == "unchanged"
     after_410.apply(Resynced(pods=frozenset({"batch/b-0"}), nodes=frozenset(NODES)))
     assert BatchPod.objects.get(workload__name="batch/b-0").state == "pending"
 
