@@ -769,9 +769,9 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
     Idempotent: a pod already queued, bound or ended is left as it is (its object cannot be
     pending again); a pod submitted through REST under the same name is adopted (one queue
     entry, never two); a pod whose object was gone and that reappears under its name is a new
-    object, queued afresh — also when the deletion was missed (the watch was away): a pod seen
-    on a node, or one that ended before this object was created (:func:`_replaced`). ``at_s`` (its creation time) orders the queue. Returns the pod and
-    whether anything changed.
+    object, queued afresh — also when the deletion was missed (the watch was away), told by its
+    ``uid`` (:func:`_replaced`); any eviction retry of the old object is dropped. ``at_s`` (its
+    creation time) orders the queue. Returns the pod and whether anything changed.
 
     Raises:
         BatchRejected: a malformed name, vector, priority, owner, image or constraints —
