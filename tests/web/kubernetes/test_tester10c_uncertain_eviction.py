@@ -4,6 +4,7 @@ or a Job pod named by its owner). Case C12's setup, as in test_tester10b_evictio
 
 from __future__ import annotations
 
+import copy
 import time
 
 from agents.orchestrators.kubernetes.teststore import APIError
@@ -60,3 +61,47 @@ def test_a_landed_late_eviction_keeps_its_record_when_the_replacement_is_queued_
     eviction_retries_run(cluster=live, orchestrator=core, now_s=1400.0 + 3600)
     causes = list(EvictionRecord.objects.filter(workload_name="batch/p-0").values_list("cause", flat=True))
     assert any(c != "priority" for c in causes), f"the landed eviction of the old p-0 is not recorded: {causes}"
+
+
+def test_a_landed_late_eviction_seen_as_failed_then_deleted_is_recorded_as_kalenas_escalation(live, api) -> None:
+    """Same late-but-performed Eviction. The API puts the ``DisruptionTarget`` condition on the pod
+    (Kubernetes ≥ 1.26; the test server too), and the kubelet moves a deleted pod to phase
+    Failed before it is removed (Kubernetes ≥ 1.27): the watch reports MODIFIED (Failed +
+    DisruptionTarget → PodFinished(evicted)) and then DELETED. Observed: the reconciler records
+    the eviction as the orchestrator's own (cause ``orchestrator``, "evicted by the orchestrator"),
+    and the due retry finds the pod ended but not yet gone and is deleted unrecorded: Kalena's
+    escalation (its cause and why-evicted) is never recorded. Expected: the eviction Kalena asked for
+    is recorded with its cause ``escalation`` (as when the DELETED comes alone)."""
+    n = "thinkcentre-alpha"
+    core = orchestrator(api)
+    core.timeout_s = 0.5
+    watcher = KubernetesWatcher(core)
+    rec = Reconciler(cluster=live, clock=lambda: 1000.0)
+    api.create_pod(job_pod("p-0", owner="etl", cpu="2", memory="4Gi", labels={"job": "etl"}))
+    rec.apply_all(watcher._translate("pods", "ADDED", api.get("pods", "batch/p-0")))
+    api.store.mutate("pods", "batch/p-0", lambda p: p["spec"].update(nodeName=n))
+    api.set_pod_phase("batch/p-0", "Running")
+    rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
+    p = BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+    for i, t in enumerate((1100.0, 1250.0, 1390.0)):
+        EvictionRecord.objects.create(cluster=live, node=p.workload.node, workload_name=f"batch/x-{i}", time_s=t,
+                                      cause="priority", source_key=f"agent:t10c:{i}")
+    running = api.get("pods", "batch/p-0")
+    api.fault("POST", r"/pods/p-0/eviction$", times=1, delay_s=1.5)
+    escalation_pass(cluster=live, orchestrator=core, now_s=1400.0)
+    assert EvictionRetry.objects.filter(pod=p, uncertain=True).exists()
+    deadline = time.monotonic() + 10
+    while _pod(api, "batch/p-0") is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _pod(api, "batch/p-0") is None, "the late eviction did land"
+    # what the watch saw on the way: the DisruptionTarget condition, then the kubelet's Failed phase
+    failed = copy.deepcopy(running)
+    failed["metadata"]["deletionTimestamp"] = failed["status"]["startTime"]
+    failed["status"]["phase"] = "Failed"
+    failed["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
+                                       "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}]
+    rec.apply_all(watcher._translate("pods", "MODIFIED", failed))
+    eviction_retries_run(cluster=live, orchestrator=core, now_s=1400.0 + 3600)
+    rec.apply_all(watcher._translate("pods", "DELETED", {"metadata": {"name": "p-0", "namespace": "batch"}}))
+    causes = list(EvictionRecord.objects.filter(workload_name="batch/p-0").values_list("cause", flat=True))
+    assert "escalation" in causes, f"Kalena's escalation of p-0 is not recorded: {causes}"
