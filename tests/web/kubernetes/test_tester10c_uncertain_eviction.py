@@ -105,3 +105,40 @@ def test_a_landed_late_eviction_seen_as_failed_then_deleted_is_recorded_as_kalen
     rec.apply_all(watcher._translate("pods", "DELETED", {"metadata": {"name": "p-0", "namespace": "batch"}}))
     causes = list(EvictionRecord.objects.filter(workload_name="batch/p-0").values_list("cause", flat=True))
     assert "escalation" in causes, f"Kalena's escalation of p-0 is not recorded: {causes}"
+
+
+def test_an_eviction_that_timed_out_and_did_not_land_is_not_recorded_when_the_pod_then_succeeds(live, api) -> None:
+    """The escalation's Eviction of ``p-0`` times out (0.5 s) and is *not* performed (the API
+    answers 500 after 1.5 s) → EvictionRetry (uncertain). The pod then completes by itself
+    (Succeeded) and its Job's TTL controller deletes it before the retry is due. Observed: the
+    retry sees "uncertain and gone" and records an eviction that never happened
+    (``landed_after_timeout``, cause escalation): a false why-evicted for a pod that succeeded,
+    an owner × node cooldown and one more eviction counted towards the node's escalation.
+    Expected: a pod that ended by itself (outcome succeeded) was not evicted — nothing recorded."""
+    n = "thinkcentre-alpha"
+    core = orchestrator(api)
+    core.timeout_s = 0.5
+    watcher = KubernetesWatcher(core)
+    rec = Reconciler(cluster=live, clock=lambda: 1000.0)
+    api.create_pod(job_pod("p-0", owner="etl", cpu="2", memory="4Gi", labels={"job": "etl"}))
+    rec.apply_all(watcher._translate("pods", "ADDED", api.get("pods", "batch/p-0")))
+    api.store.mutate("pods", "batch/p-0", lambda p: p["spec"].update(nodeName=n))
+    api.set_pod_phase("batch/p-0", "Running")
+    rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
+    p = BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+    for i, t in enumerate((1100.0, 1250.0, 1390.0)):
+        EvictionRecord.objects.create(cluster=live, node=p.workload.node, workload_name=f"batch/x-{i}", time_s=t,
+                                      cause="priority", source_key=f"agent:t10c:{i}")
+    api.fault("POST", r"/pods/p-0/eviction$", code=500, times=1, delay_s=1.5)  # late, and not performed
+    escalation_pass(cluster=live, orchestrator=core, now_s=1400.0)
+    assert EvictionRetry.objects.filter(pod=p, uncertain=True).exists()
+    time.sleep(1.5)  # the injected answer has been sent; the pod was not evicted
+    assert _pod(api, "batch/p-0") is not None
+    api.set_pod_phase("batch/p-0", "Succeeded", exit_code=0)
+    rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
+    assert BatchPod.objects.get(id=p.id).outcome == "succeeded"
+    api.delete_pod("batch/p-0")  # the Job's ttlSecondsAfterFinished
+    rec.apply_all(watcher._translate("pods", "DELETED", {"metadata": {"name": "p-0", "namespace": "batch"}}))
+    eviction_retries_run(cluster=live, orchestrator=core, now_s=1400.0 + 3600)
+    records = list(EvictionRecord.objects.filter(workload_name="batch/p-0").values_list("cause", "detail"))
+    assert records == [], f"a pod that succeeded is recorded as evicted: {records}"
