@@ -338,12 +338,13 @@ class SpreadFilter:
         match = np.array([(selector.matches(t.labels) if selector is not None
                            else all(t.labels.get(k) == v for k, v in template.labels.items()))
                           and t.namespace == template.namespace for t in all_tpls], dtype=bool)
+        eligible_nodes = (snap.nodes.selector_mask(template.node_selector)  # nodeAffinityPolicy: Honor (default):
+                          & snap.nodes.affinity_mask(template.node_affinity) & (codes >= 0))  # other nodes
+        match &= eligible_nodes[all_nodes]  # neither make domains nor count their pods
         per_domain = np.zeros(len(names), dtype=np.int64)
         if match.any():
             dom = codes[all_nodes[match]]
             np.add.at(per_domain, dom[dom >= 0], all_counts[match][dom >= 0])
-        eligible_nodes = (snap.nodes.selector_mask(template.node_selector)  # nodeAffinityPolicy: Honor (default)
-                          & snap.nodes.affinity_mask(template.node_affinity) & (codes >= 0))
         eligible = np.zeros(len(names), dtype=bool)
         eligible[codes[eligible_nodes]] = True
         return codes, per_domain, eligible, names

@@ -158,12 +158,16 @@ class NodeSelectorTerm:
         return ",".join(str(r) for r in self.requirements) or "<nothing>"
 
 
+_INT64 = 2**63
+
+
 def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except (TypeError, ValueError):
+    """Whether ``text`` is what Kubernetes' ``strconv.ParseInt(text, 10, 64)`` accepts: an
+    optional sign and decimal digits within int64 (Python's ``int`` also takes ``1_0`` and spaces)."""
+    if not isinstance(text, str) or not text.lstrip("+-").isdigit() or text[:2] in ("+-", "-+", "--", "++") or \
+            not text.lstrip("+-").isascii():
         return False
-    return True
+    return -_INT64 <= int(text) < _INT64
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,29 @@ def _drain(node: Node, orchestrator: Orchestrator, *, now_s: float, reason: str,
     return drained, refused
 
 
+def eviction_retry_settle(*, pod: BatchPod, now_s: float, evicted: bool = False) -> bool:
+    """Forget the eviction retry of a pod that is no longer bound (it ended, went, or its name
+    now holds a new object). When the last attempt timed out and the pod went without ending on
+    its own (``gone``), or the orchestrator reports it evicted (``evicted``), that eviction
+    landed: it is recorded with its cause and why-evicted (``landed_after_timeout``). Returns
+    whether it was recorded."""
+    retry = EvictionRetry.objects.filter(pod=pod).first()
+    if retry is None:
+        return False
+    landed = retry.uncertain and (evicted or (pod.gone and pod.outcome == "gone"))
+    if landed:
+        reason, _, detail = retry.detail.partition(": ")
+        node_id = pod.workload.node_id or Node.objects.filter(
+            cluster_id=pod.cluster_id, name=pod.ran_on).values_list("id", flat=True).first()
+        _record_eviction(pod, time_s=pod.ended_s or now_s, cause=retry.cause, node_id=node_id,
+                         detail={"escalation": reason, "why": detail, "limit_breach": False,
+                                 "refused_before": retry.attempts, "last_refusal": retry.refusal,
+                                 "landed_after_timeout": True},
+                         source_key=f"retry:{pod.id}:{retry.first_s:.3f}")
+    retry.delete()
+    return landed
+
+
 def eviction_retries_run(*, cluster: Cluster, orchestrator: Orchestrator, now_s: float,
                          report: EscalationReport | None = None) -> int:
     """Retry every refused eviction that is due; returns how many were evicted now. A pod that
@@ -196,12 +219,7 @@ def eviction_retries_run(*, cluster: Cluster, orchestrator: Orchestrator, now_s:
         why = {"escalation": reason, "why": detail, "limit_breach": False,
                "refused_before": retry.attempts, "last_refusal": retry.refusal}
         if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
-            if retry.uncertain and pod.gone:
-                node_id = Node.objects.filter(cluster=cluster, name=pod.ran_on).values_list("id", flat=True).first()
-                _record_eviction(pod, time_s=pod.ended_s or now_s, cause=retry.cause, node_id=node_id,
-                                 detail={**why, "landed_after_timeout": True},
-                                 source_key=f"retry:{pod.id}:{retry.first_s:.3f}")
-            retry.delete()
+            eviction_retry_settle(pod=pod, now_s=now_s)
             continue
         refusal = _evict_one(pod, orchestrator, now_s=now_s, grace_s=pod.grace_s, cause=retry.cause, detail=why,
                              source_key=f"retry:{pod.id}:{retry.first_s:.3f}", report=report)

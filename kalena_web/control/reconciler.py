@@ -295,9 +295,13 @@ class Reconciler:
     def _eviction_cooldown(self, pod: BatchPod, e: PodFinished) -> None:
         """The orchestrator evicted the pod: close its owner × node pair for the cooldown,
         unless Kalena's own eviction of it is already recorded."""
+        from kalena_web.control.escalation import eviction_retry_settle
+
         w = pod.workload
         if EvictionRecord.objects.filter(workload=w, time_s__gte=pod.bound_s or 0.0).exists():
             return
+        if eviction_retry_settle(pod=pod, now_s=e.at_s or self.clock(), evicted=True):
+            return  # Kalena's own eviction, whose answer had timed out: recorded with its cause
         EvictionRecord.objects.get_or_create(source_key=f"watch:{w.id}:{pod.bound_s or 0:.3f}", defaults=dict(
             cluster=self.cluster, node_id=w.node_id, workload=w, workload_name=w.name, time_s=e.at_s or self.clock(),
             cause="orchestrator", tier="batch", priority=w.priority,

@@ -814,9 +814,10 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
         if replaced and not pod.gone:  # the old object went while the watch was away: it leaves every ledger
             batch_gone(pod=pod, now_s=now_s, reason="replaced by a new pod of the same name")
         if pod.gone or replaced or (pod.source == BatchPod.REST and pod.state in BatchPod.TERMINAL):
-            from kalena_web.control.models import EvictionRetry
+            from kalena_web.control.escalation import eviction_retry_settle
 
-            EvictionRetry.objects.filter(pod=pod).delete()  # a retry was for the old object, never the new one
+            pod.refresh_from_db()
+            eviction_retry_settle(pod=pod, now_s=now_s)  # a retry was for the old object, never the new one
             Workload.objects.filter(id=workload.id).update(node=None, start_s=None, **fields)
             BatchPod.objects.filter(id=pod.id).update(
                 state=BatchPod.PENDING, source=BatchPod.WATCH, gone=False, outcome="", reason="", image=image,
@@ -839,14 +840,17 @@ def _replaced(source: str, state: str, running_s: float | None, submitted_s: flo
               held_uid: str = "", uid: str = "") -> bool:
     """Whether a pending report for a watched pod Kalena holds is a new object under the same
     name (the old one deleted while the watch was away, its DELETED never seen). Their
-    ``metadata.uid`` decide when both are known. Otherwise: the old object was seen running on
-    a node (a pod's node never changes, so it cannot be pending again), or the report's object
-    was created after it (``at_s``, its creationTimestamp, is immutable; 0 when unknown)."""
+    ``metadata.uid`` decide when both are known (rows stored before the uid was kept have
+    none). Otherwise: a bound pod only when it was seen running on a node (a pod's node never
+    changes, so it cannot be pending again); a queued or ended one when the report's object was
+    created after it (``at_s``, its creationTimestamp, is immutable; 0 when unknown)."""
     if source != BatchPod.WATCH:
         return False
     if held_uid and uid:
         return held_uid != uid
-    return (state == BatchPod.BOUND and running_s is not None) or (at_s > 0 and at_s > submitted_s)
+    if state == BatchPod.BOUND:  # never unbind on a guess: only an object seen on a node is surely another
+        return running_s is not None
+    return at_s > 0 and at_s > submitted_s
 
 
 def _debit(pod: BatchPod, node_id: int) -> None:

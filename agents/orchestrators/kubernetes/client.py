@@ -413,8 +413,9 @@ class KubernetesOrchestrator:
 
     def _raw(self, method, *args, **kwargs) -> dict:
         """Call ``method`` with a timeout and raw content; read, release and parse the answer.
-        urllib3's timeout bounds each socket read, so the whole answer is also read against one
-        deadline: a body that trickles in gives up at about ``request_timeout_s`` too.
+        urllib3's timeout bounds each socket read, so the body is also read against one deadline,
+        checked after every socket read: a body that trickles in gives up at about
+        ``request_timeout_s`` too (headers that trickle in are bounded per read only).
 
         Raises:
             ApiException: the API refused. TimeoutError: no whole answer within the timeout.
@@ -423,7 +424,7 @@ class KubernetesOrchestrator:
         resp = method(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
         chunks = []
         try:
-            for chunk in resp.stream(64 * 1024, decode_content=True):
+            while chunk := resp.read1(64 * 1024):  # what one socket read gave: the deadline is checked after each
                 chunks.append(chunk)
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the answer took longer than {self.timeout_s:g} s")

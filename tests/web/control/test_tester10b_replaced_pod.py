@@ -65,10 +65,11 @@ def test_a_pod_bound_but_not_yet_seen_running_and_replaced_meanwhile_is_queued_w
     still with 1 core). Expected: the new object queued with its own request."""
     fake = FakeOrchestrator(node_names=NODES)
     rec.apply(PodPending("batch/c-0", vec(1, 1), vec(1, 1), labels={"app": "train"}, priority=1,
-                         owner="Job/train", at_s=1000.0))
+                         owner="Job/train", at_s=1000.0, uid="uid-old"))
     run_pass(rec.cluster, fake)
     assert BatchPod.objects.get(workload__name="batch/c-0").state == "bound"
+    # the uid tells them apart (a bound pod is never unbound on a creation-time guess: tester10c)
     rec.apply(PodPending("batch/c-0", vec(3, 1), vec(3, 1), labels={"app": "train"}, priority=1,
-                         owner="Job/train", at_s=1500.0))
+                         owner="Job/train", at_s=1500.0, uid="uid-new"))
     pod = BatchPod.objects.select_related("workload").get(workload__name="batch/c-0")
     assert (pod.state, pod.workload.request[CPU]) == ("pending", 3000.0)
