@@ -23,13 +23,9 @@ def _pod(api, key: str) -> dict | None:
         return None
 
 
-def test_a_retry_of_an_eviction_that_landed_late_never_evicts_the_replacement_pod(live, api) -> None:
-    """The escalation's Eviction of ``p-0`` is answered after the 0.5 s timeout but performed:
-    Kalena schedules an EvictionRetry (D2b's fix). The pod goes (DELETED), its controller makes a
-    new ``p-0`` (a StatefulSet-style name), and it is running on a node before the retry is due.
-    Observed: the retry is keyed on the BatchPod row, which the new object reuses, and the Eviction
-    names the pod only (no ``deleteOptions.preconditions.uid``): the retry evicts the *new* pod,
-    which did nothing. Expected: the retry ends with the object it was for; the new pod runs on."""
+def running_pod(live, api):
+    """Case C12's pod: ``batch/p-0`` (2 cores / 4 GiB) watched, bound on thinkcentre-alpha and
+    Running, with a 0.5 s API timeout; returns ``(node, orchestrator, watcher, reconciler, pod)``."""
     n = "thinkcentre-alpha"
     core = orchestrator(api)
     core.timeout_s = 0.5
@@ -40,7 +36,17 @@ def test_a_retry_of_an_eviction_that_landed_late_never_evicts_the_replacement_po
     api.store.mutate("pods", "batch/p-0", lambda p: p["spec"].update(nodeName=n))
     api.set_pod_phase("batch/p-0", "Running")
     rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
-    p = BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+    return n, core, watcher, rec, BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+
+
+def test_a_retry_of_an_eviction_that_landed_late_never_evicts_the_replacement_pod(live, api) -> None:
+    """The escalation's Eviction of ``p-0`` is answered after the 0.5 s timeout but performed:
+    Kalena schedules an EvictionRetry (D2b's fix). The pod goes (DELETED), its controller makes a
+    new ``p-0`` (a StatefulSet-style name), and it is running on a node before the retry is due.
+    Observed: the retry is keyed on the BatchPod row, which the new object reuses, and the Eviction
+    names the pod only (no ``deleteOptions.preconditions.uid``): the retry evicts the *new* pod,
+    which did nothing. Expected: the retry ends with the object it was for; the new pod runs on."""
+    n, core, watcher, rec, p = running_pod(live, api)
     reservation = [2000.0, 4.6 * GIB] + [0.0] * 6
     WorkloadReservation.objects.filter(workload=p.workload).update(value=reservation, last_sample_s=1000.0)
     LiveNodeLedger.objects.filter(node=p.workload.node).update(batch_reservation=reservation)
@@ -75,17 +81,7 @@ def test_an_eviction_that_landed_late_and_was_seen_by_the_watch_keeps_its_why_ev
     no longer bound and is deleted; no EvictionRecord names the escalation for ``p-0`` and no
     ``Evicted`` Event was sent — the drain's why-evicted is lost, as if nobody evicted it.
     Expected: the eviction Kalena asked for is recorded with its cause (as the 404 path does)."""
-    n = "thinkcentre-alpha"
-    core = orchestrator(api)
-    core.timeout_s = 0.5
-    watcher = KubernetesWatcher(core)
-    rec = Reconciler(cluster=live, clock=lambda: 1000.0)
-    api.create_pod(job_pod("p-0", owner="etl", cpu="2", memory="4Gi", labels={"job": "etl"}))
-    rec.apply_all(watcher._translate("pods", "ADDED", api.get("pods", "batch/p-0")))
-    api.store.mutate("pods", "batch/p-0", lambda p: p["spec"].update(nodeName=n))
-    api.set_pod_phase("batch/p-0", "Running")
-    rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
-    p = BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+    n, core, watcher, rec, p = running_pod(live, api)
     for i, t in enumerate((1100.0, 1250.0, 1390.0)):
         EvictionRecord.objects.create(cluster=live, node=p.workload.node, workload_name=f"batch/x-{i}", time_s=t,
                                       cause="priority", source_key=f"agent:t10b:{i}")

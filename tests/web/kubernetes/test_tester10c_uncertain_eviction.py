@@ -7,21 +7,14 @@ from __future__ import annotations
 import copy
 import time
 
-from agents.orchestrators.kubernetes.teststore import APIError
-from agents.orchestrators.kubernetes.watch import KubernetesWatcher
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.control.escalation import escalation_pass, eviction_retries_run
 from kalena_web.control.models import EvictionRetry
-from kalena_web.control.reconciler import Reconciler
 from kalena_web.scheduling.models import BatchPod
-from tests.web.kubernetes.test_live_kubernetes import api, job_pod, orchestrator  # noqa: F401 - fixture
+from tests.web.kubernetes.test_live_kubernetes import api, job_pod  # noqa: F401 - fixture
+from tests.web.kubernetes.test_tester10b_eviction_retry_replacement import _pod, running_pod
 
 
-def _pod(api, key: str) -> dict | None:
-    try:
-        return api.get("pods", key)
-    except APIError:
-        return None
 
 
 def test_a_landed_late_eviction_keeps_its_record_when_the_replacement_is_queued_before_the_retry(live, api) -> None:
@@ -32,17 +25,7 @@ def test_a_landed_late_eviction_keeps_its_record_when_the_replacement_is_queued_
     runs and the landed eviction is never recorded: no EvictionRecord with the escalation's cause,
     no cooldown on the owner × node, the drain's why-evicted lost. Expected: as without the
     replacement (tester10b's second test, fixed): the eviction is recorded with its cause."""
-    n = "thinkcentre-alpha"
-    core = orchestrator(api)
-    core.timeout_s = 0.5
-    watcher = KubernetesWatcher(core)
-    rec = Reconciler(cluster=live, clock=lambda: 1000.0)
-    api.create_pod(job_pod("p-0", owner="etl", cpu="2", memory="4Gi", labels={"job": "etl"}))
-    rec.apply_all(watcher._translate("pods", "ADDED", api.get("pods", "batch/p-0")))
-    api.store.mutate("pods", "batch/p-0", lambda p: p["spec"].update(nodeName=n))
-    api.set_pod_phase("batch/p-0", "Running")
-    rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
-    p = BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+    n, core, watcher, rec, p = running_pod(live, api)
     for i, t in enumerate((1100.0, 1250.0, 1390.0)):  # 3 evictions within 300 s → N escalates (C12)
         EvictionRecord.objects.create(cluster=live, node=p.workload.node, workload_name=f"batch/x-{i}", time_s=t,
                                       cause="priority", source_key=f"agent:t10c:{i}")
@@ -72,17 +55,7 @@ def test_a_landed_late_eviction_seen_as_failed_then_deleted_is_recorded_as_kalen
     and the due retry finds the pod ended but not yet gone and is deleted unrecorded: Kalena's
     escalation (its cause and why-evicted) is never recorded. Expected: the eviction Kalena asked for
     is recorded with its cause ``escalation`` (as when the DELETED comes alone)."""
-    n = "thinkcentre-alpha"
-    core = orchestrator(api)
-    core.timeout_s = 0.5
-    watcher = KubernetesWatcher(core)
-    rec = Reconciler(cluster=live, clock=lambda: 1000.0)
-    api.create_pod(job_pod("p-0", owner="etl", cpu="2", memory="4Gi", labels={"job": "etl"}))
-    rec.apply_all(watcher._translate("pods", "ADDED", api.get("pods", "batch/p-0")))
-    api.store.mutate("pods", "batch/p-0", lambda p: p["spec"].update(nodeName=n))
-    api.set_pod_phase("batch/p-0", "Running")
-    rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
-    p = BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+    n, core, watcher, rec, p = running_pod(live, api)
     for i, t in enumerate((1100.0, 1250.0, 1390.0)):
         EvictionRecord.objects.create(cluster=live, node=p.workload.node, workload_name=f"batch/x-{i}", time_s=t,
                                       cause="priority", source_key=f"agent:t10c:{i}")
@@ -115,17 +88,7 @@ def test_an_eviction_that_timed_out_and_did_not_land_is_not_recorded_when_the_po
     (``landed_after_timeout``, cause escalation): a false why-evicted for a pod that succeeded,
     an owner × node cooldown and one more eviction counted towards the node's escalation.
     Expected: a pod that ended by itself (outcome succeeded) was not evicted — nothing recorded."""
-    n = "thinkcentre-alpha"
-    core = orchestrator(api)
-    core.timeout_s = 0.5
-    watcher = KubernetesWatcher(core)
-    rec = Reconciler(cluster=live, clock=lambda: 1000.0)
-    api.create_pod(job_pod("p-0", owner="etl", cpu="2", memory="4Gi", labels={"job": "etl"}))
-    rec.apply_all(watcher._translate("pods", "ADDED", api.get("pods", "batch/p-0")))
-    api.store.mutate("pods", "batch/p-0", lambda p: p["spec"].update(nodeName=n))
-    api.set_pod_phase("batch/p-0", "Running")
-    rec.apply_all(watcher._translate("pods", "MODIFIED", api.get("pods", "batch/p-0")))
-    p = BatchPod.objects.select_related("workload").get(workload__name="batch/p-0")
+    n, core, watcher, rec, p = running_pod(live, api)
     for i, t in enumerate((1100.0, 1250.0, 1390.0)):
         EvictionRecord.objects.create(cluster=live, node=p.workload.node, workload_name=f"batch/x-{i}", time_s=t,
                                       cause="priority", source_key=f"agent:t10c:{i}")

@@ -202,51 +202,6 @@ def test_a_watch_whose_answer_is_late_gives_up_at_the_request_timeout(api) -> No
         stop.set()
 
 
-def test_a_watch_that_ends_at_once_without_events_is_retried_with_backoff(api) -> None:
-    """Observed: a stream that ends normally is resumed at once ("delay = self.backoff_s", no
-    sleep), so an API server or proxy that answers every watch with an empty 200 gets a tight
-    loop: 3,292 watch requests in 3 s in a manual run, no backoff, nothing counted. client-go's
-    reflector treats a watch that ends within a second without an event as an error and backs
-    off. Expected: the watcher sleeps (backs off) before the twentieth such request."""
-    from agents.orchestrators.kubernetes.watch import KubernetesWatcher
-
-    slept: list[float] = []
-    watcher = KubernetesWatcher(orchestrator(api), sleep=lambda s, stop: (slept.append(s), stop.wait(0.01)))
-    stop = threading.Event()
-    events = watcher.events(stop)
-    next(e for e in events if isinstance(e, Resynced))
-    api.route("GET", r"^/api/v1/pods$", lambda groups, body: (200, {}))  # every watch: an empty 200, at once
-    api.drop_watches()
-    thread = threading.Thread(target=lambda: [None for _ in events], daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: len(pod_watches_any(api)) >= 20 or slept, "twenty pods watches or a backoff")
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-    assert slept, f"{len(pod_watches_any(api))} watch requests without a backoff"
-
-
-def pod_watches_any(api: TestAPIServer) -> list:
-    return [p for v, p, q in api.request_log if v == "GET" and p == "/api/v1/pods"]
-
-
-def test_a_bookmark_with_a_version_the_server_never_issued_does_not_blind_the_watch(api, watching) -> None:
-    """Observed: a BOOKMARK's ``resourceVersion`` is taken as it is; after
-    ``{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "999999"}}}`` and a
-    dropped stream the watcher resumes from 999999 and never sees another pod (the test server
-    serves nothing after it; a real API server answers "Too large resource version", which the
-    watcher does not treat as a reason to re-list, so it retries the same version with backoff
-    forever). Expected: the pod created afterwards is seen (client-go re-lists on such an answer)."""
-    wait_for(lambda: api.open_watches["pods"], "the pods watch open")
-    api.inject_watch_line("pods", b'{"type": "BOOKMARK", "object": {"kind": "Pod", '
-                                  b'"metadata": {"resourceVersion": "999999"}}}')
-    wait_for(lambda: watching.watcher.versions["pods"] == "999999", "the bookmark read")
-    api.drop_watches()
-    wait_for(lambda: len(pod_watches(api)) >= 2, "the pods watch resumed")
-    _marker(api, watching, "after")
-
-
 def test_a_late_unschedulable_condition_does_not_overwrite_a_pod_bound_meanwhile(api) -> None:
     """Observed: ``note_pending`` queues the ``PodScheduled=False, reason Unschedulable`` status
     patch on the event thread; when it reaches the API after the pod was bound (a backlog of
