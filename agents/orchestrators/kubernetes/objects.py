@@ -65,14 +65,14 @@ class MalformedObject(ValueError):
 
 #: A shape is ``Mapping`` / ``list`` (any mapping / list), ``_STR_MAP`` (a mapping of strings to
 #: strings: labels, annotations, nodeSelector), a frozenset (one of these strings), a type or tuple
-#: of types (a leaf), a dict (a mapping
-#: whose listed keys have those shapes) or a one-item list (a list of that shape). ``None`` is
-#: accepted everywhere as "absent", as the API omits empty fields.
+#: of types (a leaf), a dict (a mapping whose listed keys have those shapes) or a one-item list (a
+#: list of that shape). ``None`` is accepted everywhere as "absent", as the API omits empty fields.
 _STR, _NUMBER, _STR_MAP = str, (int, float), object()
 _RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER = {"name": _STR, "image": _STR, "resources": _RESOURCES}
-_META = {"name": _STR, "namespace": _STR, "uid": _STR, "labels": _STR_MAP, "annotations": _STR_MAP, "creationTimestamp": _STR,
-         "deletionTimestamp": _STR, "resourceVersion": _STR, "ownerReferences": [{"kind": _STR, "name": _STR, "controller": bool}]}
+_META = {"name": _STR, "namespace": _STR, "uid": _STR, "labels": _STR_MAP, "annotations": _STR_MAP,
+         "creationTimestamp": _STR, "deletionTimestamp": _STR, "resourceVersion": _STR,
+         "ownerReferences": [{"kind": _STR, "name": _STR, "controller": bool}]}
 _REQUIREMENT = {"key": _STR, "operator": _STR, "values": [_STR]}
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 _SELECTOR = {"matchLabels": _STR_MAP, "matchExpressions": [_REQUIREMENT]}
@@ -86,10 +86,10 @@ POD_SHAPE = {
                  "nodeSelectorTerms": [{"matchExpressions": [_REQUIREMENT], "matchFields": [_REQUIREMENT]}]}},
                  "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                  {"labelSelector": _SELECTOR, "topologyKey": _STR, "namespaces": [_STR]}]}},
-             "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "whenUnsatisfiable": frozenset({"DoNotSchedule", "ScheduleAnyway"}),
-                                            "labelSelector": _SELECTOR}],
+             "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "labelSelector": _SELECTOR,
+                                            "whenUnsatisfiable": frozenset({"DoNotSchedule", "ScheduleAnyway"})}],
              "terminationGracePeriodSeconds": int},
-    "status": {"phase": _STR, "reason": _STR, "startTime": _STR, "conditions": [{"type": _STR, "status": _STR}],
+    "status": {"phase": frozenset(POD_PHASES), "reason": _STR, "startTime": _STR, "conditions": [{"type": _STR, "status": _STR}],
                "containerStatuses": [{"state": {"terminated": {"reason": _STR, "exitCode": int}}}]},
 }
 NODE_SHAPE = {
@@ -248,9 +248,8 @@ def normalize_image(name: str) -> str:
 
 def pod_constraints(spec: Mapping) -> dict:
     """nodeSelector, required node affinity, tolerations, required pod anti-affinity and hard
-    topology spread → the
-    constraint shape the scheduler stores (the REST API's ``constraints``). ``spec`` has passed
-    :func:`check_shape` (:data:`POD_SHAPE`)."""
+    topology spread → the constraint shape the scheduler stores (the REST API's
+    ``constraints``). ``spec`` has passed :func:`check_shape` (:data:`POD_SHAPE`)."""
     out: dict = {}
     if spec.get("nodeSelector"):
         out["node_selector"] = {str(k): str(v) for k, v in spec["nodeSelector"].items()}
@@ -306,8 +305,6 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     node = spec.get("nodeName") or ""
     phase = status.get("phase") or "Pending"
-    if phase not in POD_PHASES:
-        raise MalformedObject(ref, "status.phase", f"{phase!r} is not one of {', '.join(POD_PHASES)}")
     at_s = timestamp_s(meta.get("creationTimestamp"), ref, "metadata.creationTimestamp")
     deleting = timestamp_s(meta.get("deletionTimestamp"), ref, "metadata.deletionTimestamp") > 0
     if not is_batch(pod):
