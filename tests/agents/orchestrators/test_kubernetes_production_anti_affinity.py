@@ -13,6 +13,7 @@ import pytest
 
 from agents.orchestrators.events import ProductionSeen
 from agents.orchestrators.kubernetes.objects import MalformedObject, pod_events
+from tests.agents.orchestrators.kubernetes.test_watcher import api, watching  # noqa: F401 - fixtures
 
 DATA = Path(__file__).parent / "data"
 FIELD = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
@@ -118,3 +119,26 @@ def test_a_term_the_api_server_would_refuse_names_the_pod_and_the_field(edit, fi
     assert (info.value.name, info.value.field) == ("web/shop-7d9c5b6f4-x2k9q", field)
     assert problem in info.value.problem
     assert pod == before  # reading changes nothing
+
+
+def test_the_watch_counts_logs_and_skips_a_production_pod_with_a_malformed_term(api, watching, caplog) -> None:
+    """Through the test API server and the real client: a shop pod whose term has an unknown
+    operator is counted as malformed and logged with its field; the watch goes on (the next pod,
+    a well-formed replica, arrives with its terms)."""
+    import logging
+
+    from agents.orchestrators.kubernetes.testserver import node
+
+    caplog.set_level(logging.WARNING, logger="agents.orchestrators.kubernetes.watch")
+    api.create("nodes", node("thinkcentre-alpha"))
+    bad = deployment_pod()
+    terms_of(bad)[1]["labelSelector"]["matchExpressions"][0]["operator"] = "Near"
+    api.create_pod(bad)
+    good = deployment_pod()
+    good["metadata"]["name"] = "shop-7d9c5b6f4-m4p8z"
+    api.create_pod(good)
+    seen = watching.until(lambda e: isinstance(e, ProductionSeen) and e.ref == "web/shop-7d9c5b6f4-m4p8z", "good")
+    assert [t["topologyKey"] for t in seen.anti_affinity] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    assert watching.watcher.malformed["pods"] == 1
+    assert not any(isinstance(e, ProductionSeen) and e.ref == "web/shop-7d9c5b6f4-x2k9q" for e in watching.seen)
+    assert any(f"{FIELD}[1].labelSelector.matchExpressions[0]" in r.getMessage() for r in caplog.records)
