@@ -126,7 +126,8 @@ def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constr
             raise InputError("a toleration is a key or a mapping", field=f"constraints.tolerations[{i}]")
     for i, item in enumerate(constraints.get("spread") or []):
         if not isinstance(item.get("topologyKey", ""), str):
-            raise InputError("expected a string", field=f"constraints.spread[{i}].topologyKey", accepted="a topology key")
+            raise InputError("expected a string", field=f"constraints.spread[{i}].topologyKey",
+                             accepted="a topology key")
     terms = anti_affinity_terms_of(constraints.get("anti_affinity_terms"), "constraints.anti_affinity_terms")
     spread = tuple(
         SpreadConstraint(int(s.get("maxSkew", 1)), s.get("topologyKey", "zone"),

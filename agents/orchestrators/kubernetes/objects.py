@@ -15,7 +15,8 @@ Which pods become which events (DESIGN §14):
   ``DisruptionTarget`` condition → ``PodFinished(evicted)``; a container terminated
   ``OOMKilled`` → ``PodFinished(oom)``; other Failed → ``PodFinished(failed)`` with the exit code.
 * production (everything else): on a node and not terminal → :class:`ProductionSeen` (with its
-  required pod anti-affinity terms, :func:`production_anti_affinity`); terminal → :class:`PodGone` (terminated workloads never count).
+  required pod anti-affinity terms, :func:`production_anti_affinity`); terminal →
+  :class:`PodGone` (terminated workloads never count).
 * DELETED → :class:`PodGone`.
 
 A pod's requests are kube-scheduler's effective requests: ``max(Σ containers, max init

@@ -51,7 +51,8 @@ NAMESPACES = [
 ]
 
 
-@pytest.mark.parametrize(("namespaces", "selector", "read"), [c[1:] for c in NAMESPACES], ids=[c[0] for c in NAMESPACES])
+@pytest.mark.parametrize(("namespaces", "selector", "read"), [c[1:] for c in NAMESPACES],
+                         ids=[c[0] for c in NAMESPACES])
 def test_the_namespaces_a_term_covers(namespaces, selector, read) -> None:
     pod = deployment_pod()
     term = {"labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": "kubernetes.io/hostname"}
