@@ -131,7 +131,12 @@ class PodGone:
 @dataclass(frozen=True)
 class ProductionSeen:
     """A service-tier pod and where it actually runs (checked against the blueprint: fidelity
-    and drift live). ``node`` is ``""`` while it is not placed."""
+    and drift live). ``node`` is ``""`` while it is not placed.
+
+    ``anti_affinity``: the pod's required pod anti-affinity terms in the constraint shape
+    (``{"labelSelector": {matchLabels, matchExpressions}, "topologyKey": …, "namespaces": […]}``,
+    ``namespaces`` empty = every namespace): binding on batch (DESIGN §9).
+    """
 
     ref: str
     node: str
@@ -139,6 +144,7 @@ class ProductionSeen:
     limits: Vector
     labels: Mapping[str, str] = field(default_factory=dict)
     at_s: float = 0.0
+    anti_affinity: tuple[Mapping[str, object], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ Topology keys name a node's domain: ``kubernetes.io/hostname`` (the node itself)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kalena_engine.errors import InputError
 
@@ -186,6 +187,77 @@ class AntiAffinityTerm:
 
     def __str__(self) -> str:
         return f"{self.selector} @ {self.topology_key}"
+
+
+def label_selector_of(raw: Mapping[str, Any] | None, field: str) -> LabelSelector:
+    """Kubernetes ``{matchLabels, matchExpressions}`` (JSON) → :class:`LabelSelector`; ``None``
+    or ``{}`` is the empty selector (every pod).
+
+    Raises:
+        InputError: a malformed selector, naming ``field`` (``….matchExpressions[0]``).
+    """
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise InputError("a label selector must be a mapping", field=field, accepted="{matchLabels, matchExpressions}")
+    labels = raw.get("matchLabels") or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise InputError("matchLabels must map label names to string values", field=f"{field}.matchLabels",
+                         accepted='{"app": "train"}')
+    items = raw.get("matchExpressions") or []
+    if not isinstance(items, list):
+        raise InputError("expected a list", field=f"{field}.matchExpressions")
+    expressions = []
+    for i, item in enumerate(items):
+        values = item.get("values") if isinstance(item, Mapping) else None
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str) or \
+                not isinstance(item.get("operator"), str) or not isinstance(values or [], list) or \
+                not all(isinstance(v, str) for v in values or []):
+            raise InputError("an expression needs a string key and operator and a list of string values",
+                             field=f"{field}.matchExpressions[{i}]",
+                             accepted="{key, operator: In|NotIn|Exists|DoesNotExist, values: [strings]}")
+        try:
+            expressions.append(Requirement(item["key"], item["operator"], tuple(values or ())))
+        except InputError as exc:
+            raise InputError(exc.problem, field=f"{field}.matchExpressions[{i}]", accepted=exc.accepted) from None
+    return LabelSelector.of(dict(labels), expressions=tuple(expressions))
+
+
+def anti_affinity_terms_of(raw: Sequence[Any] | None, field: str) -> tuple[AntiAffinityTerm, ...]:
+    """Required anti-affinity terms in Kalena's constraint shape — a list of
+    ``{labelSelector, topologyKey, namespaces}`` (JSON) — → :class:`AntiAffinityTerm` tuple.
+    ``topologyKey`` absent: ``kubernetes.io/hostname``; ``namespaces`` absent or empty: every
+    namespace; a term without a ``labelSelector`` key is read as the selector itself (the REST
+    API's short form ``{"matchLabels": …}``). Both the batch pod's own terms and a resident
+    production pod's (DESIGN §9) are read here.
+
+    Example: ``[{"labelSelector": {"matchLabels": {"app": "noisy"}}, "namespaces": ["web"]}]``
+    → one term ``app=noisy @ kubernetes.io/hostname`` matching pods labelled ``app=noisy`` in
+    namespace ``web``.
+
+    Raises:
+        InputError: naming ``field[i]…`` (a term that is not a mapping, a topology key that is
+            not a string, namespaces that are not a list of strings, a malformed selector).
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
+        raise InputError("expected a list", field=field, accepted="a list of {labelSelector, topologyKey, namespaces}")
+    terms = []
+    for i, term in enumerate(raw):
+        where = f"{field}[{i}]"
+        if not isinstance(term, Mapping):
+            raise InputError("expected a mapping", field=where, accepted="{labelSelector, topologyKey, namespaces}")
+        key = term.get("topologyKey", HOSTNAME)
+        if not isinstance(key, str):
+            raise InputError("expected a string", field=f"{where}.topologyKey", accepted="a topology key")
+        namespaces = term.get("namespaces")
+        if namespaces is not None and (not isinstance(namespaces, list) or
+                                       not all(isinstance(v, str) for v in namespaces)):
+            raise InputError("expected a list of strings", field=f"{where}.namespaces", accepted='["batch", "ml"]')
+        selector = (label_selector_of(term["labelSelector"], f"{where}.labelSelector") if "labelSelector" in term
+                    else label_selector_of(term, where))
+        terms.append(AntiAffinityTerm(selector, topology_key=key, namespaces=tuple(namespaces or ())))
+    return tuple(terms)
 
 
 @dataclass(frozen=True)

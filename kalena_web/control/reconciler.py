@@ -328,7 +328,8 @@ class Reconciler:
             raise control.ObservationRejected(f"{e.ref!r} is a batch pod", field="labels",
                                               accepted="a pod's tier does not change while it exists")
         changed = control.production_observe(cluster=self.cluster, ref=e.ref, node_name=e.node, request=e.requests,
-                                             limit=e.limits, labels=e.labels, at_s=e.at_s, now_s=self.clock())
+                                             limit=e.limits, labels=e.labels, at_s=e.at_s, now_s=self.clock(),
+                                             anti_affinity=e.anti_affinity)
         return CHANGED if changed else UNCHANGED
 
     def _resynced(self, e: Resynced) -> str:

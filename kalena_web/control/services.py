@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.ledger import node_sum
+from kalena_engine.placement.selectors import anti_affinity_terms_of
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import RUN_NAME_PATTERN
 from kalena_web.control import metrics
@@ -270,23 +271,28 @@ def node_gone(*, cluster: Cluster, name: str, at_s: float, now_s: float) -> bool
 
 
 def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, limit, labels, at_s: float,
-                       now_s: float) -> bool:
+                       now_s: float, anti_affinity=()) -> bool:
     """A service-tier pod and where it actually runs, checked against the blueprint (DESIGN §14).
 
     A blueprint pod running where the blueprint put it changes nothing. Elsewhere: a fidelity
     finding (:class:`ProductionPlacement.finding`) and its request and reservation move to the
     node it runs on, so the ledgers follow reality. A pod the blueprint does not know is
     charged as production at ``r = q`` on its node until it reports. ``node_name`` ``""``
-    (not placed yet): nothing is charged. Returns whether anything changed.
+    (not placed yet): nothing is charged. ``anti_affinity``: the pod's required anti-affinity
+    terms (constraint shape, ``{labelSelector, topologyKey, namespaces}``), kept in the
+    workload's ``constraints.anti_affinity_terms``: the scheduler keeps matching batch out of
+    the pod's topology domain (DESIGN §9). Returns whether anything changed.
 
     Raises:
-        ObservationRejected: a malformed ref or vector, or a node the cluster does not know.
+        ObservationRejected: a malformed ref, vector or anti-affinity term, or a node the cluster
+            does not know; nothing changed.
     """
     from kalena_web.control.models import ProductionPlacement
 
     if not isinstance(ref, str) or "/" not in ref or len(ref) > 300:
         raise ObservationRejected(f"{str(ref)[:60]!r} is not namespace/pod", field="ref")
     req, lim = _observed_vector(request, "requests"), _observed_vector(limit, "limits")
+    terms = _observed_terms(anti_affinity)
     if not node_name:
         return False
     node = Node.objects.filter(cluster=cluster, name=node_name).first()
@@ -297,13 +303,15 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
         workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION,
                                                                name=ref).first()
         placement = ProductionPlacement.objects.filter(workload=workload).first() if workload else None
+        terms_changed = workload is not None and _production_terms_set(workload, terms)
         if workload is not None and workload.node_id == node.id and placement is not None:
-            return False
+            return terms_changed
         if workload is None:
             workload = Workload.objects.create(
                 cluster=cluster, kind=Workload.PRODUCTION, name=ref, namespace=ref.split("/", 1)[0], tier="service",
                 row=Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION).count(), node=node,
-                request=req, limit=[max(a, b) for a, b in zip(lim, req, strict=True)], labels=dict(labels or {}))
+                request=req, limit=[max(a, b) for a, b in zip(lim, req, strict=True)], labels=dict(labels or {}),
+                constraints={"anti_affinity_terms": terms} if terms else {})
             WorkloadReservation.objects.create(workload=workload, value=req, updated_s=now_s)
             _prod_move(workload, None, node.id, req)
             ProductionPlacement.objects.create(workload=workload, seen_node=node, blueprint_node=None,
@@ -318,6 +326,35 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
             seen_node=node, blueprint_node_id=blueprint_node, seen_s=at_s,
             finding=blueprint_node is not None and blueprint_node != node.id))
         return True
+
+
+def _observed_terms(anti_affinity) -> list[dict]:
+    """Required anti-affinity terms as reported → JSON-ready constraint-shape terms.
+
+    Raises:
+        ObservationRejected: naming ``anti_affinity[i]…`` (the selector parser's checks).
+    """
+    terms = [dict(t) if isinstance(t, Mapping) else t for t in anti_affinity or ()]
+    try:
+        anti_affinity_terms_of(terms, "anti_affinity")
+    except InputError as exc:
+        raise ObservationRejected(exc.problem, field=exc.field, accepted=exc.accepted) from None
+    return json.loads(json.dumps(terms))
+
+
+def _production_terms_set(workload: Workload, terms: list[dict]) -> bool:
+    """Keep ``terms`` as the workload's ``constraints.anti_affinity_terms`` (Kuberina name lists
+    beside them are kept). Returns whether they changed."""
+    constraints = dict(workload.constraints or {})
+    if terms:
+        constraints["anti_affinity_terms"] = terms
+    else:
+        constraints.pop("anti_affinity_terms", None)
+    if constraints == (workload.constraints or {}):
+        return False
+    Workload.objects.filter(id=workload.id).update(constraints=constraints)
+    workload.constraints = constraints
+    return True
 
 
 def _prod_move(workload: Workload, from_id: int | None, to_id: int | None, reservation) -> None:

@@ -83,8 +83,9 @@ class Workload(models.Model):
     axis. Vectors are per instance: ``request``, ``limit`` and, for batch (whose usage the trace
     does not record and the replay models as a fraction of the request), ``usage``.
     Live clusters also keep ``labels`` (DESIGN §4: tier, priority, slack-cpu, …), placement
-    ``constraints`` (``anti_affinity``: Kuberina pod ids; for batch also ``node_selector``,
-    ``tolerations``, ``anti_affinity_terms``, ``spread``) and ``start_s`` (Unix seconds; None =
+    ``constraints`` (``anti_affinity``: Kuberina pod ids; ``anti_affinity_terms``: required
+    pod anti-affinity label-selector terms, a production pod's as the watch read them; for batch
+    also ``node_selector``, ``tolerations``, ``spread``) and ``start_s`` (Unix seconds; None =
     running since before Kalena saw it, so no startup grace).
     """
 

@@ -14,63 +14,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina.model import Taint, Toleration
 from kalena_engine.placement import (
-    AntiAffinityTerm, BatchResidents, BatchTemplate, ClusterSnapshot, Evictions, Gang, Image, LabelSelector,
-    NodeRequirement, NodeSelectorTerm, NodeTable, PendingBatch, ProductionPods, Requirement, SpreadConstraint,
-    gang_pass_minimum,
+    BatchResidents, BatchTemplate, ClusterSnapshot, Evictions, Gang, Image, NodeRequirement, NodeSelectorTerm,
+    NodeTable, PendingBatch, ProductionPods, SpreadConstraint, gang_pass_minimum,
 )
+from kalena_engine.placement.selectors import AntiAffinityTerm, anti_affinity_terms_of
+from kalena_engine.placement.selectors import label_selector_of as label_selector
 from kalena_engine.resources import GPU
 from kalena_web.inventory.mappers import vector
 
 # -- constraints (JSON) → engine types ------------------------------------------------------------
-
-
-def label_selector(raw: Mapping[str, Any] | None, field: str) -> LabelSelector:
-    """Kubernetes ``{matchLabels, matchExpressions}`` → :class:`LabelSelector`.
-
-    Raises:
-        InputError: a malformed selector, naming ``field``.
-    """
-    raw = raw or {}
-    if not isinstance(raw, Mapping):
-        raise InputError("a label selector must be a mapping", field=field, accepted="{matchLabels, matchExpressions}")
-    labels = raw.get("matchLabels") or {}
-    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        raise InputError("matchLabels must map label names to string values", field=f"{field}.matchLabels",
-                         accepted='{"app": "train"}')
-    items = raw.get("matchExpressions") or []
-    if not isinstance(items, list):
-        raise InputError("expected a list", field=f"{field}.matchExpressions")
-    expressions = []
-    for i, item in enumerate(items):
-        values = item.get("values") if isinstance(item, Mapping) else None
-        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str) or \
-                not isinstance(item.get("operator"), str) or not isinstance(values or [], list) or \
-                not all(isinstance(v, str) for v in values or []):
-            raise InputError("an expression needs a string key and operator and a list of string values",
-                             field=f"{field}.matchExpressions[{i}]",
-                             accepted="{key, operator: In|NotIn|Exists|DoesNotExist, values: [strings]}")
-        try:
-            expressions.append(Requirement(item["key"], item["operator"], tuple(values or ())))
-        except InputError as exc:
-            raise InputError(exc.problem, field=f"{field}.matchExpressions[{i}]", accepted=exc.accepted) from None
-    return LabelSelector.of(dict(labels), expressions=tuple(expressions))
-
-
-def _strings(raw: Any, field: str) -> tuple[str, ...]:
-    """A JSON list of strings (namespaces) as a tuple.
-
-    Raises:
-        InputError: anything else, naming ``field``.
-    """
-    if raw is None:
-        return ()
-    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
-        raise InputError("expected a list of strings", field=field, accepted='["batch", "ml"]')
-    return tuple(raw)
 
 
 def node_affinity(raw: Sequence[Any] | None, field: str) -> tuple[NodeSelectorTerm, ...]:
@@ -167,16 +124,11 @@ def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constr
                                           value=t.get("value", ""), effect=t.get("effect", "")))
         else:
             raise InputError("a toleration is a key or a mapping", field=f"constraints.tolerations[{i}]")
-    for key, name in (("anti_affinity_terms", "topologyKey"), ("spread", "topologyKey")):
-        for i, item in enumerate(constraints.get(key) or []):
-            if not isinstance(item.get(name, ""), str):
-                raise InputError("expected a string", field=f"constraints.{key}[{i}].{name}", accepted="a topology key")
-    terms = tuple(
-        AntiAffinityTerm(label_selector(term.get("labelSelector", term), f"constraints.anti_affinity_terms[{i}]"),
-                         topology_key=term.get("topologyKey", "kubernetes.io/hostname"),
-                         namespaces=_strings(term.get("namespaces"), f"constraints.anti_affinity_terms[{i}].namespaces"))
-        for i, term in enumerate(constraints.get("anti_affinity_terms") or [])
-    )
+    for i, item in enumerate(constraints.get("spread") or []):
+        if not isinstance(item.get("topologyKey", ""), str):
+            raise InputError("expected a string", field=f"constraints.spread[{i}].topologyKey",
+                             accepted="a topology key")
+    terms = anti_affinity_terms_of(constraints.get("anti_affinity_terms"), "constraints.anti_affinity_terms")
     spread = tuple(
         SpreadConstraint(int(s.get("maxSkew", 1)), s.get("topologyKey", "zone"),
                          label_selector(s["labelSelector"], f"constraints.spread[{i}].labelSelector")
@@ -191,6 +143,26 @@ def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constr
         anti_affinity_pods=tuple(constraints.get("anti_affinity") or ()), spread=spread,
         member_ids=(member_id,) if member_id else (), min_member=min_member,
     )
+
+
+def production_terms(texts: Sequence[str | None], ids: Sequence[str]) -> tuple[tuple[AntiAffinityTerm, ...], ...]:
+    """Resident production pods' stored ``constraints.anti_affinity_terms`` (JSON text each,
+    ``None`` for none) → their :class:`AntiAffinityTerm` tuples. Each distinct text is parsed
+    once: the replicas of one Deployment share their terms.
+
+    Raises:
+        InputError: a stored term that does not parse, naming the pod ``ids[i]``.
+    """
+    parsed: dict[str, tuple[AntiAffinityTerm, ...]] = {}
+    out = []
+    for text, pod in zip(texts, ids, strict=True):
+        if not text:
+            out.append(())
+            continue
+        if text not in parsed:
+            parsed[text] = anti_affinity_terms_of(orjson.loads(text), f"{pod}: constraints.anti_affinity_terms")
+        out.append(parsed[text])
+    return tuple(out)
 
 
 # -- rows → snapshot ------------------------------------------------------------------------------

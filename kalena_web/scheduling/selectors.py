@@ -63,16 +63,22 @@ def node_rows(*, cluster: Cluster) -> list[NodeRow]:
 
 def production_fingerprint(*, cluster: Cluster) -> tuple:
     """A cheap summary that changes whenever a resident production pod is added, removed or
-    moved: ``(count, max id, Σ node id, Σ id · node id)`` (1 aggregate query)."""
-    from django.db.models import Count, F, Max, Sum
+    moved, or its required anti-affinity terms change: ``(count, max id, Σ node id,
+    Σ id · node id, pods with terms, Σ id · length of the terms' JSON)`` (1 aggregate query)."""
+    from django.db.models import F, Max, Q, Sum
+    from django.db.models.functions import Length
 
+    terms = KeyTransform("anti_affinity_terms", "constraints")
     agg = Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION, node__isnull=False).aggregate(
-        n=Count("id"), top=Max("id"), nodes=Sum("node_id"), mix=Sum(F("id") * F("node_id")))
-    return agg["n"], agg["top"], agg["nodes"], agg["mix"]
+        n=Count("id"), top=Max("id"), nodes=Sum("node_id"), mix=Sum(F("id") * F("node_id")),
+        with_terms=Count("id", filter=Q(constraints__has_key="anti_affinity_terms")),
+        terms=Sum(F("id") * Length(Cast(terms, TextField()))))
+    return agg["n"], agg["top"], agg["nodes"], agg["mix"], agg["with_terms"], agg["terms"]
 
 
 def production_pods(*, cluster: Cluster, row_of_node: dict[int, int], cache: dict | None = None) -> ProductionPods:
-    """Resident production pods with their labels and Kuberina anti-affinity lists (1 query).
+    """Resident production pods with their labels, required anti-affinity terms (label selectors
+    the watch read, DESIGN §9) and Kuberina anti-affinity name lists (1 query).
 
     ``cache`` (a dict the caller keeps between passes, e.g. the lease-holding scheduler's):
     reused while :func:`production_fingerprint` and the node rows are unchanged (then 1
@@ -89,18 +95,20 @@ def production_pods(*, cluster: Cluster, row_of_node: dict[int, int], cache: dic
     # json module's per-row decoding was most of a 9,000-pod read
     rows = Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION, node__isnull=False).values_list(
         "name", "node_id", "namespace", Cast("labels", TextField()),
-        Cast(KeyTransform("anti_affinity", "constraints"), TextField()))
-    ids, node, namespaces, label_texts, name_texts = [], [], [], [], []
-    for name, node_id, namespace, lab, anti in rows:
+        Cast(KeyTransform("anti_affinity", "constraints"), TextField()),
+        Cast(KeyTransform("anti_affinity_terms", "constraints"), TextField()))
+    ids, node, namespaces, label_texts, name_texts, term_texts = [], [], [], [], [], []
+    for name, node_id, namespace, lab, anti, terms in rows:
         ids.append(name)
         node.append(row_of_node[node_id])
         namespaces.append(namespace)
         label_texts.append(lab or "{}")
         name_texts.append(anti or "null")
+        term_texts.append(terms)
     labels = [lab or {} for lab in orjson.loads(f"[{','.join(label_texts)}]")]
     names = [tuple(n or ()) for n in orjson.loads(f"[{','.join(name_texts)}]")]
     return ProductionPods(ids=tuple(ids), node=np.array(node, dtype=np.int64), namespaces=tuple(namespaces),
-                          labels=tuple(labels), terms=tuple(() for _ in ids), names=tuple(names))
+                          labels=tuple(labels), terms=mappers.production_terms(term_texts, ids), names=tuple(names))
 
 
 def batch_residents(*, cluster: Cluster, row_of_node: dict[int, int]) -> BatchResidents:

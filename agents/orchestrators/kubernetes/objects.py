@@ -14,8 +14,9 @@ Which pods become which events (DESIGN §14):
   (an admission rejection, never a completion); Failed ``Evicted`` or with a
   ``DisruptionTarget`` condition → ``PodFinished(evicted)``; a container terminated
   ``OOMKilled`` → ``PodFinished(oom)``; other Failed → ``PodFinished(failed)`` with the exit code.
-* production (everything else): on a node and not terminal → :class:`ProductionSeen`;
-  terminal → :class:`PodGone` (terminated workloads never count).
+* production (everything else): on a node and not terminal → :class:`ProductionSeen` (with its
+  required pod anti-affinity terms, :func:`production_anti_affinity`); terminal →
+  :class:`PodGone` (terminated workloads never count).
 * DELETED → :class:`PodGone`.
 
 A pod's requests are kube-scheduler's effective requests: ``max(Σ containers, max init
@@ -39,6 +40,8 @@ from agents.orchestrators.events import (
     NodeSeen, PodFinished, PodGone, PodPending, PodRefused, PodRunning, ProductionSeen, Vector, WatchEvent,
 )
 from agents.orchestrators.kubernetes.batch_resources import QuantityError, read_annotation
+from kalena_engine.errors import InputError
+from kalena_engine.placement.selectors import anti_affinity_terms_of
 
 SCHEDULER_NAME = "kalena"
 BATCH_CPU = "kalena.naughtian.io/batch-cpu"
@@ -85,7 +88,8 @@ POD_SHAPE = {
              "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                  "nodeSelectorTerms": [{"matchExpressions": [_REQUIREMENT], "matchFields": [_REQUIREMENT]}]}},
                  "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                 {"labelSelector": _SELECTOR, "topologyKey": _STR, "namespaces": [_STR]}]}},
+                 {"labelSelector": _SELECTOR, "topologyKey": _STR, "namespaces": [_STR],
+                  "namespaceSelector": _SELECTOR}]}},
              "topologySpreadConstraints": [{"maxSkew": int, "topologyKey": _STR, "labelSelector": _SELECTOR,
                                             "whenUnsatisfiable": frozenset({"DoNotSchedule", "ScheduleAnyway"})}],
              "terminationGracePeriodSeconds": int},
@@ -264,8 +268,7 @@ def pod_constraints(spec: Mapping) -> dict:
         out["node_affinity"] = [{part: [dict(r) for r in term.get(part) or []]
                                  for part in ("matchExpressions", "matchFields") if term.get(part)}
                                 for term in required["nodeSelectorTerms"]]
-    anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or []
+    anti = _required_anti_affinity(spec)
     if anti:
         out["anti_affinity_terms"] = [{"labelSelector": t.get("labelSelector") or {},
                                        "topologyKey": t.get("topologyKey", "kubernetes.io/hostname"),
@@ -276,6 +279,52 @@ def pod_constraints(spec: Mapping) -> dict:
         out["spread"] = [{"maxSkew": int(s.get("maxSkew", 1)), "topologyKey": s.get("topologyKey", "zone"),
                           **({"labelSelector": s["labelSelector"]} if s.get("labelSelector") else {})} for s in spread]
     return out
+
+
+#: Where a pod's required anti-affinity terms live (error messages name it)
+ANTI_AFFINITY_FIELD = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _required_anti_affinity(spec: Mapping) -> list:
+    return ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or []
+
+
+def production_anti_affinity(spec: Mapping, namespace: str, name: str) -> tuple[dict, ...]:
+    """A production pod's required pod anti-affinity terms → the constraint shape
+    (``{labelSelector, topologyKey, namespaces}``), which binds batch (DESIGN §9).
+
+    Namespaces as Kubernetes reads a term: neither ``namespaces`` nor ``namespaceSelector`` →
+    the pod's own namespace; ``namespaces`` listed → those; a ``namespaceSelector`` → every
+    namespace (``namespaces: []``). Kalena does not watch Namespace objects: an empty selector
+    selects every namespace in Kubernetes too, a non-empty one is widened, so batch keeps away
+    from more nodes, never fewer. A term without a ``labelSelector`` matches no pod (Kubernetes)
+    and is left out; ``{}`` matches every pod. ``spec`` has passed :func:`check_shape`.
+    Example: a pod in ``web`` with ``{labelSelector: {matchLabels: {app: noisy}}, topologyKey:
+    kubernetes.io/hostname}`` → ``({"labelSelector": {"matchLabels": {"app": "noisy"}},
+    "topologyKey": "kubernetes.io/hostname", "namespaces": ["web"]},)``.
+
+    Raises:
+        MalformedObject: naming the pod and the field (``…[0].topologyKey`` missing, an unknown
+            ``matchExpressions`` operator, ``In`` without values — what the API server refuses).
+    """
+    raw = _required_anti_affinity(spec)
+    out = []
+    for i, term in enumerate(raw):
+        if not term.get("topologyKey"):
+            raise MalformedObject(name, f"{ANTI_AFFINITY_FIELD}[{i}].topologyKey",
+                                  "a required anti-affinity term needs a topology key")
+        namespaces = [] if term.get("namespaceSelector") is not None else list(term.get("namespaces") or [namespace])
+        out.append({"labelSelector": dict(term.get("labelSelector") or {}), "topologyKey": term["topologyKey"],
+                    "namespaces": namespaces})
+    try:
+        anti_affinity_terms_of(out, ANTI_AFFINITY_FIELD)
+    except InputError as exc:
+        raise MalformedObject(name, exc.field, exc.problem + (f" (accepted: {exc.accepted})" if exc.accepted
+                                                              else "")) from None
+    # Kubernetes: a term without a labelSelector matches no pod
+    out = [t for t, term in zip(out, raw, strict=True) if term.get("labelSelector") is not None]
+    return tuple(out)
 
 
 def is_daemonset(meta: Mapping) -> bool:
@@ -311,7 +360,8 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
         if phase in ("Succeeded", "Failed"):
             return [PodGone(ref, at_s=at_s)]
         return [ProductionSeen(ref, node, pod_resources(pod), pod_resources(pod, "limits"),
-                               labels=dict(meta.get("labels") or {}), at_s=at_s)]
+                               labels=dict(meta.get("labels") or {}), at_s=at_s,
+                               anti_affinity=production_anti_affinity(spec, ref.split("/", 1)[0], ref))]
     if not node:
         if spec.get("schedulerName") != SCHEDULER_NAME:
             return []  # another scheduler's pod (extender mode): not Kalena's queue
