@@ -110,10 +110,18 @@ def _status_cause(status: int | None) -> str:
 
 
 def _json_cause(exc: json.JSONDecodeError) -> str:
+    """``empty_body`` for no text; ``truncated`` when the decoder stopped because the text ended —
+    at the end itself, inside a string that never closes, or in a literal or number the end cut
+    (``tr``, ``1.``); ``malformed`` for a syntax error before the end."""
     body = (exc.doc or "").rstrip()
     if not body:
         return EMPTY_BODY
-    return TRUNCATED if exc.pos >= len(body) else MALFORMED
+    rest = body[exc.pos:]
+    if (exc.pos >= len(body) or exc.msg.startswith("Unterminated string")
+            or any(literal.startswith(rest) for literal in ("true", "false", "null"))
+            or not rest.strip(".eE+-")):
+        return TRUNCATED
+    return MALFORMED
 
 
 def _os_cause(exc: OSError, *, on_missing: str) -> str:

@@ -22,9 +22,9 @@ import docker
 import pytest
 
 from tests.agents.conftest import docker_socket
-from tests.agents.test_link import TOKEN, WsServer, free_port
-from tests.agents.test_docker import remove_cgroup_parent
 from tests.agents.realagent import wait_for
+from tests.agents.test_docker import remove_cgroup_parent
+from tests.agents.test_link import TOKEN, WsServer, free_port
 
 pytestmark = pytest.mark.docker
 AGENT = [sys.executable, "-m", "agents.cli"]
@@ -125,7 +125,8 @@ def test_stop_and_remove_races_never_stop_the_agent(docker_client, tmp_path: Pat
             container.reload()
             return container.status == "exited"
 
-        assert wait_for(lambda: alive_and(lambda: exited(low)), 120), f"the priority-0 container was not evicted:\n{output()}"
+        assert wait_for(lambda: alive_and(lambda: exited(low)), 120), \
+            f"the priority-0 container was not evicted:\n{output()}"
         assert proc.poll() is None, f"the agent exited (code {proc.returncode}):\n{output()}"
         evictions = [json.loads(line) for line in (tmp_path / "actions.jsonl").read_text().splitlines()
                      if '"evict"' in line]
