@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from agents.collectors.failures import GONE, attempt
+from agents.collectors.failures import attempt
 from agents.collectors.jsondoc import need, opt
 from agents.collectors.telemetry import Collection
 from agents.errors import ConfigError, TelemetryError
@@ -163,9 +163,9 @@ class CadvisorCollector:
 
     def collect(self, workloads: Sequence[Workload], now_s: float, *, memory_only: bool = False) -> Collection:
         out = Collection()
-        for workload in workloads:   # a 404 is a container that is gone (cause ``gone``)
+        for workload in workloads:   # a 404 is a container that is gone: cause ``gone``, in ``out.gone``
             out.add(workload.id, attempt(self.name, workload.id, self.url_for(workload.cgroup),
-                                         lambda w=workload: self.sample(w), on_missing=GONE))
+                                         lambda w=workload: self.sample(w)))
         return out
 
     def exclude_psi(self, workload_ids: set[str]) -> None:
