@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
+import requests
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
@@ -159,6 +160,8 @@ class Enforcer:
                 return Applied(True, what, tuple(writes), None, started, self.clock_mono())
             return Applied(False, what, tuple(writes), f"docker {ref[:12]}: {exc.explanation or exc}", started,
                            self.clock_mono())
+        except (docker.errors.DockerException, requests.RequestException) as exc:   # engine away, answer cut short
+            return Applied(False, what, tuple(writes), f"docker {ref[:12]}: {exc}", started, self.clock_mono())
         return Applied(True, what, tuple(writes), None, started, self.clock_mono())
 
     def _kube(self, workload: Workload, what: str, grace_s: float) -> Applied:

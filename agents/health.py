@@ -39,6 +39,10 @@ class AgentMetrics:
         self.last_tick = Gauge("kalena_agent_last_tick_timestamp_seconds", "Unix time of the mitigation loop's "
                                "last tick", registry=self.registry)
         self.last_tick_s: float | None = None
+        self.collector_errors = Counter("kalena_agent_collector_errors", "Reads by a collector or discovery source "
+                                        "that gave no sample, by collector and cause (empty_body, truncated, "
+                                        "malformed, gone, cgroup_removed, permission, unreachable, http_status, "
+                                        "read_error, unexpected)", ["collector", "cause"], registry=self.registry)
         self.buffered = Gauge("kalena_agent_link_buffered_messages", "Messages in the on-disk link buffer not yet "
                               "acknowledged by the console", registry=self.registry)
 
@@ -52,6 +56,10 @@ class AgentMetrics:
         for event in events:
             self.psi_events.labels(resource=event.resource, source=event.source).inc()
             self.decision.observe(max(0.0, finished_mono - min(started_mono, event.detected_mono)))
+
+    def collector_error(self, collector: str, cause: str) -> None:
+        """Count one failed read (:mod:`agents.collectors.failures`)."""
+        self.collector_errors.labels(collector=collector, cause=cause).inc()
 
     def ticked(self, now_s: float) -> None:
         self.last_tick_s = now_s

@@ -5,6 +5,10 @@ Every line carries ``timestamp`` (ISO 8601, UTC), ``level``, ``logger`` and ``me
 or bound for a block with :func:`log_context` (a loop binds its cluster, the agent its node).
 ``KALENA_LOG_FORMAT`` picks ``json`` (the default: one JSON object per line, python-json-logger)
 or ``text`` (human-readable, the same fields in ``key=value`` form after the message).
+
+No credential reaches a log line, whatever the level: :class:`RedactCredentials` replaces what
+follows ``Authorization:`` or ``Bearer`` with ``[redacted]`` (at debug level the WebSocket client
+prints every handshake header, the agent's link token among them).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -47,6 +52,27 @@ class ContextFilter(logging.Filter):
         for key, value in {**self.defaults, **_context.get()}.items():
             if not hasattr(record, key):
                 setattr(record, key, value)
+        return True
+
+
+#: ``Authorization: Bearer <token>``, ``Authorization: <token>``, ``Bearer <token>``: group 1 is kept.
+_CREDENTIAL = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+|token\s+)?|\bbearer\s+)"
+                         r"([^\s\"',;]+)")
+REDACTED = "[redacted]"
+
+
+class RedactCredentials(logging.Filter):
+    """Rewrites a record whose message carries a credential (see module docstring) so that the
+    credential is ``[redacted]``; every record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except (TypeError, ValueError):   # a malformed call: logging reports it when formatting
+            return True
+        redacted = _CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
+        if redacted != text:
+            record.msg, record.args = redacted, None
         return True
 
 
@@ -93,9 +119,11 @@ def logging_config(*, fmt: str, level: str, defaults: dict[str, str] | None = No
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"context": {"()": "agents.logs.ContextFilter", "defaults": defaults or {}}},
+        "filters": {"context": {"()": "agents.logs.ContextFilter", "defaults": defaults or {}},
+                    "redact": {"()": "agents.logs.RedactCredentials"}},
         "formatters": {"kalena": {"()": formatter}},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "kalena", "filters": ["context"]}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "kalena",
+                                 "filters": ["context", "redact"]}},
         "root": {"handlers": ["console"], "level": level},
     }
 

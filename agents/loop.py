@@ -18,7 +18,10 @@ Decisions are the engine's pure functions (:func:`~kalena_engine.mitigation.plan
 (:func:`agents.link.protocol.action_message`). Emitting never blocks on the link: ``emit``
 appends to the local buffer. Safety rules: a ledger input older than T_stale never starts an
 eviction (case C1); cpu contention only ever throttles (case C6); a victim is credited from its
-SIGTERM on (case C4); DaemonSets are never touched.
+SIGTERM on (case C4); DaemonSets are never touched; nothing a collector or a discovery source
+reads can stop the loop — a read that fails costs that workload (or, for a source read at once,
+that source) this round and is counted and logged once by cause
+(:mod:`agents.collectors.failures`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from agents.cgroups.backend import CgroupFs
-from agents.collectors.telemetry import Telemetry
+from agents.collectors.failures import CollectorFailure, FailureLog, attempt
+from agents.collectors.telemetry import Collection, Telemetry
 from agents.discovery.base import WorkloadSource
 from agents.enforcer import Applied, Enforcer
 from agents.errors import TelemetryError
@@ -66,12 +70,15 @@ class MitigationLoop(CpuActions, MemoryActions):
         node_reader: ``now_s → NodeReading | None`` (node working set and system PSI).
         arming: keeps pressure sources armed (``None``: polling only).
         emit: receives every protocol message (``samples``, ``action``); must not block.
+        on_collector_error: called with ``(collector, cause)`` for every failed read (the
+            agent's ``kalena_agent_collector_errors_total``).
     """
 
     def __init__(self, settings: LoopSettings, *, sources: Sequence[WorkloadSource], telemetry: Telemetry,
                  fs: CgroupFs, enforcer: Enforcer, node_reader: Callable[[float], NodeReading | None],
                  arming: SignalArming | None = None, emit: Callable[[dict[str, Any]], None] | None = None,
-                 clock_s: Callable[[], float] = time.time, clock_mono: Callable[[], float] = time.monotonic) -> None:
+                 clock_s: Callable[[], float] = time.time, clock_mono: Callable[[], float] = time.monotonic,
+                 on_collector_error: Callable[[str, str], None] | None = None) -> None:
         self.settings = settings
         self.sources = list(sources)
         self.telemetry = telemetry
@@ -88,6 +95,7 @@ class MitigationLoop(CpuActions, MemoryActions):
         self.actions: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.event_outcomes: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.errors: deque[str] = deque(maxlen=1000)
+        self.collector_failures = FailureLog(on_count=on_collector_error)
         self._by_source: dict[str, list[Workload]] = {}
         self._next_discovery = -math.inf
         self._next_report = -math.inf
@@ -134,11 +142,16 @@ class MitigationLoop(CpuActions, MemoryActions):
         seen: set[str] = set()
         for source in self.sources:
             if only is None or source.name in only:
-                result = source.discover(now_s)
-                for message in result.errors:
-                    self._error(message)
-                if result.complete:
-                    self._by_source[source.name] = result.workloads
+                result = attempt(f"discovery_{source.name}", "", "", lambda s=source: s.discover(now_s))
+                if isinstance(result, CollectorFailure):   # kept: the previous list, as for a daemon that is down
+                    self.collector_failures.record(result)
+                else:
+                    for failure in result.failures:
+                        self.collector_failures.record(failure)
+                    for message in result.errors:
+                        self._error(message)
+                    if result.complete:
+                        self._by_source[source.name] = result.workloads
             for workload in self._by_source.get(source.name, []):
                 if workload.id in seen:
                     self._error(f"{source.name}: workload id {workload.id!r} reported twice; keeping the first")
@@ -149,8 +162,12 @@ class MitigationLoop(CpuActions, MemoryActions):
                 found.append(workload)
         _, removed = self.table.sync(found, now_s)
         for wid in removed:
-            self.telemetry.forget(wid)
+            self._forget(wid)
         self._sync_arming()
+
+    def _forget(self, workload_id: str) -> None:
+        self.telemetry.forget(workload_id)
+        self.collector_failures.forget(workload_id)
 
     def _sync_arming(self) -> None:
         if self.arming is None:
@@ -162,14 +179,23 @@ class MitigationLoop(CpuActions, MemoryActions):
 
     def _collect(self, now_s: float, *, memory_only: bool) -> None:
         rows = [t for t in self.table.rows() if t.workload.tier != "daemonset" or not memory_only]
-        collection = self.telemetry.collect([t.workload for t in rows], now_s, memory_only=memory_only)
-        for message in collection.errors:
-            self._error(message)
-        ended = {wid for wid in collection.gone if self.table.by_id[wid].workload.kind == KIND_PROCESS}
+        workloads = [t.workload for t in rows]
+        # the one guard around a collector: a failure of one workload comes back in ``failures``
+        # (collectors read each workload through ``attempt``); one that escapes ``collect`` costs
+        # this round's samples of every workload, never the loop
+        collection = attempt(self.telemetry.name, "", "",
+                             lambda: self.telemetry.collect(workloads, now_s, memory_only=memory_only))
+        if isinstance(collection, CollectorFailure):
+            self.collector_failures.record(collection)
+            collection = Collection()
+        for failure in collection.failures:
+            self.collector_failures.record(failure)
+        ended = {wid for wid in collection.gone
+                 if wid in self.table.by_id and self.table.by_id[wid].workload.kind == KIND_PROCESS}
         if ended:
             self.table.remove(ended)
             for wid in ended:
-                self.telemetry.forget(wid)
+                self._forget(wid)
         merged: dict[str, UsageSample] = {}
         for wid, sample in collection.samples.items():
             tracked = self.table.by_id.get(wid)

@@ -212,7 +212,8 @@ def build_agent(config: AgentConfig) -> Agent:
                 handle.write(json.dumps(message) + "\n")
 
     loop = MitigationLoop(settings, sources=sources, telemetry=telemetry, fs=fs, enforcer=enforcer,
-                          node_reader=node_reader, arming=arming, emit=emit)
+                          node_reader=node_reader, arming=arming, emit=emit,
+                          on_collector_error=metrics.collector_error)
     loop.discover(time.time())          # arm the pressure sources before the first hello
     agent = Agent(config, loop, monitor, buffer, None, metrics)
     if buffer is not None and config.link_url and (config.link_token or config.link_token_file):

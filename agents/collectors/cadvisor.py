@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from agents.collectors.failures import attempt
 from agents.collectors.jsondoc import need, opt
 from agents.collectors.telemetry import Collection
 from agents.errors import ConfigError, TelemetryError
@@ -146,7 +147,8 @@ class CadvisorCollector:
 
         Raises:
             httpx.HTTPError: transport errors or a non-2xx status.
-            TelemetryError: malformed JSON or document.
+            TelemetryError: malformed JSON (raised from the decode error, which tells an empty or
+                cut-short body from a malformed one) or document.
         """
         url = self.url_for(workload.cgroup)
         response = self.client.get(url)
@@ -154,25 +156,16 @@ class CadvisorCollector:
         try:
             doc = response.json()
         except ValueError as exc:
-            raise TelemetryError(f"not JSON: {exc}", source=url) from None
+            raise TelemetryError(f"not JSON: {exc}", source=url) from exc
         if self.api == "v1.3":
             return parse_v13_container(doc, workload.id, source=url)
         return parse_v20_stats(doc, workload.id, "/" + workload.cgroup.strip("/"), source=url)
 
     def collect(self, workloads: Sequence[Workload], now_s: float, *, memory_only: bool = False) -> Collection:
         out = Collection()
-        for workload in workloads:
-            try:
-                out.samples[workload.id] = self.sample(workload)
-            except httpx.HTTPStatusError as exc:
-                if exc.response.status_code == 404:
-                    out.gone.add(workload.id)
-                else:
-                    out.errors.append(f"{exc.request.url}: HTTP {exc.response.status_code}")
-            except httpx.HTTPError as exc:
-                out.errors.append(f"{self.url_for(workload.cgroup)}: {exc}")
-            except TelemetryError as exc:
-                out.errors.append(str(exc))
+        for workload in workloads:   # a 404 is a container that is gone: cause ``gone``, in ``out.gone``
+            out.add(workload.id, attempt(self.name, workload.id, self.url_for(workload.cgroup),
+                                         lambda w=workload: self.sample(w)))
         return out
 
     def exclude_psi(self, workload_ids: set[str]) -> None:

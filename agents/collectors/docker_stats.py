@@ -13,6 +13,11 @@ Fields used::
 cpu (mcpu) = Δtotal_usage / Δ(read − preread) from the one document; memory working set =
 usage − inactive file (the ``docker stats`` CLI's definition); io and network rates come from
 two successive documents of the same container.
+
+A container stopped or removed while its stats are collected gives an answer with an empty body,
+a 404/409, or a document whose ``read`` is the zero time (``0001-01-01T00:00:00Z``): each is a
+:class:`~agents.collectors.failures.CollectorFailure` for that container only (``empty_body``,
+``gone``), never an exception out of :meth:`DockerStatsCollector.collect`.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import docker
 import numpy as np
 
+from agents.collectors.failures import GONE, CollectorFailure, attempt
 from agents.collectors.jsondoc import need, opt
 from agents.collectors.rates import RateTracker
 from agents.collectors.telemetry import Collection
@@ -34,7 +39,7 @@ from agents.model import CpuThrottling, UsageSample, Workload
 from agents.units import mcpu_from_ns, unix_s_from_rfc3339, us_from_ns, working_set_bytes
 from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, N_DIMS, NET_IN, NET_OUT, RAM
 
-_GONE = object()
+ZERO_TIME_PREFIX = "0001-"
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,20 @@ class DockerStatsPoint:
     net_tx_bytes: float | None
 
 
+def not_running(doc: Any) -> bool:
+    """True for the document the engine answers for a container that is no longer running: its
+    ``read`` is the zero time and it carries no usage (Docker Engine API v1.41 ContainerStats)."""
+    return isinstance(doc, Mapping) and str(doc.get("read") or "").startswith(ZERO_TIME_PREFIX)
+
+
 def parse_docker_stats(doc: Mapping[str, Any], *, source: str) -> DockerStatsPoint:
     """Parse one Docker stats document (see module docstring for the fields).
 
     Raises:
         TelemetryError: naming ``source`` and the field that is missing or of the wrong type.
     """
+    if not isinstance(doc, Mapping):
+        raise TelemetryError(f"expected an object, got {type(doc).__name__}", source=source, field="<document>")
     cid = need(doc, "id", "string", source=source)
     name = (opt(doc, "name", "string", source=source) or "").lstrip("/")
     ts = unix_s_from_rfc3339(need(doc, "read", "string", source=source), source=source, field="read")
@@ -125,36 +138,34 @@ class DockerStatsCollector:
         workers: parallel requests.
     """
 
-    name = "docker"
+    name = "docker_stats"
 
     def __init__(self, client: Any, workers: int = 8) -> None:
         self.client = client
         self.rates = RateTracker()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="docker-stats")
 
+    @staticmethod
+    def source_of(workload: Workload) -> str:
+        return f"docker:/containers/{workload.runtime_ref[:12]}/stats"
+
     def _fetch(self, workload: Workload) -> Any:
-        try:
-            return self.client.api.stats(workload.runtime_ref, stream=False)
-        except docker.errors.NotFound:
-            return _GONE
-        except docker.errors.DockerException as exc:
-            return exc
+        """The stats document, or the failure reading it (runs on a pool thread)."""
+        return attempt(self.name, workload.id, self.source_of(workload),
+                       lambda: self.client.api.stats(workload.runtime_ref, stream=False))
+
+    def _sample(self, workload: Workload, doc: Any) -> UsageSample | CollectorFailure:
+        source = self.source_of(workload)
+        if not_running(doc):
+            return CollectorFailure(self.name, workload.id, source, GONE, "the container is no longer running")
+        return attempt(self.name, workload.id, source,
+                       lambda: sample_from_point(parse_docker_stats(doc, source=source), workload.id, self.rates))
 
     def collect(self, workloads: Sequence[Workload], now_s: float, *, memory_only: bool = False) -> Collection:
         out = Collection()
         targets = [w for w in workloads if w.kind == "docker" and w.runtime_ref]
         for workload, doc in zip(targets, self._pool.map(self._fetch, targets), strict=True):
-            source = f"docker:/containers/{workload.runtime_ref[:12]}/stats"
-            if doc is _GONE:
-                out.gone.add(workload.id)
-            elif isinstance(doc, Exception):
-                out.errors.append(f"{source}: {doc}")
-            else:
-                try:
-                    out.samples[workload.id] = sample_from_point(parse_docker_stats(doc, source=source),
-                                                                 workload.id, self.rates)
-                except TelemetryError as exc:
-                    out.errors.append(str(exc))
+            out.add(workload.id, doc if isinstance(doc, CollectorFailure) else self._sample(workload, doc))
         return out
 
     def exclude_psi(self, workload_ids: set[str]) -> None:

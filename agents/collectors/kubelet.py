@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from agents.collectors.failures import MALFORMED, READ_ERROR, CollectorFailure, attempt
 from agents.collectors.jsondoc import need, opt
 from agents.collectors.psi import PsiLine, PsiStats
 from agents.collectors.rates import RateTracker
@@ -70,12 +71,59 @@ def _time(block: Any, path: str, source: str) -> float | None:
     return None if text is None else unix_s_from_rfc3339(text, source=source, field=path)
 
 
-def parse_kubelet_summary(doc: Mapping[str, Any], *, source: str, rates: RateTracker | None = None) -> KubeletSummary:
+def _pod_key(pod: Any) -> str | None:
+    ref = pod.get("podRef") if isinstance(pod, Mapping) else None
+    if isinstance(ref, Mapping) and isinstance(ref.get("namespace"), str) and isinstance(ref.get("name"), str):
+        return f"{ref['namespace']}/{ref['name']}"
+    return None
+
+
+def _parse_pod(pod: Any, where: str, rates: RateTracker) -> UsageSample | None:
+    """One ``pods[i]`` entry → its sample keyed ``namespace/name`` (``None`` without cpu or memory time)."""
+    key = f"{need(pod, 'podRef.namespace', 'string', source=where)}/{need(pod, 'podRef.name', 'string', source=where)}"
+    usage = np.full(N_DIMS, math.nan)
+    times = []
+    cpu_ts = _time(pod, "cpu.time", where)
+    if cpu_ts is not None:
+        times.append(cpu_ts)
+        nano = opt(pod, "cpu.usageNanoCores", source=where)
+        if nano is not None:
+            usage[CPU] = mcpu_from_nanocores(nano)
+    mem_ts = _time(pod, "memory.time", where)
+    memory_usage = math.nan
+    if mem_ts is not None:
+        times.append(mem_ts)
+        ws = opt(pod, "memory.workingSetBytes", source=where)
+        if ws is not None:
+            usage[RAM] = ws
+        memory_usage = opt(pod, "memory.usageBytes", source=where) or math.nan
+    if not times:
+        return None
+    net_ts = _time(pod, "network.time", where)
+    if net_ts is not None:
+        usage[NET_IN] = rates.rate(f"{key}/rx", net_ts, opt(pod, "network.rxBytes", source=where))
+        usage[NET_OUT] = rates.rate(f"{key}/tx", net_ts, opt(pod, "network.txBytes", source=where))
+    used = opt(pod, "ephemeral-storage.usedBytes", source=where)
+    if used is not None:
+        usage[STORAGE] = used
+    psi = {}
+    for resource in ("cpu", "memory", "io"):
+        block = opt(pod, resource, "object", source=where)
+        stats = parse_summary_psi(block, source=where, field=resource) if block else None
+        if stats is not None:
+            psi[resource] = stats
+    return UsageSample(key, min(times), usage, memory_usage, None, psi)
+
+
+def parse_kubelet_summary(doc: Mapping[str, Any], *, source: str, rates: RateTracker | None = None,
+                          skipped: list[tuple[str, TelemetryError]] | None = None) -> KubeletSummary:
     """Parse a ``/stats/summary`` document (see module docstring).
 
     Args:
         rates: tracker for cumulative network counters across calls (fresh one if ``None``:
             network rates then stay ``NaN``).
+        skipped: when given, a malformed ``pods[i]`` entry is appended here as ``(namespace/name
+            or "pods[i]", error)`` and left out, the other pods parsed; when ``None`` it raises.
 
     Raises:
         TelemetryError: naming ``source`` and the field (e.g. ``pods[3].memory.workingSetBytes``).
@@ -95,39 +143,15 @@ def parse_kubelet_summary(doc: Mapping[str, Any], *, source: str, rates: RateTra
     pods: dict[str, UsageSample] = {}
     for i, pod in enumerate(need(doc, "pods", "list", source=source)):
         where = f"{source}#pods[{i}]"
-        key = f"{need(pod, 'podRef.namespace', 'string', source=where)}/{need(pod, 'podRef.name', 'string', source=where)}"
-        usage = np.full(N_DIMS, math.nan)
-        times = []
-        cpu_ts = _time(pod, "cpu.time", where)
-        if cpu_ts is not None:
-            times.append(cpu_ts)
-            nano = opt(pod, "cpu.usageNanoCores", source=where)
-            if nano is not None:
-                usage[CPU] = mcpu_from_nanocores(nano)
-        mem_ts = _time(pod, "memory.time", where)
-        memory_usage = math.nan
-        if mem_ts is not None:
-            times.append(mem_ts)
-            ws = opt(pod, "memory.workingSetBytes", source=where)
-            if ws is not None:
-                usage[RAM] = ws
-            memory_usage = opt(pod, "memory.usageBytes", source=where) or math.nan
-        if not times:
+        try:
+            parsed = _parse_pod(pod, where, rates)
+        except TelemetryError as exc:
+            if skipped is None:
+                raise
+            skipped.append((_pod_key(pod) or f"pods[{i}]", exc))
             continue
-        net_ts = _time(pod, "network.time", where)
-        if net_ts is not None:
-            usage[NET_IN] = rates.rate(f"{key}/rx", net_ts, opt(pod, "network.rxBytes", source=where))
-            usage[NET_OUT] = rates.rate(f"{key}/tx", net_ts, opt(pod, "network.txBytes", source=where))
-        used = opt(pod, "ephemeral-storage.usedBytes", source=where)
-        if used is not None:
-            usage[STORAGE] = used
-        psi = {}
-        for resource in ("cpu", "memory", "io"):
-            block = opt(pod, resource, "object", source=where)
-            stats = parse_summary_psi(block, source=where, field=resource) if block else None
-            if stats is not None:
-                psi[resource] = stats
-        pods[key] = UsageSample(key, min(times), usage, memory_usage, None, psi)
+        if parsed is not None:
+            pods[parsed.workload_id] = parsed
     return KubeletSummary(node_name, node, pods)
 
 
@@ -152,7 +176,8 @@ class KubeletClient:
 
         Raises:
             httpx.HTTPError: transport error or non-2xx status.
-            TelemetryError: the body is not JSON.
+            TelemetryError: the body is not JSON (raised from the decode error, which tells an
+                empty or cut-short body from a malformed one).
         """
         headers = {}
         if self.token_file:
@@ -163,13 +188,15 @@ class KubeletClient:
         try:
             return response.json()
         except ValueError as exc:
-            raise TelemetryError(f"not JSON: {exc}", source=url) from None
+            raise TelemetryError(f"not JSON: {exc}", source=url) from exc
 
 
 class KubeletTelemetry:
-    """Telemetry from ``/stats/summary``, one request per round for every pod."""
+    """Telemetry from ``/stats/summary``, one request per round for every pod. A summary that
+    cannot be read at all (cut short, refused) is one failure of the whole source; a malformed
+    pod entry is a failure of that pod only, the other pods keep their samples."""
 
-    name = "kubelet"
+    name = "kubelet_summary"
 
     def __init__(self, client: KubeletClient) -> None:
         self.client = client
@@ -179,16 +206,19 @@ class KubeletTelemetry:
     def collect(self, workloads: Sequence[Workload], now_s: float, *, memory_only: bool = False) -> Collection:
         out = Collection()
         url = self.client.base_url + "/stats/summary"
-        try:
-            summary = parse_kubelet_summary(self.client.get_json("/stats/summary"), source=url, rates=self.rates)
-        except (httpx.HTTPError, TelemetryError) as exc:
-            out.errors.append(f"{url}: {exc}")
+        skipped: list[tuple[str, TelemetryError]] = []
+        summary = attempt(self.name, "", url, lambda: parse_kubelet_summary(
+            self.client.get_json("/stats/summary"), source=url, rates=self.rates, skipped=skipped),
+            on_missing=READ_ERROR)   # a missing file here is the token file, not a workload
+        if isinstance(summary, CollectorFailure):
+            out.failures.append(summary)
             return out
         self.last_node = summary.node
+        wanted = {w.id for w in workloads}
+        for key, exc in skipped:
+            out.failures.append(CollectorFailure(self.name, key if key in wanted else "", url, MALFORMED, str(exc)))
         for workload in workloads:
-            sample = summary.pods.get(workload.id)
-            if sample is not None:
-                out.samples[workload.id] = sample
+            out.add(workload.id, summary.pods.get(workload.id))
         return out
 
     def exclude_psi(self, workload_ids: set[str]) -> None:

@@ -27,6 +27,7 @@ import docker
 import numpy as np
 
 from agents.cgroups.parse import parse_proc_cgroup
+from agents.collectors.failures import GONE, CollectorFailure, attempt
 from agents.discovery.base import Discovery
 from agents.discovery.labels import GRACE, PREFIX, classify
 from agents.errors import DiscoveryError, TelemetryError
@@ -105,6 +106,7 @@ class DockerSource:
     """
 
     name = "docker"
+    metric_name = "discovery_docker"
 
     def __init__(self, client: Any, *, proc_root: str | Path = "/proc", cgroup_version: int = 1,
                  label_filter: str | None = None) -> None:
@@ -127,21 +129,30 @@ class DockerSource:
         if self.label_filter:
             filters["label"] = self.label_filter
         try:
-            containers = self.client.containers.list(filters=filters)
+            listed = self.client.api.containers(filters=filters)
         except docker.errors.DockerException as exc:
             out.errors.append(f"docker: cannot list containers: {exc}")
             out.complete = False
             return out
-        for container in containers:
-            attrs = container.attrs
+        for entry in listed:
+            cid = str(entry.get("Id", ""))
+            # a container can stop or be removed between the list and its inspect or /proc read:
+            # that container is skipped (cause ``gone``), the others are still discovered
+            attrs = attempt(self.metric_name, cid, f"docker:{cid[:12]}",
+                            lambda c=cid: self.client.api.inspect_container(c), on_missing=GONE)
+            if isinstance(attrs, CollectorFailure):
+                out.failures.append(attrs)
+                continue
             pid = (attrs.get("State") or {}).get("Pid") or 0
             if not pid:
                 continue
+            cgroup = attempt(self.metric_name, cid, f"/proc/{pid}/cgroup", lambda p=pid: self.cgroup_of(p),
+                             on_missing=GONE)
+            if isinstance(cgroup, CollectorFailure):
+                out.failures.append(cgroup)
+                continue
             try:
-                cgroup = self.cgroup_of(pid)
                 out.workloads.append(workload_from_inspect(attrs, cgroup=cgroup, errors=out.errors))
-            except FileNotFoundError:
-                continue  # exited between list and read
-            except (DiscoveryError, TelemetryError) as exc:
+            except DiscoveryError as exc:
                 out.errors.append(str(exc))
         return out

@@ -212,3 +212,28 @@ def test_a_node_cgroup_removed_while_running_stops_node_pressure_not_the_agent(t
         assert loop._last_node is not None and loop._last_node.working_set_bytes == GIB
     finally:
         rig.close()
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_the_link_token_never_reaches_the_log_even_at_debug_level(tmp_path, fmt: str) -> None:
+    _, flags = _machine(tmp_path)
+    make_v2_tree(tmp_path / "cgroup", {"kubepods": v2_files(memory_bytes=2**30)})
+    secret = "node-a-s3cret-token-4f1c"
+    token = tmp_path / "token"
+    token.write_text(secret + "\n")
+    port = free_port()
+    server = WsServer(port, token=secret)
+    try:
+        result = subprocess.run([*AGENT, "run", *flags, "--log-level", "DEBUG", "--link-url",
+                                 f"ws://127.0.0.1:{port}/agent/v1/ws", "--link-token-file", str(token),
+                                 "--state-dir", str(tmp_path / "state"), "--sampling-interval-s", "1",
+                                 "--duration-s", "3"], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "KALENA_LOG_FORMAT": fmt})
+    finally:
+        server.close()
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log
+    assert server.of_type("hello"), "the agent never connected: the test would prove nothing"
+    assert secret not in log
+    # the WebSocket client still prints its handshake headers at debug level, the credential redacted
+    assert "Authorization: Bearer [redacted]" in log

@@ -98,7 +98,9 @@ def test_cadvisor_collector_over_http(json_server, api: str) -> None:
                                 workload("default/broken", "kubepods/besteffort/broken")], 0.0)
     assert result.samples["default/web-0"].usage[CPU] == pytest.approx(500.0 if api == "v1.3" else 250.0)
     assert result.gone == {"default/gone"}                          # 404: the container is gone
-    assert len(result.errors) == 1 and "not JSON" in result.errors[0] and "broken" in result.errors[0]
+    assert {f.workload: f.cause for f in result.failures} == {"default/gone": "gone", "default/broken": "malformed"}
+    broken = next(str(f) for f in result.failures if f.workload == "default/broken")
+    assert "not JSON" in broken and "broken" in broken
 
 
 def test_kubelet_summary_fixture() -> None:
@@ -127,12 +129,13 @@ def test_kubelet_telemetry_over_http_with_bearer_token(json_server, tmp_path) ->
     json_server.routes["/stats/summary"] = load_fixture("kubelet_summary.json")
     telemetry = KubeletTelemetry(KubeletClient(json_server.url, token_file=str(token)))
     result = telemetry.collect([workload("default/web-0"), workload("batch/job-a-xyz"), workload("x/absent")], 0.0)
-    assert set(result.samples) == {"default/web-0", "batch/job-a-xyz"} and not result.errors
+    assert set(result.samples) == {"default/web-0", "batch/job-a-xyz"} and not result.failures
     assert json_server.requests[-1][2]["Authorization"] == "Bearer s3cret"
     assert telemetry.last_node.working_set_bytes == 8 * 2**30
     json_server.routes["/stats/summary"] = b"<html>"
     broken = telemetry.collect([workload("default/web-0")], 0.0)
-    assert broken.samples == {} and "not JSON" in broken.errors[0]
+    assert broken.samples == {} and [(f.workload, f.cause) for f in broken.failures] == [("", "malformed")]
+    assert "not JSON" in str(broken.failures[0])
 
 
 def test_rate_tracker_handles_resets() -> None:
