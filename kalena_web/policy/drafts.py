@@ -123,8 +123,9 @@ def carried_base(text: str, *, base: PolicyDocument) -> PolicyDocument:
     except ValueError:
         carried = None
     if not isinstance(carried, dict) or set(carried) - set(CARRIED):
-        raise PolicyError("the carried placement keys are not a JSON object of " + ", ".join(CARRIED),
-                          source="draft", field="carried", accepted=f"a JSON object with keys among {', '.join(CARRIED)}")
+        names = ", ".join(CARRIED)
+        raise PolicyError(f"the carried placement keys are not a JSON object of {names}", source="draft",
+                          field="carried", accepted=f"a JSON object with keys among {names}")
     mapping = policy_to_document(base)
     mapping["spec"]["placement"].update(carried)
     return policy_from_document(mapping, source="draft")

@@ -21,7 +21,7 @@ from kalena_engine.policy import Policy
 from kalena_engine.policy_file import PolicyDocument
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.policy import mappers
-from kalena_web.policy.models import AuditEntry, PolicyVersion
+from kalena_web.policy.models import AuditEntry, PolicyApplied, PolicyVersion
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,6 @@ def parts_policy_state(*, cluster: Cluster, current: int) -> list[PartPolicyStat
     """Per live part (:attr:`PolicyApplied.PARTS`, in that order) the version it last applied
     against ``current``, the cluster's current version. A part that never ran is not behind
     (a Docker cluster has no extender nor publisher); one that ran an older version is."""
-    from kalena_web.policy.models import PolicyApplied
-
     found = {part: (version, at) for part, version, at in PolicyApplied.objects.filter(cluster=cluster)
              .values_list("part", "version", "applied_s")}
     out = []

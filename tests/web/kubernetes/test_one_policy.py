@@ -217,7 +217,8 @@ def test_the_extender_filters_with_the_saved_cap(live, tuner):
     save_in_console(tuner, "home", namespaces="team-b: 0")
     result = extender(tuner, "filter", candidate)
     assert result["NodeNames"] == [] and set(result["FailedNodes"]) == set(NODES)
-    assert all(m.startswith("namespace_cap (namespace team-b, running 0, cap 0)") for m in result["FailedNodes"].values())
+    says = "namespace_cap (namespace team-b, running 0, cap 0)"
+    assert all(m.startswith(says) for m in result["FailedNodes"].values())
     # prioritize reads the same version: no node is feasible, every score 0
     assert [h["Score"] for h in extender(tuner, "prioritize", candidate)] == [0, 0, 0]
     assert PolicyApplied.objects.get(cluster=live, part="extender").version == 1
@@ -286,7 +287,8 @@ def test_the_publisher_raises_by_the_saved_bucket(live, kube_settings, tuner):
     LiveNodeLedger.objects.filter(id=led.id).update(prod_reservation=led.prod_reservation)
     publish(now_s=1070.0)
     assert PublishedBatch.objects.get(node=led.node).cpu_mcpu == published - 500
-    assert api.get("nodes", first)["status"]["allocatable"]["kalena.naughtian.io/batch-cpu"] == str(int(published - 500))
+    allocatable = api.get("nodes", first)["status"]["allocatable"]
+    assert allocatable["kalena.naughtian.io/batch-cpu"] == str(int(published - 500))
     assert PolicyApplied.objects.get(cluster=live, part="publisher").version == 1
 
 
