@@ -13,6 +13,12 @@ reading the pod (:func:`~kalena_web.scheduling.services.batch_unconfirmed`), and
 PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`), and
 every 5 s moves the watch's counters into ``/metrics/cluster`` (:class:`~kalena_web.control.watching.WatchCounters`).
 
+Every pass decides with the cluster's current policy version (DESIGN §15), re-read at the start
+of the pass (:func:`~kalena_web.policy.services.policy_apply`: one query of the version number
+while it is unchanged), so a version saved in the console — namespace caps, weights, the
+eviction cooldown — takes effect on the next pass; the version applied is recorded for the
+policy page.
+
 The Celery scheduling task skips Kubernetes clusters (this loop schedules them).
 """
 
@@ -31,6 +37,9 @@ from kalena_engine.policy import Policy
 from kalena_web.control.reconciler import Reconciler
 from kalena_web.control.watching import RunningWatch, WatchCounters, watch_start
 from kalena_web.inventory.models import Cluster
+from kalena_web.policy.models import PolicyApplied
+from kalena_web.policy.selectors import CurrentPolicy
+from kalena_web.policy.services import policy_apply
 
 log = logging.getLogger(__name__)
 #: seconds between two moves of the watch's counters into /metrics/cluster (and once at stop)
@@ -55,10 +64,13 @@ class ClusterScheduler:
 
     def __init__(self, *, cluster: Cluster, orchestrator, elector: LeaderElector, policy: Policy | None = None,
                  pass_period_s: float = 2.0, rng: np.random.Generator | None = None) -> None:
+        """``policy``: a fixed policy for every pass (benchmarks); ``None`` (a live scheduler)
+        follows the cluster's current version, re-read every pass."""
         self.cluster = cluster
         self.orchestrator = orchestrator
         self.elector = elector
-        self.policy = policy or Policy()
+        self.fixed_policy = policy
+        self.current: CurrentPolicy | None = None  # the version the last pass read (None: none yet)
         self.pass_period_s = pass_period_s
         self.rng = rng or np.random.default_rng()
         self.stats = SchedulerStats()
@@ -174,6 +186,15 @@ class ClusterScheduler:
                 requeued += 1
         return requeued
 
+    def pass_policy(self, now_s: float) -> Policy:
+        """The policy of this pass: the fixed one, else the cluster's current version (read
+        afresh when it changed), recorded as the scheduler's applied version."""
+        if self.fixed_policy is not None:
+            return self.fixed_policy
+        self.current = policy_apply(cluster_id=self.cluster.id, part=PolicyApplied.SCHEDULER, now_s=now_s,
+                                    known=self.current)
+        return self.current.policy
+
     def run_pass(self, now_s: float | None = None):
         """One pass as the leader (see module doc); returns the pass report."""
         from kalena_web.archive.evictions import evictions_record
@@ -181,10 +202,11 @@ class ClusterScheduler:
         from kalena_web.scheduling.services import scheduling_pass
 
         now = time.time() if now_s is None else now_s
+        policy = self.pass_policy(now)
         evictions_record(cluster=self.cluster, now_s=now)
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
         eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
-        report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=self.policy, now_s=now,
+        report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=policy, now_s=now,
                                  rng=self.rng, keep_going=self.may_act, cache=self._cache)
         self.stats.passes += 1
         self.stats.placed += report.placed

@@ -8,7 +8,8 @@ from kalena_web.archive.evictions import evictions_record
 from kalena_web.control.escalation import escalation_pass
 from kalena_web.control.loops import run_for_clusters
 from kalena_web.control.orchestrators import orchestrator_for
-from kalena_web.policy.selectors import current_policy
+from kalena_web.policy.models import PolicyApplied
+from kalena_web.policy.services import policy_apply
 
 
 @shared_task(name="kalena.control.escalate", acks_late=True, ignore_result=True)
@@ -16,8 +17,9 @@ def escalate(cluster_id: int | None = None, now_s: float | None = None) -> dict[
     """Drain and cool down every node whose local mitigation did not converge (per cluster lock)."""
     def body(cluster, now):
         evictions_record(cluster=cluster, now_s=now)  # the agents' evictions count toward a storm
+        policy = policy_apply(cluster_id=cluster.id, part=PolicyApplied.ESCALATION, now_s=now).policy
         return escalation_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), now_s=now,
-                               policy=current_policy(cluster_id=cluster.id).policy.escalation)
+                               policy=policy.escalation)
     return run_for_clusters("escalation", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)
 
 

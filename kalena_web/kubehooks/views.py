@@ -19,6 +19,8 @@ from kalena_engine.policy import Policy
 from kalena_web.control.orchestrators import OrchestratorNotConfigured, orchestrator_for
 from kalena_web.kubehooks import services
 from kalena_web.kubehooks.selectors import extender_verdicts
+from kalena_web.policy.models import PolicyApplied
+from kalena_web.policy.services import policy_apply
 from kalena_web.scheduling import selectors as scheduling
 
 #: What an extender request can fail with (answered as the verb's error, never a 500).
@@ -49,14 +51,20 @@ def _extender_cluster(name: str):
     return scheduling.live_cluster(name=name)
 
 
+def _extender_policy(cluster) -> Policy:
+    """The cluster's current policy version (DESIGN §15), recorded as the extender's."""
+    return policy_apply(cluster_id=cluster.id, part=PolicyApplied.EXTENDER, now_s=time.time()).policy
+
+
 @csrf_exempt
 @login_not_required
 def extender_filter(request: HttpRequest, cluster: str) -> JsonResponse:
     """``POST /kubernetes/extender/<cluster>/filter``: ExtenderArgs → ExtenderFilterResult."""
     try:
         args = extender.parse_args(request.read(MAX_BODY_BYTES + 1))
-        failed, _ = extender_verdicts(cluster=_extender_cluster(cluster), pod=args.pod, node_names=args.node_names,
-                                      now_s=time.time(), policy=Policy())
+        found = _extender_cluster(cluster)
+        failed, _ = extender_verdicts(cluster=found, pod=args.pod, node_names=args.node_names,
+                                      now_s=time.time(), policy=_extender_policy(found))
     except _BAD as exc:
         return JsonResponse(extender.error_filter_result(f"kalena extender: {exc}"))
     return JsonResponse(extender.filter_result(args, failed))
@@ -72,8 +80,9 @@ def extender_prioritize(request: HttpRequest, cluster: str) -> JsonResponse:
     except ValueError:
         return JsonResponse([], safe=False, status=400)
     try:
-        _, scores = extender_verdicts(cluster=_extender_cluster(cluster), pod=args.pod, node_names=args.node_names,
-                                      now_s=time.time(), policy=Policy())
+        found = _extender_cluster(cluster)
+        _, scores = extender_verdicts(cluster=found, pod=args.pod, node_names=args.node_names,
+                                      now_s=time.time(), policy=_extender_policy(found))
     except _BAD:
         scores = {}
     return JsonResponse(extender.priorities(args.node_names, scores), safe=False)

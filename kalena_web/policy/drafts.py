@@ -5,12 +5,15 @@ the cross-field rules. Nothing is stored here.
 
 Form fields are named by the file's dotted keys (``estimator.margin_ratio``); namespace caps
 are one ``name: cap`` per line in ``namespaces``. Fields the form does not show
-(``placement.balance_dims``, ``placement.slack_buckets``) are carried over from the base policy.
+(``placement.balance_dims``, ``placement.slack_buckets``) are carried over from the base policy;
+the page posts the draft's own in a hidden ``carried`` field (:func:`carried_text`,
+:func:`carried_base`), so an imported file's values reach Save.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -92,6 +95,40 @@ def _shell(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _message(exc: PolicyError) -> str:
     return exc.problem + (f" (accepted: {exc.accepted})" if exc.accepted else "")
+
+
+#: placement keys of the policy file that the form does not show (carried in ``carried``)
+CARRIED = ("balance_dims", "slack_buckets")
+
+
+def carried_text(document: PolicyDocument) -> str:
+    """The page's hidden ``carried`` field: the :data:`CARRIED` keys of ``document`` as JSON,
+    e.g. ``{"balance_dims": ["cpu", "ram"], "slack_buckets": {"cpu": 1000.0, …}}``."""
+    placement = policy_to_document(document)["spec"]["placement"]
+    return json.dumps({key: placement[key] for key in CARRIED}, sort_keys=True)
+
+
+def carried_base(text: str, *, base: PolicyDocument) -> PolicyDocument:
+    """``base`` with the posted ``carried`` keys (:func:`carried_text`; empty → ``base``),
+    checked by the engine's parser.
+
+    Raises:
+        PolicyError: not a JSON object of :data:`CARRIED` keys, or a value the parser refuses
+            (the message names the key, e.g. ``spec.placement.slack_buckets.cpu``).
+    """
+    if not text.strip():
+        return base
+    try:
+        carried = json.loads(text)
+    except ValueError:
+        carried = None
+    if not isinstance(carried, dict) or set(carried) - set(CARRIED):
+        names = ", ".join(CARRIED)
+        raise PolicyError(f"the carried placement keys are not a JSON object of {names}", source="draft",
+                          field="carried", accepted=f"a JSON object with keys among {names}")
+    mapping = policy_to_document(base)
+    mapping["spec"]["placement"].update(carried)
+    return policy_from_document(mapping, source="draft")
 
 
 def draft_read(posted: Mapping[str, str], *, base: PolicyDocument, name: str = "draft") -> Draft:

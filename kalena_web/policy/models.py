@@ -5,6 +5,11 @@
 are never changed — a save or a rollback adds one. No version yet means the engine defaults
 (version 0).
 
+:class:`PolicyApplied` is, per cluster and live part (the scheduler, the extender, the
+batch-capacity publisher, escalation), the version that part last decided with and when (DESIGN
+§15: the console shows which version each part applies). The agents report theirs on their link
+(``AgentStatus.policy_version``).
+
 :class:`AuditEntry` is append-only: a PostgreSQL trigger (migration ``0002``) refuses UPDATE
 and DELETE. ``cluster_name`` is text, not a key, so an entry outlives its cluster.
 """
@@ -29,6 +34,20 @@ class PolicyVersion(models.Model):
         constraints = [models.UniqueConstraint(fields=["cluster", "version"], name="policy_version_unique")]
         ordering = ["-version"]
         permissions = [("tune_policy", "Can tune a live cluster's policy")]
+
+
+class PolicyApplied(models.Model):
+    SCHEDULER, EXTENDER, PUBLISHER, ESCALATION = "scheduler", "extender", "publisher", "escalation"
+    PARTS = [(SCHEDULER, "scheduler"), (EXTENDER, "scheduler extender"), (PUBLISHER, "batch-capacity publisher"),
+             (ESCALATION, "escalation")]
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="policy_applied")
+    part = models.CharField(max_length=16, choices=PARTS)
+    version = models.PositiveIntegerField()
+    applied_s = models.FloatField()  # epoch seconds of the last decision recorded with ``version``
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "part"], name="policy_applied_unique")]
 
 
 class AuditEntry(models.Model):

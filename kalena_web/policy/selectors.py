@@ -1,7 +1,12 @@
 """Policy and audit reads.
 
-:func:`current_policy` is what every live loop uses (one indexed query); the agents get the
-same version over their link (:mod:`kalena_web.telemetry.consumers`).
+:func:`current_policy` is what every live decision uses (DESIGN §15: the scheduling passes —
+Docker, Swarm, REST and the Kubernetes Lease holder —, the scheduler extender, the batch-capacity
+publisher, escalation, estimation and the pre-flight); a long-running loop re-reads it every pass
+through :func:`current_policy_refreshed` (one indexed query of the version number, the document
+parsed again only when it changed). The agents get the same version over their link
+(:mod:`kalena_web.telemetry.consumers`). :func:`parts_policy_state` is which version each part
+last applied, for the policy page.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from kalena_engine.policy import Policy
 from kalena_engine.policy_file import PolicyDocument
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.policy import mappers
-from kalena_web.policy.models import AuditEntry, PolicyVersion
+from kalena_web.policy.models import AuditEntry, PolicyApplied, PolicyVersion
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,21 @@ def current_policy(*, cluster_id: int) -> CurrentPolicy:
         return CurrentPolicy(version=0, policy=Policy(), document=PolicyDocument())
     document = mappers.version_document(row)
     return CurrentPolicy(version=row.version, policy=document.policy, document=document)
+
+
+def current_policy_refreshed(*, cluster_id: int, known: CurrentPolicy | None) -> CurrentPolicy:
+    """The cluster's current policy, reusing ``known`` while it is still the current version.
+
+    Versions only grow (a save or a rollback adds one), so an equal number is the same policy:
+    a pass that finds ``known.version`` current costs one indexed query of the number and no
+    parsing; a saved change is read on the next call.
+    """
+    if known is not None:
+        latest = (PolicyVersion.objects.filter(cluster_id=cluster_id).order_by("-version")
+                  .values_list("version", flat=True).first()) or 0
+        if latest == known.version:
+            return known
+    return current_policy(cluster_id=cluster_id)
 
 
 def current_versions(*, cluster_ids: Iterable[int]) -> dict[int, int]:
@@ -117,3 +137,29 @@ def agents_policy_state(*, cluster: Cluster) -> tuple[int, list[AgentPolicyState
         "node__name", "connected", "policy_version")
     return version, [AgentPolicyState(node=n, connected=c, reported=v, behind=(v or 0) < version)
                      for n, c, v in rows]
+
+
+@dataclass(frozen=True)
+class PartPolicyState:
+    """One live part of a cluster: the version it last decided with (``None``: it has not run
+    for this cluster) and when (epoch s); ``behind`` when that is older than the current one."""
+
+    part: str
+    label: str
+    version: int | None
+    applied_s: float | None
+    behind: bool
+
+
+def parts_policy_state(*, cluster: Cluster, current: int) -> list[PartPolicyState]:
+    """Per live part (:attr:`PolicyApplied.PARTS`, in that order) the version it last applied
+    against ``current``, the cluster's current version. A part that never ran is not behind
+    (a Docker cluster has no extender nor publisher); one that ran an older version is."""
+    found = {part: (version, at) for part, version, at in PolicyApplied.objects.filter(cluster=cluster)
+             .values_list("part", "version", "applied_s")}
+    out = []
+    for part, label in PolicyApplied.PARTS:
+        version, at = found.get(part, (None, None))
+        out.append(PartPolicyState(part=part, label=label, version=version, applied_s=at,
+                                   behind=version is not None and version < current))
+    return out

@@ -18,7 +18,10 @@ from kalena_engine.errors import InputError
 from kalena_engine.policy_file import PolicyDocument, policy_to_document
 from kalena_web.inventory.models import Cluster
 from kalena_web.policy import mappers
-from kalena_web.policy.models import AuditEntry, PolicyVersion
+from kalena_web.policy.models import AuditEntry, PolicyApplied, PolicyVersion
+
+#: seconds after which :func:`policy_applied_record` refreshes an unchanged version's time
+APPLIED_REFRESH_S = 10.0
 
 
 class VersionNotFound(InputError):
@@ -67,6 +70,43 @@ def policy_rollback(*, cluster: Cluster, version: int, user: str) -> PolicyVersi
                               accepted="a version listed in the history")
     return policy_version_create(cluster=cluster, document=mappers.version_document(old), user=user,
                                  source=f"rollback to v{version}", action="policy.rollback")
+
+
+def policy_applied_record(*, cluster_id: int, part: str, version: int, now_s: float) -> bool:
+    """Record that ``part`` (one of :attr:`PolicyApplied.PARTS`) of the cluster decided with
+    policy ``version`` at ``now_s`` (epoch s), for the policy page. Cheap enough for every pass
+    and every extender call: one indexed read, and a write only when the version changed or the
+    stored time is older than :data:`APPLIED_REFRESH_S`. Returns whether it wrote.
+
+    Raises:
+        InputError: ``part`` is not a known part.
+    """
+    parts = dict(PolicyApplied.PARTS)
+    if part not in parts:
+        raise InputError(f"{part!r} is not a live part", field="part", accepted=", ".join(parts))
+    stored = PolicyApplied.objects.filter(cluster_id=cluster_id, part=part).values_list("version", "applied_s").first()
+    if stored is not None and stored[0] == version and now_s - stored[1] < APPLIED_REFRESH_S:
+        return False
+    PolicyApplied.objects.bulk_create(
+        [PolicyApplied(cluster_id=cluster_id, part=part, version=version, applied_s=now_s)],
+        update_conflicts=True, unique_fields=["cluster", "part"], update_fields=["version", "applied_s"])
+    return True
+
+
+def policy_apply(*, cluster_id: int, part: str, now_s: float, known=None):
+    """The cluster's current policy (a :class:`~kalena_web.policy.selectors.CurrentPolicy`) for
+    ``part`` to decide with now, recorded as the version that part applies
+    (:func:`policy_applied_record`). ``known``, the version a long-running loop read last, is
+    reused while still current (:func:`~kalena_web.policy.selectors.current_policy_refreshed`).
+
+    Raises:
+        InputError: ``part`` is not a known part.
+    """
+    from kalena_web.policy.selectors import current_policy_refreshed
+
+    current = current_policy_refreshed(cluster_id=cluster_id, known=known)
+    policy_applied_record(cluster_id=cluster_id, part=part, version=current.version, now_s=now_s)
+    return current
 
 
 def calibration_import(*, cluster: Cluster, document: PolicyDocument, filename: str, user: str):

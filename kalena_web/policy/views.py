@@ -33,6 +33,7 @@ def _policy_page(request: HttpRequest, cluster, *, draft: drafts.Draft | None = 
                  message: str = "", status: int = 200, origin: str = "", current=None) -> HttpResponse:
     current = current or selectors.current_policy(cluster_id=cluster.id)
     version, agents = selectors.agents_policy_state(cluster=cluster)
+    parts = selectors.parts_policy_state(cluster=cluster, current=current.version)
     fields = draft.fields if draft else drafts.form_fields(current.document)
     sections: dict[str, list] = {}
     for f in fields:
@@ -44,6 +45,8 @@ def _policy_page(request: HttpRequest, cluster, *, draft: drafts.Draft | None = 
         "preflight": preflight, "figure": figures.preflight_slack_figure(preflight) if preflight else None,
         "slack_rows": figures.preflight_slack_rows(preflight) if preflight else "",
         "agents": agents, "behind": [a for a in agents if a.behind], "can_tune": request.user.has_perm(TUNE),
+        "parts": parts, "parts_behind": [p for p in parts if p.behind],
+        "carried": drafts.carried_text(draft.document if draft and draft.document else current.document),
     }, status=status)
 
 
@@ -87,7 +90,11 @@ def policy(request: HttpRequest, cluster: str) -> HttpResponse:
     if not request.user.has_perm(TUNE):
         return error_page(request, 403, "tuning policy needs the operator or approver role")
     current = selectors.current_policy(cluster_id=c.id)
-    draft = drafts.draft_read(request.POST, base=current.document)
+    try:
+        base = drafts.carried_base(request.POST.get("carried", ""), base=current.document)
+    except PolicyError as exc:
+        return _policy_page(request, c, message=f"Refused, nothing changed — {exc}", status=400, current=current)
+    draft = drafts.draft_read(request.POST, base=base)
     if draft.document is None:
         return _policy_page(request, c, draft=draft, status=400)
     if request.POST.get("action") == "save":

@@ -13,7 +13,8 @@ from kalena_web.archive.evictions import evictions_record
 from kalena_web.control.loops import run_for_clusters
 from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.control.services import scheduling_pass_metrics_record
-from kalena_web.policy.selectors import current_policy
+from kalena_web.policy.models import PolicyApplied
+from kalena_web.policy.services import policy_apply
 from kalena_web.scheduling.services import scheduling_pass
 
 
@@ -41,7 +42,8 @@ def schedule(cluster_id: int | None = None, now_s: float | None = None) -> dict[
     def body(cluster, now):
         evictions_record(cluster=cluster, now_s=now)  # batch the agents evicted is queued again first
         started = time.time()
-        report = scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=current_policy(cluster_id=cluster.id).policy,
+        policy = policy_apply(cluster_id=cluster.id, part=PolicyApplied.SCHEDULER, now_s=now).policy
+        report = scheduling_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), policy=policy,
                                  now_s=now, rng=np.random.default_rng())
         scheduling_pass_metrics_record(cluster=cluster, report=report, started_s=started, finished_s=time.time(),
                                        now_s=now)
