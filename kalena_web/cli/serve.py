@@ -40,20 +40,19 @@ def handle(args: argparse.Namespace) -> int:
     if args.tls_port is not None and args.tls_port == args.port:
         print(f"kalena serve: error: --tls-port {args.tls_port} is the console's --port", file=sys.stderr)
         return 2
-    django_setup()
-    from daphne.endpoints import build_endpoint_description_strings
-    from django.conf import settings
-
     from kalena_web.kubehooks.listener import HooksListener, HooksTLSError, KalenaServer, hooks_tls_options
 
     hooks = None
-    if args.tls_port is not None:
+    if args.tls_port is not None:  # checked before anything starts: a bad file changes nothing
         try:
             hooks = HooksListener(args.host, args.tls_port, hooks_tls_options(
                 cert_path=args.tls_cert, key_path=args.tls_key, client_ca_path=args.tls_client_ca))
         except HooksTLSError as exc:
             print(f"kalena serve: error: {exc}", file=sys.stderr)
             return 2
+    django_setup()
+    from daphne.endpoints import build_endpoint_description_strings
+    from django.conf import settings
 
     from kalena_web.asgi import application
     from kalena_web.control.embedded import EmbeddedLoops

@@ -24,7 +24,6 @@ never waits on the database).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,13 +37,11 @@ from OpenSSL.crypto import X509, PKey
 from twisted.internet import reactor
 from twisted.internet.interfaces import IProtocolNegotiationFactory
 from twisted.internet.endpoints import SSL4ServerEndpoint
-from twisted.internet.ssl import AcceptableCiphers, CertificateOptions, TLSVersion
-from twisted.internet._sslverify import OpenSSLCertificateAuthorities
+from twisted.internet.ssl import (AcceptableCiphers, Certificate, CertificateOptions, TLSVersion,
+                                  trustRootFromCertificates)
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 
 from kalena_web.kubehooks.routing import LISTENER_KEY, record_refusal
-
-log = logging.getLogger(__name__)
 
 #: TLS 1.2 suites: ECDHE key exchange (forward secrecy) with an AEAD cipher. TLS 1.3's suites are
 #: all of that kind and are OpenSSL's defaults.
@@ -86,7 +83,7 @@ def hooks_tls_options(*, cert_path: str, key_path: str, client_ca_path: str) -> 
         options = CertificateOptions(
             privateKey=PKey.from_cryptography_key(key), certificate=X509.from_cryptography(chain[0]),
             extraCertChain=[X509.from_cryptography(c) for c in chain[1:]],
-            trustRoot=OpenSSLCertificateAuthorities([X509.from_cryptography(c) for c in authorities]),
+            trustRoot=trustRootFromCertificates([Certificate(X509.from_cryptography(c)) for c in authorities]),
             acceptableCiphers=AcceptableCiphers.fromOpenSSLCipherString(TLS12_CIPHERS),
             raiseMinimumTo=TLSVersion.TLSv1_2)
         context = options.getContext()  # built now: a key that does not match fails here, not per connection
@@ -126,7 +123,7 @@ def handshake_refusal(error: SSL.Error) -> str:
     text = " ".join(str(part) for part in (error.args[0] if error.args else ()))
     if "did not return a certificate" in text:
         return "no_client_certificate"
-    if "certificate verify failed" in text or "certificate" in text and "unknown ca" in text:
+    if "certificate verify failed" in text or "unknown ca" in text:
         return "bad_client_certificate"
     return "handshake"
 

@@ -255,3 +255,27 @@ def test_tls12_accepts_only_forward_secret_aead_suites(hooks, suite):
         "TLSv1.2", "ECDHE-RSA-AES128-GCM-SHA256")
     # and a client offering TLS 1.3 negotiates it
     assert handshake(hooks)[0] == "TLSv1.3"
+
+
+# -- bad configuration -------------------------------------------------------------------------------
+
+def test_serve_refuses_a_hooks_port_without_client_authentication_or_with_a_bad_ca(hooks, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.web.webhook_server import ROOT
+
+    def serve(*extra: str) -> subprocess.CompletedProcess:
+        tls = ["--tls-cert", str(Path(hooks.ca).with_name("tls.crt")), "--tls-key", str(Path(hooks.ca).with_name("tls.key"))]
+        return subprocess.run([sys.executable, "-m", "kalena_web.cli", "serve", "--port", str(free_port()), "--no-loops",
+                               "--tls-port", str(free_port()), *tls, *extra], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120, env={**{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
+                                                "KALENA_DB_PATH": str(tmp_path / "k.sqlite3"),
+                                                "KALENA_VAR_DIR": str(tmp_path / "var")})
+
+    missing = serve()  # no --tls-client-ca: the hooks would answer anyone
+    assert missing.returncode == 2 and "--tls-port needs --tls-cert, --tls-key and --tls-client-ca" in missing.stderr
+    (tmp_path / "ca.crt").write_text("not a certificate\n")
+    bad = serve("--tls-client-ca", str(tmp_path / "ca.crt"))
+    assert bad.returncode == 2 and f"--tls-client-ca {tmp_path / 'ca.crt'}:" in bad.stderr
