@@ -104,6 +104,11 @@ def _extender_cluster(request: HttpRequest, name: str) -> Cluster:
         raise _Refusal(f"no live cluster named {name[:100]!r}", reason="unknown_cluster", status=404) from None
 
 
+def _extender_policy(cluster: Cluster) -> Policy:
+    """The policy the extender decides with (filter, prioritize and the bind's filter check)."""
+    return Policy()
+
+
 def _checked_args(request: HttpRequest) -> extender.ExtenderArgs:
     """The ExtenderArgs of a filter or prioritize call, for a pod Kalena manages, uid given.
 
@@ -129,7 +134,7 @@ def extender_filter(request: HttpRequest, cluster: str) -> JsonResponse:
         found = _extender_cluster(request, cluster)
         args = _checked_args(request)
         failed, _ = extender_verdicts(cluster=found, pod=args.pod, node_names=args.node_names,
-                                      now_s=time.time(), policy=Policy())
+                                      now_s=time.time(), policy=_extender_policy(found))
     except _Refusal as exc:
         return refused(request, endpoint="filter", reason=exc.reason, detail=str(exc), status=exc.status,
                        body=extender.error_filter_result(f"kalena extender: {exc}"), cluster_name=cluster)
@@ -156,7 +161,7 @@ def extender_prioritize(request: HttpRequest, cluster: str) -> JsonResponse:
                        cluster_name=cluster)
     try:
         _, scores = extender_verdicts(cluster=found, pod=args.pod, node_names=args.node_names,
-                                      now_s=time.time(), policy=Policy())
+                                      now_s=time.time(), policy=_extender_policy(found))
     except _BAD:
         scores = {}
     return JsonResponse(extender.priorities(args.node_names, scores), safe=False)
@@ -170,7 +175,7 @@ def extender_bind(request: HttpRequest, cluster: str) -> JsonResponse:
         found = _extender_cluster(request, cluster)
         binding = extender.parse_binding(request.read(MAX_BODY_BYTES + 1))
         services.extender_bind(cluster=found, binding=binding, orchestrator=orchestrator_for(found),
-                               now_s=time.time(), policy=Policy())
+                               now_s=time.time(), policy=_extender_policy(found))
     except _Refusal as exc:
         return refused(request, endpoint="bind", reason=exc.reason, detail=str(exc), status=exc.status,
                        body={"Error": f"kalena extender: {exc}"}, cluster_name=cluster)
