@@ -1,4 +1,7 @@
-"""URL map: the console at ``/``, the REST API at ``/api/``, login/logout, the probes and the metrics."""
+"""URL map: the console at ``/``, the REST API at ``/api/``, login/logout, the probes and the metrics.
+The admission webhook and the scheduler extender are not here: they are served only on the hooks
+listener (``kalena serve --tls-port``, :data:`kalena_web.kubehooks.routing.HOOKS_URLCONF`), so
+every path under ``/kubernetes/`` is a 404 on this port."""
 
 from __future__ import annotations
 
@@ -47,7 +50,6 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("metrics/cluster", cluster_metrics_view, name="metrics-cluster"),
     path("api/", api.urls),
-    path("", include("kalena_web.kubehooks.urls")),
     path("", include("kalena_web.telemetry.urls")),
     path("", include("kalena_web.policy.urls")),
     path("", include("kalena_web.console.urls")),

@@ -1,5 +1,7 @@
 """``kalena serve``: the console (HTTP + WebSockets on Daphne) and, in the embedded default,
-the control loops on a thread of the same process."""
+the control loops on a thread of the same process. With ``--tls-port``, the hooks listener too:
+the admission webhook and the scheduler extender on their own mutual-TLS port
+(:mod:`kalena_web.kubehooks.listener`), never on the console's."""
 
 from __future__ import annotations
 
@@ -20,21 +22,36 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--port", type=port, default=8000)
     parser.add_argument("--no-loops", action="store_true", help="do not run the embedded loops")
     parser.add_argument("--tls-port", type=port, default=None,
-                        help="also serve HTTPS on HOST:TLS_PORT (the admission webhook and scheduler extender "
-                             "endpoints Kubernetes calls; needs --tls-cert and --tls-key)")
+                        help="serve the admission webhook and scheduler extender (and nothing else) on "
+                             "HOST:TLS_PORT over mutual TLS; needs --tls-cert, --tls-key and --tls-client-ca")
     parser.add_argument("--tls-cert", default="", help="PEM certificate (chain) for --tls-port")
     parser.add_argument("--tls-key", default="", help="PEM private key for --tls-port")
+    parser.add_argument("--tls-client-ca", default="",
+                        help="PEM CA certificate(s) that sign the client certificates kube-apiserver and "
+                             "kube-scheduler present on --tls-port (a caller without one is refused)")
     parser.set_defaults(handler=handle)
     return parser
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.tls_port is not None and not (args.tls_cert and args.tls_key):
-        print("kalena serve: error: --tls-port needs --tls-cert and --tls-key", file=sys.stderr)
+    if args.tls_port is not None and not (args.tls_cert and args.tls_key and args.tls_client_ca):
+        print("kalena serve: error: --tls-port needs --tls-cert, --tls-key and --tls-client-ca", file=sys.stderr)
         return 2
+    if args.tls_port is not None and args.tls_port == args.port:
+        print(f"kalena serve: error: --tls-port {args.tls_port} is the console's --port", file=sys.stderr)
+        return 2
+    from kalena_web.kubehooks.listener import HooksListener, HooksTLSError, KalenaServer, hooks_tls_options
+
+    hooks = None
+    if args.tls_port is not None:  # checked before anything starts: a bad file changes nothing
+        try:
+            hooks = HooksListener(args.host, args.tls_port, hooks_tls_options(
+                cert_path=args.tls_cert, key_path=args.tls_key, client_ca_path=args.tls_client_ca))
+        except HooksTLSError as exc:
+            print(f"kalena serve: error: {exc}", file=sys.stderr)
+            return 2
     django_setup()
     from daphne.endpoints import build_endpoint_description_strings
-    from daphne.server import Server
     from django.conf import settings
 
     from kalena_web.asgi import application
@@ -55,14 +72,14 @@ def handle(args: argparse.Namespace) -> int:
     from kalena_web.telemetry.consumers import transport_max_message_bytes
 
     endpoints = build_endpoint_description_strings(host=args.host, port=args.port)
-    if args.tls_port is not None:
-        endpoints.append(tls_endpoint(args.host, args.tls_port, args.tls_cert, args.tls_key))
-        print(f"kalena serve: webhook and extender on https://{args.host}:{args.tls_port}/kubernetes/")
+    if hooks is not None:
+        print(f"kalena serve: webhook and extender on https://{args.host}:{args.tls_port}/kubernetes/ "
+              "(mutual TLS, nothing else served there)")
     # both of Daphne's limits, message and frame (each 1 MiB by default): a client may send a
     # message as one frame, and a frame over Daphne's frame limit is dropped like an oversize message
-    server = Server(application=application, endpoints=endpoints,
-                    websocket_max_message_size=transport_max_message_bytes(),
-                    websocket_max_frame_size=transport_max_message_bytes())
+    server = KalenaServer(application=application, endpoints=endpoints, hooks=hooks,
+                          websocket_max_message_size=transport_max_message_bytes(),
+                          websocket_max_frame_size=transport_max_message_bytes())
     try:
         server.run()
     finally:
@@ -75,9 +92,3 @@ def handle(args: argparse.Namespace) -> int:
         return 2
     return 0
 
-
-def tls_endpoint(host: str, port: int, cert: str, key: str) -> str:
-    """Twisted's ``ssl:`` endpoint description for Daphne (``:`` and ``\\`` escaped)."""
-    def esc(text: str) -> str:
-        return text.replace("\\", "\\\\").replace(":", "\\:")
-    return f"ssl:port={port}:interface={esc(host)}:privateKey={esc(key)}:certKey={esc(cert)}"

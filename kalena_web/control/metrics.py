@@ -66,6 +66,8 @@ COUNTERS: dict[str, str] = {
                                "without an event) and retried with backoff, by resource",
     "kalena_watch_malformed_objects": "Objects and watch lines the Kubernetes watcher skipped as malformed (each "
                                       "logged with its name and field), by resource",
+    "kalena_hooks_refused": "Calls to the hooks listener (admission webhook, scheduler extender) refused, by "
+                            "endpoint (tls: the handshake; mutate, filter, prioritize, bind; other) and reason",
     "kalena_reconciler_events": "Watch events the reconciler applied, by kind and outcome (changed, unchanged, "
                                 "unknown, rejected: bad input, logged, nothing changed; failed)",
 }

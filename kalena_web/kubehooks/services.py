@@ -1,21 +1,52 @@
-"""Writes for the scheduler extender's bind verb: the pod enters Kalena's ledgers in flight at its
-request (as a pass's binding does) and is bound through the orchestrator's Binding subresource."""
+"""Writes for the hooks Kubernetes calls: the scheduler extender's bind verb — the pod enters
+Kalena's ledgers in flight at its request (as a pass's binding does) and is bound through the
+orchestrator's Binding subresource — and the record of every refused call to the hooks listener
+(a counter in ``/metrics/cluster`` and an audit entry saying who and from where)."""
 
 from __future__ import annotations
 
 from agents.discovery.labels import TIER
 from agents.orchestrators import Orchestrator, OrchestratorError
 from agents.orchestrators.kubernetes.batch_resources import pod_vectors
-from agents.orchestrators.kubernetes.extender import BindingArgs, pod_constraints, pod_priority
+from agents.orchestrators.kubernetes.extender import (BindingArgs, pod_constraints, pod_priority, pod_uid,
+                                                      unmanaged_reason)
 from agents.orchestrators.kubernetes.objects import MalformedObject, timestamp_s
+from kalena_engine.policy import Policy
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling import services as scheduling
 from kalena_web.scheduling.models import BatchPod
 
+#: The counter of refused calls (``endpoint``, ``reason`` labels), declared in control.metrics.
+REFUSED_COUNTER = "kalena_hooks_refused"
+
 
 class ExtenderBindRefused(Exception):
-    """The bind cannot be done; the message (sent as ``ExtenderBindingResult.Error``) says why."""
+    """The bind cannot be done; the message (sent as ``ExtenderBindingResult.Error``) says why and
+    ``reason`` names the check as data: ``unknown_node``, ``pod_unreadable``, ``uid_mismatch``,
+    ``unmanaged``, ``filter``, ``not_pending``, ``ledger_changed`` or ``orchestrator``."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def hooks_refusal_record(*, endpoint: str, reason: str, peer: str, client: str, detail: str,
+                         cluster_name: str = "") -> None:
+    """Count one refused call to the hooks listener in ``kalena_hooks_refused_total{endpoint,
+    reason}`` and audit it (action ``hooks.refused``; actor: the client certificate's subject, or
+    ``anonymous``; the peer address and the reason in ``after``).
+
+    ``endpoint``: ``tls`` (the handshake), ``mutate``, ``filter``, ``prioritize``, ``bind`` or
+    ``other`` (a path the listener does not serve)."""
+    from kalena_web.control.services import metric_increment
+    from kalena_web.policy.models import AuditEntry
+    from kalena_web.policy.services import audit_record
+
+    metric_increment(name=REFUSED_COUNTER, labels={"endpoint": endpoint, "reason": reason})
+    audit_record(actor_kind=AuditEntry.CLIENT, actor=client or "anonymous", action="hooks.refused",
+                 cluster_name=cluster_name, target=f"{endpoint} from {peer}"[:300],
+                 after={"endpoint": endpoint, "reason": reason, "peer": peer[:100], "detail": detail[:300]})
 
 
 def _created_s(meta: dict) -> float:
@@ -27,43 +58,59 @@ def _created_s(meta: dict) -> float:
         return 0.0
 
 
-def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orchestrator, now_s: float) -> BatchPod:
-    """Bind ``binding``'s pod to its node: read the pod (its uid must match), queue it as a watched
-    batch pod, debit the node's ledger at its request, then create the Binding.
+def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orchestrator, now_s: float,
+                  policy: Policy) -> BatchPod:
+    """Bind ``binding``'s pod to its node. The pod is read from the API server (never taken from
+    the caller): its uid must equal ``binding.pod_uid``, Kalena must manage it
+    (:func:`~agents.orchestrators.kubernetes.extender.unmanaged_reason`) and the scheduler's own
+    filters (:func:`~kalena_web.kubehooks.selectors.extender_verdicts` under ``policy``) must
+    accept the node — a bind the filter verb would refuse is refused. Then it is queued as a
+    watched batch pod, the node's ledger is debited at its request, and the Binding is created.
+    A refusal changes nothing.
 
     Raises:
-        ExtenderBindRefused: unknown node, a different pod object (uid), or the orchestrator
-            refused (the debit is undone).
+        ExtenderBindRefused: with its ``reason`` (see the class); the orchestrator's refusal undoes
+            the debit.
     """
+    from kalena_web.kubehooks.selectors import extender_verdicts
+
     node = Node.objects.filter(cluster=cluster, name=binding.node).first()
     if node is None:
-        raise ExtenderBindRefused(f"node {binding.node} is not in Kalena cluster {cluster.name}")
+        raise ExtenderBindRefused(f"node {binding.node} is not in Kalena cluster {cluster.name}", reason="unknown_node")
     try:
         pod = orchestrator.pod(binding.ref)
     except OrchestratorError as exc:
-        raise ExtenderBindRefused(str(exc)) from None
+        raise ExtenderBindRefused(str(exc), reason="pod_unreadable") from None
     meta = pod.get("metadata") or {}
-    if binding.pod_uid and meta.get("uid") != binding.pod_uid:
-        raise ExtenderBindRefused(f"pod {binding.ref} has uid {meta.get('uid')}, not {binding.pod_uid}")
+    if pod_uid(pod) != binding.pod_uid:
+        raise ExtenderBindRefused(f"pod {binding.ref} has uid {pod_uid(pod) or '(none)'}, not {binding.pod_uid}",
+                                  reason="uid_mismatch")
+    unmanaged = unmanaged_reason(pod)
+    if unmanaged:
+        raise ExtenderBindRefused(unmanaged, reason="unmanaged")
+    failed, _ = extender_verdicts(cluster=cluster, pod=pod, node_names=[node.name], now_s=now_s, policy=policy)
+    if node.name in failed:
+        raise ExtenderBindRefused(f"the filter refuses node {node.name}: {failed[node.name][1]}", reason="filter")
     requests, limits = pod_vectors(pod)
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     batch_pod, _ = scheduling.batch_observe_pending(
         cluster=cluster, ref=binding.ref, request=requests, limit=limits,
         labels={**(meta.get("labels") or {}), TIER: "batch"}, priority=pod_priority(pod),
         owner=f"{owners[0]['kind']}/{owners[0]['name']}" if owners else "", constraints=pod_constraints(pod),
-        grace_s=float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)), uid=str(meta.get("uid") or ""),
+        grace_s=float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)), uid=pod_uid(pod),
         at_s=_created_s(meta) or now_s, now_s=now_s)
     batch_pod = BatchPod.objects.select_related("workload").get(id=batch_pod.id)
     if batch_pod.state != BatchPod.PENDING:
-        raise ExtenderBindRefused(f"pod {binding.ref} is {batch_pod.state} in Kalena, not pending")
+        raise ExtenderBindRefused(f"pod {binding.ref} is {batch_pod.state} in Kalena, not pending",
+                                  reason="not_pending")
     version = LiveNodeLedger.objects.get(node=node).version
     if not scheduling._bind_in_ledger([batch_pod], node_id=node.id, version=version, now_s=now_s):
-        raise ExtenderBindRefused(f"node {node.name}'s ledger changed while binding: retry")
+        raise ExtenderBindRefused(f"node {node.name}'s ledger changed while binding: retry", reason="ledger_changed")
     try:
         orchestrator.bind(scheduling._spec(batch_pod), node.name)
     except OrchestratorError as exc:
         scheduling.batch_drop(pod=batch_pod, now_s=now_s, reason=str(exc))
-        raise ExtenderBindRefused(str(exc)) from None
+        raise ExtenderBindRefused(str(exc), reason="orchestrator") from None
     return batch_pod
 
 

@@ -1,4 +1,5 @@
-"""URLs kube-apiserver and kube-scheduler call (no login: TLS, reachable only in-cluster)."""
+"""The URL map of the hooks listener alone (``kalena serve --tls-port``: mutual TLS; never
+included in the console's map): kube-apiserver's admission webhook and kube-scheduler's extender."""
 
 from django.urls import path
 
@@ -12,3 +13,5 @@ urlpatterns = [
     path("kubernetes/extender/<str:cluster>/prioritize", views.extender_prioritize, name="extender-prioritize"),
     path("kubernetes/extender/<str:cluster>/bind", views.extender_bind, name="extender-bind"),
 ]
+
+handler404 = views.not_found

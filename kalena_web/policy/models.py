@@ -51,8 +51,9 @@ class PolicyApplied(models.Model):
 
 
 class AuditEntry(models.Model):
-    USER, AGENT, LOOP = "user", "agent", "loop"
-    ACTORS = [(USER, "user"), (AGENT, "agent"), (LOOP, "loop")]
+    USER, AGENT, LOOP, CLIENT = "user", "agent", "loop", "client"
+    #: ``client``: a caller of the hooks listener (kube-apiserver, kube-scheduler, or whoever tried)
+    ACTORS = [(USER, "user"), (AGENT, "agent"), (LOOP, "loop"), (CLIENT, "client")]
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor_kind = models.CharField(max_length=8, choices=ACTORS)

@@ -1,27 +1,35 @@
 """deploy/kubernetes works as written: every built-in object validates (strict: no unknown field)
 against the Kubernetes 1.33 schemas with kubernetes-validate (offline), and the objects refer to
 each other correctly — the webhook's Service reaches the console's TLS port, its path is the
-webhook view, its certificate names the Service, the agent's link URL names the Service that
-exists and the WebSocket route, the extender's URL names real views."""
+webhook view (on the hooks listener's URL map, never the console's), its certificate names the
+Service, the hooks' callers present client certificates from the CA the console trusts, the
+agent's link URL names the Service that exists and the WebSocket route, the extender's URL names
+real views; and `manage.py check --deploy` passes with the settings the files set."""
 
 from __future__ import annotations
 
+import os
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
 import kubernetes_validate
 import pytest
 import yaml
-from django.urls import resolve
+from django.urls import Resolver404, resolve
 
 from kalena_web.cli import build_parser
+from kalena_web.kubehooks.routing import HOOKS_URLCONF
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 FILES = ["kubernetes/control-plane.yaml", "kubernetes/webhook.yaml", "kubernetes/webhook-infer-jobs.yaml",
-         "kubernetes/scheduler-extender.yaml", "agent/daemonset.yaml"]
+         "kubernetes/scheduler-extender.yaml", "kubernetes/apiserver-admission.yaml", "agent/daemonset.yaml"]
 #: Kinds from outside core Kubernetes (no schema in kubernetes-validate): checked by the tests below.
 FOREIGN = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
-           ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")}
+           ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"),
+           ("apiserver.config.k8s.io/v1", "AdmissionConfiguration"), ("v1", "Config")}
 
 
 def docs(name: str) -> list[dict]:
@@ -62,7 +70,9 @@ def test_webhook_reaches_the_console_over_tls():
                          else "kalena-infer-jobs")["webhooks"]:
             ref = hook["clientConfig"]["service"]
             assert (ref["name"], ref["namespace"], ref["port"]) == ("kalena-webhook", "kalena", port["port"])
-            assert resolve(ref["path"]).url_name == "mutate"
+            assert resolve(ref["path"], urlconf=HOOKS_URLCONF).url_name == "mutate"
+            with pytest.raises(Resolver404):  # the console's port routes no hook
+                resolve(ref["path"])
             assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
             labels = hook["objectSelector"].get("matchLabels", {}) | {
                 e["key"]: e["operator"] for e in hook["objectSelector"].get("matchExpressions", [])}
@@ -104,7 +114,64 @@ def test_extender_config_names_real_views():
     assert prefix.hostname == "kalena-webhook.kalena.svc" and ext["enableHTTPS"] is True
     for verb, name in (("filterVerb", "extender-filter"), ("prioritizeVerb", "extender-prioritize"),
                        ("bindVerb", "extender-bind")):
-        assert resolve(f"{prefix.path}/{ext[verb]}").url_name == name
+        assert resolve(f"{prefix.path}/{ext[verb]}", urlconf=HOOKS_URLCONF).url_name == name
     assert ext["nodeCacheCapable"] is True and ext["weight"] >= 1
     assert {r["name"] for r in ext["managedResources"]} == {"kalena.naughtian.io/batch-cpu",
                                                            "kalena.naughtian.io/batch-memory"}
+
+
+def test_hooks_callers_present_certificates_the_console_trusts():
+    deployment, container = console()
+    args = build_parser().parse_args(container["args"])
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    ca_dir, ca_file = args.tls_client_ca.rsplit("/", 1)
+    ca_volume = volumes[mounts[ca_dir]]["secret"]
+    assert ca_volume["items"] == [{"key": "ca.crt", "path": ca_file}]  # the CA's certificate, never its key
+    ca_cert = find("kubernetes/webhook.yaml", "Certificate", "kalena-hooks-client-ca")
+    assert ca_cert["spec"]["isCA"] is True and ca_cert["spec"]["secretName"] == ca_volume["secretName"]
+    ca_issuer = find("kubernetes/webhook.yaml", "Issuer", "kalena-hooks-client-ca")
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca_volume["secretName"]
+    for name, cn in (("kalena-apiserver-client", "kube-apiserver"), ("kalena-scheduler-client", "kube-scheduler")):
+        client = find("kubernetes/webhook.yaml", "Certificate", name)["spec"]
+        assert client["issuerRef"]["name"] == ca_issuer["metadata"]["name"] and client["usages"] == ["client auth"]
+        assert client["commonName"] == cn
+    # kube-scheduler: the extender's tlsConfig sends the client certificate
+    (config,) = docs("kubernetes/scheduler-extender.yaml")
+    (ext,) = config["extenders"]
+    assert ext["enableHTTPS"] is True and ext["tlsConfig"]["certFile"] and ext["tlsConfig"]["keyFile"]
+    # kube-apiserver: the AdmissionConfiguration's kubeconfig has a user named after the webhook Service
+    admission, kubeconfig = docs("kubernetes/apiserver-admission.yaml")
+    (plugin,) = admission["plugins"]
+    assert plugin["name"] == "MutatingAdmissionWebhook"
+    assert plugin["configuration"]["kubeConfigFile"].startswith("/etc/kubernetes/kalena/")
+    service = find("kubernetes/webhook.yaml", "MutatingWebhookConfiguration", "kalena")["webhooks"][0]["clientConfig"]
+    (user,) = kubeconfig["users"]
+    assert user["name"] == f"{service['service']['name']}.{service['service']['namespace']}.svc"
+    assert user["user"]["client-certificate"].startswith("/etc/kubernetes/kalena/") and user["user"]["client-key"]
+
+
+def test_console_is_https_behind_its_ingress_and_metrics_need_a_token():
+    _, container = console()
+    config = find("kubernetes/control-plane.yaml", "ConfigMap", "kalena-config")["data"]
+    assert config["KALENA_HTTPS"] == "1"
+    ingress = find("kubernetes/control-plane.yaml", "Ingress", "kalena")
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] in ingress["spec"]["tls"][0]["hosts"] and rule["host"] in config["KALENA_ALLOWED_HOSTS"]
+    assert f"https://{rule['host']}" in config["KALENA_CSRF_TRUSTED_ORIGINS"].split(",")
+    (backend,) = [p["backend"]["service"] for p in rule["http"]["paths"]]
+    assert backend["name"] == "kalena"  # the console's Service, never the hooks port
+    env = {e["name"]: e for e in container["env"]}
+    assert "optional" not in env["KALENA_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]  # the pod needs it
+
+
+def test_manage_py_check_deploy_passes_with_the_deploy_files_settings():
+    config = find("kubernetes/control-plane.yaml", "ConfigMap", "kalena-config")["data"]
+    secrets_ = {"KALENA_SECRET_KEY": secrets.token_urlsafe(50), "KALENA_METRICS_TOKEN": secrets.token_urlsafe(32),
+                "DATABASE_URL": "postgres://kalena:pw@postgres:5432/kalena", "REDIS_URL": "redis://redis:6379/0"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KALENA_", "DATABASE_URL", "REDIS_URL"))}
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            env={**env, **config, **secrets_, "DJANGO_SETTINGS_MODULE": "kalena_web.settings"},
+                            cwd=DEPLOY.parent, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout

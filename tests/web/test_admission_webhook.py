@@ -1,12 +1,12 @@
-"""The admission webhook as kube-apiserver calls it: AdmissionReview v1 over TLS to `kalena serve
---tls-port` (Daphne, a real TLS handshake against a CA the test makes), good and malformed
-reviews each answered within the API server's budget of 1 s."""
+"""The admission webhook as kube-apiserver calls it: AdmissionReview v1 over mutual TLS to `kalena
+serve --tls-port` (a real TLS handshake against CAs the test makes, the client certificate
+kube-apiserver presents), good and malformed reviews each answered within the API server's budget
+of 1 s."""
 
 from __future__ import annotations
 
 import base64
 import json
-import ssl
 
 import httpx
 import pytest
@@ -16,9 +16,7 @@ from tests.agents.orchestrators.kubernetes.test_admission import admission_revie
 
 @pytest.fixture(scope="module")
 def webhook(kalena_webhook):
-    url, ca = kalena_webhook
-    base = url.rsplit("/kubernetes/", 1)[0]
-    with httpx.Client(base_url=base, verify=ssl.create_default_context(cafile=ca)) as client:
+    with httpx.Client(base_url=kalena_webhook.url, verify=kalena_webhook.client()) as client:
         yield client
 
 

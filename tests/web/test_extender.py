@@ -1,5 +1,8 @@
 """The scheduler extender as kube-scheduler calls it: ExtenderArgs with capitalised (Go) or
-lower-case keys, answered from the live ledgers with the scheduler's filters and scores."""
+lower-case keys, answered from the live ledgers with the scheduler's filters and scores. The views
+are reached through the hooks listener's URL map (the TLS side is
+tests/web/kubernetes/test_hooks_listener.py); off extender mode or off Kubernetes every verb is a
+404 naming why, never a 500."""
 
 from __future__ import annotations
 
@@ -11,6 +14,16 @@ from agents.orchestrators.kubernetes.extender import extender_score, parse_args,
 from tests.web.live_cluster import NODES
 
 GIB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def hooks_listener(settings):
+    """What the hooks listener routes, in extender mode on Kubernetes."""
+    from kalena_web.kubehooks.routing import HOOKS_URLCONF
+
+    settings.ROOT_URLCONF = HOOKS_URLCONF
+    settings.KALENA_ADMISSION_EXTENDER_MODE = True
+    settings.KALENA_ORCHESTRATOR = "kubernetes"
 
 
 def batch_pod(cpu="500m", memory="512Mi", **spec):
@@ -76,7 +89,31 @@ def test_malformed_filter_is_an_error_answer(client, live, body, field):
 def test_unknown_cluster_is_an_error_answer(client, live):
     response = client.post("/kubernetes/extender/nope/filter", data=json.dumps({"Pod": batch_pod(), "NodeNames": []}),
                            content_type="application/json")
-    assert "kalena extender" in response.json()["Error"]
+    assert response.status_code == 404 and "no live cluster named 'nope'" in response.json()["Error"]
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind"])
+@pytest.mark.parametrize("switch, value, reason", [
+    ("KALENA_ORCHESTRATOR", "docker", "serves Kubernetes clusters only (KALENA_ORCHESTRATOR=docker)"),
+    ("KALENA_ORCHESTRATOR", "fake", "serves Kubernetes clusters only (KALENA_ORCHESTRATOR=fake)"),
+    ("KALENA_ADMISSION_EXTENDER_MODE", False, "the extender is off"),
+], ids=["docker", "fake", "extender-off"])
+def test_extender_outside_extender_mode_or_kubernetes_is_a_404(client, live, settings, verb, switch, value, reason):
+    from kalena_web.control.metrics import ClusterCollector
+    from kalena_web.policy.models import AuditEntry
+
+    setattr(settings, switch, value)
+    body = ({"PodName": "train-0", "PodNamespace": "batch", "PodUID": "u-1", "Node": NODES[0]} if verb == "bind"
+            else {"Pod": batch_pod(), "NodeNames": NODES})
+    response = client.post(f"/kubernetes/extender/home/{verb}", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 404
+    if verb != "prioritize":  # a priority list has no error field
+        assert reason in response.json()["Error"]
+    entry = AuditEntry.objects.get(action="hooks.refused")
+    assert (entry.actor_kind, entry.actor, entry.after["endpoint"]) == ("client", "anonymous", verb)
+    counted = {tuple(sorted(s.labels.items())): s.value for family in ClusterCollector().recorded()
+               if family.name == "kalena_hooks_refused" for s in family.samples if s.name.endswith("_total")}
+    assert counted[(("endpoint", verb), ("reason", "extender_off" if value is False else "not_kubernetes"))] == 1
 
 
 def test_bind_args_case_insensitive_and_checked():
@@ -125,8 +162,10 @@ def test_bind_enters_the_ledger_and_creates_the_binding(client, live, kube_api):
     created = kube_api.create("pods", {**batch_pod(), "spec": {**batch_pod()["spec"], "schedulerName": "default-scheduler"}})
     uid = created["metadata"]["uid"]
     before = LiveNodeLedger.objects.get(node__cluster=live, node__name=NODES[1]).batch_request[0]
-    wrong = post(client, "bind", {"PodName": "train-0", "PodNamespace": "batch", "PodUID": "other", "Node": NODES[1]})
-    assert "has uid" in wrong["Error"] and not kube_api.get("pods", "batch/train-0")["spec"].get("nodeName")
+    wrong = client.post("/kubernetes/extender/home/bind", content_type="application/json", data=json.dumps(
+        {"PodName": "train-0", "PodNamespace": "batch", "PodUID": "other", "Node": NODES[1]}))
+    assert wrong.status_code == 403 and "has uid" in wrong.json()["Error"]
+    assert not kube_api.get("pods", "batch/train-0")["spec"].get("nodeName")
     assert post(client, "bind", {"PodName": "train-0", "PodNamespace": "batch", "PodUID": uid, "Node": NODES[1]}) == {"Error": ""}
     assert kube_api.get("pods", "batch/train-0")["spec"]["nodeName"] == NODES[1]
     pod = BatchPod.objects.select_related("workload").get(workload__name="batch/train-0")

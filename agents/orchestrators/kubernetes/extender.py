@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.discovery.labels import PRIORITY
+from agents.discovery.labels import PRIORITY, TIER
+from agents.orchestrators.kubernetes.batch_resources import BATCH_CPU, BATCH_MEMORY
 
 MAX_EXTENDER_PRIORITY = 10
 #: Reasons preemption on that node cannot fix (sent as FailedAndUnresolvableNodes).
@@ -100,16 +101,17 @@ def parse_args(body: bytes | str | Mapping[str, Any]) -> ExtenderArgs:
 
 
 def parse_binding(body: bytes | str | Mapping[str, Any]) -> BindingArgs:
-    """``ExtenderBindingArgs`` → :class:`BindingArgs`.
+    """``ExtenderBindingArgs`` → :class:`BindingArgs`. ``PodUID`` is required: kube-scheduler always
+    sends it, and a bind must name the exact pod object it was asked about.
 
     Raises:
-        ExtenderInputError: a missing or non-string field, naming it.
+        ExtenderInputError: a missing, empty or non-string field, naming it.
     """
     doc = _load(body)
     out = {}
     for key, name in (("podname", "PodName"), ("podnamespace", "PodNamespace"), ("poduid", "PodUID"), ("node", "Node")):
         value = doc.get(key)
-        if not isinstance(value, str) or (not value and key != "poduid"):
+        if not isinstance(value, str) or not value:
             raise ExtenderInputError("missing or not a string", field=name)
         out[key] = value
     return BindingArgs(out["podname"], out["podnamespace"], out["poduid"], out["node"])
@@ -118,6 +120,33 @@ def parse_binding(body: bytes | str | Mapping[str, Any]) -> BindingArgs:
 def pod_ref(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def unmanaged_reason(pod: Mapping[str, Any]) -> str:
+    """Why Kalena must not act on ``pod`` through the extender (``""`` when it may): Kalena manages
+    a pod labelled ``kalena.naughtian.io/tier: batch`` or one whose containers request Kalena's
+    extended resources (what the webhook gives every batch pod). Anything else — a production pod,
+    another team's pod — is the default scheduler's alone."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if isinstance(labels, Mapping) and labels.get(TIER) == "batch":
+        return ""
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    for container in containers if isinstance(containers, list) else []:
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        requests = resources.get("requests") if isinstance(resources, Mapping) else None
+        if isinstance(requests, Mapping) and (BATCH_CPU in requests or BATCH_MEMORY in requests):
+            return ""
+    return (f"pod {pod_ref(pod)} is not managed by Kalena (no {TIER}: batch label and no {BATCH_CPU} or "
+            f"{BATCH_MEMORY} request)")
+
+
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    """The pod object's ``metadata.uid`` (``""`` when absent or not a string)."""
+    meta = pod.get("metadata") or {}
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    return uid if isinstance(uid, str) else ""
 
 
 def pod_priority(pod: Mapping[str, Any]) -> int:

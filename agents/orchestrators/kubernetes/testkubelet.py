@@ -62,12 +62,15 @@ def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, s
 class MutatingWebhook:
     """One webhook of a MutatingWebhookConfiguration, called for pod CREATE (see module doc).
 
-    ``url`` (https, ``ca_file`` verifies it) or ``call`` (a function from the AdmissionReview dict
+    ``url`` (https, ``ca_file`` verifies it; ``client_cert_file``/``client_key_file``: the client
+    certificate the API server presents, from its AdmissionConfiguration's kubeconfig) or ``call`` (a function from the AdmissionReview dict
     to the answer dict, for tests that need no TLS server). ``calls``/``failures``/``denials``
     count what happened; ``latencies_s`` is not kept (tests assert on outcomes, not time)."""
 
     url: str = ""
     ca_file: str = ""
+    client_cert_file: str = ""
+    client_key_file: str = ""
     call: Callable[[dict], dict] | None = None
     object_selector: Mapping[str, Any] = field(default_factory=dict)
     failure_policy: str = "Ignore"
@@ -121,6 +124,8 @@ class MutatingWebhook:
         import httpx
 
         context = ssl.create_default_context(cafile=self.ca_file or None)
+        if self.client_cert_file:
+            context.load_cert_chain(self.client_cert_file, self.client_key_file or None)
         response = httpx.post(self.url, json=review, verify=context, timeout=self.timeout_s)
         response.raise_for_status()
         return response.json()

@@ -13,12 +13,14 @@ import time
 import numpy as np
 import pytest
 from django.contrib.auth.models import Group, Permission
+from django.test import override_settings
 from kubernetes import client as k8s
 
 from agents.orchestrators.kubernetes import KubernetesOrchestrator
 from agents.orchestrators.kubernetes.lease import LeaderElector
 from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
 from kalena_web.control.leading import ClusterScheduler
+from kalena_web.kubehooks.routing import HOOKS_URLCONF
 from tests.web.conftest import PASSWORD
 from tests.web.live_cluster import NODES, import_homelab
 
@@ -39,12 +41,16 @@ def test_the_policy_page_flags_a_part_behind_until_its_next_pass(live_server, ch
                              elector=LeaderElector(orch, identity="kalena-a", lease_duration_s=30.0))
         assert s.elector.try_acquire_or_renew()
         s.run_pass()
-        pod = {"metadata": {"name": "sweep-k8m2n", "namespace": "team-a",
+        pod = {"metadata": {"name": "sweep-k8m2n", "namespace": "team-a", "uid": "uid-sweep-k8m2n",
+                            "labels": {"kalena.naughtian.io/tier": "batch"},
                             "ownerReferences": [{"kind": "Job", "name": "sweep", "controller": True, "uid": "j"}]},
                "spec": {"containers": [{"name": "main", "image": "busybox",
                                         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]}}
-        assert client.post("/kubernetes/extender/home/filter", content_type="application/json",
-                           data=json.dumps({"Pod": pod, "NodeNames": NODES})).status_code == 200
+        # kube-scheduler's call, on the hooks listener's URL map in extender mode
+        with override_settings(ROOT_URLCONF=HOOKS_URLCONF, KALENA_ADMISSION_EXTENDER_MODE=True,
+                               KALENA_ORCHESTRATOR="kubernetes"):
+            assert client.post("/kubernetes/extender/home/filter", content_type="application/json",
+                               data=json.dumps({"Pod": pod, "NodeNames": NODES})).status_code == 200
 
         page = chromium.new_page(viewport={"width": 1440, "height": 1000})
         try:

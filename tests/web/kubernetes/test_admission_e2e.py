@@ -53,11 +53,11 @@ def wait_for(check, what: str, timeout_s: float = 60.0):
 
 @pytest.fixture
 def api(kalena_webhook):
-    url, ca = kalena_webhook
     with TestAPIServer(bookmark_interval_s=0.5) as server:
         for name in NODES:
             server.create("nodes", node(name, cpu="16", memory="64Gi"))
-        webhook = MutatingWebhook(url=url, ca_file=ca, timeout_s=2.0,
+        webhook = MutatingWebhook(url=kalena_webhook.mutate_url, ca_file=kalena_webhook.ca, timeout_s=2.0,
+                                  client_cert_file=kalena_webhook.client_cert, client_key_file=kalena_webhook.client_key,
                                   object_selector={"matchLabels": {"kalena.naughtian.io/tier": "batch"}})
         server.pod_create_hooks.append(webhook)
         server.bound_hooks[:] = [kubelet_admission]

@@ -204,8 +204,17 @@ def test_escalation_cools_a_node_down_for_the_saved_cooldown(live, tuner):
 # -- the scheduler extender ------------------------------------------------------------------------
 
 def extender(client, verb: str, pod_json: dict) -> object:
-    response = client.post(f"/kubernetes/extender/home/{verb}", content_type="application/json",
-                           data=json.dumps({"Pod": pod_json, "NodeNames": NODES}))
+    """Call the extender as kube-scheduler does: through the hooks listener's own URL map (the
+    console's port routes no ``/kubernetes/`` path), in extender mode, with the pod's uid."""
+    from django.test import override_settings
+
+    from kalena_web.kubehooks.routing import HOOKS_URLCONF
+
+    pod_json = {**pod_json, "metadata": {"uid": f"uid-{pod_json['metadata']['name']}", **pod_json["metadata"]}}
+    with override_settings(ROOT_URLCONF=HOOKS_URLCONF, KALENA_ADMISSION_EXTENDER_MODE=True,
+                           KALENA_ORCHESTRATOR="kubernetes"):
+        response = client.post(f"/kubernetes/extender/home/{verb}", content_type="application/json",
+                               data=json.dumps({"Pod": pod_json, "NodeNames": NODES}))
     assert response.status_code == 200, response.content
     return response.json()
 
