@@ -181,13 +181,15 @@ class WaitingWatch:
         from django.conf import settings
         from django.db import DatabaseError, close_old_connections
 
+        from kalena_web.control.orchestrators import OrchestratorNotConfigured
+
         told = ""
         while not self._stop.is_set():
             close_old_connections()
             try:
                 cluster = live_cluster_named(self.args.cluster)
                 handle = STARTERS[settings.KALENA_ORCHESTRATOR](cluster, self.args)
-            except (InputError, DatabaseError) as exc:
+            except (InputError, DatabaseError, OrchestratorNotConfigured) as exc:
                 try:
                     news = waiting_for(self.args.cluster) if isinstance(exc, InputError) and \
                         exc.field == "--cluster" else f"the watch cannot start yet: {exc}"

@@ -112,8 +112,8 @@ def infra_from_cluster(cluster: Cluster):
 
     nodes = tuple(
         NodeSpec(name=n.name, zone=n.zone, rack=n.rack, labels=dict(n.labels or {}),
-                 taints=tuple(Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", "NoSchedule"))
-                              for t in n.taints or []),
+                 taints=tuple(Taint(key=t.get("key", ""), value=t.get("value", ""),
+                                    effect=t.get("effect", "NoSchedule")) for t in n.taints or []),
                  allocatable=vector(n.capacity))
         for n in Node.objects.filter(cluster=cluster).order_by("row"))
     return Infrastructure(source=f"cluster {cluster.name} (its nodes)", nodes=nodes, daemonsets=())

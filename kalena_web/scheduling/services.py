@@ -639,7 +639,8 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
         Workload.objects.filter(id=pod.workload_id).update(node_id=None, start_s=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.PENDING, queued_s=now_s, bound_s=None,
-                                                  bound_version=None, running_s=None, admitted_s=None, reason=reason[:300],
+                                                  bound_version=None, running_s=None, admitted_s=None,
+                                                  reason=reason[:300],
                                                   requeues=pod.requeues + 1)
 
 

@@ -58,7 +58,8 @@ def state_of(cluster) -> tuple:
             sorted(Workload.objects.filter(cluster=cluster).values_list("name", "node__name", "request")),
             sorted(ProductionPlacement.objects.filter(workload__cluster=cluster).values_list(
                 "workload__name", "blueprint_node__name", "finding")),
-            sorted(LiveNodeLedger.objects.filter(node__cluster=cluster).values_list("node__name", "blueprint_workloads")),
+            sorted(LiveNodeLedger.objects.filter(node__cluster=cluster).values_list("node__name",
+                                                                                    "blueprint_workloads")),
             Cluster.objects.get(id=cluster.id).sources,
             AuditEntry.objects.filter(action="cluster.replace_blueprint").count())
 
