@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -67,8 +68,17 @@ class Served:
         raise AssertionError(f"kalena serve never said {text!r}:\n" + "".join(self.lines))
 
     def get(self, path: str) -> tuple[int, str]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as answer:
-            return answer.status, answer.read().decode()
+        """GET ``path``, waiting for the server to listen (it says where before Daphne binds)."""
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as answer:
+                    return answer.status, answer.read().decode()
+            except urllib.error.URLError as exc:
+                if not isinstance(exc.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                    raise
+                assert self.proc.poll() is None, f"kalena serve exited {self.proc.returncode}"
+                time.sleep(0.1)
 
     def stop(self) -> None:
         self.proc.terminate()
