@@ -194,3 +194,24 @@ def test_approving_with_the_new_blueprint_on_the_replan_page_adopts_it(running, 
     assert WorkloadReservation.objects.filter(workload__cluster=running, workload__kind="production").count() == 10
     assert np.isclose(sum(v[0] for v in cpu_by_node(running).values()),
                       sum(w.request[CPU] for w in Workload.objects.filter(cluster=running, kind="production")))
+
+
+def test_the_api_decision_with_a_blueprint_adopts_it(running, client) -> None:
+    import json
+
+    rec = ReplanRecommendation.objects.create(cluster=running, created_s=1000.0, window_s=86_400.0, threshold=0.25,
+                                              drift={"cpu": 0.4, "ram": 0.3},
+                                              workloads_yaml=running.workloads_document)
+    approver = User.objects.create_user("approver", password="x" * 12)
+    approver.user_permissions.add(Permission.objects.get(codename="approve_replan"))
+    client.force_login(approver)
+    url = f"/api/clusters/home/recommendations/{rec.id}/decision"
+    untouched = state_of(running)
+    partial = "solution:\n" + "".join(f"  {p}: {n}\n" for p, n in NEW.items() if p != "dns/pihole-0")
+    refused = client.post(url, json.dumps({"approve": True, "blueprint": partial}), content_type="application/json")
+    assert refused.status_code == 400 and "unassigned 1" in refused.json()["detail"]
+    assert state_of(running) == untouched and ReplanRecommendation.objects.get(id=rec.id).state == "open"
+    whole = "solution:\n" + "".join(f"  {p}: {n}\n" for p, n in NEW.items())
+    answer = client.post(url, json.dumps({"approve": True, "blueprint": whole}), content_type="application/json")
+    assert answer.status_code == 200 and answer.json()["state"] == "approved"
+    assert Workload.objects.get(cluster=running, name="security/vaultwarden-0").node.name == "thinkcentre-gamma"
