@@ -7,10 +7,11 @@ Per node n, on cpu and ram only (Kalena's extended resources
 bytes)::
 
     room_n    = S_n + Σ_{b∈B_n} q_b                  reservation-ledger room for batch (DESIGN §6)
-    floor_n   = Σ_{b bound, non-terminal on n} q_b   what the kubelet already counts (terminating
-                                                     pods too: it counts a pod until it is terminal)
-    target_n  = max(⌊room_n⌋, ⌈floor_n⌉)             never below what bound batch holds, else a
-                                                     kubelet restart would reject running pods
+    floor_n   = Σ_{b admitted, non-terminal on n} q_b   what the kubelet has admitted and still
+                                                     counts (terminating pods too: it counts a
+                                                     pod until it is terminal)
+    target_n  = max(⌊room_n⌋, ⌈floor_n⌉)             never below what admitted batch holds, else
+                                                     a kubelet restart would reject running pods
     published = target_n                  if there is no previous value, or target_n < previous
                                           (lowered at once)
               = target_n                  if target_n − previous ≥ bucket and
@@ -27,7 +28,15 @@ published at once (no previous value). A 4-core / 8 GiB batch pod binds (r_b = q
 2.85 cores / 14.8 GiB, room = 2.85 + 4 = 6.85 cores again → unchanged. Ten seconds later the
 production reservation drops to 1.10 cores: room 6900 mcpu, +50 mcpu = one bucket, but only
 10 s since the last change → still 6850; at 30 s it is raised to 6900. Production then jumps to
-5 cores: room 3000 mcpu, lowered at once — but the bound pod holds 4000, so 4000 is published.
+5 cores: room 3000 mcpu, lowered at once — but the admitted pod holds 4000, so 4000 is published.
+
+*Admitted* means the kubelet accepted the pod: its phase is ``Running``, or it is ``Pending``
+with ``status.startTime`` set (the kubelet sets it when it acknowledges the pod, before pulling
+images; the scheduler's ``PodScheduled`` condition and ``spec.nodeName`` say only that it is
+bound). A pod merely bound is not in the floor: the kubelet may still refuse it, so a
+10¹⁵-mcpu pod bound by someone else adds nothing to the published value until it runs (case:
+with room 6850 mcpu and such a pod bound, 6850 is published, not 10¹⁵; were it admitted, the
+floor would be 10¹⁵ mcpu).
 """
 
 from __future__ import annotations
@@ -72,7 +81,8 @@ def publish_batch(*, room: np.ndarray, held: np.ndarray, previous: np.ndarray, c
 
     Args:
         room: ``(n, 2)`` from :func:`batch_room`.
-        held: ``(n, 2)`` Σ requests of bound, non-terminal batch pods (terminating included).
+        held: ``(n, 2)`` Σ requests of admitted, non-terminal batch pods (terminating included;
+            a pod bound but not yet admitted by the kubelet excluded).
         previous: ``(n, 2)`` what each node publishes now; NaN where it publishes nothing yet.
         changed_s: ``(n,)`` when ``previous`` last changed (ignored where ``previous`` is NaN).
         now_s: the caller's time, seconds.

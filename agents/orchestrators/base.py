@@ -78,6 +78,9 @@ class BatchSpec:
             name the container/service per attempt so a re-placement never collides with the
             stopped one it replaces.
         grace_s: the pod's stop grace (s), Kubernetes' default 30 (Docker and Swarm stop grace).
+        uid: the pod object's ``metadata.uid`` the decision was made for (Kubernetes: the
+            Binding's precondition, so a pod deleted and re-created under the same name is
+            not bound with the old one's decision); ``""`` when not known.
     """
 
     id: str
@@ -91,6 +94,7 @@ class BatchSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     attempt: int = 0
     grace_s: float = 30.0
+    uid: str = ""
 
     @property
     def namespace(self) -> str:

@@ -89,11 +89,16 @@ class PodPending:
 
 @dataclass(frozen=True)
 class PodRunning:
-    """A batch pod is running on ``node``."""
+    """A batch pod is on ``node``: bound there and, when ``admitted``, accepted by the node (its
+    kubelet admitted it: Kubernetes ``phase: Running``, or ``Pending`` with ``status.startTime``,
+    which the kubelet sets when it acknowledges the pod; Docker and Swarm report only started
+    containers, always admitted). A bound pod the node has not admitted yet holds its request in
+    Kalena's ledger but does not raise the published batch floor (DESIGN §14)."""
 
     ref: str
     node: str
     at_s: float = 0.0
+    admitted: bool = True
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="Kubernetes manifests (files or folders of *.yaml: Nodes, Deployments, StatefulSets, "
                           "ReplicaSets, DaemonSets) instead of --infra/--workloads, read with Kubernetes' rules "
                           "(docs/kubernetes-admission.md)")
+    imp.add_argument("--replace-blueprint", action="store_true",
+                     help="adopt a re-plan: load the blueprint (and workloads) for the existing live cluster NAME, "
+                          "keeping its archive, batch pods, ledgers and telemetry; production is re-charged where "
+                          "the new blueprint puts it and fidelity findings it resolves are cleared (audited)")
     imp.set_defaults(handler=handle_import)
     delete = actions.add_parser("delete", help="delete a live cluster and everything recorded about it")
     delete.add_argument("name", help="name of the live cluster")
@@ -51,6 +55,8 @@ def handle_import(args: argparse.Namespace) -> int:
         document_path = data_path(args.workloads)
     blueprint = load_blueprint(data_path(args.blueprint), workloads)
     django_setup()
+    if args.replace_blueprint:
+        return _replace_blueprint(args, infra, workloads, blueprint, document_path)
     from kalena_web.control.services import live_cluster_import
 
     imported = live_cluster_import(name=args.name, infra=infra, workloads=workloads, blueprint=blueprint,
@@ -58,6 +64,21 @@ def handle_import(args: argparse.Namespace) -> int:
                                    workloads_document=document_path.read_text(encoding="utf-8") if document_path else "")
     print(f"live cluster {args.name!r}: {imported.nodes} nodes, {imported.production} production pods "
           f"({imported.soft_violations} soft blueprint violations reported, none hard)")
+    return 0
+
+
+def _replace_blueprint(args: argparse.Namespace, infra, workloads, blueprint, document_path) -> int:
+    import getpass
+
+    from kalena_web.replan.services import live_cluster_blueprint_replace
+
+    adopted = live_cluster_blueprint_replace(
+        name=args.name, infra=infra, workloads=workloads, blueprint=blueprint, now_s=time.time(),
+        actor_kind="user", actor=f"cli:{getpass.getuser()}",
+        workloads_document=document_path.read_text(encoding="utf-8") if document_path else None)
+    print(f"live cluster {args.name!r}: blueprint replaced by {blueprint.source} — {adopted.moved} production pods "
+          f"moved, {adopted.recharged} re-charged, {adopted.resolved} fidelity findings resolved, "
+          f"{adopted.findings} open ({adopted.soft_violations} soft blueprint violations reported, none hard)")
     return 0
 
 

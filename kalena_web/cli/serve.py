@@ -21,6 +21,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port, default=8000)
     parser.add_argument("--no-loops", action="store_true", help="do not run the embedded loops")
+    parser.add_argument("--cluster", default="",
+                        help="live cluster the orchestrator's watch feeds (default: the only one; with none yet, "
+                             "or several and none named, the console serves and the watch waits)")
     parser.add_argument("--tls-port", type=port, default=None,
                         help="serve the admission webhook and scheduler extender (and nothing else) on "
                              "HOST:TLS_PORT over mutual TLS; needs --tls-cert, --tls-key and --tls-client-ca")
@@ -66,9 +69,9 @@ def handle(args: argparse.Namespace) -> int:
     if settings.KALENA_ORCHESTRATOR in ("kubernetes", "docker", "swarm") and not args.no_loops:
         from kalena_web.cli import watch
 
-        watching = watch.start(watch.defaults())
-        print(f"kalena serve: {settings.KALENA_ORCHESTRATOR} watch running in this process")
-    print(f"kalena serve: console on http://{args.host}:{args.port}/")
+        # a fresh install has no live cluster yet: serve the console, start the watch once one exists
+        watching = watch.WaitingWatch(watch.defaults(args.cluster), say=lambda line: print(line, flush=True)).start()
+    print(f"kalena serve: console on http://{args.host}:{args.port}/", flush=True)
     from kalena_web.telemetry.consumers import transport_max_message_bytes
 
     endpoints = build_endpoint_description_strings(host=args.host, port=args.port)

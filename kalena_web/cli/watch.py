@@ -133,8 +133,82 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def defaults() -> argparse.Namespace:
-    """The arguments ``kalena serve`` starts its watch thread with."""
+def defaults(cluster: str = "") -> argparse.Namespace:
+    """The arguments ``kalena serve`` starts its watch thread with (``cluster``: its ``--cluster``)."""
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
-    return parser.parse_args(["watch"])
+    return parser.parse_args(["watch", *(["--cluster", cluster] if cluster else [])])
+
+
+IMPORT_HINT = ("import one with `kalena cluster import NAME --infra INFRA.yaml --workloads WORKLOADS.yaml "
+               "--blueprint SOLUTION.yaml` (or `--manifests PATH` for a cluster's own Kubernetes objects)")
+
+
+def waiting_for(name: str) -> str:
+    """What ``kalena serve`` says while its watch waits for a live cluster to feed: none yet (and
+    how to import one), ``name`` not there, or several and none named (and how to name one)."""
+    from kalena_web.inventory.models import Cluster
+
+    names = list(Cluster.objects.filter(kind=Cluster.LIVE).order_by("name").values_list("name", flat=True))
+    if not names:
+        return f"no live cluster yet: the console serves and the watch waits; {IMPORT_HINT}"
+    if name:
+        return (f"no live cluster named {name!r} (there are: {', '.join(names)}): the watch waits; "
+                f"{IMPORT_HINT.replace('NAME', name)}")
+    return (f"{len(names)} live clusters ({', '.join(names)}): the console serves them all, the watch feeds one; "
+            f"restart with `kalena serve --cluster NAME` to choose it")
+
+
+class WaitingWatch:
+    """``kalena serve``'s watch: started as soon as the live cluster it feeds exists (the only
+    one, or ``args.cluster``), so a fresh install — no cluster yet — or one with several serves
+    the console instead of exiting; until then a thread looks again every ``poll_s`` seconds
+    and ``say`` s once per change what it waits for and what to do next (:func:`waiting_for`).
+    A watcher that cannot start (no Kubernetes credentials) is said and tried again likewise.
+    ``handle``: the started watcher (None while waiting); :meth:`stop` stops either."""
+
+    def __init__(self, args: argparse.Namespace, *, poll_s: float = 2.0, say=print) -> None:
+        self.args, self.poll_s, self.say = args, poll_s, say
+        self.handle = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kalena-watch-waiting", daemon=True)
+
+    def start(self) -> WaitingWatch:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from django.conf import settings
+        from django.db import DatabaseError, close_old_connections
+
+        from kalena_web.control.orchestrators import OrchestratorNotConfigured
+
+        told = ""
+        while not self._stop.is_set():
+            close_old_connections()
+            try:
+                cluster = live_cluster_named(self.args.cluster)
+                handle = STARTERS[settings.KALENA_ORCHESTRATOR](cluster, self.args)
+            except (InputError, DatabaseError, OrchestratorNotConfigured) as exc:
+                try:
+                    news = waiting_for(self.args.cluster) if isinstance(exc, InputError) and \
+                        exc.field == "--cluster" else f"the watch cannot start yet: {exc}"
+                except DatabaseError as again:
+                    news = f"the watch cannot start yet: {again}"
+                if news != told:
+                    self.say(f"kalena serve: {news}")
+                    told = news
+                self._stop.wait(self.poll_s)
+                continue
+            if self._stop.is_set():
+                handle.stop()
+                return
+            self.handle = handle
+            self.say(f"kalena serve: {settings.KALENA_ORCHESTRATOR} watch running for live cluster {cluster.name!r}")
+            return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30.0)
+        if self.handle is not None:
+            self.handle.stop()

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from kalena_engine.errors import InputError
+from kalena_engine.errors import InputError, KalenaError
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.console.listing import ListSpec, everything, listing
 from kalena_web.console.live_figures import live_node_figure
@@ -28,7 +28,9 @@ from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
 from kalena_web.control.schedules import PERIODS_S
 from kalena_web.replan.models import DriftCheck, ReplanRecommendation
-from kalena_web.replan.services import RecommendationClosed, recommendation_decide
+from kalena_web.replan.services import (
+    BLUEPRINT_MAX_BYTES, RecommendationClosed, recommendation_adopt, recommendation_decide,
+)
 from kalena_web.scheduling import selectors as scheduling_selectors
 from kalena_web.scheduling.models import BatchPod
 
@@ -193,11 +195,17 @@ def decide(request: HttpRequest, cluster: str, rec_id: int) -> HttpResponse:
     decision = request.POST.get("decision")
     if decision not in ("approve", "reject"):
         return error_page(request, 400, f"decision {decision!r} is not approve or reject")
+    upload = request.FILES.get("blueprint") if decision == "approve" else None
     try:
-        recommendation_decide(recommendation=rec, user=request.user, approve=decision == "approve",
-                              note=request.POST.get("note", ""), now_s=time.time())
+        if upload is not None:  # approve and adopt Kuberina's re-plan in one step
+            recommendation_adopt(recommendation=rec, user=request.user, filename=upload.name,
+                                 blueprint_text=upload.read(BLUEPRINT_MAX_BYTES + 1).decode("utf-8", "replace"),
+                                 note=request.POST.get("note", ""), now_s=time.time())
+        else:
+            recommendation_decide(recommendation=rec, user=request.user, approve=decision == "approve",
+                                  note=request.POST.get("note", ""), now_s=time.time())
     except RecommendationClosed as exc:
         return error_page(request, 409, str(exc))
-    except InputError as exc:
+    except KalenaError as exc:
         return error_page(request, 400, str(exc))
     return redirect("console:live_replan", cluster=c.name)

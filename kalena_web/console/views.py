@@ -68,6 +68,12 @@ def _hours(run) -> float:
 
 @page
 def home(request: HttpRequest) -> HttpResponse:
+    """The runs; on a fresh install (no run, no live cluster) the live clusters page, which says
+    how to import the first cluster."""
+    from kalena_web.inventory.models import Cluster
+
+    if not selectors.run_list().exists() and not Cluster.objects.filter(kind=Cluster.LIVE).exists():
+        return redirect("console:live")
     return redirect("console:runs")
 
 

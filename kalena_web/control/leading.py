@@ -180,7 +180,8 @@ class ClusterScheduler:
             elif where:
                 node_id = Node.objects.filter(cluster=self.cluster, name=where).values_list("id", flat=True).first()
                 if node_id is not None:
-                    batch_observe_running(pod=pod, node_id=node_id, at_s=now, now_s=now)
+                    batch_observe_running(pod=pod, node_id=node_id, at_s=now, now_s=now,
+                                          admitted=False)  # bound; the watch reports admission
             else:
                 batch_requeue(pod=pod, now_s=now, reason="binding never reached the API")
                 requeued += 1

@@ -193,7 +193,8 @@ class Reconciler:
                         .values_list("name", "id"))
         known = [e for e in todo if e.node in node_ids]
         answers = scheduling.batch_observe_running_many(
-            cluster=self.cluster, now_s=self.clock(), reports=[(e.ref, node_ids[e.node], e.at_s) for e in known])
+            cluster=self.cluster, now_s=self.clock(),
+            reports=[(e.ref, node_ids[e.node], e.at_s, e.admitted) for e in known])
         results = {id(e): (UNKNOWN if a is None else CHANGED if a else UNCHANGED)
                    for e, a in zip(known, answers, strict=True)}
         return [self._tally(e, results.get(id(e), UNCHANGED if self._cached(e) else UNKNOWN)) for e in run]
@@ -276,8 +277,8 @@ class Reconciler:
         node_id = Node.objects.filter(cluster=self.cluster, name=e.node).values_list("id", flat=True).first()
         if pod is None or node_id is None:
             return UNKNOWN
-        return CHANGED if scheduling.batch_observe_running(pod=pod, node_id=node_id, at_s=e.at_s,
-                                                           now_s=self.clock()) else UNCHANGED
+        return CHANGED if scheduling.batch_observe_running(pod=pod, node_id=node_id, at_s=e.at_s, now_s=self.clock(),
+                                                           admitted=e.admitted) else UNCHANGED
 
     def _pod_finished(self, e: PodFinished) -> str:
         pod = self._pod(e.ref)
@@ -364,10 +365,11 @@ _EXCLUSIVE = {PodPending: PodRunning, PodRunning: PodPending}
 
 def _cache_form(event: WatchEvent) -> object:
     """What makes a cached event the same as the last one applied: the whole event, except
-    that a ``PodRunning`` is its pod and node (its running time is noted once, from the first
-    report: the pod's bound-but-Pending update and its Running one change nothing twice)."""
+    that a ``PodRunning`` is its pod, node and admission (its running time is noted once, from
+    the first report, and its admission once: the pod's bound-but-Pending update and its
+    Running one change nothing twice)."""
     if isinstance(event, PodRunning):
-        return (event.ref, event.node)
+        return (event.ref, event.node, event.admitted)
     return event
 
 

@@ -101,3 +101,19 @@ def production_from_ir(cluster: Cluster, workloads, node_of_pod: np.ndarray, nod
             constraints={"anti_affinity": list(pod.anti_affinity)} if pod.anti_affinity else {},
         ))
     return rows
+
+
+def infra_from_cluster(cluster: Cluster):
+    """The :class:`~kalena_engine.kuberina.Infrastructure` a live cluster's nodes describe, for
+    checking a new blueprint against it when no infrastructure file is at hand (the console's
+    re-plan adoption): each node's ``allocatable`` is its post-Phase-0 ``capacity`` and there
+    are no DaemonSets, so ``phase0_capacity`` of the result is the capacity the ledgers use."""
+    from kalena_engine.kuberina.model import Infrastructure, NodeSpec, Taint
+
+    nodes = tuple(
+        NodeSpec(name=n.name, zone=n.zone, rack=n.rack, labels=dict(n.labels or {}),
+                 taints=tuple(Taint(key=t.get("key", ""), value=t.get("value", ""),
+                                    effect=t.get("effect", "NoSchedule")) for t in n.taints or []),
+                 allocatable=vector(n.capacity))
+        for n in Node.objects.filter(cluster=cluster).order_by("row"))
+    return Infrastructure(source=f"cluster {cluster.name} (its nodes)", nodes=nodes, daemonsets=())

@@ -66,18 +66,24 @@ def describe(reason: Mapping[str, Any]) -> str:
 
 # -- the kubelet's admission room (DESIGN §14, case C11) ------------------------------------------
 
-def held_by_node(*, cluster: Cluster) -> tuple[dict[int, np.ndarray], dict[int, list[tuple[str, tuple]]]]:
+def held_by_node(*, cluster: Cluster, admitted_only: bool = False,
+                 ) -> tuple[dict[int, np.ndarray], dict[int, list[tuple[str, tuple]]]]:
     """``(held, releasing)`` per node id: ``held`` Σ requests (8-vector) of the batch pods the
-    kubelet still counts there — bound pods, and watched pods Kalena saw evicted whose object is
-    not gone yet (terminating: the kubelet counts them until they are terminal); ``releasing``
-    those terminating pods as ``(ref, request)``."""
+    kubelet counts there — bound pods (``admitted_only``: only those the kubelet has admitted,
+    ``BatchPod.admitted_s`` set — the published floor of DESIGN §14: a pod bound but not yet
+    admitted, which the kubelet may still refuse, never raises what a node publishes), and
+    watched pods Kalena saw evicted whose object is not gone yet (terminating: the kubelet
+    counts them until they are terminal); ``releasing`` those terminating pods as
+    ``(ref, request)``."""
     from kalena_web.archive.models import EvictionRecord
     from kalena_web.scheduling.models import BatchPod
 
     held: dict[int, np.ndarray] = {}
     releasing: dict[int, list[tuple[str, tuple]]] = {}
-    for node_id, request in BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND,
-                                                    workload__node__isnull=False).values_list(
+    bound = BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND, workload__node__isnull=False)
+    if admitted_only:
+        bound = bound.filter(admitted_s__isnull=False)
+    for node_id, request in bound.values_list(
             "workload__node_id", "workload__request"):
         held[node_id] = held.get(node_id, np.zeros(8)) + np.asarray(request, dtype=np.float64)
     victims = EvictionRecord.objects.filter(

@@ -120,7 +120,8 @@ def batch_capacity_publish(*, cluster: Cluster, orchestrator: Orchestrator, now_
                            buckets: tuple[float, float], raise_interval_s: float = 30.0) -> int:
     """Decide every node's published ``batch-cpu`` / ``batch-memory`` from its live reservation
     ledger (:func:`kalena_engine.published.publish_batch`: room = S + Σ batch requests, never below
-    what the kubelet holds, lowered at once, raised lazily) and patch the nodes whose value
+    what admitted, non-terminal batch pods hold — a pod only bound, not yet admitted by the
+    kubelet, does not raise it — lowered at once, raised lazily) and patch the nodes whose value
     changed. An orchestrator without the method (Docker, the fake) publishes nothing. A refused
     patch keeps the old value stored (it is tried again next time). Returns the nodes patched."""
     import numpy as np
@@ -143,7 +144,7 @@ def batch_capacity_publish(*, cluster: Cluster, orchestrator: Orchestrator, now_
     view = NodeLedgers(capacity=stack("capacity"), prod_request=stack("prod_request"),
                        prod_reservation=stack("prod_reservation"), batch_request=stack("batch_request"),
                        batch_reservation=stack("batch_reservation"))
-    held, _ = held_by_node(cluster=cluster)
+    held, _ = held_by_node(cluster=cluster, admitted_only=True)
     stored = {p.node_id: p for p in PublishedBatch.objects.filter(node__cluster=cluster)}
     previous = np.array([[stored[led.node_id].cpu_mcpu, stored[led.node_id].memory_bytes] if led.node_id in stored
                          else [np.nan, np.nan] for led in ledgers])

@@ -8,13 +8,15 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
-from kalena_engine.errors import InputError
+from kalena_engine.errors import InputError, KalenaError
 from kalena_web.api.services import permission_refusal
 from kalena_web.api.lists import ListQuery, order_by, page_of
 from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
 from kalena_web.replan.models import ReplanRecommendation
-from kalena_web.replan.services import RecommendationClosed, build_export, export_window_check, recommendation_decide
+from kalena_web.replan.services import (
+    RecommendationClosed, build_export, export_window_check, recommendation_adopt, recommendation_decide,
+)
 
 router = Router(tags=["replan"])
 
@@ -61,6 +63,7 @@ class RecommendationOut(Schema):
 class DecisionIn(Schema):
     approve: bool
     note: str = ""
+    blueprint: str = ""  # Kuberina's re-plan (solution YAML): approving adopts it (live_cluster_blueprint_replace)
 
 
 def _out(rec: ReplanRecommendation) -> RecommendationOut:
@@ -92,11 +95,15 @@ def decide(request: HttpRequest, cluster: str, rec_id: int, body: DecisionIn):
     except ReplanRecommendation.DoesNotExist:
         raise HttpError(404, f"no recommendation {rec_id} in {cluster!r}") from None
     try:
-        recommendation_decide(recommendation=rec, user=request.user, approve=body.approve, note=body.note,
-                              now_s=time.time())
+        if body.approve and body.blueprint.strip():
+            recommendation_adopt(recommendation=rec, user=request.user, blueprint_text=body.blueprint,
+                                 filename="the request's blueprint", note=body.note, now_s=time.time())
+        else:
+            recommendation_decide(recommendation=rec, user=request.user, approve=body.approve, note=body.note,
+                                  now_s=time.time())
     except RecommendationClosed as exc:
         raise HttpError(409, str(exc)) from None
-    except InputError as exc:
+    except KalenaError as exc:
         raise HttpError(400, str(exc)) from None
     rec.refresh_from_db()
     return _out(rec)

@@ -203,3 +203,212 @@ def recommendation_decide(*, recommendation: ReplanRecommendation, user, approve
                      cluster_name=rec.cluster.name, target=f"recommendation {rec.id}", before={"state": "open"},
                      after={"state": rec.state, "note": note})
 
+
+
+# -- re-plan adoption ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AdoptedBlueprint:
+    """What :func:`live_cluster_blueprint_replace` changed: blueprint pods whose blueprint node
+    changed (``moved``), pods whose charge moved to their new blueprint node (``recharged``: not
+    seen running elsewhere), fidelity findings the new blueprint resolves (``resolved``) and
+    those still open (``findings``), and the new blueprint's soft violations."""
+
+    cluster: Cluster
+    moved: int
+    recharged: int
+    resolved: int
+    findings: int
+    soft_violations: int
+
+
+def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, now_s: float, actor_kind: str,
+                                   actor: str, workloads_document: str | None = None,
+                                   policy=None) -> AdoptedBlueprint:
+    """Adopt a re-plan: load ``blueprint`` (Kuberina's new solution for the same production pods
+    and nodes) as the live cluster ``name``'s blueprint, keeping everything recorded about it —
+    its archive, batch pods and their ledger debits, telemetry, tokens, policy — and audited as
+    ``cluster.replace_blueprint``.
+
+    Per blueprint pod: its blueprint node becomes the new one; its request and limit become the
+    new workloads' (``r`` keeps its estimate, or becomes the new request while no sample came);
+    its charge (the node whose ledger holds its request and reservation) is where the watch saw
+    it run, else the new blueprint node; a fidelity finding stays only where it runs off the
+    new blueprint. Every node's production request and reservation are then re-summed from its
+    charged pods, and ``Node.active`` follows the new blueprint. The nodes' capacity stays as
+    imported. All-or-nothing.
+
+    Raises:
+        InputError: no live cluster ``name``.
+        BlueprintRefused: the blueprint has hard violations; the infrastructure names nodes the
+            cluster does not have; or the workloads are not the cluster's blueprint pods (pods it
+            does not hold, or pods of it missing) — each naming what and the file it came from.
+    """
+    from kalena_engine.errors import BlueprintRefused
+    from kalena_engine.estimator import estimator_limit
+    from kalena_engine.kuberina import phase0_capacity, verify_blueprint
+    from kalena_engine.policy import Policy
+    from kalena_web.control.models import ProductionPlacement
+    from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
+    from kalena_web.policy.services import audit_record
+
+    policy = policy or Policy()
+    cluster = Cluster.objects.filter(kind=Cluster.LIVE, name=name).first()
+    if cluster is None:
+        names = ", ".join(Cluster.objects.filter(kind=Cluster.LIVE).order_by("name").values_list("name", flat=True))
+        raise InputError(f"no live cluster named {name!r}", field="name", accepted=names or "none exists")
+    capacity = phase0_capacity(infra)
+    report = verify_blueprint(infra, workloads, blueprint, capacity)
+    if report.hard:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.hard_counts.items()))
+        first = report.hard[0]
+        raise BlueprintRefused(f"the blueprint has {len(report.hard)} hard violation(s): {kinds} "
+                               f"(first: {first.subject}: {first.detail})", source=blueprint.source,
+                               field="solution", accepted="a blueprint with no hard violations; nothing was changed")
+    with transaction.atomic():
+        Cluster.objects.select_for_update().filter(id=cluster.id).first()
+        nodes = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+        unknown = [spec.name for spec in infra.nodes if spec.name not in nodes]
+        if unknown:
+            raise BlueprintRefused(
+                f"{len(unknown)} node(s) of the infrastructure are not nodes of cluster {name!r}: "
+                f"{', '.join(unknown[:5])}{' …' if len(unknown) > 5 else ''}", source=infra.source, field="nodes",
+                accepted=f"the cluster's nodes ({', '.join(sorted(nodes)[:5])}{' …' if len(nodes) > 5 else ''}); "
+                         "nothing was changed")
+        ledgers = {led.node_id: led for led in LiveNodeLedger.objects.select_for_update().filter(
+            node__cluster=cluster).order_by("node_id")}
+        blueprint_ids = {wid for led in ledgers.values() for wid in (led.blueprint_workloads or [])}
+        held = {w.name: w for w in Workload.objects.select_for_update().filter(
+            cluster=cluster, kind=Workload.PRODUCTION, id__in=blueprint_ids)}
+        wanted = {pod.id for pod in workloads.pods}
+        foreign, missing = sorted(wanted - held.keys()), sorted(held.keys() - wanted)
+        if foreign or missing:
+            parts = ([f"{len(foreign)} pod(s) cluster {name!r} does not hold (e.g. {', '.join(foreign[:3])})"]
+                     if foreign else []) + ([f"{len(missing)} of its blueprint pod(s) missing (e.g. "
+                                             f"{', '.join(missing[:3])})"] if missing else [])
+            raise BlueprintRefused(
+                f"the workloads are not cluster {name!r}'s production pods: {'; '.join(parts)}",
+                source=workloads.source, field="pods",
+                accepted="the workloads the cluster was imported from (or its export), re-solved by Kuberina; "
+                         "nothing was changed")
+        placements = {p.workload_id: p for p in ProductionPlacement.objects.select_for_update().filter(
+            workload__in=held.values())}
+        reservations = {r.workload_id: r for r in WorkloadReservation.objects.select_for_update().filter(
+            workload__in=held.values())}
+        findings_before = sum(1 for p in placements.values() if p.finding)
+        moved = recharged = resolved = 0
+        moved_pods: list[str] = []
+        blueprint_of: dict[int, list[int]] = defaultdict(list)  # node id → its blueprint pods' ids
+        for i, pod in enumerate(workloads.pods):
+            w = held[pod.id]
+            new_node = nodes[infra.nodes[int(report.node_of_pod[i])].name]
+            blueprint_of[new_node.id].append(w.id)
+            placement = placements.get(w.id)
+            old_blueprint = placement.blueprint_node_id if placement is not None else w.node_id
+            if old_blueprint != new_node.id:
+                moved += 1
+                moved_pods.append(pod.id)
+            seen = placement.seen_node_id if placement is not None else None
+            charge = seen if seen is not None else new_node.id
+            if charge != w.node_id:
+                recharged += 1
+            request = pod.requests.tolist()
+            limit = estimator_limit(pod.limits if pod.limits is not None else np.full(8, np.inf), pod.requests,
+                                    policy.estimator.limit_ratio).tolist()
+            r = reservations.get(w.id)
+            if r is not None and r.last_sample_s is None and list(r.value) != request:
+                r.value, r.updated_s = request, now_s
+                r.save(update_fields=["value", "updated_s"])
+            Workload.objects.filter(id=w.id).update(
+                node_id=charge, request=request, limit=limit, owner=pod.declaration, priority=pod.priority,
+                labels=dict(pod.labels), constraints={"anti_affinity": list(pod.anti_affinity)} if pod.anti_affinity
+                else {})
+            if placement is not None:
+                finding = seen is not None and seen != new_node.id
+                resolved += int(placement.finding and not finding)
+                placement.blueprint_node_id, placement.finding = new_node.id, finding
+                placement.save(update_fields=["blueprint_node", "finding"])
+        _ledgers_resum(cluster=cluster, ledgers=ledgers,
+                       blueprint={node_id: sorted(ids) for node_id, ids in blueprint_of.items()})
+        active = {infra.nodes[row].name for row in report.active_nodes}
+        for n in nodes.values():
+            if n.name in infra.node_index and n.active != (n.name in active):
+                Node.objects.filter(id=n.id).update(active=n.name in active)
+        before = {"blueprint": cluster.sources.get("blueprint", ""), "findings": findings_before}
+        cluster.sources = {**cluster.sources, "infra": infra.source, "workloads": workloads.source,
+                           "blueprint": blueprint.source}
+        fields = ["sources"]
+        if workloads_document is not None:
+            cluster.workloads_document = workloads_document
+            fields.append("workloads_document")
+        cluster.save(update_fields=fields)
+        findings = ProductionPlacement.objects.filter(workload__cluster=cluster, finding=True).count()
+        audit_record(actor_kind=actor_kind, actor=actor, action="cluster.replace_blueprint", cluster_name=name,
+                     target=blueprint.source, before=before,
+                     after={"blueprint": blueprint.source, "moved": moved_pods[:100], "recharged": recharged,
+                            "resolved": resolved, "findings": findings})
+    return AdoptedBlueprint(cluster=cluster, moved=moved, recharged=recharged, resolved=resolved, findings=findings,
+                            soft_violations=len(report.soft))
+
+
+def _ledgers_resum(*, cluster: Cluster, ledgers: dict, blueprint: dict[int, list[int]]) -> None:
+    """Every node's production request and reservation re-summed from the production pods
+    charged there (their request; their reservation, or the request while none is stored), and
+    its blueprint reference replaced; each changed ledger's version moves on (a binding computed
+    against the old one is refused)."""
+    from kalena_web.ledger.models import WorkloadReservation
+
+    request: dict[int, np.ndarray] = defaultdict(lambda: np.zeros(8))
+    reservation: dict[int, np.ndarray] = defaultdict(lambda: np.zeros(8))
+    r_of = dict(WorkloadReservation.objects.filter(workload__cluster=cluster, workload__kind=Workload.PRODUCTION)
+                .values_list("workload_id", "value"))
+    for wid, node_id, q in Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION,
+                                                   node__isnull=False).values_list("id", "node_id", "request"):
+        request[node_id] = request[node_id] + vector(q)
+        reservation[node_id] = reservation[node_id] + vector(r_of.get(wid, q))
+    for node_id, led in ledgers.items():
+        led.prod_request = request[node_id].tolist()
+        led.prod_reservation = reservation[node_id].tolist()
+        led.blueprint_workloads = blueprint.get(node_id, [])
+        led.version += 1
+        led.save(update_fields=["prod_request", "prod_reservation", "blueprint_workloads", "version"])
+
+
+BLUEPRINT_MAX_BYTES = 16 * 2**20  # an uploaded solution file
+
+
+def recommendation_adopt(*, recommendation: ReplanRecommendation, user, blueprint_text: str, filename: str,
+                         note: str, now_s: float) -> AdoptedBlueprint:
+    """Approve an open recommendation and adopt the re-plan Kuberina made from its export, in
+    one transaction (the console's approve with a new blueprint): ``blueprint_text`` (the
+    solution document) is read against the workloads the recommendation exported (else those
+    the cluster was imported from) and the cluster's own nodes, then
+    :func:`live_cluster_blueprint_replace` applies it. Refused → nothing is decided or changed.
+
+    Raises:
+        RecommendationClosed: already decided.
+        InputError / BlueprintRefused / IRError: the note, the file (too large, not YAML, not a
+            blueprint of these pods and nodes), or a cluster imported from manifests (no
+            workloads document to read the blueprint against) — naming the file.
+    """
+    from kalena_engine.kuberina import parse_blueprint, parse_workloads
+    from kalena_web.inventory.mappers import infra_from_cluster
+
+    source = f"uploaded {filename or 'blueprint'}"
+    if len(blueprint_text.encode("utf-8")) > BLUEPRINT_MAX_BYTES:
+        raise InputError(f"{source} is larger than {BLUEPRINT_MAX_BYTES // 2**20} MiB", field="blueprint",
+                         accepted="a Kuberina solution file")
+    cluster = recommendation.cluster
+    text = recommendation.workloads_yaml.strip() or cluster.workloads_document.strip()
+    if not text:
+        raise InputError(f"cluster {cluster.name!r} keeps no Kuberina workloads document (imported from "
+                         "manifests)", field="blueprint",
+                         accepted="`kalena cluster import NAME --replace-blueprint --manifests … --blueprint …`")
+    workloads = parse_workloads(parse_yaml(text, source=f"recommendation {recommendation.id}'s export"),
+                                source=f"recommendation {recommendation.id}'s export")
+    blueprint = parse_blueprint(parse_yaml(blueprint_text, source=source), workloads, source=source)
+    with transaction.atomic():
+        recommendation_decide(recommendation=recommendation, user=user, approve=True, note=note, now_s=now_s)
+        return live_cluster_blueprint_replace(name=cluster.name, infra=infra_from_cluster(cluster), workloads=workloads,
+                                              blueprint=blueprint, now_s=now_s, actor_kind="user",
+                                              actor=user.get_username())

@@ -62,6 +62,10 @@ class BatchPod(models.Model):
     ran_on = models.CharField(max_length=253, blank=True, default="")
     #: the watched object's ``metadata.uid`` (``""``: submitted through REST, or not known)
     uid = models.CharField(max_length=64, blank=True, default="")
+    #: when the watch first saw the node accept it (Kubernetes: the kubelet admitted it —
+    #: ``Running``, or ``Pending`` with ``status.startTime``); None while only bound. Only
+    #: admitted pods raise the published batch floor (DESIGN §14)
+    admitted_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "state", "queued_s"], name="scheduling_pod_queue")]

@@ -478,7 +478,7 @@ def _bind_outcome(pod: BatchPod, answer: Exception | None, *, now_s: float, repo
         report.stale_bindings += 1
         report.errors.append(str(answer))
         if pod.source == BatchPod.WATCH:
-            batch_drop(pod=pod, now_s=now_s, reason=str(answer))
+            batch_drop(pod=pod, now_s=now_s, reason=str(answer), uid=pod.uid)
         else:
             batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
     elif isinstance(answer, BindingUncertain):
@@ -574,7 +574,8 @@ def _spec(pod: BatchPod) -> BatchSpec:
     w = pod.workload
     return BatchSpec(id=w.name, image=pod.image, request_mcpu=w.request[0], request_bytes=w.request[1],
                      limit_mcpu=w.limit[0], limit_bytes=w.limit[1], priority=w.priority, command=tuple(pod.command),
-                     attempt=pod.requeues, grace_s=pod.grace_s, labels={k: str(v) for k, v in (w.labels or {}).items()})
+                     attempt=pod.requeues, grace_s=pod.grace_s, labels={k: str(v) for k, v in (w.labels or {}).items()},
+                     uid=pod.uid)
 
 
 def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: float) -> bool:
@@ -602,17 +603,18 @@ def _bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: 
     return True
 
 
-def batch_drop(*, pod: BatchPod, now_s: float, reason: str) -> None:
+def batch_drop(*, pod: BatchPod, now_s: float, reason: str, uid: str = "") -> None:
     """The orchestrator refused a watched pod's binding because the world moved on (409
-    already assigned, 404 gone): the debit is undone and the pod leaves the queue — it is never
-    bound again (no loop). The watch reports where it actually runs (adopted by
-    :func:`batch_observe_running`) or that it is gone. When the watch has already reported it
-    running on a node (adopted there before the refusal's answer came back), the refusal is
-    stale news and nothing changes: the pod stays bound where it runs, and that node keeps its
-    debit."""
+    already assigned, or another object under its name — the Binding's uid precondition — 404
+    gone): the debit is undone and the pod leaves the queue — it is never bound again (no
+    loop). The watch reports where it actually runs (adopted by :func:`batch_observe_running`),
+    that it is gone, or the new object under its name (queued and decided afresh). When the
+    watch has already reported it running on a node (adopted there before the refusal's answer
+    came back), or already queued the new object of that name (the row holds another ``uid``
+    than the binding's), the refusal is stale news and nothing changes."""
     with transaction.atomic():
         pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
-        if pod.state in BatchPod.TERMINAL:
+        if pod.state in BatchPod.TERMINAL or (uid and pod.uid and pod.uid != uid):
             return
         if pod.state == BatchPod.BOUND and pod.running_s is not None and pod.workload.node_id is not None:
             return
@@ -637,7 +639,8 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
         Workload.objects.filter(id=pod.workload_id).update(node_id=None, start_s=None)
         WorkloadReservation.objects.filter(workload_id=pod.workload_id).delete()
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.PENDING, queued_s=now_s, bound_s=None,
-                                                  bound_version=None, running_s=None, reason=reason[:300],
+                                                  bound_version=None, running_s=None, admitted_s=None,
+                                                  reason=reason[:300],
                                                   requeues=pod.requeues + 1)
 
 
@@ -676,7 +679,7 @@ def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -
         Workload.objects.filter(id__in=workload_ids).update(node_id=None, start_s=None)
         WorkloadReservation.objects.filter(workload_id__in=workload_ids).delete()
         BatchPod.objects.filter(id__in=[p.id for p in locked]).update(
-            state=BatchPod.PENDING, queued_s=now_s, bound_s=None, bound_version=None, running_s=None,
+            state=BatchPod.PENDING, queued_s=now_s, bound_s=None, bound_version=None, running_s=None, admitted_s=None,
             reason=reason[:300], requeues=F("requeues") + 1)
     return len(locked)
 
@@ -822,7 +825,8 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
             BatchPod.objects.filter(id=pod.id).update(
                 state=BatchPod.PENDING, source=BatchPod.WATCH, gone=False, outcome="", reason="", image=image,
                 gang=gang, min_member=min_member, submitted_s=queued_s, queued_s=queued_s, bound_s=None,
-                ended_s=None, bound_version=None, running_s=None, noticed_s=None, requeues=0, grace_s=float(grace_s),
+                ended_s=None, bound_version=None, running_s=None, admitted_s=None, noticed_s=None, requeues=0,
+                grace_s=float(grace_s),
                 uid=uid, ran_on="")
             pod.refresh_from_db()
             return pod, True
@@ -862,10 +866,12 @@ def _debit(pod: BatchPod, node_id: int) -> None:
     ledger.save(update_fields=["batch_request", "batch_reservation", "version"])
 
 
-def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: float) -> bool:
-    """The watch reports ``pod`` running on the node ``node_id``; returns whether anything changed.
+def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: float, admitted: bool = True) -> bool:
+    """The watch reports ``pod`` on the node ``node_id`` (``admitted``: the node accepted it, see
+    :class:`~agents.orchestrators.events.PodRunning`); returns whether anything changed.
 
-    Bound there already: its running time is noted (once). Pending, or dropped after a refused
+    Bound there already: its running time is noted (once), and its admission (once, as
+    ``admitted_s``: from then on it counts in the published batch floor). Pending, or dropped after a refused
     binding: it is adopted on that node — its request debits the node's ledger at once, as an
     in-flight placement (someone else bound it; it uses the node either way). Bound elsewhere:
     the debit moves with it. Ended: nothing changes (a terminal object never runs again).
@@ -877,9 +883,12 @@ def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: fl
             return False
         w = pod.workload
         if pod.state == BatchPod.BOUND and w.node_id == node_id:
-            if pod.running_s is not None:
+            noted = {} if pod.running_s is not None else {"running_s": at_s or now_s}
+            if admitted and pod.admitted_s is None:
+                noted["admitted_s"] = now_s
+            if not noted:
                 return False
-            BatchPod.objects.filter(id=pod.id).update(running_s=at_s or now_s)
+            BatchPod.objects.filter(id=pod.id).update(**noted)
             return True
         if pod.state == BatchPod.BOUND and w.node_id is not None:
             _credit(pod, w.node_id)
@@ -889,7 +898,8 @@ def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: fl
             workload_id=w.id, defaults={"value": w.request, "updated_s": now_s, "last_sample_s": None})
         WhyPending.objects.filter(pod=pod).delete()
         BatchPod.objects.filter(id=pod.id).update(state=BatchPod.BOUND, bound_s=pod.bound_s or now_s,
-                                                  running_s=at_s or now_s, outcome="", ended_s=None)
+                                                  running_s=at_s or now_s, outcome="", ended_s=None,
+                                                  admitted_s=now_s if admitted else None)
         return True
 
 
@@ -1042,25 +1052,29 @@ def _check_pending(*, ref: str, request, limit, labels, priority: int, owner: st
                         constraints=dict(constraints or {}), min_member=min_member)
 
 
-def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str, int, float]], now_s: float,
+def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str, int, float, bool]], now_s: float,
                                ) -> list[bool | None]:
-    """:func:`batch_observe_running` for many ``(ref, node_id, at_s)``: the common case (bound
-    there, running not yet noted) in one update; the rest one by one. Returns per report whether
-    it changed anything, None for a pod Kalena does not hold."""
+    """:func:`batch_observe_running` for many ``(ref, node_id, at_s, admitted)``: the common
+    case (bound there, running or admission not yet noted) in one update; the rest one by one.
+    Returns per report whether it changed anything, None for a pod Kalena does not hold."""
     pods = {p.workload.name: p for p in BatchPod.objects.filter(
         cluster=cluster, workload__name__in=[r[0] for r in reports]).select_related("workload")}
     out: list[bool | None] = [None] * len(reports)
-    quick: dict[int, float] = {}
-    for i, (ref, node_id, at_s) in enumerate(reports):
+    quick: dict[int, tuple[float | None, float | None]] = {}
+    for i, (ref, node_id, at_s, admitted) in enumerate(reports):
         pod = pods.get(ref)
         if pod is None:
             continue
         if pod.state == BatchPod.BOUND and pod.workload.node_id == node_id and not pod.gone:
-            out[i] = pod.running_s is None and pod.id not in quick
+            running_s, admitted_s = quick.get(pod.id, (pod.running_s, pod.admitted_s))
+            new = (running_s if running_s is not None else at_s or now_s,
+                   admitted_s if admitted_s is not None or not admitted else now_s)
+            out[i] = new != (running_s, admitted_s)
             if out[i]:
-                quick[pod.id] = at_s or now_s
+                quick[pod.id] = new
             continue
-        out[i] = batch_observe_running(pod=pod, node_id=node_id, at_s=at_s, now_s=now_s)
+        out[i] = batch_observe_running(pod=pod, node_id=node_id, at_s=at_s, now_s=now_s, admitted=admitted)
     if quick:
-        _update_by_id(BatchPod._meta.db_table, [("running_s", "float")], list(quick.items()))
+        _update_by_id(BatchPod._meta.db_table, [("running_s", "float"), ("admitted_s", "float")],
+                      [(k, *v) for k, v in quick.items()])
     return out

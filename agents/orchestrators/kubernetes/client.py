@@ -161,7 +161,20 @@ class KubernetesOrchestrator:
         return answer.get("status") or {}
 
     def bind(self, spec: BatchSpec, node: str) -> None:
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": spec.name, "namespace": spec.namespace},
+        """Bind the pending pod ``spec.id`` to ``node`` (pods/binding). With ``spec.uid`` the
+        Binding carries ``metadata.uid``: a precondition the API server checks against the pod it
+        holds, so a pod deleted and re-created under the same name since the decision is refused
+        (409 Conflict, "Precondition failed: UID in precondition: …") instead of bound with the
+        old pod's decision.
+
+        Raises:
+            StaleBinding: 404 (the pod is gone) or 409 (bound already, being deleted, another uid).
+            BindingUncertain: no answer (it may have landed). OrchestratorError: any other refusal.
+        """
+        metadata = {"name": spec.name, "namespace": spec.namespace}
+        if spec.uid:
+            metadata["uid"] = spec.uid
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         try:
             self._raw(self.core.create_namespaced_pod_binding, spec.name, spec.namespace, body)
@@ -171,7 +184,7 @@ class KubernetesOrchestrator:
             raise OrchestratorError(f"bind {spec.id} to {node}: {exc.status} {_reason(exc)}") from None
         except Exception as exc:  # noqa: BLE001 - timeouts and connection errors: it may have landed
             raise BindingUncertain(f"bind {spec.id} to {node}: {type(exc).__name__}: {exc}") from None
-        self.record_event(spec.id, "Scheduled", f"Successfully assigned {spec.id} to {node}")
+        self.record_event(spec.id, "Scheduled", f"Successfully assigned {spec.id} to {node}", uid=spec.uid)
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
         namespace, name = workload_id.split("/", 1)
@@ -345,9 +358,14 @@ class KubernetesOrchestrator:
 
     # -- Events -----------------------------------------------------------------------------------
 
-    def record_event(self, workload_id: str, reason: str, message: str, *, type_: str = "Normal") -> None:
-        """Queue a core/v1 Event about pod ``workload_id`` (sent by the event thread)."""
-        self._enqueue(("event", workload_id, reason, message, type_))
+    def record_event(self, workload_id: str, reason: str, message: str, *, type_: str = "Normal",
+                     uid: str = "") -> None:
+        """Queue a core/v1 Event about pod ``workload_id`` (sent by the event thread). Its
+        ``involvedObject.uid`` (``kubectl describe pod`` selects a pod's Events by it) is ``uid``,
+        else the uid the watch last saw under that name, else the pod's as read when it is sent."""
+        if not uid and self.watchers:
+            uid = self.watchers[-1].uids.get(workload_id, "")
+        self._enqueue(("event", workload_id, reason, message, type_, uid))
 
     def flush_events(self, timeout_s: float = 10.0) -> bool:
         """Wait until every queued Event was sent (tests); returns whether it emptied in time."""
@@ -384,11 +402,20 @@ class KubernetesOrchestrator:
             finally:
                 self._events.task_done()
 
-    def _post_event(self, workload_id: str, reason: str, message: str, type_: str) -> None:
+    def _post_event(self, workload_id: str, reason: str, message: str, type_: str, uid: str = "") -> None:
         namespace, name = workload_id.split("/", 1)
+        if not uid:  # not known from the decision or the watch: the pod as it is now (gone: none)
+            try:
+                uid = str(((self._raw(self.core.read_namespaced_pod, name, namespace)).get("metadata") or {})
+                          .get("uid") or "")
+            except Exception:  # noqa: BLE001 - gone or no answer: the Event still names the pod
+                uid = ""
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
+        if uid:
+            involved["uid"] = uid
         now = _now_rfc3339()
         body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.", "namespace": namespace},
-                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name},
+                "involvedObject": involved,
                 "reason": reason, "message": message[:1024], "type": type_, "count": 1,
                 "firstTimestamp": now, "lastTimestamp": now, "eventTime": _now_rfc3339(micro=True),
                 "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,

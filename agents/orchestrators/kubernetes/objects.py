@@ -389,7 +389,10 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
             image=normalize_image(str(containers[0].get("image") or "")), constraints=pod_constraints(spec),
             grace_s=float(grace), min_member=min_member, uid=str(meta.get("uid") or ""))]
     if phase in ("Pending", "Running", "Unknown"):
-        return [PodRunning(ref, node, at_s=timestamp_s(status.get("startTime"), ref, "status.startTime") or at_s)]
+        started = timestamp_s(status.get("startTime"), ref, "status.startTime")
+        # admitted by the kubelet: Running, or acknowledged (the kubelet sets startTime once it has
+        # accepted the pod, before pulling images); a pod only bound has neither yet
+        return [PodRunning(ref, node, at_s=started or at_s, admitted=phase == "Running" or started > 0)]
     reason = str(status.get("reason") or "")
     if phase == "Succeeded":
         return [PodFinished(ref, node, "succeeded", reason or "Completed", _exit_code(status), at_s=at_s)]

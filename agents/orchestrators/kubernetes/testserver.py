@@ -8,7 +8,8 @@ concepts page):
   (coordination.k8s.io/v1), ``poddisruptionbudgets`` (policy/v1): get, list, create, delete;
   one cluster-wide ``resourceVersion`` bumped by every write.
 * list: ``labelSelector``, ``fieldSelector`` (``metadata.name``, ``metadata.namespace``,
-  ``spec.nodeName``, ``spec.schedulerName``, ``status.phase``), ``limit`` + ``continue`` pages of
+  ``spec.nodeName``, ``spec.schedulerName``, ``status.phase``; events: ``involvedObject.kind``,
+  ``.name``, ``.namespace``, ``.uid`` as ``kubectl describe`` selects them), ``limit`` + ``continue`` pages of
   one consistent snapshot; ``metadata.resourceVersion`` of the list.
 * watch (``?watch=true``): an HTTP/1.1 chunked stream of ``{"type", "object"}`` lines —
   ADDED/MODIFIED/DELETED after the requested ``resourceVersion`` (none or ``"0"``: synthetic
@@ -26,7 +27,8 @@ concepts page):
   merge patch with ``conditions`` merged by ``type``; the client's default content type is JSON
   patch, so a dict body sent as such is a 400 as on a real server; a patch carrying
   ``metadata.resourceVersion`` is a precondition: 409 Conflict when the object moved on),
-  ``/binding`` (404 for a missing pod, 409 ``already assigned`` for a bound one; ``bind_hooks`` may refuse; then
+  ``/binding`` (404 for a missing pod, 409 ``already assigned`` for a bound one, 409 "Precondition
+  failed: UID in precondition" when the Binding's ``metadata.uid`` is not the pod's; ``bind_hooks`` may refuse; then
   ``bound_hooks`` run — by default a kubelet that sets ``Running`` when ``run_bound_pods``),
   ``/eviction`` (policy/v1 Eviction: PodDisruptionBudgets evaluated, 429 with a Status naming
   the budget; else a ``DisruptionTarget`` condition and deletion with the given grace).
@@ -330,8 +332,13 @@ class TestAPIServer:
         if not target or (body.get("target") or {}).get("kind", "Node") != "Node":
             raise APIError(422, "Invalid", "Binding.target: a Node name is required")
         name = key.rsplit("/", 1)[-1]
+        want_uid = str((body.get("metadata") or {}).get("uid") or "")
 
         def change(p: dict) -> None:
+            held_uid = str((p.get("metadata") or {}).get("uid") or "")
+            if want_uid and want_uid != held_uid:  # as kube-apiserver's storage precondition
+                raise APIError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": Precondition '
+                               f'failed: UID in precondition: {want_uid}, UID in object meta: {held_uid}')
             bound = (p.get("spec") or {}).get("nodeName")
             if bound:
                 raise APIError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '

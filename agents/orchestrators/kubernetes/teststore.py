@@ -126,6 +126,8 @@ FIELDS = {
     "spec.schedulerName": lambda o: (o.get("spec") or {}).get("schedulerName", "default-scheduler"),
     "status.phase": lambda o: (o.get("status") or {}).get("phase", ""),
     "spec.unschedulable": lambda o: str(bool((o.get("spec") or {}).get("unschedulable"))).lower(),
+    **{f"involvedObject.{part}": (lambda o, p=part: str((o.get("involvedObject") or {}).get(p) or ""))
+       for part in ("kind", "name", "namespace", "uid")},
 }
 
 

@@ -74,6 +74,8 @@ class KubernetesWatcher:
         #: ``namespace/name`` → resourceVersion of each pod last seen pending for Kalena (the
         #: precondition of its ``PodScheduled=False`` patch: a pod bound meanwhile is not overwritten)
         self.pending_versions: dict[str, str] = {}
+        #: ``namespace/name`` → ``metadata.uid`` of each pod last seen (its Events' ``involvedObject.uid``)
+        self.uids: dict[str, str] = {}
         self.malformed: Counter = Counter()
         self.lists: Counter = Counter()
         self.expired: Counter = Counter()
@@ -103,6 +105,11 @@ class KubernetesWatcher:
                     self.pods.discard(ref)
                 elif events:
                     self.pods.add(ref)
+            uid = _metadata(obj).get("uid")
+            if event_type == "DELETED" or not uid:
+                self.uids.pop(ref, None)
+            else:
+                self.uids[ref] = str(uid)
             version = _metadata(obj).get("resourceVersion")
             if version and any(isinstance(e, PodPending) for e in events):
                 self.pending_versions[ref] = str(version)
@@ -137,6 +144,7 @@ class KubernetesWatcher:
             if resource == "pods":
                 self.pods = listed
                 self.pending_versions = {ref: v for ref, v in self.pending_versions.items() if ref in listed}
+                self.uids = {ref: v for ref, v in self.uids.items() if ref in listed}
             else:
                 self.nodes = listed
             pods, nodes = frozenset(self.pods), frozenset(self.nodes)
