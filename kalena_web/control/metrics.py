@@ -66,6 +66,8 @@ COUNTERS: dict[str, str] = {
                                "without an event) and retried with backoff, by resource",
     "kalena_watch_malformed_objects": "Objects and watch lines the Kubernetes watcher skipped as malformed (each "
                                       "logged with its name and field), by resource",
+    "kalena_link_refusals": "Agent messages refused for naming what the connection's node may not report on or act "
+                            "on (foreign_workload: a workload placed on another node), by cluster, node and reason",
     "kalena_reconciler_events": "Watch events the reconciler applied, by kind and outcome (changed, unchanged, "
                                 "unknown, rejected: bad input, logged, nothing changed; failed)",
 }
