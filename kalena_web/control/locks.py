@@ -13,7 +13,9 @@ lock taken over or gone (Redis restarted) stops and is logged; the database keep
 exactly-once regardless (a batch is marked applied in the same commit that applies it, under
 row locks). A frozen holder (SIGSTOP) stops renewing too.
 Embedded default: the process-local cache (``add`` is atomic there) — one process, one lock
-table, a holder cannot die without the table; no renewal.
+table, a holder cannot die without the table: no TTL and no renewal, the lock is held until its
+run ends however long that takes (a short TTL without renewal would let a second run of a slow
+loop start beside the first).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def loop_lock(name: str, *, ttl_s: float) -> Iterator[bool]:
                     log.warning("releasing lock %s failed: %s", name, exc)
         return
     token = secrets.token_hex(8)
-    taken = bool(cache.add(key, token, timeout=max(1, int(round(ttl_s)))))
+    taken = bool(cache.add(key, token, timeout=None))  # embedded: held until the run ends (module doc)
     try:
         yield taken
     finally:

@@ -159,3 +159,15 @@ def test_the_default_loop_lock_ttl_lets_a_killed_workers_loops_resume_within_ten
     # at most a TTL until the lock is free, then the scheduling period's 5 s at worst: a TTL
     # of 5 s puts the first scheduling pass within 5 + 5 = 10 s of the kill
     assert 0 < settings.KALENA_LOOP_LOCK_TTL_S <= 5.0
+
+
+def test_an_embedded_lock_is_held_until_its_run_ends_however_long_it_takes(settings) -> None:
+    # embedded (no Redis): one process, no renewal thread — a run slower than the TTL must not
+    # let a second run of the same loop start beside it
+    settings.REDIS_URL = ""
+    with loop_lock("drift:embedded", ttl_s=1.0) as first:
+        time.sleep(1.5)                                             # the run outlasts its TTL
+        with loop_lock("drift:embedded", ttl_s=1.0) as second:
+            assert (first, second) == (True, False)
+    with loop_lock("drift:embedded", ttl_s=1.0) as after:
+        assert after                                                # released when the run ended
