@@ -10,10 +10,11 @@ the peer, or behind a trusted proxy the client it names) in two ways, within ``W
 
 While locked, the client's attempts are refused (HTTP 429, the form saying when to try again)
 without checking the password — even a right one — until the window has passed since its first
-counted failure. A user name that names no account counts only against the address, never
-against a real account (so ``Alice``, ``alice ``, or ``nobody`` cannot lock ``alice``), and
-nothing a client does locks another client out: the same operator signing in from elsewhere is
-answered normally. A successful login clears that client's count for the account.
+counted failure. A user name that names no account is counted under that name, never against a
+real account (so ``Alice``, ``alice ``, or ``nobody`` cannot lock ``alice``), with the same
+limit, so the answers do not tell which names exist; and nothing a client does locks another
+client out: the same operator signing in from elsewhere is answered normally. A successful
+login clears that client's count for the account.
 
 Every lock-out is written to the audit log (``login.lockout``: the user name tried, the client
 address and the peer it came through, the failures, until when), and every refused attempt is
@@ -68,12 +69,14 @@ def _account_id(username: str) -> int | None:
 
 
 def _counters(address: str, username: str) -> list[tuple[str, str, int]]:
-    """``(scope, cache key, limit)`` of every count a failure from ``address`` as ``username`` adds to."""
-    counters = [("address", _key("address", address), ADDRESS_FAILURES)]
+    """``(scope, cache key, limit)`` of every count a failure from ``address`` as ``username``
+    adds to. A real account is keyed by its id; a user name that names none by the name itself
+    — a count of its own, which no real account shares, with the same limit, so a client cannot
+    tell from the answers which user names exist."""
     account = _account_id(username)
-    if account is not None:
-        counters.append(("account", _key("account", f"{account}|{address}"), ACCOUNT_FAILURES))
-    return counters
+    name = f"id:{account}" if account is not None else f"name:{username}"
+    return [("address", _key("address", address), ADDRESS_FAILURES),
+            ("account", _key("account", f"{name}|{address}"), ACCOUNT_FAILURES)]
 
 
 def login_locked_for_s(address: str, username: str, *, now_s: float) -> tuple[float, str]:
@@ -102,7 +105,8 @@ def login_failure_record(address: str, username: str, *, peer: str, now_s: float
                          action="login.lockout", target=(f"account {username[:100]}" if kind == "account"
                                                          else f"every account, from {address}"),
                          after={"scope": kind, "client_address": address, "peer": peer, "failures": entry["count"],
-                                "since_s": entry["since_s"], "until_s": entry["since_s"] + WINDOW_S})
+                                "account_exists": _account_id(username) is not None, "since_s": entry["since_s"],
+                                "until_s": entry["since_s"] + WINDOW_S})
 
 
 def login_success_record(address: str, username: str) -> None:

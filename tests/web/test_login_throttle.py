@@ -107,6 +107,12 @@ def test_unknown_user_names_do_not_lock_a_real_account(alice) -> None:
     for name in ["Alice", "ALICE", "aLiCe", "alice ", "root"]:  # under the address limit (6)
         assert _try(client, name, "wrong").status_code == 200
     assert _try(client, "alice", PASSWORD).status_code == 302
+    # an unknown name has a count of its own, with the account's limit: the answers do not
+    # tell a client which user names exist
+    guesser = through_proxy("203.0.113.77")
+    assert [_try(guesser, "bob", "wrong").status_code for _ in range(login.ACCOUNT_FAILURES + 1)] == \
+        [200] * login.ACCOUNT_FAILURES + [429]
+    assert _try(through_proxy("203.0.113.78"), "alice", PASSWORD).status_code == 302
 
 
 def test_a_lock_out_is_audited_with_who_and_from_where(alice) -> None:
@@ -117,6 +123,7 @@ def test_a_lock_out_is_audited_with_who_and_from_where(alice) -> None:
     assert entry.actor == "alice from 203.0.113.5" and entry.target == "account alice"
     assert entry.after["scope"] == "account" and entry.after["client_address"] == "203.0.113.5"
     assert entry.after["peer"] == PROXY and entry.after["failures"] == login.ACCOUNT_FAILURES
+    assert entry.after["account_exists"] is True
     assert entry.after["until_s"] - entry.after["since_s"] == login.WINDOW_S
     for i in range(login.ADDRESS_FAILURES - login.ACCOUNT_FAILURES):
         _try(client, f"nobody-{i}", "wrong")
