@@ -10,9 +10,10 @@ Every loop — scheduling, escalation, the batch-capacity publisher, archive, dr
 lock the same way: ``KALENA_LOOP_LOCK_TTL_S`` (5 s), renewed every TTL/3 while the run lasts
 (:func:`~kalena_web.control.locks.loop_lock`). A run may take minutes (drift, a large archive
 rollup) and keeps its lock; a worker killed mid-run leaves a lock that Redis drops at most one
-TTL after the last renewal, so the next beat tick after that runs the loop again: with a 5 s
-scheduling period, a pass within 5 + 5 = 10 s of the kill instead of the 60 s a fixed TTL
-sized for the longest run held it.
+TTL after the last renewal, so the next beat tick after that runs the loop again on a live
+worker: with a 5 s scheduling period, a pass within 5 + 5 = 10 s of the kill (when no worker
+survives, plus a new one's start-up) instead of the 60 s a fixed TTL sized for the longest run
+held it (``kalena bench faults``, row ``worker-kill``, measures it).
 """
 
 from __future__ import annotations
