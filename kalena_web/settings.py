@@ -15,6 +15,14 @@ Environment:
     KALENA_DEBUG: ``1`` for Django's debug mode (never in production); default off.
     KALENA_ALLOWED_HOSTS: comma-separated host names (default ``127.0.0.1,localhost``).
     KALENA_CSRF_TRUSTED_ORIGINS: comma-separated origins behind a TLS proxy (``https://kalena.example``).
+    KALENA_TRUSTED_PROXY_HEADER: the header a reverse proxy puts the client's address in
+        (``X-Forwarded-For``, or ``X-Real-IP``); unset = none is read. Login throttling
+        (kalena_web.console.login) and the audit log take the client's address from it, but only
+        on requests whose peer is in KALENA_TRUSTED_PROXIES; from any other peer the header is
+        ignored and the peer's own address counts.
+    KALENA_TRUSTED_PROXIES: comma-separated addresses or networks of those proxies
+        (``10.0.0.0/8,127.0.0.1``); required with KALENA_TRUSTED_PROXY_HEADER, and a malformed
+        entry is refused at start, naming it.
     KALENA_HTTPS: ``1`` when served over HTTPS behind a TLS-terminating proxy: SSL redirect (the
         proxy's ``X-Forwarded-Proto`` trusted), HSTS, secure session and CSRF cookies. Probes
         (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are exempt from the redirect and the
@@ -235,6 +243,38 @@ WHITENOISE_USE_FINDERS = True
 if _flag("KALENA_STATIC_MANIFEST"):
     STORAGES["staticfiles"] = {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}
 
+
+
+def _trusted_proxies(header: str, proxies: str) -> tuple[str, tuple[str, ...]]:
+    """``(header, networks)`` from KALENA_TRUSTED_PROXY_HEADER and KALENA_TRUSTED_PROXIES;
+    networks in ``ipaddress`` notation (``10.0.0.0/8``, a bare address = one host).
+
+    Raises:
+        ImproperlyConfigured: a malformed entry, or a header without any trusted proxy.
+    """
+    import ipaddress
+
+    header = header.strip()
+    networks = []
+    for entry in (e.strip() for e in proxies.split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(entry, strict=False)))
+        except ValueError:
+            raise ImproperlyConfigured(f"KALENA_TRUSTED_PROXIES: {entry!r} is not an IP address or network "
+                                       "(accepted: e.g. 10.0.0.0/8, 127.0.0.1, fd00::/8)") from None
+    if header and not networks:
+        raise ImproperlyConfigured(f"KALENA_TRUSTED_PROXY_HEADER={header} needs KALENA_TRUSTED_PROXIES: the "
+                                   "addresses of the proxies that set it (any other peer could send it too)")
+    if header and not all(c.isalnum() or c == "-" for c in header):
+        raise ImproperlyConfigured(f"KALENA_TRUSTED_PROXY_HEADER: {header!r} is not a header name "
+                                   "(accepted: letters, digits and '-', e.g. X-Forwarded-For)")
+    return header, tuple(networks)
+
+
+KALENA_TRUSTED_PROXY_HEADER, KALENA_TRUSTED_PROXIES = _trusted_proxies(
+    os.environ.get("KALENA_TRUSTED_PROXY_HEADER", ""), os.environ.get("KALENA_TRUSTED_PROXIES", ""))
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("KALENA_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 HTTPS = _flag("KALENA_HTTPS")
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS or _flag("KALENA_SECURE_COOKIES")
@@ -264,6 +304,9 @@ LOGGING = logging_config(fmt=os.environ.get("KALENA_LOG_FORMAT", "json"), level=
 #   REDIS_URL: Redis URL; unset = embedded.
 #   KALENA_ESTIMATION_SHARDS: node shards for the estimation loop (default 16).
 #   KALENA_ORCHESTRATOR: fake | kubernetes | docker | swarm (default fake).
+#   KALENA_LOOP_LOCK_TTL_S: TTL of every per-cluster loop lock (scheduling, escalation, the batch
+#       capacity publisher, archive, drift), renewed every TTL/3 while its run lasts, so the loops
+#       of a worker that died mid-run resume within about TTL (default 5 s; kalena_web.control.locks).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED = not REDIS_URL
 
@@ -296,6 +339,7 @@ CELERY_BEAT_SCHEDULER = "kalena_web.control.heartbeat:HeartbeatScheduler"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
+KALENA_LOOP_LOCK_TTL_S = float(os.environ.get("KALENA_LOOP_LOCK_TTL_S", "5"))
 #   KALENA_ORCHESTRATOR_THROUGH_WORKERS: 1 in a console that mounts no docker.sock / holds no
 #       orchestrator credentials: its pod stops are forwarded to the Celery workers and awaited
 #       (kalena_web.control.forwarding) for at most KALENA_FORWARDED_EVICT_TIMEOUT_S (60 s).

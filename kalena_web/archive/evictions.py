@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from django.db import transaction
+from django.db.models import Q
 
 from kalena_engine.resources import DIM_INDEX
 from kalena_web.archive.cursors import settled_batches
@@ -59,7 +60,7 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
                       .select_related("workload", "node").order_by("id"))
         requeue = []
         for e in events:
-            workload = e.workload or _by_name(cluster, e.workload_name)
+            workload = e.workload or _by_name(cluster, e.workload_name, node_id=e.node_id)
             n = e.numbers or {}
             dimension = str(n.get("dimension") or "ram")
             node_batch = list(BatchPod.objects.filter(workload__node_id=e.node_id, state=BatchPod.BOUND)
@@ -98,9 +99,12 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
     return len(events)
 
 
-def _by_name(cluster: Cluster, name: str) -> Workload | None:
+def _by_name(cluster: Cluster, name: str, *, node_id: int) -> Workload | None:
     """The report's workload by its name (``namespace/pod``) when ingest could not resolve it on
-    the node (the victim had already left the node's inventory when its report was stored)."""
+    the node (the victim had already left the node's inventory when its report was stored):
+    only one on no node or on the reporting node — a node's agent never names another node's
+    workload into a why-evicted record (DESIGN §12; ingest refuses such a report outright)."""
     if not name:
         return None
-    return Workload.objects.filter(cluster=cluster, name=name).first()
+    return (Workload.objects.filter(cluster=cluster, name=name)
+            .filter(Q(node__isnull=True) | Q(node_id=node_id)).first())

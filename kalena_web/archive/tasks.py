@@ -26,4 +26,4 @@ def archive_pass(cluster, now_s: float) -> RollupReport:
 @shared_task(name="kalena.archive.rollup", acks_late=True, ignore_result=True)
 def rollup(cluster_id: int | None = None, now_s: float | None = None) -> dict[str, str]:
     """Roll the live archive forward for every live cluster (per-cluster lock)."""
-    return run_for_clusters("archive", archive_pass, ttl_s=120.0, now_s=now_s, cluster_id=cluster_id)
+    return run_for_clusters("archive", archive_pass, now_s=now_s, cluster_id=cluster_id)

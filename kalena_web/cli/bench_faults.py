@@ -33,6 +33,16 @@ and why the recovery took what it took: ``reconnect_s`` (every agent connected a
 under a second of backlog), ``samples_per_write`` (group commits meanwhile), ``cores`` (CPU
 used meanwhile by Daphne, the workers and this process's agents), ``machine_busy_pct`` and
 ``load_1m``. The floor: 0 lost, 0 double, 0 mismatched, ``recovery_s`` and ``applied_s`` ≤ 30.
+
+The ``worker-kill`` row also measures how soon the control loops resume (DESIGN §12): it kills
+the workers while one of them is inside a scheduling pass (its lock ``scheduling:<cluster>``
+held in Redis; it waits up to 30 s for that), lists the loop locks held at that moment
+(``locks_held_at_kill``) and reports ``loop_gap_s``: for scheduling, escalation and the
+batch-capacity publisher, seconds from the kill to the start of the loop's next completed run
+(:class:`~kalena_web.control.models.LoopRun`; null if none came within 60 s, or for the
+publisher when the workers' ``KALENA_ORCHESTRATOR`` is not ``kubernetes``, where it does not
+run). The gap is the new workers' start-up, the dead holder's lock running out
+(``KALENA_LOOP_LOCK_TTL_S``) and the wait for the loop's next beat tick (5 s, 15 s, 5 s).
 """
 
 from __future__ import annotations
@@ -57,6 +67,9 @@ SHORT_FAULTS = ("worker-kill", "postgres-restart", "daphne-kill", "write-failure
                 "buffer-state-lost")
 RECOVERY_LIMIT_S = 90.0
 FLOOR_RECOVERY_S = 30.0
+#: the loops whose resumption the worker-kill row measures (LoopRun.loop)
+RESUMED_LOOPS = ("scheduling", "escalation", "publish")
+LOOP_GAP_LIMIT_S = 60.0
 
 
 def add_parsers(which: argparse._SubParsersAction) -> None:
@@ -299,6 +312,7 @@ class Rig:
     procs: object     # benchenv.Processes
     agents: list[BenchAgent]
     generations: dict[str, int] = field(default_factory=lambda: {"daphne": 0, "workers": 0})
+    killed: dict | None = None        # worker-kill: {"at_s": …, "held": [loop, …]}
 
     def name(self, kind: str) -> str:
         return f"{kind}-{self.generations[kind]}"
@@ -330,6 +344,8 @@ def inject(fault: str, rig: Rig) -> None:
 
     outage = rig.args.outage_s
     if fault == "worker-kill":
+        held = _mid_pass(rig.redis.url)
+        rig.killed = {"at_s": time.time(), "held": held}
         for name in rig.worker_names():                      # every worker: no survivor takes over
             rig.procs.stop(name, sig=signal.SIGKILL)
         rig.start_workers()                                  # as a supervisor restarts them
@@ -378,6 +394,38 @@ def inject(fault: str, rig: Rig) -> None:
             agent.hold = False
     else:
         raise ValueError(f"unknown fault {fault!r}")
+
+
+def _mid_pass(redis_url: str, *, wait_s: float = 30.0) -> list[str]:
+    """Wait (at most ``wait_s``) until a scheduling pass holds its lock; returns the loops whose
+    per-cluster locks are held at that moment (``kalena:lock:<loop>:<cluster id>``)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=2)
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end and not client.keys("kalena:lock:scheduling:*"):
+        time.sleep(0.002)
+    return sorted({key.decode().split(":")[2] for key in client.keys("kalena:lock:*:*")
+                   if key.decode().split(":")[2] != "estimation"})
+
+
+def _loop_gaps(url: str, killed_at_s: float) -> dict[str, float | None]:
+    """Seconds from the kill to the start of each loop's next completed run (null: none within
+    :data:`LOOP_GAP_LIMIT_S`; the publisher: none at all unless the workers run Kubernetes)."""
+    from django.conf import settings
+
+    wanted = [loop for loop in RESUMED_LOOPS if loop != "publish" or settings.KALENA_ORCHESTRATOR == "kubernetes"]
+    gaps: dict[str, float | None] = dict.fromkeys(RESUMED_LOOPS)
+    while time.time() < killed_at_s + LOOP_GAP_LIMIT_S:
+        rows = _query(url, "SELECT loop, min(started_s) FROM control_looprun WHERE outcome = 'done' AND started_s >= %s "
+                           "GROUP BY loop", (killed_at_s,)) or []
+        for loop, started in rows:
+            if loop in gaps:
+                gaps[loop] = round(started - killed_at_s, 1)
+        if all(gaps[loop] is not None for loop in wanted):
+            break
+        time.sleep(0.5)
+    return gaps
 
 
 @dataclass
@@ -500,6 +548,9 @@ def run_row(row: int, fault: str, rig: Rig, generator: Generator, initial, node_
         time.sleep(0.5)
     counts = _reconcile(url, generator, row)
     over = max(0, _over_applied(url) - before_over)
+    gaps, held = None, None
+    if fault == "worker-kill" and rig.killed is not None:
+        gaps, held = _loop_gaps(url, rig.killed["at_s"]), rig.killed["held"]
     return {"fault": fault, "samples_sent": counts["samples_sent"], "samples_stored": counts["samples_stored"],
             "samples_lost": counts["samples_lost"], "double_applied": counts["duplicate_rows"] + over,
             "reservations_mismatched": _mismatched_reservations(initial, node_ids),
@@ -507,7 +558,7 @@ def run_row(row: int, fault: str, rig: Rig, generator: Generator, initial, node_
             "backlog_samples": recovery.backlog_samples, "arrival_per_s": recovery.arrival_per_s,
             "drain_per_s": recovery.drain_per_s, "samples_per_write": recovery.samples_per_write,
             "cores": recovery.cores, "machine_busy_pct": recovery.machine_busy_pct,
-            "load_1m": round(os.getloadavg()[0], 1)}
+            "load_1m": round(os.getloadavg()[0], 1), "locks_held_at_kill": held, "loop_gap_s": gaps}
 
 
 def _floor_met(row: dict) -> bool:
@@ -616,10 +667,15 @@ def _format_row(row: dict) -> str:
 
     cores = "–" if row["cores"] is None else " ".join(f"{k} {v:g}" for k, v in row["cores"].items())
 
+    loops = ""
+    if row["loop_gap_s"] is not None:
+        gaps = ", ".join(f"{k} {'–' if v is None else format(v, 'g') + ' s'}" for k, v in row["loop_gap_s"].items())
+        held = ", ".join(row["locks_held_at_kill"]) or "none"
+        loops = f"  loops resumed after the kill: {gaps} (locks held at the kill: {held})"
     return (f"  {row['fault']:<18} sent {row['samples_sent']:>7,}  stored {row['samples_stored']:>7,}  "
             f"lost {row['samples_lost']:>4}  double {row['double_applied']:>3}  "
             f"mismatched {row['reservations_mismatched']:>3}  recovery {num('recovery_s', 'g')} s "
             f"(applied {num('applied_s', 'g')} s, reconnected {num('reconnect_s', 'g')} s)  "
             f"backlog {num('backlog_samples')}  drain {num('drain_per_s')}/s vs arrival {num('arrival_per_s')}/s  "
             f"{num('samples_per_write')} samples/write  cores {cores}  "
-            f"machine {num('machine_busy_pct', 'g')} % busy  load {row['load_1m']:g}")
+            f"machine {num('machine_busy_pct', 'g')} % busy  load {row['load_1m']:g}{loops}")

@@ -1,5 +1,6 @@
-"""Loop locks with a TTL (DESIGN §8): estimation holds one per node shard, scheduling,
-escalation and drift one per cluster.
+"""Loop locks with a TTL (DESIGN §8, §12): estimation holds one per node shard; scheduling,
+escalation, the batch-capacity publisher, archive and drift one per cluster
+(:func:`kalena_web.control.loops.run_for_clusters`, TTL ``KALENA_LOOP_LOCK_TTL_S``, 5 s).
 
 Production: a redis-py ``Lock`` (``SET NX PX``, released by a Lua compare-and-delete, so only
 the holder releases it and a crashed holder's lock expires after its TTL). While it is held a
@@ -7,11 +8,14 @@ renewal thread resets the TTL every ``ttl_s / 3`` (redis-py ``reacquire``, again
 compare-and-set), so a run may last longer than its TTL while a dead holder — SIGKILLed, its
 machine gone — loses the lock at most ``ttl_s`` after its last renewal: the TTL can be short
 (estimation: ``KALENA_ESTIMATION_LOCK_TTL_S`` 6 s, so a dead worker's shard resumes within
-about 6.5 s). A renewal that finds the lock taken over or gone (Redis restarted) stops and is
-logged; the database keeps the work exactly-once regardless (a batch is marked applied in the
-same commit that applies it, under row locks). A frozen holder (SIGSTOP) stops renewing too.
+about 6.5 s; the per-cluster loops: ``KALENA_LOOP_LOCK_TTL_S`` 5 s). A renewal that finds the
+lock taken over or gone (Redis restarted) stops and is logged; the database keeps the work
+exactly-once regardless (a batch is marked applied in the same commit that applies it, under
+row locks). A frozen holder (SIGSTOP) stops renewing too.
 Embedded default: the process-local cache (``add`` is atomic there) — one process, one lock
-table, a holder cannot die without the table; no renewal.
+table, a holder cannot die without the table: no TTL and no renewal, the lock is held until its
+run ends however long that takes (a short TTL without renewal would let a second run of a slow
+loop start beside the first).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def loop_lock(name: str, *, ttl_s: float) -> Iterator[bool]:
                     log.warning("releasing lock %s failed: %s", name, exc)
         return
     token = secrets.token_hex(8)
-    taken = bool(cache.add(key, token, timeout=max(1, int(round(ttl_s)))))
+    taken = bool(cache.add(key, token, timeout=None))  # embedded: held until the run ends (module doc)
     try:
         yield taken
     finally:

@@ -8,8 +8,8 @@ Two endpoints, so per-pod scraping never multiplies cluster-wide series:
   scheduling and loop histograms every process records into :class:`MetricSeries`. Every pod
   answers the same: scrape it once, through the Service.
 * ``GET /metrics`` — this process only (prometheus_client's process registry: ``process_*``,
-  ``python_*``, the ingest ack latency of the agents this process serves; ``kalena_build_info``):
-  scrape every pod.
+  ``python_*``, the ingest ack latency of the agents this process serves, the logins it refused;
+  ``kalena_build_info``): scrape every pod.
 
 With ``KALENA_METRICS_TOKEN`` set, both need ``Authorization: Bearer <token>``. Every metric
 served is listed in docs/metrics.md (a test checks that none is missing).
@@ -68,6 +68,8 @@ COUNTERS: dict[str, str] = {
                                       "logged with its name and field), by resource",
     "kalena_hooks_refused": "Calls to the hooks listener (admission webhook, scheduler extender) refused, by "
                             "endpoint (tls: the handshake; mutate, filter, prioritize, bind; other) and reason",
+    "kalena_link_refusals": "Agent messages refused for naming what the connection's node may not report on or act "
+                            "on (foreign_workload: a workload placed on another node), by cluster, node and reason",
     "kalena_reconciler_events": "Watch events the reconciler applied, by kind and outcome (changed, unchanged, "
                                 "unknown, rejected: bad input, logged, nothing changed; failed)",
 }
@@ -241,9 +243,11 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: this process's own metrics (see module doc)."""
     if not _authorised(request):
         return HttpResponse("missing or wrong bearer token\n", status=401, content_type="text/plain")
+    from kalena_web.console.login import login_refusals
     from kalena_web.telemetry.metrics import ingest_metrics
 
     ingest_metrics()  # this process's ingest series exist (empty) before the first agent connects
+    login_refusals()  # … and its refused-login count before the first refusal
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BuildInfoCollector())
     return HttpResponse(generate_latest(REGISTRY) + generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

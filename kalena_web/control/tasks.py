@@ -20,7 +20,7 @@ def escalate(cluster_id: int | None = None, now_s: float | None = None) -> dict[
         policy = policy_apply(cluster_id=cluster.id, part=PolicyApplied.ESCALATION, now_s=now).policy
         return escalation_pass(cluster=cluster, orchestrator=orchestrator_for(cluster), now_s=now,
                                policy=policy.escalation)
-    return run_for_clusters("escalation", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)
+    return run_for_clusters("escalation", body, now_s=now_s, cluster_id=cluster_id)
 
 
 @shared_task(name="kalena.control.evict", acks_late=False, ignore_result=True)

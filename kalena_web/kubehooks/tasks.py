@@ -26,4 +26,4 @@ def publish(cluster_id: int | None = None, now_s: float | None = None) -> dict[s
         buckets = policy.placement.slack_buckets
         return batch_capacity_publish(cluster=cluster, orchestrator=orchestrator_for(cluster), now_s=now,
                                       buckets=(buckets[0], buckets[1]))
-    return run_for_clusters("publish", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)
+    return run_for_clusters("publish", body, now_s=now_s, cluster_id=cluster_id)

@@ -48,4 +48,4 @@ def schedule(cluster_id: int | None = None, now_s: float | None = None) -> dict[
         scheduling_pass_metrics_record(cluster=cluster, report=report, started_s=started, finished_s=time.time(),
                                        now_s=now)
         return report
-    return run_for_clusters("scheduling", body, ttl_s=60.0, now_s=now_s, cluster_id=cluster_id)
+    return run_for_clusters("scheduling", body, now_s=now_s, cluster_id=cluster_id)

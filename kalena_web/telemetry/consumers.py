@@ -16,6 +16,13 @@ Daphne's autobahn refuses application close codes outside 1000 and 3000–4999, 
 the protocol, and leaves a socket that answers pings but no longer delivers frames.)
 
 Frames are processed in arrival order; acks may overtake each other (each names its batch).
+A node's token speaks for that node only: an ``action`` naming a workload placed on another
+node is refused as a whole (``foreign_workload``: acknowledged, nothing of it recorded — no
+mitigation event, no why-evicted record, no audit entry of an eviction, no count), and the
+attempt is counted (``kalena_link_refusals_total``) and audited (``link.refused``, with the
+node, its token, the client address and peer). A workload on no node any more (it left before
+the report came) is kept by name as before.
+
 A revoked token's open connections are closed (4401) within ``TokenWatch.check_s``. Agent
 connections use no channel layer: nothing is sent to them from elsewhere.
 
@@ -43,6 +50,7 @@ from django.db import DatabaseError
 
 from agents.errors import ProtocolError
 from agents.link.protocol import validate_agent_message
+from kalena_web.console.clients import scope_client_address
 from kalena_web.policy import selectors as policy_selectors
 from kalena_web.telemetry import selectors, services
 from kalena_web.telemetry.ingest import Entry, prepare_message, rejected_message
@@ -266,7 +274,34 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._not_stored(f"the database is unavailable ({type(exc).__name__}); reconnect and resend")
             return
         entry = prepare_message(message, view=self.view, now_s=time.time(), received_s=received_s, limits=self.limits)
+        if entry.action is not None and entry.action["workload_id"] is None:
+            try:
+                await self._refuse_foreign(entry)
+            except DatabaseError as exc:
+                await self._not_stored(f"the database is unavailable ({type(exc).__name__}); reconnect and resend")
+                return
         self._store(entry, received_s)
+
+    async def _refuse_foreign(self, entry: Entry) -> None:
+        """Refuse an action naming a workload placed on another node (module doc): the message
+        is stored as refused (``foreign_workload``, acknowledged so the agent drops it), nothing
+        of it is recorded as an action, and the refusal is counted and audited."""
+        action = entry.action
+        elsewhere = await off_thread(selectors.workload_elsewhere)(
+            node_id=self.identity.node_id, names=[action["workload_ref"], action["workload_name"]])
+        if elsewhere is None:
+            return                                      # on no node (it left) or unknown: kept, as before
+        workload, on_node = elsewhere
+        entry.action = None
+        entry.reject("foreign_workload", f"<action>.workload: {workload!r} is on node {on_node!r}, not on "
+                     f"{self.identity.node_name!r}: a node's agent reports and acts only on its own node's workloads",
+                     samples=0, messages=1)
+        log.warning("agent of %s (from %s) named %s on node %s in a %r action: refused", self.identity.node_name,
+                    self.peer, workload, on_node, action["action"])
+        await off_thread(services.foreign_workload_refused)(
+            node_id=self.identity.node_id, node_name=self.identity.node_name, action=str(action["action"])[:40],
+            workload=workload, on_node=on_node, peer=self.peer, client_address=scope_client_address(self.scope),
+            token_id=self.identity.token_id)
 
     async def _hello(self, message: Any, now_s: float) -> None:
         node_id = self.identity.node_id

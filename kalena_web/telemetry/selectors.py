@@ -100,6 +100,26 @@ def node_view_load(*, node_id: int, shards: int, last_ts: dict[int, float] | Non
                     by_pod=pod_index(by_name), last_ts=last_ts)
 
 
+def workload_elsewhere(*, node_id: int, names: list[str]) -> tuple[str, str] | None:
+    """``(workload name, node name)`` of a workload of the node's cluster that ``names`` denote
+    — an inventory name (``namespace/pod``) or, without a ``/``, the pod part of one — placed
+    on *another* node now; None when none is (on no node, on this one, or unknown).
+
+    Used for what an agent names but its own node's view does not hold (a node's agent reports
+    and acts only on its own node's workloads, DESIGN §12)."""
+    wanted = [n for n in dict.fromkeys(names) if n]
+    if not wanted:
+        return None
+    node = Node.objects.only("cluster_id").get(id=node_id)
+    query = Workload.objects.filter(cluster_id=node.cluster_id, node__isnull=False).exclude(node_id=node_id)
+    match = query.filter(name__in=wanted)
+    for name in wanted:
+        if "/" not in name:
+            match = match | query.filter(name__endswith=f"/{name}")
+    found = match.values_list("name", "node__name").order_by("name").first()
+    return None if found is None else (found[0], found[1])
+
+
 @dataclass
 class AgentRow:
     """One node of a live cluster as the agents page shows it."""

@@ -130,6 +130,23 @@ def refused_connection_record(*, reason: str, node_id: int | None, peer: str, de
         RefusedConnection.objects.create(node_id=node_id, reason=reason, count=1, **values)
 
 
+def foreign_workload_refused(*, node_id: int, node_name: str, action: str, workload: str, on_node: str,
+                             peer: str, client_address: str, token_id: int) -> None:
+    """A node's agent named a workload of another node in an ``action`` (refused: DESIGN §12):
+    counted in ``kalena_link_refusals_total{cluster, node, reason="foreign_workload"}`` and
+    audited (``link.refused``: who — the node's agent and its token —, from where — the client
+    address and the connection's peer —, what it named and where that workload is)."""
+    from kalena_web.control.services import metric_increment
+    from kalena_web.policy.services import audit_record
+
+    cluster = Node.objects.filter(id=node_id).values_list("cluster__name", flat=True).first() or ""
+    metric_increment(name="kalena_link_refusals", labels={"cluster": cluster, "node": node_name,
+                                                          "reason": "foreign_workload"})
+    audit_record(actor_kind="agent", actor=f"agent of {node_name}", action="link.refused", cluster_name=cluster,
+                 target=workload, after={"reason": "foreign_workload", "action": action, "workload_node": on_node,
+                                         "client_address": client_address, "peer": peer, "token_id": token_id})
+
+
 def telemetry_prune(*, before_s: float, max_batches: int = 200_000, chunk: int = 20_000) -> int:
     """Delete raw samples older than ``before_s`` (``stored_s``) that estimation has applied,
     with their node samples and sample batches; returns the batches deleted. Bounded: at most

@@ -27,6 +27,8 @@ Reasons (per sample unless noted; counted per node and reason, shown in the cons
 ``bad_json``        (message) a frame that is not JSON
 ``node_mismatch``   (message) the message names another node than the connection's token
 ``unknown_type``    (message) not ``samples``/``action``/``gap`` after ``hello``
+``foreign_workload`` (message) an ``action`` naming a workload placed on another node
+                    (:mod:`kalena_web.telemetry.consumers`; counted and audited)
 ``agent_dropped``   (from ``gap``) samples the agent's own buffer dropped before sending
 ==================  ==========================================================================
 """
@@ -56,6 +58,7 @@ REASONS: dict[str, str] = {
     "bad_json": "frame is not JSON",
     "node_mismatch": "message for another node",
     "unknown_type": "unknown message type",
+    "foreign_workload": "action on another node's workload",
     "agent_dropped": "dropped by the agent's buffer",
     "unstorable": "could not be stored",
 }
