@@ -6,7 +6,8 @@ It must find nothing: no answer with a status the schema does not declare for th
 (``status_code_conformance``), no schema-valid request refused (``positive_data_acceptance``),
 no schema-invalid request accepted (``negative_data_rejection``), no 5xx, every body and content
 type as declared. The run is bounded and reproducible: ``--generation-deterministic`` (no seed,
-no example database), a few examples per operation per phase, one worker.
+no example database), two examples per operation per mode and phase, two workers — about 1,450
+cases in about a minute.
 """
 
 from __future__ import annotations
