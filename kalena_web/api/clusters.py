@@ -5,10 +5,13 @@ from __future__ import annotations
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
+from typing import Literal
+
 from ninja import Field, Query, Router, Schema
 
-from kalena_web.api.errors import ApiError
-from kalena_web.api.lists import ListQuery, order_by, page_of
+from kalena_web.api.errors import ApiError, answers
+from kalena_web.api.lists import list_query, order_by, page_of
+from kalena_web.api.params import TEXT, ClusterName
 from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.scheduling.models import BatchPod
@@ -27,11 +30,12 @@ class ClusterOut(Schema):
 
 
 class ClusterFilter(Schema):
-    kind: str = Field("live", pattern="^(live|replay|all)$", description="live, replay or all")
-    q: str | None = Field(None, max_length=200, description="part of the name, any case")
+    kind: Literal["live", "replay", "all"] = Field("live", description="live, replay or all")
+    q: str = Field("", pattern=TEXT, max_length=200, description="part of the name, any case")
 
 
 SORTS = {"name": ("name", "id"), "created": ("created_at", "id"), "nodes": ("node_count", "id")}
+ClusterListQuery = list_query("ClusterListQuery", tuple(SORTS), "name")
 
 
 def _clusters(filters: ClusterFilter):
@@ -57,14 +61,15 @@ def _out(c) -> ClusterOut:
                       batch_bound=c.bound)
 
 
-@router.get("/clusters", response=list[ClusterOut], summary="Clusters (live by default), paginated")
-def clusters(request: HttpRequest, response: HttpResponse, filters: Query[ClusterFilter], page: Query[ListQuery]):
+@router.get("/clusters", response=answers({200: list[ClusterOut]}), summary="Clusters (live by default), paginated")
+def clusters(request: HttpRequest, response: HttpResponse, filters: Query[ClusterFilter],
+             page: Query[ClusterListQuery]):  # type: ignore[valid-type]
     rows = _clusters(filters).order_by(*order_by(page, SORTS, "name"))
     return [_out(c) for c in page_of(rows, page, request, response)]
 
 
-@router.get("/clusters/{cluster}", response=ClusterOut, summary="One live cluster")
-def cluster(request: HttpRequest, cluster: str):
+@router.get("/clusters/{cluster}", response=answers({200: ClusterOut}, 404), summary="One live cluster")
+def cluster(request: HttpRequest, cluster: ClusterName):
     row = _clusters(ClusterFilter(kind="live")).filter(name=cluster).first()
     if row is None:
         raise ApiError(404, f"no live cluster named {cluster!r}")

@@ -19,8 +19,12 @@
 ====  ======================  ==========================================================
 
 :class:`ApiError` carries a more specific code where one helps automation
-(``ApiError(409, "…", code="pod_pending")``). :class:`ApiErrorMiddleware` turns what Django
-answers outside django-ninja (unknown URL, wrong method, oversize body, CSRF) into the same shape.
+(``ApiError(409, "…", code="pod_pending")``) and extra fields (``differing=[…]``).
+:class:`ApiErrorMiddleware` turns what Django answers outside django-ninja (unknown URL, wrong
+method, oversize body, CSRF, a NUL in the URL) into the same shape.
+
+Every operation declares the statuses it can answer with :func:`answers`, so that the OpenAPI
+schema lists each of them with its body (:class:`ErrorOut`, :class:`ValidationErrorOut`).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from typing import Any
+
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from ninja import NinjaAPI
+from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, ValidationError
 
 log = logging.getLogger(__name__)
@@ -43,11 +49,55 @@ API_PREFIX = "/api/"
 
 
 class ApiError(HttpError):
-    """An HTTP error with an explicit machine-readable ``code`` (default: by status, :data:`CODES`)."""
+    """An HTTP error with an explicit machine-readable ``code`` (default: by status, :data:`CODES`)
+    and ``extra`` fields for the body (``differing=["priority"]``)."""
 
-    def __init__(self, status_code: int, message: str, *, code: str | None = None) -> None:
+    def __init__(self, status_code: int, message: str, *, code: str | None = None, **extra: Any) -> None:
         super().__init__(status_code, message)
         self.code = code or CODES.get(status_code, "error")
+        self.extra = extra
+
+
+class ErrorOut(Schema):
+    """The body of every error answer."""
+
+    code: str = Field(description="machine-readable, stable: invalid_input, not_found, conflict, …")
+    detail: str = Field(description="for people: what was wrong, naming the field, and what is accepted")
+
+
+class ConflictOut(ErrorOut):
+    """A 409: the object's state forbids the call, or a submit names an existing pod with another
+    spec (``differing`` lists the fields that differ, e.g. ``["priority", "request"]``)."""
+
+    differing: list[str] | None = None
+
+
+class FieldErrorOut(Schema):
+    loc: list[str | int] = Field(description='where: ["body", "priority"], ["query", "sort"], ["path", "rec_id"]')
+    msg: str
+    type: str
+
+
+class ValidationErrorOut(ErrorOut):
+    """A 422: the body or a parameter does not match the schema."""
+
+    errors: list[FieldErrorOut]
+
+
+ERROR_BODIES: dict[int, type[Schema]] = {409: ConflictOut, 422: ValidationErrorOut}
+#: answered by every operation: a NUL in the URL or an unreadable body (400), no credentials (401),
+#: a parameter or body outside the schema (422)
+ALWAYS = (400, 401, 422)
+
+
+def answers(ok: dict[int, Any], *errors: int) -> dict[int, Any]:
+    """The ``response=`` of one operation: its success answers ``ok`` and every error status it
+    can answer — :data:`ALWAYS` plus ``errors`` — each with its body schema, so that the OpenAPI
+    schema says exactly what the operation answers. ``answers({200: ClusterOut}, 404)`` →
+    ``{200: ClusterOut, 400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 422: ValidationErrorOut}``."""
+    unknown = [s for s in errors if s not in CODES]
+    assert not unknown, f"statuses without an error code: {unknown}"
+    return {**ok, **{s: ERROR_BODIES.get(s, ErrorOut) for s in sorted({*ALWAYS, *errors})}}
 
 
 def error_body(status: int, detail: str, *, code: str | None = None, **extra) -> dict:
@@ -96,8 +146,11 @@ def install_error_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def http_error(request, exc: HttpError):
-        return respond(request, exc.status_code, error_body(exc.status_code, str(exc.message),
-                                                            code=getattr(exc, "code", None)))
+        detail = str(exc.message)
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):  # django-ninja's unreadable body
+            detail = f"the request body is not JSON ({exc.__cause__})"
+        return respond(request, exc.status_code, error_body(exc.status_code, detail, code=getattr(exc, "code", None),
+                                                            **getattr(exc, "extra", {})))
 
     @api.exception_handler(Http404)
     def not_found(request, exc):
@@ -165,4 +218,5 @@ def _plain_detail(request: HttpRequest, response: HttpResponse) -> str:
     return {400: "bad request", 413: "request body too large"}.get(status, f"HTTP {status}")
 
 
-__all__ = ["ApiError", "ApiErrorMiddleware", "CODES", "clean_loc", "error_body", "install_error_handlers"]
+__all__ = ["ApiError", "ApiErrorMiddleware", "CODES", "ConflictOut", "ErrorOut", "ValidationErrorOut", "answers",
+           "clean_loc", "error_body", "install_error_handlers"]

@@ -1,7 +1,7 @@
 """One way to page, sort and filter every list under ``/api/``.
 
-A list endpoint takes ``page: ListQuery = Query(...)`` beside its own filters and returns
-``page_of(rows, page, response, sort_fields)``: the answer stays a JSON array (older clients and
+A list endpoint takes ``page: Query[SortQuery]`` (a :func:`list_query` class) beside its own
+filters and returns ``page_of(rows, page, request, response)``: the answer stays a JSON array (older clients and
 the ``kalena`` CLI read it as one) and the totals travel in headers, as the GitHub and
 Kubernetes-style APIs do:
 
@@ -10,18 +10,20 @@ Kubernetes-style APIs do:
 * ``Link``: ``<…?page=3&page_size=50>; rel="next"``, and ``prev``/``first``/``last``.
 
 ``sort`` names one of the endpoint's sort fields, ``-`` first for descending
-(``sort=-queued``); a field not offered is a 400 naming the ones that are. ``page`` past the
-last gives an empty array with the same totals.
+(``sort=-queued``): a closed set the OpenAPI schema lists as an enum, so a field not offered is a
+422 naming the ones that are. ``page`` past the last gives an empty array with the same totals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 from urllib.parse import urlencode
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Schema
+from pydantic import create_model
 
 from kalena_web.api.errors import ApiError
 
@@ -29,17 +31,33 @@ MAX_PAGE_SIZE = 1000
 
 
 class ListQuery(Schema):
-    """Paging and sorting parameters shared by every list."""
+    """Paging parameters shared by every list (a list with a choice of order adds ``sort``
+    through :func:`list_query`)."""
 
     page: int = Field(1, ge=1, le=1_000_000, description="1-based page number")
     page_size: int = Field(100, ge=1, le=MAX_PAGE_SIZE, description=f"rows per page (at most {MAX_PAGE_SIZE})")
-    sort: str | None = Field(None, max_length=64, description="a sort field, '-' first for descending")
+
+
+def list_query(name: str, sorts: Sequence[str], default: str) -> type[ListQuery]:
+    """Paging parameters plus ``sort``, one of ``sorts`` or its ``-`` form (descending), e.g.
+    ``list_query("BatchListQuery", ("queued", "name"), "queued")`` accepts ``queued``,
+    ``-queued``, ``name``, ``-name`` and nothing else — the schema lists them as an enum and
+    anything else is a 422 naming them. ``default`` is the order when ``sort`` is not given."""
+    values = tuple(v for field in sorts for v in (field, f"-{field}"))
+    assert default in values, f"default sort {default!r} is not one of {values}"
+    return create_model(name, __base__=ListQuery, sort=(Literal[values], Field(  # type: ignore[valid-type]
+        default, description=f"one of {', '.join(sorts)}; '-' first for descending (default {default})")))
+
+
+def with_page_size(query: ListQuery, page_size: int | None) -> ListQuery:
+    """``query`` with ``page_size`` replaced by an older client's ``limit`` when it gave one."""
+    return query if page_size is None else query.model_copy(update={"page_size": page_size})
 
 
 def order_by(query: ListQuery, fields: dict[str, tuple[str, ...]], default: str) -> tuple[str, ...]:
     """The ORM ordering for ``query.sort`` from ``fields`` (sort name → ORM fields, ending on a
     unique one so pages never overlap). Raises :class:`ApiError` (400) naming the sort fields."""
-    raw = query.sort or default
+    raw = getattr(query, "sort", None) or default
     descending = raw.startswith("-")
     name = raw.lstrip("-")
     if name not in fields:
@@ -77,7 +95,7 @@ def sort_items(items: Sequence, query: ListQuery, keys: dict[str, Callable], def
     """An in-memory list (rows already built from bulk queries) sorted by ``query.sort`` from
     ``keys`` (sort name → key function; ``None`` values last), stable. Raises :class:`ApiError`
     (400) naming the sort fields."""
-    raw = query.sort or default
+    raw = getattr(query, "sort", None) or default
     descending = raw.startswith("-")
     name = raw.lstrip("-")
     if name not in keys:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
-from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL
-from kalena_web.api.lists import ListQuery, order_by, page_of
+from kalena_engine.resources import DIM_INDEX, DIMS, IR_TO_INTERNAL, IR_UNITS
+from kalena_web.api.errors import answers
+from kalena_web.api.lists import list_query, order_by, page_of
+from kalena_web.api.params import NodeName, RunName, text
 from kalena_web.api.times import iso
 from kalena_web.archive import selectors
 from kalena_web.archive.errors import NotFound
@@ -43,12 +47,15 @@ def _run_out(run) -> RunOut:
 
 
 RUN_SORTS = {"created": ("created_at", "id"), "name": ("name", "id")}
+RunListQuery = list_query("RunListQuery", tuple(RUN_SORTS), "-created")
+Dimension = Literal["cpu", "ram", "gpu", "storage", "disk_read", "disk_write", "net_in", "net_out"]
+assert Dimension.__args__ == DIMS  # the enum follows the engine's dimensions
 
 
-@router.get("/runs", response=list[RunOut],
+@router.get("/runs", response=answers({200: list[RunOut]}),
             summary="Persisted replay runs, newest first; paginated (X-Total-Count, Link), filtered by name")
-def runs(request: HttpRequest, response: HttpResponse, page: Query[ListQuery],
-         q: str | None = Query(None, max_length=200)):
+def runs(request: HttpRequest, response: HttpResponse, page: Query[RunListQuery],  # type: ignore[valid-type]
+         q: str = text(200, "part of the run name")):
     """``q``: part of the run name. ``sort``: created (default ``-created``), name."""
     rows = selectors.run_list()
     if q:
@@ -57,19 +64,18 @@ def runs(request: HttpRequest, response: HttpResponse, page: Query[ListQuery],
     return [_run_out(r) for r in page_of(rows, page, request, response)]
 
 
-@router.get("/runs/{name}", response=RunOut, summary="One run with its replay summary")
-def run(request: HttpRequest, name: str):
+@router.get("/runs/{name}", response=answers({200: RunOut}, 404), summary="One run with its replay summary")
+def run(request: HttpRequest, name: RunName):
     try:
         return _run_out(selectors.run_get(name=name))
     except NotFound as exc:
         raise HttpError(404, str(exc)) from None
 
 
-@router.get("/runs/{name}/nodes/{node}/series", response=NodeSeriesOut,
+@router.get("/runs/{name}/nodes/{node}/series", response=answers({200: NodeSeriesOut}, 404),
             summary="A node's capacity and production/batch aggregates over the run, in IR units")
-def node_series(request: HttpRequest, name: str, node: str, dimension: str = "cpu"):
-    if dimension not in DIM_INDEX:
-        raise HttpError(400, f"unknown dimension {dimension!r}; accepted: {', '.join(DIM_INDEX)}")
+def node_series(request: HttpRequest, name: RunName, node: NodeName,
+                dimension: Dimension = Query("cpu", description=", ".join(DIMS))):
     try:
         r = selectors.run_get(name=name)
         ts = selectors.node_series(run=r, node=selectors.node_get(run=r, name=node))
@@ -77,7 +83,6 @@ def node_series(request: HttpRequest, name: str, node: str, dimension: str = "cp
         raise HttpError(404, str(exc)) from None
     d = DIM_INDEX[dimension]
     scale = IR_TO_INTERNAL[d]
-    from kalena_engine.resources import IR_UNITS
 
     def clean(values):
         return [None if v == float("inf") else v / scale for v in values.tolist()]

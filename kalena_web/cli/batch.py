@@ -161,12 +161,14 @@ def handle_submit(args: argparse.Namespace) -> int:
     from kalena_web.scheduling import services
 
     cluster = _cluster(args.cluster)
-    pod = services.batch_queue(
+    queued = services.batch_queue(
         cluster=cluster, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=args.name, owner=args.owner,
         request=_block_arg(args.request, "request"), limit=_block_arg(args.limit, "limit"), priority=args.priority,
         labels=labels, constraints=constraints, image=args.image, command=command, gang=args.gang,
         min_member=args.min_member, now_s=time.time())
-    _print(_pod(cluster, pod.workload.name), args.json)
+    if not queued.created:
+        print(f"{args.name} was already submitted with this spec; nothing changed", file=sys.stderr)
+    _print(_pod(cluster, queued.pod.workload.name), args.json)
     return 0
 
 

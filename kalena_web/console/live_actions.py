@@ -73,7 +73,7 @@ def batch_submit(request: HttpRequest, cluster: str) -> HttpResponse:
     name = (request.POST.get("name") or "").strip()
     back = reverse("console:live_batch", args=[c.name])
     try:
-        pod = scheduling_services.batch_queue(
+        queued = scheduling_services.batch_queue(
             cluster=c, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=name,
             owner=(request.POST.get("owner") or "").strip(), request=_block(request, "request") or {},
             limit=_block(request, "limit"),
@@ -82,7 +82,11 @@ def batch_submit(request: HttpRequest, cluster: str) -> HttpResponse:
     except InputError as exc:  # BatchConflict and BatchRejected are InputErrors too
         messages.error(request, f"{name or 'the pod'} was not queued: {exc}")
         return redirect(back)
-    messages.success(request, f"{pod.workload.name} queued; the scheduler places it within seconds")
+    pod = queued.pod
+    if queued.created:
+        messages.success(request, f"{pod.workload.name} queued; the scheduler places it within seconds")
+    else:
+        messages.info(request, f"{pod.workload.name} was already submitted with this spec; nothing changed")
     return redirect(reverse("console:live_batch_pod", args=[c.name, pod.workload.name]))
 
 

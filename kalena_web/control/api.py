@@ -9,7 +9,9 @@ from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from kalena_engine.resources import to_ir_block
-from kalena_web.api.lists import ListQuery, order_by, page_of, sort_items
+from kalena_web.api.errors import answers
+from kalena_web.api.lists import MAX_PAGE_SIZE, list_query, order_by, page_of, sort_items, with_page_size
+from kalena_web.api.params import ClusterName, text
 from kalena_web.api.times import iso
 from kalena_web.control import selectors
 from kalena_web.control.models import Escalation
@@ -42,13 +44,15 @@ class NodeOut(Schema):
 NODE_SORTS = {"row": lambda v: v.node.row, "name": lambda v: v.node.name, "batch_pods": lambda v: v.batch_pods,
               "slack_cpu": lambda v: float(v.slack[0]), "slack_ram": lambda v: float(v.slack[1]),
               "last_sample": lambda v: v.last_sample_s}
+NodeListQuery = list_query("NodeListQuery", tuple(NODE_SORTS), "row")
 
 
-@router.get("/clusters/{cluster}/nodes", response=list[NodeOut],
+@router.get("/clusters/{cluster}/nodes", response=answers({200: list[NodeOut]}, 404),
             summary="Nodes with their ledgers (IR units) and why they take no batch, if they don't; paginated "
                     "(X-Total-Count, Link), filtered, sorted")
-def nodes(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
-          q: str | None = Query(None, max_length=200), stale: bool | None = None,
+def nodes(request: HttpRequest, response: HttpResponse, cluster: ClusterName,
+          page: Query[NodeListQuery],  # type: ignore[valid-type]
+          q: str = text(200, "part of the node name"), stale: bool | None = None,
           slack_ineligible: bool | None = None):
     """``q``: part of the node name; ``stale``: telemetry stale or fresh; ``slack_ineligible``:
     takes no batch now. ``sort``: row (default), name, batch_pods, slack_cpu, slack_ram, last_sample."""
@@ -90,19 +94,18 @@ class EscalationOut(Schema):
 
 
 ESCALATION_SORTS = {"time": ("time_s", "id"), "node": ("node__name", "time_s", "id")}
+EscalationListQuery = list_query("EscalationListQuery", tuple(ESCALATION_SORTS), "-time")
 
 
-@router.get("/clusters/{cluster}/escalations", response=list[EscalationOut],
+@router.get("/clusters/{cluster}/escalations", response=answers({200: list[EscalationOut]}, 404),
             summary="Escalations, newest first; paginated (X-Total-Count, Link), filtered by node and reason")
-def escalations(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
-                node: str | None = Query(None, max_length=253), reason: str | None = Query(None, max_length=100),
-                limit: int | None = None):
+def escalations(request: HttpRequest, response: HttpResponse, cluster: ClusterName,
+                page: Query[EscalationListQuery],  # type: ignore[valid-type]
+                node: str = text(253, "the node's name"), reason: str = text(100, "the escalation's reason"),
+                limit: int | None = Query(None, ge=1, le=MAX_PAGE_SIZE, description="page_size, for older clients")):
     """``sort``: time (default newest first: ``-time``), node. ``limit`` (1–1000, older
     clients): the same as ``page_size``."""
-    if limit is not None:
-        if not 1 <= limit <= 1000:
-            raise HttpError(400, f"limit {limit} is outside 1–1000")
-        page = ListQuery(page=page.page, page_size=limit, sort=page.sort)
+    page = with_page_size(page, limit)
     try:
         c = selectors.live_cluster_get(name=cluster)
     except selectors.NotFound as exc:

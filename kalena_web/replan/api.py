@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import time
+from typing import Any, Literal
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router, Schema
+from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
 from kalena_engine.errors import InputError, KalenaError
 from kalena_web.api.services import permission_refusal
-from kalena_web.api.lists import ListQuery, order_by, page_of
+from kalena_web.api.errors import answers
+from kalena_web.api.lists import list_query, order_by, page_of
+from kalena_web.api.params import TEXT, ClusterName, RowId
 from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
 from kalena_web.replan.models import ReplanRecommendation
 from kalena_web.replan.services import (
-    RecommendationClosed, build_export, export_window_check, recommendation_adopt, recommendation_decide,
+    NOTE_MAX, RecommendationClosed, build_export, export_window_check, recommendation_adopt, recommendation_decide,
 )
 
 router = Router(tags=["replan"])
+RecommendationListQuery = list_query("RecommendationListQuery", ("created",), "-created")
+
+
+def _window_param():
+    """``window_s``: 60 s up to the archive's minute-row retention (:func:`export_window_check`)."""
+    longest = float(settings.KALENA_RETENTION_MINUTE_S)
+    return Query(min(86_400.0, longest), ge=60, le=longest,
+                 description=f"seconds of history, 60–{longest:g} (KALENA_RETENTION_MINUTE_S)")
 
 
 def _cluster(name: str) -> Cluster:
@@ -35,13 +47,17 @@ def _window(window_s: float) -> float:
         raise HttpError(400, str(exc)) from None
 
 
-@router.get("/clusters/{cluster}/export", summary="Kalena report (JSON) beside the IR")
-def export_report(request: HttpRequest, cluster: str, window_s: float = 86_400):
+@router.get("/clusters/{cluster}/export", response=answers({200: dict[str, Any]}, 404),
+            summary="Kalena report (JSON) beside the IR")
+def export_report(request: HttpRequest, cluster: ClusterName, window_s: float = _window_param()):
     return build_export(cluster=_cluster(cluster), now_s=time.time(), window_s=_window(window_s)).report
 
 
-@router.get("/clusters/{cluster}/export/workloads.yaml", summary="The workloads IR with observed: blocks")
-def export_workloads(request: HttpRequest, cluster: str, window_s: float = 86_400):
+@router.get("/clusters/{cluster}/export/workloads.yaml", response=answers({200: None}, 404),
+            summary="The workloads IR with observed: blocks",
+            openapi_extra={"responses": {200: {"description": "the workloads IR (YAML)", "content": {
+                "application/yaml": {"schema": {"type": "object", "description": "the Kuberina workloads IR"}}}}}})
+def export_workloads(request: HttpRequest, cluster: ClusterName, window_s: float = _window_param()):
     text = build_export(cluster=_cluster(cluster), now_s=time.time(), window_s=_window(window_s)).workloads_yaml
     return HttpResponse(text, content_type="application/yaml; charset=utf-8")
 
@@ -62,7 +78,7 @@ class RecommendationOut(Schema):
 
 class DecisionIn(Schema):
     approve: bool
-    note: str = ""
+    note: str = Field("", max_length=NOTE_MAX, pattern=TEXT)
     blueprint: str = ""  # Kuberina's re-plan (solution YAML): approving adopts it (live_cluster_blueprint_replace)
 
 
@@ -73,10 +89,12 @@ def _out(rec: ReplanRecommendation) -> RecommendationOut:
                              decided_by=rec.decided_by.get_username() if rec.decided_by else None, note=rec.note)
 
 
-@router.get("/clusters/{cluster}/recommendations", response=list[RecommendationOut],
+@router.get("/clusters/{cluster}/recommendations", response=answers({200: list[RecommendationOut]}, 404),
             summary="Re-plan recommendations, newest first; paginated (X-Total-Count, Link), filtered by state")
-def recommendations(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
-                    state: str = Query("all", pattern="^(all|open|approved|rejected)$")):
+def recommendations(request: HttpRequest, response: HttpResponse, cluster: ClusterName,
+                    page: Query[RecommendationListQuery],  # type: ignore[valid-type]
+                    state: Literal["all", "open", "approved", "rejected"] = Query(
+                        "all", description="all, open, approved or rejected")):
     """``state``: all (default), open, approved, rejected. ``sort``: created (default ``-created``)."""
     rows = ReplanRecommendation.objects.filter(cluster=_cluster(cluster)).select_related("decided_by")
     if state != "all":
@@ -85,8 +103,10 @@ def recommendations(request: HttpRequest, response: HttpResponse, cluster: str, 
     return [_out(r) for r in page_of(rows, page, request, response)]
 
 
-@router.post("/clusters/{cluster}/recommendations/{rec_id}/decision", response=RecommendationOut)
-def decide(request: HttpRequest, cluster: str, rec_id: int, body: DecisionIn):
+@router.post("/clusters/{cluster}/recommendations/{rec_id}/decision",
+             response=answers({200: RecommendationOut}, 403, 404, 409, 413),
+             summary="Approve or reject a re-plan recommendation")
+def decide(request: HttpRequest, cluster: ClusterName, rec_id: RowId, body: DecisionIn):
     if not request.user.has_perm("replan.approve_replan"):
         raise HttpError(403, permission_refusal(request.user, "replan.approve_replan",
                                                 "approving a re-plan needs the approver role (permission replan.approve_replan)"))

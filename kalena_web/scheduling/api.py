@@ -2,24 +2,29 @@
 
 Quantities in requests are Kuberina resource blocks in IR units (``{"cpu": 0.5, "ram": "2Gi"}``,
 parsed by the planner's rules); answers give IR units too.
+
+Submitting is idempotent: the same name with the same spec again (a retry after a lost answer)
+answers 200 with the pod as it is now (201 only when it was queued by this call); the same name
+with another spec answers 409 naming the fields that differ.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router, Schema, Status
+from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from kalena_engine.errors import InputError
 from kalena_engine.resources import to_ir_block
 from kalena_web.api.services import permission_refusal
-from kalena_web.api.errors import ApiError
-from kalena_web.api.lists import ListQuery, order_by, page_of
+from kalena_web.api.errors import ApiError, answers
+from kalena_web.api.lists import list_query, order_by, page_of
+from kalena_web.api.params import TEXT, ClusterName, Namespace, PodName, text
 from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling import selectors, services
@@ -30,17 +35,18 @@ router = Router(tags=["scheduling"])
 
 
 class BatchIn(Schema):
-    name: str
-    owner: str = ""
-    request: dict[str, Any]
+    name: str = Field(max_length=services.NAME_MAX, pattern=f"^{services.POD_NAME.pattern}$",
+                      description="namespace/pod (Kubernetes DNS-1123 names)")
+    owner: str = Field("", max_length=200, pattern=TEXT)
+    request: dict[str, Any] = Field(description='a Kuberina resource block in IR units: {"cpu": 0.5, "ram": "2Gi"}')
     limit: dict[str, Any] | None = None
-    priority: int = 0
-    labels: dict[str, str] = {}
+    priority: int = Field(0, ge=0, le=services.PRIORITY_MAX)
+    labels: dict[str, str] = Field({}, max_length=services.LABELS_MAX)
     constraints: dict[str, Any] = {}
-    image: str = ""
+    image: str = Field("", max_length=300, pattern=TEXT)
     command: list[str] = []
-    gang: str = ""
-    min_member: int | None = None
+    gang: str = Field("", max_length=200, pattern=TEXT)
+    min_member: int | None = Field(None, ge=1, le=services.MIN_MEMBER_MAX)
 
 
 class BatchOut(Schema):
@@ -91,82 +97,101 @@ def pod_out(pod: BatchPod) -> BatchOut:
                     binding=why.binding if why else None)
 
 
-@router.post("/clusters/{cluster}/batch", response={201: BatchOut}, summary="Queue a batch pod")
-def submit(request: HttpRequest, cluster: str, body: BatchIn):
+@router.post("/clusters/{cluster}/batch", response=answers({201: BatchOut, 200: BatchOut}, 403, 404, 409, 413),
+             summary="Queue a batch pod (idempotent: the same name and spec again answers 200 with the pod)")
+def submit(request: HttpRequest, cluster: ClusterName, body: BatchIn):
+    """201: queued by this call. 200: a pod of that name with the same spec was already
+    submitted (a retry after a lost answer) — the answer is that pod as it is now, nothing
+    changed. 409: the name is taken by a pod with another spec (``differing`` lists the
+    fields), or the orchestrator feeds batch itself (Kubernetes)."""
     _operator(request)
     c = _cluster(cluster)
     try:
-        pod = services.batch_queue(
+        queued = services.batch_queue(
             cluster=c, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=body.name, owner=body.owner,
             request=body.request, limit=body.limit, priority=body.priority, labels=body.labels,
             constraints=body.constraints, image=body.image, command=body.command, gang=body.gang,
             min_member=body.min_member, now_s=time.time())
+    except services.BatchNameTaken as exc:
+        raise ApiError(409, str(exc), code="name_taken", differing=list(exc.differing)) from None
     except services.BatchConflict as exc:
         raise HttpError(409, exc.problem) from None
     except InputError as exc:
         raise HttpError(400, str(exc)) from None
-    out = pod_out(selectors.batch_pod(cluster=c, name=pod.workload.name))
-    return Status(201, out)
+    out = pod_out(selectors.batch_pod(cluster=c, name=queued.pod.workload.name))
+    return Status(201 if queued.created else 200, out)
 
 
 BATCH_SORTS = {"queued": ("queued_s", "id"), "submitted": ("submitted_s", "id"), "name": ("workload__name", "id"),
                "priority": ("workload__priority", "id"), "bound": ("bound_s", "id")}
 
 
-@router.get("/clusters/{cluster}/batch", response=list[BatchOut],
+BatchListQuery = list_query("BatchListQuery", tuple(BATCH_SORTS), "queued")
+BatchState = Literal["pending", "bound", "completed", "refused", "deleted", "all"]
+assert set(BatchState.__args__) == {*dict(BatchPod.STATES), "all"}  # the enum follows the model's states
+
+
+@router.get("/clusters/{cluster}/batch", response=answers({200: list[BatchOut]}, 404),
             summary="Batch pods, oldest first; paginated (X-Total-Count, Link), filtered, sorted")
-def batch_list(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
-               state: str = "pending", q: str | None = None, node: str | None = None, owner: str | None = None):
-    """``state``: pending, bound, completed, deleted, or all; ``q``: part of the name; ``node``:
-    the node it is bound to; ``owner``: exact owner. ``sort``: queued, submitted, name, priority, bound."""
-    if state not in dict(BatchPod.STATES) and state != "all":
-        raise ApiError(400, f"unknown state {state!r}; accepted: {', '.join(dict(BatchPod.STATES))}, all",
-                       code="invalid_filter")
+def batch_list(request: HttpRequest, response: HttpResponse, cluster: ClusterName,
+               page: Query[BatchListQuery],  # type: ignore[valid-type]
+               state: BatchState = Query("pending", description="pending, bound, completed, refused, deleted or all"),
+               q: str = text(253, "part of the name"), node: str = text(253, "the node it is bound to"),
+               owner: str = text(200, "the exact owner")):
+    """``state``: pending, bound, completed, refused, deleted, or all; ``q``: part of the name;
+    ``node``: the node it is bound to; ``owner``: exact owner. ``sort``: queued, submitted,
+    name, priority, bound."""
     c = _cluster(cluster)
     pods = BatchPod.objects.filter(cluster=c).select_related("workload", "workload__node", "why_pending")
     if state != "all":
         pods = pods.filter(state=state)
     if q:
-        pods = pods.filter(workload__name__icontains=q[:253])
+        pods = pods.filter(workload__name__icontains=q)
     if node:
-        pods = pods.filter(workload__node__name=node[:253])
+        pods = pods.filter(workload__node__name=node)
     if owner:
-        pods = pods.filter(workload__owner=owner[:200])
+        pods = pods.filter(workload__owner=owner)
     pods = pods.order_by(*order_by(page, BATCH_SORTS, "queued"))
     return [pod_out(p) for p in page_of(pods, page, request, response)]
 
 
-@router.get("/clusters/{cluster}/batch/{path:name}/why-pending", summary="Why a batch pod is pending")
-def why_pending(request: HttpRequest, cluster: str, name: str):
-    _, pod = _pod(cluster, name)
-    why = selectors.why_pending(pod=pod)
-    if pod.state != BatchPod.PENDING or why is None:
-        raise HttpError(404, f"{name!r} is {pod.state}" + ("" if pod.state != BatchPod.PENDING
-                                                          else " and has not been through a scheduling pass yet"))
+@router.get("/clusters/{cluster}/batch/{namespace}/{pod}/why-pending", response=answers({200: dict[str, Any]}, 404),
+            summary="Why a batch pod is pending")
+def why_pending(request: HttpRequest, cluster: ClusterName, namespace: Namespace, pod: PodName):
+    """The last scheduling pass's record for a pending pod; 404 when the pod is not pending or
+    has not been through a pass yet (the detail says which)."""
+    name = f"{namespace}/{pod}"
+    _, found = _pod(cluster, name)
+    why = selectors.why_pending(pod=found)
+    if found.state != BatchPod.PENDING or why is None:
+        raise HttpError(404, f"{name!r} is {found.state}" + ("" if found.state != BatchPod.PENDING
+                                                            else " and has not been through a scheduling pass yet"))
     return {"pod": name, "time_s": why.time_s, **why.record}
 
 
-@router.post("/clusters/{cluster}/batch/{path:name}/complete", response={200: BatchOut},
+@router.post("/clusters/{cluster}/batch/{namespace}/{pod}/complete", response=answers({200: BatchOut}, 403, 404, 409),
              summary="Report a batch pod completed")
-def complete(request: HttpRequest, cluster: str, name: str):
+def complete(request: HttpRequest, cluster: ClusterName, namespace: Namespace, pod: PodName):
     """The pod's job finished (reported by the job itself; refused where the orchestrator
     observes completion): it leaves every ledger at once. Completing a completed pod changes
     nothing."""
     _operator(request)
-    c, pod = _pod(cluster, name)
+    name = f"{namespace}/{pod}"
+    c, found = _pod(cluster, name)
     try:
-        services.batch_complete(pod=pod, orchestrator_kind=settings.KALENA_ORCHESTRATOR, now_s=time.time())
+        services.batch_complete(pod=found, orchestrator_kind=settings.KALENA_ORCHESTRATOR, now_s=time.time())
     except services.BatchConflict as exc:
         raise HttpError(409, exc.problem) from None
     return pod_out(selectors.batch_pod(cluster=c, name=name))
 
 
-@router.delete("/clusters/{cluster}/batch/{path:name}", response={204: None}, summary="Delete a batch pod")
-def delete(request: HttpRequest, cluster: str, name: str):
+@router.delete("/clusters/{cluster}/batch/{namespace}/{pod}", response=answers({204: None}, 403, 404, 409, 502),
+               summary="Delete a batch pod")
+def delete(request: HttpRequest, cluster: ClusterName, namespace: Namespace, pod: PodName):
     _operator(request)
-    c, pod = _pod(cluster, name)
+    c, found = _pod(cluster, f"{namespace}/{pod}")
     try:
-        services.batch_delete(pod=pod, orchestrator=lambda: orchestrator_for(c), now_s=time.time(),
+        services.batch_delete(pod=found, orchestrator=lambda: orchestrator_for(c), now_s=time.time(),
                               by="through the API")
     except services.BatchConflict as exc:
         raise HttpError(409, exc.problem) from None

@@ -33,6 +33,7 @@ NAME_MAX = 253
 PRIORITY_MAX = 1_000_000_000  # Kubernetes: user PriorityClass values are at most one billion (int32 storage)
 MIN_MEMBER_MAX = 100_000
 LABELS_MAX = 64  # Kubernetes sets no count, only 256 KiB of metadata; 64 is ample for a batch pod
+TIER_LABEL = "kalena.naughtian.io/tier"
 POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?")
 
 
@@ -42,6 +43,16 @@ class BatchRejected(InputError):
 
 class BatchConflict(InputError):
     """A complete or delete the pod's state does not allow (HTTP 409); nothing changed."""
+
+
+class BatchNameTaken(BatchConflict):
+    """A submission whose name is already in use by a workload with another spec (HTTP 409);
+    ``differing`` names the fields that differ (``("priority", "request")``); nothing changed."""
+
+    def __init__(self, problem: str, *, differing: Sequence[str], field: str = "name") -> None:
+        super().__init__(problem, field=field, accepted="the same spec again (answered with the existing pod), "
+                                                        "or a new name")
+        self.differing = tuple(differing)
 
 
 class BatchNotStopped(InputError):
@@ -140,17 +151,41 @@ def _fits_some_node(cluster: Cluster, req: list[float]) -> None:
                                 accepted=f"at most {most:.6g} {unit} (the largest node's allocatable)")
 
 
+@dataclass(frozen=True)
+class Queued:
+    """What a submission did: ``pod``, and ``created`` — False when a pod of that name and the
+    same spec was already there (a retried submit), which is answered unchanged."""
+
+    pod: BatchPod
+    created: bool
+
+
 def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[str, float],
                  limit: Mapping[str, float] | None = None, priority: int = 0,
                  labels: Mapping[str, str] | None = None, constraints: Mapping[str, Any] | None = None,
                  image: str = "", command: Sequence[str] = (), gang: str = "", min_member: int | None = None,
                  now_s: float) -> BatchPod:
     """Queue one batch pod (``name`` = ``namespace/pod``); its limit defaults to its request.
+    Idempotent: the same name with the same spec again returns the existing pod, whatever its
+    state, and changes nothing (:func:`batch_submit_once` says which happened).
 
     Raises:
-        BatchRejected: bad name, vector, priority, constraints, or a name already in use —
-            naming the field; nothing is stored.
+        BatchRejected: bad name, vector, priority, constraints — naming the field; nothing is stored.
+        BatchNameTaken: the name is in use by a workload with another spec, naming the fields
+            that differ; nothing changed.
     """
+    return batch_submit_once(cluster=cluster, name=name, owner=owner, request=request, limit=limit,
+                             priority=priority, labels=labels, constraints=constraints, image=image,
+                             command=command, gang=gang, min_member=min_member, now_s=now_s).pod
+
+
+def batch_submit_once(*, cluster: Cluster, name: str, owner: str, request: Mapping[str, float],
+                      limit: Mapping[str, float] | None = None, priority: int = 0,
+                      labels: Mapping[str, str] | None = None, constraints: Mapping[str, Any] | None = None,
+                      image: str = "", command: Sequence[str] = (), gang: str = "",
+                      min_member: int | None = None, now_s: float) -> Queued:
+    """:func:`batch_submit`, saying whether this call queued the pod (``created``) or found it
+    already submitted with the same spec. Raises as :func:`batch_submit`."""
     if not isinstance(name, str) or not POD_NAME.fullmatch(name) or len(name) > NAME_MAX:
         raise BatchRejected(f"{name!r} is not namespace/pod", field="name",
                             accepted="namespace/pod in Kubernetes' DNS-1123 form (lower-case letters, digits, "
@@ -188,21 +223,44 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
                             min_member=min_member)
     except InputError as exc:  # malformed constraints: refused as every other bad field
         raise BatchRejected(exc.problem, field=exc.field, accepted=exc.accepted) from None
+    spec = {"kind": Workload.BATCH, "owner": owner or name, "priority": priority, "request": req, "limit": lim,
+            "labels": {**(labels or {}), TIER_LABEL: "batch"}, "constraints": constraints, "image": image,
+            "command": list(command), "gang": gang, "min_member": min_member}
     with transaction.atomic():
-        if Workload.objects.filter(cluster=cluster, name=name).exists():
-            raise BatchRejected(f"{name!r} exists in cluster {cluster.name!r}", field="name", accepted="a new name")
+        existing = Workload.objects.filter(cluster=cluster, name=name).select_related("batch").first()
+        if existing is not None:
+            return Queued(pod=_same_submission(existing, spec, cluster=cluster), created=False)
         workload = Workload.objects.create(
             cluster=cluster, kind=Workload.BATCH, row=Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count(),
             name=name, namespace=namespace, owner=owner or name, tier="batch", priority=priority,
-            instances=1, request=req, limit=lim, labels={**(labels or {}), "kalena.naughtian.io/tier": "batch"},
-            constraints=constraints,
+            instances=1, request=req, limit=lim, labels=spec["labels"], constraints=constraints,
         )
         pod = BatchPod.objects.create(cluster=cluster, workload=workload, image=image, command=list(command),
                                       gang=gang, min_member=min_member, submitted_s=now_s, queued_s=now_s)
         from kalena_web.policy.audit import audit
 
         audit("batch.submit", cluster_name=cluster.name, target=name, after={"owner": owner, "priority": priority})
-        return pod
+        return Queued(pod=pod, created=True)
+
+
+def _same_submission(existing: Workload, spec: Mapping[str, Any], *, cluster: Cluster) -> BatchPod:
+    """The pod ``existing`` stands for when it was submitted with ``spec`` (the fields a submit
+    sets, normalised as stored), else :class:`BatchNameTaken` naming the fields that differ."""
+    pod = getattr(existing, "batch", None) if existing.kind == Workload.BATCH else None
+    if pod is None:
+        raise BatchNameTaken(f"{existing.name!r} is a {existing.get_kind_display()} in cluster {cluster.name!r}",
+                             differing=("kind",))
+    stored = {"kind": existing.kind, "owner": existing.owner, "priority": existing.priority,
+              "request": [float(v) for v in existing.request], "limit": [float(v) for v in existing.limit],
+              "labels": existing.labels, "constraints": existing.constraints, "image": pod.image,
+              "command": pod.command, "gang": pod.gang, "min_member": pod.min_member}
+    differing = [k for k in spec if spec[k] != stored[k]]
+    if pod.source != BatchPod.REST:
+        differing.insert(0, "source")
+    if differing:
+        raise BatchNameTaken(f"{existing.name!r} exists in cluster {cluster.name!r} with another "
+                             f"{', '.join(differing)}", differing=differing)
+    return pod
 
 
 def resource_block(raw: Mapping[str, Any] | None, field_name: str) -> dict[str, float] | None:
@@ -222,26 +280,29 @@ def batch_queue(*, cluster: Cluster, orchestrator_kind: str, name: str, owner: s
                 request: Mapping[str, Any], limit: Mapping[str, Any] | None = None, priority: int = 0,
                 labels: Mapping[str, str] | None = None, constraints: Mapping[str, Any] | None = None,
                 image: str = "", command: Sequence[str] = (), gang: str = "", min_member: int | None = None,
-                now_s: float) -> BatchPod:
+                now_s: float) -> Queued:
     """Submit one batch pod by hand — the one path of the REST ``POST …/batch``, ``kalena batch
     submit`` and the console's submit form: refuse where the orchestrator feeds batch itself,
     parse the IR resource blocks, :func:`batch_submit`, and ask for a scheduling pass once the
-    transaction commits.
+    transaction commits. Idempotent: the same name and spec again is ``Queued(created=False)``
+    with the existing pod (no pass asked for).
 
     Raises:
         BatchConflict: on Kubernetes (:func:`batch_submit_allowed`).
+        BatchNameTaken: the name is in use with another spec (naming the fields that differ).
         InputError: a malformed resource block, or anything :func:`batch_submit` refuses.
     """
     from kalena_web.scheduling.tasks import scheduling_request
 
     batch_submit_allowed(name=name, orchestrator_kind=orchestrator_kind)
     with transaction.atomic():
-        pod = batch_submit(
+        queued = batch_submit_once(
             cluster=cluster, name=name, owner=owner, request=resource_block(request, "request"),
             limit=resource_block(limit, "limit"), priority=priority, labels=labels, constraints=constraints,
             image=image, command=command, gang=gang, min_member=min_member, now_s=now_s)
-        transaction.on_commit(lambda: scheduling_request(cluster_id=cluster.id), robust=True)
-    return pod
+        if queued.created:
+            transaction.on_commit(lambda: scheduling_request(cluster_id=cluster.id), robust=True)
+    return queued
 
 
 @dataclass

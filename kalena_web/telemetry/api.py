@@ -14,13 +14,16 @@ agent tokens per node, and the agents of a live cluster with their rejected samp
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from kalena_web.api.services import permission_refusal
-from kalena_web.api.lists import ListQuery, page_of, sort_items
+from kalena_web.api.errors import answers
+from kalena_web.api.lists import ListQuery, list_query, page_of, sort_items
+from kalena_web.api.params import ClusterName, NodeName, RowId, text
 from kalena_web.api.times import iso
 
 from kalena_web.telemetry import selectors
@@ -104,10 +107,10 @@ def _operator(request: HttpRequest) -> None:
                                                 "(permission telemetry.manage_agent_tokens)"))
 
 
-@router.get("/clusters/{cluster}/nodes/{node}/agent-tokens", response=list[TokenOut],
+@router.get("/clusters/{cluster}/nodes/{node}/agent-tokens", response=answers({200: list[TokenOut]}, 404),
             summary="A node's agent tokens; paginated (X-Total-Count, Link), filtered by state")
-def tokens(request: HttpRequest, response: HttpResponse, cluster: str, node: str, page: Query[ListQuery],
-           state: str = Query("all", pattern="^(all|active|revoked)$")):
+def tokens(request: HttpRequest, response: HttpResponse, cluster: ClusterName, node: NodeName, page: Query[ListQuery],
+           state: Literal["all", "active", "revoked"] = Query("all", description="all, active or revoked")):
     """``state``: all (default), active or revoked; in creation order."""
     found = _node(cluster, node)
     rows = list(selectors.tokens_list(cluster=found.cluster.name, node=found.name))
@@ -116,15 +119,17 @@ def tokens(request: HttpRequest, response: HttpResponse, cluster: str, node: str
     return [_token_out(t) for t in page_of(rows, page, request, response)]
 
 
-@router.post("/clusters/{cluster}/nodes/{node}/agent-tokens", response={201: NewTokenOut})
-def token_create(request: HttpRequest, cluster: str, node: str):
+@router.post("/clusters/{cluster}/nodes/{node}/agent-tokens", response=answers({201: NewTokenOut}, 403, 404),
+             summary="A new agent token for a node (the only answer that carries the secret)")
+def token_create(request: HttpRequest, cluster: ClusterName, node: NodeName):
     _operator(request)
     plaintext, row = agent_token_create(node=_node(cluster, node), created_by=request.user)
     return Status(201, {**_token_out(row), "token": plaintext})
 
 
-@router.post("/agent-tokens/{token_id}/revoke", response=TokenOut)
-def token_revoke(request: HttpRequest, token_id: int):
+@router.post("/agent-tokens/{token_id}/revoke", response=answers({200: TokenOut}, 403, 404, 409),
+             summary="Revoke an agent token (its open connections are closed)")
+def token_revoke(request: HttpRequest, token_id: RowId):
     _operator(request)
     try:
         return _token_out(agent_token_revoke(token_id=token_id))
@@ -136,12 +141,14 @@ AGENT_SORTS = {"row": lambda r: r.node.row, "name": lambda r: r.node.name,
                "last_sample": lambda r: r.ledger_last_sample_s,
                "accepted": lambda r: r.status.accepted_samples if r.status else 0,
                "rejected": lambda r: r.rejected_total}
+AgentListQuery = list_query("AgentListQuery", tuple(AGENT_SORTS), "row")
 
 
-@router.get("/clusters/{cluster}/agents", response=list[AgentOut],
+@router.get("/clusters/{cluster}/agents", response=answers({200: list[AgentOut]}, 404),
             summary="Each node's agent and telemetry; paginated (X-Total-Count, Link), filtered, sorted")
-def agents(request: HttpRequest, response: HttpResponse, cluster: str, page: Query[ListQuery],
-           q: str | None = Query(None, max_length=200), connected: bool | None = None, stale: bool | None = None):
+def agents(request: HttpRequest, response: HttpResponse, cluster: ClusterName,
+           page: Query[AgentListQuery],  # type: ignore[valid-type]
+           q: str = text(200, "part of the node name"), connected: bool | None = None, stale: bool | None = None):
     """``q``: part of the node name; ``connected``, ``stale``: true or false. ``sort``: row
     (default), name, last_sample, accepted, rejected."""
     rows = selectors.cluster_agents(cluster=_cluster(cluster))
@@ -162,8 +169,9 @@ def agents(request: HttpRequest, response: HttpResponse, cluster: str, page: Que
                      rejected_samples=r.rejected) for r in page_of(rows, page, request, response)]
 
 
-@router.get("/clusters/{cluster}/rejections", response=RejectionsOut)
-def rejections(request: HttpRequest, cluster: str):
+@router.get("/clusters/{cluster}/rejections", response=answers({200: RejectionsOut}, 404),
+            summary="Rejected samples per reason and refused agent connections")
+def rejections(request: HttpRequest, cluster: ClusterName):
     found = _cluster(cluster)
     return RejectionsOut(cluster=found.name, rejected=selectors.cluster_rejections(cluster=found),
                          refused_connections=selectors.cluster_refusals(cluster=found))

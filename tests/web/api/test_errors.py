@@ -78,7 +78,7 @@ def test_wrong_method_is_405_json_with_allow(operator) -> None:
 def test_state_conflict_is_409(operator) -> None:
     assert post(operator, VALID).status_code == 201
     _error(operator.post("/api/clusters/home/batch/batch/e-0/complete"), 409, "conflict")
-    _error(post(operator, VALID), 400, "invalid_input")  # the name is taken: refused naming the field
+    assert post(operator, VALID).status_code == 200  # the same submit again: the pod as it is (idempotent)
 
 
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1_000_000)
@@ -110,9 +110,9 @@ def test_unhandled_error_is_500_json_without_traceback(operator, monkeypatch) ->
 
 @pytest.mark.parametrize(("field", "value"), [("priority", 2**31), ("priority", 2**63), ("priority", -1),
                                               ("min_member", 2**31), ("min_member", 0)])
-def test_integers_out_of_range_are_400_naming_the_field(operator, field, value) -> None:
-    body = _error(post(operator, {**VALID, field: value}), 400, "invalid_input")
-    assert field in body["detail"]
+def test_integers_out_of_range_are_422_naming_the_field(operator, field, value) -> None:
+    body = _error(post(operator, {**VALID, field: value}), 422, "validation_failed")  # the schema states the range
+    assert field in body["detail"] and body["errors"][0]["loc"] == ["body", field]
     assert not BatchPod.objects.exists()
 
 
@@ -134,6 +134,7 @@ def test_a_request_the_largest_node_holds_is_accepted(operator, live) -> None:
 
 
 def test_too_many_labels_are_refused(operator) -> None:
-    body = _error(post(operator, {**VALID, "labels": {f"k{i}": "v" for i in range(100_000)}}), 400, "invalid_input")
+    body = _error(post(operator, {**VALID, "labels": {f"k{i}": "v" for i in range(100_000)}}), 422,
+                  "validation_failed")  # the schema states the bound (maxProperties)
     assert "labels" in body["detail"]
     assert not BatchPod.objects.exists()

@@ -62,7 +62,7 @@ def test_batch_list_pages_sorts_and_filters_with_totals(operator, live) -> None:
     assert operator.get("/api/clusters/home/batch?q=p-5").json()[0]["name"] == "batch/p-5"
     assert operator.get("/api/clusters/home/batch?state=all")["X-Total-Count"] == "7"
     bad = operator.get("/api/clusters/home/batch?sort=colour")
-    assert bad.status_code == 400 and bad.json()["code"] == "invalid_sort" and "priority" in bad.json()["detail"]
+    assert bad.status_code == 422 and bad.json()["code"] == "validation_failed" and "-priority" in bad.json()["detail"]
     assert operator.get("/api/clusters/home/batch?page_size=5000").status_code == 422
     row = operator.get("/api/clusters/home/batch?q=p-0").json()[0]
     assert abs(datetime.fromisoformat(row["queued_at"]).timestamp() - row["queued_s"]) < 0.001 and row["bound_at"] is None

@@ -49,6 +49,17 @@ def test_submit_complete_from_the_console_frees_the_ledger(operator_client, djan
     assert 'data-pod="batch/ui-0" data-state="completed"' in listed and node.name in listed
 
 
+def test_a_form_sent_twice_shows_the_pod_once_and_another_spec_names_the_fields(operator_client) -> None:
+    assert submit(operator_client, "batch/twice-0")["Location"] == "/live/home/batch/batch/twice-0/"
+    again = submit(operator_client, "batch/twice-0")  # a double click, a reload after a lost answer
+    assert again["Location"] == "/live/home/batch/batch/twice-0/"
+    assert "already submitted with this spec" in operator_client.get(again["Location"]).content.decode()
+    other = submit(operator_client, "batch/twice-0", priority="7")
+    text = operator_client.get(other["Location"]).content.decode()
+    assert "batch/twice-0 was not queued" in text and "another priority" in text
+    assert BatchPod.objects.filter(workload__name="batch/twice-0").count() == 1
+
+
 def test_a_refused_submission_names_the_field_and_stores_nothing(operator_client) -> None:
     page = submit(operator_client, "batch/huge-0", request_ram="99999999999999Ti")
     text = operator_client.get(page["Location"]).content.decode()

@@ -70,7 +70,8 @@ def test_submit_list_show_complete_delete(live, capsys, api, django_capture_on_c
 def test_bad_input_is_refused_as_the_rest_api_refuses_it(live, capsys, api, argv, body, words) -> None:  # noqa: F811
     status, _, err = kalena(capsys, "batch", "submit", "home", *argv)
     response = post(api, body)
-    assert status == 2 and response.status_code == 400
+    # REST: 422 where the schema states the bound (the name's pattern, priority ≥ 0), else 400
+    assert status == 2 and response.status_code == (422 if body["name"] == "Batch/X" or "priority" in body else 400)
     for word in words:
         assert word in err and word in response.json()["detail"]
     assert not BatchPod.objects.exists()
@@ -114,3 +115,14 @@ def test_manual_complete_and_delete_are_audited_as_the_command_line(live, capsys
     rows = {a: (k, who) for a, k, who in AuditEntry.objects.filter(action__in=["batch.complete", "batch.delete"])
             .values_list("action", "actor_kind", "actor")}
     assert rows == {"batch.complete": ("user", "cli"), "batch.delete": ("user", "cli")}
+
+
+def test_a_retried_submit_prints_the_pod_and_another_spec_names_the_fields(live, capsys) -> None:
+    argv = ("batch", "submit", "home", "batch/again-0", "--request", "cpu=250m,ram=256Mi", "--json")
+    status, first, _ = kalena(capsys, *argv)
+    assert status == 0
+    status, again, err = kalena(capsys, *argv)  # the answer was lost: the same command again
+    assert status == 0 and json.loads(again) == json.loads(first) and "already submitted" in err
+    status, _, err = kalena(capsys, *argv, "--priority", "9")
+    assert status == 2 and "batch/again-0" in err and "priority" in err
+    assert BatchPod.objects.filter(workload__name="batch/again-0").count() == 1

@@ -15,7 +15,7 @@ from kalena_web.inventory.models import Node
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.scheduling.services import (
-    BatchRejected, _bind_in_ledger, batch_finish, batch_observe_pending_many, batch_requeue, batch_requeue_many,
+    BatchNameTaken, BatchRejected, _bind_in_ledger, batch_finish, batch_observe_pending_many, batch_requeue, batch_requeue_many,
     batch_submit, scheduling_pass,
 )
 
@@ -171,10 +171,12 @@ def test_bad_submission_names_the_field_and_stores_nothing(live, kwargs, field) 
     assert not BatchPod.objects.filter(cluster=live).exists()
 
 
-def test_duplicate_name_is_rejected(live) -> None:
-    submit(live, "batch/dup-0")
-    with pytest.raises(BatchRejected, match="exists"):
-        submit(live, "batch/dup-0")
+def test_a_duplicate_name_with_another_spec_is_refused_naming_the_fields(live) -> None:
+    first = submit(live, "batch/dup-0")
+    assert submit(live, "batch/dup-0") == first  # the same spec again: the same pod, nothing new
+    with pytest.raises(BatchNameTaken, match="exists") as err:
+        submit(live, "batch/dup-0", priority=first.workload.priority + 1)
+    assert err.value.differing == ("priority",)
 
 
 @pytest.mark.parametrize("labels, field", [
