@@ -131,7 +131,15 @@ class PodGone:
 @dataclass(frozen=True)
 class ProductionSeen:
     """A service-tier pod and where it actually runs (checked against the blueprint: fidelity
-    and drift live). ``node`` is ``""`` while it is not placed."""
+    and drift live). ``node`` is ``""`` while it is not placed.
+
+    Added with defaults (production identity, DESIGN §15, and the per-workload overrides):
+    ``owner`` (``Kind/name`` of the controlling owner reference, ``""`` for none),
+    ``owner_error`` (why the owner references could not be read: the pod is then an explained
+    ``extra``), ``annotations`` (``kalena.naughtian.io/reclaim``, ``…/startup-grace-s`` are read
+    from them over the labels), ``start_s`` (the pod's start, Kubernetes ``status.startTime``,
+    Unix s; 0 = unknown: the startup grace runs from it).
+    """
 
     ref: str
     node: str
@@ -139,6 +147,10 @@ class ProductionSeen:
     limits: Vector
     labels: Mapping[str, str] = field(default_factory=dict)
     at_s: float = 0.0
+    owner: str = ""
+    owner_error: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    start_s: float = 0.0
 
 
 @dataclass(frozen=True)
