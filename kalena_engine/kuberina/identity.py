@@ -32,17 +32,21 @@ time then name: during a rollout's surge the old pod keeps its entry and the new
 pod is ``extra`` (charged once, at its request) until the old pod is gone and it inherits it.
 
 Worked example — blueprint: ``shop/web`` 2 replicas (``web-0000`` on n1, ``web-0001`` on n2),
-``shop/db`` 2 replicas (``db-0000`` on n1, ``db-0001`` on n2). Live pods::
+``shop/db`` 2 replicas (``db-0000`` on n1, ``db-0001`` on n2). Live pods (start in seconds)::
 
-    shop/db-1                  StatefulSet/db                       on n2  → mapped db-0001
-    shop/web-7d9c5b6f4-x2k9q   ReplicaSet/web-7d9c5b6f4 (hash)      on n2  → mapped web-0001
-    shop/web-7d9c5b6f4-p8r2t   ReplicaSet/web-7d9c5b6f4 (hash)      on n3  → moved  web-0000
-    shop/web-5f6b8c9d7-aaaaa   ReplicaSet/web-5f6b8c9d7 (hash)      on n1  → extra: declaration
+    shop/db-1                  StatefulSet/db                   n2  t=0    → mapped db-0001
+    shop/web-7d9c5b6f4-x2k9q   ReplicaSet/web-7d9c5b6f4 (hash)  n2  t=0    → mapped web-0001
+    shop/web-7d9c5b6f4-p8r2t   ReplicaSet/web-7d9c5b6f4 (hash)  n3  t=0    → moved  web-0000
+    shop/web-5f6b8c9d7-aaaaa   ReplicaSet/web-5f6b8c9d7 (hash)  n1  t=800  → extra: declaration
                                                                              web has 2 replicas,
                                                                              all claimed
-    kube-system/fluentd-8x2kq  DaemonSet/fluentd                    on n1  → daemonset
-    shop/report-28h4k          Job/report                           on n1  → extra: owned by
-                                                                             Job/report
+    shop/report-28h4k          Job/report                       n1         → extra: owned by
+                                                                             Job/report, …
+
+(``p8r2t`` comes before ``x2k9q`` at the same start: no replica of ``web`` is on n3, so it takes
+the lowest free one, ``web-0000``; ``x2k9q`` then finds ``web-0001`` on its own node; ``aaaaa``
+started last and finds none free.) A DaemonSet's pod (``kube-system/fluentd-8x2kq``) →
+``daemonset``.
 """
 
 from __future__ import annotations

@@ -308,7 +308,8 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
         raise ObservationRejected(f"node {node_name!r} is not in cluster {cluster.name!r}", field="node",
                                   accepted="a node the watch reported")
     start = float(start_s) if isinstance(start_s, int | float) and start_s > 0 else None
-    pod = LivePod(ref, node_name, owner=str(owner or ""), labels={str(k): str(v) for k, v in dict(labels or {}).items()},
+    pod = LivePod(ref, node_name, owner=str(owner or ""),
+                  labels={str(k): str(v) for k, v in dict(labels or {}).items()},
                   start_s=start or 0.0, owner_error=str(owner_error or ""))
     overrides = live_overrides(pod.labels, annotations)
     with transaction.atomic():

@@ -103,5 +103,5 @@ def job_pod(namespace: str, job: str, suffix: str, node: str, *, cpu: str = "1",
 def bare_pod(namespace: str, name: str, node: str, *, cpu: str = "1", memory: str = "1Gi",
              started_s: float | None = None, labels: dict | None = None, annotations: dict | None = None) -> dict:
     """A pod without owner references (``kubectl run``)."""
-    return _pod(namespace, name, node, cpu=cpu, memory=memory, started_s=started_s, labels={"run": name, **(labels or {})},
-                owner=None, annotations=annotations)
+    return _pod(namespace, name, node, cpu=cpu, memory=memory, started_s=started_s,
+                labels={"run": name, **(labels or {})}, owner=None, annotations=annotations)

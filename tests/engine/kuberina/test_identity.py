@@ -88,7 +88,8 @@ def handmade_replicaset() -> dict:
                  "no blueprint declaration api in namespace shop", id="deployment-unknown"),
     pytest.param(deployment_pod("other", "web", "7d9c5b6f4", "x2k9q", "n1"), EXTRA, "",
                  "no blueprint declaration web in namespace other", id="deployment-other-namespace"),
-    pytest.param(deployment_pod("shop", "web", "7d9c5b6f4", "x2k9q", "n1", labels={BLUEPRINT_POD_LABEL: "shop/web-0002"}),
+    pytest.param(deployment_pod("shop", "web", "7d9c5b6f4", "x2k9q", "n1",
+                                labels={BLUEPRINT_POD_LABEL: "shop/web-0002"}),
                  MAPPED, "shop/web-0002", "", id="forge-label"),
     pytest.param(bare_pod("shop", "x", "n1", labels={BLUEPRINT_POD_LABEL: "shop/web-0009"}), EXTRA, "",
                  "label kalena.naughtian.io/blueprint-pod names shop/web-0009, which is no blueprint pod",
@@ -121,8 +122,9 @@ def test_a_pod_whose_entry_is_held_by_another_is_extra_and_says_by_whom() -> Non
 
 
 def test_the_worked_example_of_the_docstring() -> None:
-    entries = BlueprintEntries.of([("shop/web-0000", "shop", "web", None, "n1"), ("shop/web-0001", "shop", "web", None, "n2"),
-                                   ("shop/db-0000", "shop", "db", None, "n1"), ("shop/db-0001", "shop", "db", None, "n2")])
+    entries = BlueprintEntries.of([
+        ("shop/web-0000", "shop", "web", None, "n1"), ("shop/web-0001", "shop", "web", None, "n2"),
+        ("shop/db-0000", "shop", "db", None, "n1"), ("shop/db-0001", "shop", "db", None, "n2")])
     pods = [live(statefulset_pod("shop", "db", 1, "n2", started_s=T0)),
             live(deployment_pod("shop", "web", "7d9c5b6f4", "x2k9q", "n2", started_s=T0)),
             live(deployment_pod("shop", "web", "7d9c5b6f4", "p8r2t", "n3", started_s=T0)),

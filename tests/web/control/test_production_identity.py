@@ -116,6 +116,10 @@ def test_an_extra_with_unreadable_owner_is_explained_counted_once_and_leaves(sho
     assert claim.identity == "extra" and claim.reason_text == (
         "its ownerReferences cannot be read: metadata.ownerReferences[0].kind: expected a string, got int 7")
     assert LiveNodeLedger.objects.get(node__name="kube-a").prod_request[CPU] == 44000.0  # 42 + 2, once
+    ingest_low_usage("kube-a", ["shop/web-7d9c5b6f4-x2k9q"], until_s=T0 + 40.0)
+    ledger = LiveNodeLedger.objects.get(node__name="kube-a")
+    assert ledger.prod_request[CPU] == 44000.0 and ledger.blueprint_checked_s == T0 + 40.0
+    assert ledger.blueprint_violations == []  # explained on the node page, not a broken blueprint
     assert seen(Reconciler(cluster=shop, clock=lambda: T0), pod) == UNCHANGED
     assert rec.apply(Resynced(pods=frozenset(), nodes=frozenset({"kube-a", "kube-b"}))) == CHANGED
     assert LiveNodeLedger.objects.get(node__name="kube-a").prod_request[CPU] == 42000.0

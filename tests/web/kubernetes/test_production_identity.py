@@ -63,7 +63,8 @@ class Watch:
 
     def __init__(self, api: TestAPIServer, cluster) -> None:
         orch = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)), request_timeout_s=5.0)
-        self.watcher = KubernetesWatcher(orch, watch_timeout_s=30, backoff_s=0.05, sleep=lambda s, stop: stop.wait(0.05))
+        self.watcher = KubernetesWatcher(orch, watch_timeout_s=30, backoff_s=0.05,
+                                         sleep=lambda s, stop: stop.wait(0.05))
         self.rec = Reconciler(cluster=cluster)
         self.stop, self.events = threading.Event(), queue.Queue()
         self.thread = threading.Thread(target=lambda: [self.events.put(e) for e in self.watcher.events(self.stop)],
