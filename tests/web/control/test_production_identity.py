@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 
 from agents.orchestrators.events import PodGone, ProductionSeen, Resynced
 from agents.orchestrators.kubernetes.objects import pod_events
@@ -91,13 +92,16 @@ def test_override_annotations_reach_the_control_plane(shop, annotations, started
         assert ledger.prod_reservation[CPU] < ledger.prod_request[CPU]
 
 
-def test_a_moved_pod_is_a_finding_and_its_charge_follows_it_until_it_goes(shop) -> None:
+def test_a_moved_pod_is_a_finding_and_its_charge_follows_it_until_it_goes(shop, client) -> None:
     rec = Reconciler(cluster=shop, clock=lambda: T0)
     assert seen(rec, statefulset_pod("shop", "db", 0, "kube-b", cpu="12", started_s=T0)) == CHANGED
     claim = ProductionPlacement.objects.select_related("workload").get(pod="shop/db-0")
     assert (claim.workload.name, claim.identity, claim.finding) == ("shop/db-0000", "moved", True)
     cpu = {led.node.name: led.prod_request[CPU] for led in LiveNodeLedger.objects.select_related("node")}
     assert cpu == {"kube-a": 30000.0, "kube-b": 30000.0}
+    client.force_login(User.objects.create_user("viewer", password="x" * 12))
+    page = client.get("/live/shop/").content.decode()
+    assert "Blueprint fidelity" in page and "shop/db-0000 <span class=\"muted small\">live as shop/db-0" in page
     assert Reconciler(cluster=shop, clock=lambda: T0).apply(pod_events("ADDED", statefulset_pod(
         "shop", "db", 0, "kube-b", cpu="12", started_s=T0))[0]) == UNCHANGED  # a re-list: nothing changes
     assert rec.apply(PodGone("shop/db-0")) == CHANGED
