@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 
 from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
-from kalena_engine.kuberina.identity import MAPPED, MOVED, LivePod, production_identity
+from kalena_engine.kuberina.identity import DAEMONSET, MAPPED, MOVED, LivePod, production_identity
 from kalena_engine.ledger import node_sum
 from kalena_engine.overrides import KEYS
 from kalena_engine.policy import Policy
@@ -285,7 +285,8 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     maps to no entry (``extra``) is charged once, as production at ``r = q`` on its node until
     it reports, with the reason recorded. ``start_s`` (the pod's start, 0 = unknown) becomes the
     workload's start, so the startup grace g runs from it (DESIGN §5); a new pod on an entry
-    starts its reservation afresh at the request. The override keys (reclaim, startup grace)
+    starts its reservation afresh at the request. A DaemonSet's pod changes nothing (Phase 0
+    already took it out of the node's capacity). The override keys (reclaim, startup grace)
     are read from ``annotations`` over ``labels``. ``node_name`` ``""`` (not placed yet):
     nothing is charged. Returns whether anything changed.
 
@@ -318,6 +319,8 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
         if claim is not None:
             return _claim_refresh(claim, node, overrides=overrides, start_s=start, at_s=at_s, now_s=now_s)
         (identity,), rows = _identify(cluster, [pod])
+        if identity.outcome == DAEMONSET:
+            return False  # in the Phase 0 capacity reduction already: never charged
         if identity.outcome in (MAPPED, MOVED):
             _claim(rows[identity.entry], pod, node, identity, overrides=overrides, start_s=start, at_s=at_s,
                    now_s=now_s)

@@ -110,6 +110,18 @@ def test_a_moved_pod_is_a_finding_and_its_charge_follows_it_until_it_goes(shop, 
     assert not ProductionPlacement.objects.exists()
 
 
+def test_a_daemonset_pod_reported_by_a_watch_is_never_charged(shop) -> None:
+    """Phase 0 took the DaemonSet out of the node's capacity (the Kubernetes watch does not even
+    report its pods; an orchestrator that does is told apart by the owner)."""
+    rec = Reconciler(cluster=shop, clock=lambda: T0)
+    before = {led.node.name: led.prod_request[CPU] for led in LiveNodeLedger.objects.select_related("node")}
+    event = ProductionSeen("kube-system/fluentd-8x2kq", "kube-a", (500.0,) + (0.0,) * 7, (500.0,) + (0.0,) * 7,
+                           owner="DaemonSet/fluentd", start_s=T0)
+    assert rec.apply(event) == UNCHANGED
+    assert {led.node.name: led.prod_request[CPU] for led in LiveNodeLedger.objects.select_related("node")} == before
+    assert not ProductionPlacement.objects.exists()
+
+
 def test_an_extra_with_unreadable_owner_is_explained_counted_once_and_leaves(shop) -> None:
     rec = Reconciler(cluster=shop, clock=lambda: T0)
     pod = deployment_pod("shop", "web", "7d9c5b6f4", "x2k9q", "kube-a", cpu="2", started_s=T0)
