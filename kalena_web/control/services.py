@@ -20,6 +20,7 @@ from kalena_engine.overrides import KEYS
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import RUN_NAME_PATTERN
 from kalena_web.control import metrics
+from kalena_web.control.identity import entries_for, is_entry, live_overrides, with_overrides
 from kalena_web.control.models import MetricSeries, NodeCondition, ProductionPlacement
 from kalena_web.inventory import mappers
 from kalena_web.inventory.models import Cluster, Node, Workload
@@ -297,8 +298,6 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     Raises:
         ObservationRejected: a malformed ref or vector, or a node the cluster does not know.
     """
-    from kalena_web.control.identity import live_overrides
-
     if not isinstance(ref, str) or "/" not in ref or len(ref) > 300:
         raise ObservationRejected(f"{str(ref)[:60]!r} is not namespace/pod", field="ref")
     req, lim = _observed_vector(request, "requests"), _observed_vector(limit, "limits")
@@ -331,8 +330,6 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
 
 
 def _identify(cluster: Cluster, pods: list[LivePod], declarations: list[tuple[str, str]] = ()):
-    from kalena_web.control.identity import entries_for
-
     entries, held, rows = entries_for(cluster, pods, declarations=declarations)
     return production_identity(pods, entries, held=held), rows
 
@@ -363,8 +360,6 @@ def _start(workload: Workload, start_s: float | None, now_s: float) -> bool:
 
 
 def _labels(workload: Workload, overrides: dict[str, str]) -> bool:
-    from kalena_web.control.identity import with_overrides
-
     labels = with_overrides(workload.labels, overrides)
     if labels == (workload.labels or {}):
         return False
@@ -415,8 +410,6 @@ def _claim(workload: Workload, pod: LivePod, node: Node, identity, *, overrides:
 def _extra(cluster: Cluster, pod: LivePod, node: Node, identity, *, request, limit, overrides: dict[str, str],
            start_s: float | None, at_s: float, now_s: float) -> None:
     """``pod`` maps to no entry: a workload of its own, charged once at r = q on its node."""
-    from kalena_web.control.identity import is_entry, with_overrides
-
     name = pod.ref
     workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION, name=name).first()
     if workload is not None and is_entry(workload):  # its name is an entry another pod holds
