@@ -162,7 +162,8 @@ class BlueprintViolation:
 
 def blueprint_violations(*, node_names: Sequence[str], capacity: np.ndarray, prod_ids: Sequence[str],
                          prod_node: np.ndarray, prod_request: np.ndarray, blueprint_ids: Sequence[str] | None,
-                         blueprint_node: np.ndarray | None) -> tuple[BlueprintViolation, ...]:
+                         blueprint_node: np.ndarray | None,
+                         explained: Sequence[str] = ()) -> tuple[BlueprintViolation, ...]:
     """Blueprint fidelity (DESIGN §6): with every batch workload removed, each node holds exactly
     the blueprint's production set and its request ledger fits, ``Σ_{p∈P_n} q_p ≤ C_n``.
 
@@ -173,6 +174,9 @@ def blueprint_violations(*, node_names: Sequence[str], capacity: np.ndarray, pro
             ``(p,)`` node row (−1: on no node), ``(p, 8)`` requests. Batch must not be among them.
         blueprint_ids, blueprint_node: the blueprint's production pods and ``(b,)`` node rows;
             ``None`` checks the request ledger only (no blueprint recorded).
+        explained: production ids the orchestrator runs that map to no blueprint pod, already
+            explained (production identity's ``extra``, DESIGN §15): never an ``extra``
+            violation, still in the request ledger.
 
     Returns:
         Violations by node, then kind (``missing``, ``extra``, ``over_capacity``); empty when the
@@ -182,6 +186,7 @@ def blueprint_violations(*, node_names: Sequence[str], capacity: np.ndarray, pro
     """
     n = len(node_names)
     prod_node = np.asarray(prod_node, dtype=np.int64)
+    explained_set = {str(w) for w in explained}
     out: list[BlueprintViolation] = []
     now: list[set[str]] = [set() for _ in range(n)]
     for wid, row in zip(prod_ids, prod_node.tolist(), strict=True):
@@ -199,7 +204,7 @@ def blueprint_violations(*, node_names: Sequence[str], capacity: np.ndarray, pro
         if want is not None:
             if missing := sorted(want[row] - now[row]):
                 out.append(BlueprintViolation(node_names[row], "missing", tuple(missing)))
-            if extra := sorted(now[row] - want[row]):
+            if extra := sorted(now[row] - want[row] - explained_set):
                 out.append(BlueprintViolation(node_names[row], "extra", tuple(extra)))
         for dim in np.flatnonzero(over[row]).tolist():
             out.append(BlueprintViolation(node_names[row], "over_capacity", dimension=DIMS[dim],

@@ -141,6 +141,13 @@ class ProductionSeen:
     ``anti_affinity``: the pod's required pod anti-affinity terms in the constraint shape
     (``{"labelSelector": {matchLabels, matchExpressions}, "topologyKey": …, "namespaces": […]}``,
     ``namespaces`` empty = every namespace): binding on batch (DESIGN §9).
+
+    Added with defaults (production identity, DESIGN §15, and the per-workload overrides):
+    ``owner`` (``Kind/name`` of the controlling owner reference, ``""`` for none),
+    ``owner_error`` (why the owner references could not be read: the pod is then an explained
+    ``extra``), ``annotations`` (``kalena.naughtian.io/reclaim``, ``…/startup-grace-s`` are read
+    from them over the labels), ``start_s`` (the pod's start, Kubernetes ``status.startTime``,
+    Unix s; 0 = unknown: the startup grace runs from it).
     """
 
     ref: str
@@ -149,6 +156,10 @@ class ProductionSeen:
     limits: Vector
     labels: Mapping[str, str] = field(default_factory=dict)
     at_s: float = 0.0
+    owner: str = ""
+    owner_error: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    start_s: float = 0.0
     anti_affinity: tuple[Mapping[str, object], ...] = ()
 
 

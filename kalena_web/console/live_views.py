@@ -133,6 +133,7 @@ def node(request: HttpRequest, cluster: str, node: str) -> HttpResponse:
     return render(request, "console/live_node.html", {
         "cluster": c, "view": view, "now_s": now, "figure": live_node_figure(history),
         "points": len(history["times_s"]), "workloads": selectors.node_workloads(node=view.node),
+        "extras": selectors.node_extras(node=view.node),
         "evictions": EvictionRecord.objects.filter(node=view.node)[:20]})
 
 

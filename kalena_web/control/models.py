@@ -83,20 +83,43 @@ class MetricSeries(models.Model):
     total = models.FloatField(default=0.0)
     buckets = models.JSONField(default=list)
 class ProductionPlacement(models.Model):
-    """Where a production pod actually runs, as the orchestrator's watch reports it, against
-    where the blueprint put it (DESIGN §14: fidelity and drift live).
+    """A live production pod's claim on a workload, and where it actually runs, as the
+    orchestrator's watch reports it, against where the blueprint put it (DESIGN §14: fidelity
+    and drift live; DESIGN §15: production identity).
 
-    ``blueprint_node`` is None for a pod the blueprint does not know (it is then charged as
-    production at r = q on ``seen_node`` until it reports). ``finding`` is True when the pod
-    runs where the blueprint did not put it — a fidelity finding shown in the console and fed
-    to drift. ``seen_s``: the orchestrator's time of the observation (Unix s).
+    ``pod`` is the live pod (``namespace/name`` as its controller named it) holding
+    ``workload``: a blueprint entry (``identity`` ``mapped`` or ``moved``) or, for a pod that
+    maps to no entry, a workload of its own (``extra``, ``blueprint_node`` None, charged as
+    production at r = q on ``seen_node`` until it reports; ``reason`` says why, as
+    :class:`kalena_engine.kuberina.identity.ExtraReason` data). The claim is kept across
+    restarts and re-lists, so entries never reshuffle. ``declaration`` is ``namespace/name`` of
+    the declaration the pod belongs to (``""`` when none); ``started_s`` the pod's start (Unix s,
+    None when the orchestrator gives none). ``finding`` is True when the pod runs where the
+    blueprint did not put it — a fidelity finding shown in the console and fed to drift.
+    ``seen_s``: the orchestrator's time of the observation (Unix s).
     """
+
+    MAPPED, MOVED, EXTRA = "mapped", "moved", "extra"
 
     workload = models.OneToOneField("inventory.Workload", on_delete=models.CASCADE, related_name="placement")
     seen_node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     blueprint_node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     finding = models.BooleanField(default=False)
     seen_s = models.FloatField()
+    pod = models.CharField(max_length=300, blank=True, db_index=True)
+    identity = models.CharField(max_length=16, default=MAPPED)
+    declaration = models.CharField(max_length=300, blank=True)
+    reason = models.JSONField(default=dict, blank=True)
+    started_s = models.FloatField(null=True, blank=True)
+
+    @property
+    def reason_text(self) -> str:
+        """The operator's sentence for an ``extra`` (``""`` otherwise)."""
+        from kalena_engine.kuberina.identity import REASON_CODES, ExtraReason
+
+        if not self.reason or self.reason.get("code") not in REASON_CODES:
+            return ""
+        return ExtraReason.from_dict(self.reason).text()
 
 
 class EvictionRetry(models.Model):

@@ -14,11 +14,13 @@ the rows, idempotently — the same event twice changes nothing:
 * ``PodFinished`` / ``PodRefused`` / ``PodGone`` → the pod leaves every ledger and the queue at
   once; a refusal (``OutOf…``) is never a completion; a pod the orchestrator evicted closes its
   owner × node pair for the eviction cooldown (owner-keyed: the replacement is a new pod).
-* ``ProductionSeen`` → the pod's real placement against the blueprint (fidelity findings).
+* ``ProductionSeen`` → the pod joined to its blueprint entry by owner and replica (production
+  identity, DESIGN §15; the claim persists) and its real placement against the blueprint
+  (fidelity findings); a pod that maps to no entry is an explained ``extra``, charged once.
 * Pods Kalena started itself (Docker, Swarm) follow :mod:`kalena_web.control.started`: only
   their current placement's events count, an eviction requeues them.
-* ``Resynced`` → what Kalena holds and the list no longer does is gone (watched batch pods, pods
-  the blueprint does not know, nodes).
+* ``Resynced`` → what Kalena holds and the list no longer does is gone (watched batch pods, live
+  production pods' claims, nodes).
 
 Bad input — an event whose fields the services refuse — is counted and logged with its ref and
 field, and changes nothing; it never stops the watcher.
@@ -330,7 +332,8 @@ class Reconciler:
                                               accepted="a pod's tier does not change while it exists")
         changed = control.production_observe(cluster=self.cluster, ref=e.ref, node_name=e.node, request=e.requests,
                                              limit=e.limits, labels=e.labels, at_s=e.at_s, now_s=self.clock(),
-                                             anti_affinity=e.anti_affinity)
+                                             annotations=e.annotations, owner=e.owner, owner_error=e.owner_error,
+                                             start_s=e.start_s, anti_affinity=e.anti_affinity)
         return CHANGED if changed else UNCHANGED
 
     def _resynced(self, e: Resynced) -> str:
@@ -340,9 +343,9 @@ class Reconciler:
         for pod in held:
             if pod.workload.name not in e.pods:
                 changed |= scheduling.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
-        observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).values_list("workload__name",
-                                                                                                   flat=True)
-        for ref in observed:
+        observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).exclude(pod="").values_list(
+            "pod", flat=True)
+        for ref in list(observed):
             if ref not in e.pods:
                 changed |= control.production_gone(cluster=self.cluster, ref=ref, now_s=now)
         for name in NodeCondition.objects.filter(node__cluster=self.cluster, gone=False).values_list("node__name",

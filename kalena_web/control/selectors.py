@@ -141,8 +141,20 @@ def node_history(*, node: Node, since_s: float) -> dict[str, np.ndarray]:
 
 
 def node_workloads(*, node: Node) -> list[Workload]:
-    """Production and bound batch workloads on the node with their reservation (1 query)."""
-    return list(Workload.objects.filter(node=node).select_related("reservation", "batch").order_by("kind", "name"))
+    """Production and bound batch workloads on the node with their reservation and, for
+    production, the live pod holding it (``placement``; 1 query)."""
+    return list(Workload.objects.filter(node=node).select_related("reservation", "batch", "placement")
+                .order_by("kind", "name"))
+
+
+def node_extras(*, node: Node) -> list:
+    """Live production pods on the node that map to no blueprint entry (production identity,
+    DESIGN §15), each charged once at its request, with the reason (1 query)."""
+    from kalena_web.control.models import ProductionPlacement
+
+    return list(ProductionPlacement.objects.filter(seen_node=node, identity=ProductionPlacement.EXTRA,
+                                                   workload__node=node).select_related("workload")
+                .order_by("pod"))
 
 
 def cluster_events(*, cluster: Cluster, limit: int = 20) -> dict[str, list]:

@@ -14,12 +14,15 @@ from django.db import IntegrityError, transaction
 
 from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
+from kalena_engine.kuberina.identity import DAEMONSET, MAPPED, MOVED, LivePod, production_identity
 from kalena_engine.ledger import node_sum
+from kalena_engine.overrides import KEYS
 from kalena_engine.placement.selectors import anti_affinity_terms_of
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import RUN_NAME_PATTERN
 from kalena_web.control import metrics
-from kalena_web.control.models import MetricSeries, NodeCondition
+from kalena_web.control.identity import entries_for, is_entry, live_overrides, with_overrides
+from kalena_web.control.models import MetricSeries, NodeCondition, ProductionPlacement
 from kalena_web.inventory import mappers
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
@@ -271,24 +274,35 @@ def node_gone(*, cluster: Cluster, name: str, at_s: float, now_s: float) -> bool
 
 
 def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, limit, labels, at_s: float,
-                       now_s: float, anti_affinity=()) -> bool:
-    """A service-tier pod and where it actually runs, checked against the blueprint (DESIGN §14).
+                       now_s: float, annotations=None, owner: str = "", owner_error: str = "",
+                       start_s: float = 0.0, anti_affinity=()) -> bool:
+    """A service-tier pod and where it actually runs, joined to its blueprint entry by owner and
+    replica (DESIGN §15, :mod:`kalena_engine.kuberina.identity`) and checked against the blueprint
+    (DESIGN §14).
 
-    A blueprint pod running where the blueprint put it changes nothing. Elsewhere: a fidelity
-    finding (:class:`ProductionPlacement.finding`) and its request and reservation move to the
-    node it runs on, so the ledgers follow reality. A pod the blueprint does not know is
-    charged as production at ``r = q`` on its node until it reports. ``node_name`` ``""``
-    (not placed yet): nothing is charged. ``anti_affinity``: the pod's required anti-affinity
-    terms (constraint shape, ``{labelSelector, topologyKey, namespaces}``), kept in the
-    workload's ``constraints.anti_affinity_terms``: the scheduler keeps matching batch out of
-    the pod's topology domain (DESIGN §9). Returns whether anything changed.
+    The pod's claim on an entry is persisted (:class:`ProductionPlacement` ``pod``) and kept on
+    every later report, restart or re-list. A pod on the node the blueprint put its entry
+    changes no ledger: the entry is already charged there. Elsewhere (``moved``): a fidelity
+    finding, and the entry's request and reservation move to the node it runs on. A pod that
+    maps to no entry (``extra``) is charged once, as production at ``r = q`` on its node until
+    it reports, with the reason recorded. ``start_s`` (the pod's start, 0 = unknown) becomes the
+    workload's start, so the startup grace g runs from it (DESIGN §5); a new pod on an entry
+    starts its reservation afresh at the request. A DaemonSet's pod changes nothing (Phase 0
+    already took it out of the node's capacity). The override keys (reclaim, startup grace)
+    are read from ``annotations`` over ``labels``. ``anti_affinity``: the pod's required
+    anti-affinity terms (constraint shape, ``{labelSelector, topologyKey, namespaces}``), kept in
+    the claimed workload's ``constraints.anti_affinity_terms``: the scheduler keeps matching batch
+    out of the pod's topology domain (DESIGN §9). ``node_name`` ``""`` (not placed yet): nothing
+    is charged. Returns whether anything changed.
+
+    Example: blueprint ``shop/web-0000`` on n1 (42 cores of production requests there); live
+    pod ``shop/web-7d9c5b6f4-x2k9q`` of ReplicaSet ``web-7d9c5b6f4`` on n1 → it holds
+    ``shop/web-0000``; n1 still holds 42 cores, not 42 + its request.
 
     Raises:
         ObservationRejected: a malformed ref, vector or anti-affinity term, or a node the cluster
             does not know; nothing changed.
     """
-    from kalena_web.control.models import ProductionPlacement
-
     if not isinstance(ref, str) or "/" not in ref or len(ref) > 300:
         raise ObservationRejected(f"{str(ref)[:60]!r} is not namespace/pod", field="ref")
     req, lim = _observed_vector(request, "requests"), _observed_vector(limit, "limits")
@@ -299,32 +313,27 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     if node is None:
         raise ObservationRejected(f"node {node_name!r} is not in cluster {cluster.name!r}", field="node",
                                   accepted="a node the watch reported")
+    start = float(start_s) if isinstance(start_s, int | float) and start_s > 0 else None
+    pod = LivePod(ref, node_name, owner=str(owner or ""),
+                  labels={str(k): str(v) for k, v in dict(labels or {}).items()},
+                  start_s=start or 0.0, owner_error=str(owner_error or ""))
+    overrides = live_overrides(pod.labels, annotations)
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION,
-                                                               name=ref).first()
-        placement = ProductionPlacement.objects.filter(workload=workload).first() if workload else None
-        terms_changed = workload is not None and _production_terms_set(workload, terms)
-        if workload is not None and workload.node_id == node.id and placement is not None:
-            return terms_changed
-        if workload is None:
-            workload = Workload.objects.create(
-                cluster=cluster, kind=Workload.PRODUCTION, name=ref, namespace=ref.split("/", 1)[0], tier="service",
-                row=Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION).count(), node=node,
-                request=req, limit=[max(a, b) for a, b in zip(lim, req, strict=True)], labels=dict(labels or {}),
-                constraints={"anti_affinity_terms": terms} if terms else {})
-            WorkloadReservation.objects.create(workload=workload, value=req, updated_s=now_s)
-            _prod_move(workload, None, node.id, req)
-            ProductionPlacement.objects.create(workload=workload, seen_node=node, blueprint_node=None,
-                                               finding=False, seen_s=at_s)
-            return True
-        blueprint_node = placement.blueprint_node_id if placement else workload.node_id
-        if workload.node_id != node.id:
-            r = WorkloadReservation.objects.filter(workload=workload).values_list("value", flat=True).first()
-            _prod_move(workload, workload.node_id, node.id, r if r is not None else workload.request)
-            Workload.objects.filter(id=workload.id).update(node=node)
-        ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
-            seen_node=node, blueprint_node_id=blueprint_node, seen_s=at_s,
-            finding=blueprint_node is not None and blueprint_node != node.id))
+        claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
+                 .select_related("workload").first())
+        if claim is not None:
+            changed = _claim_refresh(claim, node, overrides=overrides, start_s=start, at_s=at_s, now_s=now_s)
+            return _production_terms_set(claim.workload, terms) or changed
+        (identity,), rows = _identify(cluster, [pod])
+        if identity.outcome == DAEMONSET:
+            return False  # in the Phase 0 capacity reduction already: never charged
+        if identity.outcome in (MAPPED, MOVED):
+            workload = _claim(rows[identity.entry], pod, node, identity, overrides=overrides, start_s=start,
+                              at_s=at_s, now_s=now_s)
+        else:
+            workload = _extra(cluster, pod, node, identity, request=req, limit=lim, overrides=overrides,
+                              start_s=start, at_s=at_s, now_s=now_s)
+        _production_terms_set(workload, terms)
         return True
 
 
@@ -357,6 +366,116 @@ def _production_terms_set(workload: Workload, terms: list[dict]) -> bool:
     return True
 
 
+def _identify(cluster: Cluster, pods: list[LivePod], declarations: list[tuple[str, str]] = ()):
+    entries, held, rows = entries_for(cluster, pods, declarations=declarations)
+    return production_identity(pods, entries, held=held), rows
+
+
+def _reservation_of(workload: Workload):
+    r = WorkloadReservation.objects.filter(workload=workload).values_list("value", flat=True).first()
+    return r if r is not None else workload.request
+
+
+def _start(workload: Workload, start_s: float | None, now_s: float) -> bool:
+    """A pod with a new start on ``workload``: the start is recorded (the startup grace runs
+    from it) and the reservation starts afresh at the request (DESIGN §6: a new workload is
+    charged its full request). Returns whether it changed anything."""
+    if start_s is None or workload.start_s == start_s:
+        return False
+    old = _reservation_of(workload)
+    Workload.objects.filter(id=workload.id).update(start_s=start_s)
+    WorkloadReservation.objects.update_or_create(workload=workload, defaults=dict(
+        value=list(workload.request), updated_s=now_s, last_sample_s=None))
+    if workload.node_id is not None and list(old) != list(workload.request):
+        ledger = LiveNodeLedger.objects.select_for_update().get(node_id=workload.node_id)
+        ledger.prod_reservation = np.maximum(0.0, np.asarray(ledger.prod_reservation) - np.asarray(old)
+                                             + np.asarray(workload.request)).tolist()
+        ledger.version += 1
+        ledger.save(update_fields=["prod_reservation", "version"])
+    workload.start_s = start_s
+    return True
+
+
+def _labels(workload: Workload, overrides: dict[str, str]) -> bool:
+    labels = with_overrides(workload.labels, overrides)
+    if labels == (workload.labels or {}):
+        return False
+    Workload.objects.filter(id=workload.id).update(labels=labels)
+    workload.labels = labels
+    return True
+
+
+def _claim_refresh(claim, node: Node, *, overrides: dict[str, str], start_s: float | None, at_s: float,
+                   now_s: float) -> bool:
+    """A pod that holds a claim reported again: follow it if it moved; overrides and start."""
+    workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+    changed = _labels(workload, overrides)
+    if workload.node_id != node.id:
+        _prod_move(workload, workload.node_id, node.id, _reservation_of(workload))
+        Workload.objects.filter(id=workload.id).update(node=node)
+        workload.node_id = node.id
+        changed = True
+    changed |= _start(workload, start_s, now_s)
+    bp = claim.blueprint_node_id
+    identity = claim.identity if claim.identity == ProductionPlacement.EXTRA else MOVED if bp != node.id else MAPPED
+    finding = claim.identity != ProductionPlacement.EXTRA and bp is not None and bp != node.id
+    if changed or (claim.seen_node_id, claim.identity, claim.finding) != (node.id, identity, finding):
+        ProductionPlacement.objects.filter(id=claim.id).update(seen_node=node, identity=identity, finding=finding,
+                                                               seen_s=at_s, started_s=start_s or claim.started_s)
+        changed = True
+    return changed
+
+
+def _claim(workload: Workload, pod: LivePod, node: Node, identity, *, overrides: dict[str, str],
+           start_s: float | None, at_s: float, now_s: float) -> Workload:
+    """``pod`` takes the free entry ``workload``: charged where it runs (no change when that is
+    the blueprint's node)."""
+    workload = Workload.objects.select_for_update().get(id=workload.id)
+    blueprint_node = workload.node_id
+    if workload.node_id != node.id:
+        _prod_move(workload, workload.node_id, node.id, _reservation_of(workload))
+        Workload.objects.filter(id=workload.id).update(node=node)
+        workload.node_id = node.id
+    _labels(workload, overrides)
+    _start(workload, start_s, now_s)
+    ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
+        pod=pod.ref, seen_node=node, blueprint_node_id=blueprint_node, seen_s=at_s, started_s=start_s,
+        finding=blueprint_node is not None and blueprint_node != node.id,
+        identity=MAPPED if blueprint_node == node.id else MOVED, declaration=identity.declaration, reason={}))
+    return workload
+
+
+def _extra(cluster: Cluster, pod: LivePod, node: Node, identity, *, request, limit, overrides: dict[str, str],
+           start_s: float | None, at_s: float, now_s: float) -> Workload:
+    """``pod`` maps to no entry: a workload of its own, charged once at r = q on its node."""
+    name = pod.ref
+    workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION, name=name).first()
+    if workload is not None and is_entry(workload):  # its name is an entry another pod holds
+        name = f"{pod.ref} (extra)"
+        workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION,
+                                                               name=name).first()
+    fields = dict(namespace=pod.namespace, owner=pod.owner, tier="service", node=node, request=request,
+                  limit=[max(a, b) for a, b in zip(limit, request, strict=True)],
+                  labels=with_overrides(pod.labels, overrides), start_s=start_s)
+    if workload is None:
+        workload = Workload.objects.create(
+            cluster=cluster, kind=Workload.PRODUCTION, name=name,
+            row=Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION).count(), **fields)
+    else:
+        if workload.node_id is not None:
+            _prod_move(workload, workload.node_id, None, _reservation_of(workload))
+        Workload.objects.filter(id=workload.id).update(**fields)
+        workload.refresh_from_db()
+    WorkloadReservation.objects.update_or_create(workload=workload, defaults=dict(
+        value=list(request), updated_s=now_s, last_sample_s=None))
+    _prod_move(workload, None, node.id, request)
+    ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
+        pod=pod.ref, seen_node=node, blueprint_node=None, finding=False, seen_s=at_s, started_s=start_s,
+        identity=ProductionPlacement.EXTRA, declaration=identity.declaration,
+        reason=identity.reason.to_dict() if identity.reason is not None else {}))
+    return workload
+
+
 def _prod_move(workload: Workload, from_id: int | None, to_id: int | None, reservation) -> None:
     """Move a production pod's request and reservation between node ledgers."""
     for node_id, sign in ((from_id, -1.0), (to_id, 1.0)):
@@ -371,30 +490,54 @@ def _prod_move(workload: Workload, from_id: int | None, to_id: int | None, reser
 
 
 def production_gone(*, cluster: Cluster, ref: str, now_s: float) -> bool:
-    """A production pod the blueprint does not know left the cluster: it leaves the ledgers.
-    A blueprint pod stays charged where the blueprint put it (its controller recreates it;
-    the blueprint's reserve is never lent to batch). Returns whether anything changed."""
-    from kalena_web.control.models import ProductionPlacement
-
+    """The live production pod ``ref`` left the cluster. An extra leaves the ledgers. A pod
+    holding a blueprint entry releases it: the entry stays charged where the blueprint put it
+    (its controller recreates the pod; the blueprint's reserve is never lent to batch), and an
+    extra of the same declaration waiting for a replica (a rollout's surge pod) inherits it at
+    once — its own charge leaves, so nothing is charged twice. Returns whether anything changed."""
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION,
-                                                               name=ref, node__isnull=False).first()
-        if workload is None:
+        claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
+                 .select_related("workload").first())
+        if claim is None:
             return False
-        placement = ProductionPlacement.objects.filter(workload=workload).first()
-        if placement is None:
-            return False
-        r = WorkloadReservation.objects.filter(workload=workload).values_list("value", flat=True).first()
-        if placement.blueprint_node_id is None:
-            _prod_move(workload, workload.node_id, None, r if r is not None else workload.request)
+        workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+        r = _reservation_of(workload)
+        if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
+            _prod_move(workload, workload.node_id, None, r)
             Workload.objects.filter(id=workload.id).update(node=None)
-            placement.delete()
+            claim.delete()
             return True
-        if workload.node_id != placement.blueprint_node_id:  # back to the blueprint's charge
-            _prod_move(workload, workload.node_id, placement.blueprint_node_id, r if r is not None else workload.request)
-            Workload.objects.filter(id=workload.id).update(node_id=placement.blueprint_node_id)
-        placement.delete()
+        if workload.node_id != claim.blueprint_node_id:  # back to the blueprint's charge
+            _prod_move(workload, workload.node_id, claim.blueprint_node_id, r)
+            Workload.objects.filter(id=workload.id).update(node_id=claim.blueprint_node_id)
+        declaration = claim.declaration
+        claim.delete()
+        if declaration:
+            _inherit(cluster, declaration, now_s=now_s)
         return True
+
+
+def _inherit(cluster: Cluster, declaration: str, *, now_s: float) -> None:
+    """Extras of ``declaration`` (``namespace/name``) that now map to an entry take it."""
+    waiting = list(ProductionPlacement.objects.select_for_update(of=("self",)).filter(
+        workload__cluster=cluster, identity=ProductionPlacement.EXTRA, declaration=declaration)
+        .select_related("workload", "seen_node"))
+    if not waiting:
+        return
+    pods = [LivePod(c.pod, c.seen_node.name if c.seen_node else "", owner=c.workload.owner,
+                    labels=dict(c.workload.labels or {}), start_s=c.started_s or 0.0) for c in waiting]
+    namespace, _, name = declaration.partition("/")
+    identities, rows = _identify(cluster, pods, [(namespace, name)])
+    for claim, pod, identity in zip(waiting, pods, identities, strict=True):
+        if identity.outcome not in (MAPPED, MOVED) or claim.seen_node is None:
+            continue
+        extra = Workload.objects.select_for_update().get(id=claim.workload_id)
+        _prod_move(extra, extra.node_id, None, _reservation_of(extra))
+        Workload.objects.filter(id=extra.id).update(node=None)
+        claim.delete()
+        overrides = {k: v for k, v in (extra.labels or {}).items() if k in KEYS}
+        _claim(rows[identity.entry], pod, claim.seen_node, identity, overrides=overrides,
+               start_s=claim.started_s, at_s=claim.seen_s, now_s=now_s)
 
 
 def node_observe_many(*, cluster: Cluster, nodes: list[dict], now_s: float) -> list[bool | InputError]:

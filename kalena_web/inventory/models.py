@@ -117,7 +117,9 @@ class Workload(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "kind", "name"], name="inventory_workload_unique_name"),
         ]
-        indexes = [models.Index(fields=["node", "kind"], name="inventory_workload_node_kind")]
+        indexes = [models.Index(fields=["node", "kind"], name="inventory_workload_node_kind"),
+                   # a declaration's replicas (production identity joins a live pod to them)
+                   models.Index(fields=["cluster", "namespace", "owner"], name="inventory_workload_declaration")]
 
     def __str__(self) -> str:
         return self.name

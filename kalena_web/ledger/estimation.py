@@ -47,7 +47,7 @@ from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
 from kalena_engine.policy import Policy
 from kalena_engine.resources import RAM
 from kalena_web.control.locks import shard_of
-from kalena_web.control.models import NodeCondition
+from kalena_web.control.models import NodeCondition, ProductionPlacement
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger import estimation_io, mappers
 from kalena_web.ledger.live import ledger_point
@@ -96,7 +96,8 @@ def _load_live(node_ids: list[int], policy: Policy) -> mappers.LiveWorkloads:
 def _blueprint_check(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, *, now_s: float) -> None:
     """Remove all batch from ``live`` and check each node of ``ledgers`` against the blueprint
     (:func:`kalena_engine.ledger.blueprint_violations`, DESIGN §6): its production set is the
-    blueprint's and ``Σ q ≤ C``. Sets ``blueprint_violations`` (workload and node names) and
+    blueprint's (live pods that map to no entry are explained extras, DESIGN §15: shown on the
+    node page, not violations) and ``Σ q ≤ C``. Sets ``blueprint_violations`` (workload and node names) and
     ``blueprint_checked_s``; a violation is logged as an error."""
     order = list(ledgers)
     row_of = {node_id: i for i, node_id in enumerate(order)}
@@ -104,12 +105,15 @@ def _blueprint_check(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkl
     recorded = all(ledgers[n].blueprint_workloads is not None for n in order)
     bp_ids = [str(w) for n in order for w in (ledgers[n].blueprint_workloads or [])]
     bp_node = np.array([row_of[n] for n in order for _ in (ledgers[n].blueprint_workloads or [])], dtype=np.int64)
+    explained = ProductionPlacement.objects.filter(
+        identity=ProductionPlacement.EXTRA, workload_id__in=[int(w) for w in live.ids[prod]]).values_list(
+        "workload_id", flat=True) if prod.any() else []
     found = blueprint_violations(
         node_names=[str(n) for n in order], capacity=np.array([ledgers[n].capacity for n in order], dtype=np.float64),
         prod_ids=[str(w) for w in live.ids[prod]],
         prod_node=np.array([row_of.get(int(n), -1) for n in live.node_ids[prod]], dtype=np.int64),
         prod_request=live.request[prod], blueprint_ids=bp_ids if recorded else None,
-        blueprint_node=bp_node if recorded else None)
+        blueprint_node=bp_node if recorded else None, explained=[str(w) for w in explained])
     by_node: dict[int, list[dict]] = {n: [] for n in order}
     if found:
         names = dict(Workload.objects.filter(id__in={int(w) for v in found for w in v.workloads})

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db.models import Max, OuterRef, Subquery, Sum
 
 from kalena_web.control.locks import shard_of
+from kalena_web.control.models import ProductionPlacement
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.telemetry.models import AgentStatus, AgentToken, RefusedConnection, RejectedSamples, Sample
 from kalena_web.telemetry.services import TOKEN_PREFIX, token_digest
@@ -84,8 +85,10 @@ def revoked_tokens(token_ids: list[int]) -> list[int]:
 
 def node_view_load(*, node_id: int, shards: int, last_ts: dict[int, float] | None = None) -> NodeView:
     """What ingest checks samples against (:class:`~kalena_web.telemetry.validation.NodeView`):
-    the node's allocatable, the workloads placed on it now (production and bound batch), and
-    the time of each one's newest stored sample (or ``last_ts`` when refreshing a view)."""
+    the node's allocatable, the workloads placed on it now (production and bound batch) — by
+    their names and by the live pods holding them (production identity: the agent reports
+    ``shop/web-7d9c5b6f4-x2k9q``, the sample lands on ``shop/web-0000``) — and the time of each
+    one's newest stored sample (or ``last_ts`` when refreshing a view)."""
     node = Node.objects.only("id", "name", "allocatable").get(id=node_id)
     workloads = Workload.objects.filter(node_id=node_id)
     if last_ts is None:
@@ -95,6 +98,9 @@ def node_view_load(*, node_id: int, shards: int, last_ts: dict[int, float] | Non
     else:
         rows = [(wid, name, None) for wid, name in workloads.values_list("id", "name")]
     by_name = {name: wid for wid, name, _ in rows}
+    for pod, wid in ProductionPlacement.objects.filter(workload__node_id=node_id).exclude(pod="").values_list(
+            "pod", "workload_id"):  # a live pod holding a blueprint entry reports under its own name
+        by_name.setdefault(pod, wid)
     return NodeView(node_id=node.id, name=node.name, shard=shard_of(node.name, shards),
                     allocatable=tuple(float(v) for v in node.allocatable), by_name=by_name,
                     by_pod=pod_index(by_name), last_ts=last_ts)

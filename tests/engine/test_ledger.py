@@ -88,3 +88,17 @@ def test_blueprint_violations(prod_node: list[int], cpu: float, expected: list[t
     assert [(v.node, v.kind, v.workloads) for v in got] == expected
     if expected and expected[0][1] == "over_capacity":
         assert (got[0].dimension, got[0].request, got[0].capacity) == ("cpu", 6000.0, 4000.0)
+
+
+@pytest.mark.parametrize(("cpu", "expected"), [
+    pytest.param(1.0, [], id="an explained extra that fits: nothing"),
+    pytest.param(3.5, [("n0", "over_capacity", ())], id="a + b + x = 1 + 1 + 3.5 > 4 cores: still over capacity"),
+])
+def test_an_explained_extra_is_no_violation_but_counts_in_the_request_ledger(cpu: float, expected: list) -> None:
+    # the blueprint puts a and b on n0 (1 core each, 4 cores per node); x runs there too, explained
+    capacity = np.array([ir_vector(cpu=4, ram=8)] * 2)
+    request = np.array([ir_vector(cpu=1, ram=1), ir_vector(cpu=1, ram=1), ir_vector(cpu=cpu, ram=1)])
+    got = blueprint_violations(node_names=["n0", "n1"], capacity=capacity, prod_ids=["a", "b", "x"],
+                               prod_node=np.array([0, 0, 0]), prod_request=request, blueprint_ids=["a", "b"],
+                               blueprint_node=np.array([0, 0]), explained=["x"])
+    assert [(v.node, v.kind, v.workloads) for v in got] == expected

@@ -14,9 +14,13 @@ Which pods become which events (DESIGN §14):
   (an admission rejection, never a completion); Failed ``Evicted`` or with a
   ``DisruptionTarget`` condition → ``PodFinished(evicted)``; a container terminated
   ``OOMKilled`` → ``PodFinished(oom)``; other Failed → ``PodFinished(failed)`` with the exit code.
-* production (everything else): on a node and not terminal → :class:`ProductionSeen` (with its
-  required pod anti-affinity terms, :func:`production_anti_affinity`); terminal →
-  :class:`PodGone` (terminated workloads never count).
+* production (everything else): on a node and not terminal → :class:`ProductionSeen` with
+  its controller (the ``ownerReferences`` entry with ``controller: true``, as ``Kind/name``),
+  labels (``pod-template-hash`` among them), annotations, ``status.startTime`` and its required
+  pod anti-affinity terms (:func:`production_anti_affinity`): production identity
+  (:mod:`kalena_engine.kuberina.identity`) joins it to its blueprint entry; owner references that
+  cannot be read are carried as ``owner_error`` (the pod is an explained ``extra``), never a
+  skipped pod; terminal → :class:`PodGone` (terminated workloads never count).
 * DELETED → :class:`PodGone`.
 
 A pod's requests are kube-scheduler's effective requests: ``max(Σ containers, max init
@@ -327,6 +331,27 @@ def production_anti_affinity(spec: Mapping, namespace: str, name: str) -> tuple[
     return tuple(out)
 
 
+def controller_of(meta: Mapping) -> tuple[str, str]:
+    """``(Kind/name, problem)`` of the pod's controller: the ``ownerReferences`` entry with
+    ``controller: true`` (Kubernetes allows one); ``("", "")`` when none. ``problem`` (owner
+    ``""``) says what cannot be read — a malformed list, an entry without kind or name, two
+    controllers — so the production pod becomes an explained ``extra``, never a skipped one."""
+    refs = meta.get("ownerReferences")
+    try:
+        check_shape(refs, _META["ownerReferences"], "", "metadata.ownerReferences")
+    except MalformedObject as exc:
+        return "", f"{exc.field}: {exc.problem}"
+    controllers = [(i, o) for i, o in enumerate(refs or []) if o.get("controller")]
+    if len(controllers) > 1:
+        return "", f"metadata.ownerReferences: {len(controllers)} controller references (Kubernetes allows one)"
+    if not controllers:
+        return "", ""
+    i, chosen = controllers[0]
+    if not chosen.get("kind") or not chosen.get("name"):
+        return "", f"metadata.ownerReferences[{i}]: a controller reference needs a kind and a name"
+    return f"{chosen['kind']}/{chosen['name']}", ""
+
+
 def is_daemonset(meta: Mapping) -> bool:
     owners = meta.get("ownerReferences")
     return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners)
@@ -350,17 +375,25 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
         return []
     if event_type == "DELETED":
         return [PodGone(ref)]  # only the name is read: a deletion is one whatever the rest holds
-    check_shape(pod, POD_SHAPE, ref)
+    owner, owner_error = controller_of(meta)
+    # production: unreadable owner references make an explained extra (production identity), not a skipped pod
+    check_shape({**pod, "metadata": {k: v for k, v in meta.items() if k != "ownerReferences"}} if owner_error
+                else pod, POD_SHAPE, ref)
+    production = not is_batch(pod)
+    if owner_error and not production:
+        check_shape(pod, POD_SHAPE, ref)  # a batch pod's owner keys its cooldowns: refused as before
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     node = spec.get("nodeName") or ""
     phase = status.get("phase") or "Pending"
     at_s = timestamp_s(meta.get("creationTimestamp"), ref, "metadata.creationTimestamp")
     deleting = timestamp_s(meta.get("deletionTimestamp"), ref, "metadata.deletionTimestamp") > 0
-    if not is_batch(pod):
+    if production:
         if phase in ("Succeeded", "Failed"):
             return [PodGone(ref, at_s=at_s)]
         return [ProductionSeen(ref, node, pod_resources(pod), pod_resources(pod, "limits"),
-                               labels=dict(meta.get("labels") or {}), at_s=at_s,
+                               labels=dict(meta.get("labels") or {}), at_s=at_s, owner=owner,
+                               owner_error=owner_error, annotations=dict(meta.get("annotations") or {}),
+                               start_s=timestamp_s(status.get("startTime"), ref, "status.startTime"),
                                anti_affinity=production_anti_affinity(spec, ref.split("/", 1)[0], ref))]
     if not node:
         if spec.get("schedulerName") != SCHEDULER_NAME:
