@@ -319,15 +319,23 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
             if r is not None and r.last_sample_s is None and list(r.value) != request:
                 r.value, r.updated_s = request, now_s
                 r.save(update_fields=["value", "updated_s"])
+            # the IR's name lists come from the new workloads; the live pod's own required
+            # anti-affinity terms (read by the watch) stay until the watch reports it again
+            constraints = {k: v for k, v in (w.constraints or {}).items() if k == "anti_affinity_terms"}
+            if pod.anti_affinity:
+                constraints["anti_affinity"] = list(pod.anti_affinity)
             Workload.objects.filter(id=w.id).update(
                 node_id=charge, request=request, limit=limit, owner=pod.declaration, priority=pod.priority,
-                labels=dict(pod.labels), constraints={"anti_affinity": list(pod.anti_affinity)} if pod.anti_affinity
-                else {})
+                labels=dict(pod.labels), constraints=constraints)
             if placement is not None:
                 finding = seen is not None and seen != new_node.id
                 resolved += int(placement.finding and not finding)
                 placement.blueprint_node_id, placement.finding = new_node.id, finding
-                placement.save(update_fields=["blueprint_node", "finding"])
+                fields = ["blueprint_node", "finding"]
+                if placement.identity != ProductionPlacement.EXTRA and seen is not None:
+                    placement.identity = ProductionPlacement.MOVED if finding else ProductionPlacement.MAPPED
+                    fields.append("identity")
+                placement.save(update_fields=fields)
         _ledgers_resum(cluster=cluster, ledgers=ledgers,
                        blueprint={node_id: sorted(ids) for node_id, ids in blueprint_of.items()})
         active = {infra.nodes[row].name for row in report.active_nodes}
