@@ -101,12 +101,20 @@ def engine_argv(node: NodePlan, directory: Path) -> list[str]:
 
 
 def engine_launch(node: NodePlan, directory: Path) -> subprocess.Popen:
-    """Start the node's engine (its log: ``<directory>/dockerd.log``); :func:`engine_ready` waits for it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "docker.sock").unlink(missing_ok=True)
-    with open(directory / "dockerd.log", "ab") as log:
-        return subprocess.Popen(engine_argv(node, directory), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+    """Start the node's engine (its log: ``<directory>/dockerd.log``); :func:`engine_ready` waits for it.
+
+    Raises:
+        LabError: the node's directory cannot be made or its engine cannot be started.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "docker.sock").unlink(missing_ok=True)
+        with open(directory / "dockerd.log", "ab") as log:
+            return subprocess.Popen(engine_argv(node, directory), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        raise LabError(f"cannot start the node's engine: {exc.strerror or exc}", source=str(exc.filename or directory),
+                       field=f"node {node.name}") from None
 
 
 def engine_ready(proc: subprocess.Popen, node: NodePlan, directory: Path, *, timeout_s: float = 60.0) -> None:
@@ -178,7 +186,8 @@ def mounts_under(directory: Path, proc_root: str = "/proc") -> list[str]:
     return [p for p in points if p == prefix or p.startswith(prefix + "/")]
 
 
-def agent_argv(node: NodePlan, *, directory: Path, link_url: str, token_file: Path, sampling_interval_s: float) -> list[str]:
+def agent_argv(node: NodePlan, *, directory: Path, link_url: str, token_file: Path,
+               sampling_interval_s: float) -> list[str]:
     """``kalena-agent run`` for ``node``: Docker discovery and Docker stats on the node's engine,
     the node's capacity and cgroup, the console's link, health on the node's own address."""
     mib = node.memory_bytes // 2**20

@@ -39,7 +39,8 @@ def _read_int(path: Path) -> int | None:
 
 def _cpu_stat(group: str, root: Path) -> dict[str, int]:
     try:
-        return {k: int(v) for k, v in (line.split() for line in (root / "cpu" / group / "cpu.stat").read_text().splitlines())}
+        text = (root / "cpu" / group / "cpu.stat").read_text()
+        return {k: int(v) for k, v in (line.split() for line in text.splitlines())}
     except (OSError, ValueError):
         return {}
 
@@ -100,8 +101,10 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
 
 def substitutions(state: dict[str, Any]) -> list[str]:
     """What stands in for a real cluster's parts, one line each."""
-    out = [f"control plane: `kalena serve` on {state['console']['url']} (embedded loops, SQLite) instead of a deployment",
-           f"machines: cgroup subtrees /sys/fs/cgroup/{{cpu,cpuacct,memory,cpuset,unified}}/{state['cgroup_root']}/<node>"]
+    out = [f"control plane: `kalena serve` on {state['console']['url']} (embedded loops, SQLite) instead of a "
+           "deployment",
+           f"machines: cgroup subtrees /sys/fs/cgroup/{{cpu,cpuacct,memory,cpuset,unified}}/"
+           f"{state['cgroup_root']}/<node>"]
     for r in state["nodes"]:
         out.append(f"{r['name']}: host address → {r['address']}; capacity → cpu quota {r['cpu_mcpu']} m, memory "
                    f"limit {r['memory_bytes'] // 2**20} MiB; container runtime → dockerd on {r['socket']} "
@@ -133,7 +136,8 @@ def format_status(report: dict[str, Any]) -> str:
         agent = f"{a['health']} {a['pid']}{' linked' if link else ''}" if a["alive"] else "DOWN"
         used = "n/a" if n["cpu_usage_mcpu"] is None else f"{n['cpu_usage_mcpu']}"
         mem = "n/a" if n["memory_usage_bytes"] is None else f"{n['memory_usage_bytes'] // 2**20}"
-        lines.append(f"{n['name']:<14} {n['address']:<11} {engine:<16} {agent:<20} {used + '/' + str(n['cpu_mcpu']) + ' m':>14} "
+        cpu = f"{used}/{n['cpu_mcpu']} m"
+        lines.append(f"{n['name']:<14} {n['address']:<11} {engine:<16} {agent:<20} {cpu:>14} "
                      f"{mem + '/' + str(n['memory_bytes'] // 2**20) + ' MiB':>16} {str(n['nr_throttled']):>10} "
                      f"{_pct(n['psi_cpu_some_avg10']):>8} {_pct(n['psi_memory_some_avg10']):>8}")
     lines.append("substitutions:")

@@ -32,7 +32,7 @@ def default_state_dir() -> Path:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = commands.add_parser("lab", help="Kalena whole on this machine: cgroup nodes with their own engines and agents",
+    parser = commands.add_parser("lab", help="Kalena whole on this machine: cgroup nodes with engines and agents",
                                  description="N nodes, each a cgroup subtree whose cpu quota and memory limit are its "
                                              "capacity, with a private Docker engine, its own loopback address and a "
                                              "real kalena-agent, fed to a console started for the lab (docs/lab.md).")
@@ -43,11 +43,13 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     up.add_argument("--memory-mib", type=int, default=256, help="each node's memory limit in MiB (256)")
     up.add_argument("--budget-ratio", type=float, default=0.5,
                     help="share of the machine's cores and memory the nodes may take together (0.5)")
-    up.add_argument("--name", default="lab", help="lab name: the live cluster, node names <name>-<i>, cgroups kalena-<name> (lab)")
+    up.add_argument("--name", default="lab",
+                    help="lab name: the live cluster, node names <name>-<i>, cgroups kalena-<name> (lab)")
     up.add_argument("--console-port", type=port, default=8470, help="the console's port on 127.0.0.1 (8470)")
     up.add_argument("--sampling-interval-s", type=float, default=2.0, help="the agents' sampling interval (2 s)")
-    for p in (up, status := actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's"),
-              down := actions.add_parser("down", help="stop everything the lab started and check nothing is left")):
+    status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
+    down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
+    for p in (up, status, down):
         p.add_argument("--state-dir", type=Path, default=None, help="the lab's state folder (<state dir>/lab)")
     status.add_argument("--json", action="store_true", help="the report as JSON")
     up.set_defaults(handler=handle_up)
@@ -112,7 +114,7 @@ def handle_up(args: argparse.Namespace) -> int:
                     host_cores=cores, host_memory_bytes=memory, budget_ratio=args.budget_ratio)
     state_dir = (args.state_dir or default_state_dir()).resolve()
     engines = ",".join(f"{n.name}=unix://{state_dir / 'nodes' / n.name / 'docker.sock'}" for n in plan.nodes)
-    print(f"kalena lab: {len(plan.nodes)} nodes × {args.cpu_m} m / {args.memory_mib} MiB = "
+    print(f"kalena lab: {len(plan.nodes)} node(s) × {args.cpu_m} m / {args.memory_mib} MiB = "
           f"{len(plan.nodes) * args.cpu_m} m / {len(plan.nodes) * args.memory_mib} MiB of the budget "
           f"{plan.cpu_budget_mcpu} m / {plan.memory_budget_bytes // 2**20} MiB; state in {state_dir}", flush=True)
     state = lab_up(plan, state_dir=state_dir, console=DjangoConsole(state_dir=state_dir, engines=engines),
@@ -141,7 +143,8 @@ def handle_status(args: argparse.Namespace) -> int:
     _, state = _recorded(args)
     report = lab_status(state)
     print(json.dumps(report, indent=2) if args.json else format_status(report))
-    healthy = report["console"]["alive"] and all(n["engine"]["answers"] and n["agent"]["alive"] for n in report["nodes"])
+    healthy = report["console"]["alive"] and all(n["engine"]["answers"] and n["agent"]["alive"]
+                                                 for n in report["nodes"])
     return 0 if healthy else 1
 
 
