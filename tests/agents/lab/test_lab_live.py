@@ -215,3 +215,26 @@ def test_a_start_that_fails_half_way_stops_what_it_started() -> None:
     assert not (state_dir / "nodes" / f"{name}-1" / "docker.sock").exists()
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(state_dir) not in out
+
+
+def test_docker_missing_is_refused_naming_what_to_install_and_starts_nothing(monkeypatch) -> None:
+    from agents.lab import nodes
+    from agents.lab.budget import lab_plan
+    from agents.lab.errors import LabError
+    from agents.lab.lab import lab_up
+
+    monkeypatch.setattr(nodes, "DOCKERD", "/nonexistent/dockerd")
+    state_dir = short_state_dir()
+    name = f"lt{uuid.uuid4().hex[:6]}"
+    plan = lab_plan(name=name, nodes=1, cpu_mcpu=100, memory_bytes=64 * 2**20, host_cores=2, host_memory_bytes=2**33)
+
+    class Unused:  # the console is never reached
+        def __getattr__(self, name):
+            raise AssertionError(f"the console's {name} was called")
+
+    with pytest.raises(LabError) as refused:
+        lab_up(plan, state_dir=state_dir, console=Unused(), console_port=free_port())
+    assert refused.value.field == "docker"
+    assert "/nonexistent/dockerd" in str(refused.value)
+    assert "apt-get install docker.io busybox-static" in str(refused.value)
+    assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
