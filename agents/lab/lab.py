@@ -102,6 +102,8 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
         "console": {"url": f"http://127.0.0.1:{console_port}/", "port": console_port, "process": None,
                     "log": str(logs / "console.log"), "link_url": f"ws://127.0.0.1:{console_port}/agent/v1/ws"},
         "nodes": [_node_record(n, state_dir) for n in plan.nodes], "logs": str(logs)}
+    state["console"]["env"] = {k: v for k, v in console.serve_env().items()
+                               if k in ("KALENA_DB_PATH", "KALENA_ORCHESTRATOR", "KALENA_DOCKER_ENGINES")}
     state_write(state_dir, state)
     try:
         for node, record in zip(plan.nodes, state["nodes"], strict=True):

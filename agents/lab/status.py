@@ -91,7 +91,7 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
     console = state["console"]
     return {
         "name": state["name"], "status": state["status"], "budget": state["budget"],
-        "console": {"url": console["url"], "alive": alive(console.get("process")),
+        "console": {"url": console["url"], "alive": alive(console.get("process")), "env": console.get("env", {}),
                     "pid": (console.get("process") or {}).get("pid")},
         "host_psi_cpu_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "cpu"),
         "host_psi_memory_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "memory"),
@@ -140,6 +140,10 @@ def format_status(report: dict[str, Any]) -> str:
         lines.append(f"{n['name']:<14} {n['address']:<11} {engine:<16} {agent:<20} {cpu:>14} "
                      f"{mem + '/' + str(n['memory_bytes'] // 2**20) + ' MiB':>16} {str(n['nr_throttled']):>10} "
                      f"{_pct(n['psi_cpu_some_avg10']):>8} {_pct(n['psi_memory_some_avg10']):>8}")
+    env = report["console"].get("env") or {}
+    if env:
+        lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "
+                     "env -u DATABASE_URL -u REDIS_URL " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     lines.append("substitutions:")
     lines += [f"  {s}" for s in report["substitutions"]]
     return "\n".join(lines)

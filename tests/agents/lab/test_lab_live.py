@@ -145,6 +145,29 @@ def test_status_reports_engines_agents_usage_and_node_psi_beside_the_hosts(lab) 
         assert any(record["address"] in s and record["socket"] in s for s in report["substitutions"])
     text = kalena_lab("status", "--state-dir", str(lab["dir"])).stdout
     assert "host PSI (/proc/pressure)" in text and "substitutions:" in text
+    assert f"KALENA_DB_PATH={lab['dir'] / 'console' / 'kalena.sqlite3'}" in text
+
+
+def test_batch_submitted_to_the_labs_console_runs_inside_the_node_it_was_bound_to(lab) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(lab["state"]["console"]["env"])
+    submit = subprocess.run([sys.executable, "-m", "kalena_web.cli", "batch", "submit", lab["name"], "batch/sleeper-0",
+                             "--request", "cpu=50m,ram=16Mi", "--limit", "cpu=100m,ram=32Mi", "--image",
+                             "kalena/busybox:test", "--command", "sleep 120"], cwd=PROJECT_ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert submit.returncode == 0, submit.stdout + submit.stderr
+    node = next(n for n in lab["state"]["nodes"] if f"bound on {n['name']}" in submit.stdout)
+    client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=60)
+
+    def running():
+        return [c for c in client.containers.list(filters={"label": "kalena.naughtian.io/workload=batch/sleeper-0"})
+                if c.status == "running"]
+
+    assert wait_for(lambda: bool(running()), 60), "the bound batch pod never ran on its node's engine"
+    pid = running()[0].attrs["State"]["Pid"]
+    lines = dict(line.split(":", 2)[1:] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines())
+    assert lines["cpu"].startswith(f"/{node['cgroup']}/") and lines["memory"].startswith(f"/{node['cgroup']}/")
+    client.close()
 
 
 def test_a_second_up_is_refused_and_starts_nothing(lab) -> None:
