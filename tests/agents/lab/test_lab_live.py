@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -19,6 +20,8 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -52,9 +55,20 @@ def wait_for(predicate, timeout_s: float, every_s: float = 0.5) -> bool:
     return bool(predicate())
 
 
-def short_state_dir() -> Path:
+@contextmanager
+def short_state_dir() -> Iterator[Path]:
     # unix socket paths are limited to 108 bytes: the engines' sockets live under the state dir
-    return Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    with short_state_dir() as path:
+        yield path
 
 
 def lab_cgroups(root: str) -> list[str]:
@@ -63,7 +77,11 @@ def lab_cgroups(root: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def lab():
-    state_dir = short_state_dir()
+    with short_state_dir() as state_dir:
+        yield from _lab(state_dir)
+
+
+def _lab(state_dir: Path):
     name = f"lt{uuid.uuid4().hex[:6]}"
     up = kalena_lab("up", "--nodes", "2", "--cpu-m", str(NODE_CPU_M), "--memory-mib", str(NODE_MIB), "--name", name,
                     "--console-port", str(free_port()), "--state-dir", str(state_dir))
@@ -196,8 +214,7 @@ def test_down_leaves_nothing_behind(lab) -> None:
         assert str(lab["dir"]) not in mounts.read()
 
 
-def test_a_lab_over_the_cpu_budget_is_refused_with_the_numbers_and_starts_nothing() -> None:
-    state_dir = short_state_dir()
+def test_a_lab_over_the_cpu_budget_is_refused_with_the_numbers_and_starts_nothing(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
     budget = (os.cpu_count() or 1) * 500
     nodes = budget // 250 + 1
@@ -207,8 +224,7 @@ def test_a_lab_over_the_cpu_budget_is_refused_with_the_numbers_and_starts_nothin
     assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
 
 
-def test_a_port_in_use_is_refused_and_starts_nothing() -> None:
-    state_dir = short_state_dir()
+def test_a_port_in_use_is_refused_and_starts_nothing(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -221,8 +237,7 @@ def test_a_port_in_use_is_refused_and_starts_nothing() -> None:
     assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
 
 
-def test_a_start_that_fails_half_way_stops_what_it_started() -> None:
-    state_dir = short_state_dir()
+def test_a_start_that_fails_half_way_stops_what_it_started(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
     (state_dir / "nodes").mkdir()
     (state_dir / "nodes" / f"{name}-2").write_text("in the way")   # node 2's engine directory cannot be made
@@ -240,14 +255,13 @@ def test_a_start_that_fails_half_way_stops_what_it_started() -> None:
     assert str(state_dir) not in out
 
 
-def test_docker_missing_is_refused_naming_what_to_install_and_starts_nothing(monkeypatch) -> None:
+def test_docker_missing_is_refused_naming_what_to_install_and_starts_nothing(monkeypatch, state_dir: Path) -> None:
     from agents.lab import nodes
     from agents.lab.budget import lab_plan
     from agents.lab.errors import LabError
     from agents.lab.lab import lab_up
 
     monkeypatch.setattr(nodes, "DOCKERD", "/nonexistent/dockerd")
-    state_dir = short_state_dir()
     name = f"lt{uuid.uuid4().hex[:6]}"
     plan = lab_plan(name=name, nodes=1, cpu_mcpu=100, memory_bytes=64 * 2**20, host_cores=2, host_memory_bytes=2**33)
 
