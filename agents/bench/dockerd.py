@@ -62,7 +62,7 @@ class PrivateEngine:
         return docker.DockerClient(base_url=self.url, timeout=timeout_s)
 
 
-def _busybox_tar() -> bytes:
+def busybox_tar() -> bytes:
     """A rootfs tar of busybox-static with one symlink per applet."""
     applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True).stdout.split()
     buf = io.BytesIO()
@@ -112,7 +112,7 @@ class PrivateEngines:
             if not os.path.exists(path):
                 raise FacilityUnavailable("private Docker engine", path, "missing (apt-get install docker.io busybox-static)")
         self.root = Path(self.root).resolve()
-        tar = _busybox_tar()
+        tar = busybox_tar()
         for i, node in enumerate(self.nodes):
             cpus = self.cpus[i] if i < len(self.cpus) else None
             directory = self.root / node

@@ -14,6 +14,7 @@ from kalena_web.cli import (
     cluster,
     evaluate,
     export,
+    lab,
     migrate,
     probe,
     replay,
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_parser(commands)
     watch.add_parser(commands)
     evaluate.add_parser(commands)
+    lab.add_parser(commands)
     return parser
 
 

@@ -95,6 +95,24 @@ def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workload
                            soft_violations=len(report.soft))
 
 
+def live_cluster_create(*, name: str) -> Cluster:
+    """Create an empty live cluster ``name``: its nodes come from the orchestrator's watch
+    (``node_observe``: an engine of ``KALENA_DOCKER_ENGINES``, a Kubernetes Node), not from IR.
+
+    Raises:
+        InputError: ``name`` is not a cluster name.
+        ClusterExists: a live cluster called ``name`` exists.
+    """
+    if not isinstance(name, str) or not re.fullmatch(RUN_NAME_PATTERN, name):
+        raise InputError(f"{name!r} is not a cluster name", field="name",
+                         accepted="1–64 letters, digits, '.', '_', '-', starting with a letter or digit")
+    with transaction.atomic():
+        if Cluster.objects.filter(kind=Cluster.LIVE, name=name).exists():
+            raise ClusterExists(f"a live cluster named {name!r} exists already", field="name",
+                                accepted="a new name, or delete the old cluster first (`kalena cluster delete`)")
+        return Cluster.objects.create(name=name, kind=Cluster.LIVE)
+
+
 def loop_run_record(*, loop: str, cluster: Cluster | None, started_s: float, finished_s: float, outcome: str,
                     detail: dict) -> None:
     """Record one loop run for the operator (kept for a day by the archive loop)."""

@@ -67,3 +67,24 @@ def test_import_refuses_duplicates_and_hard_violations_and_writes_nothing(homela
                             blueprint=blueprint(tmp_path, workloads, bad), now_s=0.0)
     assert not Cluster.objects.filter(name="home2").exists()
     assert phase0_capacity(infra).shape == (3, 8)
+
+
+def test_an_empty_live_cluster_takes_its_nodes_from_the_watch() -> None:
+    # `kalena lab up` (and a Docker deployment) start from an empty live cluster: the watch's
+    # NodeSeen adds each engine as a node
+    from kalena_engine.errors import InputError
+    from kalena_web.control.services import live_cluster_create, node_observe
+
+    cluster = live_cluster_create(name="lab")
+    assert (cluster.kind, cluster.nodes.count()) == (Cluster.LIVE, 0)
+    inf = float("inf")
+    assert node_observe(cluster=cluster, name="lab-1", ready=True, schedulable=True,
+                        allocatable=[250.0, 256 * 2**20, 0.0, inf, inf, inf, inf, inf], labels={}, taints=[], images={},
+                        at_s=1.0, now_s=1.0)
+    assert list(cluster.nodes.values_list("name", flat=True)) == ["lab-1"]
+    with pytest.raises(ClusterExists):
+        live_cluster_create(name="lab")
+    with pytest.raises(InputError) as bad:
+        live_cluster_create(name="-no")
+    assert bad.value.field == "name"
+    assert Cluster.objects.filter(kind=Cluster.LIVE).count() == 1

@@ -1,0 +1,149 @@
+"""``kalena lab status``: each node's engine, agent, cgroup usage and PSI beside the host's,
+and the substitutions the lab made for a real cluster (reads only).
+
+The node's PSI (``unified/<node>/cpu.pressure``) counts only the node's own tasks waiting for
+cpu, the host's (``/proc/pressure/cpu``) every task on the machine: a high host figure with a
+quiet node is the machine being busy (other tenants, the console), not contention inside the node.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from agents.lab import nodes as machinery
+from agents.lab.lab import agent_health
+from agents.lab.state import alive
+
+CGROUP_ROOT = machinery.CGROUP_ROOT
+
+
+def psi_some_avg10(path: Path) -> float | None:
+    """The ``some avg10`` figure (percent) of a PSI file, ``None`` when it cannot be read."""
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("some "):
+                return float(dict(f.split("=") for f in line.split()[1:])["avg10"])
+    except (OSError, KeyError, ValueError):
+        return None
+    return None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cpu_stat(group: str, root: Path) -> dict[str, int]:
+    try:
+        text = (root / "cpu" / group / "cpu.stat").read_text()
+        return {k: int(v) for k, v in (line.split() for line in text.splitlines())}
+    except (OSError, ValueError):
+        return {}
+
+
+def node_cgroup_figures(group: str, *, root: Path = CGROUP_ROOT, sample_s: float = 0.5) -> dict[str, Any]:
+    """The node's subtree now: quota and limit as set, cpu usage over ``sample_s`` (mcpu, from
+    ``cpuacct.usage``: Δns / Δs / 10⁶), memory usage, throttling counts and the group's PSI."""
+    usage_path = root / "cpuacct" / group / "cpuacct.usage"
+    t0, u0 = time.monotonic(), _read_int(usage_path)
+    time.sleep(sample_s)
+    t1, u1 = time.monotonic(), _read_int(usage_path)
+    stat = _cpu_stat(group, root)
+    return {
+        "present": (root / "cpu" / group).is_dir() and (root / "memory" / group).is_dir(),
+        "cpu_quota_us": _read_int(root / "cpu" / group / "cpu.cfs_quota_us"),
+        "cpu_period_us": _read_int(root / "cpu" / group / "cpu.cfs_period_us"),
+        "memory_limit_bytes": _read_int(root / "memory" / group / "memory.limit_in_bytes"),
+        "cpu_usage_mcpu": None if u0 is None or u1 is None else round((u1 - u0) / (t1 - t0) / 1e6),
+        "memory_usage_bytes": _read_int(root / "memory" / group / "memory.usage_in_bytes"),
+        "nr_periods": stat.get("nr_periods"), "nr_throttled": stat.get("nr_throttled"),
+        "psi_cpu_some_avg10": psi_some_avg10(root / "unified" / group / "cpu.pressure"),
+        "psi_memory_some_avg10": psi_some_avg10(root / "unified" / group / "memory.pressure"),
+    }
+
+
+def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: float = 0.5) -> dict[str, Any]:
+    """Everything ``status`` reports for the recorded lab ``state`` (a JSON-ready dict)."""
+    nodes = []
+    for record in state["nodes"]:
+        engine = {"alive": alive(record.get("engine")), "pid": (record.get("engine") or {}).get("pid"),
+                  "socket": record["socket"], "answers": False, "containers": None}
+        if engine["alive"]:
+            try:
+                client = machinery.engine_client(f"unix://{record['socket']}", timeout_s=5)
+                client.ping()
+                engine["answers"] = True
+                engine["containers"] = len(client.containers.list())
+                client.close()
+            except Exception:  # noqa: BLE001 - reported as not answering
+                pass
+        health = agent_health(record) if alive(record.get("agent")) else None
+        agent = {"alive": alive(record.get("agent")), "pid": (record.get("agent") or {}).get("pid"),
+                 "health": None if health is None else health.get("status"),
+                 "link": None if health is None else health.get("link")}
+        nodes.append({"name": record["name"], "address": record["address"], "cpu_mcpu": record["cpu_mcpu"],
+                      "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent,
+                      "cgroup": record["cgroup"], **node_cgroup_figures(record["cgroup"], sample_s=sample_s)})
+    console = state["console"]
+    return {
+        "name": state["name"], "status": state["status"], "budget": state["budget"],
+        "console": {"url": console["url"], "alive": alive(console.get("process")), "env": console.get("env", {}),
+                    "pid": (console.get("process") or {}).get("pid")},
+        "host_psi_cpu_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "cpu"),
+        "host_psi_memory_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "memory"),
+        "nodes": nodes, "substitutions": substitutions(state),
+    }
+
+
+def substitutions(state: dict[str, Any]) -> list[str]:
+    """What stands in for a real cluster's parts, one line each."""
+    out = [f"control plane: `kalena serve` on {state['console']['url']} (embedded loops, SQLite) instead of a "
+           "deployment",
+           f"machines: cgroup subtrees /sys/fs/cgroup/{{cpu,cpuacct,memory,cpuset,unified}}/"
+           f"{state['cgroup_root']}/<node>"]
+    for r in state["nodes"]:
+        out.append(f"{r['name']}: host address → {r['address']}; capacity → cpu quota {r['cpu_mcpu']} m, memory "
+                   f"limit {r['memory_bytes'] // 2**20} MiB; container runtime → dockerd on {r['socket']} "
+                   f"(data root {r['directory']}/data, exec root {r['directory']}/exec, containerd namespace "
+                   f"{r['containerd_namespace']}, cgroup parent /{r['cgroup']}); agent health on "
+                   f"{r['address']}:{machinery.AGENT_HEALTH_PORT}")
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "  n/a" if value is None else f"{value:5.1f}"
+
+
+def format_status(report: dict[str, Any]) -> str:
+    """The human-readable status."""
+    b = report["budget"]
+    lines = [f"lab {report['name']!r}: {report['status']}; console {report['console']['url']} "
+             f"({'alive, pid ' + str(report['console']['pid']) if report['console']['alive'] else 'NOT RUNNING'}); "
+             f"budget {b['cpu_mcpu']} m / {b['memory_bytes'] // 2**20} MiB of {b['host_cores']} cores / "
+             f"{b['host_memory_bytes'] // 2**20} MiB",
+             f"host PSI (/proc/pressure): cpu some avg10 {_pct(report['host_psi_cpu_some_avg10'])} %, memory "
+             f"{_pct(report['host_psi_memory_some_avg10'])} % — the whole machine; a node's own PSI below",
+             f"{'node':<14} {'address':<11} {'engine':<16} {'agent':<20} {'cpu used/cap':>14} {'mem used/limit':>16} "
+             f"{'throttled':>10} {'PSI cpu':>8} {'PSI mem':>8}"]
+    for n in report["nodes"]:
+        e, a = n["engine"], n["agent"]
+        engine = f"up {e['pid']} ({e['containers']})" if e["answers"] else ("no answer" if e["alive"] else "DOWN")
+        link = (a.get("link") or {}).get("connected") if isinstance(a.get("link"), dict) else None
+        agent = f"{a['health']} {a['pid']}{' linked' if link else ''}" if a["alive"] else "DOWN"
+        used = "n/a" if n["cpu_usage_mcpu"] is None else f"{n['cpu_usage_mcpu']}"
+        mem = "n/a" if n["memory_usage_bytes"] is None else f"{n['memory_usage_bytes'] // 2**20}"
+        cpu = f"{used}/{n['cpu_mcpu']} m"
+        lines.append(f"{n['name']:<14} {n['address']:<11} {engine:<16} {agent:<20} {cpu:>14} "
+                     f"{mem + '/' + str(n['memory_bytes'] // 2**20) + ' MiB':>16} {str(n['nr_throttled']):>10} "
+                     f"{_pct(n['psi_cpu_some_avg10']):>8} {_pct(n['psi_memory_some_avg10']):>8}")
+    env = report["console"].get("env") or {}
+    if env:
+        lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "
+                     "env -u DATABASE_URL -u REDIS_URL " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    lines.append("substitutions:")
+    lines += [f"  {s}" for s in report["substitutions"]]
+    return "\n".join(lines)

@@ -1,0 +1,160 @@
+"""``kalena lab up | status | down``: Kalena whole on this machine — nodes that are cgroup
+subtrees with their own Docker engines and real agents, and a console (agents/lab/README.md,
+docs/lab.md).
+
+The nodes are :mod:`agents.lab`'s; this module is the console side: the lab's own SQLite
+database (``<state dir>/console/``, whatever ``DATABASE_URL`` says), an empty live cluster named
+after the lab whose nodes the console's Docker watch registers from the engine list, and one
+agent token per node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from kalena_web.cli.argtypes import port
+from kalena_web.cli.paths import PROJECT_ROOT
+
+
+def default_state_dir() -> Path:
+    """``<state dir>/lab``: ``$KALENA_VAR_DIR``, else ``var/`` of a source checkout, else
+    ``$XDG_STATE_HOME/kalena`` (the settings' state folder, read here before Django is set up
+    because the lab chooses the console's database)."""
+    if os.environ.get("KALENA_VAR_DIR"):
+        return Path(os.environ["KALENA_VAR_DIR"]) / "lab"
+    if (PROJECT_ROOT / "pyproject.toml").is_file():
+        return PROJECT_ROOT / "var" / "lab"
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "kalena" / "lab"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = commands.add_parser("lab", help="Kalena whole on this machine: cgroup nodes with engines and agents",
+                                 description="N nodes, each a cgroup subtree whose cpu quota and memory limit are its "
+                                             "capacity, with a private Docker engine, its own loopback address and a "
+                                             "real kalena-agent, fed to a console started for the lab (docs/lab.md).")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start the lab (refused when one is up, or when it does not fit the budget)")
+    up.add_argument("--nodes", type=int, default=4, help="nodes (4)")
+    up.add_argument("--cpu-m", type=int, default=250, help="each node's cpu in millicores: its cpu quota (250)")
+    up.add_argument("--memory-mib", type=int, default=256, help="each node's memory limit in MiB (256)")
+    up.add_argument("--budget-ratio", type=float, default=0.5,
+                    help="share of the machine's cores and memory the nodes may take together (0.5)")
+    up.add_argument("--name", default="lab",
+                    help="lab name: the live cluster, node names <name>-<i>, cgroups kalena-<name> (lab)")
+    up.add_argument("--console-port", type=port, default=8470, help="the console's port on 127.0.0.1 (8470)")
+    up.add_argument("--sampling-interval-s", type=float, default=2.0, help="the agents' sampling interval (2 s)")
+    status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
+    down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
+    for p in (up, status, down):
+        p.add_argument("--state-dir", type=Path, default=None, help="the lab's state folder (<state dir>/lab)")
+    status.add_argument("--json", action="store_true", help="the report as JSON")
+    up.set_defaults(handler=handle_up)
+    status.set_defaults(handler=handle_status)
+    down.set_defaults(handler=handle_down)
+    return parser
+
+
+class DjangoConsole:
+    """:class:`agents.lab.lab.ConsoleSide` over Django in this process, on the lab's database."""
+
+    def __init__(self, *, state_dir: Path, engines: str) -> None:
+        self.database = state_dir / "console" / "kalena.sqlite3"
+        self.engines = engines
+
+    def serve_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATABASE_URL_FILE",
+                                                               "REDIS_URL_FILE")}
+        env.update(KALENA_DB_PATH=str(self.database), KALENA_ORCHESTRATOR="docker", KALENA_DOCKER_ENGINES=self.engines,
+                   DJANGO_SETTINGS_MODULE="kalena_web.settings")
+        return env
+
+    def prepare(self, *, cluster: str) -> None:
+        self.database.parent.mkdir(parents=True, exist_ok=True)
+        env = self.serve_env()
+        for key in set(os.environ) - set(env):
+            del os.environ[key]
+        os.environ.update(env)
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        from kalena_web.control.services import live_cluster_create
+
+        live_cluster_create(name=cluster)
+
+    def tokens(self, *, cluster: str, nodes: list[str], timeout_s: float) -> dict[str, str]:
+        from agents.lab.errors import LabError
+        from kalena_web.inventory.models import Node
+        from kalena_web.telemetry.services import agent_token_create
+
+        end = time.monotonic() + timeout_s
+        while True:
+            rows = {n.name: n for n in Node.objects.filter(cluster__name=cluster, name__in=nodes)}
+            if len(rows) == len(nodes):
+                return {name: agent_token_create(node=rows[name])[0] for name in nodes}
+            if time.monotonic() > end:
+                missing = ", ".join(sorted(set(nodes) - set(rows)))
+                raise LabError(f"the console's watch did not register node(s) {missing} within {timeout_s:.0f} s",
+                               source="kalena serve", field="console")
+            time.sleep(0.5)
+
+
+def handle_up(args: argparse.Namespace) -> int:
+    from agents.lab.budget import host_figures, lab_plan
+    from agents.lab.lab import lab_up
+
+    cores, memory = host_figures()
+    plan = lab_plan(name=args.name, nodes=args.nodes, cpu_mcpu=args.cpu_m, memory_bytes=args.memory_mib * 2**20,
+                    host_cores=cores, host_memory_bytes=memory, budget_ratio=args.budget_ratio)
+    state_dir = (args.state_dir or default_state_dir()).resolve()
+    engines = ",".join(f"{n.name}=unix://{state_dir / 'nodes' / n.name / 'docker.sock'}" for n in plan.nodes)
+    print(f"kalena lab: {len(plan.nodes)} node(s) × {args.cpu_m} m / {args.memory_mib} MiB = "
+          f"{len(plan.nodes) * args.cpu_m} m / {len(plan.nodes) * args.memory_mib} MiB of the budget "
+          f"{plan.cpu_budget_mcpu} m / {plan.memory_budget_bytes // 2**20} MiB; state in {state_dir}", flush=True)
+    state = lab_up(plan, state_dir=state_dir, console=DjangoConsole(state_dir=state_dir, engines=engines),
+                   console_port=args.console_port, sampling_interval_s=args.sampling_interval_s,
+                   say=lambda line: print(line, flush=True))
+    print(f"kalena lab: up — {len(state['nodes'])} nodes, console {state['console']['url']}; "
+          f"`kalena lab status` / `kalena lab down`")
+    return 0
+
+
+def _recorded(args: argparse.Namespace):
+    from agents.lab.errors import LabError
+    from agents.lab.state import state_read
+
+    state_dir = (args.state_dir or default_state_dir()).resolve()
+    state = state_read(state_dir)
+    if state is None:
+        raise LabError("no lab is recorded here", source=str(state_dir / "lab.json"), field=f"kalena lab {args.action}",
+                       accepted="the --state-dir a lab was started with, or `kalena lab up`")
+    return state_dir, state
+
+
+def handle_status(args: argparse.Namespace) -> int:
+    from agents.lab.status import format_status, lab_status
+
+    _, state = _recorded(args)
+    report = lab_status(state)
+    print(json.dumps(report, indent=2) if args.json else format_status(report))
+    healthy = report["console"]["alive"] and all(n["engine"]["answers"] and n["agent"]["alive"]
+                                                 for n in report["nodes"])
+    return 0 if healthy else 1
+
+
+def handle_down(args: argparse.Namespace) -> int:
+    from agents.lab.lab import lab_down
+
+    state_dir, _ = _recorded(args)
+    left = lab_down(state_dir, say=lambda line: print(line, flush=True))
+    if left:
+        print(f"kalena lab: down, but {len(left)} thing(s) are left (listed above); run `kalena lab down` again")
+        return 1
+    print("kalena lab: down — no process, container, engine, cgroup, mount, socket or port of the lab is left")
+    return 0
