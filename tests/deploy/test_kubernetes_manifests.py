@@ -1,8 +1,9 @@
 """deploy/kubernetes works as written: every built-in object validates (strict: no unknown field)
 against the Kubernetes 1.33 schemas with kubernetes-validate (offline), and the objects refer to
-each other correctly — the webhook's Service reaches the console's TLS port, its path is the
-webhook view (on the hooks listener's URL map, never the console's), its certificate names the
-Service, the hooks' callers present client certificates from the CA the console trusts, the
+each other correctly — the console and the scheduler run apart under their own ServiceAccounts,
+the webhook's Service reaches the scheduler's TLS port, its path is the webhook view (on the hooks
+listener's URL map, never the console's), its certificate names the Service, the hooks' callers
+present client certificates from the CA the scheduler trusts, the
 agent's link URL names the Service that exists and the WebSocket route, the extender's URL names
 real views; and `manage.py check --deploy` passes with the settings the files set."""
 
@@ -52,13 +53,51 @@ def find(name: str, kind: str, obj_name: str) -> dict:
     return next(d for d in docs(name) if d["kind"] == kind and d["metadata"]["name"] == obj_name)
 
 
-def console() -> tuple[dict, dict]:
-    deployment = find("kubernetes/control-plane.yaml", "Deployment", "kalena-console")
+def workload(name: str) -> tuple[dict, dict]:
+    deployment = find("kubernetes/control-plane.yaml", "Deployment", name)
     return deployment, deployment["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_webhook_reaches_the_console_over_tls():
+def console() -> tuple[dict, dict]:
+    return workload("kalena-console")
+
+
+def scheduler() -> tuple[dict, dict]:
+    return workload("kalena-scheduler")
+
+
+def test_console_and_scheduler_run_apart_each_with_its_own_service_account():
+    """The internet-facing console runs no watch, no scheduling and no hooks port, under an account
+    that may only create TokenReviews, and forwards pod stops to the workers; the scheduler (watch
+    + Lease + hooks) and the workers hold the scheduler's account (tests/web/kubernetes/test_rbac.py:
+    each exactly what it calls)."""
     deployment, container = console()
+    args = build_parser().parse_args(container["args"])
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-console"
+    assert args.command == "serve" and args.no_loops and args.tls_port is None
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KALENA_ORCHESTRATOR_THROUGH_WORKERS"] == "1"
+    deployment, container = scheduler()
+    args = build_parser().parse_args(container["args"])
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-scheduler"
+    assert args.command == "serve" and not args.no_loops and args.tls_port == 8443  # the watch runs here
+    assert "KALENA_ORCHESTRATOR_THROUGH_WORKERS" not in {e["name"] for e in container.get("env", [])}
+    worker, _ = workload("kalena-worker")
+    assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-scheduler"
+    config = find("kubernetes/control-plane.yaml", "ConfigMap", "kalena-config")["data"]
+    assert "KALENA_ORCHESTRATOR_THROUGH_WORKERS" not in config  # the workers stop pods themselves
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for service in (d for f in FILES for d in docs(f) if d["kind"] == "Service"):
+        if service["spec"]["selector"].items() <= labels.items():  # the scheduler: only its hooks port
+            assert [p["targetPort"] for p in service["spec"]["ports"]] == ["https"], service["metadata"]["name"]
+    ingress = find("kubernetes/control-plane.yaml", "Ingress", "kalena")
+    backends = {p["backend"]["service"]["name"] for r in ingress["spec"]["rules"] for p in r["http"]["paths"]}
+    assert backends == {"kalena"} and find("kubernetes/control-plane.yaml", "Service", "kalena")["spec"][
+        "selector"] == {"app": "kalena-console"}
+
+
+def test_webhook_reaches_the_scheduler_over_tls():
+    deployment, container = scheduler()
     args = build_parser().parse_args(container["args"])
     service = find("kubernetes/webhook.yaml", "Service", "kalena-webhook")
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
@@ -120,8 +159,8 @@ def test_extender_config_names_real_views():
                                                            "kalena.naughtian.io/batch-memory"}
 
 
-def test_hooks_callers_present_certificates_the_console_trusts():
-    deployment, container = console()
+def test_hooks_callers_present_certificates_the_scheduler_trusts():
+    deployment, container = scheduler()
     args = build_parser().parse_args(container["args"])
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
