@@ -9,6 +9,7 @@ real views; and `manage.py check --deploy` passes with the settings the files se
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import subprocess
@@ -202,6 +203,29 @@ def test_console_is_https_behind_its_ingress_and_metrics_need_a_token():
     assert backend["name"] == "kalena"  # the console's Service, never the hooks port
     env = {e["name"]: e for e in container["env"]}
     assert "optional" not in env["KALENA_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]  # the pod needs it
+
+
+def test_login_throttling_counts_the_client_behind_the_ingress_not_the_ingress():
+    """The Ingress is the console's reverse proxy: the ConfigMap names its header and its pods'
+    network, so the throttle counts each client's own address (not the ingress controller's one
+    address, for which 20 failures would lock everyone out), never a client's own claim, and a LAN
+    client (outside the pod network) is not skipped as a proxy."""
+    from kalena_web.console.clients import client_address
+    from kalena_web.settings import _trusted_proxies
+
+    config = find("kubernetes/control-plane.yaml", "ConfigMap", "kalena-config")["data"]
+    header, networks = _trusted_proxies(config.get("KALENA_TRUSTED_PROXY_HEADER", ""),
+                                        config.get("KALENA_TRUSTED_PROXIES", ""))
+    assert header == "X-Forwarded-For"  # what ingress controllers set
+    ingress_pod = str(ipaddress.ip_network(networks[0])[3 * 256 + 17])  # e.g. 10.244.3.17
+    assert client_address(ingress_pod, "203.0.113.5", trusted=networks) == "203.0.113.5"
+    assert client_address(ingress_pod, "6.6.6.6, 203.0.113.5", trusted=networks) == "203.0.113.5"
+    assert client_address(ingress_pod, "6.6.6.6, 192.168.1.20", trusted=networks) == "192.168.1.20"
+    assert client_address("192.168.1.20", "6.6.6.6", trusted=networks) == "192.168.1.20"  # not via the ingress
+    for private_lan in ("192.168.0.0/16", "172.16.0.0/12"):  # a home or office network is never a proxy
+        assert not any(ipaddress.ip_network(n).overlaps(ipaddress.ip_network(private_lan)) for n in networks)
+    compose = yaml.safe_load((DEPLOY / "compose/docker-compose.yml").read_text())["x-kalena-env"]
+    assert {"KALENA_TRUSTED_PROXY_HEADER", "KALENA_TRUSTED_PROXIES"} <= set(compose)  # for a proxy in front
 
 
 def test_manage_py_check_deploy_passes_with_the_deploy_files_settings():
