@@ -82,6 +82,12 @@ def test_console_and_scheduler_run_apart_each_with_its_own_service_account():
     args = build_parser().parse_args(container["args"])
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-scheduler"
     assert args.command == "serve" and not args.no_loops and args.tls_port == 8443  # the watch runs here
+    # its console port holds the scheduler's credentials: the pod's loopback only, probed from inside
+    assert (args.host, args.tls_host) == ("127.0.0.1", "0.0.0.0")
+    assert [p["containerPort"] for p in container["ports"]] == [args.tls_port]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = container[probe]["exec"]["command"]
+        assert command[:3] == ["kalena", "probe", "url"] and command[3].startswith(f"http://127.0.0.1:{args.port}/")
     assert "KALENA_ORCHESTRATOR_THROUGH_WORKERS" not in {e["name"] for e in container.get("env", [])}
     worker, _ = workload("kalena-worker")
     assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-scheduler"
