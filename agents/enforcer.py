@@ -1,7 +1,8 @@
 """The enforcer: the only code in the agent that changes anything on the node.
 
 It writes cgroup files (CFS quota, memory limits), signals processes, makes the mutating Docker
-Engine calls (kill, update) and Kubernetes API calls (Eviction, delete), and registers kernel
+Engine calls (kill, update) and Kubernetes API calls (a pod's ``DisruptionTarget`` condition and its
+deletion), and registers kernel
 notifications (PSI triggers, eventfd thresholds). Collectors and discovery only read; the
 engine only decides; the mitigation loop only wires them together. An architecture test checks
 that no other agent module writes files, signals processes or calls a mutating Docker method.
@@ -65,11 +66,13 @@ class Enforcer:
     Args:
         fs: cgroup backend (formats the files to write).
         docker_client: a ``docker.DockerClient`` for ``docker`` workloads (or ``None``).
-        kube_api: a ``kubernetes.client.ApiClient`` for ``kubernetes`` workloads (Eviction API,
+        kube_api: a ``kubernetes.client.ApiClient`` for ``kubernetes`` workloads (status patch,
             delete) — in-cluster config with the service account's CA in production
             (:func:`kube_api_client`); ``None`` when the node runs no Kubernetes pods.
         node_name: this agent's node: a pod is evicted or deleted only after the API confirms it
-            is bound to this node (RBAC cannot limit pod evictions to one node's pods).
+            is bound to this node. The API server enforces the same (the admission policy
+            ``kalena-agent-own-node`` of deploy/agent/daemonset.yaml refuses the agent's status
+            patch or delete of a pod bound to another node); this check names the refusal early.
         dry_run: record intended changes only.
     """
 
@@ -171,7 +174,7 @@ class Enforcer:
                            "--kube-api-url)", started, self.clock_mono())
         namespace, _, name = workload.runtime_ref.partition("/")
         grace = int(max(0, round(grace_s))) if what == "sigterm" else 0
-        verb = "POST eviction" if what == "sigterm" else "DELETE"
+        verb = "PATCH status, DELETE" if what == "sigterm" else "DELETE"
         writes = ((f"{verb} pods/{namespace}/{name}", f"gracePeriodSeconds={grace}"),)
         if self.dry_run:
             return Applied(True, what, writes, None, started, self.clock_mono(), True)
@@ -182,19 +185,17 @@ class Enforcer:
                 if bound != self.node_name:
                     return Applied(False, what, (), f"pod {namespace}/{name} is bound to {bound!r}, not to this "
                                    f"agent's node {self.node_name!r}: refused", started, self.clock_mono())
-            if what == "sigterm":
-                body = k8s.V1Eviction(api_version="policy/v1", kind="Eviction",
-                                      metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
-                                      delete_options=k8s.V1DeleteOptions(grace_period_seconds=grace))
-                _read_and_release(self.kube.create_namespaced_pod_eviction(
-                    name, namespace, body, _preload_content=False, _request_timeout=5))
-            else:
-                _read_and_release(self.kube.delete_namespaced_pod(
-                    name, namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=5))
+            if what == "sigterm":  # a node-pressure eviction, as the kubelet's own: see DISRUPTION
+                _read_and_release(self.kube.patch_namespaced_pod_status(
+                    name, namespace, disruption_patch(), _content_type="application/strategic-merge-patch+json",
+                    _preload_content=False, _request_timeout=5))
+            _read_and_release(self.kube.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=grace, _preload_content=False, _request_timeout=5))
         except ApiException as exc:
             if exc.status == 404:  # already gone: nothing left to stop
                 return Applied(True, what, writes, None, started, self.clock_mono())
-            hint = " (a PodDisruptionBudget refused it)" if exc.status == 429 else ""
+            hint = " (the API server's admission refused it: is the pod on this node?)" if exc.status in (400, 403) \
+                else ""
             return Applied(False, what, (), f"{verb} pods/{namespace}/{name}: HTTP {exc.status}{hint} "
                            f"{(exc.body or '')[:200]}", started, self.clock_mono())
         except Exception as exc:  # noqa: BLE001 - connection errors, timeouts: reported, never raised
@@ -204,8 +205,9 @@ class Enforcer:
 
     def terminate(self, workload: Workload, grace_s: float) -> Applied:
         """Start a graceful termination: SIGTERM to every process of the group (process), a
-        SIGTERM kill with the restart policy set to ``no`` (Docker), or an Eviction with
-        ``gracePeriodSeconds`` (Kubernetes). The SIGKILL after the grace is :meth:`kill`."""
+        SIGTERM kill with the restart policy set to ``no`` (Docker), or (Kubernetes) the pod's
+        ``DisruptionTarget`` condition (:func:`disruption_patch`) and its deletion with
+        ``gracePeriodSeconds``. The SIGKILL after the grace is :meth:`kill`."""
         if workload.kind == KIND_DOCKER:
             return self._docker(workload, "sigterm", "SIGTERM")
         if workload.kind == KIND_KUBERNETES:
@@ -262,6 +264,25 @@ class Enforcer:
             os.close(ufd)
             raise
         return efd, ufd
+
+
+#: The condition the agent sets before deleting a pod it evicts. The agent's evictions are
+#: node-pressure evictions, like the kubelet's own (which sets ``TerminationByKubelet``): they do
+#: not go through the Eviction API, whose admission request carries the Eviction and not the pod,
+#: so the API server could not check the pod's node there; PodDisruptionBudgets are therefore not
+#: consulted, as for the kubelet's. ``DisruptionTarget=True`` keeps what the Eviction API gave:
+#: a Job's ``podFailurePolicy`` rule ``Ignore`` on it (the admission webhook adds one) does not
+#: count the evicted pod against ``backoffLimit``.
+DISRUPTION = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKalenaAgent"}
+
+
+def disruption_patch() -> dict:
+    """The strategic-merge patch of ``pods/status`` that marks a pod the agent evicts:
+    ``{"status": {"conditions": [DISRUPTION + message + lastTransitionTime]}}`` (conditions merge
+    by ``type``, so other conditions stay)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"status": {"conditions": [DISRUPTION | {"message": "Kalena agent: evicted under node pressure",
+                                                    "lastTransitionTime": now}]}}
 
 
 def _read_and_release(resp) -> None:

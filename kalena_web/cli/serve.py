@@ -27,6 +27,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--tls-port", type=port, default=None,
                         help="serve the admission webhook and scheduler extender (and nothing else) on "
                              "HOST:TLS_PORT over mutual TLS; needs --tls-cert, --tls-key and --tls-client-ca")
+    parser.add_argument("--tls-host", default="",
+                        help="address the --tls-port listener binds (default: --host); e.g. --host 127.0.0.1 "
+                             "--tls-host 0.0.0.0 serves the hooks to the cluster and the console to this host only")
     parser.add_argument("--tls-cert", default="", help="PEM certificate (chain) for --tls-port")
     parser.add_argument("--tls-key", default="", help="PEM private key for --tls-port")
     parser.add_argument("--tls-client-ca", default="",
@@ -48,7 +51,7 @@ def handle(args: argparse.Namespace) -> int:
     hooks = None
     if args.tls_port is not None:  # checked before anything starts: a bad file changes nothing
         try:
-            hooks = HooksListener(args.host, args.tls_port, hooks_tls_options(
+            hooks = HooksListener(args.tls_host or args.host, args.tls_port, hooks_tls_options(
                 cert_path=args.tls_cert, key_path=args.tls_key, client_ca_path=args.tls_client_ca))
         except HooksTLSError as exc:
             print(f"kalena serve: error: {exc}", file=sys.stderr)
@@ -76,7 +79,7 @@ def handle(args: argparse.Namespace) -> int:
 
     endpoints = build_endpoint_description_strings(host=args.host, port=args.port)
     if hooks is not None:
-        print(f"kalena serve: webhook and extender on https://{args.host}:{args.tls_port}/kubernetes/ "
+        print(f"kalena serve: webhook and extender on https://{args.tls_host or args.host}:{args.tls_port}/kubernetes/ "
               "(mutual TLS, nothing else served there)")
     # both of Daphne's limits, message and frame (each 1 MiB by default): a client may send a
     # message as one frame, and a frame over Daphne's frame limit is dropped like an oversize message

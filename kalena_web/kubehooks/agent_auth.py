@@ -30,7 +30,9 @@ PREFIX = "k8s-sa"
 def _review_with_api(token: str, audiences: list[str], cluster: Cluster) -> Mapping[str, Any]:
     from kalena_web.control.orchestrators import orchestrator_for
 
-    orchestrator = orchestrator_for(cluster)
+    # direct: the console asks the API server itself (its ServiceAccount may create TokenReviews
+    # and nothing else), even where it forwards pod stops to the workers
+    orchestrator = orchestrator_for(cluster, direct=True)
     review = getattr(orchestrator, "token_review", None)
     if review is None:
         raise Refused("unknown_token", "TokenReview needs KALENA_ORCHESTRATOR=kubernetes")

@@ -102,7 +102,7 @@ class JsonServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = do_DELETE = _answer
+            do_GET = do_POST = do_DELETE = do_PATCH = _answer
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -19,12 +19,15 @@ def used_flags(args: list[str]) -> set[str]:
 
 def test_daemonset_with_rbac_for_pods_on_its_node() -> None:
     docs = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "daemonset.yaml").read_text())}
-    assert set(docs) == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"}
+    assert set(docs) == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
+                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     namespace = docs["Namespace"]["metadata"]["name"]  # every namespaced object lives in the one the file creates
     assert docs["ServiceAccount"]["metadata"]["namespace"] == docs["DaemonSet"]["metadata"]["namespace"] == namespace
     rules = {(tuple(r["resources"]), tuple(r["verbs"])) for r in docs["ClusterRole"]["rules"]}
-    assert (("pods",), ("get", "delete")) in rules  # exactly what it calls: tests/deploy/test_kubernetes_rbac.py
-    assert (("nodes/pods", "nodes/stats"), ("get",)) in rules and (("pods/eviction",), ("create",)) in rules
+    # exactly what it calls (tests/web/kubernetes/test_rbac.py); the writes on its node's pods only
+    # (tests/deploy/test_agent_admission_policy.py); no Eviction, whose node the API server cannot check
+    assert rules == {(("nodes/pods", "nodes/stats"), ("get",)), (("pods",), ("get", "delete")),
+                     (("pods/status",), ("patch",))}
     binding = docs["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
     assert binding["subjects"][0]["name"] == docs["ServiceAccount"]["metadata"]["name"]

@@ -308,8 +308,9 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
         "status": {"phase": "Pending", "qosClass": "Burstable"}})
     json_server.routes["/pods"] = pods
     json_server.routes["/stats/summary"] = summary
-    json_server.status["/api/v1/namespaces/c1/pods/b1/eviction"] = 201
-    json_server.routes["/api/v1/namespaces/c1/pods/b1/eviction"] = {"kind": "Status", "status": "Success"}
+    b1 = next(p for p in pods["items"] if p["metadata"]["name"] == "b1")
+    json_server.routes["/api/v1/namespaces/c1/pods/b1/status"] = b1      # the DisruptionTarget patch
+    json_server.routes["/api/v1/namespaces/c1/pods/b1"] = b1             # the delete with the grace
     capacity = [math.inf] * 8
     capacity[1] = 128 * GIB
 
@@ -327,7 +328,7 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
     assert [m for m in stale if m["type"] == "action" and m["action"] == "evict"] == []
     (hold,) = [m for m in stale if m["type"] == "action" and m["action"] == "hold"]
     assert (hold["action"], hold["reason"], hold["numbers"]["sample_age_s"]) == ("hold", "stale_sample", 90.0)
-    assert not any("eviction" in r[1] for r in json_server.requests)
+    assert not any(r[0] in ("POST", "PATCH", "DELETE") for r in json_server.requests)
     samples = [m for m in stale if m["type"] == "samples"]
     assert samples and all(s["stale"] for s in samples[0]["samples"])
     # the same sample when fresh (t = 30 s): Σ r = 64 + 40 + 30 + 1 = 135 > 128 → B1 (priority 0) alone is evicted
@@ -336,9 +337,10 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
     evictions = [m for m in fresh if m["type"] == "action" and m["action"] == "evict"]
     assert [e["workload"]["id"] for e in evictions] == ["c1/b1"]
     assert evictions[0]["numbers"]["ledger_after"] == pytest.approx(95 * GIB)
-    posted = [r for r in json_server.requests if r[0] == "POST"]
-    assert len(posted) == 1 and posted[0][1] == "/api/v1/namespaces/c1/pods/b1/eviction"
-    assert b'"gracePeriodSeconds"' in posted[0][3]
+    writes = [r for r in json_server.requests if r[0] in ("POST", "PATCH", "DELETE")]
+    assert [(r[0], r[1].split("?")[0]) for r in writes] == [("PATCH", "/api/v1/namespaces/c1/pods/b1/status"),
+                                                          ("DELETE", "/api/v1/namespaces/c1/pods/b1")]
+    assert b'"DisruptionTarget"' in writes[0][3] and "gracePeriodSeconds=" in writes[1][1] + writes[1][3].decode()
 
 
 def test_a_stalled_service_keeps_batch_held_back_while_it_stays_busy(rig) -> None:

@@ -1,13 +1,15 @@
 """deploy/kubernetes works as written: every built-in object validates (strict: no unknown field)
 against the Kubernetes 1.33 schemas with kubernetes-validate (offline), and the objects refer to
-each other correctly — the webhook's Service reaches the console's TLS port, its path is the
-webhook view (on the hooks listener's URL map, never the console's), its certificate names the
-Service, the hooks' callers present client certificates from the CA the console trusts, the
+each other correctly — the console and the scheduler run apart under their own ServiceAccounts,
+the webhook's Service reaches the scheduler's TLS port, its path is the webhook view (on the hooks
+listener's URL map, never the console's), its certificate names the Service, the hooks' callers
+present client certificates from the CA the scheduler trusts, the
 agent's link URL names the Service that exists and the WebSocket route, the extender's URL names
 real views; and `manage.py check --deploy` passes with the settings the files set."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import subprocess
@@ -52,13 +54,57 @@ def find(name: str, kind: str, obj_name: str) -> dict:
     return next(d for d in docs(name) if d["kind"] == kind and d["metadata"]["name"] == obj_name)
 
 
-def console() -> tuple[dict, dict]:
-    deployment = find("kubernetes/control-plane.yaml", "Deployment", "kalena-console")
+def workload(name: str) -> tuple[dict, dict]:
+    deployment = find("kubernetes/control-plane.yaml", "Deployment", name)
     return deployment, deployment["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_webhook_reaches_the_console_over_tls():
+def console() -> tuple[dict, dict]:
+    return workload("kalena-console")
+
+
+def scheduler() -> tuple[dict, dict]:
+    return workload("kalena-scheduler")
+
+
+def test_console_and_scheduler_run_apart_each_with_its_own_service_account():
+    """The internet-facing console runs no watch, no scheduling and no hooks port, under an account
+    that may only create TokenReviews, and forwards pod stops to the workers; the scheduler (watch
+    + Lease + hooks) and the workers hold the scheduler's account (tests/web/kubernetes/test_rbac.py:
+    each exactly what it calls)."""
     deployment, container = console()
+    args = build_parser().parse_args(container["args"])
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-console"
+    assert args.command == "serve" and args.no_loops and args.tls_port is None
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KALENA_ORCHESTRATOR_THROUGH_WORKERS"] == "1"
+    deployment, container = scheduler()
+    args = build_parser().parse_args(container["args"])
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-scheduler"
+    assert args.command == "serve" and not args.no_loops and args.tls_port == 8443  # the watch runs here
+    # its console port holds the scheduler's credentials: the pod's loopback only, probed from inside
+    assert (args.host, args.tls_host) == ("127.0.0.1", "0.0.0.0")
+    assert [p["containerPort"] for p in container["ports"]] == [args.tls_port]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = container[probe]["exec"]["command"]
+        assert command[:3] == ["kalena", "probe", "url"] and command[3].startswith(f"http://127.0.0.1:{args.port}/")
+    assert "KALENA_ORCHESTRATOR_THROUGH_WORKERS" not in {e["name"] for e in container.get("env", [])}
+    worker, _ = workload("kalena-worker")
+    assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "kalena-scheduler"
+    config = find("kubernetes/control-plane.yaml", "ConfigMap", "kalena-config")["data"]
+    assert "KALENA_ORCHESTRATOR_THROUGH_WORKERS" not in config  # the workers stop pods themselves
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for service in (d for f in FILES for d in docs(f) if d["kind"] == "Service"):
+        if service["spec"]["selector"].items() <= labels.items():  # the scheduler: only its hooks port
+            assert [p["targetPort"] for p in service["spec"]["ports"]] == ["https"], service["metadata"]["name"]
+    ingress = find("kubernetes/control-plane.yaml", "Ingress", "kalena")
+    backends = {p["backend"]["service"]["name"] for r in ingress["spec"]["rules"] for p in r["http"]["paths"]}
+    assert backends == {"kalena"} and find("kubernetes/control-plane.yaml", "Service", "kalena")["spec"][
+        "selector"] == {"app": "kalena-console"}
+
+
+def test_webhook_reaches_the_scheduler_over_tls():
+    deployment, container = scheduler()
     args = build_parser().parse_args(container["args"])
     service = find("kubernetes/webhook.yaml", "Service", "kalena-webhook")
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
@@ -120,8 +166,8 @@ def test_extender_config_names_real_views():
                                                            "kalena.naughtian.io/batch-memory"}
 
 
-def test_hooks_callers_present_certificates_the_console_trusts():
-    deployment, container = console()
+def test_hooks_callers_present_certificates_the_scheduler_trusts():
+    deployment, container = scheduler()
     args = build_parser().parse_args(container["args"])
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
@@ -163,6 +209,29 @@ def test_console_is_https_behind_its_ingress_and_metrics_need_a_token():
     assert backend["name"] == "kalena"  # the console's Service, never the hooks port
     env = {e["name"]: e for e in container["env"]}
     assert "optional" not in env["KALENA_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]  # the pod needs it
+
+
+def test_login_throttling_counts_the_client_behind_the_ingress_not_the_ingress():
+    """The Ingress is the console's reverse proxy: the ConfigMap names its header and its pods'
+    network, so the throttle counts each client's own address (not the ingress controller's one
+    address, for which 20 failures would lock everyone out), never a client's own claim, and a LAN
+    client (outside the pod network) is not skipped as a proxy."""
+    from kalena_web.console.clients import client_address
+    from kalena_web.settings import _trusted_proxies
+
+    config = find("kubernetes/control-plane.yaml", "ConfigMap", "kalena-config")["data"]
+    header, networks = _trusted_proxies(config.get("KALENA_TRUSTED_PROXY_HEADER", ""),
+                                        config.get("KALENA_TRUSTED_PROXIES", ""))
+    assert header == "X-Forwarded-For"  # what ingress controllers set
+    ingress_pod = str(ipaddress.ip_network(networks[0])[3 * 256 + 17])  # e.g. 10.244.3.17
+    assert client_address(ingress_pod, "203.0.113.5", trusted=networks) == "203.0.113.5"
+    assert client_address(ingress_pod, "6.6.6.6, 203.0.113.5", trusted=networks) == "203.0.113.5"
+    assert client_address(ingress_pod, "6.6.6.6, 192.168.1.20", trusted=networks) == "192.168.1.20"
+    assert client_address("192.168.1.20", "6.6.6.6", trusted=networks) == "192.168.1.20"  # not via the ingress
+    for private_lan in ("192.168.0.0/16", "172.16.0.0/12"):  # a home or office network is never a proxy
+        assert not any(ipaddress.ip_network(n).overlaps(ipaddress.ip_network(private_lan)) for n in networks)
+    compose = yaml.safe_load((DEPLOY / "compose/docker-compose.yml").read_text())["x-kalena-env"]
+    assert {"KALENA_TRUSTED_PROXY_HEADER", "KALENA_TRUSTED_PROXIES"} <= set(compose)  # for a proxy in front
 
 
 def test_manage_py_check_deploy_passes_with_the_deploy_files_settings():

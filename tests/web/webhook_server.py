@@ -62,9 +62,11 @@ def _write(leaf, tmp: Path, name: str) -> tuple[str, str]:
     return str(tmp / f"{name}.crt"), str(tmp / f"{name}.key")
 
 
-def start_webhook(tmp: Path, plain_port: int, tls_port: int, seed: str = "", **env_extra: str) -> Hooks:
+def start_webhook(tmp: Path, plain_port: int, tls_port: int, seed: str = "", tls_host: str = "127.0.0.1",
+                  **env_extra: str) -> Hooks:
     """Migrate a fresh SQLite database, run ``seed`` (Python source, Django set up) in it, then
-    start ``kalena serve --no-loops`` with the hooks listener; returns once it listens."""
+    start ``kalena serve --no-loops`` with the hooks listener (on ``tls_host``; the console on
+    127.0.0.1); returns once both listen."""
     server_ca, client_ca, rogue_ca = trustme.CA(key_type=RSA), trustme.CA(key_type=RSA), trustme.CA(key_type=RSA)
     _write(server_ca.issue_cert("kalena-webhook.kalena.svc", "127.0.0.1", key_type=RSA), tmp, "tls")
     server_ca.cert_pem.write_to_path(str(tmp / "ca.crt"))
@@ -82,14 +84,14 @@ def start_webhook(tmp: Path, plain_port: int, tls_port: int, seed: str = "", **e
     proc = subprocess.Popen(
         [sys.executable, "-m", "kalena_web.cli", "serve", "--port", str(plain_port), "--no-loops",
          "--tls-port", str(tls_port), "--tls-cert", str(tmp / "tls.crt"), "--tls-key", str(tmp / "tls.key"),
-         "--tls-client-ca", str(tmp / "client-ca.crt")],
+         "--tls-client-ca", str(tmp / "client-ca.crt"), "--tls-host", tls_host],
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            for port in (tls_port, plain_port):
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return Hooks(proc, f"https://127.0.0.1:{tls_port}", f"http://127.0.0.1:{plain_port}", str(tmp / "ca.crt"),
+            for host, port in ((tls_host, tls_port), ("127.0.0.1", plain_port)):
+                socket.create_connection((host, port), timeout=1).close()
+            return Hooks(proc, f"https://{tls_host}:{tls_port}", f"http://127.0.0.1:{plain_port}", str(tmp / "ca.crt"),
                          *client, *rogue, str(tmp / "k.sqlite3"))
         except OSError:
             if proc.poll() is not None:

@@ -279,3 +279,25 @@ def test_serve_refuses_a_hooks_port_without_client_authentication_or_with_a_bad_
     (tmp_path / "ca.crt").write_text("not a certificate\n")
     bad = serve("--tls-client-ca", str(tmp_path / "ca.crt"))
     assert bad.returncode == 2 and f"--tls-client-ca {tmp_path / 'ca.crt'}:" in bad.stderr
+
+
+def test_the_hooks_can_listen_where_the_console_does_not(tmp_path):
+    """``--tls-host``: the scheduler's pods (deploy/kubernetes/control-plane.yaml) serve the hooks to
+    the cluster while their console port, which holds the scheduler's credentials, answers only the
+    pod itself (its probes). Two loopback addresses stand for the pod's own and its cluster IP."""
+    console_port, hooks_port = free_port(), free_port()
+    server = start_webhook(tmp_path, console_port, hooks_port, tls_host="127.0.0.2")
+    try:
+        def answers(host: str, port: int) -> bool:
+            try:
+                socket.create_connection((host, port), timeout=2).close()
+                return True
+            except OSError:
+                return False
+
+        assert answers("127.0.0.2", hooks_port) and answers("127.0.0.1", console_port)
+        assert not answers("127.0.0.2", console_port)   # the console is not served where the hooks are
+        assert not answers("127.0.0.1", hooks_port)
+        assert httpx.get(f"http://127.0.0.1:{console_port}/livez", timeout=30).status_code == 200
+    finally:
+        stop(server)

@@ -1,8 +1,9 @@
-"""deploy/kubernetes RBAC derived from the test API server's request log: the control plane's and
-the agent's every API call over their end-to-end paths (watch, lease, bind, Events,
-PodScheduled=False, eviction, published capacity, TokenReview, the extender's pod read; the
-agent's own-node check, eviction and delete, its kubelet reads) map to exactly the rules the
-manifests grant — nothing missing, nothing unused."""
+"""deploy/kubernetes RBAC derived from the test API server's request log: the scheduler's, the
+console's and the agent's every API call over their end-to-end paths (the scheduler and workers:
+watch, lease, bind, Events, PodScheduled=False, eviction, published capacity, the extender's pod
+read; the console: the agents' TokenReview; the agent: its own-node check, DisruptionTarget and
+delete, its kubelet reads) map to exactly the rules each ServiceAccount is granted — nothing
+missing, nothing unused."""
 
 from __future__ import annotations
 
@@ -78,14 +79,42 @@ def test_control_plane_rbac_is_exactly_what_it_calls(live, api_server):
                  "PodScheduled=False")
         orch.evict("batch/fits-0", grace_s=0, reason="rbac")       # escalation drain / eviction retries
         orch.pod("batch/huge-0")                                    # the extender's bind reads the pod
-        token_reviews(api, {})
-        orch.token_review("some-token", ["kalena"])                 # agents' TokenReview
     finally:
         s.stop()
     need = required(api.request_log)
     have = roles(DEPLOY / "kubernetes/control-plane.yaml", "kalena-scheduler")
     assert need - have == set(), f"missing from deploy/kubernetes/control-plane.yaml: {sorted(need - have)}"
     assert have - need == set(), f"granted but never used: {sorted(have - need)}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_console_rbac_is_only_the_agents_tokenreview(live, api_server, settings, monkeypatch):
+    """The console (its own ServiceAccount, kalena-console) calls the API for one thing: the agents'
+    TokenReview. A batch pod it deletes is stopped by a worker (KALENA_ORCHESTRATOR_THROUGH_WORKERS,
+    as its Deployment sets): it binds nothing, patches no node, evicts nothing itself."""
+    from kalena_web.control import orchestrators
+    from kalena_web.control.forwarding import ThroughWorkers
+    from kalena_web.kubehooks.agent_auth import service_account_authenticate
+
+    console = next(d for d in yaml.safe_load_all((DEPLOY / "kubernetes/control-plane.yaml").read_text())
+                   if d["kind"] == "Deployment" and d["metadata"]["name"] == "kalena-console")
+    env = {e["name"]: e.get("value") for e in console["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+    settings.KALENA_ORCHESTRATOR = "kubernetes"
+    settings.KALENA_ORCHESTRATOR_THROUGH_WORKERS = env.get("KALENA_ORCHESTRATOR_THROUGH_WORKERS") == "1"
+    settings.KALENA_AGENT_TOKENREVIEW_CLUSTER = live.name
+    monkeypatch.setattr(orchestrators, "kubernetes_api_client",
+                        lambda: k8s.ApiClient(k8s.Configuration(host=api_server.url)))
+    token_reviews(api_server, {"sa-alpha": {"username": "system:serviceaccount:kalena-system:kalena-agent",
+                                            "node": NODES[0], "audiences": ["kalena"]}})
+    assert service_account_authenticate("sa-alpha").node_name == NODES[0]      # the agent link's TokenReview
+    assert isinstance(orchestrators.orchestrator_for(live), ThroughWorkers)   # a delete's stop: the workers'
+    need = required(api_server.request_log)
+    have = roles(DEPLOY / "kubernetes/control-plane.yaml", "kalena-console")
+    assert need == {("authentication.k8s.io", "tokenreviews", "create")}
+    assert have == need, f"the console is granted {sorted(have - need)} it never uses"
+    for right in (("", "pods/binding", "create"), ("", "nodes/status", "patch"), ("", "pods/eviction", "create"),
+                  ("", "pods", "delete"), ("coordination.k8s.io", "leases", "update")):
+        assert right not in have
 
 
 def test_agent_rbac_is_exactly_what_it_calls(tmp_path, api_server, json_server):
