@@ -70,6 +70,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from agents.orchestrators.kubernetes.testcontrollers import JobController
+from agents.orchestrators.kubernetes.testdiscovery import (
+    OPENAPI_V2_PROTOBUF, VERSION, api_group_list, api_resource_list, api_versions, table, wants_table,
+)
 from agents.orchestrators.kubernetes.teststore import (
     RESOURCES, APIError, Store, apply_patch, disruptions_allowed, field_matcher, label_matcher, now_rfc3339,
     selects, status_body,
@@ -77,13 +81,13 @@ from agents.orchestrators.kubernetes.teststore import (
 
 __all__ = ["APIError", "TestAPIServer", "node", "pod", "status_body"]
 
-PREFIXES = {"pods": "/api/v1", "nodes": "/api/v1", "events": "/api/v1",
-            "leases": "/apis/coordination.k8s.io/v1", "poddisruptionbudgets": "/apis/policy/v1"}
-_ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.]+)/(?P<version>v1))"
+PREFIXES = {name: "/api/v1" if r.api_version == "v1" else f"/apis/{r.api_version}" for name, r in RESOURCES.items()}
+_ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.]+)/(?P<version>v1|v1beta1))"
                     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$")
-_GROUPS = {"pods": "", "nodes": "", "events": "", "leases": "coordination.k8s.io",
-           "poddisruptionbudgets": "policy"}
-
+_DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z0-9.]+)/(?P<version>[a-z0-9]+))/?$")
+_GROUPS = {name: r.group for name, r in RESOURCES.items()}
+#: a resource also served under another group version: events.k8s.io/v1 events, policy/v1beta1 budgets
+_ALSO_SERVED = {("events", "events.k8s.io"), ("poddisruptionbudgets", "policy")}
 
 def node(name: str, *, cpu: str = "16", memory: str = "64Gi", ready: bool = True, unschedulable: bool = False,
          labels: dict | None = None, taints: list | None = None, images: list | None = None) -> dict:
@@ -145,8 +149,10 @@ class TestAPIServer:
 
     def __init__(self, *, port: int = 0, bookmark_interval_s: float = 1.0, graceful: bool = False,
                  grace_scale: float = 1.0, run_bound_pods: bool = True, record_bodies: bool = True,
-                 too_large_wait_s: float = 3.0) -> None:
+                 too_large_wait_s: float = 3.0, controllers: bool = True) -> None:
         self.store = Store()
+        #: controller doubles run on their own threads while the server runs (the Job controller)
+        self.controllers = [JobController(self)] if controllers else []
         self.bookmark_interval_s = bookmark_interval_s
         self.too_large_wait_s = too_large_wait_s
         self.graceful = graceful
@@ -192,9 +198,13 @@ class TestAPIServer:
 
     def start(self) -> None:
         threading.Thread(target=self.server.serve_forever, name="kube-test-api", daemon=True).start()
+        for controller in self.controllers:
+            controller.start()
 
     def stop(self) -> None:
         self._closing.set()
+        for controller in self.controllers:
+            controller.stop()
         with self.store.lock:
             self.store.changed.notify_all()
         for t in self._timers:
@@ -422,11 +432,11 @@ class TestAPIServer:
             def log_message(self, *args) -> None:  # quiet
                 return
 
-            def _send(self, code: int, body) -> None:
+            def _send(self, code: int, body, content_type: str = "application/json") -> None:
                 api.answers.append((self.command, self.path.split("?", 1)[0], code))
                 data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -490,10 +500,11 @@ class TestAPIServer:
 
     def _dispatch(self, h, method: str, path: str, query: dict, body) -> None:
         m = _ROUTE.match(path)
-        if path == "/version":
-            return h._send(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-kalena-test"})
-        if m is None or m["resource"] not in RESOURCES or (m["group"] or "") not in (_GROUPS.get(m["resource"]),
-                                                                                     "events.k8s.io"):
+        if method == "GET" and m is None and self._discovery(h, path):
+            return None
+        if m is None or m["resource"] not in RESOURCES or (
+                (m["group"] or "") != _GROUPS[m["resource"]] and (m["resource"], m["group"]) not in _ALSO_SERVED) or (
+                m["version"] == "v1beta1" and m["group"] != "policy"):
             raise APIError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
         resource, ns, name, sub = m["resource"], m["ns"], m["name"], m["sub"]
         self.calls[(method, resource + (f"/{sub}" if sub else "") + ("" if name else "(list)"))] += 1
@@ -515,7 +526,11 @@ class TestAPIServer:
             raise APIError(405, "MethodNotAllowed", f"{method} is not supported on a {resource} collection")
         if sub is None:
             if method == "GET":
-                return h._send(200, self.store.get(resource, key))
+                obj = self.store.get(resource, key)
+                if wants_table(h.headers.get("Accept", "")):
+                    return h._send(200, table(resource, [obj], obj["metadata"]["resourceVersion"],
+                                              query.get("includeObject", "Metadata")))
+                return h._send(200, obj)
             if method == "DELETE":
                 grace = (body or {}).get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
                 if resource == "pods":
@@ -549,6 +564,23 @@ class TestAPIServer:
         elif sub == "eviction" and resource == "pods" and method == "POST":
             return h._send(201, self._evict(key, body or {}))
         raise APIError(405, "MethodNotAllowed", f"{method} {path} is not supported")
+
+    def _discovery(self, h, path: str) -> bool:
+        """Answer ``/version``, ``/api``, ``/apis``, a group version's resource list and
+        ``/openapi/v2``; ``False`` for any other path."""
+        if path == "/version":
+            h._send(200, VERSION)
+        elif path in ("/api", "/api/"):
+            h._send(200, api_versions(h.headers.get("Host", "")))
+        elif path in ("/apis", "/apis/"):
+            h._send(200, api_group_list())
+        elif path == "/openapi/v2":
+            h._send(200, OPENAPI_V2_PROTOBUF, "application/octet-stream")  # Go's mime parser refuses the "@" of its name
+        elif (m := _DISCOVERY.match(path)) and (body := api_resource_list(m["group"] or "", m["core"] or m["version"])):
+            h._send(200, body)
+        else:
+            return False
+        return True
 
     def _replace(self, resource: str, key: str, body: dict) -> dict:
         """PUT: optimistic concurrency on ``metadata.resourceVersion`` (409 Conflict when stale)."""
@@ -586,6 +618,9 @@ class TestAPIServer:
         else:
             with self.store.lock:
                 items, rv = self.store.list(resource, predicate)
+                if wants_table(h.headers.get("Accept", "")):
+                    return h._send(200, table(resource, copy.deepcopy(items), str(rv),
+                                              query.get("includeObject", "Metadata")))
                 lines = [json.dumps(o, separators=(",", ":")).encode() for o in items]
         start = int(token.split(":", 1)[1]) if token else 0
         end = start + limit if limit else len(lines)
