@@ -90,8 +90,11 @@ _GROUPS = {name: r.group for name, r in RESOURCES.items()}
 _ALSO_SERVED = {("events", "events.k8s.io"), ("poddisruptionbudgets", "policy")}
 
 def node(name: str, *, cpu: str = "16", memory: str = "64Gi", ready: bool = True, unschedulable: bool = False,
-         labels: dict | None = None, taints: list | None = None, images: list | None = None) -> dict:
-    """A core/v1 Node as a kubelet registers it (API reference: cluster-resources/node-v1)."""
+         labels: dict | None = None, taints: list | None = None, images: list | None = None,
+         address: str = "") -> dict:
+    """A core/v1 Node as a kubelet registers it (API reference: cluster-resources/node-v1);
+    ``address`` is its ``InternalIP`` (with a ``Hostname`` address) when given."""
+    addresses = [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}] if address else []
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
@@ -104,6 +107,7 @@ def node(name: str, *, cpu: str = "16", memory: str = "64Gi", ready: bool = True
                             "reason": "KubeletReady" if ready else "KubeletNotReady",
                             "message": "kubelet is posting ready status" if ready else "container runtime down"}],
             "images": images or [],
+            **({"addresses": addresses} if addresses else {}),
             "nodeInfo": {"kubeletVersion": "v1.31.0", "kubeProxyVersion": "", "operatingSystem": "linux",
                          "architecture": "amd64", "bootID": f"boot-{name}", "machineID": f"machine-{name}",
                          "systemUUID": f"uuid-{name}", "kernelVersion": "6.8.0", "osImage": "Ubuntu 24.04 LTS",

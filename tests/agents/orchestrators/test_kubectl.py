@@ -1,0 +1,238 @@
+"""Debian's kubectl (1.20, package kubernetes-client, extracted by ``scripts/services kubectl``)
+drives the test API server as an operator would a cluster: what it prints is what a user sees.
+
+Kalena's own Kubernetes client does what it does in production around it: publishes batch
+capacity on a node, binds the Job's pod (recording the Scheduled Event with the pod's uid) —
+so ``kubectl describe pod`` and ``kubectl get events`` show Kalena's Events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+from agents.orchestrators.base import BatchSpec
+from agents.orchestrators.kubernetes.client import KubernetesOrchestrator
+from agents.orchestrators.kubernetes.testserver import TestAPIServer, node, pod
+
+ROOT = Path(__file__).resolve().parents[3]
+KUBECTL = ROOT / "var" / "tools" / "kubernetes-client" / "usr" / "bin" / "kubectl"
+
+JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: crunch
+  namespace: batch
+spec:
+  backoffLimit: 2
+  podFailurePolicy:
+    rules:
+    - action: Ignore
+      onPodConditions:
+      - type: DisruptionTarget
+  template:
+    metadata:
+      labels:
+        kalena.naughtian.io/tier: batch
+    spec:
+      schedulerName: kalena
+      restartPolicy: Never
+      containers:
+      - name: work
+        image: kalena/busybox:test
+        command: ["sh", "-c", "sleep 5"]
+        resources:
+          requests: {cpu: 250m, memory: 64Mi}
+          limits: {cpu: 250m, memory: 64Mi}
+"""
+
+
+@pytest.fixture(scope="module")
+def kubectl_bin() -> Path:
+    if not os.access(KUBECTL, os.X_OK):
+        pytest.fail(f"Debian's kubectl is not at {KUBECTL}: run scripts/services kubectl (scripts/test does)")
+    return KUBECTL
+
+
+@pytest.fixture
+def cluster(tmp_path, kubectl_bin):
+    with TestAPIServer() as api:
+        config = tmp_path / "kubeconfig"
+        config.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: lab, cluster: {{server: '{api.url}'}}}}]\n"
+            "users: [{name: operator, user: {}}]\n"
+            "contexts: [{name: lab, context: {cluster: lab, user: operator}}]\ncurrent-context: lab\n")
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(config)}
+
+        def kubectl(*args: str, ok: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
+            done = subprocess.run([str(kubectl_bin), *args], env=env, capture_output=True, text=True, input=stdin,
+                                  timeout=120)
+            if ok:
+                assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+            return done
+
+        api.create("nodes", node("node-a", cpu="4", memory="8Gi", address="127.0.10.1",
+                                 labels={"node-role.kubernetes.io/worker": ""}))
+        api.create("nodes", node("node-b", cpu="4", memory="8Gi", address="127.0.10.2"))
+        orchestrator = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)))
+        yield api, kubectl, orchestrator
+
+
+def _rows(text: str) -> list[list[str]]:
+    """kubectl's table output, split on its column padding (two or more spaces)."""
+    import re
+
+    return [re.split(r"\s{2,}", line.strip()) for line in text.strip().splitlines()]
+
+
+def test_get_nodes_wide_and_a_node_with_kalenas_batch_allocatable(cluster) -> None:
+    api, kubectl, orchestrator = cluster
+    orchestrator.publish_batch_capacity("node-a", cpu_mcpu=1500, memory_bytes=2 * 2**30)
+
+    rows = _rows(kubectl("get", "nodes", "-o", "wide").stdout)
+    assert rows[0][:6] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP"]
+    by_name = {r[0]: r for r in rows[1:]}
+    assert by_name["node-a"][1:3] == ["Ready", "worker"]
+    assert by_name["node-a"][5] == "127.0.10.1" and by_name["node-b"][5] == "127.0.10.2"
+
+    shown = kubectl("get", "node", "node-a", "-o", "yaml").stdout
+    assert "kalena.naughtian.io/batch-cpu: \"1500\"" in shown
+    assert f"kalena.naughtian.io/batch-memory: \"{2 * 2**30}\"" in shown
+    as_json = json.loads(kubectl("get", "node", "node-a", "-o", "json").stdout)
+    assert as_json["status"]["allocatable"]["kalena.naughtian.io/batch-cpu"] == "1500"
+
+
+def test_a_job_created_with_kubectl_gets_its_pod_bound_by_kalena_and_described_with_its_events(cluster, tmp_path) -> None:
+    api, kubectl, orchestrator = cluster
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(JOB)
+    assert kubectl("create", "-f", str(manifest)).stdout.strip() == "job.batch/crunch created"  # validated, no --validate=false
+
+    pods = _wait_for_pods(kubectl, "batch", "job-name=crunch", 1)
+    name = pods[0]
+    assert name.startswith("crunch-")
+    created = api.get("pods", f"batch/{name}")
+    assert created["metadata"]["ownerReferences"][0]["kind"] == "Job"
+    orchestrator.bind(BatchSpec(id=f"batch/{name}", image="", request_mcpu=250, request_bytes=64 * 2**20,
+                                limit_mcpu=250, limit_bytes=64 * 2**20, uid=created["metadata"]["uid"]), "node-a")
+    assert orchestrator.flush_events()
+
+    rows = _rows(kubectl("get", "pods", "-A", "-o", "wide").stdout)
+    assert rows[0][:8] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    row = next(r for r in rows if r[1] == name)
+    assert (row[0], row[3], row[7]) == ("batch", "Running", "node-a")
+
+    described = kubectl("describe", "pod", "-n", "batch", name).stdout
+    assert "Controlled By:  Job/crunch" in described
+    events = described.split("Events:", 1)[1]
+    assert "Scheduled" in events and f"Successfully assigned batch/{name} to node-a" in events
+
+    listed = _rows(kubectl("get", "events", "-n", "batch").stdout)
+    assert listed[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert ["Normal", "Scheduled", f"pod/{name}", f"Successfully assigned batch/{name} to node-a"] in \
+        [r[1:] for r in listed[1:]]
+
+    jobs = _rows(kubectl("get", "jobs", "-n", "batch").stdout)
+    assert jobs[0] == ["NAME", "COMPLETIONS", "DURATION", "AGE"] and jobs[1][:2] == ["crunch", "0/1"]
+
+
+def test_delete_cordon_and_drain_evict_through_the_eviction_subresource(cluster, tmp_path) -> None:
+    api, kubectl, orchestrator = cluster
+    api.create_pod(pod("web", "api-0", "node-b"))
+    kubectl("delete", "pod", "-n", "web", "api-0")
+    assert "api-0" not in kubectl("get", "pods", "-A").stdout
+
+    assert kubectl("cordon", "node-b").stdout.strip() == "node/node-b cordoned"
+    assert api.get("nodes", "node-b")["spec"]["unschedulable"] is True
+    assert ("PATCH", "/api/v1/nodes/node-b") in [(m, p) for m, p, _ in api.requests]
+    status = {r[0]: r[1] for r in _rows(kubectl("get", "nodes").stdout)[1:]}
+    assert status == {"node-a": "Ready", "node-b": "Ready,SchedulingDisabled"}
+
+    # node-a: a production pod of a ReplicaSet, a DaemonSet's pod, and the Job's batch pod Kalena bound
+    api.create_pod(pod("web", "web-7c9f-x2x4q", "node-a", owner_kind="ReplicaSet", owner_name="web-7c9f"))
+    api.create("daemonsets", {"metadata": {"name": "kalena-agent", "namespace": "kalena-system"}, "spec": {}})
+    api.create_pod(pod("kalena-system", "kalena-agent-abcde", "node-a", owner_kind="DaemonSet",
+                       owner_name="kalena-agent"))
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(JOB)
+    kubectl("create", "-f", str(manifest))
+    first = _wait_for_pods(kubectl, "batch", "job-name=crunch", 1)[0]
+    uid = api.get("pods", f"batch/{first}")["metadata"]["uid"]
+    orchestrator.bind(BatchSpec(id=f"batch/{first}", image="", request_mcpu=250, request_bytes=64 * 2**20,
+                                limit_mcpu=250, limit_bytes=64 * 2**20, uid=uid), "node-a")
+
+    refused = kubectl("drain", "node-a", ok=False)  # a DaemonSet's pod without --ignore-daemonsets
+    assert refused.returncode != 0 and "DaemonSet-managed Pods" in refused.stderr
+
+    drained = kubectl("drain", "node-a", "--ignore-daemonsets")
+    assert drained.stdout.splitlines()[-1] == "node/node-a evicted"  # kubectl 1.20's word for a drain by eviction
+    assert f"pod/{first} evicted" in drained.stdout and "pod/web-7c9f-x2x4q evicted" in drained.stdout
+    assert "kalena-system/kalena-agent-abcde" in drained.stderr  # the ignored DaemonSet pod is named
+    evictions = sorted(p for m, p, _ in api.requests if m == "POST" and p.endswith("/eviction"))
+    assert evictions == [f"/api/v1/namespaces/batch/pods/{first}/eviction",
+                         "/api/v1/namespaces/web/pods/web-7c9f-x2x4q/eviction"]
+    assert api.get("nodes", "node-a")["spec"]["unschedulable"] is True
+    left = {r[1] for r in _rows(kubectl("get", "pods", "-A").stdout)[1:]}
+    assert "kalena-agent-abcde" in left and first not in left and "web-7c9f-x2x4q" not in left
+
+    # the Job controller replaces the evicted pod; the eviction is not a failure (podFailurePolicy)
+    replacement = _wait_for_pods(kubectl, "batch", "job-name=crunch", 1)[0]
+    assert replacement != first
+    assert kubectl("get", "job", "-n", "batch", "crunch", "-o", "jsonpath={.status.failed}").stdout == ""
+
+
+def test_apply_stores_config_and_rbac_and_reapplies_a_change(cluster, tmp_path) -> None:
+    api, kubectl, _ = cluster
+    manifest = tmp_path / "config.yaml"
+    objects = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: kalena-system}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: kalena-policy, namespace: kalena-system}
+data: {policy.yaml: "tiers: [production, batch]"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kalena-agent}
+rules:
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+"""
+    manifest.write_text(objects)
+    out = kubectl("apply", "-f", str(manifest)).stdout
+    assert "namespace/kalena-system created" in out and "configmap/kalena-policy created" in out
+    assert "clusterrole.rbac.authorization.k8s.io/kalena-agent created" in out
+
+    manifest.write_text(objects.replace("tiers: [production, batch]", "tiers: [batch]"))
+    out = kubectl("apply", "-f", str(manifest)).stdout
+    assert "configmap/kalena-policy configured" in out and "namespace/kalena-system unchanged" in out
+    assert api.get("configmaps", "kalena-system/kalena-policy")["data"] == {"policy.yaml": "tiers: [batch]"}
+    assert kubectl("get", "clusterrole", "kalena-agent", "-o", "jsonpath={.rules[0].verbs}").stdout \
+        .replace('"', "").replace(" ", "") in ("[get,list,watch]", "getlistwatch")
+    assert "kalena-policy" in kubectl("get", "configmaps", "-n", "kalena-system").stdout
+
+
+def _wait_for_pods(kubectl, namespace: str, selector: str, count: int, timeout_s: float = 30.0) -> list[str]:
+    """Names of the ``count`` non-terminating pods ``selector`` lists (the Job controller runs on
+    its own thread); fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    names: list[str] = []
+    while time.monotonic() < deadline:
+        names = kubectl("get", "pods", "-n", namespace, "-l", selector,
+                        "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
+        if len(names) == count:
+            return names
+        time.sleep(0.1)
+    raise AssertionError(f"pods {selector} in {namespace}: {names}, wanted {count}")
