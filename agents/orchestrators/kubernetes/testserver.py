@@ -5,7 +5,7 @@ What it models (JSON shapes from the Kubernetes API reference; semantics from th
 concepts page):
 
 * ``nodes``, ``pods``, ``events`` (core/v1 and events.k8s.io/v1 paths), ``leases``
-  (coordination.k8s.io/v1), ``poddisruptionbudgets`` (policy/v1): get, list, create, delete;
+  (coordination.k8s.io/v1), ``poddisruptionbudgets`` (policy/v1 and v1beta1): get, list, create, delete;
   one cluster-wide ``resourceVersion`` bumped by every write.
 * list: ``labelSelector``, ``fieldSelector`` (``metadata.name``, ``metadata.namespace``,
   ``spec.nodeName``, ``spec.schedulerName``, ``status.phase``; events: ``involvedObject.kind``,
@@ -35,6 +35,16 @@ concepts page):
 * nodes: create, PATCH of the object and ``/status``.
 * leases: get, create (409 AlreadyExists), PUT with ``metadata.resourceVersion`` (409 Conflict
   when stale), PATCH.
+* what kubectl asks besides objects (:mod:`~agents.orchestrators.kubernetes.testdiscovery`):
+  ``/version``, legacy discovery (``/api``, ``/apis``, each group version's resource list),
+  ``/openapi/v2`` (an empty protobuf document: client-side validation checks ``apiVersion`` and
+  ``kind`` only) and ``meta.k8s.io/v1 Table`` answers (pods, nodes, events, jobs with kube-apiserver's
+  columns; Name/Created At for the rest).
+* namespaces, configmaps, secrets, services, serviceaccounts, deployments, replicasets,
+  statefulsets, daemonsets, jobs, RBAC roles and bindings, mutating webhook configurations: stored
+  generically (create, get, list, watch, delete, PATCH, PUT) so manifests apply.
+* the Job controller double (:mod:`~agents.orchestrators.kubernetes.testcontrollers`, on unless
+  ``controllers=False``): a Job's pods, replacements, ``backoffLimit``, ``podFailurePolicy`` Ignore.
 * faults: :meth:`fault` answers matching requests with a code or delays them (timeouts).
 * every request is recorded in ``requests`` as ``(verb, path, body)`` (and ``queries`` as
   ``(verb, path, query parameters)``; ``answers`` has ``(verb, path, status code)``) and counted
@@ -46,8 +56,9 @@ beyond uid/creationTimestamp/status.phase, server-side apply, field managers, dr
 historical lists (a list is always served at the latest version; ``resourceVersionMatch`` is
 ignored), watch cache windows (only :meth:`compact` expires versions), ``sendInitialEvents``,
 generation/observedGeneration, finalizers, owner-reference garbage collection, controllers
-(Jobs do not create replacement pods — tests do), the scheduler, real kubelets (nodes never
-heartbeat), HTTP/2, protobuf, CBOR, table output, rate limiting (APF), and Event aggregation.
+other than the Job double, the scheduler, real kubelets (nodes never heartbeat), aggregated
+discovery, OpenAPI field schemas, HTTP/2, protobuf objects, CBOR, rate limiting (APF), and Event
+aggregation.
 
 Extending it (the kubelet and webhook of part 2): append to ``pod_create_hooks``
 (``hook(pod) -> pod | None``, raise :class:`APIError` to refuse), ``bind_hooks``
@@ -579,7 +590,8 @@ class TestAPIServer:
         elif path in ("/apis", "/apis/"):
             h._send(200, api_group_list())
         elif path == "/openapi/v2":
-            h._send(200, OPENAPI_V2_PROTOBUF, "application/octet-stream")  # Go's mime parser refuses the "@" of its name
+            # not its own media type: Go's mime parser (client-go) refuses the "@" in it
+            h._send(200, OPENAPI_V2_PROTOBUF, "application/octet-stream")
         elif (m := _DISCOVERY.match(path)) and (body := api_resource_list(m["group"] or "", m["core"] or m["version"])):
             h._send(200, body)
         else:

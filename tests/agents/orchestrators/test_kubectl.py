@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -76,7 +77,8 @@ def cluster(tmp_path, kubectl_bin):
             done = subprocess.run([str(kubectl_bin), *args], env=env, capture_output=True, text=True, input=stdin,
                                   timeout=120)
             if ok:
-                assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+                assert done.returncode == 0, \
+                    f"kubectl {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
             return done
 
         api.create("nodes", node("node-a", cpu="4", memory="8Gi", address="127.0.10.1",
@@ -88,8 +90,6 @@ def cluster(tmp_path, kubectl_bin):
 
 def _rows(text: str) -> list[list[str]]:
     """kubectl's table output, split on its column padding (two or more spaces)."""
-    import re
-
     return [re.split(r"\s{2,}", line.strip()) for line in text.strip().splitlines()]
 
 
@@ -110,11 +110,13 @@ def test_get_nodes_wide_and_a_node_with_kalenas_batch_allocatable(cluster) -> No
     assert as_json["status"]["allocatable"]["kalena.naughtian.io/batch-cpu"] == "1500"
 
 
-def test_a_job_created_with_kubectl_gets_its_pod_bound_by_kalena_and_described_with_its_events(cluster, tmp_path) -> None:
+def test_a_job_created_with_kubectl_gets_its_pod_bound_by_kalena_and_described_with_its_events(cluster,
+                                                                                               tmp_path) -> None:
     api, kubectl, orchestrator = cluster
     manifest = tmp_path / "job.yaml"
     manifest.write_text(JOB)
-    assert kubectl("create", "-f", str(manifest)).stdout.strip() == "job.batch/crunch created"  # validated, no --validate=false
+    # validated client-side (no --validate=false)
+    assert kubectl("create", "-f", str(manifest)).stdout.strip() == "job.batch/crunch created"
 
     pods = _wait_for_pods(kubectl, "batch", "job-name=crunch", 1)
     name = pods[0]

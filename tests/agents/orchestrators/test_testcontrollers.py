@@ -1,0 +1,111 @@
+"""The test API server's Job controller double through the real ``kubernetes`` client: a
+Job's pods, replacements, ``backoffLimit``, ``podFailurePolicy`` ignoring an eviction, Complete."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kubernetes import client as k8s
+
+from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
+
+
+def _job(name: str, *, backoff_limit: int = 6, ignore_disruption: bool = False, parallelism: int = 1,
+         completions: int = 1) -> dict:
+    spec: dict = {"backoffLimit": backoff_limit, "parallelism": parallelism, "completions": completions,
+                  "template": {"metadata": {"labels": {"kalena.naughtian.io/tier": "batch"}},
+                               "spec": {"schedulerName": "kalena", "restartPolicy": "Never",
+                                        "containers": [{"name": "work", "image": "kalena/busybox:test"}]}}}
+    if ignore_disruption:
+        spec["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "batch"}, "spec": spec}
+
+
+@pytest.fixture
+def api():
+    with TestAPIServer() as server:
+        server.create("nodes", node("node-a"))
+        yield server
+
+
+@pytest.fixture
+def clients(api):
+    client = k8s.ApiClient(k8s.Configuration(host=api.url))
+    return k8s.BatchV1Api(client), k8s.CoreV1Api(client)
+
+
+def _until(read, check, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    value = read()
+    while not check(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = read()
+    assert check(value), f"still {value!r} after {timeout_s}s"
+    return value
+
+
+def _pods(core, job: str) -> list[dict]:
+    listed = core.list_namespaced_pod("batch", label_selector=f"job-name={job}", _preload_content=False)
+    return [p for p in json.loads(listed.data)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def _status(batch, job: str) -> dict:
+    return json.loads(batch.read_namespaced_job(job, "batch", _preload_content=False).data).get("status") or {}
+
+
+def test_a_job_gets_pods_shaped_as_the_job_controller_makes_them(api, clients) -> None:
+    batch, core = clients
+    created = batch.create_namespaced_job("batch", _job("crunch", parallelism=2, completions=3))
+    pods = _until(lambda: _pods(core, "crunch"), lambda ps: len(ps) == 2)  # parallelism 2 of 3 completions
+    for p in pods:
+        assert p["metadata"]["name"].startswith("crunch-")
+        owner = p["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == \
+            ("Job", "crunch", created.metadata.uid, True)
+        assert p["metadata"]["labels"]["controller-uid"] == created.metadata.uid
+        assert p["metadata"]["labels"]["kalena.naughtian.io/tier"] == "batch"
+        assert p["spec"]["schedulerName"] == "kalena" and p["status"]["phase"] == "Pending"
+    # two succeed: one more pod for the third completion; then Complete
+    for p in pods:
+        api.set_pod_phase(f"batch/{p['metadata']['name']}", "Succeeded", exit_code=0)
+    third = _until(lambda: [q for q in _pods(core, "crunch") if q["status"]["phase"] == "Pending"],
+                   lambda ps: len(ps) == 1)
+    api.set_pod_phase(f"batch/{third[0]['metadata']['name']}", "Succeeded", exit_code=0)
+    status = _until(lambda: _status(batch, "crunch"), lambda s: s.get("completionTime"))
+    assert status["succeeded"] == 3 and [c["type"] for c in status["conditions"]] == ["Complete"]
+
+
+@pytest.mark.parametrize(("ignore_disruption", "failed_after_eviction"), [
+    pytest.param(True, 0, id="podFailurePolicy-ignores-DisruptionTarget"),
+    pytest.param(False, 1, id="no-policy-an-eviction-counts-as-a-failure"),
+])
+def test_an_evicted_pod_is_replaced_and_counted_per_the_pod_failure_policy(api, clients, ignore_disruption,
+                                                                          failed_after_eviction) -> None:
+    batch, core = clients
+    batch.create_namespaced_job("batch", _job("crunch", ignore_disruption=ignore_disruption))
+    first = _until(lambda: _pods(core, "crunch"), lambda ps: len(ps) == 1)[0]["metadata"]["name"]
+    core.create_namespaced_pod_eviction(first, "batch", {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                         "metadata": {"name": first, "namespace": "batch"}})
+    second = _until(lambda: _pods(core, "crunch"), lambda ps: len(ps) == 1 and ps[0]["metadata"]["name"] != first)
+    assert second[0]["metadata"]["name"] != first
+    assert int(_status(batch, "crunch").get("failed") or 0) == failed_after_eviction
+
+
+def test_failures_past_the_backoff_limit_fail_the_job_and_stop_replacements(api, clients) -> None:
+    batch, core = clients
+    batch.create_namespaced_job("batch", _job("crunch", backoff_limit=1))
+    seen: list[str] = []
+    for _ in range(2):  # backoffLimit 1: the second failure is one too many
+        current = _until(lambda: _pods(core, "crunch"),
+                         lambda ps: any(p["metadata"]["name"] not in seen and p["status"]["phase"] == "Pending"
+                                        for p in ps))
+        name = next(p["metadata"]["name"] for p in current if p["metadata"]["name"] not in seen)
+        seen.append(name)
+        api.set_pod_phase(f"batch/{name}", "Failed", reason="Error", exit_code=1)
+    status = _until(lambda: _status(batch, "crunch"), lambda s: s.get("conditions"))
+    assert status["failed"] == 2
+    assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Failed", "BackoffLimitExceeded")]
+    # the reconcile that set Failed returned before creating pods, and a failed Job is not reconciled again
+    assert sorted(p["metadata"]["name"] for p in _pods(core, "crunch")) == sorted(seen)
