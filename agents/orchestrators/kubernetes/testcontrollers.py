@@ -1,8 +1,9 @@
-"""Controller doubles of the test API server: the Job controller (batch/v1), as
-kube-controller-manager's ``job`` controller shapes what it writes (no HTTP here; the server
-runs it on a thread, see :mod:`agents.orchestrators.kubernetes.testserver`).
+"""Controller doubles of the test API server — Job → pods, Deployment → ReplicaSet → pods — as
+kube-controller-manager's ``job``, ``deployment`` and ``replicaset`` controllers shape what they
+write (no HTTP here; :class:`Controllers` runs them on one thread of the server, see
+:mod:`agents.orchestrators.kubernetes.testserver`).
 
-What it models: a Job's defaulting (``spec.selector`` on ``controller-uid``, the template's
+Jobs: a Job's defaulting (``spec.selector`` on ``controller-uid``, the template's
 ``controller-uid`` and ``job-name`` labels, ``parallelism``/``completions`` 1, ``backoffLimit``
 6, ``status.startTime``); its pods, created from the template through the server's pod
 admission with ``generateName: <job>-``, those labels and a controlling ``ownerReference``;
@@ -13,30 +14,32 @@ condition it carried (``DisruptionTarget`` after an eviction); ``status.failed >
 backoffLimit`` → condition ``Failed``/``BackoffLimitExceeded`` and no more pods; ``succeeded
 ≥ completions`` → condition ``Complete`` and ``completionTime``.
 
-What it does not model: indexed completion, ``activeDeadlineSeconds``, ``ttlSecondsAfterFinished``,
+Deployments: one ReplicaSet per pod template, ``<deployment>-<pod-template-hash>`` with the hash
+in its selector and template labels (and so in its pods'), scaled to ``spec.replicas``; a changed
+template → a new ReplicaSet and the old ones scaled to 0 at once. ReplicaSets keep
+``spec.replicas`` live pods (``generateName: <rs>-``) and report replicas/ready/available.
+
+What they do not model: indexed completion, ``activeDeadlineSeconds``, ``ttlSecondsAfterFinished``,
 backoff delays between replacements, suspend, pod-tracking finalizers, exit-code rules of a
 ``podFailurePolicy`` (``onExitCodes``), ``FailJob``/``Count`` actions (only ``Ignore`` changes
-the count), deleting a Job's pods when the Job is deleted (no garbage collector).
+the count); rolling-update pacing (``maxSurge``/``maxUnavailable``), ``minReadySeconds``,
+revision history limits, rollback, paused Deployments; adoption of orphans by selector (only
+pods and ReplicaSets a controller created, by ``ownerReference``); deleting what an object
+owns when it is deleted (no garbage collector); the Deployment controller's exact hash value.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from agents.orchestrators.kubernetes.teststore import APIError, key_of, now_rfc3339
+from agents.orchestrators.kubernetes.teststore import RESOURCES, APIError, key_of, now_rfc3339
 
 if TYPE_CHECKING:
     from agents.orchestrators.kubernetes.testserver import TestAPIServer
-
-
-def _controller_uid(obj: Mapping) -> str:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "Job":
-            return str(ref.get("uid") or "")
-    return ""
 
 
 def ignored_by_policy(job: Mapping, pod: Mapping) -> bool:
@@ -53,16 +56,23 @@ def ignored_by_policy(job: Mapping, pod: Mapping) -> bool:
     return False
 
 
-class JobController:
-    """Follows the store's change log on a thread and reconciles the Jobs a change touches."""
+def _owner_uid(obj: Mapping, kind: str) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == kind:
+            return str(ref.get("uid") or "")
+    return ""
+
+
+class Controllers:
+    """One thread that follows the store's change log and hands each controller double the
+    keys a change touches (a controller's own object, or the owner of a pod or ReplicaSet it
+    controls); a compacted log → every object is reconciled."""
 
     def __init__(self, server: TestAPIServer) -> None:
-        self.server = server
         self.store = server.store
-        #: pod uids already counted as failed or succeeded (a pod counts once)
-        self._counted: set[str] = set()
+        self.controllers = [JobController(server), ReplicaSetController(server), DeploymentController(server)]
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kube-test-job-controller", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="kube-test-controllers", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -83,22 +93,75 @@ class JobController:
                     continue
                 resync = seen_rv < self.store.compacted_rv
                 seen_rv = changes[-1].rv
-                jobs = {uid: key for key, uid in ((k, j["metadata"]["uid"])
-                                                  for k, j in self.store.objects["jobs"].items())}
-                touched: set[str] = set(jobs.values()) if resync else set()
-                for c in changes:
-                    if c.resource == "jobs" and c.type != "DELETED":
-                        touched.add(key_of(c.obj))
-                    elif c.resource == "pods" and (uid := _controller_uid(c.obj)) in jobs:
-                        touched.add(jobs[uid])
-                        phase = (c.obj.get("status") or {}).get("phase")
-                        if c.type == "DELETED" or phase in ("Failed", "Succeeded"):
-                            self._count(jobs[uid], c.obj, "Succeeded" if phase == "Succeeded" else "Failed")
-            for key in sorted(touched):
-                try:
-                    self.reconcile(key)
-                except APIError:  # the Job was deleted meanwhile, or admission refused its pod
-                    continue
+                work = [(c, c.touched(changes, resync)) for c in self.controllers]
+            for controller, keys in work:
+                for key in sorted(keys):
+                    try:
+                        controller.reconcile(key)
+                    except APIError:  # deleted meanwhile, or admission refused a pod
+                        continue
+
+
+class _Controller:
+    """A controller double: ``resource`` it reconciles, ``owned`` the resource whose objects it
+    controls (by a controlling ``ownerReference`` of kind ``kind``)."""
+
+    resource = ""
+    owned = ""
+
+    def __init__(self, server: TestAPIServer) -> None:
+        self.server = server
+        self.store = server.store
+
+    @property
+    def kind(self) -> str:
+        return RESOURCES[self.resource].kind
+
+    def touched(self, changes: list, resync: bool) -> set[str]:
+        """Keys of the objects ``changes`` concern (caller holds the store lock)."""
+        by_uid = {o["metadata"]["uid"]: k for k, o in self.store.objects[self.resource].items()}
+        keys: set[str] = set(by_uid.values()) if resync else set()
+        for c in changes:
+            if c.resource == self.resource and c.type != "DELETED":
+                keys.add(key_of(c.obj))
+            elif c.resource == self.owned and (uid := _owner_uid(c.obj, self.kind)) in by_uid:
+                keys.add(by_uid[uid])
+                self.seen_owned(by_uid[uid], c)
+        return keys
+
+    def seen_owned(self, key: str, change) -> None:
+        """A change to an object ``key`` controls (caller holds the store lock)."""
+
+    def children(self, uid: str) -> list[dict]:
+        with self.store.lock:
+            return [copy.deepcopy(o) for o in self.store.objects[self.owned].values()
+                    if _owner_uid(o, self.kind) == uid]
+
+
+def _owner_ref(obj: Mapping) -> dict:
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def _live(pod: Mapping) -> bool:
+    return ((pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not (pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+class JobController(_Controller):
+    """Jobs → pods (see the module docstring)."""
+
+    resource, owned = "jobs", "pods"
+
+    def __init__(self, server: TestAPIServer) -> None:
+        super().__init__(server)
+        #: pod uids already counted as failed or succeeded (a pod counts once)
+        self._counted: set[str] = set()
+
+    def seen_owned(self, key: str, change) -> None:
+        phase = (change.obj.get("status") or {}).get("phase")
+        if change.type == "DELETED" or phase in ("Failed", "Succeeded"):
+            self._count(key, change.obj, "Succeeded" if phase == "Succeeded" else "Failed")
 
     def _count(self, job_key: str, pod: Mapping, outcome: str) -> None:
         """Count a finished or deleted pod once in its Job's status (caller holds the lock)."""
@@ -128,11 +191,7 @@ class JobController:
         spec, status = job["spec"], job.get("status") or {}
         if any(c.get("status") == "True" for c in status.get("conditions") or []):
             return  # Complete or Failed: finished
-        uid = job["metadata"]["uid"]
-        with self.store.lock:
-            owned = [p for p in self.store.objects["pods"].values() if _controller_uid(p) == uid]
-            active = sum(1 for p in owned if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                         and not p["metadata"].get("deletionTimestamp"))
+        active = sum(1 for p in self.children(job["metadata"]["uid"]) if _live(p))
         succeeded, failed = int(status.get("succeeded") or 0), int(status.get("failed") or 0)
         completions = int(spec.get("completions") if spec.get("completions") is not None else 1)
         if failed > int(spec.get("backoffLimit", 6)):
@@ -172,14 +231,100 @@ def _default(job: dict) -> None:
 
 
 def _pod_from(job: Mapping) -> dict:
-    """A pod of ``job`` as the Job controller creates it (``GetPodFromTemplate``)."""
+    """A pod of ``job`` (or a ReplicaSet) as its controller creates it (``GetPodFromTemplate``)."""
     template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
     meta = template.get("metadata") or {}
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"generateName": f"{name}-", "namespace": namespace, "labels": meta.get("labels") or {},
                          "annotations": meta.get("annotations") or {},
-                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                              "uid": job["metadata"]["uid"], "controller": True,
-                                              "blockOwnerDeletion": True}]},
+                         "ownerReferences": [_owner_ref(job)]},
             "spec": template.get("spec") or {}, "status": {"phase": "Pending"}}
+
+
+# -- ReplicaSets and Deployments ----------------------------------------------------------------
+
+_SAFE = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.SafeEncodeString alphabet
+
+
+def pod_template_hash(template: Mapping) -> str:
+    """A Deployment's ``pod-template-hash``: FNV-1a (32 bit) of the template's canonical JSON,
+    written in the 27 consonants and digits Kubernetes uses (10 characters at most). Same
+    template → same hash, another template → another; the value differs from the Deployment
+    controller's own (it hashes the Go struct's printed form)."""
+    data = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
+    h = 0x811C9DC5
+    for byte in data:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    out = ""
+    for digit in str(h):
+        out += _SAFE[int(digit) * 2 + len(out) % 2]
+    return out[:10]
+
+
+class ReplicaSetController(_Controller):
+    """ReplicaSets → pods: ``spec.replicas`` (default 1) live pods from the template
+    (``generateName: <rs>-``, a controlling ``ownerReference``), the newest deleted first when
+    scaled down; ``status.replicas`` / ``readyReplicas`` (Running) / ``availableReplicas``."""
+
+    resource, owned = "replicasets", "pods"
+
+    def reconcile(self, key: str) -> None:
+        rs = self.store.get("replicasets", key)
+        pods = sorted((p for p in self.children(rs["metadata"]["uid"]) if _live(p)),
+                      key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        want = int((rs.get("spec") or {}).get("replicas", 1))
+        for _ in range(want - len(pods)):
+            self.server.create_pod(_pod_from(rs))
+        for extra in reversed(pods[want:]):
+            self.server.delete_pod(key_of(extra))
+        running = sum(1 for p in pods[:want] if (p.get("status") or {}).get("phase") == "Running")
+        status = {"replicas": len(pods), "readyReplicas": running, "availableReplicas": running,
+                  "observedGeneration": 1}
+        if {k: (rs.get("status") or {}).get(k) for k in status} != status:
+            self.store.mutate("replicasets", key, lambda o: o.__setitem__("status", {**(o.get("status") or {}),
+                                                                                    **status}))
+
+
+class DeploymentController(_Controller):
+    """Deployments → ReplicaSets: the ReplicaSet of the current template
+    (``<deployment>-<pod-template-hash>``, the hash in its selector, template labels and name)
+    gets ``spec.replicas`` (default 1); every other ReplicaSet it owns is scaled to 0 at once (a
+    rollout without surge or unavailability pacing); ``status.replicas`` / ``readyReplicas`` /
+    ``updatedReplicas`` / ``availableReplicas`` from its ReplicaSets."""
+
+    resource, owned = "deployments", "replicasets"
+
+    def reconcile(self, key: str) -> None:
+        deploy = self.store.get("deployments", key)
+        spec = deploy.get("spec") or {}
+        template = copy.deepcopy(spec.get("template") or {})
+        digest = pod_template_hash(template)
+        name = f"{deploy['metadata']['name']}-{digest}"
+        want = int(spec.get("replicas", 1))
+        owned = self.children(deploy["metadata"]["uid"])
+        if not any(rs["metadata"]["name"] == name for rs in owned):
+            template.setdefault("metadata", {})["labels"] = {**(template.get("metadata") or {}).get("labels", {}),
+                                                             "pod-template-hash": digest}
+            selector = copy.deepcopy(spec.get("selector") or {"matchLabels": {}})
+            selector.setdefault("matchLabels", {})["pod-template-hash"] = digest
+            self.store.create("replicasets", {
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": name, "namespace": deploy["metadata"]["namespace"],
+                             "labels": template["metadata"]["labels"], "ownerReferences": [_owner_ref(deploy)],
+                             "annotations": {"deployment.kubernetes.io/revision": str(len(owned) + 1)}},
+                "spec": {"replicas": want, "selector": selector, "template": template}})
+            owned = self.children(deploy["metadata"]["uid"])
+        for rs in owned:
+            replicas = want if rs["metadata"]["name"] == name else 0
+            if int((rs.get("spec") or {}).get("replicas", 1)) != replicas:
+                self.store.mutate("replicasets", key_of(rs),
+                                  lambda o, n=replicas: o.setdefault("spec", {}).__setitem__("replicas", n))
+        current = next((rs for rs in owned if rs["metadata"]["name"] == name), {})
+        ready = sum(int((rs.get("status") or {}).get("readyReplicas") or 0) for rs in owned)
+        status = {"replicas": sum(int((rs.get("status") or {}).get("replicas") or 0) for rs in owned),
+                  "updatedReplicas": int((current.get("status") or {}).get("replicas") or 0),
+                  "readyReplicas": ready, "availableReplicas": ready, "observedGeneration": 1}
+        if {k: (deploy.get("status") or {}).get(k) for k in status} != status:
+            self.store.mutate("deployments", key, lambda o: o.__setitem__("status", {**(o.get("status") or {}),
+                                                                                    **status}))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from agents.orchestrators.kubernetes.teststore import RESOURCES
+from agents.orchestrators.kubernetes.teststore import RESOURCES, APIError, apply_patch
 
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-kalena-test", "gitCommit": "", "gitTreeState": "clean",
            "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.22", "compiler": "gc", "platform": "linux/amd64"}
@@ -29,7 +29,21 @@ SUBRESOURCES = (
     ("pods", "binding", "Binding", "", "", ["create"]),
     ("pods", "eviction", "Eviction", "policy", "v1", ["create"]),
     ("nodes", "status", "Node", "", "", ["get", "patch", "update"]),
+    *((name, "scale", "Scale", "autoscaling", "v1", ["get", "patch", "update"])
+      for name in ("deployments", "replicasets", "statefulsets")),
 )
+SCALABLE = ("deployments", "replicasets", "statefulsets")
+
+
+def scale_of(obj: Mapping) -> dict:
+    """The autoscaling/v1 ``Scale`` of a Deployment, ReplicaSet or StatefulSet."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(((spec.get("selector") or {}).get("matchLabels") or {}).items()))
+    return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in meta},
+            "spec": {"replicas": int(spec.get("replicas", 1))},
+            "status": {"replicas": int(status.get("replicas") or 0), "selector": selector}}
 
 
 def group_versions() -> dict[str, list[str]]:
@@ -98,6 +112,19 @@ def api_resource_list(group: str, version: str) -> dict | None:
 #: validation finds no schema for any kind and so checks only that ``apiVersion`` and ``kind`` are set;
 #: field schemas (unknown or mistyped fields) are not modelled.
 OPENAPI_V2_PROTOBUF = b""
+
+
+def rescale(obj: dict, method: str, content_type: str, body) -> None:
+    """Set ``obj``'s ``spec.replicas`` from a Scale sent by PUT or patched by PATCH (``kubectl scale``).
+
+    Raises:
+        APIError: 422 when the replicas are not a whole number ≥ 0; 415/422 for a bad patch.
+    """
+    wanted = apply_patch(content_type, scale_of(obj), body) if method == "PATCH" else body or {}
+    replicas = (wanted.get("spec") or {}).get("replicas")
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        raise APIError(422, "Invalid", f"Scale.spec.replicas: {replicas!r}: a whole number ≥ 0 is required")
+    obj.setdefault("spec", {})["replicas"] = replicas
 
 
 # -- Table (meta.k8s.io/v1) -------------------------------------------------------------------------
@@ -201,6 +228,19 @@ def _job_cells(j: Mapping, now: datetime) -> list:
             ",".join(c.get("image", "") for c in template), selector or "<none>"]
 
 
+def _deployment_cells(d: Mapping, now: datetime) -> list:
+    meta, spec, status = d.get("metadata") or {}, d.get("spec") or {}, d.get("status") or {}
+    return [meta.get("name", ""), f"{int(status.get('readyReplicas') or 0)}/{int(spec.get('replicas', 1))}",
+            int(status.get("updatedReplicas") or 0), int(status.get("availableReplicas") or 0),
+            _age(meta.get("creationTimestamp", ""), now)]
+
+
+def _replicaset_cells(r: Mapping, now: datetime) -> list:
+    meta, spec, status = r.get("metadata") or {}, r.get("spec") or {}, r.get("status") or {}
+    return [meta.get("name", ""), int(spec.get("replicas", 1)), int(status.get("replicas") or 0),
+            int(status.get("readyReplicas") or 0), _age(meta.get("creationTimestamp", ""), now)]
+
+
 #: resource → (column definitions, cells function); priority-1 columns are ``-o wide``'s
 TABLES = {
     "pods": ([_col("Name", format_="name"), _col("Ready"), _col("Status"), _col("Restarts", "integer"), _col("Age"),
@@ -214,6 +254,10 @@ TABLES = {
                 _col("Count", "integer", 1), _col("Name", priority=1, format_="name")], _event_cells),
     "jobs": ([_col("Name", format_="name"), _col("Completions"), _col("Duration"), _col("Age"),
               _col("Containers", priority=1), _col("Images", priority=1), _col("Selector", priority=1)], _job_cells),
+    "deployments": ([_col("Name", format_="name"), _col("Ready"), _col("Up-to-date", "integer"),
+                     _col("Available", "integer"), _col("Age")], _deployment_cells),
+    "replicasets": ([_col("Name", format_="name"), _col("Desired", "integer"), _col("Current", "integer"),
+                     _col("Ready", "integer"), _col("Age")], _replicaset_cells),
 }
 
 

@@ -81,9 +81,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from agents.orchestrators.kubernetes.testcontrollers import JobController
+from agents.orchestrators.kubernetes.testcontrollers import Controllers
 from agents.orchestrators.kubernetes.testdiscovery import (
-    OPENAPI_V2_PROTOBUF, VERSION, api_group_list, api_resource_list, api_versions, table, wants_table,
+    OPENAPI_V2_PROTOBUF, SCALABLE, VERSION, api_group_list, api_resource_list, api_versions, rescale, scale_of,
+    table, wants_table,
 )
 from agents.orchestrators.kubernetes.teststore import (
     RESOURCES, APIError, Store, apply_patch, disruptions_allowed, field_matcher, label_matcher, now_rfc3339,
@@ -167,7 +168,7 @@ class TestAPIServer:
                  too_large_wait_s: float = 3.0, controllers: bool = True) -> None:
         self.store = Store()
         #: controller doubles run on their own threads while the server runs (the Job controller)
-        self.controllers = [JobController(self)] if controllers else []
+        self.controllers = [Controllers(self)] if controllers else []
         self.bookmark_interval_s = bookmark_interval_s
         self.too_large_wait_s = too_large_wait_s
         self.graceful = graceful
@@ -574,11 +575,19 @@ class TestAPIServer:
                     o["status"] = patched.get("status", o.get("status"))  # the status subresource changes status only
                     return o
                 return h._send(200, self.store.mutate(resource, key, patch_status))
+        elif sub == "scale" and resource in SCALABLE and method in ("GET", "PATCH", "PUT"):
+            return h._send(200, self._scale(resource, key, method, h.headers.get("Content-Type", ""), body))
         elif sub == "binding" and resource == "pods" and method == "POST":
             return h._send(201, self._bind(key, body or {}))
         elif sub == "eviction" and resource == "pods" and method == "POST":
             return h._send(201, self._evict(key, body or {}))
         raise APIError(405, "MethodNotAllowed", f"{method} {path} is not supported")
+
+    def _scale(self, resource: str, key: str, method: str, content_type: str, body) -> dict:
+        """The ``scale`` subresource: GET reads it, PATCH or PUT sets ``spec.replicas``."""
+        if method != "GET":
+            self.store.mutate(resource, key, lambda o: rescale(o, method, content_type, body))
+        return scale_of(self.store.get(resource, key))
 
     def _discovery(self, h, path: str) -> bool:
         """Answer ``/version``, ``/api``, ``/apis``, a group version's resource list and

@@ -60,6 +60,9 @@ RESOURCES = {r.name: r for r in (
     Resource("clusterrolebindings", "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", False),
     Resource("mutatingwebhookconfigurations", "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
              False),
+    Resource("validatingwebhookconfigurations", "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
+             False),
+    Resource("ingresses", "networking.k8s.io/v1", "Ingress", True, ("ing",)),
 )}
 
 

@@ -238,3 +238,47 @@ def _wait_for_pods(kubectl, namespace: str, selector: str, count: int, timeout_s
             return names
         time.sleep(0.1)
     raise AssertionError(f"pods {selector} in {namespace}: {names}, wanted {count}")
+
+
+def test_a_deployment_applied_and_scaled_with_kubectl_runs_its_replicaset_s_pods(cluster, tmp_path) -> None:
+    api, kubectl, _ = cluster
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text("""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: prod}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1", resources: {requests: {cpu: 100m, memory: 64Mi}}}]
+""")
+    assert kubectl("apply", "-f", str(manifest)).stdout.strip() == "deployment.apps/web created"
+    pods = _wait_for_pods(kubectl, "prod", "app=web", 3)
+    rs = _rows(kubectl("get", "rs", "-n", "prod").stdout)
+    assert rs[0] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"] and len(rs) == 2
+    assert all(p.startswith(rs[1][0] + "-") for p in pods)  # web-<pod-template-hash>-<suffix>
+    scaled = kubectl("scale", "deployment/web", "-n", "prod", "--replicas=1").stdout.strip()
+    assert scaled == "deployment.apps/web scaled"
+    assert len(_wait_for_pods(kubectl, "prod", "app=web", 1)) == 1
+    deploy = _rows(kubectl("get", "deployment", "web", "-n", "prod").stdout)
+    assert deploy[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"] and deploy[1][0] == "web"
+
+
+def test_the_deploy_files_apply_except_what_is_not_an_api_object_or_is_cert_managers(cluster) -> None:
+    api, kubectl, _ = cluster
+    applied = kubectl("apply", "-f", str(ROOT / "deploy" / "kubernetes"), ok=False)
+    refused = {line.rsplit('no matches for kind "', 1)[1].split('"', 1)[0]
+               for line in applied.stderr.splitlines() if "no matches for kind" in line}
+    # configuration files of kube-apiserver and kube-scheduler, and cert-manager's custom resources
+    assert refused <= {"AdmissionConfiguration", "Config", "KubeSchedulerConfiguration", "Issuer", "Certificate"}
+    assert [line for line in applied.stderr.splitlines() if "no matches for kind" not in line] == []
+    created = [line for line in applied.stdout.splitlines() if line.endswith(" created")]
+    assert "namespace/kalena created" in created
+    assert any(line.startswith("mutatingwebhookconfiguration.admissionregistration.k8s.io/") for line in created)
+    assert any(line.startswith("clusterrolebinding.rbac.authorization.k8s.io/") for line in created)
+    assert any(line.startswith("ingress.networking.k8s.io/") for line in created)
+    again = kubectl("apply", "-f", str(ROOT / "deploy" / "kubernetes"), ok=False)
+    assert [line for line in again.stdout.splitlines() if not line.endswith(" unchanged")] == []

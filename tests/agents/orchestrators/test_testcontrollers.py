@@ -109,3 +109,47 @@ def test_failures_past_the_backoff_limit_fail_the_job_and_stop_replacements(api,
     assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Failed", "BackoffLimitExceeded")]
     # the reconcile that set Failed returned before creating pods, and a failed Job is not reconciled again
     assert sorted(p["metadata"]["name"] for p in _pods(core, "crunch")) == sorted(seen)
+
+
+def _deployment(image: str, replicas: int = 3) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": image}]}}}}
+
+
+def _owned(api, resource: str, owner_uid: str) -> list[dict]:
+    return [o for o in api.objects(resource) if not o["metadata"].get("deletionTimestamp")
+            and any(r.get("uid") == owner_uid and r.get("controller")
+                    for r in o["metadata"].get("ownerReferences") or [])]
+
+
+def test_a_deployment_gets_a_replicaset_per_template_and_pods_with_its_hash(api) -> None:
+    apps = k8s.AppsV1Api(k8s.ApiClient(k8s.Configuration(host=api.url)))
+    deploy = apps.create_namespaced_deployment("prod", _deployment("nginx:1"))
+    first_rs = _until(lambda: _owned(api, "replicasets", deploy.metadata.uid), lambda rs: len(rs) == 1)[0]
+    digest = first_rs["metadata"]["labels"]["pod-template-hash"]
+    assert first_rs["metadata"]["name"] == f"web-{digest}"
+    assert first_rs["spec"]["selector"]["matchLabels"] == {"app": "web", "pod-template-hash": digest}
+    pods = _until(lambda: _owned(api, "pods", first_rs["metadata"]["uid"]), lambda ps: len(ps) == 3)
+    assert all(p["metadata"]["name"].startswith(f"web-{digest}-") for p in pods)
+    assert all(p["metadata"]["labels"] == {"app": "web", "pod-template-hash": digest} for p in pods)
+
+    # a rollout: a new template → a new ReplicaSet with another hash; the old one scaled to 0
+    apps.patch_namespaced_deployment("web", "prod", {"spec": {"template": {"spec": {"containers": [
+        {"name": "web", "image": "nginx:2"}]}}}})
+    both = _until(lambda: _owned(api, "replicasets", deploy.metadata.uid), lambda rs: len(rs) == 2)
+    second = next(rs for rs in both if rs["metadata"]["name"] != first_rs["metadata"]["name"])
+    assert second["metadata"]["labels"]["pod-template-hash"] != digest
+    old_rs = f"prod/{first_rs['metadata']['name']}"
+    _until(lambda: api.get("replicasets", old_rs)["spec"]["replicas"], lambda n: n == 0)
+    _until(lambda: _owned(api, "pods", first_rs["metadata"]["uid"]), lambda ps: ps == [])
+    new_pods = _until(lambda: _owned(api, "pods", second["metadata"]["uid"]), lambda ps: len(ps) == 3)
+    assert {p["spec"]["containers"][0]["image"] for p in new_pods} == {"nginx:2"}
+
+    # a deleted pod is replaced by its ReplicaSet
+    gone = new_pods[0]["metadata"]["name"]
+    api.delete_pod(f"prod/{gone}")
+    again = _until(lambda: _owned(api, "pods", second["metadata"]["uid"]),
+                   lambda ps: len(ps) == 3 and gone not in {p["metadata"]["name"] for p in ps})
+    assert len(again) == 3
