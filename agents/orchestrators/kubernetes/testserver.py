@@ -41,10 +41,11 @@ concepts page):
   ``kind`` only) and ``meta.k8s.io/v1 Table`` answers (pods, nodes, events, jobs with kube-apiserver's
   columns; Name/Created At for the rest).
 * namespaces, configmaps, secrets, services, serviceaccounts, deployments, replicasets,
-  statefulsets, daemonsets, jobs, RBAC roles and bindings, mutating webhook configurations: stored
+  statefulsets, daemonsets, jobs, ingresses, RBAC roles and bindings, webhook configurations: stored
   generically (create, get, list, watch, delete, PATCH, PUT) so manifests apply.
-* the Job controller double (:mod:`~agents.orchestrators.kubernetes.testcontrollers`, on unless
-  ``controllers=False``): a Job's pods, replacements, ``backoffLimit``, ``podFailurePolicy`` Ignore.
+* controller doubles (:mod:`~agents.orchestrators.kubernetes.testcontrollers`, on unless
+  ``controllers=False``): Job → pods (replacements, ``backoffLimit``, ``podFailurePolicy`` Ignore),
+  Deployment → ReplicaSet (``pod-template-hash``) → pods; the ``scale`` subresource.
 * faults: :meth:`fault` answers matching requests with a code or delays them (timeouts).
 * every request is recorded in ``requests`` as ``(verb, path, body)`` (and ``queries`` as
   ``(verb, path, query parameters)``; ``answers`` has ``(verb, path, status code)``) and counted
@@ -56,7 +57,7 @@ beyond uid/creationTimestamp/status.phase, server-side apply, field managers, dr
 historical lists (a list is always served at the latest version; ``resourceVersionMatch`` is
 ignored), watch cache windows (only :meth:`compact` expires versions), ``sendInitialEvents``,
 generation/observedGeneration, finalizers, owner-reference garbage collection, controllers
-other than the Job double, the scheduler, real kubelets (nodes never heartbeat), aggregated
+other than the Job, Deployment and ReplicaSet doubles, the scheduler, real kubelets (nodes never heartbeat), aggregated
 discovery, OpenAPI field schemas, HTTP/2, protobuf objects, CBOR, rate limiting (APF), and Event
 aggregation.
 
