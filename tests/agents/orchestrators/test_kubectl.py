@@ -123,6 +123,12 @@ def test_a_job_created_with_kubectl_gets_its_pod_bound_by_kalena_and_described_w
     assert name.startswith("crunch-")
     created = api.get("pods", f"batch/{name}")
     assert created["metadata"]["ownerReferences"][0]["kind"] == "Job"
+    orchestrator.note_pending(f"batch/{name}", "0/2 nodes have batch capacity: node-a: batch-cpu 100m free < 250m")
+    assert orchestrator.flush_events()
+    waiting = kubectl("describe", "pod", "-n", "batch", name).stdout
+    assert "PodScheduled   False" in waiting
+    assert "FailedScheduling" in waiting.split("Events:", 1)[1]
+    assert "node-a: batch-cpu 100m free < 250m" in waiting.split("Events:", 1)[1]
     orchestrator.bind(BatchSpec(id=f"batch/{name}", image="", request_mcpu=250, request_bytes=64 * 2**20,
                                 limit_mcpu=250, limit_bytes=64 * 2**20, uid=created["metadata"]["uid"]), "node-a")
     assert orchestrator.flush_events()
@@ -144,6 +150,13 @@ def test_a_job_created_with_kubectl_gets_its_pod_bound_by_kalena_and_described_w
 
     jobs = _rows(kubectl("get", "jobs", "-n", "batch").stdout)
     assert jobs[0] == ["NAME", "COMPLETIONS", "DURATION", "AGE"] and jobs[1][:2] == ["crunch", "0/1"]
+
+    orchestrator.evict(f"batch/{name}", grace_s=0, reason="node-a production usage rose")
+    assert orchestrator.flush_events()
+    evicted = [r[1:] for r in _rows(kubectl("get", "events", "-n", "batch").stdout)[1:]]
+    assert ["Warning", "Evicted", f"pod/{name}", "Evicted by Kalena: node-a production usage rose"] in evicted
+    replacement = _wait_for_pods(kubectl, "batch", "job-name=crunch", 1)[0]
+    assert replacement != name  # the Job controller replaced the evicted pod
 
 
 def test_delete_cordon_and_drain_evict_through_the_eviction_subresource(cluster, tmp_path) -> None:
