@@ -130,9 +130,12 @@ def rescale(obj: dict, method: str, content_type: str, body) -> None:
 # -- Table (meta.k8s.io/v1) -------------------------------------------------------------------------
 
 
-def _age(timestamp: str, now: datetime) -> str:
-    """kube-apiserver's ``duration.HumanDuration`` of ``now − timestamp``: ``42s``, ``3m5s``,
-    ``2d3h``… (``<unknown>`` without a timestamp)."""
+def human_duration(timestamp: str, now: datetime) -> str:
+    """The AGE kube-apiserver prints (apimachinery's ``duration.HumanDuration``) of
+    ``now − timestamp`` (RFC 3339, seconds): under 2 min in seconds (``42s``), under 10 min in
+    minutes and seconds (``3m5s``, ``5m``), under 3 h in minutes (``95m``), under 8 h in hours
+    and minutes (``3h20m``), under 2 d in hours (``30h``), under 8 d in days and hours (``2d3h``),
+    then days; ``0s`` for a future time, ``<unknown>`` without a timestamp."""
     if not timestamp:
         return "<unknown>"
     then = datetime.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
@@ -177,7 +180,7 @@ def _pod_cells(p: Mapping, now: datetime) -> list:
         reason = "Terminating"
     gates = spec.get("readinessGates") or []
     return [meta.get("name", ""), f"{ready}/{len(containers)}", reason, restarts,
-            _age(meta.get("creationTimestamp", ""), now), status.get("podIP") or "<none>",
+            human_duration(meta.get("creationTimestamp", ""), now), status.get("podIP") or "<none>",
             spec.get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>",
             f"{len(gates)}/{len(gates)}" if gates else "<none>"]
 
@@ -193,7 +196,7 @@ def _node_cells(n: Mapping, now: datetime) -> list:
     info = status.get("nodeInfo") or {}
     addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
     return [meta.get("name", ""), ",".join(states), ",".join(roles) or "<none>",
-            _age(meta.get("creationTimestamp", ""), now), info.get("kubeletVersion", ""),
+            human_duration(meta.get("creationTimestamp", ""), now), info.get("kubeletVersion", ""),
             addresses.get("InternalIP") or "<none>", addresses.get("ExternalIP") or "<none>",
             info.get("osImage") or "<unknown>", info.get("kernelVersion") or "<unknown>",
             info.get("containerRuntimeVersion") or "<unknown>"]
@@ -205,9 +208,9 @@ def _event_cells(e: Mapping, now: datetime) -> list:
     first = e.get("firstTimestamp") or e.get("eventTime") or meta.get("creationTimestamp", "")
     source = (e.get("source") or {}).get("component") or e.get("reportingComponent") or ""
     host = (e.get("source") or {}).get("host")
-    return [_age(last, now), e.get("type", ""), e.get("reason", ""),
+    return [human_duration(last, now), e.get("type", ""), e.get("reason", ""),
             f"{(involved.get('kind') or '').lower()}/{involved.get('name', '')}", involved.get("fieldPath", ""),
-            f"{source}, {host}" if host else source, e.get("message", ""), _age(first, now), int(e.get("count") or 1),
+            f"{source}, {host}" if host else source, e.get("message", ""), human_duration(first, now), int(e.get("count") or 1),
             meta.get("name", "")]
 
 
@@ -220,11 +223,11 @@ def _job_cells(j: Mapping, now: datetime) -> list:
     if started:
         end = (datetime.strptime(finished[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
                if finished else now)
-        duration = _age(started, end)
+        duration = human_duration(started, end)
     template = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
     selector = ",".join(f"{k}={v}" for k, v in sorted(((spec.get("selector") or {}).get("matchLabels") or {}).items()))
     return [meta.get("name", ""), f"{done}/{completions if completions is not None else 1}", duration,
-            _age(meta.get("creationTimestamp", ""), now), ",".join(c.get("name", "") for c in template),
+            human_duration(meta.get("creationTimestamp", ""), now), ",".join(c.get("name", "") for c in template),
             ",".join(c.get("image", "") for c in template), selector or "<none>"]
 
 
@@ -232,13 +235,13 @@ def _deployment_cells(d: Mapping, now: datetime) -> list:
     meta, spec, status = d.get("metadata") or {}, d.get("spec") or {}, d.get("status") or {}
     return [meta.get("name", ""), f"{int(status.get('readyReplicas') or 0)}/{int(spec.get('replicas', 1))}",
             int(status.get("updatedReplicas") or 0), int(status.get("availableReplicas") or 0),
-            _age(meta.get("creationTimestamp", ""), now)]
+            human_duration(meta.get("creationTimestamp", ""), now)]
 
 
 def _replicaset_cells(r: Mapping, now: datetime) -> list:
     meta, spec, status = r.get("metadata") or {}, r.get("spec") or {}, r.get("status") or {}
     return [meta.get("name", ""), int(spec.get("replicas", 1)), int(status.get("replicas") or 0),
-            int(status.get("readyReplicas") or 0), _age(meta.get("creationTimestamp", ""), now)]
+            int(status.get("readyReplicas") or 0), human_duration(meta.get("creationTimestamp", ""), now)]
 
 
 #: resource → (column definitions, cells function); priority-1 columns are ``-o wide``'s
