@@ -210,8 +210,8 @@ def _event_cells(e: Mapping, now: datetime) -> list:
     host = (e.get("source") or {}).get("host")
     return [human_duration(last, now), e.get("type", ""), e.get("reason", ""),
             f"{(involved.get('kind') or '').lower()}/{involved.get('name', '')}", involved.get("fieldPath", ""),
-            f"{source}, {host}" if host else source, e.get("message", ""), human_duration(first, now), int(e.get("count") or 1),
-            meta.get("name", "")]
+            f"{source}, {host}" if host else source, e.get("message", ""), human_duration(first, now),
+            int(e.get("count") or 1), meta.get("name", "")]
 
 
 def _job_cells(j: Mapping, now: datetime) -> list:
