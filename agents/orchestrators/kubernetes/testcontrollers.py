@@ -1,6 +1,6 @@
-"""Controller doubles of the test API server — Job → pods, Deployment → ReplicaSet → pods — as
-kube-controller-manager's ``job``, ``deployment`` and ``replicaset`` controllers shape what they
-write (no HTTP here; :class:`Controllers` runs them on one thread of the server, see
+"""Controller doubles of the test API server — Job → pods, Deployment → ReplicaSet → pods,
+StatefulSet → ordinal pods, DaemonSet → a pod per node — as kube-controller-manager's controllers
+shape what they write (no HTTP here; :class:`Controllers` runs them on one thread of the server, see
 :mod:`agents.orchestrators.kubernetes.testserver`).
 
 Jobs: a Job's defaulting (``spec.selector`` on ``controller-uid``, the template's
@@ -18,12 +18,15 @@ Deployments: one ReplicaSet per pod template, ``<deployment>-<pod-template-hash>
 in its selector and template labels (and so in its pods'), scaled to ``spec.replicas``; a changed
 template → a new ReplicaSet and the old ones scaled to 0 at once. ReplicaSets keep
 ``spec.replicas`` live pods (``generateName: <rs>-``) and report replicas/ready/available.
+StatefulSets and DaemonSets: see :class:`StatefulSetController` and :class:`DaemonSetController`.
 
 What they do not model: indexed completion, ``activeDeadlineSeconds``, ``ttlSecondsAfterFinished``,
 backoff delays between replacements, suspend, pod-tracking finalizers, exit-code rules of a
 ``podFailurePolicy`` (``onExitCodes``), ``FailJob``/``Count`` actions (only ``Ignore`` changes
 the count); rolling-update pacing (``maxSurge``/``maxUnavailable``), ``minReadySeconds``,
-revision history limits, rollback, paused Deployments; adoption of orphans by selector (only
+revision history limits, rollback, paused Deployments; StatefulSet volume claim templates
+and rolling updates of existing ordinals; DaemonSet rolling updates and the scheduler's binding
+of its pods; adoption of orphans by selector (only
 pods and ReplicaSets a controller created, by ``ownerReference``); deleting what an object
 owns when it is deleted (no garbage collector); the Deployment controller's exact hash value.
 """
@@ -70,7 +73,8 @@ class Controllers:
 
     def __init__(self, server: TestAPIServer) -> None:
         self.store = server.store
-        self.controllers = [JobController(server), ReplicaSetController(server), DeploymentController(server)]
+        self.controllers = [JobController(server), ReplicaSetController(server), DeploymentController(server),
+                            StatefulSetController(server), DaemonSetController(server)]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kube-test-controllers", daemon=True)
 
@@ -328,3 +332,113 @@ class DeploymentController(_Controller):
         if {k: (deploy.get("status") or {}).get(k) for k in status} != status:
             self.store.mutate("deployments", key, lambda o: o.__setitem__("status", {**(o.get("status") or {}),
                                                                                     **status}))
+
+
+# -- StatefulSets and DaemonSets ------------------------------------------------------------------
+
+
+class StatefulSetController(_Controller):
+    """StatefulSets → pods ``<set>-0`` … ``<set>-(replicas−1)``: each with the
+    ``statefulset.kubernetes.io/pod-name`` and ``apps.kubernetes.io/pod-index`` labels, a
+    ``controller-revision-hash`` label of the template, ``hostname`` its name and ``subdomain``
+    the ``serviceName``; ``OrderedReady`` (the default) creates ordinal ``i`` only once every lower
+    ordinal is Running, ``Parallel`` all at once; a missing ordinal is re-created under the same
+    name; scaling down deletes the highest ordinals first."""
+
+    resource, owned = "statefulsets", "pods"
+
+    def reconcile(self, key: str) -> None:
+        sts = self.store.get("statefulsets", key)
+        spec = sts.get("spec") or {}
+        name = sts["metadata"]["name"]
+        want = int(spec.get("replicas", 1))
+        pods = {p["metadata"]["name"]: p for p in self.children(sts["metadata"]["uid"]) if _live(p)}
+        revision = f"{name}-{pod_template_hash(spec.get('template') or {})}"
+        ordered = spec.get("podManagementPolicy", "OrderedReady") == "OrderedReady"
+        for i in range(want):
+            pod_name = f"{name}-{i}"
+            if pod_name in pods:
+                if ordered and (pods[pod_name].get("status") or {}).get("phase") != "Running":
+                    break
+                continue
+            pod = _pod_from(sts)
+            meta = pod["metadata"]
+            del meta["generateName"]
+            meta["name"] = pod_name
+            meta["labels"] = {**meta["labels"], "statefulset.kubernetes.io/pod-name": pod_name,
+                              "apps.kubernetes.io/pod-index": str(i), "controller-revision-hash": revision}
+            pod["spec"]["hostname"] = pod_name
+            if spec.get("serviceName"):
+                pod["spec"]["subdomain"] = spec["serviceName"]
+            self.server.create_pod(pod)
+            if ordered:
+                break
+        ordinals = sorted((int(n[len(name) + 1:]) for n in pods if n[len(name) + 1:].isdigit()), reverse=True)
+        for extra in [i for i in ordinals if i >= want][:1 if ordered else None]:
+            self.server.delete_pod(f"{sts['metadata']['namespace']}/{name}-{extra}")
+        running = sum(1 for p in pods.values() if (p.get("status") or {}).get("phase") == "Running")
+        status = {"replicas": len(pods), "readyReplicas": running, "availableReplicas": running,
+                  "currentRevision": revision, "updateRevision": revision}
+        if {k: (sts.get("status") or {}).get(k) for k in status} != status:
+            self.store.mutate("statefulsets", key, lambda o: o.__setitem__("status", {**(o.get("status") or {}),
+                                                                                     **status}))
+
+
+def tolerates(tolerations: list[Mapping], taints: list[Mapping]) -> bool:
+    """Whether every ``NoSchedule``/``NoExecute`` taint is matched by a toleration (same key and
+    ``operator: Exists`` or an equal value; an empty key with ``Exists`` matches every taint)."""
+    for taint in taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any((t.get("operator") == "Exists" and (not t.get("key") or t.get("key") == taint.get("key"))
+                    or (t.get("key") == taint.get("key") and t.get("value", "") == taint.get("value", "")))
+                   and (not t.get("effect") or t.get("effect") == taint.get("effect"))
+                   for t in tolerations):
+            return False
+    return True
+
+
+class DaemonSetController(_Controller):
+    """DaemonSets → one pod per node whose labels match the template's ``nodeSelector`` and
+    whose taints it tolerates (cordoned nodes included, as the DaemonSet controller's own
+    ``node.kubernetes.io/unschedulable`` toleration allows): ``generateName: <set>-``, a
+    ``nodeAffinity`` on ``metadata.name`` as the controller writes it, and ``spec.nodeName`` set
+    at creation — the default scheduler's binding is not modelled, so the pod is bound at once
+    and the server's ``bound_hooks`` (the kubelet) run for it. A node that no longer fits has its
+    pod deleted; ``status`` counts desired, current and ready (Running) pods. Nodes added
+    later are picked up at the next change to the DaemonSet or one of its pods."""
+
+    resource, owned = "daemonsets", "pods"
+
+    def reconcile(self, key: str) -> None:
+        ds = self.store.get("daemonsets", key)
+        template_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        selector = template_spec.get("nodeSelector") or {}
+        tolerations = [*(template_spec.get("tolerations") or []),
+                       {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]
+        with self.store.lock:
+            nodes = [n for n in self.store.objects["nodes"].values()
+                     if all(((n.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in selector.items())
+                     and tolerates(tolerations, (n.get("spec") or {}).get("taints") or [])]
+            eligible = {n["metadata"]["name"] for n in nodes}
+        pods = [p for p in self.children(ds["metadata"]["uid"]) if _live(p)]
+        placed = {(p.get("spec") or {}).get("nodeName") for p in pods}
+        for node_name in sorted(eligible - placed):
+            pod = _pod_from(ds)
+            pod["spec"]["nodeName"] = node_name
+            pod["spec"]["tolerations"] = tolerations
+            pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                        "values": [node_name]}]}]}}}
+            created = self.server.create_pod(pod)
+            for hook in self.server.bound_hooks:
+                hook(self.server, key_of(created), node_name)
+        for p in pods:
+            if (p.get("spec") or {}).get("nodeName") not in eligible:
+                self.server.delete_pod(key_of(p))
+        running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+        status = {"desiredNumberScheduled": len(eligible), "currentNumberScheduled": len(placed & eligible),
+                  "numberReady": running, "numberAvailable": running}
+        if {k: (ds.get("status") or {}).get(k) for k in status} != status:
+            self.store.mutate("daemonsets", key, lambda o: o.__setitem__("status", {**(o.get("status") or {}),
+                                                                                   **status}))

@@ -45,7 +45,8 @@ concepts page):
   generically (create, get, list, watch, delete, PATCH, PUT) so manifests apply.
 * controller doubles (:mod:`~agents.orchestrators.kubernetes.testcontrollers`, on unless
   ``controllers=False``): Job → pods (replacements, ``backoffLimit``, ``podFailurePolicy`` Ignore),
-  Deployment → ReplicaSet (``pod-template-hash``) → pods; the ``scale`` subresource.
+  Deployment → ReplicaSet (``pod-template-hash``) → pods, StatefulSet ordinals, DaemonSet pod per
+  node; the ``scale`` subresource.
 * faults: :meth:`fault` answers matching requests with a code or delays them (timeouts).
 * every request is recorded in ``requests`` as ``(verb, path, body)`` (and ``queries`` as
   ``(verb, path, query parameters)``; ``answers`` has ``(verb, path, status code)``) and counted
@@ -57,7 +58,7 @@ beyond uid/creationTimestamp/status.phase, server-side apply, field managers, dr
 historical lists (a list is always served at the latest version; ``resourceVersionMatch`` is
 ignored), watch cache windows (only :meth:`compact` expires versions), ``sendInitialEvents``,
 generation/observedGeneration, finalizers, owner-reference garbage collection, controllers
-other than the Job, Deployment and ReplicaSet doubles, the scheduler, real kubelets (nodes never heartbeat), aggregated
+beyond the doubles, the scheduler, real kubelets (nodes never heartbeat), aggregated
 discovery, OpenAPI field schemas, HTTP/2, protobuf objects, CBOR, rate limiting (APF), and Event
 aggregation.
 

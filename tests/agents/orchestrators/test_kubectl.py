@@ -173,9 +173,12 @@ def test_delete_cordon_and_drain_evict_through_the_eviction_subresource(cluster,
 
     # node-a: a production pod of a ReplicaSet, a DaemonSet's pod, and the Job's batch pod Kalena bound
     api.create_pod(pod("web", "web-7c9f-x2x4q", "node-a", owner_kind="ReplicaSet", owner_name="web-7c9f"))
-    api.create("daemonsets", {"metadata": {"name": "kalena-agent", "namespace": "kalena-system"}, "spec": {}})
-    api.create_pod(pod("kalena-system", "kalena-agent-abcde", "node-a", owner_kind="DaemonSet",
-                       owner_name="kalena-agent"))
+    api.create("daemonsets", {"metadata": {"name": "kalena-agent", "namespace": "kalena-system"}, "spec": {
+        "selector": {"matchLabels": {"app": "kalena-agent"}},
+        "template": {"metadata": {"labels": {"app": "kalena-agent"}},
+                     "spec": {"containers": [{"name": "agent", "image": "kalena/agent:test"}]}}}})
+    agents = _wait_for_pods(kubectl, "kalena-system", "app=kalena-agent", 2)  # one per node, node-b cordoned too
+    on_a = next(n for n in agents if api.get("pods", f"kalena-system/{n}")["spec"]["nodeName"] == "node-a")
     manifest = tmp_path / "job.yaml"
     manifest.write_text(JOB)
     kubectl("create", "-f", str(manifest))
@@ -190,13 +193,13 @@ def test_delete_cordon_and_drain_evict_through_the_eviction_subresource(cluster,
     drained = kubectl("drain", "node-a", "--ignore-daemonsets")
     assert drained.stdout.splitlines()[-1] == "node/node-a evicted"  # kubectl 1.20's word for a drain by eviction
     assert f"pod/{first} evicted" in drained.stdout and "pod/web-7c9f-x2x4q evicted" in drained.stdout
-    assert "kalena-system/kalena-agent-abcde" in drained.stderr  # the ignored DaemonSet pod is named
+    assert f"kalena-system/{on_a}" in drained.stderr  # the ignored DaemonSet pod is named
     evictions = sorted(p for m, p, _ in api.requests if m == "POST" and p.endswith("/eviction"))
     assert evictions == [f"/api/v1/namespaces/batch/pods/{first}/eviction",
                          "/api/v1/namespaces/web/pods/web-7c9f-x2x4q/eviction"]
     assert api.get("nodes", "node-a")["spec"]["unschedulable"] is True
     left = {r[1] for r in _rows(kubectl("get", "pods", "-A").stdout)[1:]}
-    assert "kalena-agent-abcde" in left and first not in left and "web-7c9f-x2x4q" not in left
+    assert on_a in left and first not in left and "web-7c9f-x2x4q" not in left
 
     # the Job controller replaces the evicted pod; the eviction is not a failure (podFailurePolicy)
     replacement = _wait_for_pods(kubectl, "batch", "job-name=crunch", 1)[0]

@@ -153,3 +153,49 @@ def test_a_deployment_gets_a_replicaset_per_template_and_pods_with_its_hash(api)
     again = _until(lambda: _owned(api, "pods", second["metadata"]["uid"]),
                    lambda ps: len(ps) == 3 and gone not in {p["metadata"]["name"] for p in ps})
     assert len(again) == 3
+
+
+@pytest.mark.parametrize("policy", ["OrderedReady", "Parallel"])
+def test_a_statefulset_gets_ordinals_in_order_and_recreates_a_lost_one_under_its_name(api, policy) -> None:
+    apps = k8s.AppsV1Api(k8s.ApiClient(k8s.Configuration(host=api.url)))
+    apps.create_namespaced_stateful_set("db", {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "pg", "namespace": "db"},
+        "spec": {"replicas": 3, "serviceName": "pg", "podManagementPolicy": policy,
+                 "selector": {"matchLabels": {"app": "pg"}},
+                 "template": {"metadata": {"labels": {"app": "pg"}},
+                              "spec": {"containers": [{"name": "pg", "image": "postgres:16"}]}}}})
+
+    def names() -> list[str]:
+        return sorted(p["metadata"]["name"] for p in api.objects("pods"))
+    if policy == "OrderedReady":  # pg-1 only once pg-0 runs, pg-2 once pg-1 runs
+        assert _until(names, lambda ns: ns == ["pg-0"]) == ["pg-0"]
+        api.set_pod_phase("db/pg-0", "Running")
+        _until(names, lambda ns: ns == ["pg-0", "pg-1"])
+        api.set_pod_phase("db/pg-1", "Running")
+    _until(names, lambda ns: ns == ["pg-0", "pg-1", "pg-2"])
+    pg1 = api.get("pods", "db/pg-1")
+    assert pg1["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] == "pg-1"
+    assert pg1["metadata"]["labels"]["apps.kubernetes.io/pod-index"] == "1"
+    assert (pg1["spec"]["hostname"], pg1["spec"]["subdomain"]) == ("pg-1", "pg")
+    api.delete_pod("db/pg-1")
+    again = _until(lambda: [p for p in api.objects("pods") if p["metadata"]["name"] == "pg-1"], lambda ps: len(ps) == 1)
+    assert again[0]["metadata"]["uid"] != pg1["metadata"]["uid"]  # a new pod under the same name
+
+
+def test_a_daemonset_runs_one_pod_per_fitting_node_cordoned_included(api) -> None:
+    api.create("nodes", node("node-b", unschedulable=True))
+    api.create("nodes", node("node-gpu", taints=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}]))
+    apps = k8s.AppsV1Api(k8s.ApiClient(k8s.Configuration(host=api.url)))
+    apps.create_namespaced_daemon_set("kalena-system", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "kalena-system"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                 "template": {"metadata": {"labels": {"app": "agent"}},
+                              "spec": {"containers": [{"name": "agent", "image": "kalena/agent:test"}]}}}})
+    pods = _until(lambda: api.objects("pods"), lambda ps: len(ps) == 2)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["node-a", "node-b"]  # the tainted node is not tolerated
+    assert all(p["status"]["phase"] == "Running" for p in pods)  # bound at creation: the kubelet hook ran
+    terms = pods[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [pods[0]["spec"]["nodeName"]]
+    status = _until(lambda: api.get("daemonsets", "kalena-system/agent").get("status") or {},
+                    lambda s: s.get("numberReady") == 2)
+    assert status["desiredNumberScheduled"] == 2
