@@ -194,7 +194,9 @@ def test_delete_cordon_and_drain_evict_through_the_eviction_subresource(cluster,
     assert drained.stdout.splitlines()[-1] == "node/node-a evicted"  # kubectl 1.20's word for a drain by eviction
     assert f"pod/{first} evicted" in drained.stdout and "pod/web-7c9f-x2x4q evicted" in drained.stdout
     assert f"kalena-system/{on_a}" in drained.stderr  # the ignored DaemonSet pod is named
-    evictions = sorted(p for m, p, _ in api.requests if m == "POST" and p.endswith("/eviction"))
+    sent = [(p, b) for m, p, b in api.requests if m == "POST" and p.endswith("/eviction")]
+    assert {b["apiVersion"] for _, b in sent} == {"policy/v1beta1"}  # kubectl 1.20's Eviction (Kalena sends v1)
+    evictions = sorted(p for p, _ in sent)
     assert evictions == [f"/api/v1/namespaces/batch/pods/{first}/eviction",
                          "/api/v1/namespaces/web/pods/web-7c9f-x2x4q/eviction"]
     assert api.get("nodes", "node-a")["spec"]["unschedulable"] is True
