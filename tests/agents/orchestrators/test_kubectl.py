@@ -244,7 +244,7 @@ rules:
     assert "kalena-policy" in kubectl("get", "configmaps", "-n", "kalena-system").stdout
 
 
-def _wait_for_pods(kubectl, namespace: str, selector: str, count: int, timeout_s: float = 30.0) -> list[str]:
+def _wait_for_pods(kubectl, namespace: str, selector: str, count: int, timeout_s: float = 60.0) -> list[str]:
     """Names of the ``count`` non-terminating pods ``selector`` lists (the Job controller runs on
     its own thread); fails after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

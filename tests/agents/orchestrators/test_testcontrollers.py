@@ -36,7 +36,7 @@ def clients(api):
     return k8s.BatchV1Api(client), k8s.CoreV1Api(client)
 
 
-def _until(read, check, timeout_s: float = 20.0):
+def _until(read, check, timeout_s: float = 60.0):
     deadline = time.monotonic() + timeout_s
     value = read()
     while not check(value) and time.monotonic() < deadline:
