@@ -88,7 +88,7 @@ class Controllers:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        seen_rv = self.store.rv
+        seen_rv = 0  # from the start: objects created before the thread are reconciled too
         while not self._stop.is_set():
             with self.store.lock:
                 changes = self.store.changes_after(seen_rv)
@@ -405,10 +405,16 @@ class DaemonSetController(_Controller):
     ``nodeAffinity`` on ``metadata.name`` as the controller writes it, and ``spec.nodeName`` set
     at creation — the default scheduler's binding is not modelled, so the pod is bound at once
     and the server's ``bound_hooks`` (the kubelet) run for it. A node that no longer fits has its
-    pod deleted; ``status`` counts desired, current and ready (Running) pods. Nodes added
-    later are picked up at the next change to the DaemonSet or one of its pods."""
+    pod deleted (a node's change reconciles every DaemonSet); ``status`` counts desired, current
+    and ready (Running) pods."""
 
     resource, owned = "daemonsets", "pods"
+
+    def touched(self, changes: list, resync: bool) -> set[str]:
+        keys = super().touched(changes, resync)
+        if any(c.resource == "nodes" for c in changes):
+            keys |= set(self.store.objects["daemonsets"])
+        return keys
 
     def reconcile(self, key: str) -> None:
         ds = self.store.get("daemonsets", key)

@@ -199,3 +199,6 @@ def test_a_daemonset_runs_one_pod_per_fitting_node_cordoned_included(api) -> Non
     status = _until(lambda: api.get("daemonsets", "kalena-system/agent").get("status") or {},
                     lambda s: s.get("numberReady") == 2)
     assert status["desiredNumberScheduled"] == 2
+    api.create("nodes", node("node-c"))  # a node joins: it gets the DaemonSet's pod
+    joined = _until(lambda: api.objects("pods"), lambda ps: len(ps) == 3)
+    assert sorted(p["spec"]["nodeName"] for p in joined) == ["node-a", "node-b", "node-c"]
