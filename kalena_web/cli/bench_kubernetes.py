@@ -57,7 +57,8 @@ def _serve(conn, bookmark_interval_s: float) -> None:
     binding times are taken here."""
     from agents.orchestrators.kubernetes.testserver import TestAPIServer, pod
 
-    api = TestAPIServer(bookmark_interval_s=bookmark_interval_s, record_bodies=True)
+    # no controller doubles: the benchmark's pods are bare, and their thread would share the server's CPU
+    api = TestAPIServer(bookmark_interval_s=bookmark_interval_s, record_bodies=True, controllers=False)
     created_at: dict[str, float] = {}
     bound_at: dict[str, float] = {}
     api.bound_hooks.insert(0, lambda server, key, node: bound_at.__setitem__(key, time.time()))

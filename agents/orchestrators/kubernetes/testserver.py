@@ -5,7 +5,7 @@ What it models (JSON shapes from the Kubernetes API reference; semantics from th
 concepts page):
 
 * ``nodes``, ``pods``, ``events`` (core/v1 and events.k8s.io/v1 paths), ``leases``
-  (coordination.k8s.io/v1), ``poddisruptionbudgets`` (policy/v1): get, list, create, delete;
+  (coordination.k8s.io/v1), ``poddisruptionbudgets`` (policy/v1 and v1beta1): get, list, create, delete;
   one cluster-wide ``resourceVersion`` bumped by every write.
 * list: ``labelSelector``, ``fieldSelector`` (``metadata.name``, ``metadata.namespace``,
   ``spec.nodeName``, ``spec.schedulerName``, ``status.phase``; events: ``involvedObject.kind``,
@@ -35,6 +35,18 @@ concepts page):
 * nodes: create, PATCH of the object and ``/status``.
 * leases: get, create (409 AlreadyExists), PUT with ``metadata.resourceVersion`` (409 Conflict
   when stale), PATCH.
+* what kubectl asks besides objects (:mod:`~agents.orchestrators.kubernetes.testdiscovery`):
+  ``/version``, legacy discovery (``/api``, ``/apis``, each group version's resource list),
+  ``/openapi/v2`` (an empty protobuf document: client-side validation checks ``apiVersion`` and
+  ``kind`` only) and ``meta.k8s.io/v1 Table`` answers (pods, nodes, events, jobs with kube-apiserver's
+  columns; Name/Created At for the rest).
+* namespaces, configmaps, secrets, services, serviceaccounts, deployments, replicasets,
+  statefulsets, daemonsets, jobs, ingresses, RBAC roles and bindings, webhook configurations: stored
+  generically (create, get, list, watch, delete, PATCH, PUT) so manifests apply.
+* controller doubles (:mod:`~agents.orchestrators.kubernetes.testcontrollers`, on unless
+  ``controllers=False``): Job → pods (replacements, ``backoffLimit``, ``podFailurePolicy`` Ignore),
+  Deployment → ReplicaSet (``pod-template-hash``) → pods, StatefulSet ordinals, DaemonSet pod per
+  node; the ``scale`` subresource.
 * faults: :meth:`fault` answers matching requests with a code or delays them (timeouts).
 * every request is recorded in ``requests`` as ``(verb, path, body)`` (and ``queries`` as
   ``(verb, path, query parameters)``; ``answers`` has ``(verb, path, status code)``) and counted
@@ -46,8 +58,9 @@ beyond uid/creationTimestamp/status.phase, server-side apply, field managers, dr
 historical lists (a list is always served at the latest version; ``resourceVersionMatch`` is
 ignored), watch cache windows (only :meth:`compact` expires versions), ``sendInitialEvents``,
 generation/observedGeneration, finalizers, owner-reference garbage collection, controllers
-(Jobs do not create replacement pods — tests do), the scheduler, real kubelets (nodes never
-heartbeat), HTTP/2, protobuf, CBOR, table output, rate limiting (APF), and Event aggregation.
+beyond the doubles, the scheduler, real kubelets (nodes never heartbeat), aggregated
+discovery, OpenAPI field schemas, HTTP/2, protobuf objects, CBOR, rate limiting (APF), and Event
+aggregation.
 
 Extending it (the kubelet and webhook of part 2): append to ``pod_create_hooks``
 (``hook(pod) -> pod | None``, raise :class:`APIError` to refuse), ``bind_hooks``
@@ -70,6 +83,12 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from agents.orchestrators.kubernetes.testcontrollers import Controllers
+from agents.orchestrators.kubernetes.testdiscovery import (
+    OPENAPI_V2_PROTOBUF, SCALABLE, VERSION, api_group_list, api_resource_list, api_versions, rescale, scale_of,
+    table, wants_table,
+)
+from agents.orchestrators.kubernetes.testobjects import node, pod
 from agents.orchestrators.kubernetes.teststore import (
     RESOURCES, APIError, Store, apply_patch, disruptions_allowed, field_matcher, label_matcher, now_rfc3339,
     selects, status_body,
@@ -77,61 +96,13 @@ from agents.orchestrators.kubernetes.teststore import (
 
 __all__ = ["APIError", "TestAPIServer", "node", "pod", "status_body"]
 
-PREFIXES = {"pods": "/api/v1", "nodes": "/api/v1", "events": "/api/v1",
-            "leases": "/apis/coordination.k8s.io/v1", "poddisruptionbudgets": "/apis/policy/v1"}
-_ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.]+)/(?P<version>v1))"
+PREFIXES = {name: "/api/v1" if r.api_version == "v1" else f"/apis/{r.api_version}" for name, r in RESOURCES.items()}
+_ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.]+)/(?P<version>v1|v1beta1))"
                     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$")
-_GROUPS = {"pods": "", "nodes": "", "events": "", "leases": "coordination.k8s.io",
-           "poddisruptionbudgets": "policy"}
-
-
-def node(name: str, *, cpu: str = "16", memory: str = "64Gi", ready: bool = True, unschedulable: bool = False,
-         labels: dict | None = None, taints: list | None = None, images: list | None = None) -> dict:
-    """A core/v1 Node as a kubelet registers it (API reference: cluster-resources/node-v1)."""
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-        "spec": ({"unschedulable": True} if unschedulable else {}) | ({"taints": taints} if taints else {}),
-        "status": {
-            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"},
-            "capacity": {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"},
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                            "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339(),
-                            "reason": "KubeletReady" if ready else "KubeletNotReady",
-                            "message": "kubelet is posting ready status" if ready else "container runtime down"}],
-            "images": images or [],
-            "nodeInfo": {"kubeletVersion": "v1.31.0", "kubeProxyVersion": "", "operatingSystem": "linux",
-                         "architecture": "amd64", "bootID": f"boot-{name}", "machineID": f"machine-{name}",
-                         "systemUUID": f"uuid-{name}", "kernelVersion": "6.8.0", "osImage": "Ubuntu 24.04 LTS",
-                         "containerRuntimeVersion": "containerd://1.7.20"},
-        },
-    }
-
-
-def pod(namespace: str, name: str, node_name: str = "", *, tier: str | None = None, priority: str | None = None,
-        owner_kind: str = "ReplicaSet", owner_name: str = "owner", phase: str = "Running", cpu: str = "500m",
-        memory: str = "1Gi", limit_cpu: str = "1", limit_memory: str = "1Gi", labels: dict | None = None,
-        image: str = "busybox:1.36", grace_s: int = 30, scheduler: str | None = None) -> dict:
-    """A core/v1 Pod (API reference: workload-resources/pod-v1); ``tier="batch"`` sets
-    ``schedulerName: kalena``; no ``node_name`` → phase Pending."""
-    all_labels = {"app": name.rsplit("-", 1)[0], **(labels or {})}
-    if tier:
-        all_labels["kalena.naughtian.io/tier"] = tier
-    annotations = {"kalena.naughtian.io/priority": priority} if priority is not None else {}
-    spec = {"containers": [{"name": "main", "image": image,
-                            "resources": {"requests": {"cpu": cpu, "memory": memory},
-                                          "limits": {"cpu": limit_cpu, "memory": limit_memory}}}],
-            "schedulerName": scheduler or ("kalena" if tier == "batch" else "default-scheduler"),
-            "terminationGracePeriodSeconds": grace_s, "restartPolicy": "Never" if tier == "batch" else "Always"}
-    if node_name:
-        spec["nodeName"] = node_name
-    meta = {"name": name, "namespace": namespace, "labels": all_labels, "annotations": annotations}
-    if owner_kind:
-        meta["ownerReferences"] = [{"apiVersion": "batch/v1" if owner_kind == "Job" else "apps/v1", "kind": owner_kind,
-                                    "name": owner_name, "uid": f"uid-{owner_name}", "controller": True,
-                                    "blockOwnerDeletion": True}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
-            "status": {"phase": phase if node_name else "Pending"}}
+_DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z0-9.]+)/(?P<version>[a-z0-9]+))/?$")
+_GROUPS = {name: r.group for name, r in RESOURCES.items()}
+#: a resource also served under another group version: events.k8s.io/v1 events, policy/v1beta1 budgets
+_ALSO_SERVED = {("events", "events.k8s.io"), ("poddisruptionbudgets", "policy")}
 
 
 class TestAPIServer:
@@ -145,8 +116,10 @@ class TestAPIServer:
 
     def __init__(self, *, port: int = 0, bookmark_interval_s: float = 1.0, graceful: bool = False,
                  grace_scale: float = 1.0, run_bound_pods: bool = True, record_bodies: bool = True,
-                 too_large_wait_s: float = 3.0) -> None:
+                 too_large_wait_s: float = 3.0, controllers: bool = True) -> None:
         self.store = Store()
+        #: the controller doubles (Job, Deployment, ReplicaSet, StatefulSet, DaemonSet) on one thread while it runs
+        self.controllers = [Controllers(self)] if controllers else []
         self.bookmark_interval_s = bookmark_interval_s
         self.too_large_wait_s = too_large_wait_s
         self.graceful = graceful
@@ -192,9 +165,13 @@ class TestAPIServer:
 
     def start(self) -> None:
         threading.Thread(target=self.server.serve_forever, name="kube-test-api", daemon=True).start()
+        for controller in self.controllers:
+            controller.start()
 
     def stop(self) -> None:
         self._closing.set()
+        for controller in self.controllers:
+            controller.stop()
         with self.store.lock:
             self.store.changed.notify_all()
         for t in self._timers:
@@ -422,11 +399,11 @@ class TestAPIServer:
             def log_message(self, *args) -> None:  # quiet
                 return
 
-            def _send(self, code: int, body) -> None:
+            def _send(self, code: int, body, content_type: str = "application/json") -> None:
                 api.answers.append((self.command, self.path.split("?", 1)[0], code))
                 data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -490,10 +467,11 @@ class TestAPIServer:
 
     def _dispatch(self, h, method: str, path: str, query: dict, body) -> None:
         m = _ROUTE.match(path)
-        if path == "/version":
-            return h._send(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-kalena-test"})
-        if m is None or m["resource"] not in RESOURCES or (m["group"] or "") not in (_GROUPS.get(m["resource"]),
-                                                                                     "events.k8s.io"):
+        if method == "GET" and m is None and self._discovery(h, path):
+            return None
+        if m is None or m["resource"] not in RESOURCES or (
+                (m["group"] or "") != _GROUPS[m["resource"]] and (m["resource"], m["group"]) not in _ALSO_SERVED) or (
+                m["version"] == "v1beta1" and m["group"] != "policy"):
             raise APIError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
         resource, ns, name, sub = m["resource"], m["ns"], m["name"], m["sub"]
         self.calls[(method, resource + (f"/{sub}" if sub else "") + ("" if name else "(list)"))] += 1
@@ -515,7 +493,11 @@ class TestAPIServer:
             raise APIError(405, "MethodNotAllowed", f"{method} is not supported on a {resource} collection")
         if sub is None:
             if method == "GET":
-                return h._send(200, self.store.get(resource, key))
+                obj = self.store.get(resource, key)
+                if wants_table(h.headers.get("Accept", "")):
+                    return h._send(200, table(resource, [obj], obj["metadata"]["resourceVersion"],
+                                              query.get("includeObject", "Metadata")))
+                return h._send(200, obj)
             if method == "DELETE":
                 grace = (body or {}).get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
                 if resource == "pods":
@@ -544,11 +526,37 @@ class TestAPIServer:
                     o["status"] = patched.get("status", o.get("status"))  # the status subresource changes status only
                     return o
                 return h._send(200, self.store.mutate(resource, key, patch_status))
+        elif sub == "scale" and resource in SCALABLE and method in ("GET", "PATCH", "PUT"):
+            return h._send(200, self._scale(resource, key, method, h.headers.get("Content-Type", ""), body))
         elif sub == "binding" and resource == "pods" and method == "POST":
             return h._send(201, self._bind(key, body or {}))
         elif sub == "eviction" and resource == "pods" and method == "POST":
             return h._send(201, self._evict(key, body or {}))
         raise APIError(405, "MethodNotAllowed", f"{method} {path} is not supported")
+
+    def _scale(self, resource: str, key: str, method: str, content_type: str, body) -> dict:
+        """The ``scale`` subresource: GET reads it, PATCH or PUT sets ``spec.replicas``."""
+        if method != "GET":
+            self.store.mutate(resource, key, lambda o: rescale(o, method, content_type, body))
+        return scale_of(self.store.get(resource, key))
+
+    def _discovery(self, h, path: str) -> bool:
+        """Answer ``/version``, ``/api``, ``/apis``, a group version's resource list and
+        ``/openapi/v2``; ``False`` for any other path."""
+        if path == "/version":
+            h._send(200, VERSION)
+        elif path in ("/api", "/api/"):
+            h._send(200, api_versions(h.headers.get("Host", "")))
+        elif path in ("/apis", "/apis/"):
+            h._send(200, api_group_list())
+        elif path == "/openapi/v2":
+            # not its own media type: Go's mime parser (client-go) refuses the "@" in it
+            h._send(200, OPENAPI_V2_PROTOBUF, "application/octet-stream")
+        elif (m := _DISCOVERY.match(path)) and (body := api_resource_list(m["group"] or "", m["core"] or m["version"])):
+            h._send(200, body)
+        else:
+            return False
+        return True
 
     def _replace(self, resource: str, key: str, body: dict) -> dict:
         """PUT: optimistic concurrency on ``metadata.resourceVersion`` (409 Conflict when stale)."""
@@ -584,9 +592,14 @@ class TestAPIServer:
                                "list result. You can start a new list without the continue parameter.")
             lines, rv, _ = page
         else:
+            as_table = wants_table(h.headers.get("Accept", ""))
             with self.store.lock:
                 items, rv = self.store.list(resource, predicate)
-                lines = [json.dumps(o, separators=(",", ":")).encode() for o in items]
+                if as_table:  # kubectl get: every row at once (no pages)
+                    answer = table(resource, copy.deepcopy(items), str(rv), query.get("includeObject", "Metadata"))
+                lines = [] if as_table else [json.dumps(o, separators=(",", ":")).encode() for o in items]
+            if as_table:
+                return h._send(200, answer)
         start = int(token.split(":", 1)[1]) if token else 0
         end = start + limit if limit else len(lines)
         meta: dict = {"resourceVersion": str(rv)}

@@ -23,20 +23,46 @@ from datetime import datetime, timezone
 
 @dataclass(frozen=True)
 class Resource:
-    """One REST resource: ``name`` as in URLs (``pods``), group version, kind, namespaced."""
+    """One REST resource: ``name`` as in URLs (``pods``), group version, kind, namespaced, the
+    short names discovery advertises (``kubectl get po``) and whether it is in category ``all``."""
 
     name: str
     api_version: str
     kind: str
     namespaced: bool
+    short_names: tuple[str, ...] = ()
+    in_all: bool = False
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rsplit("/", 1)[0] if "/" in self.api_version else ""
 
 
 RESOURCES = {r.name: r for r in (
-    Resource("nodes", "v1", "Node", False),
-    Resource("pods", "v1", "Pod", True),
-    Resource("events", "v1", "Event", True),
+    Resource("nodes", "v1", "Node", False, ("no",)),
+    Resource("pods", "v1", "Pod", True, ("po",), True),
+    Resource("events", "v1", "Event", True, ("ev",)),
+    Resource("namespaces", "v1", "Namespace", False, ("ns",)),
+    Resource("configmaps", "v1", "ConfigMap", True, ("cm",)),
+    Resource("secrets", "v1", "Secret", True),
+    Resource("services", "v1", "Service", True, ("svc",), True),
+    Resource("serviceaccounts", "v1", "ServiceAccount", True, ("sa",)),
     Resource("leases", "coordination.k8s.io/v1", "Lease", True),
-    Resource("poddisruptionbudgets", "policy/v1", "PodDisruptionBudget", True),
+    Resource("poddisruptionbudgets", "policy/v1", "PodDisruptionBudget", True, ("pdb",)),
+    Resource("jobs", "batch/v1", "Job", True, (), True),
+    Resource("deployments", "apps/v1", "Deployment", True, ("deploy",), True),
+    Resource("replicasets", "apps/v1", "ReplicaSet", True, ("rs",), True),
+    Resource("statefulsets", "apps/v1", "StatefulSet", True, ("sts",), True),
+    Resource("daemonsets", "apps/v1", "DaemonSet", True, ("ds",), True),
+    Resource("roles", "rbac.authorization.k8s.io/v1", "Role", True),
+    Resource("rolebindings", "rbac.authorization.k8s.io/v1", "RoleBinding", True),
+    Resource("clusterroles", "rbac.authorization.k8s.io/v1", "ClusterRole", False),
+    Resource("clusterrolebindings", "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", False),
+    Resource("mutatingwebhookconfigurations", "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+             False),
+    Resource("validatingwebhookconfigurations", "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
+             False),
+    Resource("ingresses", "networking.k8s.io/v1", "Ingress", True, ("ing",)),
 )}
 
 
@@ -162,16 +188,21 @@ def merge_patch(target, patch):
     return out
 
 
-MERGE_KEYS = {"conditions": "type", "containers": "name", "taints": "key", "addresses": "type"}
+MERGE_KEYS = {"conditions": "type", "containers": "name", "initContainers": "name", "taints": "key",
+              "addresses": "type", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
 
 
 def strategic_merge_patch(target, patch):
-    """Strategic merge patch for the lists that matter here: ``conditions`` (merge key
-    ``type``), ``containers`` (``name``), ``taints`` (``key``); other lists are replaced."""
+    """Strategic merge patch for the lists that matter here (``MERGE_KEYS``: ``conditions`` by
+    ``type``, ``containers`` by ``name``, ``taints`` by ``key``, …; an item ``{"$patch": "delete"}``
+    removes its match); other lists are replaced; other ``$`` directives (element order, retained
+    keys) are dropped, as ``kubectl apply`` sends them alongside the change."""
     if not isinstance(patch, dict) or not isinstance(target, dict):
         return merge_patch(target, patch)
     out = dict(target)
     for k, v in patch.items():
+        if k.startswith("$"):  # directives ($setElementOrder/…, $retainKeys, $patch): order and retention not modelled
+            continue
         if v is None:
             out.pop(k, None)
         elif k in MERGE_KEYS and isinstance(v, list) and isinstance(out.get(k), list):
@@ -179,7 +210,10 @@ def strategic_merge_patch(target, patch):
             mk = MERGE_KEYS[k]
             for item in v:
                 hit = next((i for i, x in enumerate(merged) if x.get(mk) == item.get(mk)), None)
-                if hit is None:
+                if isinstance(item, dict) and item.get("$patch") == "delete":
+                    if hit is not None:
+                        del merged[hit]
+                elif hit is None:
                     merged.append(item)
                 else:
                     merged[hit] = strategic_merge_patch(merged[hit], item)
