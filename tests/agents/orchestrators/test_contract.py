@@ -179,8 +179,12 @@ def test_kubernetes_requests_use_the_binding_and_eviction_subresources() -> None
         api.create_pod(pod("batch", "job-9", tier="batch", priority="1", labels={"job": "job-9"}))
         adapter = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)))
         adapter.bind(spec("job-9"), "node-a")
-        # the Scheduled Event is posted by the event thread, possibly before this line: skip Events
-        method, path, body = [r for r in api.requests if "/events" not in r[1]][-1]
+        # the event thread posts the Scheduled Event (and may read the pod for its uid) at any
+        # time: only this thread's writes are compared
+        def writes() -> list:
+            return [r for r in api.requests if "/events" not in r[1] and r[0] != "GET"]
+
+        method, path, body = writes()[-1]
         assert (method, path) == ("POST", "/api/v1/namespaces/batch/pods/job-9/binding")
         assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
         api.add_pdb("batch", "job-9-budget", {"job": "job-9"}, max_unavailable=0)
@@ -188,6 +192,6 @@ def test_kubernetes_requests_use_the_binding_and_eviction_subresources() -> None
             adapter.evict("batch/job-9", grace_s=30, reason="priority")
         api.store.delete("poddisruptionbudgets", "batch/job-9-budget")
         adapter.evict("batch/job-9", grace_s=30, reason="priority")
-        method, path, body = [r for r in api.requests if "/events" not in r[1]][-1]
+        method, path, body = writes()[-1]
         assert path == "/api/v1/namespaces/batch/pods/job-9/eviction"
         assert body["kind"] == "Eviction" and body["deleteOptions"]["gracePeriodSeconds"] == 30
