@@ -90,6 +90,21 @@ def test_behind_the_proxy_one_client_failing_cannot_lock_another_out_of_its_own_
     assert operator.session["_auth_user_id"] == str(alice.pk)
 
 
+@pytest.mark.parametrize(("addresses", "elsewhere"), [
+    # an IPv6 host holds a whole /64 (SLAAC, privacy addresses): a new address every try is the
+    # same client, or it could guess a password without end
+    pytest.param([f"2001:db8:5:6::{i + 1:x}" for i in range(8)], "2001:db8:5:7::1", id="IPv6 addresses in one /64"),
+    # a dual-stack listener may name an IPv4 client in its IPv4-mapped IPv6 form
+    pytest.param(["::ffff:192.0.2.44", "192.0.2.44"] * 4, "192.0.2.45", id="IPv4 and its IPv4-mapped form"),
+])
+def test_a_client_changing_its_address_within_its_own_network_is_still_one_client(alice, addresses,
+                                                                                   elsewhere) -> None:
+    for address in addresses[:login.ACCOUNT_FAILURES]:
+        assert _try(through_proxy(address), "alice", "wrong").status_code == 200
+    assert _try(through_proxy(addresses[login.ACCOUNT_FAILURES]), "alice", PASSWORD).status_code == 429
+    assert _try(through_proxy(elsewhere), "alice", PASSWORD).status_code == 302   # another network: fine
+
+
 def test_a_forwarded_header_from_a_peer_that_is_not_a_trusted_proxy_is_ignored(alice) -> None:
     for i in range(login.ACCOUNT_FAILURES):                     # a new claimed address every time
         spoofer = Client(REMOTE_ADDR="192.0.2.66", HTTP_X_FORWARDED_FOR=f"198.51.100.{i}")
