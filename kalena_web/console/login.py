@@ -1,7 +1,9 @@
 """Login throttling that no anonymous client can turn against real accounts (DESIGN §12).
 
 Failed logins are counted per client address (:func:`~kalena_web.console.clients.request_client_address`:
-the peer, or behind a trusted proxy the client it names) in two ways, within ``WINDOW_S``:
+the peer, or behind a trusted proxy the client it names; an IPv6 client by its /64, which it can
+pick new addresses in at will, :func:`~kalena_web.console.clients.client_network`) in two ways,
+within ``WINDOW_S``:
 
 * per account **and** address — ``ACCOUNT_FAILURES`` (5) failures for one real account from one
   client lock that account *for that client only*;
@@ -39,7 +41,7 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import REGISTRY, Counter
 
-from kalena_web.console.clients import request_client_address
+from kalena_web.console.clients import client_network, request_client_address
 
 ACCOUNT_FAILURES = 5
 ADDRESS_FAILURES = 20
@@ -75,8 +77,9 @@ def _counters(address: str, username: str) -> list[tuple[str, str, int]]:
     tell from the answers which user names exist."""
     account = _account_id(username)
     name = f"id:{account}" if account is not None else f"name:{username}"
-    return [("address", _key("address", address), ADDRESS_FAILURES),
-            ("account", _key("account", f"{name}|{address}"), ACCOUNT_FAILURES)]
+    network = client_network(address)
+    return [("address", _key("address", network), ADDRESS_FAILURES),
+            ("account", _key("account", f"{name}|{network}"), ACCOUNT_FAILURES)]
 
 
 def login_locked_for_s(address: str, username: str, *, now_s: float) -> tuple[float, str]:
@@ -104,7 +107,8 @@ def login_failure_record(address: str, username: str, *, peer: str, now_s: float
             audit_record(actor_kind="user", actor=f"{username[:100] or '(no user name)'} from {address}",
                          action="login.lockout", target=(f"account {username[:100]}" if kind == "account"
                                                          else f"every account, from {address}"),
-                         after={"scope": kind, "client_address": address, "peer": peer, "failures": entry["count"],
+                         after={"scope": kind, "client_address": address, "client_network": client_network(address),
+                                "peer": peer, "failures": entry["count"],
                                 "account_exists": _account_id(username) is not None, "since_s": entry["since_s"],
                                 "until_s": entry["since_s"] + WINDOW_S})
 
