@@ -130,6 +130,19 @@ def test_unknown_user_names_do_not_lock_a_real_account(alice) -> None:
     assert _try(through_proxy("203.0.113.78"), "alice", PASSWORD).status_code == 302
 
 
+def test_another_spelling_of_the_user_name_the_form_signs_in_with_shares_the_accounts_count(alice) -> None:
+    """The login form strips the user name and NFKC-normalises it before looking the account
+    up: ``alice `` and the full-width ``ａｌｉｃｅ`` sign in to ``alice``, so they must count as
+    ``alice`` — else each spelling would be a fresh count and the account's limit no limit."""
+    client = through_proxy("203.0.113.40")
+    spellings = ["alice ", " alice", "ａｌｉｃｅ", "\talice", "ａlice "]
+    for name in spellings[:login.ACCOUNT_FAILURES]:
+        assert _try(client, name, "wrong").status_code == 200
+    assert _try(client, spellings[login.ACCOUNT_FAILURES], PASSWORD).status_code == 429
+    assert "_auth_user_id" not in client.session
+    assert _try(through_proxy("203.0.113.41"), "ａｌｉｃｅ", PASSWORD).status_code == 302   # elsewhere: fine
+
+
 def test_a_lock_out_is_audited_with_who_and_from_where(alice) -> None:
     client = through_proxy("203.0.113.5")
     for _ in range(login.ACCOUNT_FAILURES):
