@@ -13,7 +13,8 @@ within ``WINDOW_S``:
 While locked, the client's attempts are refused (HTTP 429, the form saying when to try again)
 without checking the password — even a right one — until the window has passed since its first
 counted failure. A user name that names no account is counted under that name, never against a
-real account (so ``Alice``, ``alice ``, or ``nobody`` cannot lock ``alice``), with the same
+real account (so ``Alice`` or ``nobody`` cannot lock ``alice``; ``alice `` and ``ａｌｉｃｅ`` are ``alice``,
+as the form signs them in to it: :func:`submitted_username`), with the same
 limit, so the answers do not tell which names exist; and nothing a client does locks another
 client out: the same operator signing in from elsewhere is answered normally. A successful
 login clears that client's count for the account.
@@ -70,6 +71,16 @@ def _account_id(username: str) -> int | None:
         return None
 
 
+def submitted_username(raw: str) -> str:
+    """The user name the login form signs in with for ``raw`` (what was typed): Django's
+    ``UsernameField`` strips surrounding whitespace and NFKC-normalises, so ``" alice"`` and
+    the full-width ``"ａｌｉｃｅ"`` both sign in to ``alice`` and are counted as ``alice`` —
+    counted as typed, every spelling would have a fresh count and an account's limit none."""
+    from django.contrib.auth.forms import UsernameField
+
+    return UsernameField().to_python(raw)[:150]
+
+
 def _counters(address: str, username: str) -> list[tuple[str, str, int]]:
     """``(scope, cache key, limit)`` of every count a failure from ``address`` as ``username``
     adds to. A real account is keyed by its id; a user name that names none by the name itself
@@ -124,7 +135,7 @@ class ThrottledLoginView(LoginView):
     """Django's login view, refusing attempts while this client is locked out (module doc)."""
 
     def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        username = request.POST.get("username", "")[:150]
+        username = submitted_username(request.POST.get("username", ""))
         wait_s, scope = login_locked_for_s(request_client_address(request), username, now_s=time.time())
         if wait_s > 0:
             login_refusals().labels(scope=scope).inc()
@@ -138,7 +149,8 @@ class ThrottledLoginView(LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form):
-        login_failure_record(request_client_address(self.request), self.request.POST.get("username", "")[:150],
+        username = submitted_username(self.request.POST.get("username", ""))
+        login_failure_record(request_client_address(self.request), username,
                              peer=self.request.META.get("REMOTE_ADDR", ""), now_s=time.time())
         return super().form_invalid(form)
 

@@ -119,7 +119,7 @@ def test_a_forwarded_header_from_a_peer_that_is_not_a_trusted_proxy_is_ignored(a
 
 def test_unknown_user_names_do_not_lock_a_real_account(alice) -> None:
     client = through_proxy("203.0.113.7")
-    for name in ["Alice", "ALICE", "aLiCe", "alice ", "root"]:  # under the address limit (6)
+    for name in ["Alice", "ALICE", "aLiCe", "alicia", "root"]:  # under the address limit (6)
         assert _try(client, name, "wrong").status_code == 200
     assert _try(client, "alice", PASSWORD).status_code == 302
     # an unknown name has a count of its own, with the account's limit: the answers do not
