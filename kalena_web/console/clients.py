@@ -62,6 +62,23 @@ def client_address(peer: str, forwarded: str | None, *, trusted: Sequence[str]) 
     return client
 
 
+def client_network(address: str) -> str:
+    """The network one client holds, as its throttling counts it: an IPv6 address's ``/64`` (a
+    host is given a whole /64 — SLAAC, privacy addresses — and picks a new address in it at
+    will), an IPv4-mapped IPv6 address as the IPv4 address it maps, any other address (and
+    anything that is not one, e.g. ``"unknown"``) as itself.
+
+    Example: ``2001:db8:5:6::1`` and ``2001:db8:5:6::ff`` → ``2001:db8:5:6::/64``;
+    ``::ffff:192.0.2.44`` → ``192.0.2.44``.
+    """
+    parsed = _address(address)
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed) if parsed is not None else address
+
+
 def request_client_address(request: HttpRequest) -> str:
     """:func:`client_address` of a Django request, with the project's settings."""
     header = settings.KALENA_TRUSTED_PROXY_HEADER

@@ -1,7 +1,9 @@
 """Login throttling that no anonymous client can turn against real accounts (DESIGN §12).
 
 Failed logins are counted per client address (:func:`~kalena_web.console.clients.request_client_address`:
-the peer, or behind a trusted proxy the client it names) in two ways, within ``WINDOW_S``:
+the peer, or behind a trusted proxy the client it names; an IPv6 client by its /64, which it can
+pick new addresses in at will, :func:`~kalena_web.console.clients.client_network`) in two ways,
+within ``WINDOW_S``:
 
 * per account **and** address — ``ACCOUNT_FAILURES`` (5) failures for one real account from one
   client lock that account *for that client only*;
@@ -11,7 +13,8 @@ the peer, or behind a trusted proxy the client it names) in two ways, within ``W
 While locked, the client's attempts are refused (HTTP 429, the form saying when to try again)
 without checking the password — even a right one — until the window has passed since its first
 counted failure. A user name that names no account is counted under that name, never against a
-real account (so ``Alice``, ``alice ``, or ``nobody`` cannot lock ``alice``), with the same
+real account (so ``Alice`` or ``nobody`` cannot lock ``alice``; ``alice `` and ``ａｌｉｃｅ`` are ``alice``,
+as the form signs them in to it: :func:`submitted_username`), with the same
 limit, so the answers do not tell which names exist; and nothing a client does locks another
 client out: the same operator signing in from elsewhere is answered normally. A successful
 login clears that client's count for the account.
@@ -39,7 +42,7 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import REGISTRY, Counter
 
-from kalena_web.console.clients import request_client_address
+from kalena_web.console.clients import client_network, request_client_address
 
 ACCOUNT_FAILURES = 5
 ADDRESS_FAILURES = 20
@@ -68,6 +71,16 @@ def _account_id(username: str) -> int | None:
         return None
 
 
+def submitted_username(raw: str) -> str:
+    """The user name the login form signs in with for ``raw`` (what was typed): Django's
+    ``UsernameField`` strips surrounding whitespace and NFKC-normalises, so ``" alice"`` and
+    the full-width ``"ａｌｉｃｅ"`` both sign in to ``alice`` and are counted as ``alice`` —
+    counted as typed, every spelling would have a fresh count and an account's limit none."""
+    from django.contrib.auth.forms import UsernameField
+
+    return UsernameField().to_python(raw)[:150]
+
+
 def _counters(address: str, username: str) -> list[tuple[str, str, int]]:
     """``(scope, cache key, limit)`` of every count a failure from ``address`` as ``username``
     adds to. A real account is keyed by its id; a user name that names none by the name itself
@@ -75,8 +88,9 @@ def _counters(address: str, username: str) -> list[tuple[str, str, int]]:
     tell from the answers which user names exist."""
     account = _account_id(username)
     name = f"id:{account}" if account is not None else f"name:{username}"
-    return [("address", _key("address", address), ADDRESS_FAILURES),
-            ("account", _key("account", f"{name}|{address}"), ACCOUNT_FAILURES)]
+    network = client_network(address)
+    return [("address", _key("address", network), ADDRESS_FAILURES),
+            ("account", _key("account", f"{name}|{network}"), ACCOUNT_FAILURES)]
 
 
 def login_locked_for_s(address: str, username: str, *, now_s: float) -> tuple[float, str]:
@@ -104,7 +118,8 @@ def login_failure_record(address: str, username: str, *, peer: str, now_s: float
             audit_record(actor_kind="user", actor=f"{username[:100] or '(no user name)'} from {address}",
                          action="login.lockout", target=(f"account {username[:100]}" if kind == "account"
                                                          else f"every account, from {address}"),
-                         after={"scope": kind, "client_address": address, "peer": peer, "failures": entry["count"],
+                         after={"scope": kind, "client_address": address, "client_network": client_network(address),
+                                "peer": peer, "failures": entry["count"],
                                 "account_exists": _account_id(username) is not None, "since_s": entry["since_s"],
                                 "until_s": entry["since_s"] + WINDOW_S})
 
@@ -120,7 +135,7 @@ class ThrottledLoginView(LoginView):
     """Django's login view, refusing attempts while this client is locked out (module doc)."""
 
     def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        username = request.POST.get("username", "")[:150]
+        username = submitted_username(request.POST.get("username", ""))
         wait_s, scope = login_locked_for_s(request_client_address(request), username, now_s=time.time())
         if wait_s > 0:
             login_refusals().labels(scope=scope).inc()
@@ -134,7 +149,8 @@ class ThrottledLoginView(LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form):
-        login_failure_record(request_client_address(self.request), self.request.POST.get("username", "")[:150],
+        username = submitted_username(self.request.POST.get("username", ""))
+        login_failure_record(request_client_address(self.request), username,
                              peer=self.request.META.get("REMOTE_ADDR", ""), now_s=time.time())
         return super().form_invalid(form)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from agents.orchestrators import (
     BatchSpec, BindingUncertain, Orchestrator, OrchestratorError, StaleBinding, WorkloadGone,
@@ -230,11 +230,20 @@ def batch_submit_once(*, cluster: Cluster, name: str, owner: str, request: Mappi
         existing = Workload.objects.filter(cluster=cluster, name=name).select_related("batch").first()
         if existing is not None:
             return Queued(pod=_same_submission(existing, spec, cluster=cluster), created=False)
-        workload = Workload.objects.create(
-            cluster=cluster, kind=Workload.BATCH, row=Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count(),
-            name=name, namespace=namespace, owner=owner or name, tier="batch", priority=priority,
-            instances=1, request=req, limit=lim, labels=spec["labels"], constraints=constraints,
-        )
+        try:
+            with transaction.atomic():  # a savepoint: a submit of the same name may commit first (a retry)
+                workload = Workload.objects.create(
+                    cluster=cluster, kind=Workload.BATCH,
+                    row=Workload.objects.filter(cluster=cluster, kind=Workload.BATCH).count(), name=name,
+                    namespace=namespace, owner=owner or name, tier="batch", priority=priority, instances=1,
+                    request=req, limit=lim, labels=spec["labels"], constraints=constraints,
+                )
+        except IntegrityError:
+            # the insert waited for that submit's commit and lost to it: it is the existing pod now
+            existing = Workload.objects.filter(cluster=cluster, name=name).select_related("batch").first()
+            if existing is None:
+                raise
+            return Queued(pod=_same_submission(existing, spec, cluster=cluster), created=False)
         pod = BatchPod.objects.create(cluster=cluster, workload=workload, image=image, command=list(command),
                                       gang=gang, min_member=min_member, submitted_s=now_s, queued_s=now_s)
         from kalena_web.policy.audit import audit

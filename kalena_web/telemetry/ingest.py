@@ -164,8 +164,12 @@ def _action(message: Mapping[str, Any], *, view: NodeView, now_s: float, limits:
         check_json_values(message.get(key), f"<action>.{key}")
     workload = message.get("workload")
     workload_id = None
+    name = ""
     if isinstance(workload, Mapping) and isinstance(workload.get("id"), str):
         workload_id = resolve_workload({"workload": workload["id"], "name": workload.get("name")}, view)
+        # a resolved workload is named as the inventory names it, never by what else the message
+        # says: its own pod's id with another node's pod's name would record that pod as acted on
+        name = next((n for n, wid in view.by_name.items() if wid == workload_id), "") if workload_id else ""
     else:
         workload = {}
     trigger = message["trigger"]
@@ -173,7 +177,7 @@ def _action(message: Mapping[str, Any], *, view: NodeView, now_s: float, limits:
     return {
         "ts": float(message["ts"]), "action": message["action"], "reason": _text(message["reason"], 40),
         "workload_id": workload_id, "workload_ref": _text(workload.get("id"), 300),
-        "workload_name": _text(workload.get("name"), 300), "tier": _text(workload.get("tier"), 16),
+        "workload_name": name or _text(workload.get("name"), 300), "tier": _text(workload.get("tier"), 16),
         "priority": priority if isinstance(priority, int) and not isinstance(priority, bool)
         and abs(priority) < 2**31 else None,
         "trigger_source": trigger["source"], "trigger_resource": _text(trigger.get("resource"), 16),

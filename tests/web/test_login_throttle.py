@@ -90,6 +90,21 @@ def test_behind_the_proxy_one_client_failing_cannot_lock_another_out_of_its_own_
     assert operator.session["_auth_user_id"] == str(alice.pk)
 
 
+@pytest.mark.parametrize(("addresses", "elsewhere"), [
+    # an IPv6 host holds a whole /64 (SLAAC, privacy addresses): a new address every try is the
+    # same client, or it could guess a password without end
+    pytest.param([f"2001:db8:5:6::{i + 1:x}" for i in range(8)], "2001:db8:5:7::1", id="IPv6 addresses in one /64"),
+    # a dual-stack listener may name an IPv4 client in its IPv4-mapped IPv6 form
+    pytest.param(["::ffff:192.0.2.44", "192.0.2.44"] * 4, "192.0.2.45", id="IPv4 and its IPv4-mapped form"),
+])
+def test_a_client_changing_its_address_within_its_own_network_is_still_one_client(alice, addresses,
+                                                                                   elsewhere) -> None:
+    for address in addresses[:login.ACCOUNT_FAILURES]:
+        assert _try(through_proxy(address), "alice", "wrong").status_code == 200
+    assert _try(through_proxy(addresses[login.ACCOUNT_FAILURES]), "alice", PASSWORD).status_code == 429
+    assert _try(through_proxy(elsewhere), "alice", PASSWORD).status_code == 302   # another network: fine
+
+
 def test_a_forwarded_header_from_a_peer_that_is_not_a_trusted_proxy_is_ignored(alice) -> None:
     for i in range(login.ACCOUNT_FAILURES):                     # a new claimed address every time
         spoofer = Client(REMOTE_ADDR="192.0.2.66", HTTP_X_FORWARDED_FOR=f"198.51.100.{i}")
@@ -104,7 +119,7 @@ def test_a_forwarded_header_from_a_peer_that_is_not_a_trusted_proxy_is_ignored(a
 
 def test_unknown_user_names_do_not_lock_a_real_account(alice) -> None:
     client = through_proxy("203.0.113.7")
-    for name in ["Alice", "ALICE", "aLiCe", "alice ", "root"]:  # under the address limit (6)
+    for name in ["Alice", "ALICE", "aLiCe", "alicia", "root"]:  # under the address limit (6)
         assert _try(client, name, "wrong").status_code == 200
     assert _try(client, "alice", PASSWORD).status_code == 302
     # an unknown name has a count of its own, with the account's limit: the answers do not
@@ -113,6 +128,19 @@ def test_unknown_user_names_do_not_lock_a_real_account(alice) -> None:
     assert [_try(guesser, "bob", "wrong").status_code for _ in range(login.ACCOUNT_FAILURES + 1)] == \
         [200] * login.ACCOUNT_FAILURES + [429]
     assert _try(through_proxy("203.0.113.78"), "alice", PASSWORD).status_code == 302
+
+
+def test_another_spelling_of_the_user_name_the_form_signs_in_with_shares_the_accounts_count(alice) -> None:
+    """The login form strips the user name and NFKC-normalises it before looking the account
+    up: ``alice `` and the full-width ``ａｌｉｃｅ`` sign in to ``alice``, so they must count as
+    ``alice`` — else each spelling would be a fresh count and the account's limit no limit."""
+    client = through_proxy("203.0.113.40")
+    spellings = ["alice ", " alice", "ａｌｉｃｅ", "\talice", "ａlice "]
+    for name in spellings[:login.ACCOUNT_FAILURES]:
+        assert _try(client, name, "wrong").status_code == 200
+    assert _try(client, spellings[login.ACCOUNT_FAILURES], PASSWORD).status_code == 429
+    assert "_auth_user_id" not in client.session
+    assert _try(through_proxy("203.0.113.41"), "ａｌｉｃｅ", PASSWORD).status_code == 302   # elsewhere: fine
 
 
 def test_a_lock_out_is_audited_with_who_and_from_where(alice) -> None:

@@ -124,13 +124,17 @@ def pod_ref(pod: Mapping[str, Any]) -> str:
 
 def unmanaged_reason(pod: Mapping[str, Any]) -> str:
     """Why Kalena must not act on ``pod`` through the extender (``""`` when it may): Kalena manages
-    a pod labelled ``kalena.naughtian.io/tier: batch`` or one whose containers request Kalena's
-    extended resources (what the webhook gives every batch pod). Anything else — a production pod,
-    another team's pod — is the default scheduler's alone."""
+    a pod labelled ``kalena.naughtian.io/tier: batch`` or, without a tier label, one whose
+    containers request Kalena's extended resources (what the webhook gives every batch pod).
+    Anything else — a production pod, another team's pod, a pod labelled with another tier
+    whatever it requests — is the default scheduler's alone."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    if isinstance(labels, Mapping) and labels.get(TIER) == "batch":
+    tier = labels.get(TIER) if isinstance(labels, Mapping) else None
+    if tier == "batch":
         return ""
+    if tier is not None:
+        return f"pod {pod_ref(pod)} is not managed by Kalena (labelled {TIER}: {str(tier)[:40]}, not batch)"
     spec = pod.get("spec") or {}
     containers = spec.get("containers") if isinstance(spec, Mapping) else None
     for container in containers if isinstance(containers, list) else []:

@@ -70,3 +70,57 @@ def test_a_production_pods_name_is_409_not_a_batch_pod(operator, live) -> None:
     response = submit(operator, {**SPEC, "name": production.name})
     assert response.status_code == 409, response.content
     assert response.json()["differing"] == ["kind"] and "production" in response.json()["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_racing_the_first_submit_answers_200_with_the_one_pod(operator, live) -> None:
+    """A client whose first submit is still committing (slow database, the answer not back yet)
+    retries: the retry must not fail (500) on the name the first call is inserting — it waits
+    for it and answers 200 with that one pod."""
+    import threading
+    import time
+
+    from django.db import connection, connections, transaction
+
+    from kalena_web.scheduling import services
+
+    inserted, release, answers = threading.Event(), threading.Event(), {}
+
+    def first() -> None:
+        try:
+            with transaction.atomic():
+                services.batch_queue(cluster=live, orchestrator_kind="docker", name=SPEC["name"], owner=SPEC["owner"],
+                                     request=SPEC["request"], priority=SPEC["priority"], labels=SPEC["labels"],
+                                     image=SPEC["image"], command=SPEC["command"], now_s=1000.0)
+                inserted.set()
+                release.wait(30)               # the commit is slow: the retry arrives meanwhile
+        finally:
+            connections.close_all()
+
+    def retry() -> None:
+        try:
+            answers["retry"] = submit(operator, SPEC)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert inserted.wait(30)
+    threads.append(threading.Thread(target=retry))
+    threads[1].start()
+    with connection.cursor() as cursor:       # the retry is waiting on the first call's row
+        for _ in range(300):
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock'")
+            if cursor.fetchone()[0]:
+                break
+            if not threads[1].is_alive():
+                break
+            time.sleep(0.1)
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    response = answers["retry"]
+    assert response.status_code == 200, response.content
+    assert response.json()["name"] == SPEC["name"]
+    assert BatchPod.objects.filter(workload__name=SPEC["name"]).count() == 1

@@ -186,6 +186,21 @@ def test_bind_of_a_pod_kalena_does_not_manage_is_refused(hooks, kube_api):
     assert refused(hooks, "filter", "unmanaged") >= 1 and refused(hooks, "prioritize", "unmanaged") >= 1
 
 
+def test_bind_of_a_pod_labelled_production_is_refused_whatever_it_requests(hooks, kube_api):
+    # a production pod — its tier label says so — whose spec also asks for Kalena's batch
+    # resources (copied from a batch pod's): its label decides, it is not Kalena's to bind
+    spec = pod("payments", "ledger-5b7f9c8d6-q4w2e", tier="production", owner_kind="ReplicaSet",
+               owner_name="ledger-5b7f9c8d6", labels={"pod-template-hash": "5b7f9c8d6"}, scheduler="default-scheduler")
+    resources = spec["spec"]["containers"][0]["resources"]
+    for block in ("requests", "limits"):
+        resources[block].update({"kalena.naughtian.io/batch-cpu": "500", "kalena.naughtian.io/batch-memory": "1073741824"})
+    created = kube_api.create("pods", spec)
+    response = httpx.post(hooks.url + "/kubernetes/extender/home/bind", json=binding(created, NODES[1]),
+                          verify=hooks.client(), timeout=30)
+    assert response.status_code == 403 and "not managed by Kalena" in response.json()["Error"], response.text
+    assert node_of(kube_api, created) == ""
+
+
 def test_bind_the_filter_refuses_is_refused(hooks, kube_api):
     created = batch_pod(kube_api, "huge-0", cpu="100", limit_cpu="100")
     filtered = httpx.post(hooks.url + "/kubernetes/extender/home/filter", json=extender_args(created),

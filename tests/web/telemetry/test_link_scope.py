@@ -109,3 +109,21 @@ def test_a_forged_report_stored_before_cannot_name_another_nodes_workload_into_a
     assert evictions_record(cluster=home, now_s=now + SETTLE_S + 60) == 1
     record = EvictionRecord.objects.get()
     assert record.workload is None and record.node == beta      # the name is kept; no other node's workload joined
+
+
+def test_an_eviction_of_its_own_pod_cannot_be_recorded_under_another_nodes_pods_name(
+        agent_app, home, beta, beta_token, client) -> None:
+    """The agent names the workload twice (``id`` and ``name``): an id of its own node's pod with
+    the name of a production pod on another node must not put that production pod into the
+    why-evicted records or the audit log as evicted."""
+    victim = (Workload.objects.filter(cluster=home, node__isnull=False, kind="production").exclude(node=beta)
+              .select_related("node").order_by("name").first())
+    assert victim is not None and victim.node.name != NODE
+    forged = evict(7, OWN, tier="production")
+    forged["workload"]["name"] = victim.name
+    converse_from(agent_app, beta_token, ("198.51.100.4", 40223), forged)
+    evictions_record(cluster=home, now_s=time.time() + SETTLE_S + 60)
+    named = set(EvictionRecord.objects.values_list("workload_name", flat=True)) | \
+        set(AuditEntry.objects.filter(action="eviction").values_list("target", flat=True))
+    assert victim.name not in named, named
+    assert not MitigationEvent.objects.filter(workload_name=victim.name).exists()
