@@ -30,8 +30,9 @@ import re
 from typing import Annotated, Any, Literal, Union
 
 from ninja import Field, Schema
-from pydantic import BeforeValidator, ConfigDict, StrictFloat, StringConstraints, model_validator
+from pydantic import BeforeValidator, ConfigDict, PlainValidator, StringConstraints, WithJsonSchema, model_validator
 
+from kalena_engine.kuberina.fields import FLAT_HINTS
 from kalena_web.api.params import TEXT
 from kalena_web.scheduling import services
 
@@ -62,14 +63,34 @@ def _no_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)  # optional, never null: an omitted dimension is 0
 
 
+_ACCEPTED = {
+    "cpu": "cores below 10,000,000, or millicores: 0.5, \"250m\"",
+    "binary": "GiB below 10,000,000, or a binary suffix Ki Mi Gi Ti: 2, \"512Mi\"",
+    "gpu": "whole devices below 10,000,000: 1, \"2\"",
+    "decimal": "MB/s below 10,000,000, or a decimal suffix k M G: 500, \"1G\"",
+}
+
+
 def _quantity(family: str):
-    if family == "gpu":
-        pattern = rf"^{_INT}$"
-        as_number = whole(ge=0, lt=QUANTITY_MAX)
-    else:
-        pattern = rf"^{_NUMBER}{_SUFFIX[family]}$"
-        as_number = Annotated[StrictFloat, Field(ge=0, lt=QUANTITY_MAX)]
-    return Union[as_number, Annotated[str, StringConstraints(pattern=pattern)]]  # noqa: UP007 (a runtime union)
+    """One dimension's quantity: a JSON number below :data:`QUANTITY_MAX` (a whole one for gpu)
+    or a string of at most 7 integer and 18 decimal digits with the family's suffix; a refusal
+    says which spellings are accepted."""
+    whole_only = family == "gpu"
+    pattern = rf"^{_INT}$" if whole_only else rf"^{_NUMBER}{_SUFFIX[family]}$"
+    spelled = re.compile(pattern)
+    number: dict[str, Any] = {"type": "integer" if whole_only else "number", "minimum": 0,
+                              "exclusiveMaximum": QUANTITY_MAX}
+
+    def check(value: object) -> object:
+        if isinstance(value, str) and spelled.fullmatch(value):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < QUANTITY_MAX and \
+                (not whole_only or float(value).is_integer()):
+            return value
+        raise ValueError(f"{str(value)[:40]!r} is not a quantity (accepted: {_ACCEPTED[family]})")
+
+    return Annotated[Any, PlainValidator(check),
+                     WithJsonSchema({"anyOf": [number, {"type": "string", "pattern": pattern}]})]
 
 
 Cpu = _quantity("cpu")
@@ -83,23 +104,47 @@ def _optional(description: str):
     return Field(None, description=description, json_schema_extra=_no_default)
 
 
-class DiskIn(Schema):
-    model_config = ConfigDict(extra="forbid")
+def _known_keys(cls: type[Schema], data: object, hints: dict[str, str] | None = None) -> object:
+    """Refuse a key the closed object does not have, naming it and the keys accepted (and the
+    Kuberina hint for a flat or Kubernetes spelling: ``memory`` → ``ram``)."""
+    if isinstance(data, dict):
+        known = {f.alias or name for name, f in cls.model_fields.items()}
+        for key in data:
+            if key not in known:
+                hint = (hints or {}).get(key)
+                raise ValueError(f"unknown key {str(key)[:40]!r} ({hint or 'accepted: ' + ', '.join(sorted(known))})")
+    return data
+
+
+class _Closed(Schema):
+    """An object with a fixed set of keys (``additionalProperties: false``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_known_keys(cls, data: object) -> object:
+        return _known_keys(cls, data)
+
+
+class DiskIn(_Closed):
     read: Decimal = _optional("MB/s; decimal suffix k M G")
     write: Decimal = _optional("MB/s; decimal suffix k M G")
 
 
-class NetworkIn(Schema):
-    model_config = ConfigDict(extra="forbid")
+class NetworkIn(_Closed):
     in_: Decimal = Field(None, alias="in", description="MB/s; decimal suffix k M G", json_schema_extra=_no_default)
     out: Decimal = _optional("MB/s; decimal suffix k M G")
 
 
-class LimitIn(Schema):
+class LimitIn(_Closed):
     """A Kuberina resource block (IR units). An omitted dimension is 0 in a request and the
     request in a limit."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    @model_validator(mode="before")
+    @classmethod
+    def _only_known_keys(cls, data: object) -> object:
+        return _known_keys(cls, data, FLAT_HINTS)
     cpu: Cpu = _optional("cores: 0.5, or millicores: 250m")
     ram: Ram = _optional("GiB: 2, or a binary suffix: 512Mi, 1.5Gi")
     gpu: Gpu = _optional("whole devices")
@@ -162,10 +207,6 @@ def label_map(description: str, *, max_properties: int = services.LABELS_MAX):
         s["additionalProperties"] = {"type": "string", "pattern": LABEL_VALUE, "maxLength": 63}
 
     return Field({}, max_length=max_properties, description=description, json_schema_extra=schema)
-
-
-class _Closed(Schema):
-    model_config = ConfigDict(extra="forbid")
 
 
 class SetRequirementIn(_Closed):
