@@ -16,7 +16,8 @@ disk/network ``"500M"``, ``"1G"``, ``"1000k"``      MB/s (suffix k M G), nested 
 ===========  =====================================  ====================================
 
 A request must ask for some cpu or ram: ``anyOf`` a positive ``cpu`` or a positive ``ram``
-(positive: a number > 0, or a string with a non-zero digit). Labels, node selectors and
+(positive: a number > 0, or a string with a non-zero digit among its integer digits or its
+first nine decimals — ``"0.000000001"`` is, ``"0.0000000001"`` is not). Labels, node selectors and
 selector values follow Kubernetes' syntax (``[prefix/]name``, names and values at most 63
 characters). Two rules are not JSON Schema's to state and are not refusals: a limit below its
 request on some dimension is that request (the limit is the most the pod may use, never less
@@ -141,16 +142,17 @@ class LimitIn(_Closed):
     """A Kuberina resource block (IR units). An omitted dimension is 0 in a request and the
     request in a limit."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _only_known_keys(cls, data: object) -> object:
-        return _known_keys(cls, data, FLAT_HINTS)
     cpu: Cpu = _optional("cores: 0.5, or millicores: 250m")
     ram: Ram = _optional("GiB: 2, or a binary suffix: 512Mi, 1.5Gi")
     gpu: Gpu = _optional("whole devices")
     storage: Ram = _optional("GiB, or a binary suffix")
     disk: DiskIn = _optional("disk bandwidth, MB/s")
     network: NetworkIn = _optional("network bandwidth, MB/s")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_known_keys(cls, data: object) -> object:
+        return _known_keys(cls, data, FLAT_HINTS)
 
     def block(self) -> dict[str, Any]:
         """The block as sent (Kuberina spellings kept), without omitted dimensions."""
