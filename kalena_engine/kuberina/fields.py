@@ -14,7 +14,8 @@ from kalena_engine.resources import DIM_INDEX, DIMS, IR_TO_INTERNAL, N_DIMS
 
 API_VERSION = "kuberina.io/v1"
 
-_FLAT_HINTS = {
+#: what a flat or Kubernetes spelling of a resource key should be written as
+FLAT_HINTS = {
     "disk_read": "write the nested form disk: {read: …}",
     "disk_write": "write the nested form disk: {write: …}",
     "net_in": "write the nested form network: {in: …}",
@@ -63,7 +64,7 @@ def parse_resource_block(raw: Any, where: Where, *, capacity: bool) -> np.ndarra
     if raw is None:
         return out
     block = where.expect_mapping(raw)
-    where.expect_keys(block, _BLOCK_KEYS, _FLAT_HINTS)
+    where.expect_keys(block, _BLOCK_KEYS, FLAT_HINTS)
     for name in ("cpu", "ram", "gpu", "storage"):
         if name in block:
             out[DIM_INDEX[name]] = parse_quantity(name, block[name], where.key(block, name))

@@ -1,7 +1,8 @@
 """Scheduling REST API (one ninja ``Router``): submit batch, list it, why-pending, delete.
 
 Quantities in requests are Kuberina resource blocks in IR units (``{"cpu": 0.5, "ram": "2Gi"}``,
-parsed by the planner's rules); answers give IR units too.
+parsed by the planner's rules; the body's schema states them, :mod:`~kalena_web.scheduling.schemas`);
+answers give IR units too.
 
 Submitting is idempotent: the same name with the same spec again (a retry after a lost answer)
 answers 200 with the pod as it is now (201 only when it was queued by this call); the same name
@@ -24,29 +25,15 @@ from kalena_engine.resources import to_ir_block
 from kalena_web.api.services import permission_refusal
 from kalena_web.api.errors import ApiError, answers
 from kalena_web.api.lists import list_query, order_by, page_of
-from kalena_web.api.params import TEXT, ClusterName, Namespace, PodName, text
+from kalena_web.api.params import ClusterName, Namespace, PodName, text
 from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling import selectors, services
+from kalena_web.scheduling.schemas import BatchIn
 from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.scheduling.models import BatchPod
 
 router = Router(tags=["scheduling"])
-
-
-class BatchIn(Schema):
-    name: str = Field(max_length=services.NAME_MAX, pattern=f"^{services.POD_NAME.pattern}$",
-                      description="namespace/pod (Kubernetes DNS-1123 names)")
-    owner: str = Field("", max_length=200, pattern=TEXT)
-    request: dict[str, Any] = Field(description='a Kuberina resource block in IR units: {"cpu": 0.5, "ram": "2Gi"}')
-    limit: dict[str, Any] | None = None
-    priority: int = Field(0, ge=0, le=services.PRIORITY_MAX)
-    labels: dict[str, str] = Field({}, max_length=services.LABELS_MAX)
-    constraints: dict[str, Any] = {}
-    image: str = Field("", max_length=300, pattern=TEXT)
-    command: list[str] = []
-    gang: str = Field("", max_length=200, pattern=TEXT)
-    min_member: int | None = Field(None, ge=1, le=services.MIN_MEMBER_MAX)
 
 
 class BatchOut(Schema):
@@ -56,6 +43,7 @@ class BatchOut(Schema):
     node: str | None
     priority: int
     request: dict[str, Any]
+    limit: dict[str, Any] = Field(description="the most it may use, IR units; never below the request")
     submitted_s: float
     queued_s: float
     bound_s: float | None
@@ -91,7 +79,8 @@ def pod_out(pod: BatchPod) -> BatchOut:
     w = pod.workload
     why = selectors.why_pending(pod=pod)
     return BatchOut(name=w.name, owner=w.owner, state=pod.state, node=w.node.name if w.node_id else None,
-                    priority=w.priority, request=to_ir_block(np.asarray(w.request)), submitted_s=pod.submitted_s,
+                    priority=w.priority, request=to_ir_block(np.asarray(w.request)),
+                    limit=to_ir_block(np.asarray(w.limit)), submitted_s=pod.submitted_s,
                     queued_s=pod.queued_s, bound_s=pod.bound_s, submitted_at=iso(pod.submitted_s),
                     queued_at=iso(pod.queued_s), bound_at=iso(pod.bound_s), requeues=pod.requeues,
                     binding=why.binding if why else None)
@@ -109,8 +98,8 @@ def submit(request: HttpRequest, cluster: ClusterName, body: BatchIn):
     try:
         queued = services.batch_queue(
             cluster=c, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=body.name, owner=body.owner,
-            request=body.request, limit=body.limit, priority=body.priority, labels=body.labels,
-            constraints=body.constraints, image=body.image, command=body.command, gang=body.gang,
+            request=body.request.block(), limit=body.limit.block() if body.limit else None, priority=body.priority,
+            labels=body.labels, constraints=body.constraints.mapping(), image=body.image, command=body.command, gang=body.gang,
             min_member=body.min_member, now_s=time.time())
     except services.BatchNameTaken as exc:
         raise ApiError(409, str(exc), code="name_taken", differing=list(exc.differing)) from None

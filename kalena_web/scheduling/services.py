@@ -22,7 +22,7 @@ from kalena_engine.kuberina.fields import parse_resource_block
 from kalena_engine.kuberina.yamlio import Where
 from kalena_engine.placement import schedule_batch
 from kalena_engine.policy import Policy
-from kalena_engine.resources import DIM_INDEX, DIMS, IR_UNITS, N_DIMS, to_ir
+from kalena_engine.resources import DIM_INDEX, DIMS, N_DIMS
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
 from kalena_web.scheduling import mappers, selectors
@@ -135,22 +135,6 @@ def _vector(raw: Mapping[str, float] | None, field_name: str) -> list[float]:
     return out
 
 
-def _fits_some_node(cluster: Cluster, req: list[float]) -> None:
-    """Refuse a request no node of ``cluster`` could ever hold: on some dimension it exceeds the
-    largest node's allocatable (one bound per dimension, whatever its unit)."""
-    rows = [n.allocatable for n in Node.objects.filter(cluster=cluster).only("allocatable")]
-    if not rows:
-        return
-    largest = np.max(np.asarray(rows, dtype=float), axis=0)
-    for dim, i in DIM_INDEX.items():
-        if req[i] > largest[i]:
-            asked, most = to_ir(np.asarray(req))[i], to_ir(largest)[i]
-            unit = IR_UNITS[i]
-            raise BatchRejected(f"{asked:.6g} {unit} is more than any node of {cluster.name!r} has",
-                                field=f"request.{dim}",
-                                accepted=f"at most {most:.6g} {unit} (the largest node's allocatable)")
-
-
 @dataclass(frozen=True)
 class Queued:
     """What a submission did: ``pod``, and ``created`` — False when a pod of that name and the
@@ -165,9 +149,14 @@ def batch_submit(*, cluster: Cluster, name: str, owner: str, request: Mapping[st
                  labels: Mapping[str, str] | None = None, constraints: Mapping[str, Any] | None = None,
                  image: str = "", command: Sequence[str] = (), gang: str = "", min_member: int | None = None,
                  now_s: float) -> BatchPod:
-    """Queue one batch pod (``name`` = ``namespace/pod``); its limit defaults to its request.
-    Idempotent: the same name with the same spec again returns the existing pod, whatever its
-    state, and changes nothing (:func:`batch_submit_once` says which happened).
+    """Queue one batch pod (``name`` = ``namespace/pod``). Its limit is, per dimension, the larger
+    of the limit given and the request (a pod is never capped below what it reserves; an omitted
+    limit or dimension is the request): request ``cpu 2``, limit ``cpu 1, ram 4 GiB`` → limit
+    ``cpu 2, ram 4 GiB``. A request larger than every node of the cluster is queued all the same
+    and stays pending, its why-pending record naming the dimension and the shortfall (as
+    kube-scheduler keeps an unschedulable pod; a larger node may join). Idempotent: the same
+    name with the same spec again returns the existing pod, whatever its state, and changes
+    nothing (:func:`batch_submit_once` says which happened).
 
     Raises:
         BatchRejected: bad name, vector, priority, constraints — naming the field; nothing is stored.
@@ -201,10 +190,7 @@ def batch_submit_once(*, cluster: Cluster, name: str, owner: str, request: Mappi
     req = _vector(request, "request")
     if req[DIM_INDEX["cpu"]] <= 0 and req[DIM_INDEX["ram"]] <= 0:
         raise BatchRejected("a batch pod must request cpu or ram", field="request", accepted="cpu > 0 or ram > 0")
-    _fits_some_node(cluster, req)
-    lim = _vector(limit, "limit") if limit else list(req)
-    if any(lv < rv for lv, rv in zip(lim, req, strict=True)):
-        raise BatchRejected("a limit is below its request", field="limit", accepted="limit ≥ request per dimension")
+    lim = [max(lv, rv) for lv, rv in zip(_vector(limit, "limit"), req, strict=True)]
     for field_name, text, longest in (("owner", owner, 200), ("image", image, 300), ("gang", gang, 200)):
         if not isinstance(text, str) or "\x00" in text or len(text) > longest:
             raise BatchRejected(f"{str(text)[:40]!r} is not a string of at most {longest} characters without NUL",

@@ -49,27 +49,71 @@ def test_submit_list_why_pending_delete(api, live) -> None:
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        pytest.param({"name": "batch/a", "request": {"ram": "2G"}}, ["request.ram", "Ki, Mi, Gi, Ti"], id="decimal ram"),
+        pytest.param({"name": "batch/a", "request": {"ram": "2G"}}, ["request.ram", "Ki Mi Gi Ti"], id="decimal ram"),
         pytest.param({"name": "batch/a", "request": {"memory": 1}}, ["memory", "ram"], id="unknown dimension"),
-        pytest.param({"name": "batch/a", "request": {"cpu": 2}, "limit": {"cpu": 1}}, ["limit"], id="limit below request"),
         pytest.param({"name": "batch/a", "request": {}}, ["request", "cpu or ram"], id="empty request"),
+        pytest.param({"name": "batch/a", "request": {"cpu": "0", "gpu": 1}}, ["request", "cpu or ram"], id="only gpu"),
         pytest.param({"name": "batch/a", "request": {"cpu": 1, "gpu": 0.5}}, ["request.gpu", "whole"], id="half a gpu"),
+        pytest.param({"name": "batch/a", "request": {"cpu": "1e3"}}, ["request.cpu", "millicores"], id="exponent"),
+        pytest.param({"name": "batch/a", "request": {"cpu": "99999999"}}, ["request.cpu", "10,000,000"], id="8 digits"),
+        pytest.param({"name": "batch/a", "request": {"cpu": True}}, ["request.cpu", "not a quantity"], id="boolean"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1}, "labels": {"app": "x" * 64}}, ["labels.app"],
+                     id="label value over 63"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1}, "labels": {"-app": "x"}}, ["labels.-app"],
+                     id="label key syntax"),
         pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"node_selector": "gpu"}},
-                     ["constraints.node_selector", "mapping"], id="selector not a mapping"),
+                     ["constraints.node_selector", "dictionary"], id="selector not a mapping"),
         pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"tolerations": 5}},
                      ["constraints.tolerations", "list"], id="tolerations not a list"),
         pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"nodeSelector": {"gpu": "a100"}}},
-                     ["constraints.nodeSelector", "node_selector"], id="unknown constraint key"),
+                     ["constraints", "nodeSelector", "node_selector"], id="unknown constraint key"),
         pytest.param({"name": "batch/a", "request": {"cpu": 1}, "constraints": {"spread": [{"maxSkew": 0}]}},
-                     ["constraints.spread[0].maxSkew"], id="skew below 1"),
+                     ["constraints.spread.0.maxSkew"], id="skew below 1"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1},
+                      "constraints": {"node_affinity": [{"matchExpressions": [{"key": "gpus", "operator": "Gt",
+                                                                               "values": ["many"]}]}]}},
+                     ["constraints.node_affinity.0.matchExpressions.0.Gt.values.0"], id="Gt not an integer"),
+        pytest.param({"name": "batch/a", "request": {"cpu": 1},
+                      "constraints": {"anti_affinity_terms": [{"labelSelector": {"matchExpressions": [
+                          {"key": "app", "operator": "In", "values": []}]}}]}},
+                     ["constraints.anti_affinity_terms", "values"], id="In without values"),
     ],
 )
-def test_bad_input_is_400_naming_the_field_and_changes_nothing(api, live, body, words) -> None:
-    response = post(api, body)
-    assert response.status_code == 400
+def test_bad_input_is_422_naming_the_field_and_changes_nothing(api, live, body, words) -> None:
+    response = post(api, body)  # the body's schema states each rule (kalena_web/scheduling/schemas.py)
+    assert response.status_code == 422, response.content
     for word in words:
         assert word in response.content.decode()
     assert not BatchPod.objects.exists()
+
+
+def test_a_limit_below_its_request_is_the_request(api, live) -> None:
+    # request cpu 2, ram 1 GiB; limit cpu 1 (below), ram omitted, gpu 0 → limit cpu 2, ram 1 GiB:
+    # a pod is never capped below what it reserves
+    response = post(api, {"name": "batch/capped-0", "request": {"cpu": 2, "ram": "1Gi"}, "limit": {"cpu": "1"}})
+    assert response.status_code == 201, response.content
+    limit = response.json()["limit"]
+    assert (limit["cpu"], limit["ram"], limit["gpu"]) == (2.0, 1.0, 0.0)
+    above = post(api, {"name": "batch/capped-1", "request": {"cpu": 1}, "limit": {"cpu": "1500m", "ram": "4Gi"}})
+    limit = above.json()["limit"]
+    assert (limit["cpu"], limit["ram"]) == (1.5, 4.0)  # a limit above its request is kept as given
+    again = post(api, {"name": "batch/capped-0", "request": {"cpu": 2, "ram": "1Gi"}})
+    assert again.status_code == 200  # the same spec as stored: the raised limit is the omitted one
+
+
+@pytest.mark.parametrize(("dim", "value", "unit"), [("ram", "9999999Ti", "GiB"), ("cpu", 1e6, "cores"),
+                                                   ("gpu", 64, "devices")])
+def test_a_request_no_node_could_hold_is_queued_and_pending_with_its_shortfall(api, live, dim, value, unit) -> None:
+    # kube-scheduler keeps an unschedulable pod pending (FailedScheduling) rather than refusing it
+    response = post(api, {"name": "batch/giant-0", "request": {"cpu": 1, dim: value}})
+    assert response.status_code == 201, response.content
+    scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=2000.0,
+                    rng=np.random.default_rng(0))
+    assert BatchPod.objects.get(workload__name="batch/giant-0").state == BatchPod.PENDING
+    why = api.get("/api/clusters/home/batch/batch/giant-0/why-pending").json()
+    assert why["binding"] == dim and why["excluded"][dim] == why["nodes_total"] == 3
+    shortfall = next(s for s in why["shortfall"] if s["dim"] == dim)
+    assert shortfall["unit"] == unit and shortfall["nodes"] == 3 and shortfall["amount"] > 0
 
 
 @pytest.mark.parametrize("name", [

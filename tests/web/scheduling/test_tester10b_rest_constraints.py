@@ -35,10 +35,11 @@ def test_a_wrongly_typed_submitted_selector_is_refused_naming_its_field(live, co
     assert not BatchPod.objects.filter(workload__name="batch/bad-0").exists()
 
 
-def test_a_submitted_selector_whose_match_labels_is_a_string_is_a_400_not_a_500(live, client) -> None:
+def test_a_submitted_selector_whose_match_labels_is_a_string_is_refused_not_a_500(live, client) -> None:
     """Observed: ``POST /api/clusters/home/batch`` with ``anti_affinity_terms[0].labelSelector.
     matchLabels: "app=x"`` raises ``AttributeError: 'str' object has no attribute 'items'`` in
-    ``mappers.label_selector`` (a 500). Expected: a 400 naming the field."""
+    ``mappers.label_selector`` (a 500). Expected: refused naming the field — a 422, as the body's
+    schema states a selector's shape."""
     import json
 
     from django.contrib.auth.models import Group, User
@@ -52,7 +53,7 @@ def test_a_submitted_selector_whose_match_labels_is_a_string_is_a_400_not_a_500(
     body = {"name": "batch/bad-0", "request": {"cpu": 1},
             "constraints": {"anti_affinity_terms": [{"labelSelector": {"matchLabels": "app=x"}}]}}
     response = client.post("/api/clusters/home/batch", json.dumps(body), content_type="application/json")
-    assert response.status_code == 400, response.status_code
+    assert response.status_code == 422, response.status_code
     assert "matchLabels" in response.content.decode() or "anti_affinity_terms" in response.content.decode()
 
 
