@@ -10,11 +10,11 @@ pod's ``namespace/pod`` name is two of them (``…/batch/{namespace}/{pod}``); i
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from ninja import Path, Query
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 #: one URL path segment without NUL (cluster, node and run names)
 SEGMENT = r"^[^/\x00]+$"
@@ -38,8 +38,22 @@ def _iso_time(value: object) -> object:
     return value
 
 
-#: an ISO 8601 date or time (a date is its midnight; no zone is UTC)
-IsoTime = Annotated[datetime, BeforeValidator(_iso_time)]
+def _as_utc(value: datetime) -> datetime:
+    """The same instant in UTC (no zone is UTC). An instant the calendar cannot hold in UTC
+    (``0001-01-01T00:00:00+05:00`` is in year 0) is the first or last UTC time there is: as a
+    filter bound it selects the same rows, and the database is never handed an offset it
+    refuses (PostgreSQL takes at most ±15:59; ISO 8601 allows ±23:59)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        edge = datetime.min if value.year == datetime.min.year else datetime.max
+        return edge.replace(tzinfo=UTC)
+
+
+#: an ISO 8601 date or time (a date is its midnight; no zone is UTC), as the instant in UTC
+IsoTime = Annotated[datetime, BeforeValidator(_iso_time), AfterValidator(_as_utc)]
 
 
 def text(max_length: int, description: str, default: str = ""):

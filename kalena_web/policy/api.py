@@ -3,7 +3,6 @@ file), its versions, and the audit log with the console's filters."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -63,7 +62,7 @@ def audit(request: HttpRequest, response: HttpResponse, page: Query[AuditListQue
 
     page = with_page_size(page, limit)
     filters = AuditFilter(action=action.strip(), actor=actor.strip(), cluster=cluster.strip(),
-                          since=_utc(since), until=_utc(until))
+                          since=since, until=until)
     return {"items": [{"id": e.id, "at": iso(e.at.timestamp()), "at_s": e.at.timestamp(), "actor_kind": e.actor_kind,
                        "actor": e.actor, "action": e.action, "cluster": e.cluster_name, "target": e.target,
                        "before": e.before, "after": e.after}
@@ -71,5 +70,3 @@ def audit(request: HttpRequest, response: HttpResponse, page: Query[AuditListQue
                                       page, request, response)]}
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)

@@ -199,6 +199,24 @@ def test_audit_api_filters(tuner, live) -> None:
     assert policy["version"] == 1 and policy["document"]["spec"]["estimator"]["margin_ratio"] == 1.2
 
 
+@pytest.mark.parametrize("bound, listed", [
+    # -22:45 is a valid ISO 8601 offset PostgreSQL cannot take (±15:59): the same instant in UTC
+    ("until=0638-07-01T03:04:38-22:45", False),  # 0638-07-02T01:49:38Z: before the entry
+    ("since=0638-07-01T03:04:38-22:45", True),
+    # the instant is in year 0 in UTC: the first UTC time there is, which selects the same rows
+    ("since=0001-01-01T00:00:00%2B05:00", True),
+    ("until=0001-01-01T00:00:00%2B05:00", False),
+    ("until=9999-12-31T23:59:59-10:00", True),  # year 10000 in UTC: the last UTC time there is
+])
+def test_audit_bounds_are_instants_whatever_their_offset(tuner, live, bound, listed) -> None:
+    fields = _form(tuner, "home")
+    fields["estimator.margin_ratio"] = "1.2"
+    tuner.post("/policy/home/", {**fields, "action": "save"})
+    answer = tuner.get(f"/api/audit?action=policy&{bound}")
+    assert answer.status_code == 200, answer.content
+    assert bool(answer.json()["items"]) is listed
+
+
 def test_audit_log_is_append_only(live) -> None:
     from django.db import DatabaseError, transaction
 
