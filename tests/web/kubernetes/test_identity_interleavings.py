@@ -125,3 +125,42 @@ def test_pods_recreated_under_their_names_on_another_node_while_unwatched_are_ch
         assert prod_cpu(shop) == {"kube-a": 57000.0, "kube-b": 6000.0}
     finally:
         again.close()
+
+
+def test_pods_beyond_the_blueprint_and_a_pod_recreated_under_its_name_are_each_charged_once(shop, api) -> None:
+    v1 = core(api)
+    started = NOW - 3600.0
+    for pod in _shop_pods(started):
+        run(v1, pod)
+    # the StatefulSet scaled past the blueprint (db-2), the Deployment one past it (a 4th pod),
+    # and a pod with two controller references
+    twice = deployment_pod("shop", "web", "7d9c5b6f4", "two2c", "kube-b", cpu="6", started_s=started)
+    twice["metadata"]["ownerReferences"].append({**twice["metadata"]["ownerReferences"][0], "name": "web-other"})
+    for pod in (statefulset_pod("shop", "db", 2, "kube-b", cpu="12", started_s=NOW - 120.0),
+                deployment_pod("shop", "web", "7d9c5b6f4", "f0urt", "kube-b", cpu="6", started_s=NOW - 60.0),
+                twice):
+        run(v1, pod)
+    watch = Watch(api, shop)
+    try:
+        watch.until(lambda: seen(watch) >= 9 and watch.rec.counts.get("Resynced"), "every production pod")
+        assert {ref: c[0] for ref, c in claims(shop).items() if c[0] == "extra"} == {
+            "shop/db-2": "extra", "shop/web-7d9c5b6f4-f0urt": "extra", "shop/web-7d9c5b6f4-two2c": "extra"}
+        # kube-b: the blueprint's 18 + db-2's 12 + the 4th web pod's 6 + the two-controller pod's 6
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 42000.0}
+        # db-1 deleted: db-2 does not take ordinal 1's entry (it stays charged where the blueprint put it)
+        v1.delete_namespaced_pod("db-1", "shop", grace_period_seconds=0)
+        watch.until(lambda: "shop/db-1" not in claims(shop), "db-1 gone")
+        assert claims(shop)["shop/db-2"][0] == "extra"
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 42000.0}
+        # ... and its re-creation under the same name (a new uid) holds db-0001 again
+        run(v1, statefulset_pod("shop", "db", 1, "kube-b", cpu="12", started_s=NOW - 5.0))
+        watch.until(lambda: "shop/db-1" in claims(shop), "db-1 back")
+        assert claims(shop)["shop/db-1"] == ("mapped", "shop/db-0001")
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 42000.0}
+        # a web holder goes: the 4th pod (an extra of web) inherits its entry, its own charge leaves
+        v1.delete_namespaced_pod("web-7d9c5b6f4-h5v7m", "shop", grace_period_seconds=0)
+        watch.until(lambda: claims(shop)["shop/web-7d9c5b6f4-f0urt"][0] != "extra", "the 4th pod's entry")
+        assert claims(shop)["shop/web-7d9c5b6f4-f0urt"] == ("mapped", "shop/web-0002")
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 36000.0}
+    finally:
+        watch.close()
