@@ -1,6 +1,8 @@
 """Production identity under interleavings a real cluster produces (DESIGN §15: nothing charged
-twice): a pod seen first without an owner and then adopted by its ReplicaSet, the same pod
-reported on another node, a Resynced that drops a claim holder while an extra waits. Pods are
+twice): a pod seen first without an owner and then adopted by its ReplicaSet, pods re-created
+under their names on another node while unwatched, a Resynced that drops a claim holder while an
+extra waits, pods past the blueprint's replicas; and override annotations added to and removed
+from a running pod reach its entry. Pods are
 created through the test API server with the real ``kubernetes`` client as the controllers make
 them and watched into a reconciler (the harness of ``test_production_identity``)."""
 
@@ -162,5 +164,34 @@ def test_pods_beyond_the_blueprint_and_a_pod_recreated_under_its_name_are_each_c
         watch.until(lambda: claims(shop)["shop/web-7d9c5b6f4-f0urt"][0] != "extra", "the 4th pod's entry")
         assert claims(shop)["shop/web-7d9c5b6f4-f0urt"] == ("mapped", "shop/web-0002")
         assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 36000.0}
+    finally:
+        watch.close()
+
+
+def test_an_annotation_added_and_removed_on_a_running_pod_reaches_its_entry(shop, api) -> None:
+    from kalena_web.inventory.models import Workload
+
+    v1 = core(api)
+    for pod in _shop_pods(NOW - 3600.0):
+        run(v1, pod)
+    watch = Watch(api, shop)
+
+    def overrides() -> dict:
+        labels = Workload.objects.get(cluster=shop, name="shop/web-0002").labels or {}
+        return {k: v for k, v in labels.items() if k.startswith("kalena.naughtian.io/")}
+
+    try:
+        watch.until(lambda: seen(watch) >= 6 and watch.rec.counts.get("Resynced"), "every production pod")
+        assert overrides() == {}
+        # kubectl annotate pod web-7d9c5b6f4-h5v7m kalena.naughtian.io/reclaim=disabled
+        v1.patch_namespaced_pod("web-7d9c5b6f4-h5v7m", "shop", {"metadata": {"annotations": {
+            "kalena.naughtian.io/reclaim": "disabled", "kalena.naughtian.io/startup-grace-s": "900"}}})
+        watch.until(lambda: overrides() != {}, "the annotations on the entry")
+        assert overrides() == {"kalena.naughtian.io/reclaim": "disabled", "kalena.naughtian.io/startup-grace-s": "900"}
+        # kubectl annotate pod … kalena.naughtian.io/reclaim-
+        v1.patch_namespaced_pod("web-7d9c5b6f4-h5v7m", "shop", {"metadata": {"annotations": {
+            "kalena.naughtian.io/reclaim": None}}})
+        watch.until(lambda: "kalena.naughtian.io/reclaim" not in overrides(), "the annotation removed")
+        assert overrides() == {"kalena.naughtian.io/startup-grace-s": "900"}
     finally:
         watch.close()
