@@ -447,7 +447,8 @@ def _claim(workload: Workload, pod: LivePod, node: Node, identity, *, overrides:
     ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
         pod=pod.ref, seen_node=node, blueprint_node_id=blueprint_node, seen_s=at_s, started_s=start_s,
         finding=blueprint_node is not None and blueprint_node != node.id,
-        identity=MAPPED if blueprint_node == node.id else MOVED, declaration=identity.declaration, reason={}))
+        identity=MAPPED if blueprint_node == node.id else MOVED, declaration=identity.declaration, reason={},
+        rule=identity.rule))
     return workload
 
 
@@ -477,7 +478,7 @@ def _extra(cluster: Cluster, pod: LivePod, node: Node, identity, *, request, lim
     _prod_move(workload, None, node.id, request)
     ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
         pod=pod.ref, seen_node=node, blueprint_node=None, finding=False, seen_s=at_s, started_s=start_s,
-        identity=ProductionPlacement.EXTRA, declaration=identity.declaration,
+        identity=ProductionPlacement.EXTRA, declaration=identity.declaration, rule="",
         reason=identity.reason.to_dict() if identity.reason is not None else {}))
     return workload
 

@@ -234,7 +234,8 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
     declaration, DESIGN §15): within a declaration the new blueprint's nodes are renumbered so
     that a pod running where the new blueprint puts one of its declaration keeps its entry there
     (:func:`kalena_engine.kuberina.identity.renumbered_replicas`) — a re-plan that only renumbers
-    replicas between nodes moves no one.
+    replicas between nodes moves no one. A declaration is taken as written when a live pod holds
+    one of its entries by a forge label or by name (those pin the entry to the pod).
 
     Per blueprint pod: its blueprint node becomes the new one; its request and limit become the
     new workloads' (``r`` keeps its estimate, or becomes the new request while no sample came);
@@ -253,7 +254,7 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
     from kalena_engine.errors import BlueprintRefused
     from kalena_engine.estimator import estimator_limit
     from kalena_engine.kuberina import phase0_capacity, verify_blueprint
-    from kalena_engine.kuberina.identity import interchangeable_declarations, renumbered_replicas
+    from kalena_engine.kuberina.identity import ORDINAL, REPLICA, interchangeable_declarations, renumbered_replicas
     from kalena_engine.policy import Policy
     from kalena_web.control.models import ProductionPlacement
     from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
@@ -309,6 +310,8 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
         for pod in workloads.pods:
             placement = placements.get(held[pod.id].id)
             seen_names.append(node_names.get(placement.seen_node_id, "") if placement is not None else "")
+            if placement is not None and placement.rule not in (REPLICA, ORDINAL):
+                swappable.discard((pod.namespace, pod.declaration))  # a forge label or a name pins it
         planned = renumbered_replicas(
             [f"{pod.namespace}/{pod.declaration}" if (pod.namespace, pod.declaration) in swappable else ""
              for pod in workloads.pods],

@@ -2,14 +2,17 @@
 blueprint for the same pods is loaded while Deployment pods hold their entries by owner and
 replica. Replicas of one declaration are interchangeable — a live pod holds *a* replica of its
 declaration on its node — so a re-plan that only renumbers replicas between nodes leaves every
-pod where the blueprint wants one, and none is a fidelity finding."""
+pod where the blueprint wants one, and none is a fidelity finding; pods that hold their entries
+by a forge label are taken as the re-plan names them."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+from agents.orchestrators.kubernetes.testpods import deployment_pod
 from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
+from kalena_engine.kuberina.identity import BLUEPRINT_POD_LABEL
 from kalena_web.control.models import ProductionPlacement
 from kalena_web.inventory.models import Workload
 from kalena_web.ledger.models import LiveNodeLedger
@@ -48,3 +51,29 @@ def test_a_replan_that_renumbers_replicas_between_nodes_leaves_no_finding(shop, 
     webs = {led.node.name: Workload.objects.filter(id__in=led.blueprint_workloads, name__startswith="shop/web-").count()
             for led in LiveNodeLedger.objects.filter(node__cluster=shop).select_related("node")}
     assert webs == {"kube-a": 2, "kube-b": 1}
+
+
+def test_entries_held_by_a_forge_label_are_taken_as_the_replan_writes_them(shop, api, tmp_path) -> None:
+    v1 = core(api)
+    started = NOW - 3600.0
+    # a forge rendered the blueprint: each pod names its entry (web-0000 and web-0001 on kube-a)
+    for suffix, entry, node_name in (("x2k9q", "web-0000", "kube-a"), ("p8r2t", "web-0001", "kube-a"),
+                                     ("h5v7m", "web-0002", "kube-b")):
+        run(v1, deployment_pod("shop", "web", "7d9c5b6f4", suffix, node_name, cpu="6", started_s=started,
+                               labels={BLUEPRINT_POD_LABEL: f"shop/{entry}"}))
+    for pod in _shop_pods(started)[3:]:
+        run(v1, pod)
+    watch = Watch(api, shop)
+    try:
+        watch.until(lambda: seen(watch) >= 6 and watch.rec.counts.get("Resynced"), "every production pod")
+    finally:
+        watch.close()
+    assert claims(shop)["shop/web-7d9c5b6f4-x2k9q"] == ("mapped", "shop/web-0000")
+    adopted = adopt(tmp_path, {"shop/web-0000": "kube-b", "shop/web-0001": "kube-a", "shop/web-0002": "kube-a",
+                               "shop/db-0000": "kube-a", "shop/db-0001": "kube-b", "shop/cache-0": "kube-a"})
+    # the labels pin web-0000 and web-0002 to their pods: each runs off its new blueprint node
+    # until the forge re-renders them
+    assert adopted.findings == 2
+    assert sorted(ProductionPlacement.objects.filter(workload__cluster=shop, finding=True)
+                  .values_list("workload__name", flat=True)) == ["shop/web-0000", "shop/web-0002"]
+    assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 18000.0}  # charged where they run
