@@ -353,3 +353,70 @@ def _specific(pod: LivePod, entries: BlueprintEntries, entry_id: str, rule: str,
                         reason=ExtraReason("held", namespace=pod.namespace, entry=entry_id, holder=holder[row]))
     taken[row], holder[row] = True, pod.ref
     return _claimed(pod, entries, row, rule)
+
+
+def interchangeable_declarations(pods: Sequence) -> set[tuple[str, str]]:
+    """The ``(namespace, declaration)`` groups of ``pods`` (Kuberina :class:`PodSpec` s) whose
+    replicas are interchangeable: two or more, with equal requests, limits and labels, and no
+    pod's affinity or anti-affinity naming some of them but not all (the IR unrolls a
+    declaration's targets to every replica, so only a hand-written pod list can break this)."""
+    groups: dict[tuple[str, str], list] = {}
+    for pod in pods:
+        groups.setdefault((pod.namespace, pod.declaration), []).append(pod)
+    key_of = {pod.id: (pod.namespace, pod.declaration) for pod in pods}
+    out = {key for key, members in groups.items() if len(members) > 1 and all(
+        np.array_equal(m.requests, members[0].requests)
+        and (m.limits is None) == (members[0].limits is None)
+        and (m.limits is None or np.array_equal(m.limits, members[0].limits))
+        and dict(m.labels) == dict(members[0].labels) for m in members)}
+    for pod in pods:
+        for targets in (pod.affinity, pod.anti_affinity):
+            named: dict[tuple[str, str], int] = {}
+            for target in targets:
+                if target in key_of:
+                    named[key_of[target]] = named.get(key_of[target], 0) + 1
+            out -= {key for key, n in named.items() if n != len(groups[key])}
+    return out
+
+
+def renumbered_replicas(groups: Sequence[str], planned: Sequence[str], seen: Sequence[str]) -> list[str]:
+    """A new blueprint's node per pod, with the nodes of interchangeable replicas renumbered so
+    that a live pod keeps a replica where it runs when the blueprint puts one of its declaration
+    there (DESIGN §15: a live pod holds *a* replica of its declaration by owner and replica, so
+    a re-plan that only renumbers replicas between nodes moves no one).
+
+    Args:
+        groups: per pod, its interchangeable group (``""``: keep ``planned``).
+        planned: per pod, the node the new blueprint names.
+        seen: per pod, the node its live pod runs on (``""``: none seen).
+
+    Each group keeps its multiset of planned nodes. In order: a pod already planned where it
+    runs keeps that; a pod seen on a node still left in its group's multiset takes it; a pod
+    whose planned node is still left keeps it; the rest take what is left, in pod order.
+
+    Example — ``web`` replicas 0, 1, 2 planned on b, a, a; live on a, a, b → a, a, b (replica 1
+    keeps a; 0 takes the other a; 2 takes b): nobody moved, while the literal plan would make
+    replicas 0 and 2 fidelity findings.
+    """
+    out = list(planned)
+    members: dict[str, list[int]] = {}
+    for i, group in enumerate(groups):
+        if group:
+            members.setdefault(group, []).append(i)
+    for rows in members.values():
+        left: dict[str, int] = {}
+        for i in rows:
+            left[planned[i]] = left.get(planned[i], 0) + 1
+        chosen: dict[int, str] = {}
+        passes = (lambda i: seen[i] if seen[i] == planned[i] else "",
+                  lambda i: seen[i],
+                  lambda i: planned[i])
+        for pick in passes:
+            for i in rows:
+                node = pick(i) if i not in chosen else ""
+                if node and left.get(node, 0) > 0:
+                    chosen[i], left[node] = node, left[node] - 1
+        rest = [node for node in sorted(left) for _ in range(left[node])]
+        for i in rows:
+            out[i] = chosen[i] if i in chosen else rest.pop(0)
+    return out

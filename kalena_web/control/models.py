@@ -96,7 +96,10 @@ class ProductionPlacement(models.Model):
     the declaration the pod belongs to (``""`` when none); ``started_s`` the pod's start (Unix s,
     None when the orchestrator gives none). ``finding`` is True when the pod runs where the
     blueprint did not put it — a fidelity finding shown in the console and fed to drift.
-    ``seen_s``: the orchestrator's time of the observation (Unix s).
+    ``seen_s``: the orchestrator's time of the observation (Unix s). ``rule``: how the pod found
+    its entry (:data:`kalena_engine.kuberina.identity.REPLICA`, ``ORDINAL``, ``LABEL``, ``NAME``;
+    ``""`` for an extra or a claim older than this field): only ``replica`` and ``ordinal``
+    claims let a re-plan's adoption renumber their declaration's replicas.
     """
 
     MAPPED, MOVED, EXTRA = "mapped", "moved", "extra"
@@ -111,6 +114,7 @@ class ProductionPlacement(models.Model):
     declaration = models.CharField(max_length=300, blank=True)
     reason = models.JSONField(default=dict, blank=True)
     started_s = models.FloatField(null=True, blank=True)
+    rule = models.CharField(max_length=16, blank=True, default="")
 
     @property
     def reason_text(self) -> str:

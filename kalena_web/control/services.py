@@ -14,7 +14,9 @@ from django.db import IntegrityError, transaction
 
 from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
-from kalena_engine.kuberina.identity import DAEMONSET, MAPPED, MOVED, LivePod, production_identity
+from kalena_engine.kuberina.identity import (
+    BLUEPRINT_POD_LABEL, DAEMONSET, MAPPED, MOVED, LivePod, production_identity,
+)
 from kalena_engine.ledger import node_sum
 from kalena_engine.overrides import KEYS
 from kalena_engine.placement.selectors import anti_affinity_terms_of
@@ -339,6 +341,10 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     with transaction.atomic():
         claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
                  .select_related("workload").first())
+        if claim is not None and claim.identity == ProductionPlacement.EXTRA and _extra_stale(claim.workload, pod, req,
+                                                                                             lim):
+            _extra_release(claim)  # adopted, given a forge label or re-created: identified afresh below
+            claim = None
         if claim is not None:
             changed = _claim_refresh(claim, node, overrides=overrides, start_s=start, at_s=at_s, now_s=now_s)
             return _production_terms_set(claim.workload, terms) or changed
@@ -459,7 +465,8 @@ def _claim(workload: Workload, pod: LivePod, node: Node, identity, *, overrides:
     ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
         pod=pod.ref, seen_node=node, blueprint_node_id=blueprint_node, seen_s=at_s, started_s=start_s,
         finding=blueprint_node is not None and blueprint_node != node.id,
-        identity=MAPPED if blueprint_node == node.id else MOVED, declaration=identity.declaration, reason={}))
+        identity=MAPPED if blueprint_node == node.id else MOVED, declaration=identity.declaration, reason={},
+        rule=identity.rule))
     return workload
 
 
@@ -489,7 +496,7 @@ def _extra(cluster: Cluster, pod: LivePod, node: Node, identity, *, request, lim
     _prod_move(workload, None, node.id, request)
     ProductionPlacement.objects.update_or_create(workload=workload, defaults=dict(
         pod=pod.ref, seen_node=node, blueprint_node=None, finding=False, seen_s=at_s, started_s=start_s,
-        identity=ProductionPlacement.EXTRA, declaration=identity.declaration,
+        identity=ProductionPlacement.EXTRA, declaration=identity.declaration, rule="",
         reason=identity.reason.to_dict() if identity.reason is not None else {}))
     return workload
 
@@ -518,13 +525,11 @@ def production_gone(*, cluster: Cluster, ref: str, now_s: float) -> bool:
                  .select_related("workload").first())
         if claim is None:
             return False
+        if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
+            _extra_release(claim)
+            return True
         workload = Workload.objects.select_for_update().get(id=claim.workload_id)
         r = _reservation_of(workload)
-        if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
-            _prod_move(workload, workload.node_id, None, r)
-            Workload.objects.filter(id=workload.id).update(node=None)
-            claim.delete()
-            return True
         if workload.node_id != claim.blueprint_node_id:  # back to the blueprint's charge
             _prod_move(workload, workload.node_id, claim.blueprint_node_id, r)
             Workload.objects.filter(id=workload.id).update(node_id=claim.blueprint_node_id)
@@ -533,6 +538,28 @@ def production_gone(*, cluster: Cluster, ref: str, now_s: float) -> bool:
         if declaration:
             _inherit(cluster, declaration, now_s=now_s)
         return True
+
+
+def _extra_stale(workload: Workload, pod: LivePod, request: list[float], limit: list[float]) -> bool:
+    """Whether an extra's claim no longer describes the pod reported under its name: its
+    controller changed (a ReplicaSet adopted the orphan: ``""`` → ``ReplicaSet/web-7d9c5b6f4``),
+    its forge label changed, or its request or limit did (the pod was deleted and re-created
+    under its name while no watch saw it, or resized in place). Such a pod is identified afresh:
+    it may now hold an entry, or is charged its new request — never both its old charge and a
+    new one."""
+    labels = workload.labels or {}
+    return (workload.owner != pod.owner
+            or labels.get(BLUEPRINT_POD_LABEL) != pod.labels.get(BLUEPRINT_POD_LABEL)
+            or [float(x) for x in workload.request] != [float(x) for x in request]
+            or [float(x) for x in workload.limit] != [max(a, b) for a, b in zip(limit, request, strict=True)])
+
+
+def _extra_release(claim) -> None:
+    """An extra's charge leaves its node's ledgers and its claim is deleted (its row stays)."""
+    workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+    _prod_move(workload, workload.node_id, None, _reservation_of(workload))
+    Workload.objects.filter(id=workload.id).update(node=None)
+    claim.delete()
 
 
 def _inherit(cluster: Cluster, declaration: str, *, now_s: float) -> None:

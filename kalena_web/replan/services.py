@@ -230,6 +230,13 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
     its archive, batch pods and their ledger debits, telemetry, tokens, policy — and audited as
     ``cluster.replace_blueprint``.
 
+    Replicas of one declaration are interchangeable (a live pod holds *a* replica of its
+    declaration, DESIGN §15): within a declaration the new blueprint's nodes are renumbered so
+    that a pod running where the new blueprint puts one of its declaration keeps its entry there
+    (:func:`kalena_engine.kuberina.identity.renumbered_replicas`) — a re-plan that only renumbers
+    replicas between nodes moves no one. A declaration is taken as written when a live pod holds
+    one of its entries by a forge label or by name (those pin the entry to the pod).
+
     Per blueprint pod: its blueprint node becomes the new one; its request and limit become the
     new workloads' (``r`` keeps its estimate, or becomes the new request while no sample came);
     its charge (the node whose ledger holds its request and reservation) is where the watch saw
@@ -247,6 +254,7 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
     from kalena_engine.errors import BlueprintRefused
     from kalena_engine.estimator import estimator_limit
     from kalena_engine.kuberina import phase0_capacity, verify_blueprint
+    from kalena_engine.kuberina.identity import ORDINAL, REPLICA, interchangeable_declarations, renumbered_replicas
     from kalena_engine.policy import Policy
     from kalena_web.control.models import ProductionPlacement
     from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
@@ -296,12 +304,24 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
         reservations = {r.workload_id: r for r in WorkloadReservation.objects.select_for_update().filter(
             workload__in=held.values())}
         findings_before = sum(1 for p in placements.values() if p.finding)
+        node_names = {n.id: node_name for node_name, n in nodes.items()}
+        swappable = interchangeable_declarations(workloads.pods)
+        seen_names = []
+        for pod in workloads.pods:
+            placement = placements.get(held[pod.id].id)
+            seen_names.append(node_names.get(placement.seen_node_id, "") if placement is not None else "")
+            if placement is not None and placement.rule not in (REPLICA, ORDINAL):
+                swappable.discard((pod.namespace, pod.declaration))  # a forge label or a name pins it
+        planned = renumbered_replicas(
+            [f"{pod.namespace}/{pod.declaration}" if (pod.namespace, pod.declaration) in swappable else ""
+             for pod in workloads.pods],
+            [infra.nodes[int(row)].name for row in report.node_of_pod], seen_names)
         moved = recharged = resolved = 0
         moved_pods: list[str] = []
         blueprint_of: dict[int, list[int]] = defaultdict(list)  # node id → its blueprint pods' ids
         for i, pod in enumerate(workloads.pods):
             w = held[pod.id]
-            new_node = nodes[infra.nodes[int(report.node_of_pod[i])].name]
+            new_node = nodes[planned[i]]
             blueprint_of[new_node.id].append(w.id)
             placement = placements.get(w.id)
             old_blueprint = placement.blueprint_node_id if placement is not None else w.node_id

@@ -13,7 +13,7 @@ from agents.orchestrators.kubernetes.objects import pod_events
 from agents.orchestrators.kubernetes.testpods import bare_pod, daemonset_pod, deployment_pod, job_pod, statefulset_pod
 from kalena_engine.kuberina.identity import (
     BLUEPRINT_POD_LABEL, DAEMONSET, EXTRA, MAPPED, MOVED, BlueprintEntries, ExtraReason, LivePod,
-    candidate_declarations, production_identity,
+    candidate_declarations, interchangeable_declarations, production_identity, renumbered_replicas,
 )
 
 T0 = 1_764_000_000.0
@@ -187,3 +187,43 @@ def test_entries_read_the_replica_index_from_the_unrolled_name() -> None:
                                    ("a/odd", "a", "w", 7, "n")])
     assert entries.replica_index.tolist() == [3, 0, 7]
     np.testing.assert_array_equal(entries.by_declaration[("a", "w")], [1, 0, 2])
+
+
+@pytest.mark.parametrize("groups, planned, seen, expected", [
+    # the docstring's example: planned b, a, a; live a, a, b → 1 keeps a, 0 takes the other a, 2 takes b
+    pytest.param("www", "baa", "aab", "aab", id="renumbered-between-nodes"),
+    # nothing seen live: the plan as written
+    pytest.param("www", "baa", "   ", "baa", id="none-seen"),
+    # seen where the plan puts none of web: its replica keeps its planned node
+    pytest.param("ww", "aa", "b ", "aa", id="seen-off-plan"),
+    # a cycle a→c, c→a among three: each pod gets the node it runs on
+    pytest.param("www", "abc", "c a", "cba", id="cycle"),
+    # pods of no interchangeable group are never touched, even when seen elsewhere
+    pytest.param("w  ", "bab", "aab", "bab", id="not-interchangeable"),
+])
+def test_renumbered_replicas_keep_live_pods_where_the_plan_puts_their_declaration(groups, planned, seen,
+                                                                               expected) -> None:
+    got = renumbered_replicas([g.strip() for g in groups], list(planned), [n.strip() for n in seen])
+    assert "".join(got) == expected
+    for group in set(groups) - {" "}:  # each group keeps its multiset of planned nodes
+        rows = [i for i, g in enumerate(groups) if g == group]
+        assert sorted(got[i] for i in rows) == sorted(planned[i] for i in rows)
+
+
+def test_interchangeable_declarations_need_equal_replicas_named_all_or_none() -> None:
+    from kalena_engine.kuberina.workloads import parse_workloads
+
+    workloads = parse_workloads({"namespaces": {"shop": [
+        {"name": "web", "replicas": 3, "requests": {"cpu": 1, "ram": "1Gi"}},
+        {"name": "db", "replicas": 2, "requests": {"cpu": 2, "ram": "2Gi"}},
+        {"name": "cache", "replicas": 1, "requests": {"cpu": 1, "ram": "1Gi"}},
+        {"name": "api", "replicas": 2, "requests": {"cpu": 1, "ram": "1Gi"}, "antiAffinity": ["web"]},
+    ]}}, source="test")
+    # web named whole by api's anti-affinity: still interchangeable; cache has one replica
+    assert interchangeable_declarations(workloads.pods) == {("shop", "web"), ("shop", "db"), ("shop", "api")}
+    one_named = parse_workloads({"namespaces": {"shop": [
+        {"name": "web", "replicas": 3, "requests": {"cpu": 1, "ram": "1Gi"}},
+        {"name": "api", "replicas": 2, "requests": {"cpu": 1, "ram": "1Gi"}, "antiAffinity": ["web-0000"]},
+    ]}}, source="test")
+    # api keeps away from web-0000 only: renumbering web would change what api avoids
+    assert interchangeable_declarations(one_named.pods) == {("shop", "api")}
