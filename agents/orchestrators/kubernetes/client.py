@@ -187,14 +187,32 @@ class KubernetesOrchestrator:
         self.record_event(spec.id, "Scheduled", f"Successfully assigned {spec.id} to {node}", uid=spec.uid)
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
+        """Evict the pod through policy/v1 Eviction with ``grace_s``. When the watch knows the
+        pod's uid, the Eviction carries it as a delete precondition: a pod deleted and
+        re-created under the name since is another object, which the API server refuses to
+        evict (409), and the one decided on is gone.
+
+        Raises:
+            WorkloadGone: 404, or 409 for a uid precondition (the pod decided on no longer exists).
+            EvictionRefused: 429 (a PodDisruptionBudget).
+            EvictionUncertain: no answer in time (it may have landed).
+            OrchestratorError: any other refusal.
+        """
         namespace, name = workload_id.split("/", 1)
+        options: dict = {"gracePeriodSeconds": int(round(grace_s))}
+        uid = self.watchers[-1].uids.get(workload_id, "") if self.watchers else ""
+        if uid:
+            options["preconditions"] = {"uid": uid}
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
-                "deleteOptions": {"gracePeriodSeconds": int(round(grace_s))}}
+                "deleteOptions": options}
         try:
             self._raw(self.core.create_namespaced_pod_eviction, name, namespace, body)
         except ApiException as exc:
             if exc.status == 404:
                 raise WorkloadGone(f"evict {workload_id}: no such pod") from None
+            if exc.status == 409 and uid:
+                raise WorkloadGone(f"evict {workload_id}: the pod was re-created under its name "
+                                   f"({_reason(exc)})") from None
             if exc.status == 429:
                 raise EvictionRefused(f"evict {workload_id} ({reason}): 429 {_reason(exc)}"
                                       " (a PodDisruptionBudget refused it)") from None

@@ -30,8 +30,9 @@ concepts page):
   ``/binding`` (404 for a missing pod, 409 ``already assigned`` for a bound one, 409 "Precondition
   failed: UID in precondition" when the Binding's ``metadata.uid`` is not the pod's; ``bind_hooks`` may refuse; then
   ``bound_hooks`` run — by default a kubelet that sets ``Running`` when ``run_bound_pods``),
-  ``/eviction`` (policy/v1 Eviction: PodDisruptionBudgets evaluated, 429 with a Status naming
-  the budget; else a ``DisruptionTarget`` condition and deletion with the given grace).
+  ``/eviction`` (policy/v1 Eviction: 409 when ``deleteOptions.preconditions.uid`` is not the
+  pod's; PodDisruptionBudgets evaluated, 429 with a Status naming the budget; else a
+  ``DisruptionTarget`` condition and deletion with the given grace).
 * nodes: create, PATCH of the object and ``/status``.
 * leases: get, create (409 AlreadyExists), PUT with ``metadata.resourceVersion`` (409 Conflict
   when stale), PATCH.
@@ -339,6 +340,12 @@ class TestAPIServer:
             raise APIError(400, "BadRequest", "Eviction: apiVersion policy/v1 and kind Eviction are required")
         with self.store.lock:
             target = self.store.get("pods", key)
+            want_uid = str(((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid") or "")
+            held_uid = str((target.get("metadata") or {}).get("uid") or "")
+            if want_uid and want_uid != held_uid:  # as kube-apiserver's eviction REST checks it
+                raise APIError(409, "Conflict", f'Operation cannot be fulfilled on Pod "{key.split("/", 1)[1]}": '
+                               f"the UID in the precondition ({want_uid}) does not match the UID in record "
+                               f"({held_uid}). The object might have been deleted and then recreated")
             budgets = [b for b in self.store.objects["poddisruptionbudgets"].values() if selects(b, target)]
             for budget in budgets:
                 covered = [p for p in self.store.objects["pods"].values() if selects(budget, p)]

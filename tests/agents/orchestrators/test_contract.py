@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client as k8s
 
-from agents.orchestrators import BatchSpec, FakeOrchestrator, Orchestrator, OrchestratorError, StaleBinding, drain_batch
+from agents.orchestrators import (
+    BatchSpec, FakeOrchestrator, Orchestrator, OrchestratorError, StaleBinding, WorkloadGone, drain_batch,
+)
 from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator, container_name
 from agents.orchestrators.kubernetes import KubernetesOrchestrator
 from agents.orchestrators.kubernetes.testserver import TestAPIServer, node, pod
@@ -195,3 +197,32 @@ def test_kubernetes_requests_use_the_binding_and_eviction_subresources() -> None
         method, path, body = writes()[-1]
         assert path == "/api/v1/namespaces/batch/pods/job-9/eviction"
         assert body["kind"] == "Eviction" and body["deleteOptions"]["gracePeriodSeconds"] == 30
+
+
+def test_an_eviction_never_reaches_a_pod_recreated_under_the_name_it_was_decided_for() -> None:
+    """The watch saw ``batch/job-9`` with one uid; the pod is deleted and re-created under its
+    name before the watch reports it: the Eviction carries the uid it was decided for, the API
+    server refuses it (409), the adapter answers "gone", and the new pod runs on untouched."""
+    import threading
+
+    with TestAPIServer() as api:
+        api.create("nodes", node("node-a"))
+        api.create_pod(pod("batch", "job-9", tier="batch", priority="1", node_name="node-a"))
+        adapter = KubernetesOrchestrator(k8s.ApiClient(k8s.Configuration(host=api.url)))
+        stop = threading.Event()
+        for event in adapter.watch(stop):
+            if adapter.watchers[-1].uids.get("batch/job-9"):
+                break
+        stop.set()
+        old_uid = adapter.watchers[-1].uids["batch/job-9"]
+        api.store.delete("pods", "batch/job-9")
+        api.create_pod(pod("batch", "job-9", tier="batch", priority="1", node_name="node-a"))
+        new_uid = api.get("pods", "batch/job-9")["metadata"]["uid"]
+        assert new_uid != old_uid
+        with pytest.raises(WorkloadGone, match="re-created under its name"):
+            adapter.evict("batch/job-9", grace_s=30, reason="priority")
+        evictions = [r for r in api.requests if r[1].endswith("/eviction")]
+        assert evictions[-1][2]["deleteOptions"]["preconditions"] == {"uid": old_uid}
+        survivor = api.get("pods", "batch/job-9")
+        assert survivor["metadata"]["uid"] == new_uid and not survivor["metadata"].get("deletionTimestamp")
+        assert not any(c.get("type") == "DisruptionTarget" for c in survivor.get("status", {}).get("conditions") or [])
