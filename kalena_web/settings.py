@@ -307,6 +307,8 @@ LOGGING = logging_config(fmt=os.environ.get("KALENA_LOG_FORMAT", "json"), level=
 #   KALENA_LOOP_LOCK_TTL_S: TTL of every per-cluster loop lock (scheduling, escalation, the batch
 #       capacity publisher, archive, drift), renewed every TTL/3 while its run lasts, so the loops
 #       of a worker that died mid-run resume within about TTL (default 5 s; kalena_web.control.locks).
+#   KALENA_HOOKS_AUDIT_COALESCE_S: the hooks listener audits the first refusal of each (peer host,
+#       endpoint, reason) per this many seconds and counts every one (default 60; 0 audits each).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED = not REDIS_URL
 
@@ -340,6 +342,7 @@ CELERY_BEAT_SCHEDULER = "kalena_web.control.heartbeat:HeartbeatScheduler"
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
 KALENA_LOOP_LOCK_TTL_S = float(os.environ.get("KALENA_LOOP_LOCK_TTL_S", "5"))
+KALENA_HOOKS_AUDIT_COALESCE_S = float(os.environ.get("KALENA_HOOKS_AUDIT_COALESCE_S", "60"))
 #   KALENA_ORCHESTRATOR_THROUGH_WORKERS: 1 in a console that mounts no docker.sock / holds no
 #       orchestrator credentials: its pod stops are forwarded to the Celery workers and awaited
 #       (kalena_web.control.forwarding) for at most KALENA_FORWARDED_EVICT_TIMEOUT_S (60 s).

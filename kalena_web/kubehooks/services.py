@@ -38,12 +38,24 @@ def hooks_refusal_record(*, endpoint: str, reason: str, peer: str, client: str, 
     ``anonymous``; the peer address and the reason in ``after``).
 
     ``endpoint``: ``tls`` (the handshake), ``mutate``, ``filter``, ``prioritize``, ``bind`` or
-    ``other`` (a path the listener does not serve)."""
+    ``other`` (a path the listener does not serve).
+
+    Every refusal is counted; the audit log gets the first of each (peer host, endpoint, reason)
+    per ``KALENA_HOOKS_AUDIT_COALESCE_S`` seconds (a shared cache key; 0: every one), so an
+    anonymous client repeating one refused call cannot grow the audit log without bound — the
+    counter says how many there were."""
+    from django.conf import settings
+    from django.core.cache import cache
+
     from kalena_web.control.services import metric_increment
     from kalena_web.policy.models import AuditEntry
     from kalena_web.policy.services import audit_record
 
     metric_increment(name=REFUSED_COUNTER, labels={"endpoint": endpoint, "reason": reason})
+    host = peer.rsplit(":", 1)[0]  # "host:port": every connection has a port of its own
+    window_s = settings.KALENA_HOOKS_AUDIT_COALESCE_S
+    if window_s > 0 and not cache.add(f"kalena:hooks-refused:{host}:{endpoint}:{reason}", 1, timeout=window_s):
+        return
     audit_record(actor_kind=AuditEntry.CLIENT, actor=client or "anonymous", action="hooks.refused",
                  cluster_name=cluster_name, target=f"{endpoint} from {peer}"[:300],
                  after={"endpoint": endpoint, "reason": reason, "peer": peer[:100], "detail": detail[:300]})

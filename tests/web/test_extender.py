@@ -24,6 +24,7 @@ def hooks_listener(settings):
     settings.ROOT_URLCONF = HOOKS_URLCONF
     settings.KALENA_ADMISSION_EXTENDER_MODE = True
     settings.KALENA_ORCHESTRATOR = "kubernetes"
+    settings.KALENA_HOOKS_AUDIT_COALESCE_S = 0  # each refusal audited: the tests read each
 
 
 def batch_pod(cpu="500m", memory="512Mi", **spec):
@@ -176,3 +177,28 @@ def test_bind_enters_the_ledger_and_creates_the_binding(client, live, kube_api):
     assert "not pending" in again["Error"]  # bound once; a second bind is refused, nothing moves
     unknown = post(client, "bind", {"PodName": "train-0", "PodNamespace": "batch", "PodUID": uid, "Node": "elsewhere"})
     assert "is not in Kalena cluster" in unknown["Error"]
+
+
+def test_a_refusal_repeated_from_one_peer_is_audited_once_per_window_and_counted_every_time(db, settings):
+    """An anonymous client repeating one refused call cannot grow the audit log without bound:
+    the first per (peer host, endpoint, reason) per window is audited, every one is counted."""
+    from django.core.cache import cache
+
+    from kalena_web.control.models import MetricSeries
+    from kalena_web.kubehooks.services import REFUSED_COUNTER, hooks_refusal_record
+    from kalena_web.policy.models import AuditEntry
+
+    settings.KALENA_HOOKS_AUDIT_COALESCE_S = 60
+    cache.clear()
+    for port in range(40000, 40050):  # every connection comes from a port of its own
+        hooks_refusal_record(endpoint="tls", reason="no_client_certificate", peer=f"198.51.100.7:{port}",
+                             client="", detail="no certificate")
+    hooks_refusal_record(endpoint="tls", reason="no_client_certificate", peer="198.51.100.8:40000", client="",
+                         detail="no certificate")
+    hooks_refusal_record(endpoint="bind", reason="wrong_uid", peer="198.51.100.7:40001", client="CN=kube-scheduler",
+                         detail="uid")
+    audited = list(AuditEntry.objects.filter(action="hooks.refused").values_list("target", flat=True))
+    assert sorted(audited) == ["bind from 198.51.100.7:40001", "tls from 198.51.100.7:40000",
+                               "tls from 198.51.100.8:40000"]
+    counted = {row.key: row.count for row in MetricSeries.objects.filter(key__startswith=REFUSED_COUNTER)}
+    assert sum(counted.values()) == 52

@@ -60,7 +60,8 @@ def hooks(kube_api, tmp_path_factory, kuberina_dir: Path):
         "LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=time.time())\n")
     # as deploy/kubernetes/control-plane.yaml runs it: HTTPS mode behind the ingress
     server = start_webhook(tmp, free_port(), free_port(), seed=seed, KALENA_ORCHESTRATOR="kubernetes",
-                           KUBECONFIG=str(kubeconfig), KALENA_ADMISSION_EXTENDER_MODE="1", KALENA_HTTPS="1")
+                           KUBECONFIG=str(kubeconfig), KALENA_ADMISSION_EXTENDER_MODE="1", KALENA_HTTPS="1",
+                           KALENA_HOOKS_AUDIT_COALESCE_S="0")  # each refusal audited: the tests read each
     try:
         httpx.post(server.mutate_url, content=b"{}", timeout=60, verify=server.client())  # warm up
         yield server
