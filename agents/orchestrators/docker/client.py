@@ -142,7 +142,7 @@ class Engine:
 
     def all_containers(self) -> list[dict[str, Any]]:
         """Inspect data of every container (any state): the watcher's re-list."""
-        return [c.attrs for c in self._call("list", lambda c: c.containers.list(all=True))]
+        return [c.attrs for c in self.containers()]
 
     def inspect(self, container_id: str) -> dict[str, Any] | None:
         """One container's inspect data, None when it is gone."""
@@ -155,8 +155,15 @@ class Engine:
         """Inspect data of every container (any state) carrying Kalena's workload label
         (``ref``: only that pod's)."""
         label = f"{ID_LABEL}={ref}" if ref else ID_LABEL
-        containers = self._call("list", lambda c: c.containers.list(all=True, filters={"label": label}))
-        return [c.attrs for c in containers]
+        return [c.attrs for c in self.containers(label=label)]
+
+    def containers(self, *, label: str = "", running_only: bool = False) -> list[Any]:
+        """Containers (any state, or running only), each inspected (``.attrs``); ``label``
+        (``key`` or ``key=value``) narrows them. A container removed between the engine's list
+        and its inspect is left out (it is gone: the events stream says so), never an error."""
+        filters = {"label": label} if label else None
+        return self._call("list", lambda c: c.containers.list(all=not running_only, filters=filters,
+                                                              ignore_removed=True))
 
     def events(self, *, since_s: float) -> Iterator[dict[str, Any]]:
         """The engine's container events from ``since_s`` on (a blocking stream; it ends when
@@ -275,7 +282,7 @@ class DockerOrchestrator:
         for engine in self._reachable():
             if node is not None and engine.node != node:
                 continue
-            for c in engine.client.containers.list():
+            for c in engine.containers(running_only=True):
                 labels = c.labels or {}
                 out.append(WorkloadRef(id=labels.get(ID_LABEL, c.name), node=engine.node, tier=tier_of(labels),
                                        priority=priority_of(labels), phase="Running"))
