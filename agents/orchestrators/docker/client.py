@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import docker
@@ -105,7 +105,8 @@ class Engine:
         """The engine as a node: ready, allocatable cpu (``NCPU`` × 1000 mcpu) and memory
         (``MemTotal`` bytes) — or the engine labels ``kalena.naughtian.io/allocatable-cpu`` /
         ``allocatable-memory`` (quantities, set with ``dockerd --label``) where the engine's
-        share of the host is smaller (a cpuset) — its labels and its images."""
+        share of the host is smaller (a cpuset) — its labels and its images with their sizes
+        (:func:`image_sizes`: image locality weighs a cached image by its size)."""
         info = self._call("info", lambda c: c.info())
         images = self._call("images", lambda c: c.images.list())
         labels = {}
@@ -123,9 +124,9 @@ class Engine:
             log.warning("engine %s: %s; the engine's own figures are used", self.node, exc)
         allocatable = (cpu_mcpu, memory_bytes, 0.0, float("inf"), float("inf"), float("inf"), float("inf"),
                        float("inf"))
-        names = tuple(sorted({tag for image in images for tag in (image.tags or [])}))
+        sizes = image_sizes(image.attrs for image in images)
         return NodeSeen(name=self.node, ready=True, schedulable=True, allocatable=allocatable, labels=labels,
-                        images=names, at_s=at_s)
+                        images=tuple(sorted(sizes)), at_s=at_s, image_bytes=sizes)
 
     def ping(self) -> None:
         self._call("ping", lambda c: c.ping())
@@ -142,7 +143,7 @@ class Engine:
 
     def all_containers(self) -> list[dict[str, Any]]:
         """Inspect data of every container (any state): the watcher's re-list."""
-        return [c.attrs for c in self._call("list", lambda c: c.containers.list(all=True))]
+        return [c.attrs for c in self.containers()]
 
     def inspect(self, container_id: str) -> dict[str, Any] | None:
         """One container's inspect data, None when it is gone."""
@@ -155,8 +156,15 @@ class Engine:
         """Inspect data of every container (any state) carrying Kalena's workload label
         (``ref``: only that pod's)."""
         label = f"{ID_LABEL}={ref}" if ref else ID_LABEL
-        containers = self._call("list", lambda c: c.containers.list(all=True, filters={"label": label}))
-        return [c.attrs for c in containers]
+        return [c.attrs for c in self.containers(label=label)]
+
+    def containers(self, *, label: str = "", running_only: bool = False) -> list[Any]:
+        """Containers (any state, or running only), each inspected (``.attrs``); ``label``
+        (``key`` or ``key=value``) narrows them. A container removed between the engine's list
+        and its inspect is left out (it is gone: the events stream says so), never an error."""
+        filters = {"label": label} if label else None
+        return self._call("list", lambda c: c.containers.list(all=not running_only, filters=filters,
+                                                              ignore_removed=True))
 
     def events(self, *, since_s: float) -> Iterator[dict[str, Any]]:
         """The engine's container events from ``since_s`` on (a blocking stream; it ends when
@@ -206,6 +214,34 @@ class Engine:
             if exc.status_code == 409:  # removal already in progress
                 return
             raise OrchestratorError(f"engine {self.node}: stop {container_id[:12]}: {exc.explanation or exc}") from None
+
+
+def image_sizes(images: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Image name → size in bytes from an engine's image list (``GET /images/json``: each
+    image's ``RepoTags`` and ``Size``), for image locality (kube-scheduler's ImageLocality weighs
+    a cached image by its size; Kubernetes reports it as ``status.images[].sizeBytes``).
+
+    Each tag is given as the engine lists it (``kalena/busybox:test``) and fully qualified
+    (``docker.io/kalena/busybox:test``, :func:`~agents.orchestrators.kubernetes.objects.normalize_image`),
+    so a pod's image matches however it was written. Untagged images (``<none>:<none>``) are
+    left out: no pod names them. Example: ``[{"RepoTags": ["busybox:1.36"], "Size": 4261550}]``
+    → ``{"busybox:1.36": 4261550.0, "docker.io/library/busybox:1.36": 4261550.0}``.
+    """
+    from agents.orchestrators.kubernetes.objects import normalize_image
+
+    out: dict[str, float] = {}
+    for image in images:
+        try:
+            size = max(0.0, float(image.get("Size") or 0))
+        except (TypeError, ValueError):
+            size = 0.0
+        for tag in image.get("RepoTags") or []:
+            tag = str(tag)
+            if not tag or tag.startswith("<none>"):
+                continue
+            for name in (tag, normalize_image(tag)):
+                out[name] = max(out.get(name, 0.0), size)
+    return out
 
 
 def grace_of(spec: BatchSpec) -> float:
@@ -275,7 +311,7 @@ class DockerOrchestrator:
         for engine in self._reachable():
             if node is not None and engine.node != node:
                 continue
-            for c in engine.client.containers.list():
+            for c in engine.containers(running_only=True):
                 labels = c.labels or {}
                 out.append(WorkloadRef(id=labels.get(ID_LABEL, c.name), node=engine.node, tier=tier_of(labels),
                                        priority=priority_of(labels), phase="Running"))
