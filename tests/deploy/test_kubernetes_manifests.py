@@ -238,7 +238,10 @@ def test_manage_py_check_deploy_passes_with_the_deploy_files_settings():
     config = find("kubernetes/control-plane.yaml", "ConfigMap", "kalena-config")["data"]
     secrets_ = {"KALENA_SECRET_KEY": secrets.token_urlsafe(50), "KALENA_METRICS_TOKEN": secrets.token_urlsafe(32),
                 "DATABASE_URL": "postgres://kalena:pw@postgres:5432/kalena", "REDIS_URL": "redis://redis:6379/0"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KALENA_", "DATABASE_URL", "REDIS_URL"))}
+    # the deploy files' environment, not this test process's (the browser tests' conftest sets
+    # DJANGO_ALLOW_ASYNC_UNSAFE for the whole pytest process)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KALENA_", "DATABASE_URL", "REDIS_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"))}
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                             env={**env, **config, **secrets_, "DJANGO_SETTINGS_MODULE": "kalena_web.settings"},
                             cwd=DEPLOY.parent, capture_output=True, text=True, timeout=300)
