@@ -1,0 +1,71 @@
+"""Production identity where a real cluster's order of events is not the tidy one (DESIGN §15:
+nothing accepted is lost, nothing charged twice): a pod reported on a node the control plane has
+not seen yet, a claim holder re-created unscheduled, a DaemonSet the infrastructure's Phase 0
+does not know. Pods are created through the test API server with the real ``kubernetes`` client
+as the controllers make them and watched into a reconciler (the harness of
+``test_production_identity``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agents.orchestrators.kubernetes.testpods import deployment_pod, job_pod, statefulset_pod
+from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
+from tests.web.kubernetes.test_production_identity import Watch, claims, core, extras, prod_cpu, run
+from tests.web.shop_cluster import import_shop
+
+NOW = time.time()
+
+
+@pytest.fixture
+def shop(db, tmp_path):
+    return import_shop(tmp_path, now_s=NOW)
+
+
+@pytest.fixture
+def api():
+    with TestAPIServer(bookmark_interval_s=0.5) as server:
+        for name in ("kube-a", "kube-b"):
+            server.create("nodes", node(name, cpu="64", memory="256Gi"))
+        yield server
+
+
+def test_production_pods_on_a_node_not_seen_yet_are_applied_when_the_node_appears(shop, api) -> None:
+    v1 = core(api)
+    watch = Watch(api, shop)
+    try:
+        watch.until(lambda: watch.rec.counts.get("Resynced"), "the first list")
+        # the scheduler bound two pods to kube-c before the node watch reported it
+        run(v1, deployment_pod("shop", "web", "7d9c5b6f4", "x2k9q", "kube-c", cpu="6", started_s=NOW))
+        run(v1, job_pod("shop", "report", "28h4k", "kube-c", cpu="2", started_s=NOW))
+        watch.until(lambda: watch.rec.counts.get("ProductionSeen", {}).get("rejected", 0) >= 2,
+                    "both pods refused for their unknown node")
+        assert "shop/report-28h4k" not in claims(shop)
+        api.create("nodes", node("kube-c", cpu="32", memory="128Gi"))
+        watch.until(lambda: {"shop/web-7d9c5b6f4-x2k9q", "shop/report-28h4k"} <= set(claims(shop)),
+                    "the pods applied once kube-c is seen")
+        assert claims(shop)["shop/web-7d9c5b6f4-x2k9q"] == ("moved", "shop/web-0000")
+        assert claims(shop)["shop/report-28h4k"] == ("extra", "shop/report-28h4k")
+        # web-0000 left kube-a's charge for kube-c; the Job's pod is charged once, there
+        assert prod_cpu(shop) == {"kube-a": 36000.0, "kube-b": 18000.0, "kube-c": 6000.0 + 2000.0}
+    finally:
+        watch.close()
+
+
+def test_a_kept_report_is_dropped_when_its_pod_goes_before_the_node_appears(shop, api) -> None:
+    v1 = core(api)
+    watch = Watch(api, shop)
+    try:
+        watch.until(lambda: watch.rec.counts.get("Resynced"), "the first list")
+        run(v1, job_pod("shop", "report", "28h4k", "kube-c", cpu="2", started_s=NOW))
+        watch.until(lambda: watch.rec.counts.get("ProductionSeen", {}).get("rejected", 0) >= 1, "the refusal")
+        v1.delete_namespaced_pod("report-28h4k", "shop", grace_period_seconds=0)
+        watch.until(lambda: watch.rec.counts.get("PodGone"), "the pod gone")
+        api.create("nodes", node("kube-c", cpu="32", memory="128Gi"))
+        watch.until(lambda: "kube-c" in prod_cpu(shop), "kube-c seen")
+        assert "shop/report-28h4k" not in claims(shop)
+        assert prod_cpu(shop)["kube-c"] == 0.0
+    finally:
+        watch.close()
