@@ -312,8 +312,13 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     are read from ``annotations`` over ``labels``. ``anti_affinity``: the pod's required
     anti-affinity terms (constraint shape, ``{labelSelector, topologyKey, namespaces}``), kept in
     the claimed workload's ``constraints.anti_affinity_terms``: the scheduler keeps matching batch
-    out of the pod's topology domain (DESIGN §9). ``node_name`` ``""`` (not placed yet): nothing
-    is charged. Returns whether anything changed.
+    out of the pod's topology domain (DESIGN §9). ``node_name`` ``""`` (not placed yet: a pod's
+    node never changes once bound, so an unscheduled report under a known name is the pod
+    re-created by its controller, e.g. a StatefulSet's ``db-1``): a pod with no node holds no
+    node's resources. A claim holder keeps its entry (the pod will be placed again) and the
+    entry's request and reserve return to the node the blueprint put it on — the blueprint's
+    reserve is never lent to batch; an extra's charge leaves its node (it is identified afresh
+    once placed); a pod without a claim changes nothing. Returns whether anything changed.
 
     Example: blueprint ``shop/web-0000`` on n1 (42 cores of production requests there); live
     pod ``shop/web-7d9c5b6f4-x2k9q`` of ReplicaSet ``web-7d9c5b6f4`` on n1 → it holds
@@ -328,7 +333,7 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     req, lim = _observed_vector(request, "requests"), _observed_vector(limit, "limits")
     terms = _observed_terms(anti_affinity)
     if not node_name:
-        return False
+        return _claim_unplaced(cluster, ref, at_s=at_s)
     node = Node.objects.filter(cluster=cluster, name=node_name).first()
     if node is None:
         raise ObservationRejected(f"node {node_name!r} is not in cluster {cluster.name!r}", field="node",
@@ -359,6 +364,30 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
                               start_s=start, at_s=at_s, now_s=now_s)
         _production_terms_set(workload, terms)
         return True
+
+
+def _claim_unplaced(cluster: Cluster, ref: str, *, at_s: float) -> bool:
+    """The pod ``ref`` is reported with no node (see :func:`production_observe`): an extra's
+    charge leaves; a claim holder's entry goes back to its blueprint node, claim kept. Returns
+    whether anything changed."""
+    with transaction.atomic():
+        claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
+                 .select_related("workload").first())
+        if claim is None:
+            return False
+        if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
+            _extra_release(claim)
+            return True
+        workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+        changed = workload.node_id != claim.blueprint_node_id
+        if changed:
+            _prod_move(workload, workload.node_id, claim.blueprint_node_id, _reservation_of(workload))
+            Workload.objects.filter(id=workload.id).update(node_id=claim.blueprint_node_id)
+        if changed or (claim.seen_node_id, claim.identity, claim.finding) != (None, MAPPED, False):
+            ProductionPlacement.objects.filter(id=claim.id).update(seen_node=None, identity=MAPPED, finding=False,
+                                                                   seen_s=at_s)
+            changed = True
+        return changed
 
 
 def _observed_terms(anti_affinity) -> list[dict]:

@@ -13,6 +13,7 @@ import pytest
 
 from agents.orchestrators.kubernetes.testpods import deployment_pod, job_pod, statefulset_pod
 from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
+from kalena_web.control.models import ProductionPlacement
 from tests.web.kubernetes.test_production_identity import Watch, claims, core, extras, prod_cpu, run
 from tests.web.shop_cluster import import_shop
 
@@ -69,3 +70,62 @@ def test_a_kept_report_is_dropped_when_its_pod_goes_before_the_node_appears(shop
         assert prod_cpu(shop)["kube-c"] == 0.0
     finally:
         watch.close()
+
+
+def test_a_moved_claim_holder_recreated_unscheduled_returns_its_entry_to_the_blueprint_node(shop, api) -> None:
+    v1 = core(api)
+    started = NOW - 3600.0
+    # db-0001 is kube-b's in the blueprint; its pod db-1 runs on kube-a
+    for pod in (statefulset_pod("shop", "db", 0, "kube-a", cpu="12", started_s=started),
+                statefulset_pod("shop", "db", 1, "kube-a", cpu="12", started_s=started)):
+        run(v1, pod)
+    watch = Watch(api, shop)
+    try:
+        watch.until(lambda: "shop/db-1" in claims(shop) and watch.rec.counts.get("Resynced"), "db-1 moved")
+        assert claims(shop)["shop/db-1"] == ("moved", "shop/db-0001")
+        assert prod_cpu(shop) == {"kube-a": 42000.0 + 12000.0, "kube-b": 6000.0}
+    finally:
+        watch.close()
+    # while no watch runs, kube-a's kubelet loses db-1 and the StatefulSet re-creates it, unscheduled
+    v1.delete_namespaced_pod("db-1", "shop", grace_period_seconds=0)
+    pending = statefulset_pod("shop", "db", 1, "", cpu="12")
+    pending.pop("status")
+    v1.create_namespaced_pod("shop", pending)
+    again = Watch(api, shop)
+    try:
+        again.until(lambda: again.rec.counts.get("Resynced"), "the re-list")
+        # a pod with no node holds no node's resources: db-0001 is charged where the blueprint put it
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 18000.0}
+        assert claims(shop)["shop/db-1"] == ("mapped", "shop/db-0001")  # the entry stays the pod's
+        # placed again, on kube-b this time: where the blueprint put it, charged once
+        v1.create_namespaced_pod_binding("db-1", "shop", {"apiVersion": "v1", "kind": "Binding",
+                                                          "metadata": {"name": "db-1", "namespace": "shop"},
+                                                          "target": {"kind": "Node", "name": "kube-b"}},
+                                         _preload_content=False)
+        again.until(lambda: ProductionPlacement.objects.filter(pod="shop/db-1", seen_node__name="kube-b").exists(),
+                    "db-1 placed on kube-b")
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 18000.0}
+    finally:
+        again.close()
+
+
+def test_an_extra_recreated_unscheduled_leaves_its_node(shop, api) -> None:
+    v1 = core(api)
+    run(v1, job_pod("shop", "report", "28h4k", "kube-b", cpu="2", started_s=NOW))
+    watch = Watch(api, shop)
+    try:
+        watch.until(lambda: "shop/report-28h4k" in claims(shop), "the Job's pod charged")
+        assert prod_cpu(shop)["kube-b"] == 20000.0
+    finally:
+        watch.close()
+    v1.delete_namespaced_pod("report-28h4k", "shop", grace_period_seconds=0)
+    pending = job_pod("shop", "report", "28h4k", "", cpu="2")
+    pending.pop("status")
+    v1.create_namespaced_pod("shop", pending)
+    again = Watch(api, shop)
+    try:
+        again.until(lambda: again.rec.counts.get("Resynced"), "the re-list")
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 18000.0}
+        assert "shop/report-28h4k" not in extras(shop)
+    finally:
+        again.close()
