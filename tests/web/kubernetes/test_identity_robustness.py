@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agents.orchestrators.kubernetes.testpods import deployment_pod, job_pod, statefulset_pod
+from agents.orchestrators.kubernetes.testpods import daemonset_pod, deployment_pod, job_pod, statefulset_pod
 from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
 from kalena_web.control.models import ProductionPlacement
 from tests.web.kubernetes.test_production_identity import Watch, claims, core, extras, prod_cpu, run
@@ -129,3 +129,26 @@ def test_an_extra_recreated_unscheduled_leaves_its_node(shop, api) -> None:
         assert "shop/report-28h4k" not in extras(shop)
     finally:
         again.close()
+
+
+def test_a_daemonset_added_after_import_is_an_explained_extra_and_phase0s_stay_uncharged(shop, api) -> None:
+    # the infrastructure's Phase 0 took fluentd out of every node's capacity; node-exporter came later
+    v1 = core(api)
+    for pod in (daemonset_pod("kube-system", "fluentd", "8x2kq", "kube-a", cpu="500m", started_s=NOW),
+                daemonset_pod("kube-system", "fluentd", "q7w3e", "kube-b", cpu="500m", started_s=NOW),
+                daemonset_pod("monitoring", "node-exporter", "4k2jd", "kube-a", cpu="250m", started_s=NOW),
+                daemonset_pod("monitoring", "node-exporter", "m9p3x", "kube-b", cpu="250m", started_s=NOW)):
+        run(v1, pod)
+    watch = Watch(api, shop)
+    try:
+        watch.until(lambda: len(extras(shop)) >= 2 and watch.rec.counts.get("Resynced"), "the DaemonSet pods")
+        reason = "DaemonSet monitoring/node-exporter is not in the infrastructure's Phase 0"
+        assert extras(shop) == {"monitoring/node-exporter-4k2jd": reason, "monitoring/node-exporter-m9p3x": reason}
+        assert prod_cpu(shop) == {"kube-a": 42000.0 + 250.0, "kube-b": 18000.0 + 250.0}  # once each, fluentd never
+        assert not any(pod.startswith("kube-system/") for pod in claims(shop))
+        # the DaemonSet is deleted: its pods go and so does their charge
+        v1.delete_namespaced_pod("node-exporter-4k2jd", "monitoring", grace_period_seconds=0)
+        watch.until(lambda: "monitoring/node-exporter-4k2jd" not in claims(shop), "the pod gone")
+        assert prod_cpu(shop) == {"kube-a": 42000.0, "kube-b": 18000.0 + 250.0}
+    finally:
+        watch.close()
