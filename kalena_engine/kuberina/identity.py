@@ -5,8 +5,9 @@ declaration has one replica, DESIGN §3); a live cluster names them as their con
 (``shop/web-7d9c5b6f4-x2k9q``, ``shop/db-1``). A live pod is joined to an entry by owner and
 replica, in this order:
 
-1. **DaemonSet** owner → ``daemonset``: never an entry, never charged (Phase 0 already took
-   every DaemonSet out of the node's capacity, DESIGN §3).
+1. **DaemonSet** owner → ``daemonset``: never an entry. A DaemonSet the infrastructure's Phase 0
+   knows is never charged (Phase 0 already took it out of the node's capacity, DESIGN §3); one
+   it does not know (added after import) is an ``extra`` (:func:`daemonset_extra`).
 2. **Forge label** ``kalena.naughtian.io/blueprint-pod: <namespace>/<pod>`` → that entry (a
    forge that renders a blueprint writes it; it wins over every rule below).
 3. **Owner** (the controlling ``ownerReferences`` entry, ``Kind/name``):
@@ -137,6 +138,7 @@ _TEXTS = {
     "not_ordinal": "owned by {owner} but its name is not {declaration}-<ordinal>",
     "held": "blueprint pod {entry} is held by {holder}",
     "label_unknown": "label " + BLUEPRINT_POD_LABEL + " names {entry}, which is no blueprint pod",
+    "daemonset_unknown": "DaemonSet {declaration} is not in the infrastructure's Phase 0",
 }
 REASON_CODES = tuple(_TEXTS)
 
@@ -332,6 +334,26 @@ def production_identity(pods: Sequence[LivePod], entries: BlueprintEntries, *,
             out[p.ref] = Identity(p.ref, EXTRA, declaration=f"{p.namespace}/{decl}", reason=ExtraReason(
                 "all_claimed", namespace=p.namespace, declaration=decl, replicas=len(rows)))
     return tuple(out[p.ref] for p in pods)
+
+
+def daemonset_extra(identity: Identity) -> Identity:
+    """A ``daemonset`` identity whose DaemonSet is not in the infrastructure's Phase 0 → an
+    ``extra`` (charged once on its node, at its request) with reason ``daemonset_unknown``.
+
+    Example: ``Identity("kube-system/node-exporter-4k2jd", "daemonset",
+    declaration="kube-system/node-exporter")`` → ``extra``, reason text "DaemonSet
+    kube-system/node-exporter is not in the infrastructure's Phase 0"; ``declaration`` becomes
+    ``""`` (it names no blueprint declaration: no entry is ever inherited by it).
+
+    Raises:
+        ValueError: ``identity`` is not a ``daemonset`` identity.
+    """
+    if identity.outcome != DAEMONSET:
+        raise ValueError(f"{identity.ref}: {identity.outcome!r} is not a daemonset identity")
+    namespace, _, name = identity.declaration.partition("/")
+    return Identity(identity.ref, EXTRA, reason=ExtraReason("daemonset_unknown", namespace=namespace,
+                                                            declaration=identity.declaration,
+                                                            owner=f"DaemonSet/{name}"))
 
 
 def _declaration_of(pod: LivePod, plan: _Plan, entries: BlueprintEntries) -> str | None:

@@ -22,6 +22,12 @@ the rows, idempotently — the same event twice changes nothing:
 * ``Resynced`` → what Kalena holds and the list no longer does is gone (watched batch pods, live
   production pods' claims, nodes).
 
+A production pod reported on a node Kalena does not hold yet (the pod watch ran ahead of the
+node watch, or the node joined while the watch was away) is rejected and kept, per node, as the
+last report of that pod: when the node's ``NodeSeen`` is applied the kept reports are applied
+at once, so a pod the API server reported is never lost until its next change. A later report
+of the pod, its ``PodGone`` or a ``Resynced`` whose list no longer holds it drops the kept one.
+
 Bad input — an event whose fields the services refuse — is counted and logged with its ref and
 field, and changes nothing; it never stops the watcher.
 """
@@ -73,6 +79,8 @@ class Reconciler:
     counts: dict[str, Counter] = field(default_factory=dict)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
     _seen: dict[tuple, object] = field(default_factory=dict, repr=False)
+    #: node name → {pod ref → the last ProductionSeen refused because the node was unknown}
+    _awaiting: dict[str, dict[str, ProductionSeen]] = field(default_factory=dict, repr=False)
 
     def apply(self, event: WatchEvent) -> str:
         """Apply one event; returns ``changed`` | ``unchanged`` | ``unknown`` (names a pod or node
@@ -104,7 +112,22 @@ class Reconciler:
             ref = key[1]
             for cached in _CACHED:
                 self._seen.pop((cached, ref), None)
+        if isinstance(event, PodGone):
+            self._await_drop(event.ref)
+        elif isinstance(event, NodeSeen) and outcome in (CHANGED, UNCHANGED):
+            self._await_apply(event.name)
         return outcome
+
+    def _await_drop(self, ref: str) -> None:
+        for node in list(self._awaiting):
+            self._awaiting[node].pop(ref, None)
+            if not self._awaiting[node]:
+                del self._awaiting[node]
+
+    def _await_apply(self, node: str) -> None:
+        """Node ``node`` is now held: apply the production reports kept for it (module doc)."""
+        for event in list(self._awaiting.pop(node, {}).values()):
+            self.apply(event)
 
     def apply_all(self, events: Iterable[WatchEvent]) -> Counter:
         """Apply events in order; returns the tally of outcomes."""
@@ -187,7 +210,11 @@ class Reconciler:
         for e, answer in zip(todo, answers, strict=True):
             results[id(e)] = (self._reject("NodeSeen", e.name, str(answer)) if isinstance(answer, InputError)
                               else CHANGED if answer else UNCHANGED)
-        return [self._tally(e, results.get(id(e), UNCHANGED)) for e in run]
+        out = [self._tally(e, results.get(id(e), UNCHANGED)) for e in run]
+        for e, outcome in zip(run, out, strict=True):
+            if outcome in (CHANGED, UNCHANGED):
+                self._await_apply(e.name)
+        return out
 
     def _running_run(self, run: list[PodRunning]) -> list[str]:
         todo = [e for e in run if not self._cached(e)]
@@ -330,14 +357,22 @@ class Reconciler:
         if BatchPod.objects.filter(cluster=self.cluster, workload__name=e.ref).exists():
             raise control.ObservationRejected(f"{e.ref!r} is a batch pod", field="labels",
                                               accepted="a pod's tier does not change while it exists")
-        changed = control.production_observe(cluster=self.cluster, ref=e.ref, node_name=e.node, request=e.requests,
-                                             limit=e.limits, labels=e.labels, at_s=e.at_s, now_s=self.clock(),
-                                             annotations=e.annotations, owner=e.owner, owner_error=e.owner_error,
-                                             start_s=e.start_s, anti_affinity=e.anti_affinity)
+        self._await_drop(e.ref)  # this report supersedes any kept one
+        try:
+            changed = control.production_observe(
+                cluster=self.cluster, ref=e.ref, node_name=e.node, request=e.requests, limit=e.limits,
+                labels=e.labels, at_s=e.at_s, now_s=self.clock(), annotations=e.annotations, owner=e.owner,
+                owner_error=e.owner_error, start_s=e.start_s, anti_affinity=e.anti_affinity)
+        except control.ObservationRejected as exc:
+            if exc.field == "node" and e.node:  # applied when the node's NodeSeen is (module doc)
+                self._awaiting.setdefault(e.node, {})[e.ref] = e
+            raise
         return CHANGED if changed else UNCHANGED
 
     def _resynced(self, e: Resynced) -> str:
         now = self.clock()
+        for ref in [ref for kept in self._awaiting.values() for ref in kept if ref not in e.pods]:
+            self._await_drop(ref)
         changed = started.relisted(self.cluster, pods=e.pods, nodes=e.nodes, at_s=e.at_s, now_s=now)
         held = BatchPod.objects.filter(cluster=self.cluster, source=BatchPod.WATCH, gone=False).select_related("workload")
         for pod in held:

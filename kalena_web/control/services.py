@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from kalena_engine.errors import BlueprintRefused, InputError
 from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads, phase0_capacity, verify_blueprint
 from kalena_engine.kuberina.identity import (
-    BLUEPRINT_POD_LABEL, DAEMONSET, MAPPED, MOVED, LivePod, production_identity,
+    BLUEPRINT_POD_LABEL, DAEMONSET, MAPPED, MOVED, LivePod, daemonset_extra, production_identity,
 )
 from kalena_engine.ledger import node_sum
 from kalena_engine.overrides import KEYS
@@ -71,7 +71,8 @@ def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workload
     active[report.active_nodes] = True
     with transaction.atomic():
         cluster = Cluster.objects.create(name=name, kind=Cluster.LIVE, workloads_document=workloads_document, sources={
-            "infra": infra.source, "workloads": workloads.source, "blueprint": blueprint.source})
+            "infra": infra.source, "workloads": workloads.source, "blueprint": blueprint.source},
+            daemonsets=sorted({ds.name for ds in infra.daemonsets}))
         nodes = Node.objects.bulk_create(mappers.nodes_from_ir(cluster, infra, capacity, active), batch_size=500)
         production = Workload.objects.bulk_create(
             mappers.production_from_ir(cluster, workloads, report.node_of_pod, nodes,
@@ -112,7 +113,7 @@ def live_cluster_create(*, name: str) -> Cluster:
         if Cluster.objects.filter(kind=Cluster.LIVE, name=name).exists():
             raise ClusterExists(f"a live cluster named {name!r} exists already", field="name",
                                 accepted="a new name, or delete the old cluster first (`kalena cluster delete`)")
-        return Cluster.objects.create(name=name, kind=Cluster.LIVE)
+        return Cluster.objects.create(name=name, kind=Cluster.LIVE, daemonsets=[])
 
 
 def loop_run_record(*, loop: str, cluster: Cluster | None, started_s: float, finished_s: float, outcome: str,
@@ -307,13 +308,20 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     maps to no entry (``extra``) is charged once, as production at ``r = q`` on its node until
     it reports, with the reason recorded. ``start_s`` (the pod's start, 0 = unknown) becomes the
     workload's start, so the startup grace g runs from it (DESIGN §5); a new pod on an entry
-    starts its reservation afresh at the request. A DaemonSet's pod changes nothing (Phase 0
-    already took it out of the node's capacity). The override keys (reclaim, startup grace)
+    starts its reservation afresh at the request. A DaemonSet's pod changes nothing when the
+    infrastructure's Phase 0 knows its DaemonSet (:func:`in_phase0`: already out of the node's
+    capacity); any other DaemonSet's pod is an explained extra, charged once on its node
+    ("DaemonSet kube-system/node-exporter is not in the infrastructure's Phase 0"). The override keys (reclaim, startup grace)
     are read from ``annotations`` over ``labels``. ``anti_affinity``: the pod's required
     anti-affinity terms (constraint shape, ``{labelSelector, topologyKey, namespaces}``), kept in
     the claimed workload's ``constraints.anti_affinity_terms``: the scheduler keeps matching batch
-    out of the pod's topology domain (DESIGN §9). ``node_name`` ``""`` (not placed yet): nothing
-    is charged. Returns whether anything changed.
+    out of the pod's topology domain (DESIGN §9). ``node_name`` ``""`` (not placed yet: a pod's
+    node never changes once bound, so an unscheduled report under a known name is the pod
+    re-created by its controller, e.g. a StatefulSet's ``db-1``): a pod with no node holds no
+    node's resources. A claim holder keeps its entry (the pod will be placed again) and the
+    entry's request and reserve return to the node the blueprint put it on — the blueprint's
+    reserve is never lent to batch; an extra's charge leaves its node (it is identified afresh
+    once placed); a pod without a claim changes nothing. Returns whether anything changed.
 
     Example: blueprint ``shop/web-0000`` on n1 (42 cores of production requests there); live
     pod ``shop/web-7d9c5b6f4-x2k9q`` of ReplicaSet ``web-7d9c5b6f4`` on n1 → it holds
@@ -328,7 +336,7 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     req, lim = _observed_vector(request, "requests"), _observed_vector(limit, "limits")
     terms = _observed_terms(anti_affinity)
     if not node_name:
-        return False
+        return _claim_unplaced(cluster, ref, at_s=at_s)
     node = Node.objects.filter(cluster=cluster, name=node_name).first()
     if node is None:
         raise ObservationRejected(f"node {node_name!r} is not in cluster {cluster.name!r}", field="node",
@@ -350,7 +358,9 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
             return _production_terms_set(claim.workload, terms) or changed
         (identity,), rows = _identify(cluster, [pod])
         if identity.outcome == DAEMONSET:
-            return False  # in the Phase 0 capacity reduction already: never charged
+            if in_phase0(cluster, identity.declaration):
+                return False  # in the Phase 0 capacity reduction already: never charged
+            identity = daemonset_extra(identity)
         if identity.outcome in (MAPPED, MOVED):
             workload = _claim(rows[identity.entry], pod, node, identity, overrides=overrides, start_s=start,
                               at_s=at_s, now_s=now_s)
@@ -359,6 +369,39 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
                               start_s=start, at_s=at_s, now_s=now_s)
         _production_terms_set(workload, terms)
         return True
+
+
+def _claim_unplaced(cluster: Cluster, ref: str, *, at_s: float) -> bool:
+    """The pod ``ref`` is reported with no node (see :func:`production_observe`): an extra's
+    charge leaves; a claim holder's entry goes back to its blueprint node, claim kept. Returns
+    whether anything changed."""
+    with transaction.atomic():
+        claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
+                 .select_related("workload").first())
+        if claim is None:
+            return False
+        if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
+            _extra_release(claim)
+            return True
+        workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+        changed = workload.node_id != claim.blueprint_node_id
+        if changed:
+            _prod_move(workload, workload.node_id, claim.blueprint_node_id, _reservation_of(workload))
+            Workload.objects.filter(id=workload.id).update(node_id=claim.blueprint_node_id)
+        if changed or (claim.seen_node_id, claim.identity, claim.finding) != (None, MAPPED, False):
+            ProductionPlacement.objects.filter(id=claim.id).update(seen_node=None, identity=MAPPED, finding=False,
+                                                                   seen_s=at_s)
+            changed = True
+        return changed
+
+
+def in_phase0(cluster: Cluster, daemonset: str) -> bool:
+    """Whether DaemonSet ``daemonset`` (``namespace/name``) is one the cluster's infrastructure
+    deducted in Phase 0 (:attr:`Cluster.daemonsets`, matched by name or ``namespace/name``; a
+    cluster that did not keep them counts every DaemonSet as deducted)."""
+    if cluster.daemonsets is None:
+        return True
+    return daemonset in cluster.daemonsets or daemonset.split("/", 1)[-1] in cluster.daemonsets
 
 
 def _observed_terms(anti_affinity) -> list[dict]:

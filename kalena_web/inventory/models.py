@@ -22,6 +22,11 @@ class Cluster(models.Model):
 
     ``name`` is the infrastructure's name (e.g. ``irina-186-3d``); ``sources`` maps input kind
     (infra, workloads, blueprint, usage_dir, batch_trace) to the file it came from.
+    ``daemonsets``: the names of the DaemonSets the infrastructure's Phase 0 deducted from every
+    node's capacity (DESIGN §3) — their pods are never charged; a DaemonSet pod of any other
+    DaemonSet is an explained extra. ``[]`` for a cluster whose nodes come from the watch (no
+    Phase 0); None for a live cluster imported before they were kept (every DaemonSet counted
+    as deducted, as then).
     """
 
     REPLAY = "replay"
@@ -32,6 +37,7 @@ class Cluster(models.Model):
     kind = models.CharField(max_length=8, choices=KINDS, default=REPLAY)
     sources = models.JSONField(default=dict)
     workloads_document = models.TextField(blank=True)
+    daemonsets = models.JSONField(null=True, blank=True, default=None)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -6,7 +6,9 @@ cluster-resources/node-v1). Units: cpu → millicores, memory and ephemeral-stor
 
 Which pods become which events (DESIGN §14):
 
-* DaemonSet pods: nothing (Phase 0 already deducted them from capacity).
+* DaemonSet pods: production (below), with their ``DaemonSet/<name>`` controller: the control
+  plane leaves those of a DaemonSet the infrastructure's Phase 0 deducted uncharged and charges
+  any other DaemonSet's pod as an explained ``extra``.
 * batch — tier label ``batch`` or ``schedulerName: kalena``: no node, ``schedulerName: kalena``,
   not terminating → :class:`PodPending`; on a node and Pending/Running → :class:`PodRunning`;
   Succeeded → ``PodFinished(succeeded)``; Failed with ``status.reason`` ``OutOf…`` or another
@@ -359,6 +361,8 @@ def is_daemonset(meta: Mapping) -> bool:
 
 def is_batch(pod: Mapping) -> bool:
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if is_daemonset(meta):
+        return False  # a DaemonSet's pod is never batch (the node's own ballast)
     return (meta.get("labels") or {}).get(TIER_LABEL) == "batch" or spec.get("schedulerName") == SCHEDULER_NAME
 
 
@@ -371,8 +375,6 @@ def pod_events(event_type: str, pod: Mapping) -> list[WatchEvent]:
     """
     ref = pod_ref(pod)
     meta = pod.get("metadata") or {}
-    if is_daemonset(meta):
-        return []
     if event_type == "DELETED":
         return [PodGone(ref)]  # only the name is read: a deletion is one whatever the rest holds
     owner, owner_error = controller_of(meta)

@@ -76,7 +76,11 @@ def test_production_daemonset_and_other_schedulers() -> None:
     assert pod_events("MODIFIED", prod) == [PodGone("ml/train-e2e4f", at_s=seen.at_s)]
     ds = copy.deepcopy(prod)
     ds["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "calico", "controller": True}]
-    assert pod_events("ADDED", ds) == []
+    ds["status"] = {"phase": "Running"}
+    (daemon,) = pod_events("ADDED", ds)  # the control plane decides: Phase 0's or an explained extra
+    assert isinstance(daemon, ProductionSeen) and (daemon.owner, daemon.node) == ("DaemonSet/calico", "worker-1")
+    ds["metadata"]["labels"] = {"kalena.naughtian.io/tier": "batch"}  # a DaemonSet's pod is never batch
+    assert isinstance(pod_events("ADDED", ds)[0], ProductionSeen)
     other = load("pod-job-pending.json")
     other["spec"]["schedulerName"] = "default-scheduler"  # extender mode: kube-scheduler's pod, not Kalena's queue
     assert pod_events("ADDED", other) == []

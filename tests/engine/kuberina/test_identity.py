@@ -13,7 +13,7 @@ from agents.orchestrators.kubernetes.objects import pod_events
 from agents.orchestrators.kubernetes.testpods import bare_pod, daemonset_pod, deployment_pod, job_pod, statefulset_pod
 from kalena_engine.kuberina.identity import (
     BLUEPRINT_POD_LABEL, DAEMONSET, EXTRA, MAPPED, MOVED, BlueprintEntries, ExtraReason, LivePod,
-    candidate_declarations, interchangeable_declarations, production_identity, renumbered_replicas,
+    candidate_declarations, daemonset_extra, interchangeable_declarations, production_identity, renumbered_replicas,
 )
 
 T0 = 1_764_000_000.0
@@ -105,15 +105,22 @@ def test_one_pod_maps_by_owner_and_replica(pod_json, outcome, entry, reason) -> 
     assert (got.reason.text() if got.reason else "") == reason
 
 
-def test_a_daemonset_pod_is_never_charged() -> None:
-    """Phase 0 took every DaemonSet out of the node's capacity (DESIGN §3): the watch reports
-    none of its pods, and the engine, given one, recognises it and maps it to no entry."""
+def test_a_daemonset_pod_maps_to_no_entry_and_is_extra_when_phase0_does_not_know_it() -> None:
+    """The watch reports a DaemonSet's pod with its DaemonSet owner; the engine recognises it and
+    maps it to no entry (Phase 0 took a known DaemonSet out of the node's capacity, DESIGN §3);
+    one Phase 0 does not know becomes an explained extra."""
     pod_json = daemonset_pod("kube-system", "fluentd", "8x2kq", "n1")
-    assert pod_events("ADDED", pod_json) == []
+    (seen,) = pod_events("ADDED", pod_json)
+    assert (seen.ref, seen.node, seen.owner) == ("kube-system/fluentd-8x2kq", "n1", "DaemonSet/fluentd")
     meta = pod_json["metadata"]
-    pod = LivePod(f"{meta['namespace']}/{meta['name']}", "n1", owner="DaemonSet/fluentd", labels=meta["labels"])
+    pod = LivePod(f"{meta['namespace']}/{meta['name']}", "n1", owner=seen.owner, labels=meta["labels"])
     (got,) = production_identity([pod], ENTRIES)
     assert (got.outcome, got.entry, got.reason, got.declaration) == (DAEMONSET, "", None, "kube-system/fluentd")
+    extra = daemonset_extra(got)
+    assert (extra.outcome, extra.entry, extra.declaration) == (EXTRA, "", "")
+    assert extra.reason.text() == "DaemonSet kube-system/fluentd is not in the infrastructure's Phase 0"
+    with pytest.raises(ValueError, match="not a daemonset identity"):
+        daemonset_extra(extra)
 
 
 def test_a_pod_whose_entry_is_held_by_another_is_extra_and_says_by_whom() -> None:
