@@ -8,29 +8,15 @@ them and watched into a reconciler (the harness of ``test_production_identity``)
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from agents.orchestrators.kubernetes.testpods import bare_pod, deployment_pod, statefulset_pod
-from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
-from tests.web.kubernetes.test_production_identity import Watch, claims, core, prod_cpu, run
-from tests.web.shop_cluster import import_shop
+# the shop cluster and its API server are test_production_identity's fixtures
+from tests.web.kubernetes.test_production_identity import (  # noqa: F401 - fixtures
+    NOW, Watch, api, claims, core, prod_cpu, run, shop,
+)
 
-NOW = time.time()
-
-
-@pytest.fixture
-def shop(db, tmp_path):
-    return import_shop(tmp_path, now_s=NOW)
-
-
-@pytest.fixture
-def api():
-    with TestAPIServer(bookmark_interval_s=0.5) as server:
-        for name in ("kube-a", "kube-b"):
-            server.create("nodes", node(name, cpu="64", memory="256Gi"))
-        yield server
 
 
 def seen(watch: Watch) -> int:

@@ -7,30 +7,17 @@ as the controllers make them and watched into a reconciler (the harness of
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from agents.orchestrators.kubernetes.testpods import daemonset_pod, deployment_pod, job_pod, statefulset_pod
-from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
+from agents.orchestrators.kubernetes.testserver import node
 from kalena_web.control.models import ProductionPlacement
-from tests.web.kubernetes.test_production_identity import Watch, claims, core, extras, prod_cpu, run
-from tests.web.shop_cluster import import_shop
+# the shop cluster and its API server are test_production_identity's fixtures
+from tests.web.kubernetes.test_production_identity import (  # noqa: F401 - fixtures
+    NOW, Watch, api, claims, core, extras, prod_cpu, run, shop,
+)
 
-NOW = time.time()
-
-
-@pytest.fixture
-def shop(db, tmp_path):
-    return import_shop(tmp_path, now_s=NOW)
-
-
-@pytest.fixture
-def api():
-    with TestAPIServer(bookmark_interval_s=0.5) as server:
-        for name in ("kube-a", "kube-b"):
-            server.create("nodes", node(name, cpu="64", memory="256Gi"))
-        yield server
 
 
 def test_production_pods_on_a_node_not_seen_yet_are_applied_when_the_node_appears(shop, api) -> None:
