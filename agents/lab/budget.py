@@ -25,12 +25,13 @@ MAX_NODES = 253            # loopback addresses 127.0.0.2 … 127.0.0.254
 MIN_CPU_MCPU = 10          # the CFS quota's floor: 1 ms per 100 ms period
 MIN_MEMORY_BYTES = 32 * 2**20
 CFS_PERIOD_US = 100_000
+LOOPBACK_SUBNET = re.compile(r"127\.\d{1,3}\.\d{1,3}")
 LAB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
 class NodePlan:
-    """One node: ``name`` (``<lab>-<i>``), its loopback ``address`` (``127.0.0.<i+1>``), its
+    """One node: ``name`` (``<lab>-<i>``), its loopback ``address`` (``<subnet>.<i+1>``, default ``127.0.0.<i+1>``), its
     capacity (``cpu_mcpu``, ``memory_bytes``) and its cgroup subtree (``cgroup``, relative to
     each hierarchy's root, e.g. ``kalena-lab/lab-1``)."""
 
@@ -58,15 +59,21 @@ class LabPlan:
     memory_budget_bytes: int
     host_cores: int
     host_memory_bytes: int
+    subnet: str = "127.0.0"
+
+    @property
+    def console_address(self) -> str:
+        """Where the lab's console listens: ``<subnet>.1``."""
+        return f"{self.subnet}.1"
 
 
 def lab_plan(*, name: str, nodes: int, cpu_mcpu: int, memory_bytes: int, host_cores: int, host_memory_bytes: int,
-             budget_ratio: float = 0.5) -> LabPlan:
+             budget_ratio: float = 0.5, subnet: str = "127.0.0") -> LabPlan:
     """The plan for ``nodes`` nodes of ``cpu_mcpu`` / ``memory_bytes`` each (see module doc).
 
     Raises:
-        LabError: a bad name, a node count outside 1…253, a node under 10 m or 32 MiB, or a ratio
-            outside (0, 1].
+        LabError: a bad name, a node count outside 1…253, a node under 10 m or 32 MiB, a ratio
+            outside (0, 1], or a ``subnet`` that is not a loopback /24 prefix (``127.A.B``).
         BudgetRefused: the nodes do not fit the budget (the message gives both sums and the budget).
     """
     if not LAB_NAME.fullmatch(name or ""):
@@ -80,6 +87,9 @@ def lab_plan(*, name: str, nodes: int, cpu_mcpu: int, memory_bytes: int, host_co
     if memory_bytes < MIN_MEMORY_BYTES:
         raise LabError(f"{memory_bytes // 2**20} MiB per node", source="kalena lab up", field="--memory-mib",
                        accepted=f"≥ {MIN_MEMORY_BYTES // 2**20} MiB")
+    if not LOOPBACK_SUBNET.fullmatch(subnet or "") or any(int(part) > 255 for part in subnet.split(".")):
+        raise LabError(f"{subnet!r} is not a loopback /24 prefix", source="kalena lab up", field="--subnet",
+                       accepted="127.A.B with A, B in 0…255: the console listens on 127.A.B.1, node i on 127.A.B.(i+1)")
     if not 0 < budget_ratio <= 1:
         raise LabError(f"budget ratio {budget_ratio:g}", source="kalena lab up", field="--budget-ratio",
                        accepted="0 < ratio ≤ 1")
@@ -99,10 +109,10 @@ def lab_plan(*, name: str, nodes: int, cpu_mcpu: int, memory_bytes: int, host_co
             asked=nodes * memory_bytes, budget=memory_budget, field="--nodes/--memory-mib",
             accepted=f"nodes × memory-mib ≤ {memory_budget // 2**20}")
     root = f"kalena-{name}"
-    plans = tuple(NodePlan(name=f"{name}-{i}", address=f"127.0.0.{i + 1}", cpu_mcpu=cpu_mcpu, memory_bytes=memory_bytes,
+    plans = tuple(NodePlan(name=f"{name}-{i}", address=f"{subnet}.{i + 1}", cpu_mcpu=cpu_mcpu, memory_bytes=memory_bytes,
                            cgroup=f"{root}/{name}-{i}") for i in range(1, nodes + 1))
     return LabPlan(name=name, root=root, nodes=plans, cpu_budget_mcpu=cpu_budget, memory_budget_bytes=memory_budget,
-                   host_cores=host_cores, host_memory_bytes=host_memory_bytes)
+                   host_cores=host_cores, host_memory_bytes=host_memory_bytes, subnet=subnet)
 
 
 def host_figures(proc_root: str = "/proc") -> tuple[int, int]:

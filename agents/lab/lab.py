@@ -66,7 +66,8 @@ def preflight(plan: LabPlan, *, state_dir: Path, console_port: int) -> None:
         raise LabError(f"the lab's cgroups exist already ({', '.join(left[:3])})", source="kalena lab up",
                        field="--name", accepted="another lab name, or `kalena lab down` of the lab that made them")
     machinery.preflight_docker()
-    busy = [f"127.0.0.1:{console_port} (console)"] if not port_free("127.0.0.1", console_port) else []
+    host = plan.console_address
+    busy = [f"{host}:{console_port} (console)"] if not port_free(host, console_port) else []
     busy += [f"{n.address}:{machinery.AGENT_HEALTH_PORT} (agent of {n.name})" for n in plan.nodes
              if not port_free(n.address, machinery.AGENT_HEALTH_PORT)]
     if busy:
@@ -96,12 +97,13 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
     preflight(plan, state_dir=state_dir, console_port=console_port)
     logs = state_dir / "logs"
     logs.mkdir(exist_ok=True)
+    host = plan.console_address
     state: dict[str, Any] = {
         "name": plan.name, "cgroup_root": plan.root, "status": "starting", "started_s": time.time(),
         "budget": {"cpu_mcpu": plan.cpu_budget_mcpu, "memory_bytes": plan.memory_budget_bytes,
                    "host_cores": plan.host_cores, "host_memory_bytes": plan.host_memory_bytes},
-        "console": {"url": f"http://127.0.0.1:{console_port}/", "port": console_port, "process": None,
-                    "log": str(logs / "console.log"), "link_url": f"ws://127.0.0.1:{console_port}/agent/v1/ws"},
+        "console": {"url": f"http://{host}:{console_port}/", "address": host, "port": console_port, "process": None,
+                    "log": str(logs / "console.log"), "link_url": f"ws://{host}:{console_port}/agent/v1/ws"},
         "nodes": [_node_record(n, state_dir) for n in plan.nodes], "logs": str(logs)}
     state["console"]["env"] = {k: v for k, v in console.serve_env().items()
                                if k in ("KALENA_DB_PATH", "KALENA_ORCHESTRATOR", "KALENA_DOCKER_ENGINES")}
@@ -118,12 +120,12 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
         console.prepare(cluster=plan.name)
         env = console.serve_env()
         with open(state["console"]["log"], "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "kalena_web.cli", "serve", "--host", "127.0.0.1",
+            proc = subprocess.Popen([sys.executable, "-m", "kalena_web.cli", "serve", "--host", host,
                                      "--port", str(console_port), "--cluster", plan.name], env=env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         state["console"]["process"] = process_ref(proc.pid)
         state_write(state_dir, state)
-        _wait_listening("127.0.0.1", console_port, proc, state["console"]["log"])
+        _wait_listening(host, console_port, proc, state["console"]["log"])
         say(f"kalena lab: console on {state['console']['url']}")
         tokens = console.tokens(cluster=plan.name, nodes=[n.name for n in plan.nodes], timeout_s=90.0)
         for node, record in zip(plan.nodes, state["nodes"], strict=True):
@@ -244,6 +246,7 @@ def leftovers(state: dict[str, Any]) -> list[str]:
         if not port_free(r["address"], machinery.AGENT_HEALTH_PORT):
             out.append(f"port {r['address']}:{machinery.AGENT_HEALTH_PORT}")
     out += [f"cgroup {g}" for g in machinery.cgroups_left(state["cgroup_root"])]
-    if not port_free("127.0.0.1", state["console"]["port"]):
-        out.append(f"port 127.0.0.1:{state['console']['port']}")
+    host = state["console"].get("address", "127.0.0.1")
+    if not port_free(host, state["console"]["port"]):
+        out.append(f"port {host}:{state['console']['port']}")
     return out

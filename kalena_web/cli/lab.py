@@ -45,7 +45,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                     help="share of the machine's cores and memory the nodes may take together (0.5)")
     up.add_argument("--name", default="lab",
                     help="lab name: the live cluster, node names <name>-<i>, cgroups kalena-<name> (lab)")
-    up.add_argument("--console-port", type=port, default=8470, help="the console's port on 127.0.0.1 (8470)")
+    up.add_argument("--console-port", type=port, default=8470, help="the console's port on <subnet>.1 (8470)")
+    up.add_argument("--subnet", default="127.0.0",
+                    help="loopback /24 prefix: the console on <subnet>.1, node i on <subnet>.(i+1) (127.0.0); "
+                         "two labs side by side need two subnets")
     up.add_argument("--sampling-interval-s", type=float, default=2.0, help="the agents' sampling interval (2 s)")
     status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
     down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
@@ -111,7 +114,7 @@ def handle_up(args: argparse.Namespace) -> int:
 
     cores, memory = host_figures()
     plan = lab_plan(name=args.name, nodes=args.nodes, cpu_mcpu=args.cpu_m, memory_bytes=args.memory_mib * 2**20,
-                    host_cores=cores, host_memory_bytes=memory, budget_ratio=args.budget_ratio)
+                    host_cores=cores, host_memory_bytes=memory, budget_ratio=args.budget_ratio, subnet=args.subnet)
     state_dir = (args.state_dir or default_state_dir()).resolve()
     engines = ",".join(f"{n.name}=unix://{state_dir / 'nodes' / n.name / 'docker.sock'}" for n in plan.nodes)
     print(f"kalena lab: {len(plan.nodes)} node(s) × {args.cpu_m} m / {args.memory_mib} MiB = "

@@ -63,3 +63,14 @@ def test_bad_input_names_the_flag(kwargs: dict, field: str) -> None:
     with pytest.raises(LabError) as refused:
         lab_plan(**{**base, **kwargs})
     assert refused.value.field == field
+
+
+def test_a_subnet_moves_every_address_and_a_bad_one_is_refused() -> None:
+    plan = lab_plan(name="side", nodes=2, cpu_mcpu=100, memory_bytes=64 * 2**20, host_cores=2,
+                    host_memory_bytes=2**33, subnet="127.0.7")
+    assert [n.address for n in plan.nodes] == ["127.0.7.2", "127.0.7.3"] and plan.console_address == "127.0.7.1"
+    for bad in ("10.0.0", "127.0.300", "127.0.0.1", ""):
+        with pytest.raises(LabError) as refused:
+            lab_plan(name="side", nodes=1, cpu_mcpu=100, memory_bytes=64 * 2**20, host_cores=2,
+                     host_memory_bytes=2**33, subnet=bad)
+        assert refused.value.field == "--subnet"

@@ -33,9 +33,13 @@ from agents.lab.state import alive
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CGROUP = Path("/sys/fs/cgroup")
 NODE_CPU_M, NODE_MIB = 200, 128
+# labs run side by side (parallel test runs on one machine) each take their own loopback /24
+SUBNET = os.environ.get("KALENA_TEST_LAB_SUBNET", "127.0.0")
 
 
 def kalena_lab(*args: str, timeout_s: float = 240.0) -> subprocess.CompletedProcess:
+    if args[:1] == ("up",) and "--subnet" not in args:
+        args = (*args, "--subnet", SUBNET)
     return subprocess.run([sys.executable, "-m", "kalena_web.cli", "lab", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=timeout_s)
 
@@ -101,7 +105,7 @@ def test_each_node_is_a_cgroup_subtree_whose_quota_and_limit_are_its_capacity(la
         assert int((CGROUP / "cpu" / group / "cpu.cfs_period_us").read_text()) == 100_000
         assert int((CGROUP / "memory" / group / "memory.limit_in_bytes").read_text()) == NODE_MIB * 2**20
         assert (CGROUP / "unified" / group / "cpu.pressure").read_text().startswith("some ")
-    assert [n["address"] for n in lab["state"]["nodes"]] == ["127.0.0.2", "127.0.0.3"]
+    assert [n["address"] for n in lab["state"]["nodes"]] == [f"{SUBNET}.2", f"{SUBNET}.3"]
 
 
 def test_containers_run_inside_their_node_and_a_burner_is_throttled_at_the_node_quota(lab) -> None:
@@ -227,13 +231,13 @@ def test_a_lab_over_the_cpu_budget_is_refused_with_the_numbers_and_starts_nothin
 def test_a_port_in_use_is_refused_and_starts_nothing(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
+        busy.bind((f"{SUBNET}.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         result = kalena_lab("up", "--nodes", "1", "--cpu-m", "100", "--memory-mib", "64", "--name", name,
                             "--console-port", str(port), "--state-dir", str(state_dir))
     assert result.returncode == 2
-    assert f"port(s) in use: 127.0.0.1:{port} (console)" in result.stderr
+    assert f"port(s) in use: {SUBNET}.1:{port} (console)" in result.stderr
     assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
 
 
