@@ -147,3 +147,56 @@ def format_status(report: dict[str, Any]) -> str:
     lines.append("substitutions:")
     lines += [f"  {s}" for s in report["substitutions"]]
     return "\n".join(lines)
+
+
+def lab_status_kubernetes(state: dict[str, Any], *, sample_s: float = 0.5) -> dict[str, Any]:
+    """:func:`lab_status` for the Kubernetes mode: the API server, each control-plane process
+    (alive, its readiness and liveness probes run once, as the kubelet would), each node's kubelet
+    double, and the substitutions made for a real cluster."""
+    from agents.lab.kubernetes import kubernetes_substitutions, probe_once
+    from agents.lab.manifests import Probe
+
+    report = lab_status(state, sample_s=sample_s)
+    report["orchestrator"] = "kubernetes"
+    report["kubeconfig"] = state["kubeconfig"]
+    report["apiserver"] = {"url": state["apiserver"]["url"], "alive": alive(state["apiserver"].get("process")),
+                           "pid": (state["apiserver"].get("process") or {}).get("pid")}
+    processes = []
+    for record in state.get("processes", []):
+        probes = {}
+        if alive(record.get("process")):
+            for which in ("readiness", "liveness"):
+                spec = (record.get("probes") or {}).get(which)
+                if spec:
+                    ok, detail = probe_once(Probe(**{**spec, "argv": tuple(spec.get("argv") or ())}), record["env"])
+                    probes[which] = {"ok": ok, "detail": detail}
+        processes.append({"name": record["name"], "workload": record["workload"], "container": record["container"],
+                          "address": record["address"], "pid": (record.get("process") or {}).get("pid"),
+                          "alive": alive(record.get("process")) or record.get("process") is None,
+                          "completed": record.get("process") is None, "probes": probes})
+    report["processes"] = processes
+    for node, record in zip(report["nodes"], state["nodes"], strict=True):
+        node["kubelet"] = {"alive": alive(record.get("kubelet")), "pid": (record.get("kubelet") or {}).get("pid"),
+                           "url": record.get("kubelet_url")}
+    report["substitutions"] = kubernetes_substitutions(state)
+    return report
+
+
+def format_status_kubernetes(report: dict[str, Any]) -> str:
+    """The human-readable status of a Kubernetes-mode lab."""
+    head = [f"API server {report['apiserver']['url']} "
+            f"({'alive, pid ' + str(report['apiserver']['pid']) if report['apiserver']['alive'] else 'NOT RUNNING'}); "
+            f"kubectl: KUBECONFIG={report['kubeconfig']}",
+            "control plane (processes from the applied objects):"]
+    for p in report["processes"]:
+        if p["completed"]:
+            head.append(f"  {p['workload']:<36} completed (Job)")
+            continue
+        probes = ", ".join(f"{k} {'ok' if v['ok'] else 'FAILING: ' + v['detail']}" for k, v in p["probes"].items())
+        head.append(f"  {p['workload']:<36} {p['address']:<15} "
+                    f"{'pid ' + str(p['pid']) if p['alive'] else 'NOT RUNNING'}{'; ' + probes if probes else ''}")
+    head += [f"  kubelet double of {n['name']}: {n['kubelet']['url']} "
+             f"{'pid ' + str(n['kubelet']['pid']) if n['kubelet']['alive'] else 'NOT RUNNING'}" for n in report["nodes"]]
+    body = format_status(report).splitlines()
+    # the Docker mode's console line does not apply: the console is one of the processes above
+    return "\n".join([f"lab {report['name']!r}: {report['status']} (Kubernetes)", *head, *body[1:]])
