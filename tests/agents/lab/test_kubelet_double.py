@@ -1,0 +1,284 @@
+"""The lab's kubelet double (``python -m agents.lab.kubelet``) as a process, against the test API
+server (in-process, no fake kubelet of its own) and one real node: a cgroup subtree with its own
+private Docker engine. Everything is driven through the real ``kubernetes`` client, and what the
+kubelet did is read back from the engine, the kernel's cgroup files and /proc.
+
+A missing facility (dockerd, busybox-static, gcc, writable cgroups) fails the test with the
+reason. Facts are asserted, not timings (the machine's two cores are shared).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from kubernetes import client as k8s
+
+from agents.lab import nodes as machinery
+from agents.lab.budget import NodePlan
+from agents.orchestrators.kubernetes.client import KubernetesOrchestrator
+from agents.orchestrators.kubernetes.testserver import TestAPIServer
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+CGROUP = Path("/sys/fs/cgroup")
+SUBNET = os.environ.get("KALENA_TEST_LAB_SUBNET", "127.0.0")
+NODE_CPU_M, NODE_MIB = 400, 256
+NODE = "kd-1"
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s: float, every_s: float = 0.5):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every_s)
+    return predicate()
+
+
+class Rig:
+    """The API server, the node (cgroups + engine) and the kubelet process."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.lab_root = f"kalena-kd{uuid.uuid4().hex[:6]}"
+        self.address = f"{SUBNET}.2"
+        self.plan = NodePlan(name=NODE, address=self.address, cpu_mcpu=NODE_CPU_M, memory_bytes=NODE_MIB * 2**20,
+                             cgroup=f"{self.lab_root}/{NODE}")
+        # the API server deletes a terminating pod itself only after 1000 × its grace: the kubelet's delete comes first
+        self.api = TestAPIServer(run_bound_pods=False, graceful=True, grace_scale=1000.0)
+        self.engine = None
+        self.kubelet = None
+        self.port = free_port(self.address)
+
+    def start(self) -> Rig:
+        self.api.start()
+        machinery.preflight_docker()
+        machinery.cgroups_create(self.plan, lab_root=self.lab_root)
+        self.engine = machinery.engine_launch(self.plan, self.dir / "node")
+        machinery.engine_ready(self.engine, self.plan, self.dir / "node")
+        self.socket = f"unix://{self.dir / 'node' / 'docker.sock'}"
+        self.docker = docker.DockerClient(base_url=self.socket, timeout=60)
+        config = k8s.Configuration()
+        config.host = self.api.url
+        self.core = k8s.CoreV1Api(k8s.ApiClient(config))
+        self.log = open(self.dir / "kubelet.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.kubelet = subprocess.Popen(
+            [sys.executable, "-m", "agents.lab.kubelet", "--node", NODE, "--api-server", self.api.url,
+             "--docker-host", self.socket, "--cgroup-parent", self.plan.cgroup, "--address", self.address,
+             "--port", str(self.port), "--cpu-m", str(NODE_CPU_M), "--memory-bytes", str(NODE_MIB * 2**20),
+             "--heartbeat-s", "2"],
+            cwd=PROJECT_ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        if not wait_for(lambda: self.kubelet.poll() is not None or self.healthz() == "ok", 120):
+            raise AssertionError(f"the kubelet double did not come up:\n{self.log_text()}")
+        assert self.kubelet.poll() is None, self.log_text()
+        return self
+
+    def log_text(self) -> str:
+        return (self.dir / "kubelet.log").read_text(errors="replace")[-4000:]
+
+    def healthz(self) -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://{self.address}:{self.port}/healthz", timeout=3) as r:  # noqa: S310
+                return r.read().decode()
+        except OSError:
+            return None
+
+    def get(self, path: str):
+        with urllib.request.urlopen(f"http://{self.address}:{self.port}{path}", timeout=10) as r:  # noqa: S310
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        if self.kubelet is not None and self.kubelet.poll() is None:
+            self.kubelet.terminate()
+            try:
+                self.kubelet.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kubelet.kill()
+                self.kubelet.wait()
+        if self.engine is not None:
+            try:
+                machinery.engine_clear(self.socket)
+            except Exception:  # noqa: BLE001 - stopping anyway
+                pass
+            self.engine.terminate()
+            try:
+                self.engine.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.engine.kill()
+                self.engine.wait()
+            for pid in machinery.shims_of(f"kalena-{NODE}"):
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            for point in sorted(machinery.mounts_under(self.dir / "node"), key=len, reverse=True):
+                subprocess.run(["umount", point], capture_output=True, check=False)
+        machinery.cgroups_remove(self.lab_root)
+        self.api.stop()
+        if getattr(self, "log", None):
+            self.log.close()
+
+    # -- pods --------------------------------------------------------------------------------------
+
+    def pod(self, name: str, *, containers: list[dict], annotations: dict | None = None, labels: dict | None = None,
+            restart_policy: str = "Never", grace_s: int = 30, node: str = NODE) -> dict:
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "annotations": annotations or {},
+                             "labels": labels or {}},
+                "spec": {"nodeName": node, "restartPolicy": restart_policy,
+                         "terminationGracePeriodSeconds": grace_s, "containers": containers}}
+        return raw(self.core.create_namespaced_pod, "default", body)
+
+    def read(self, name: str) -> dict | None:
+        try:
+            return raw(self.core.read_namespaced_pod, name, "default")
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def wait_phase(self, name: str, phases: tuple[str, ...], timeout_s: float = 90.0) -> dict:
+        pod = wait_for(lambda: (p := self.read(name)) and (p.get("status") or {}).get("phase") in phases and p, timeout_s)
+        assert pod, f"pod {name} never reached {phases}: {self.read(name)}\n{self.log_text()}"
+        return pod
+
+    def containers_of(self, uid: str) -> list:
+        return self.docker.containers.list(all=True, filters={"label": f"io.kubernetes.pod.uid={uid}"})
+
+
+def raw(method, *args, **kwargs) -> dict:
+    resp = method(*args, _preload_content=False, **kwargs)
+    return json.loads(resp.data)
+
+
+@pytest.fixture(scope="module")
+def rig() -> Iterator[Rig]:
+    directory = Path(tempfile.mkdtemp(prefix="kd-", dir="/tmp"))   # the engine's socket path must stay short
+    r = Rig(directory)
+    try:
+        r.start()
+        yield r
+    finally:
+        r.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        left = [str(top / r.lab_root) for top in CGROUP.iterdir() if (top / r.lab_root).is_dir()]
+        assert not left, f"cgroups left behind: {left}"
+
+
+def container(name: str = "main", *, command: list[str] | None = None, requests: dict | None = None,
+              limits: dict | None = None, image: str = "registry.example/app:1") -> dict:
+    resources = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    return {"name": name, "image": image, "command": command or ["sleep", "3600"], "resources": resources}
+
+
+def cgroup_file(rel: str, hierarchy: str, name: str) -> int:
+    return int((CGROUP / hierarchy / rel / name).read_text())
+
+
+def proc_cgroups(pid: int) -> dict[str, str]:
+    return dict(line.split(":", 2)[1:] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines())
+
+
+# -- the node -------------------------------------------------------------------------------------
+
+def test_the_kubelet_registers_its_node_and_heartbeats_without_erasing_published_batch_resources(rig) -> None:
+    node = raw(rig.core.read_node, NODE)
+    status = node["status"]
+    assert status["capacity"]["cpu"] == f"{NODE_CPU_M}m" and status["allocatable"]["memory"] == str(NODE_MIB * 2**20)
+    assert status["allocatable"]["pods"] == "110"
+    assert {"type": "InternalIP", "address": rig.address} in status["addresses"]
+    assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == rig.port
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "True" and conditions["MemoryPressure"]["status"] == "False"
+    # Kalena's batch-capacity publisher patches its extended resources into the node's status
+    KubernetesOrchestrator(rig.core.api_client).publish_batch_capacity(NODE, cpu_mcpu=150, memory_bytes=64 * 2**20)
+    beat = conditions["Ready"]["lastHeartbeatTime"]
+    later = wait_for(lambda: (n := raw(rig.core.read_node, NODE)) and next(
+        c for c in n["status"]["conditions"] if c["type"] == "Ready")["lastHeartbeatTime"] != beat and n, 30, 1.0)
+    assert later, "no heartbeat after the patch"
+    assert later["status"]["allocatable"]["kalena.naughtian.io/batch-cpu"] == "150"
+    assert later["status"]["capacity"]["kalena.naughtian.io/batch-memory"] == str(64 * 2**20)
+    assert later["status"]["capacity"]["cpu"] == f"{NODE_CPU_M}m"
+
+
+# -- pods as containers ---------------------------------------------------------------------------
+
+def test_a_burstable_pod_runs_as_a_container_in_its_pod_cgroup_with_the_kubelets_settings(rig) -> None:
+    pod = rig.pod("web-0", containers=[container(requests={"cpu": "100m", "memory": "32Mi"},
+                                                 limits={"cpu": "200m", "memory": "64Mi"})])
+    uid = pod["metadata"]["uid"]
+    running = rig.wait_phase("web-0", ("Running",))
+    assert running["status"]["qosClass"] == "Burstable"
+    (state,) = [s["state"] for s in running["status"]["containerStatuses"]]
+    assert "running" in state
+    (c,) = rig.containers_of(uid)
+    rel = f"{rig.plan.cgroup}/kubepods/burstable/pod{uid}"
+    groups = proc_cgroups(c.attrs["State"]["Pid"])
+    for hierarchy in ("cpu", "memory", "cpuacct", ""):
+        assert groups[hierarchy] == f"/{rel}/{c.id}", (hierarchy, groups[hierarchy])
+    # container: shares 100 m × 1024 / 1000 = 102; quota 200 m × 100 = 20 000 µs; memory 64 MiB
+    assert cgroup_file(f"{rel}/{c.id}", "cpu", "cpu.shares") == 102
+    assert cgroup_file(f"{rel}/{c.id}", "cpu", "cpu.cfs_quota_us") == 20_000
+    assert cgroup_file(f"{rel}/{c.id}", "memory", "memory.limit_in_bytes") == 64 * 2**20
+    # pod group: the same sums (one container)
+    assert cgroup_file(rel, "cpu", "cpu.shares") == 102 and cgroup_file(rel, "cpu", "cpu.cfs_quota_us") == 20_000
+    assert cgroup_file(rel, "memory", "memory.limit_in_bytes") == 64 * 2**20
+    # oom_score_adj: 1000 − 1000 × 32 MiB / 256 MiB = 875
+    assert int(Path(f"/proc/{c.attrs['State']['Pid']}/oom_score_adj").read_text()) == 875
+
+
+def test_besteffort_and_guaranteed_pods_get_their_qos_groups_and_oom_scores(rig) -> None:
+    best = rig.pod("best-0", containers=[container()])
+    guaranteed = rig.pod("guar-0", containers=[container(requests={"cpu": "100m", "memory": "16Mi"},
+                                                         limits={"cpu": "100m", "memory": "16Mi"})])
+    for name in ("best-0", "guar-0"):
+        rig.wait_phase(name, ("Running",))
+    (b,) = rig.containers_of(best["metadata"]["uid"])
+    (g,) = rig.containers_of(guaranteed["metadata"]["uid"])
+    kubepods = f"/{rig.plan.cgroup}/kubepods"
+    assert proc_cgroups(b.attrs["State"]["Pid"])["cpu"] == f"{kubepods}/besteffort/pod{best['metadata']['uid']}/{b.id}"
+    assert proc_cgroups(g.attrs["State"]["Pid"])["cpu"] == f"{kubepods}/pod{guaranteed['metadata']['uid']}/{g.id}"
+    assert cgroup_file(f"{rig.plan.cgroup}/kubepods/besteffort/pod{best['metadata']['uid']}/{b.id}", "cpu",
+                       "cpu.shares") == 2
+    assert int(Path(f"/proc/{b.attrs['State']['Pid']}/oom_score_adj").read_text()) == 1000
+    adj = int(Path(f"/proc/{g.attrs['State']['Pid']}/oom_score_adj").read_text())
+    # -997 where the kernel lets the engine lower it (CAP_SYS_RESOURCE); 0 on this host otherwise — below
+    # every Burstable score either way
+    from agents.lab.kubelet.runtime import can_lower_oom_score
+    assert adj == (-997 if can_lower_oom_score() else 0)
+    assert raw(rig.core.read_namespaced_pod, "guar-0", "default")["status"]["qosClass"] == "Guaranteed"
+
+
+def test_a_container_that_exits_reports_its_exit_code_and_the_pod_phase(rig) -> None:
+    rig.pod("ok-0", containers=[container(command=["sh", "-c", "exit 0"])])
+    rig.pod("bad-0", containers=[container(command=["sh", "-c", "exit 3"])])
+    ok = rig.wait_phase("ok-0", ("Succeeded", "Failed"))
+    bad = rig.wait_phase("bad-0", ("Succeeded", "Failed"))
+    assert ok["status"]["phase"] == "Succeeded"
+    assert ok["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    assert bad["status"]["phase"] == "Failed"
+    assert bad["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
