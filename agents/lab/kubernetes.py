@@ -169,12 +169,12 @@ def issue_certificates(api: str, namespace: str, extra_ip: dict[str, str], out: 
 
 def lab_database(database_url: str, lab: str, directory: Path) -> tuple[str, str]:
     """The control plane's database: on the PostgreSQL server of ``database_url`` a database of
-    the lab's own (``kalena_lab_<name>``, created fresh), else a SQLite file in ``directory``.
+    the lab's own (``kalena_labdb_<name>``, created fresh), else a SQLite file in ``directory``.
     Returns ``(DATABASE_URL, created database name or "")``."""
     if database_url.startswith(("postgres://", "postgresql://")):
         import psycopg
 
-        name = "kalena_lab_" + re.sub(r"[^a-z0-9_]", "_", lab)
+        name = "kalena_labdb_" + re.sub(r"[^a-z0-9_]", "_", lab)
         base = database_url.rsplit("/", 1)[0]
         with psycopg.connect(base + "/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -576,7 +576,11 @@ def agent_processes(api: str, cluster: Cluster, nodes: list[dict[str, Any]]) -> 
         for record in nodes:
             placement = Placement(address=record["address"], directory=str(Path(record["directory"]) / "agent-pod"),
                                   node=record)
-            out += derive(cluster, ds, "DaemonSet", placement, name=f"{ds['metadata']['name']}-{record['name']}")
+            for p in derive(cluster, ds, "DaemonSet", placement, name=f"{ds['metadata']['name']}-{record['name']}"):
+                p.substitutions.append(f"the DaemonSet's pod on {record['name']} → a placeholder container (the kubelet "
+                                       "double runs `sleep` for Kalena's images; its requests count against "
+                                       "allocatable); the agent runs as this process")
+                out.append(p)
     return out
 
 
@@ -593,7 +597,8 @@ def _materialise(p: Process, api: str, tokens: dict[str, str]) -> None:
     (Path(p.directory) / "fs" / "tmp").mkdir(parents=True, exist_ok=True)
     for word in p.argv:
         value = word.partition("=")[2] or word
-        if value.startswith(p.directory) and not Path(value).suffix:
+        if value.startswith(p.directory) and not Path(value).suffix and value not in p.files and \
+                not Path(value).exists():
             Path(value).mkdir(parents=True, exist_ok=True)
     if "KUBECONFIG" in p.env:
         token_path = next((f for f in p.files if f.endswith("serviceaccount/token")), None)

@@ -18,7 +18,9 @@ and every value comes from the object except these substitutions, each recorded 
   (``/sys/fs/cgroup``, ``/proc``) or, for state (``/var/lib/…``), the node's directory; a
   secret / projected / service-account volume → files in the process's directory; a path inside
   the container's own filesystem (``/tmp``, the image's ``/var/lib/kalena``) → the process's
-  directory; the agent's ``--node-cgroup`` and ``--kube-cgroup-root`` → under the node's cgroup.
+  directory; the agent's ``--node-cgroup`` and ``--kube-cgroup-root`` → under the node's cgroup,
+  and its ``--kube-cgroup-driver`` → the kubelet double's (``cgroupfs``: ``kubepods.slice`` →
+  ``<node>/kubepods``).
 * **``--reserved`` → scaled to the node**: each quantity × (node size / host size) per dimension,
   and the machine the agent would read from ``/proc`` → the node's capacity (``--capacity``).
 * **images → local commands**: the image's entrypoint and environment (:data:`IMAGES`, the
@@ -128,6 +130,7 @@ class Cluster:
     host_memory_bytes: int
     kubelet_scheme: str = "http"
     kubelet_port: int = 10250
+    kubelet_cgroup_driver: str = "cgroupfs"   # the kubelet double's (agents.lab.kubelet: cgroupfs naming)
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -468,9 +471,15 @@ def _node_flags(argv: list[str], d: _Deriver, node: Mapping[str, Any], cluster: 
     for word in argv:
         flag, eq, val = word.partition("=")
         if eq and flag in ("--node-cgroup", "--kube-cgroup-root"):
-            new = f"{node['cgroup']}/{val}"
-            d.note(f"{flag} {val} → {new} (the node's subtree)")
+            local = val[: -len(".slice")] if cluster.kubelet_cgroup_driver == "cgroupfs" and val.endswith(".slice") \
+                else val
+            new = f"{node['cgroup']}/{local}"
+            d.note(f"{flag} {val} → {new} (the node's subtree"
+                   + (", cgroupfs naming" if local != val else "") + ")")
             out.append(f"{flag}={new}")
+        elif eq and flag == "--kube-cgroup-driver" and val != cluster.kubelet_cgroup_driver:
+            d.note(f"{flag} {val} → {cluster.kubelet_cgroup_driver} (the kubelet double's cgroup driver)")
+            out.append(f"{flag}={cluster.kubelet_cgroup_driver}")
         elif eq and flag == "--reserved":
             new = scale_reserved(val, node_cpu_mcpu=node["cpu_mcpu"], node_memory_bytes=node["memory_bytes"],
                                  host_cpu_mcpu=cluster.host_cpu_mcpu, host_memory_bytes=cluster.host_memory_bytes)

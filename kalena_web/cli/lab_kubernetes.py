@@ -24,7 +24,7 @@ def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
                          "a kubelet double per node (docs/lab.md)")
     up.add_argument("--database-url", default=None,
                     help="kubernetes: a PostgreSQL server URL on which the lab makes its own database "
-                         "(kalena_lab_<name>; default: $DATABASE_URL's server, else a SQLite file in the state folder)")
+                         "(kalena_labdb_<name>; default: $DATABASE_URL's server, else a SQLite file in the state folder)")
     up.add_argument("--redis-url", default=None,
                     help="kubernetes: the control plane's Redis (Celery broker, channel layer; default $REDIS_URL)")
     up.add_argument("--manifests", nargs="*", type=Path, default=[], metavar="FILE",

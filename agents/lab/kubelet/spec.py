@@ -43,6 +43,9 @@ WORK_ANNOTATION = "lab.kalena.naughtian.io/work"
 LAB_IMAGE = "kalena/lab-burner:test"
 BUSYBOX_IMAGE = "kalena/busybox:test"
 BURNER = "/bin/burner"
+#: Kalena's own images: ``kalena lab`` runs their containers as local processes (agents.lab.manifests),
+#: so the pod's container here only holds its place (its requests count against allocatable)
+PROCESS_IMAGES = ("kalena/agent", "kalena/control-plane")
 
 
 class SpecError(ValueError):
@@ -234,7 +237,8 @@ def container_command(pod: Mapping[str, Any], container: Mapping[str, Any]) -> t
       "memory_mib": [...], "repeat"}`` → the lab's burner following that series;
     * ``lab.kalena.naughtian.io/work`` = ``{"cpu_m", "memory_mib", "duration_s"}`` → the burner
       doing ``cpu_m × duration_s`` of cpu work holding ``memory_mib``, then exiting 0;
-    * neither → the container's own ``command`` + ``args``, in ``kalena/busybox:test`` unless the
+    * an image of :data:`PROCESS_IMAGES` → ``sleep`` in ``kalena/busybox:test`` (the lab runs it as a process);
+    * else → the container's own ``command`` + ``args``, in ``kalena/busybox:test`` unless the
       image is the lab's (no registry here: other images cannot be pulled); no command at all →
       ``sleep`` forever (the image's entrypoint is not known).
 
@@ -246,6 +250,8 @@ def container_command(pod: Mapping[str, Any], container: Mapping[str, Any]) -> t
         return LAB_IMAGE, _series(str(annotations[USAGE_ANNOTATION]))
     if WORK_ANNOTATION in annotations:
         return LAB_IMAGE, _work(str(annotations[WORK_ANNOTATION]))
+    if str(container.get("image", "")).rsplit(":", 1)[0] in PROCESS_IMAGES:
+        return BUSYBOX_IMAGE, ["sleep", "2147483647"]  # the lab runs this container as a process: hold the pod's place
     argv = [str(x) for x in [*(container.get("command") or []), *(container.get("args") or [])]]
     image = LAB_IMAGE if container.get("image") == LAB_IMAGE else BUSYBOX_IMAGE
     return image, argv or ["sleep", "2147483647"]

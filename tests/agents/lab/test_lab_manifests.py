@@ -103,8 +103,9 @@ def test_every_container_arg_and_env_of_the_deploy_files_reaches_its_process_or_
                     assert p.probes[which].period_s == container[f"{which}Probe"].get("periodSeconds", 10)
     assert unexplained == [], "\n".join(unexplained)
     agent = agents[0]
-    assert "--discovery=kubelet" in agent.argv and "--kube-cgroup-driver=systemd" in agent.argv
-    assert "--node-cgroup=kalena-mtest/mtest-1/kubepods.slice" in agent.argv
+    assert "--discovery=kubelet" in agent.argv and "--kube-cgroup-driver=cgroupfs" in agent.argv
+    assert "--node-cgroup=kalena-mtest/mtest-1/kubepods" in agent.argv  # the kubelet double's pods' parent
+    assert "--kube-cgroup-root=kalena-mtest/mtest-1/kubepods" in agent.argv
     assert f"--kubelet-url=http://{SUBNET}.2:10250" in agent.argv          # HOST_IP → the node's address
     assert f"--link-url=ws://{SUBNET}.101:8000/agent/v1/ws" in agent.argv  # Service kalena → the console's process
     assert f"--health-address={SUBNET}.2:9640" in agent.argv
