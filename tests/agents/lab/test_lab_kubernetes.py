@@ -253,12 +253,11 @@ def test_cordon_and_drain_with_kubectl(lab) -> None:
     drained = lab.kubectl("drain", node, "--ignore-daemonsets", "--force", "--timeout=120s",
                           "--delete-emptydir-data", ok=False)
     if "unknown flag: --delete-emptydir-data" in drained.stderr:  # kubectl 1.20 calls it --delete-local-data
-        before = [(ns, p["metadata"]["name"]) for ns in ("shop", "batch") for p in lab.pods(ns)
-              if p["spec"].get("nodeName") == node and p["status"].get("phase") not in ("Succeeded", "Failed")]
-    assert before, "nothing to drain"
-    drained = lab.kubectl("drain", node, "--ignore-daemonsets", "--force", "--timeout=120s")
+        drained = lab.kubectl("drain", node, "--ignore-daemonsets", "--force", "--timeout=120s")
     assert drained.returncode == 0, drained.stderr
-    assert f"node/{node} drained" in drained.stdout
+    assert "ignoring DaemonSet-managed Pods: kalena-system/kalena-agent-" in drained.stderr
+    # kubectl 1.20 ends with "node/N evicted" (later versions: "drained")
+    assert f"node/{node} evicted" in drained.stdout or f"node/{node} drained" in drained.stdout
     # every pod that ran there was evicted (kubectl 1.20's drain: policy/v1beta1 Eviction) and is gone;
     # a Deployment pinned to the node by nodeName gets a replacement there, as a real kubelet admits it
     now = {(ns, p["metadata"]["name"]) for ns in ("shop", "batch") for p in lab.pods(ns)}
