@@ -162,6 +162,11 @@ class Rig:
         assert pod, f"pod {name} never reached {phases}: {self.read(name)}\n{self.log_text()}"
         return pod
 
+    def wait_phase_of(self, name: str, containers: list[dict], **kwargs) -> dict:
+        """Create ``name`` and wait for the kubelet's verdict (Running, or a terminal phase)."""
+        self.pod(name, containers=containers, **kwargs)
+        return self.wait_phase(name, ("Running", "Failed", "Succeeded"))
+
     def containers_of(self, uid: str) -> list:
         return self.docker.containers.list(all=True, filters={"label": f"io.kubernetes.pod.uid={uid}"})
 
@@ -282,3 +287,106 @@ def test_a_container_that_exits_reports_its_exit_code_and_the_pod_phase(rig) -> 
     assert ok["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
     assert bad["status"]["phase"] == "Failed"
     assert bad["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+
+
+# -- admission ------------------------------------------------------------------------------------
+
+def test_a_pod_over_allocatable_cpu_is_refused_with_outofcpu(rig) -> None:
+    refused = rig.wait_phase_of("big-0", [container(requests={"cpu": f"{NODE_CPU_M + 1}m"})])
+    assert refused["status"]["phase"] == "Failed" and refused["status"]["reason"] == "OutOfcpu"
+    assert f"Node didn't have enough resource: cpu, requested: {NODE_CPU_M + 1}" in refused["status"]["message"]
+    assert f"capacity: {NODE_CPU_M}" in refused["status"]["message"]
+    assert not rig.containers_of(refused["metadata"]["uid"])   # nothing ran
+    memory = rig.wait_phase_of("fat-0", [container(requests={"memory": f"{NODE_MIB + 1}Mi"})])
+    assert memory["status"]["reason"] == "OutOfmemory"
+
+
+def test_a_converted_batch_pod_is_admitted_against_the_published_batch_resources_only(rig) -> None:
+    from agents.orchestrators.kubernetes.admission import review
+    from agents.orchestrators.kubernetes.testkubelet import MutatingWebhook
+
+    hook = MutatingWebhook(call=review, object_selector={"matchLabels": {"kalena.naughtian.io/tier": "batch"}})
+    rig.api.pod_create_hooks.append(hook)
+    try:
+        KubernetesOrchestrator(rig.core.api_client).publish_batch_capacity(NODE, cpu_mcpu=150,
+                                                                          memory_bytes=96 * 2**20)
+        batch = {"kalena.naughtian.io/tier": "batch"}
+        first = rig.pod("batch-a", labels=batch, containers=[container(requests={"cpu": "100m", "memory": "32Mi"},
+                                                                      limits={"cpu": "200m", "memory": "64Mi"})])
+        assert "kalena.naughtian.io/batch-cpu" in first["spec"]["containers"][0]["resources"]["requests"]
+        running = rig.wait_phase("batch-a", ("Running",))
+        assert running["status"]["qosClass"] == "BestEffort"   # the kubelet enforces nothing; the agent does
+        (c,) = rig.containers_of(first["metadata"]["uid"])
+        assert "/kubepods/besteffort/pod" in proc_cgroups(c.attrs["State"]["Pid"])["cpu"]
+        # 100 m of 150 m batch-cpu taken: another 100 m does not fit, whatever plain cpu is free
+        second = rig.wait_phase_of("batch-b", [container(requests={"cpu": "100m", "memory": "16Mi"})], labels=batch)
+        assert second["status"]["phase"] == "Failed"
+        assert second["status"]["reason"] == "OutOfkalena.naughtian.io/batch-cpu"
+    finally:
+        rig.api.pod_create_hooks.remove(hook)
+        for name in ("batch-a", "batch-b"):
+            raw(rig.core.delete_namespaced_pod, name, "default", grace_period_seconds=0)
+
+
+# -- what the engine saw --------------------------------------------------------------------------
+
+def test_a_container_over_its_memory_limit_is_oomkilled(rig) -> None:
+    # busybox's `head -c` of /dev/zero into a shell variable grows the process past 24 MiB
+    rig.pod("oom-0", containers=[container(command=["sh", "-c", "x=$(head -c 64m /dev/zero | tr '\\0' a); sleep 60"],
+                                           requests={"memory": "16Mi"}, limits={"memory": "24Mi"})])
+    failed = rig.wait_phase("oom-0", ("Failed", "Succeeded"))
+    (status,) = failed["status"]["containerStatuses"]
+    assert failed["status"]["phase"] == "Failed"
+    assert status["state"]["terminated"]["reason"] == "OOMKilled", status
+
+
+def test_a_restart_policy_onfailure_container_is_restarted_and_counted(rig) -> None:
+    rig.pod("flaky-0", restart_policy="OnFailure",
+            containers=[container(command=["sh", "-c", "sleep 1; exit 2"])])
+    restarted = wait_for(lambda: (p := rig.read("flaky-0")) and p["status"].get("containerStatuses") and
+                         p["status"]["containerStatuses"][0]["restartCount"] >= 1 and p, 60, 1.0)
+    assert restarted, rig.read("flaky-0")
+    (status,) = restarted["status"]["containerStatuses"]
+    assert status["lastState"]["terminated"]["exitCode"] == 2
+    assert restarted["status"]["phase"] == "Running"
+    raw(rig.core.delete_namespaced_pod, "flaky-0", "default", grace_period_seconds=0)
+
+
+# -- deletion and eviction -------------------------------------------------------------------------
+
+def test_a_graceful_delete_sends_sigterm_waits_the_grace_then_removes_the_pod(rig) -> None:
+    polite = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.2; done"]
+    stubborn = ["sh", "-c", "trap '' TERM; while :; do sleep 0.2; done"]
+    made = {name: rig.pod(name, grace_s=3, containers=[container(command=cmd)])
+            for name, cmd in (("polite-0", polite), ("stubborn-0", stubborn))}
+    for name in made:
+        rig.wait_phase(name, ("Running",))
+    ids = {name: rig.containers_of(pod["metadata"]["uid"])[0].id for name, pod in made.items()}
+    for name in made:
+        raw(rig.core.delete_namespaced_pod, name, "default")   # the pod's own grace: 3 s
+    assert rig.read("polite-0")["metadata"]["deletionTimestamp"]   # terminating, not gone
+    gone = wait_for(lambda: all(rig.read(n) is None for n in made), 60)
+    assert gone, [rig.read(n) for n in made]
+    # the API server would have removed them only after 1000 × 3 s: the kubelet deleted them once stopped
+    codes = {}
+    for name, cid in ids.items():
+        try:
+            codes[name] = rig.docker.api.inspect_container(cid)["State"]["ExitCode"]
+        except docker.errors.NotFound:
+            codes[name] = "removed"
+    # exit codes are read before removal when the kubelet is slower than this read; either way nothing is left
+    assert wait_for(lambda: not any(rig.containers_of(p["metadata"]["uid"]) for p in made.values()), 30)
+    assert not (CGROUP / "cpu" / f"{rig.plan.cgroup}/kubepods/besteffort/pod{made['polite-0']['metadata']['uid']}").exists()
+    assert codes["polite-0"] in (0, "removed") and codes["stubborn-0"] in (137, "removed")
+
+
+def test_an_evicted_pod_is_stopped_with_its_grace_and_removed(rig) -> None:
+    pod = rig.pod("victim-0", grace_s=2, containers=[container(command=["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.2; done"])])
+    rig.wait_phase("victim-0", ("Running",))
+    rig.core.create_namespaced_pod_eviction("victim-0", "default", k8s.V1Eviction(
+        api_version="policy/v1", kind="Eviction", metadata=k8s.V1ObjectMeta(name="victim-0", namespace="default")))
+    terminating = rig.read("victim-0")
+    assert terminating["metadata"]["deletionTimestamp"]
+    assert any(c["type"] == "DisruptionTarget" for c in terminating["status"]["conditions"])
+    assert wait_for(lambda: rig.read("victim-0") is None, 60), rig.read("victim-0")
+    assert wait_for(lambda: not rig.containers_of(pod["metadata"]["uid"]), 30)
