@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -104,8 +105,11 @@ class Rig:
             return None
 
     def get(self, path: str):
-        with urllib.request.urlopen(f"http://{self.address}:{self.port}{path}", timeout=10) as r:  # noqa: S310
-            return json.loads(r.read())
+        try:
+            with urllib.request.urlopen(f"http://{self.address}:{self.port}{path}", timeout=10) as r:  # noqa: S310
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"GET {path}: {exc.code} {exc.read().decode(errors='replace')}") from None
 
     def stop(self) -> None:
         if self.kubelet is not None and self.kubelet.poll() is None:
@@ -390,3 +394,96 @@ def test_an_evicted_pod_is_stopped_with_its_grace_and_removed(rig) -> None:
     assert any(c["type"] == "DisruptionTarget" for c in terminating["status"]["conditions"])
     assert wait_for(lambda: rig.read("victim-0") is None, 60), rig.read("victim-0")
     assert wait_for(lambda: not rig.containers_of(pod["metadata"]["uid"]), 30)
+
+
+# -- the lab's usage program ------------------------------------------------------------------------
+
+def _read_group(rel: str) -> tuple[int, int]:
+    """(cpuacct.usage ns, working set bytes) of a group."""
+    cpu = int((CGROUP / "cpuacct" / rel / "cpuacct.usage").read_text())
+    usage = int((CGROUP / "memory" / rel / "memory.usage_in_bytes").read_text())
+    stat = dict(line.split() for line in (CGROUP / "memory" / rel / "memory.stat").read_text().splitlines())
+    return cpu, usage - int(stat["total_inactive_file"])
+
+
+def test_a_production_pod_follows_its_usage_series_in_its_cgroup(rig) -> None:
+    step_s, series_cpu, series_mib = 6.0, [50, 250], [8, 40]
+    usage = {"step_s": step_s, "cpu_m": series_cpu, "memory_mib": series_mib, "repeat": True}
+    pod = rig.pod("series-0", annotations={"lab.kalena.naughtian.io/usage": json.dumps(usage)},
+                  containers=[container(requests={"cpu": "100m", "memory": "64Mi"}, image="registry.example/web:2")])
+    rig.wait_phase("series-0", ("Running",))
+    uid = pod["metadata"]["uid"]
+    (c,) = rig.containers_of(uid)
+    assert c.attrs["Config"]["Image"] == "kalena/lab-burner:test"
+    rel = f"{rig.plan.cgroup}/kubepods/burstable/pod{uid}"
+    # the burner's clock starts with the container; sample each step's middle 4 s (1 s margins)
+    t0 = _container_start_s(c.attrs["State"]["StartedAt"])
+    measured = {}
+    for step in range(2):
+        window_start = t0 + (2 + step) * step_s + 1.0      # the second cycle: the image's first run is warm
+        window_end = window_start + step_s - 2.0
+        time.sleep(max(0.0, window_start - time.time()))
+        cpu0, _ = _read_group(rel)
+        time.sleep(max(0.0, window_end - time.time()))
+        cpu1, working = _read_group(rel)
+        measured[step] = ((cpu1 - cpu0) / 1e6 / (window_end - window_start), working / 2**20)
+    print(f"series {series_cpu} m / {series_mib} MiB → measured "
+          + ", ".join(f"{m:.0f} m / {w:.1f} MiB" for m, w in measured.values()))
+    (low_m, low_mib), (high_m, high_mib) = measured[0], measured[1]
+    # cpu: the duty cycle holds each step within ±40 % (the host's two cores are shared with other work)
+    assert 0.6 * series_cpu[0] <= low_m <= 1.4 * series_cpu[0] + 20, measured
+    assert 0.6 * series_cpu[1] <= high_m <= 1.4 * series_cpu[1], measured
+    # memory: every page of the step's MiB is touched and held (plus the shell-less burner's few hundred KiB)
+    assert series_mib[0] - 0.5 <= low_mib <= series_mib[0] + 4, measured
+    assert series_mib[1] - 0.5 <= high_mib <= series_mib[1] + 4, measured
+
+
+def _container_start_s(text: str) -> float:
+    from datetime import datetime, timezone
+
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp() + float(f"0.{frac or 0}")
+
+
+def test_a_batch_pod_with_work_does_it_and_succeeds(rig) -> None:
+    work = {"cpu_m": 200, "memory_mib": 16, "duration_s": 3}
+    pod = rig.pod("work-0", annotations={"lab.kalena.naughtian.io/work": json.dumps(work)},
+                  containers=[container(command=["ignored"])])
+    done = rig.wait_phase("work-0", ("Succeeded", "Failed"), timeout_s=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    cpu_ns, _ = _read_group(f"{rig.plan.cgroup}/kubepods/besteffort/pod{pod['metadata']['uid']}")
+    # the work is cpu time, not wall time: 200 m × 3 s = 0.6 cpu-seconds, whatever the throttling
+    assert 0.6 <= cpu_ns / 1e9 <= 0.9, cpu_ns / 1e9
+
+
+# -- the read API the agent uses --------------------------------------------------------------------
+
+def test_pods_and_stats_summary_parse_with_the_agents_own_parsers(rig) -> None:
+    from agents.collectors.kubelet import parse_kubelet_summary
+    from agents.discovery.kubelet import parse_pod_list
+
+    pod = rig.pod("seen-0", annotations={"lab.kalena.naughtian.io/usage": json.dumps(
+        {"step_s": 60, "cpu_m": [20], "memory_mib": [12], "repeat": True})},
+        containers=[container(requests={"cpu": "50m", "memory": "32Mi"}, limits={"memory": "64Mi"})])
+    rig.wait_phase("seen-0", ("Running",))
+    uid = pod["metadata"]["uid"]
+    (c,) = rig.containers_of(uid)
+    found = parse_pod_list(rig.get("/pods"), source="kubelet-double", cgroup_root=f"{rig.plan.cgroup}/kubepods")
+    assert not found.errors, found.errors
+    mine = next(w for w in found.workloads if w.id == "default/seen-0")
+    # the agent computes the pod's group from uid and QoS: it is where the container really runs
+    assert f"/{mine.cgroup}/{c.id}" == proc_cgroups(c.attrs["State"]["Pid"])["cpu"]
+    assert mine.request[0] == 50 and mine.limit[1] == 64 * 2**20
+    assert not any(w.id == "default/ok-0" for w in found.workloads)   # terminal pods are not the agent's
+
+    def sampled():
+        summary = parse_kubelet_summary(rig.get("/stats/summary"), source="kubelet-double")
+        sample = summary.pods.get("default/seen-0")
+        return summary if sample is not None and sample.usage[1] >= 12 * 2**20 and sample.usage[0] == sample.usage[0] \
+            else None
+    summary = wait_for(sampled, 30, 1.0)
+    assert summary, rig.get("/stats/summary")
+    assert summary.node_name == NODE and summary.node is not None
+    assert summary.node.working_set_bytes >= summary.pods["default/seen-0"].usage[1]
+    assert "cpu" in summary.node.psi and "memory" in summary.node.psi   # the node's own PSI, from its unified group
