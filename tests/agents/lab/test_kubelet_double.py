@@ -27,7 +27,11 @@ import docker
 import pytest
 from kubernetes import client as k8s
 
+from agents.lab import kubelets
 from agents.lab import nodes as machinery
+from agents.lab.lab import leftovers
+from agents.lab.state import stop
+from agents.lab.status import lab_status
 from agents.lab.budget import NodePlan
 from agents.orchestrators.kubernetes.client import KubernetesOrchestrator
 from agents.orchestrators.kubernetes.testserver import TestAPIServer
@@ -67,8 +71,9 @@ class Rig:
         # the API server deletes a terminating pod itself only after 1000 × its grace: the kubelet's delete comes first
         self.api = TestAPIServer(run_bound_pods=False, graceful=True, grace_scale=1000.0)
         self.engine = None
-        self.kubelet = None
+        self.record = None
         self.port = free_port(self.address)
+        self.console_port = free_port("127.0.0.1")   # no console here: a port nothing listens on
 
     def start(self) -> Rig:
         self.api.start()
@@ -81,21 +86,25 @@ class Rig:
         config = k8s.Configuration()
         config.host = self.api.url
         self.core = k8s.CoreV1Api(k8s.ApiClient(config))
-        self.log = open(self.dir / "kubelet.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.kubelet = subprocess.Popen(
-            [sys.executable, "-m", "agents.lab.kubelet", "--node", NODE, "--api-server", self.api.url,
-             "--docker-host", self.socket, "--cgroup-parent", self.plan.cgroup, "--address", self.address,
-             "--port", str(self.port), "--cpu-m", str(NODE_CPU_M), "--memory-bytes", str(NODE_MIB * 2**20),
-             "--heartbeat-s", "2"],
-            cwd=PROJECT_ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        if not wait_for(lambda: self.kubelet.poll() is not None or self.healthz() == "ok", 120):
-            raise AssertionError(f"the kubelet double did not come up:\n{self.log_text()}")
-        assert self.kubelet.poll() is None, self.log_text()
+        # the node as `kalena lab up` records it, and its kubelet started the way the lab starts it
+        self.record = {"name": NODE, "address": self.address, "cpu_mcpu": NODE_CPU_M, "memory_bytes": NODE_MIB * 2**20,
+                       "cgroup": self.plan.cgroup, "directory": str(self.dir / "node"),
+                       "socket": str(self.dir / "node" / "docker.sock"), "engine": None, "agent": None,
+                       "containerd_namespace": f"kalena-{NODE}"}
+        kubelets.kubelet_launch(self.record, api_server=self.api.url, logs=self.dir, port=self.port, heartbeat_s=2)
+        try:
+            kubelets.kubelet_ready(self.record)
+        except Exception as exc:
+            raise AssertionError(f"the kubelet double did not come up: {exc}\n{self.log_text()}") from None
         return self
 
+    def lab_state(self) -> dict:
+        """A lab record holding this one node (for the lab's own status and leftover checks)."""
+        return {"name": "kd", "status": "up", "cgroup_root": self.lab_root, "budget": {},
+                "console": {"url": "", "address": "127.0.0.1", "port": self.console_port, "process": None}, "nodes": [self.record]}
+
     def log_text(self) -> str:
-        return (self.dir / "kubelet.log").read_text(errors="replace")[-4000:]
+        return (self.dir / f"kubelet-{NODE}.log").read_text(errors="replace")[-4000:]
 
     def healthz(self) -> str | None:
         try:
@@ -112,13 +121,8 @@ class Rig:
             raise AssertionError(f"GET {path}: {exc.code} {exc.read().decode(errors='replace')}") from None
 
     def stop(self) -> None:
-        if self.kubelet is not None and self.kubelet.poll() is None:
-            self.kubelet.terminate()
-            try:
-                self.kubelet.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kubelet.kill()
-                self.kubelet.wait()
+        if self.record is not None:
+            stop(self.record.get("kubelet"))
         if self.engine is not None:
             try:
                 machinery.engine_clear(self.socket)
@@ -139,8 +143,6 @@ class Rig:
                 subprocess.run(["umount", point], capture_output=True, check=False)
         machinery.cgroups_remove(self.lab_root)
         self.api.stop()
-        if getattr(self, "log", None):
-            self.log.close()
 
     # -- pods --------------------------------------------------------------------------------------
 
@@ -190,8 +192,8 @@ def rig() -> Iterator[Rig]:
     finally:
         r.stop()
         shutil.rmtree(directory, ignore_errors=True)
-        left = [str(top / r.lab_root) for top in CGROUP.iterdir() if (top / r.lab_root).is_dir()]
-        assert not left, f"cgroups left behind: {left}"
+        if r.record is not None:   # what `kalena lab down` checks: no kubelet, engine, port, cgroup left
+            assert not leftovers(r.lab_state()), leftovers(r.lab_state())
 
 
 def container(name: str = "main", *, command: list[str] | None = None, requests: dict | None = None,
@@ -487,3 +489,16 @@ def test_pods_and_stats_summary_parse_with_the_agents_own_parsers(rig) -> None:
     assert summary.node_name == NODE and summary.node is not None
     assert summary.node.working_set_bytes >= summary.pods["default/seen-0"].usage[1]
     assert "cpu" in summary.node.psi and "memory" in summary.node.psi   # the node's own PSI, from its unified group
+
+
+# -- the lab's record of it -------------------------------------------------------------------------
+
+def test_the_lab_records_the_kubelet_and_status_shows_it(rig) -> None:
+    state = rig.lab_state()
+    (node,) = lab_status(state, sample_s=0.1)["nodes"]
+    assert node["kubelet"]["alive"] and node["kubelet"]["health"] == "ok"
+    assert node["kubelet"]["url"] == f"http://{rig.address}:{rig.port}"
+    # while it runs, `down`'s leftover check names it (and its port)
+    left = leftovers(state)
+    assert f"kubelet of {NODE} (pid {rig.record['kubelet']['pid']})" in left
+    assert f"port {rig.address}:{rig.port} (kubelet)" in left
