@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.lab import nodes as machinery
+from agents.lab.kubelets import kubelet_health
 from agents.lab.lab import agent_health
 from agents.lab.state import alive
 
@@ -85,8 +86,12 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
         agent = {"alive": alive(record.get("agent")), "pid": (record.get("agent") or {}).get("pid"),
                  "health": None if health is None else health.get("status"),
                  "link": None if health is None else health.get("link")}
+        kubelet = None
+        if record.get("kubelet"):
+            kubelet = {"alive": alive(record["kubelet"]), "pid": record["kubelet"].get("pid"),
+                       "url": record.get("kubelet_url"), "health": kubelet_health(record)}
         nodes.append({"name": record["name"], "address": record["address"], "cpu_mcpu": record["cpu_mcpu"],
-                      "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent,
+                      "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent, "kubelet": kubelet,
                       "cgroup": record["cgroup"], **node_cgroup_figures(record["cgroup"], sample_s=sample_s)})
     console = state["console"]
     return {
@@ -111,6 +116,9 @@ def substitutions(state: dict[str, Any]) -> list[str]:
                    f"(data root {r['directory']}/data, exec root {r['directory']}/exec, containerd namespace "
                    f"{r['containerd_namespace']}, cgroup parent /{r['cgroup']}); agent health on "
                    f"{r['address']}:{machinery.AGENT_HEALTH_PORT}")
+        if r.get("kubelet_url"):
+            out.append(f"{r['name']}: kubelet → the lab's kubelet double (python -m agents.lab.kubelet) on "
+                       f"{r['kubelet_url']}, pods in /{r['cgroup']}/kubepods on that engine")
     return out
 
 
@@ -140,6 +148,11 @@ def format_status(report: dict[str, Any]) -> str:
         lines.append(f"{n['name']:<14} {n['address']:<11} {engine:<16} {agent:<20} {cpu:>14} "
                      f"{mem + '/' + str(n['memory_bytes'] // 2**20) + ' MiB':>16} {str(n['nr_throttled']):>10} "
                      f"{_pct(n['psi_cpu_some_avg10']):>8} {_pct(n['psi_memory_some_avg10']):>8}")
+    for n in report["nodes"]:
+        k = n.get("kubelet")
+        if k:
+            shown = f"{k['health']} {k['pid']}" if k["alive"] else "DOWN"
+            lines.append(f"{n['name']:<14} kubelet double {shown} on {k['url']}")
     env = report["console"].get("env") or {}
     if env:
         lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "

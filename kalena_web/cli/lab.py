@@ -157,6 +157,7 @@ def handle_status(args: argparse.Namespace) -> int:
     report = lab_status(state)
     print(json.dumps(report, indent=2) if args.json else format_status(report))
     healthy = report["console"]["alive"] and all(n["engine"]["answers"] and n["agent"]["alive"]
+                                                 and (n.get("kubelet") is None or n["kubelet"]["alive"])
                                                  for n in report["nodes"])
     return 0 if healthy else 1
 

@@ -517,11 +517,9 @@ class Kubelet:
         node_memory["availableBytes"] = max(0, self.memory_bytes - node_memory["workingSetBytes"])
         for resource, text in self.runtime.pressure(self.runtime.node_cgroup).items():
             psi = parse_psi(text, source=resource)
-            block = {"some": {"avg10": psi.some.avg10, "avg60": psi.some.avg60, "avg300": psi.some.avg300,
-                              "total": psi.some.total}}
-            if psi.full is not None:
-                block["full"] = {"avg10": psi.full.avg10, "avg60": psi.full.avg60, "avg300": psi.full.avg300,
-                                 "total": psi.full.total}
+            block = {kind: {"avg10": line.avg10_pct, "avg60": line.avg60_pct, "avg300": line.avg300_pct,
+                            "total": line.total_us}
+                     for kind, line in (("some", psi.some), ("full", psi.full)) if line is not None}
             {"cpu": node_cpu, "memory": node_memory}.get(resource, {})["psi"] = block
         pods = []
         with self.lock:

@@ -166,7 +166,7 @@ class NodeRuntime:
         kwargs: dict[str, Any] = {
             "name": name, "command": plan.command, "detach": True, "init": True, "network_mode": "none",
             "cgroup_parent": "/" + rel, "cpu_shares": plan.cpu_shares,
-            "oom_score_adj": max(self.oom_floor, plan.oom_score_adj),
+            "oom_score_adj": max(self.oom_floor, plan.oom_score_adj), "environment": dict(plan.env),
             "labels": {LABEL_UID: meta["uid"], LABEL_POD: meta["name"], LABEL_NAMESPACE: meta.get("namespace", "default"),
                        LABEL_CONTAINER: plan.name, LABEL_ATTEMPT: str(attempt), "io.kubernetes.docker.type": "container"}}
         if plan.cpu_quota_us > 0:

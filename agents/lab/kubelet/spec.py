@@ -177,6 +177,7 @@ class ContainerPlan:
     cpu_quota_us: int     # -1: none
     memory_limit_bytes: int  # 0: none
     oom_score_adj: int
+    env: tuple[tuple[str, str], ...] = ()   # the container's literal ``env`` values (``valueFrom`` is not resolved)
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,9 @@ def pod_plan(pod: Mapping[str, Any], *, memory_capacity_bytes: float) -> PodPlan
             name=str(c.get("name") or f"c{i}"), image=image, command=argv,
             cpu_shares=cpu_shares(requests.get("cpu", 0.0)), cpu_quota_us=cpu_quota_us(limits.get("cpu")),
             memory_limit_bytes=int(limits.get("memory") or 0),
-            oom_score_adj=oom_score_adj(qos, requests.get("memory", 0.0), memory_capacity_bytes)))
+            oom_score_adj=oom_score_adj(qos, requests.get("memory", 0.0), memory_capacity_bytes),
+            env=tuple((str(e["name"]), str(e.get("value", ""))) for e in c.get("env") or []
+                      if isinstance(e, Mapping) and e.get("name") and "valueFrom" not in e)))
     all_cpu = bool(cpu_limits) and all(v is not None for v in cpu_limits)
     all_memory = bool(memory_limits) and all(v is not None for v in memory_limits)
     return PodPlan(qos=qos, cpu_shares=MIN_SHARES if qos == "BestEffort" else cpu_shares(cpu_requests),

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,11 @@ import docker
 import pytest
 from kubernetes import client as k8s
 
+from agents.lab import kubelets
 from agents.lab import nodes as machinery
+from agents.lab.lab import leftovers
+from agents.lab.state import stop
+from agents.lab.status import lab_status
 from agents.lab.budget import NodePlan
 from agents.orchestrators.kubernetes.client import KubernetesOrchestrator
 from agents.orchestrators.kubernetes.testserver import TestAPIServer
@@ -66,8 +71,9 @@ class Rig:
         # the API server deletes a terminating pod itself only after 1000 × its grace: the kubelet's delete comes first
         self.api = TestAPIServer(run_bound_pods=False, graceful=True, grace_scale=1000.0)
         self.engine = None
-        self.kubelet = None
+        self.record = None
         self.port = free_port(self.address)
+        self.console_port = free_port("127.0.0.1")   # no console here: a port nothing listens on
 
     def start(self) -> Rig:
         self.api.start()
@@ -80,21 +86,25 @@ class Rig:
         config = k8s.Configuration()
         config.host = self.api.url
         self.core = k8s.CoreV1Api(k8s.ApiClient(config))
-        self.log = open(self.dir / "kubelet.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.kubelet = subprocess.Popen(
-            [sys.executable, "-m", "agents.lab.kubelet", "--node", NODE, "--api-server", self.api.url,
-             "--docker-host", self.socket, "--cgroup-parent", self.plan.cgroup, "--address", self.address,
-             "--port", str(self.port), "--cpu-m", str(NODE_CPU_M), "--memory-bytes", str(NODE_MIB * 2**20),
-             "--heartbeat-s", "2"],
-            cwd=PROJECT_ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        if not wait_for(lambda: self.kubelet.poll() is not None or self.healthz() == "ok", 120):
-            raise AssertionError(f"the kubelet double did not come up:\n{self.log_text()}")
-        assert self.kubelet.poll() is None, self.log_text()
+        # the node as `kalena lab up` records it, and its kubelet started the way the lab starts it
+        self.record = {"name": NODE, "address": self.address, "cpu_mcpu": NODE_CPU_M, "memory_bytes": NODE_MIB * 2**20,
+                       "cgroup": self.plan.cgroup, "directory": str(self.dir / "node"),
+                       "socket": str(self.dir / "node" / "docker.sock"), "engine": None, "agent": None,
+                       "containerd_namespace": f"kalena-{NODE}"}
+        kubelets.kubelet_launch(self.record, api_server=self.api.url, logs=self.dir, port=self.port, heartbeat_s=2)
+        try:
+            kubelets.kubelet_ready(self.record)
+        except Exception as exc:
+            raise AssertionError(f"the kubelet double did not come up: {exc}\n{self.log_text()}") from None
         return self
 
+    def lab_state(self) -> dict:
+        """A lab record holding this one node (for the lab's own status and leftover checks)."""
+        return {"name": "kd", "status": "up", "cgroup_root": self.lab_root, "budget": {},
+                "console": {"url": "", "address": "127.0.0.1", "port": self.console_port, "process": None}, "nodes": [self.record]}
+
     def log_text(self) -> str:
-        return (self.dir / "kubelet.log").read_text(errors="replace")[-4000:]
+        return (self.dir / f"kubelet-{NODE}.log").read_text(errors="replace")[-4000:]
 
     def healthz(self) -> str | None:
         try:
@@ -104,17 +114,15 @@ class Rig:
             return None
 
     def get(self, path: str):
-        with urllib.request.urlopen(f"http://{self.address}:{self.port}{path}", timeout=10) as r:  # noqa: S310
-            return json.loads(r.read())
+        try:
+            with urllib.request.urlopen(f"http://{self.address}:{self.port}{path}", timeout=10) as r:  # noqa: S310
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"GET {path}: {exc.code} {exc.read().decode(errors='replace')}") from None
 
     def stop(self) -> None:
-        if self.kubelet is not None and self.kubelet.poll() is None:
-            self.kubelet.terminate()
-            try:
-                self.kubelet.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kubelet.kill()
-                self.kubelet.wait()
+        if self.record is not None:
+            stop(self.record.get("kubelet"))
         if self.engine is not None:
             try:
                 machinery.engine_clear(self.socket)
@@ -135,8 +143,6 @@ class Rig:
                 subprocess.run(["umount", point], capture_output=True, check=False)
         machinery.cgroups_remove(self.lab_root)
         self.api.stop()
-        if getattr(self, "log", None):
-            self.log.close()
 
     # -- pods --------------------------------------------------------------------------------------
 
@@ -162,6 +168,11 @@ class Rig:
         assert pod, f"pod {name} never reached {phases}: {self.read(name)}\n{self.log_text()}"
         return pod
 
+    def wait_phase_of(self, name: str, containers: list[dict], **kwargs) -> dict:
+        """Create ``name`` and wait for the kubelet's verdict (Running, or a terminal phase)."""
+        self.pod(name, containers=containers, **kwargs)
+        return self.wait_phase(name, ("Running", "Failed", "Succeeded"))
+
     def containers_of(self, uid: str) -> list:
         return self.docker.containers.list(all=True, filters={"label": f"io.kubernetes.pod.uid={uid}"})
 
@@ -181,8 +192,8 @@ def rig() -> Iterator[Rig]:
     finally:
         r.stop()
         shutil.rmtree(directory, ignore_errors=True)
-        left = [str(top / r.lab_root) for top in CGROUP.iterdir() if (top / r.lab_root).is_dir()]
-        assert not left, f"cgroups left behind: {left}"
+        if r.record is not None:   # what `kalena lab down` checks: no kubelet, engine, port, cgroup left
+            assert not leftovers(r.lab_state()), leftovers(r.lab_state())
 
 
 def container(name: str = "main", *, command: list[str] | None = None, requests: dict | None = None,
@@ -282,3 +293,212 @@ def test_a_container_that_exits_reports_its_exit_code_and_the_pod_phase(rig) -> 
     assert ok["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
     assert bad["status"]["phase"] == "Failed"
     assert bad["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+
+
+# -- admission ------------------------------------------------------------------------------------
+
+def test_a_pod_over_allocatable_cpu_is_refused_with_outofcpu(rig) -> None:
+    refused = rig.wait_phase_of("big-0", [container(requests={"cpu": f"{NODE_CPU_M + 1}m"})])
+    assert refused["status"]["phase"] == "Failed" and refused["status"]["reason"] == "OutOfcpu"
+    assert f"Node didn't have enough resource: cpu, requested: {NODE_CPU_M + 1}" in refused["status"]["message"]
+    assert f"capacity: {NODE_CPU_M}" in refused["status"]["message"]
+    assert not rig.containers_of(refused["metadata"]["uid"])   # nothing ran
+    memory = rig.wait_phase_of("fat-0", [container(requests={"memory": f"{NODE_MIB + 1}Mi"})])
+    assert memory["status"]["reason"] == "OutOfmemory"
+
+
+def test_a_converted_batch_pod_is_admitted_against_the_published_batch_resources_only(rig) -> None:
+    from agents.orchestrators.kubernetes.admission import review
+    from agents.orchestrators.kubernetes.testkubelet import MutatingWebhook
+
+    hook = MutatingWebhook(call=review, object_selector={"matchLabels": {"kalena.naughtian.io/tier": "batch"}})
+    rig.api.pod_create_hooks.append(hook)
+    try:
+        KubernetesOrchestrator(rig.core.api_client).publish_batch_capacity(NODE, cpu_mcpu=150,
+                                                                          memory_bytes=96 * 2**20)
+        batch = {"kalena.naughtian.io/tier": "batch"}
+        first = rig.pod("batch-a", labels=batch, containers=[container(requests={"cpu": "100m", "memory": "32Mi"},
+                                                                      limits={"cpu": "200m", "memory": "64Mi"})])
+        assert "kalena.naughtian.io/batch-cpu" in first["spec"]["containers"][0]["resources"]["requests"]
+        running = rig.wait_phase("batch-a", ("Running",))
+        assert running["status"]["qosClass"] == "BestEffort"   # the kubelet enforces nothing; the agent does
+        (c,) = rig.containers_of(first["metadata"]["uid"])
+        assert "/kubepods/besteffort/pod" in proc_cgroups(c.attrs["State"]["Pid"])["cpu"]
+        # 100 m of 150 m batch-cpu taken: another 100 m does not fit, whatever plain cpu is free
+        second = rig.wait_phase_of("batch-b", [container(requests={"cpu": "100m", "memory": "16Mi"})], labels=batch)
+        assert second["status"]["phase"] == "Failed"
+        assert second["status"]["reason"] == "OutOfkalena.naughtian.io/batch-cpu"
+    finally:
+        rig.api.pod_create_hooks.remove(hook)
+        for name in ("batch-a", "batch-b"):
+            raw(rig.core.delete_namespaced_pod, name, "default", grace_period_seconds=0)
+
+
+# -- what the engine saw --------------------------------------------------------------------------
+
+def test_a_container_over_its_memory_limit_is_oomkilled(rig) -> None:
+    # busybox's `head -c` of /dev/zero into a shell variable grows the process past 24 MiB
+    rig.pod("oom-0", containers=[container(command=["sh", "-c", "x=$(head -c 64m /dev/zero | tr '\\0' a); sleep 60"],
+                                           requests={"memory": "16Mi"}, limits={"memory": "24Mi"})])
+    failed = rig.wait_phase("oom-0", ("Failed", "Succeeded"))
+    (status,) = failed["status"]["containerStatuses"]
+    assert failed["status"]["phase"] == "Failed"
+    assert status["state"]["terminated"]["reason"] == "OOMKilled", status
+
+
+def test_a_restart_policy_onfailure_container_is_restarted_and_counted(rig) -> None:
+    rig.pod("flaky-0", restart_policy="OnFailure",
+            containers=[container(command=["sh", "-c", "sleep 1; exit 2"])])
+    restarted = wait_for(lambda: (p := rig.read("flaky-0")) and p["status"].get("containerStatuses") and
+                         p["status"]["containerStatuses"][0]["restartCount"] >= 1 and p, 60, 1.0)
+    assert restarted, rig.read("flaky-0")
+    (status,) = restarted["status"]["containerStatuses"]
+    assert status["lastState"]["terminated"]["exitCode"] == 2
+    assert restarted["status"]["phase"] == "Running"
+    raw(rig.core.delete_namespaced_pod, "flaky-0", "default", grace_period_seconds=0)
+
+
+# -- deletion and eviction -------------------------------------------------------------------------
+
+def test_a_graceful_delete_sends_sigterm_waits_the_grace_then_removes_the_pod(rig) -> None:
+    polite = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.2; done"]
+    stubborn = ["sh", "-c", "trap '' TERM; while :; do sleep 0.2; done"]
+    made = {name: rig.pod(name, grace_s=3, containers=[container(command=cmd)])
+            for name, cmd in (("polite-0", polite), ("stubborn-0", stubborn))}
+    for name in made:
+        rig.wait_phase(name, ("Running",))
+    ids = {name: rig.containers_of(pod["metadata"]["uid"])[0].id for name, pod in made.items()}
+    for name in made:
+        raw(rig.core.delete_namespaced_pod, name, "default")   # the pod's own grace: 3 s
+    assert rig.read("polite-0")["metadata"]["deletionTimestamp"]   # terminating, not gone
+    gone = wait_for(lambda: all(rig.read(n) is None for n in made), 60)
+    assert gone, [rig.read(n) for n in made]
+    # the API server would have removed them only after 1000 × 3 s: the kubelet deleted them once stopped
+    codes = {}
+    for name, cid in ids.items():
+        try:
+            codes[name] = rig.docker.api.inspect_container(cid)["State"]["ExitCode"]
+        except docker.errors.NotFound:
+            codes[name] = "removed"
+    # exit codes are read before removal when the kubelet is slower than this read; either way nothing is left
+    assert wait_for(lambda: not any(rig.containers_of(p["metadata"]["uid"]) for p in made.values()), 30)
+    assert not (CGROUP / "cpu" / f"{rig.plan.cgroup}/kubepods/besteffort/pod{made['polite-0']['metadata']['uid']}").exists()
+    assert codes["polite-0"] in (0, "removed") and codes["stubborn-0"] in (137, "removed")
+
+
+def test_an_evicted_pod_is_stopped_with_its_grace_and_removed(rig) -> None:
+    pod = rig.pod("victim-0", grace_s=2, containers=[container(command=["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.2; done"])])
+    rig.wait_phase("victim-0", ("Running",))
+    rig.core.create_namespaced_pod_eviction("victim-0", "default", k8s.V1Eviction(
+        api_version="policy/v1", kind="Eviction", metadata=k8s.V1ObjectMeta(name="victim-0", namespace="default")))
+    terminating = rig.read("victim-0")
+    assert terminating["metadata"]["deletionTimestamp"]
+    assert any(c["type"] == "DisruptionTarget" for c in terminating["status"]["conditions"])
+    assert wait_for(lambda: rig.read("victim-0") is None, 60), rig.read("victim-0")
+    assert wait_for(lambda: not rig.containers_of(pod["metadata"]["uid"]), 30)
+
+
+# -- the lab's usage program ------------------------------------------------------------------------
+
+def _read_group(rel: str) -> tuple[int, int]:
+    """(cpuacct.usage ns, working set bytes) of a group."""
+    cpu = int((CGROUP / "cpuacct" / rel / "cpuacct.usage").read_text())
+    usage = int((CGROUP / "memory" / rel / "memory.usage_in_bytes").read_text())
+    stat = dict(line.split() for line in (CGROUP / "memory" / rel / "memory.stat").read_text().splitlines())
+    return cpu, usage - int(stat["total_inactive_file"])
+
+
+def test_a_production_pod_follows_its_usage_series_in_its_cgroup(rig) -> None:
+    step_s, series_cpu, series_mib = 6.0, [50, 250], [8, 40]
+    usage = {"step_s": step_s, "cpu_m": series_cpu, "memory_mib": series_mib, "repeat": True}
+    pod = rig.pod("series-0", annotations={"lab.kalena.naughtian.io/usage": json.dumps(usage)},
+                  containers=[container(requests={"cpu": "100m", "memory": "64Mi"}, image="registry.example/web:2")])
+    rig.wait_phase("series-0", ("Running",))
+    uid = pod["metadata"]["uid"]
+    (c,) = rig.containers_of(uid)
+    assert c.attrs["Config"]["Image"] == "kalena/lab-burner:test"
+    rel = f"{rig.plan.cgroup}/kubepods/burstable/pod{uid}"
+    # the burner's clock starts with the container; sample each step's middle 4 s (1 s margins)
+    t0 = _container_start_s(c.attrs["State"]["StartedAt"])
+    measured = {}
+    for step in range(2):
+        window_start = t0 + (2 + step) * step_s + 1.0      # the second cycle: the image's first run is warm
+        window_end = window_start + step_s - 2.0
+        time.sleep(max(0.0, window_start - time.time()))
+        cpu0, _ = _read_group(rel)
+        time.sleep(max(0.0, window_end - time.time()))
+        cpu1, working = _read_group(rel)
+        measured[step] = ((cpu1 - cpu0) / 1e6 / (window_end - window_start), working / 2**20)
+    print(f"series {series_cpu} m / {series_mib} MiB → measured "
+          + ", ".join(f"{m:.0f} m / {w:.1f} MiB" for m, w in measured.values()))
+    (low_m, low_mib), (high_m, high_mib) = measured[0], measured[1]
+    # cpu: the duty cycle holds each step within ±40 % (the host's two cores are shared with other work)
+    assert 0.6 * series_cpu[0] <= low_m <= 1.4 * series_cpu[0] + 20, measured
+    assert 0.6 * series_cpu[1] <= high_m <= 1.4 * series_cpu[1], measured
+    # memory: every page of the step's MiB is touched and held (plus the shell-less burner's few hundred KiB)
+    assert series_mib[0] - 0.5 <= low_mib <= series_mib[0] + 4, measured
+    assert series_mib[1] - 0.5 <= high_mib <= series_mib[1] + 4, measured
+
+
+def _container_start_s(text: str) -> float:
+    from datetime import datetime, timezone
+
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp() + float(f"0.{frac or 0}")
+
+
+def test_a_batch_pod_with_work_does_it_and_succeeds(rig) -> None:
+    work = {"cpu_m": 200, "memory_mib": 16, "duration_s": 3}
+    pod = rig.pod("work-0", annotations={"lab.kalena.naughtian.io/work": json.dumps(work)},
+                  containers=[container(command=["ignored"])])
+    done = rig.wait_phase("work-0", ("Succeeded", "Failed"), timeout_s=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    cpu_ns, _ = _read_group(f"{rig.plan.cgroup}/kubepods/besteffort/pod{pod['metadata']['uid']}")
+    # the work is cpu time, not wall time: 200 m × 3 s = 0.6 cpu-seconds, whatever the throttling
+    assert 0.6 <= cpu_ns / 1e9 <= 0.9, cpu_ns / 1e9
+
+
+# -- the read API the agent uses --------------------------------------------------------------------
+
+def test_pods_and_stats_summary_parse_with_the_agents_own_parsers(rig) -> None:
+    from agents.collectors.kubelet import parse_kubelet_summary
+    from agents.discovery.kubelet import parse_pod_list
+
+    pod = rig.pod("seen-0", annotations={"lab.kalena.naughtian.io/usage": json.dumps(
+        {"step_s": 60, "cpu_m": [20], "memory_mib": [12], "repeat": True})},
+        containers=[container(requests={"cpu": "50m", "memory": "32Mi"}, limits={"memory": "64Mi"})])
+    rig.wait_phase("seen-0", ("Running",))
+    uid = pod["metadata"]["uid"]
+    (c,) = rig.containers_of(uid)
+    found = parse_pod_list(rig.get("/pods"), source="kubelet-double", cgroup_root=f"{rig.plan.cgroup}/kubepods")
+    assert not found.errors, found.errors
+    mine = next(w for w in found.workloads if w.id == "default/seen-0")
+    # the agent computes the pod's group from uid and QoS: it is where the container really runs
+    assert f"/{mine.cgroup}/{c.id}" == proc_cgroups(c.attrs["State"]["Pid"])["cpu"]
+    assert mine.request[0] == 50 and mine.limit[1] == 64 * 2**20
+    assert not any(w.id == "default/ok-0" for w in found.workloads)   # terminal pods are not the agent's
+
+    def sampled():
+        summary = parse_kubelet_summary(rig.get("/stats/summary"), source="kubelet-double")
+        sample = summary.pods.get("default/seen-0")
+        return summary if sample is not None and sample.usage[1] >= 12 * 2**20 and sample.usage[0] == sample.usage[0] \
+            else None
+    summary = wait_for(sampled, 30, 1.0)
+    assert summary, rig.get("/stats/summary")
+    assert summary.node_name == NODE and summary.node is not None
+    assert summary.node.working_set_bytes >= summary.pods["default/seen-0"].usage[1]
+    assert "cpu" in summary.node.psi and "memory" in summary.node.psi   # the node's own PSI, from its unified group
+
+
+# -- the lab's record of it -------------------------------------------------------------------------
+
+def test_the_lab_records_the_kubelet_and_status_shows_it(rig) -> None:
+    state = rig.lab_state()
+    (node,) = lab_status(state, sample_s=0.1)["nodes"]
+    assert node["kubelet"]["alive"] and node["kubelet"]["health"] == "ok"
+    assert node["kubelet"]["url"] == f"http://{rig.address}:{rig.port}"
+    # while it runs, `down`'s leftover check names it (and its port)
+    left = leftovers(state)
+    assert f"kubelet of {NODE} (pid {rig.record['kubelet']['pid']})" in left
+    assert f"port {rig.address}:{rig.port} (kubelet)" in left
