@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.lab import kubelets
 from agents.lab import nodes as machinery
 from agents.lab.budget import LabPlan
 from agents.lab.errors import LabError
@@ -47,7 +48,7 @@ DEPLOY_FILES = (ROOT / "deploy" / "kubernetes" / "control-plane.yaml", ROOT / "d
                 ROOT / "deploy" / "agent" / "daemonset.yaml")
 ADMISSION_FILE = ROOT / "deploy" / "kubernetes" / "apiserver-admission.yaml"
 API_PORT = 6443
-KUBELET_PORT = 10250
+KUBELET_PORT = kubelets.KUBELET_PORT
 #: the control plane's pods' addresses: <subnet>.(FIRST_POD_HOST + i)
 FIRST_POD_HOST = 100
 #: the order the control plane starts in (the migration Job first, as an operator waits for it)
@@ -132,12 +133,12 @@ def issue_certificates(api: str, namespace: str, extra_ip: dict[str, str], out: 
                                               "ca.crt": ca.cert_pem.bytes()}
                 continue
             names = list(spec.get("dnsNames") or [])
-            names += [extra_ip[n] for n in names if n in extra_ip and extra_ip[n] not in names]
+            ips = sorted({extra_ip[n] for n in names if n in extra_ip})
+            names += ips
             leaf = signer.issue_cert(*(names or [spec.get("commonName", "lab")]), common_name=spec.get("commonName"),
                                      key_type=trustme.KeyType.ECDSA)
-            if any(n in extra_ip for n in spec.get("dnsNames") or []):
-                lines.append(f"Certificate {spec['secretName']}: also for {', '.join(extra_ip[n] for n in names if n in extra_ip)} "
-                             "(the Service's lab address)")
+            if ips:
+                lines.append(f"Certificate {spec['secretName']}: also for {', '.join(ips)} (the Service's lab address)")
             issued[spec["secretName"]] = {"tls.crt": b"".join(b.bytes() for b in leaf.cert_chain_pems),
                                           "tls.key": leaf.private_key_pem.bytes(), "ca.crt": signer.cert_pem.bytes()}
         pending = left
@@ -317,8 +318,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         "console": {"url": "", "address": f"{plan.subnet}.{FIRST_POD_HOST + 1}", "port": 8000, "process": None,
                     "log": "", "env": {}},
         "database": {"url": "", "created": ""}, "processes": [], "substitutions": [],
-        "nodes": [_node_record(n, state_dir) | {"kubelet": None, "kubelet_url": f"http://{n.address}:{KUBELET_PORT}"}
-                  for n in plan.nodes]}
+        "nodes": [_node_record(n, state_dir) for n in plan.nodes]}
     state_write(state_dir, state)
     try:
         # -- the machines
@@ -400,16 +400,11 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         for node, record in zip(plan.nodes, state["nodes"], strict=True):
             token_file = Path(record["directory"]) / "kubelet.token"
             token_file.write_text(tokens["kubelet:" + node.name])
-            log = logs / f"kubelet-{node.name}.log"
-            proc = _start([sys.executable, "-m", "agents.lab.kubelet", "--node", node.name, "--api-server", api_url,
-                           "--token-file", str(token_file), "--docker-host", f"unix://{record['socket']}",
-                           "--cgroup-parent", node.cgroup, "--address", node.address, "--port", str(KUBELET_PORT),
-                           "--cpu-m", str(node.cpu_mcpu), "--memory-bytes", str(node.memory_bytes)],
-                          {**os.environ, "PYTHONUNBUFFERED": "1"}, log)
-            record["kubelet"] = process_ref(proc.pid)
+            proc = kubelets.kubelet_launch(record, api_server=api_url, token_file=str(token_file), logs=logs,
+                                           port=KUBELET_PORT)
             state_write(state_dir, state)
-            _wait_port(node.address, KUBELET_PORT, proc, log, f"kubelet of {node.name}")
-            _wait_node(api_url, node.name, proc, log)
+            kubelets.kubelet_ready(record)
+            _wait_node(api_url, node.name, proc, Path(record["kubelet_log"]))
         for p in agents:
             _materialise(p, api_url, tokens)
             record = next(r for r in state["nodes"] if r["name"] == p.node)
@@ -703,15 +698,17 @@ def kubernetes_substitutions(state: dict[str, Any]) -> list[str]:
            f"machines: cgroup subtrees /sys/fs/cgroup/{{cpu,cpuacct,memory,cpuset,unified}}/{state['cgroup_root']}/<node>",
            *state.get("substitutions", [])]
     for r in state.get("processes", []):
-        out.append(f"{r['workload']} ({r['container']}) as a process on {r['address']}: " +
-                   "; ".join(r.get("substitutions") or []) +
-                   (f" — not applied: {', '.join(r['ignored'])}" if r.get("ignored") else ""))
+        out.append(f"{r['workload']} ({r['container']}): a process on {r['address']}")
+        out += [f"    {line}" for line in r.get("substitutions") or []]
+        if r.get("ignored"):
+            out.append(f"    not applied: {', '.join(r['ignored'])}")
     for r in state["nodes"]:
         out.append(f"{r['name']}: host address → {r['address']}; capacity → cpu quota {r['cpu_mcpu']} m, memory limit "
-                   f"{r['memory_bytes'] // 2**20} MiB; kubelet → the kubelet double on {r['kubelet_url']} running pods on "
-                   f"dockerd {r['socket']} (cgroup parent /{r['cgroup']})")
+                   f"{r['memory_bytes'] // 2**20} MiB; kubelet → the kubelet double on {r.get('kubelet_url')} running "
+                   f"pods on dockerd {r['socket']} (cgroup parent /{r['cgroup']})")
         if r.get("agent_substitutions"):
-            out.append(f"{r['name']}: DaemonSet kalena-system/kalena-agent as a process: "
-                       + "; ".join(r["agent_substitutions"])
-                       + (f" — not applied: {', '.join(r['agent_ignored'])}" if r.get("agent_ignored") else ""))
+            out.append(f"{r['name']}: DaemonSet kalena-system/kalena-agent (agent): a process on {r['address']}")
+            out += [f"    {line}" for line in r["agent_substitutions"]]
+            if r.get("agent_ignored"):
+                out.append(f"    not applied: {', '.join(r['agent_ignored'])}")
     return out

@@ -252,8 +252,8 @@ class _Deriver:
                 host = volume["hostPath"]["path"]
                 if host.startswith(("/sys/", "/proc")) or host in ("/proc", "/sys"):
                     local = host
-                    self.note(f"hostPath {host} at {path} → {host} (the node's subtree is named by the cgroup "
-                              f"flags)")
+                    self.note(f"mount {path} → {host} (hostPath {host}: the host's own; the node's subtree is "
+                              "named by the cgroup flags)")
                 else:
                     node_dir = (self.placement.node or {}).get("directory", base)
                     local = f"{node_dir}/host{host}"

@@ -188,9 +188,8 @@ def lab_status_kubernetes(state: dict[str, Any], *, sample_s: float = 0.5) -> di
                           "alive": alive(record.get("process")) or record.get("process") is None,
                           "completed": record.get("process") is None, "probes": probes})
     report["processes"] = processes
-    for node, record in zip(report["nodes"], state["nodes"], strict=True):
-        node["kubelet"] = {"alive": alive(record.get("kubelet")), "pid": (record.get("kubelet") or {}).get("pid"),
-                           "url": record.get("kubelet_url")}
+    for node in report["nodes"]:
+        node["kubelet"] = node.get("kubelet") or {"alive": False, "pid": None, "url": None, "health": None}
     report["substitutions"] = kubernetes_substitutions(state)
     return report
 

@@ -66,5 +66,5 @@ def handle_status_kubernetes(args: argparse.Namespace, state: dict) -> int:
     report = lab_status_kubernetes(state)
     print(json.dumps(report, indent=2) if args.json else format_status_kubernetes(report))
     healthy = report["apiserver"]["alive"] and all(p["alive"] for p in report["processes"]) and all(
-        n["engine"]["answers"] and n["agent"]["alive"] and n["kubelet"]["alive"] for n in report["nodes"])
+        n["engine"]["answers"] and n["agent"]["alive"] and (n.get("kubelet") or {}).get("alive") for n in report["nodes"])
     return 0 if healthy else 1
