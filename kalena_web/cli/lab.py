@@ -163,12 +163,12 @@ def handle_status(args: argparse.Namespace) -> int:
 
 
 def handle_down(args: argparse.Namespace) -> int:
+    from agents.lab.kubernetes import lab_down_kubernetes
     from agents.lab.lab import lab_down
 
     state_dir, state = _recorded(args)
-    if state.get("orchestrator") == "kubernetes":
-        from agents.lab.kubernetes import lab_down_kubernetes as lab_down  # noqa: F811 - the mode's own down
-    left = lab_down(state_dir, say=lambda line: print(line, flush=True))
+    down = lab_down_kubernetes if state.get("orchestrator") == "kubernetes" else lab_down
+    left = down(state_dir, say=lambda line: print(line, flush=True))
     if left:
         print(f"kalena lab: down, but {len(left)} thing(s) are left (listed above); run `kalena lab down` again")
         return 1
