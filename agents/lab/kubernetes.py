@@ -365,8 +365,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
                                       "KALENA_SECRET_KEY and KALENA_METRICS_TOKEN")
         # -- service-account tokens: every ServiceAccount's, the kubelets', the agents' projected ones
         tokens = _tokens(api_url, plan, kdir)
-        for extra in manifests:
-            kubectl(state, "apply", "-f", str(extra))
+        apply_manifests(state, manifests)
         # -- the control plane, from the applied objects
         cluster = _cluster(api_url, addresses, tokens, plan)
         procs = control_plane_processes(api_url, cluster, kdir, replicas_cap=replicas_cap)
@@ -399,7 +398,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         # -- per node: the kubelet double, then the agent of the DaemonSet
         for node, record in zip(plan.nodes, state["nodes"], strict=True):
             token_file = Path(record["directory"]) / "kubelet.token"
-            token_file.write_text(tokens["kubelet:" + node.name])
+            _write_private(token_file, tokens["kubelet:" + node.name])
             proc = kubelets.kubelet_launch(record, api_server=api_url, token_file=str(token_file), logs=logs,
                                            port=KUBELET_PORT)
             state_write(state_dir, state)
@@ -427,6 +426,21 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         lab_down_kubernetes(state_dir, say=say)
         raise
     return state
+
+
+def apply_manifests(state: dict[str, Any], manifests: Sequence[Path]) -> list[str]:
+    """``kubectl apply -f`` each of ``manifests`` to the lab's API server (after the deploy files:
+    a production slice, a test's Deployments and Jobs); returns kubectl's lines (``… created``).
+    ``state`` is the lab's record (:func:`agents.lab.state.state_read`), so a running lab takes
+    more manifests the same way.
+
+    Raises:
+        LabError: kubectl refused a file (its message quoted).
+    """
+    out: list[str] = []
+    for path in manifests:
+        out += kubectl(state, "apply", "-f", str(path)).stdout.splitlines()
+    return out
 
 
 class _Ref:
@@ -520,8 +534,15 @@ def _tokens(api: str, plan: LabPlan, kdir: Path) -> dict[str, str]:
         token = _token()
         tokens["kubelet:" + node.name] = token
         table[token] = {"username": f"system:node:{node.name}", "groups": ["system:nodes"]}
-    (kdir / "tokens.json").write_text(json.dumps(table))
+    _write_private(kdir / "tokens.json", json.dumps(table))
     return tokens
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner reads (tokens, kubeconfigs with tokens)."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
 
 
 def _projected(kdir: Path, tokens: dict[str, str]) -> Callable[[str, str, str], str]:
@@ -533,7 +554,7 @@ def _projected(kdir: Path, tokens: dict[str, str]) -> Callable[[str, str, str], 
             ns, name = service_account.split("/", 1)
             table[tokens[key]] = {"username": f"system:serviceaccount:{ns}:{name}", "node": node,
                                   "audiences": [audience] if audience else [], "groups": ["system:serviceaccounts"]}
-            (kdir / "tokens.json").write_text(json.dumps(table))
+            _write_private(kdir / "tokens.json", json.dumps(table))
         return tokens[key]
     return mint
 
@@ -598,7 +619,7 @@ def _materialise(p: Process, api: str, tokens: dict[str, str]) -> None:
     if "KUBECONFIG" in p.env:
         token_path = next((f for f in p.files if f.endswith("serviceaccount/token")), None)
         token = Path(token_path).read_text() if token_path else ""
-        Path(p.env["KUBECONFIG"]).write_text(kubeconfig_text(api, token))
+        _write_private(Path(p.env["KUBECONFIG"]), kubeconfig_text(api, token))
     p.env["HOME"] = p.directory
 
 

@@ -429,7 +429,7 @@ def derive(cluster: Cluster, workload: Mapping[str, Any], kind: str, placement: 
     ignored = []
     declared = int(spec.get("replicas", 1)) if kind == "Deployment" else 1
     if declared > replicas_cap:
-        ignored.append(f"replicas {declared} → {replicas_cap} (--control-plane-replicas)")
+        ignored.append(f"replicas {declared} → {replicas_cap} (one process per Deployment)")
     for key in ("hostPID", "priorityClassName", "tolerations", "terminationGracePeriodSeconds"):
         if key in d.spec:
             ignored.append(f"spec.template.spec.{key}")

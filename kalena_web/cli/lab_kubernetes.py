@@ -29,8 +29,6 @@ def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
                     help="kubernetes: the control plane's Redis (Celery broker, channel layer; default $REDIS_URL)")
     up.add_argument("--manifests", nargs="*", type=Path, default=[], metavar="FILE",
                     help="kubernetes: more manifests applied after the deploy files (production, batch)")
-    up.add_argument("--control-plane-replicas", type=int, default=1,
-                    help="kubernetes: processes per control-plane Deployment at most (1; the files say 2)")
 
 
 def operator_step(env: dict[str, str], cluster: str) -> None:
@@ -53,7 +51,7 @@ def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int
           f"{plan.memory_budget_bytes // 2**20} MiB; state in {state_dir}", flush=True)
     state = lab_up_kubernetes(plan, state_dir=state_dir, database_url=database, redis_url=redis,
                               operator=operator_step, manifests=[m.resolve() for m in args.manifests],
-                              replicas_cap=args.control_plane_replicas, sampling_interval_s=args.sampling_interval_s,
+                              sampling_interval_s=args.sampling_interval_s,
                               say=lambda line: print(line, flush=True))
     print(f"kalena lab: up — {len(state['nodes'])} nodes, API server {state['apiserver']['url']}, console "
           f"{state['console']['url']}; kubectl: KUBECONFIG={state['kubeconfig']}; `kalena lab status` / `kalena lab down`")
