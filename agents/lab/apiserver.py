@@ -2,9 +2,9 @@
 (:mod:`agents.orchestrators.kubernetes.testserver`) as a process on the lab's address, doing
 what kube-apiserver does for Kalena beyond storing objects:
 
-* **Mutating admission from the stored configurations.** On every pod CREATE it reads the
+* **Mutating admission from the stored configurations.** On every pod and Job CREATE it reads the
   MutatingWebhookConfigurations applied to it (``deploy/kubernetes/webhook.yaml``) and calls each
-  webhook whose rules match pods, with its ``objectSelector``, ``namespaceSelector`` (a
+  webhook whose rules match (pods; batch/v1 jobs), with its ``objectSelector``, ``namespaceSelector`` (a
   namespace's ``kubernetes.io/metadata.name`` label included, as kube-apiserver sets it),
   ``failurePolicy``, ``timeoutSeconds`` and ``caBundle``; the client certificate comes from the
   kubeconfig that ``deploy/kubernetes/apiserver-admission.yaml`` names (``--admission-config``),
@@ -16,8 +16,7 @@ what kube-apiserver does for Kalena beyond storing objects:
 * pods bound to a node are started by that node's kubelet double, not by the server
   (``run_bound_pods=False``); deletion is graceful (the kubelet finishes it).
 
-Not modelled: webhooks for kinds other than pods (the Job webhook's configuration is stored
-and not called), reinvocation, matchConditions, ValidatingAdmissionPolicy evaluation (stored
+Not modelled: webhooks for kinds other than pods and Jobs, reinvocation, matchConditions, ValidatingAdmissionPolicy evaluation (stored
 only), authentication of ordinary requests and RBAC enforcement.
 
 Run: ``python -m agents.lab.apiserver --address A --port P --state-dir D [--admission-config F]``.
@@ -103,7 +102,11 @@ class StoredWebhooks:
             self._ca_files[bundle] = handle.name
         return self._ca_files[bundle]
 
-    def __call__(self, pod: dict) -> dict | None:
+    def jobs(self, job: dict) -> dict | None:
+        """The same for a Job CREATE (``batch/v1 jobs``: the podFailurePolicy webhook)."""
+        return self(job, group="batch", kind="Job", resource="jobs")
+
+    def __call__(self, pod: dict, *, group: str = "", kind: str = "Pod", resource: str = "pods") -> dict | None:
         namespace = (pod.get("metadata") or {}).get("namespace", "default")
         ns_labels = {"kubernetes.io/metadata.name": namespace}
         try:
@@ -113,8 +116,8 @@ class StoredWebhooks:
         services = json.loads(self.services.read_text()) if self.services.exists() else {}
         for config in self.server.objects("mutatingwebhookconfigurations"):
             for hook in config.get("webhooks") or []:
-                if not any("pods" in (r.get("resources") or []) and "CREATE" in (r.get("operations") or [])
-                           and "" in (r.get("apiGroups") or []) for r in hook.get("rules") or []):
+                if not any(resource in (r.get("resources") or []) and "CREATE" in (r.get("operations") or [])
+                           and group in (r.get("apiGroups") or []) for r in hook.get("rules") or []):
                     continue
                 if not _selector_matches(hook.get("namespaceSelector"), ns_labels):
                     continue
@@ -129,7 +132,7 @@ class StoredWebhooks:
                     ca_file=self._ca_file(client["caBundle"]) if client.get("caBundle") else "",
                     client_cert_file=cert, client_key_file=key, object_selector=hook.get("objectSelector") or {},
                     failure_policy=hook.get("failurePolicy", "Fail"), timeout_s=float(hook.get("timeoutSeconds", 10)),
-                    name=hook.get("name", ""))
+                    name=hook.get("name", ""), group=group, kind=kind, resource=resource)
                 self.calls += 1
                 changed = webhook(pod)
                 if webhook.failures:
@@ -151,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     server = TestAPIServer(host=args.address, port=args.port, graceful=True, run_bound_pods=False,
                            record_bodies=False, grace_scale=args.grace_scale)
     token_reviews(server, FileTokens(args.state_dir / "tokens.json"))
-    server.pod_create_hooks.append(StoredWebhooks(server, args.state_dir / "services.json",
-                                                  admission_clients(args.admission_config)))
+    webhooks = StoredWebhooks(server, args.state_dir / "services.json", admission_clients(args.admission_config))
+    server.pod_create_hooks.append(webhooks)
+    server.create_hooks.setdefault("jobs", []).append(webhooks.jobs)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

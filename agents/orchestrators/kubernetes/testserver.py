@@ -64,7 +64,8 @@ discovery, OpenAPI field schemas, HTTP/2, protobuf objects, CBOR, rate limiting 
 aggregation.
 
 Extending it (the kubelet and webhook of part 2): append to ``pod_create_hooks``
-(``hook(pod) -> pod | None``, raise :class:`APIError` to refuse), ``bind_hooks``
+(``hook(pod) -> pod | None``, raise :class:`APIError` to refuse), ``create_hooks[resource]`` (the
+same for another resource's POST, e.g. ``jobs``), ``bind_hooks``
 (``hook(pod, node_name)``, raise to refuse the binding), ``bound_hooks`` (``hook(server,
 key, node_name)`` after the binding is stored, outside the store lock; set a pod's phase with
 :meth:`set_pod_phase`), or register a route with :meth:`route`.
@@ -134,6 +135,8 @@ class TestAPIServer:
         self.answers: list[tuple[str, str, int]] = []
         self.calls: Counter = Counter()
         self.pod_create_hooks: list[Callable[[dict], dict | None]] = []
+        #: resource → admission hooks for a POST of another resource (``hook(obj) -> obj | None``)
+        self.create_hooks: dict[str, list[Callable[[dict], dict | None]]] = {}
         self.bind_hooks: list[Callable[[dict, str], None]] = []
         self.bound_hooks: list[Callable[[TestAPIServer, str, str], None]] = [_kubelet_runs]
         self._routes: list[tuple[str, re.Pattern, Callable]] = []
@@ -495,6 +498,8 @@ class TestAPIServer:
                     if meta.get("namespace") not in (None, ns):
                         raise APIError(400, "BadRequest", "the namespace of the object does not match the request")
                     meta["namespace"] = ns
+                for hook in self.create_hooks.get(resource, []) if resource != "pods" else []:
+                    obj = hook(obj) or obj
                 created = self._pod_create(obj) if resource == "pods" else self.store.create(resource, obj)
                 return h._send(201, created)
             raise APIError(405, "MethodNotAllowed", f"{method} is not supported on a {resource} collection")

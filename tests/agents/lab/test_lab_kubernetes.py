@@ -177,6 +177,10 @@ def test_batch_runs_in_reclaimed_capacity_visible_to_kubectl_with_kalenas_events
     assert pod, f"the batch pod never ran: {lab.kubectl('get', 'pods', '-A', '-o', 'wide').stdout}"
     node = pod["spec"]["nodeName"]
     assert pod["spec"]["schedulerName"] == "kalena"  # converted by the webhook the API server called
+    job = json.loads(lab.kubectl("get", "job", "reclaim", "-n", "batch", "-o", "json").stdout)
+    rules = job["spec"]["podFailurePolicy"]["rules"]  # the Job webhook of webhook.yaml added it
+    assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in [
+        {"action": r["action"], "onPodConditions": [{"type": c["type"]} for c in r["onPodConditions"]]} for r in rules]
     # reclaimed: production's requests on the node + the batch pod's original request exceed the node
     requested = sum(int(c["resources"]["requests"]["cpu"].rstrip("m")) for p in lab.pods("shop")
                     if p["spec"].get("nodeName") == node for c in p["spec"]["containers"])
