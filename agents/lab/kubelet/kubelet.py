@@ -21,7 +21,7 @@ from typing import Any
 
 from agents.lab.kubelet import spec as podspec
 from agents.lab.kubelet import status as podstatus
-from agents.lab.kubelet.runtime import LABEL_ATTEMPT, LABEL_CONTAINER, NodeRuntime
+from agents.lab.kubelet.runtime import LABEL_ATTEMPT, LABEL_CONTAINER, LABEL_UID, NodeRuntime
 
 log = logging.getLogger("kalena.lab.kubelet")
 
@@ -86,6 +86,7 @@ class Kubelet:
         self.samples: dict[str, tuple[tuple[float, int], tuple[float, int]]] = {}  # rel → (previous, last) cpu ns
         self.threads: list[threading.Thread] = []
         self.errors: list[str] = []
+        self._transitions: dict[str, tuple[bool, str]] = {}   # node condition → (status, since)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -138,16 +139,19 @@ class Kubelet:
                 condition("Ready", True, "KubeletReady", "kubelet is posting ready status")],
             "addresses": [{"type": "InternalIP", "address": self.address}, {"type": "Hostname", "address": self.node}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
+            "images": self._images(),
             "nodeInfo": {"kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
                          "containerRuntimeVersion": "docker://lab", "operatingSystem": "linux",
                          "architecture": "amd64", "kernelVersion": platform.release(), "osImage": "kalena lab node",
                          "machineID": "", "systemUUID": "", "bootID": ""}}
 
-    _transitions: dict[str, tuple[bool, str]]
+    def _images(self) -> list[dict[str, Any]]:
+        try:
+            return self.runtime.images()
+        except Exception:  # noqa: BLE001 - the engine is busy: report none this beat
+            return []
 
     def _transition(self, kind: str, value: bool, now: str) -> str:
-        if not hasattr(self, "_transitions"):
-            self._transitions = {}
         held = self._transitions.get(kind)
         if held is None or held[0] != value:
             self._transitions[kind] = (value, now)
@@ -260,7 +264,7 @@ class Kubelet:
         """After a restart: pods whose containers the engine still holds were admitted before."""
         held: dict[str, list[dict]] = {}
         for c in self.runtime.containers():
-            held.setdefault(c["Config"]["Labels"]["io.kubernetes.pod.uid"], []).append(c)
+            held.setdefault(c["Config"]["Labels"][LABEL_UID], []).append(c)
         with self.lock:
             pods = dict(self.pods)
         for uid, pod in pods.items():
@@ -281,6 +285,9 @@ class Kubelet:
         self._sample()
         order = sorted(pods, key=lambda u: ((pods[u].get("metadata") or {}).get("creationTimestamp") or "", u))
         allocatable: dict[str, float] | None = None
+        held: dict[str, list[dict]] = {}
+        for c in self.runtime.containers():   # one list call a round
+            held.setdefault(c["Config"]["Labels"].get(LABEL_UID, ""), []).append(c)
         for uid in order:
             pod = pods[uid]
             st = self.state.setdefault(uid, PodState())
@@ -301,7 +308,7 @@ class Kubelet:
                     allocatable = self.allocatable()
                 if not self._admit(uid, pod, allocatable):
                     continue
-            self._run(uid, pod, st)
+            self._run(uid, pod, st, held.get(uid, []))
         for uid in [u for u in self.state if u not in pods]:
             self._forget(uid)
 
@@ -340,12 +347,12 @@ class Kubelet:
                     if s.admitted and not s.final and s.plan is not None and s.plan.qos == "Burstable")
         self.runtime.burstable_shares(total)
 
-    def _run(self, uid: str, pod: dict, st: PodState) -> None:
+    def _run(self, uid: str, pod: dict, st: PodState, containers: list[dict]) -> None:
         """Start, restart and report the pod's containers (restart back-off 10 s doubling to 300 s)."""
         assert st.plan is not None
         policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
         latest: dict[str, dict] = {}
-        for c in self.runtime.containers(uid):
+        for c in containers:
             labels = c["Config"]["Labels"]
             name, attempt = labels[LABEL_CONTAINER], int(labels.get(LABEL_ATTEMPT, 0))
             if name not in latest or attempt >= int(latest[name]["Config"]["Labels"].get(LABEL_ATTEMPT, 0)):
@@ -374,8 +381,10 @@ class Kubelet:
                         if current is None:
                             waiting = ("CrashLoopBackOff", st.last[plan.name]["terminated"].get("message", ""))
                     else:
-                        waiting = ("CrashLoopBackOff", f"back-off {due - now_s:.0f}s restarting failed container="
-                                   f"{plan.name} pod={pod['metadata']['name']}")
+                        backoff = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** restarts)
+                        waiting = ("CrashLoopBackOff", f"back-off {backoff:.0f}s restarting failed container="
+                                   f"{plan.name} pod={pod['metadata']['name']}_{pod['metadata'].get('namespace')}"
+                                   f"({uid})")
             statuses.append(podstatus.container_status(
                 plan.name, self._image(pod, plan.name), current, restarts=restarts, last=st.last.get(plan.name),
                 waiting=waiting))

@@ -223,6 +223,7 @@ def test_the_kubelet_registers_its_node_and_heartbeats_without_erasing_published
     assert status["allocatable"]["pods"] == "110"
     assert {"type": "InternalIP", "address": rig.address} in status["addresses"]
     assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == rig.port
+    assert any("kalena/lab-burner:test" in image["names"] for image in status["images"])   # image locality reads these
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "True" and conditions["MemoryPressure"]["status"] == "False"
     # Kalena's batch-capacity publisher patches its extended resources into the node's status
