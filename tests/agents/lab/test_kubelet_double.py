@@ -503,3 +503,48 @@ def test_the_lab_records_the_kubelet_and_status_shows_it(rig) -> None:
     left = leftovers(state)
     assert f"kubelet of {NODE} (pid {rig.record['kubelet']['pid']})" in left
     assert f"port {rig.address}:{rig.port} (kubelet)" in left
+
+
+# -- the real agent on the double ---------------------------------------------------------------------
+
+def test_the_real_agent_discovers_and_samples_the_pods_the_double_runs(rig) -> None:
+    import sqlite3
+
+    usage = {"step_s": 600, "cpu_m": [100], "memory_mib": [24], "repeat": True}
+    rig.pod("svc-0", annotations={"lab.kalena.naughtian.io/usage": json.dumps(usage)},
+            containers=[container(requests={"cpu": "50m", "memory": "32Mi"}, limits={"memory": "64Mi"})])
+    rig.wait_phase("svc-0", ("Running",))
+    state = rig.dir / "agent"
+    token = rig.dir / "agent.token"
+    token.write_text("unused\n")
+    # a console that is not there: the agent keeps its samples in its on-disk link buffer, where they are read back
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "agents.cli", "run", "--node-name", NODE, "--discovery", "kubelet",
+         "--telemetry", "kubelet", "--kubelet-url", f"http://{rig.address}:{rig.port}",
+         "--kube-cgroup-root", f"{rig.plan.cgroup}/kubepods", "--node-cgroup", rig.plan.cgroup,
+         "--capacity", f"cpu={NODE_CPU_M}m,memory={NODE_MIB}Mi", "--sampling-interval-s", "1",
+         "--state-dir", str(state), "--health-address", f"{rig.address}:{free_port(rig.address)}",
+         "--link-url", f"ws://127.0.0.1:{free_port('127.0.0.1')}/agent/v1/ws", "--link-token-file", str(token)],
+        cwd=PROJECT_ROOT, stdout=open(rig.dir / "agent.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    try:
+        def records() -> list[dict]:
+            path = state / "link-buffer.sqlite3"
+            if not path.exists():
+                return []
+            with sqlite3.connect(path, timeout=10) as db:
+                bodies = [json.loads(b) for (b,) in db.execute("select body from messages where kind = 'samples'")]
+            return [s for body in bodies for s in body["samples"] if s["workload"] == "default/svc-0"
+                    and (s["usage"].get("cpu_mcpu") or 0) > 0]
+        found = wait_for(lambda: len(records()) >= 5 and records(), 60, 1.0)
+        assert found, (rig.dir / "agent.log").read_text()[-3000:]
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+    last = found[-1]
+    assert last["tier"] == "service" and last["request"]["cpu_mcpu"] == 50 and last["limit"]["ram_bytes"] == 64 * 2**20
+    # what the agent measured through the double's summary: the burner's series (100 m, 24 MiB)
+    cpu = sorted(s["usage"]["cpu_mcpu"] for s in found)[len(found) // 2]
+    print(f"agent's median cpu sample of a 100 m series: {cpu:.0f} m; working set {last['usage']['ram_bytes'] / 2**20:.1f} MiB")
+    assert 60 <= cpu <= 140
+    assert 24 * 2**20 <= last["usage"]["ram_bytes"] <= 28 * 2**20
+    raw(rig.core.delete_namespaced_pod, "svc-0", "default", grace_period_seconds=0)
