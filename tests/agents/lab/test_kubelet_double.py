@@ -548,3 +548,32 @@ def test_the_real_agent_discovers_and_samples_the_pods_the_double_runs(rig) -> N
     assert 60 <= cpu <= 140
     assert 24 * 2**20 <= last["usage"]["ram_bytes"] <= 28 * 2**20
     raw(rig.core.delete_namespaced_pod, "svc-0", "default", grace_period_seconds=0)
+
+
+# -- the watch and restarts -----------------------------------------------------------------------------
+
+def test_an_expired_watch_is_relisted_and_pods_keep_running(rig) -> None:
+    rig.pod("before-0", containers=[container()])
+    rig.wait_phase("before-0", ("Running",))
+    rig.api.expire_watches()                          # 410 Gone to the kubelet's open watch
+    after = rig.pod("after-0", containers=[container()])
+    rig.wait_phase("after-0", ("Running",))
+    assert len(rig.containers_of(after["metadata"]["uid"])) == 1
+    for name in ("before-0", "after-0"):
+        raw(rig.core.delete_namespaced_pod, name, "default", grace_period_seconds=0)
+
+
+def test_a_restarted_kubelet_keeps_the_running_pods_it_finds_on_the_engine(rig) -> None:
+    pod = rig.pod("keep-0", containers=[container(requests={"cpu": "10m"})])
+    rig.wait_phase("keep-0", ("Running",))
+    uid = pod["metadata"]["uid"]
+    (before,) = rig.containers_of(uid)
+    stop(rig.record["kubelet"])
+    kubelets.kubelet_launch(rig.record, api_server=rig.api.url, logs=rig.dir, port=rig.port, heartbeat_s=2)
+    kubelets.kubelet_ready(rig.record)
+    time.sleep(3)                                      # a few sync rounds of the new kubelet
+    (after,) = rig.containers_of(uid)                  # the same container: not admitted and started twice
+    assert after.id == before.id and after.status == "running"
+    assert rig.read("keep-0")["status"]["phase"] == "Running"
+    raw(rig.core.delete_namespaced_pod, "keep-0", "default", grace_period_seconds=1)
+    assert wait_for(lambda: rig.read("keep-0") is None, 60)
