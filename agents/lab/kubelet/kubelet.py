@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import threading
 import time
@@ -258,7 +257,7 @@ class Kubelet:
                 self.sync()
             except Exception as exc:  # noqa: BLE001 - one bad round must not stop the kubelet
                 log.exception("sync failed")
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.errors = [*self.errors[-19:], f"{type(exc).__name__}: {exc}"]   # the last 20
 
     def _recover(self) -> None:
         """After a restart: pods whose containers the engine still holds were admitted before."""
@@ -546,6 +545,3 @@ class Kubelet:
     def healthy(self) -> bool:
         return self.synced.is_set() and all(t.is_alive() for t in self.threads) and not self.stopping.is_set()
 
-
-def pid() -> int:
-    return os.getpid()
