@@ -189,7 +189,9 @@ def render_slice(config: SliceConfig, inputs: dict[str, Path]) -> RenderedSlice:
         schedule.append({"at_s": round(group.arrival_s, 3), "file": path, "kind": group.kind, "name": group.name,
                          "namespace": BATCH_NAMESPACE, "pods": group.pods, "cpu_m": group.cpu_m,
                          "memory_mib": group.memory_mib, "duration_s": group.duration_s,
-                         "task": group.task_id, "instances_per_pod": group.instances})
+                         "task": group.task_id, "instances_per_pod": group.instances,
+                         "trace_arrival_s": group.trace_arrival_s,
+                         "trace_duration_s": group.trace_duration_s})
     files["batch-schedule.json"] = _json({"speed": config.speed, "load_factor": config.load_factor,
                                           "arrivals": schedule})
     files["docker/production.json"] = _json(docker_production(prod, series, config))

@@ -60,6 +60,7 @@ class BatchGroup:
     duration_s: float
     instances: int
     trace_duration_s: float
+    trace_arrival_s: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,7 +160,8 @@ def sample_batch(tasks: BatchTasks, *, slack_m_s: float, load_factor: float, spe
         groups.append(BatchGroup(name=name, kind=kind, task_id=str(window.task_id[i]), job_id=str(window.job_id[i]),
                                  arrival_s=float((window.arrival_s[i] - offset_s) / speed), pods=n, cpu_m=int(cpu[i]),
                                  memory_mib=int(mem[i]), duration_s=float(dur[i]), instances=int(gi[i]),
-                                 trace_duration_s=float(window.duration_s[i])))
+                                 trace_duration_s=float(window.duration_s[i]),
+                                 trace_arrival_s=float(window.arrival_s[i])))
     groups.sort(key=lambda g: (g.arrival_s, g.name))
     demand_m_s = float(sum(g.pods * g.cpu_m * g.duration_s for g in groups))
     return BatchSample(groups=tuple(groups), load_factor=float(load_factor), slack_m_s=float(slack_m_s),
