@@ -37,14 +37,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from kalena_engine.errors import InputError
+from kalena_engine.errors import InputError, InvariantViolation
 from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads, phase0_capacity
 from kalena_engine.kuberina.blueprint import parse_blueprint
 from kalena_engine.kuberina.infra import parse_infrastructure
 from kalena_engine.kuberina.workloads import parse_workloads
 from kalena_engine.labslice import (
-    BatchSample, LabShape, ProductionSlice, SliceUsage, lab_slack, sample_batch, slice_ir_documents, slice_production,
-    slice_usage,
+    BatchSample, LabShape, ProductionSlice, SliceUsage, by_template, lab_slack, sample_batch, slice_ir_documents,
+    slice_production, slice_usage, template_rows,
 )
 from kalena_engine.labslice.batch import BARE_POD as BATCH_POD, GANG
 from kalena_engine.labslice.production import BARE_POD, DEPLOYMENT, STATEFULSET
@@ -163,14 +163,11 @@ def render_slice(config: SliceConfig, inputs: dict[str, Path]) -> RenderedSlice:
                         step_s=config.step_s, seed=config.seed, speed=config.speed,
                         usage_offset_s=config.usage_offset_s, limit_ratio=config.limit_ratio)
     capacity = phase0_capacity(s_infra)
+    if [p.id for p in s_workloads.pods] != [p.id for p in prod.pods]:
+        raise InvariantViolation("the slice's IR lists its pods in another order than the slice")
     pod_nodes = [s_infra.node_index[s_blueprint.assignment[p.id]] for p in s_workloads.pods]
-    rows = {p.id: i for i, p in enumerate(s_workloads.pods)}
     # a template is one for all replicas: every pod of a declaration follows its replica 0's series
-    template_rows = [rows[prod.declaration_of(p).pods[0].id] for p in prod.pods]
-    lab_usage = SliceUsage(step_s=usage.step_s, speed=usage.speed, cpu_m=usage.cpu_m[template_rows],
-                           memory_mib=usage.memory_mib[template_rows],
-                           vm_ids=tuple(usage.vm_ids[r] for r in template_rows), rho=usage.rho[template_rows],
-                           clipped_share=usage.clipped_share, usage_vms=usage.usage_vms)
+    lab_usage = by_template(usage, template_rows([f"{p.namespace}/{p.declaration}" for p in s_workloads.pods]))
     slack, slack_m_s = lab_slack(lab_usage, pod_nodes, capacity[:, 0])
     batch = sample_batch(read_batch_task(inputs["batch_trace"]), slack_m_s=slack_m_s, load_factor=config.load_factor,
                          speed=config.speed, hours=config.hours, offset_s=config.batch_offset_s,

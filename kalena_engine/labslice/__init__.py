@@ -8,9 +8,11 @@ from kalena_engine.labslice.production import (
     LabShape, ProductionSlice, SliceDaemonSet, SliceDeclaration, SlicePod, slice_production,
 )
 from kalena_engine.labslice.ir import slice_ir_documents
-from kalena_engine.labslice.usage import SliceUsage, lab_slack, slice_usage
+from kalena_engine.labslice.usage import (
+    SliceUsage, by_template, lab_slack, replay_by_template, slice_usage, template_rows,
+)
 
 __all__ = [
     "BatchGroup", "BatchSample", "LabShape", "ProductionSlice", "SliceDaemonSet", "SliceDeclaration",
-    "SlicePod", "SliceUsage", "lab_slack", "sample_batch", "slice_ir_documents", "slice_production", "slice_usage",
+    "SlicePod", "SliceUsage", "by_template", "lab_slack", "replay_by_template", "sample_batch", "slice_ir_documents", "slice_production", "slice_usage", "template_rows",
 ]

@@ -24,13 +24,13 @@ step ``t``, what production usage leaves of the node's post-Phase-0 capacity::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kalena_engine.errors import InputError
 from kalena_engine.estimator import estimator_limit
-from kalena_engine.replay.usage import build_production_usage
+from kalena_engine.replay.usage import ProductionUsage, build_production_usage
 from kalena_engine.resources import CPU, RAM
 from kalena_engine.traces.bitbrains import BitbrainsSet
 
@@ -98,6 +98,30 @@ def slice_usage(request: np.ndarray, bitbrains: BitbrainsSet, peak_ratios: np.nd
                       memory_mib=np.rint(ram / MIB).astype(np.int64),
                       vm_ids=tuple(usage.vm_ids[v] for v in usage.vm_of_pod.tolist()), rho=usage.rho,
                       clipped_share=clipped / max(1, cpu.size), usage_vms=len(vms))
+
+
+def template_rows(declaration_of_pod: list[str]) -> list[int]:
+    """Per pod, the row of the first pod of its declaration (its replica 0 in canonical order).
+
+    A controller has one pod template, so every replica of a declaration carries the same usage
+    annotation: the lab runs each declaration's pods on its replica 0's series. Example:
+    ``["a", "a", "b", "a"] → [0, 0, 2, 0]``.
+    """
+    first: dict[str, int] = {}
+    return [first.setdefault(d, i) for i, d in enumerate(declaration_of_pod)]
+
+
+def by_template(usage: SliceUsage, rows: list[int]) -> SliceUsage:
+    """``usage`` with every pod following the series of ``rows[pod]`` (:func:`template_rows`)."""
+    return replace(usage, cpu_m=usage.cpu_m[rows], memory_mib=usage.memory_mib[rows],
+                   vm_ids=tuple(usage.vm_ids[r] for r in rows), rho=usage.rho[rows])
+
+
+def replay_by_template(usage: ProductionUsage, rows: list[int]) -> ProductionUsage:
+    """A replay's production usage with every pod driven as the lab drives it: by the VM, peak
+    ratio and scale of ``rows[pod]`` (replicas of a declaration share requests, so the scale
+    row is theirs too). Give it to the replay of the slice so it drives the pods the lab runs."""
+    return replace(usage, vm_of_pod=usage.vm_of_pod[rows], rho=usage.rho[rows], scale=usage.scale[rows])
 
 
 def lab_slack(usage: SliceUsage, pod_nodes: list[int], capacity_m: np.ndarray) -> tuple[np.ndarray, float]:
