@@ -31,7 +31,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -194,7 +194,7 @@ def render_slice(config: SliceConfig, inputs: dict[str, Path]) -> RenderedSlice:
     files["docker/production.json"] = _json(docker_production(prod, series, config))
     files["docker/batch.json"] = _json(docker_batch(batch, config, grace))
     for name, doc in zip(("infra", "workloads", "blueprint"), ir, strict=True):
-        files[f"ir/{name}.yaml"] = yaml.safe_dump(doc, sort_keys=False)
+        files[f"ir/{name}.yaml"] = yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False)
     files["placement.json"] = _json(placement(prod, lab_usage))
     summary = slice_summary(config, inputs, prod, lab_usage, usage, batch, slack, capacity[:, 0])
     files["summary.json"] = _json(summary)
@@ -514,8 +514,15 @@ def summary_text(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors and aliases (every manifest reads on its own)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def _yaml_all(docs: list[dict]) -> str:
-    return yaml.safe_dump_all(docs, sort_keys=False, width=10_000)
+    return yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False, width=10_000)
 
 
 def _json(data) -> str:
