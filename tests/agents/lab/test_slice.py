@@ -173,12 +173,13 @@ def test_batch_demand_over_the_slack_measured_from_the_files_matches_the_load_fa
     assert demand / slack == pytest.approx(load_factor, rel=0.02)
 
 
-def test_usage_series_are_the_peak_mapping_scaled_to_the_pod_and_compressed_in_time() -> None:
+@pytest.mark.parametrize(("speed", "step_wall_s"), [(10, 6.0), (60, 1.0), (1, 60.0)])
+def test_usage_series_are_the_peak_mapping_scaled_to_the_pod_and_compressed_in_time(speed, step_wall_s) -> None:
     # one VM sampled every 300 s for 1 h: cpu ratio 0.1, 0.2, 0.05, 0.2 … (p99 over the window 0.2),
     # memory ratio 0.5 throughout (p99 0.5); a pod of q = 16 m / 10 MiB with ρ = (0.5, 0.8):
     #   cpu  u = 0.5 · 16 · s / 0.2 → 4 m at 0.1, 8 m at 0.2, 2 m at 0.05
     #   ram  u = 0.8 · 10 MiB · 0.5 / 0.5 = 8 MiB
-    # 60 steps of 60 s at k = 10 → a step of 6 s wall, 6 minutes a pass.
+    # 60 steps of 60 s: at k = 10 a step of 6 s wall (6 minutes a pass), at k = 60 1 s, at k = 1 60 s.
     t = np.arange(13, dtype=np.int64) * 300 + 1_000_000
     cpu = np.array([0.1, 0.2, 0.05, 0.2] * 3 + [0.1])
     vm = VMSeries("7", t, np.full(13, 1000.0), cpu * 1000.0, np.full(13, 4096.0), np.full(13, 2048.0),
@@ -186,8 +187,8 @@ def test_usage_series_are_the_peak_mapping_scaled_to_the_pod_and_compressed_in_t
     request = np.zeros((1, 8))
     request[0, 0], request[0, 1] = 16.0, 10 * 2**20
     usage = slice_usage(request, BitbrainsSet("vms", (vm,), {}), np.array([[0.5, 0.8]]), hours=1, step_s=60, seed=0,
-                        speed=10)
-    assert usage.step_wall_s == 6.0 and usage.wall_s == 360.0
+                        speed=speed)
+    assert usage.step_wall_s == step_wall_s and usage.wall_s == 60 * step_wall_s
     expected_cpu = np.repeat([4, 8, 2, 8] * 3, 5)
     assert usage.cpu_m[0].tolist() == expected_cpu.tolist()
     assert set(usage.memory_mib[0].tolist()) == {8}
@@ -374,3 +375,39 @@ def test_bad_lab_shapes_and_a_used_output_folder_are_refused(inputs, tmp_path) -
     with pytest.raises(InputError) as err:
         slice_production(infra, workloads, blueprint, LabShape(nodes=4, cpu_m=2, memory_mib=256), seed=0)
     assert "--cpu-m" in err.value.field
+
+
+def test_the_docker_form_holds_the_same_pods_with_kalenas_labels_and_identity_maps_them_by_name(rendered) -> None:
+    _, out = rendered
+    containers = json.loads((out / "docker/production.json").read_text())
+    workloads = load_workloads(out / "ir/workloads.yaml")
+    blueprint = load_blueprint(out / "ir/blueprint.yaml", workloads)
+    placement = json.loads((out / "placement.json").read_text())
+    production = [c for c in containers if "kalena.naughtian.io/daemonset" not in c["labels"]]
+    daemons = [c for c in containers if c["labels"].get("kalena.naughtian.io/daemonset") == "true"]
+    assert len(daemons) == 4 * len(placement["nodes"])
+    assert sorted(c["labels"]["kalena.naughtian.io/workload"] for c in production) == sorted(p.id for p in workloads.pods)
+    k8s = {}
+    for d in _docs(out, "kubernetes/production.yaml"):
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            k8s[(d["metadata"]["namespace"], d["metadata"]["name"])] = d["spec"]["template"]["metadata"]["annotations"]
+        elif d["kind"] == "Pod":
+            k8s[(d["metadata"]["namespace"], d["metadata"]["labels"]["app"])] = d["metadata"]["annotations"]
+    by_id = {p.id: p for p in workloads.pods}
+    for c in production:
+        pod = by_id[c["labels"]["kalena.naughtian.io/workload"]]
+        assert c["node"] == blueprint.assignment[pod.id]
+        assert c["labels"]["kalena.naughtian.io/tier"] == "service"
+        assert c["labels"][USAGE_ANNOTATION] == k8s[(pod.namespace, pod.declaration)][USAGE_ANNOTATION]
+        assert c["labels"]["kalena.naughtian.io/request-cpu"] == f"{round(pod.requests[0])}m"
+        assert int(c["labels"]["kalena.naughtian.io/request-memory"]) == pod.requests[1]
+        assert c["mem_limit"] >= c["mem_reservation"] == pod.requests[1]
+    entries = BlueprintEntries.of([(p.id, p.namespace, p.declaration, p.replica_index, blueprint.assignment[p.id])
+                                   for p in workloads.pods])
+    identities = production_identity([LivePod(ref=c["labels"]["kalena.naughtian.io/workload"], node=c["node"])
+                                      for c in production], entries)
+    assert {(i.outcome, i.rule) for i in identities} == {(MAPPED, "name")}
+    batch = json.loads((out / "docker/batch.json").read_text())
+    schedule = json.loads((out / "batch-schedule.json").read_text())["arrivals"]
+    assert [(b["at_s"], len(b["refs"])) for b in batch] == [(a["at_s"], a["pods"]) for a in schedule]
+    assert all(b["labels"]["kalena.naughtian.io/tier"] == "batch" and WORK_ANNOTATION in b["labels"] for b in batch)
