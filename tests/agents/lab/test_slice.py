@@ -19,6 +19,8 @@ import yaml
 from agents.lab.slice import (
     DEFAULT_INPUTS, USAGE_ANNOTATION, WORK_ANNOTATION, SliceConfig, render_slice, resolve_inputs, write_slice,
 )
+from agents.orchestrators.events import ProductionSeen
+from agents.orchestrators.kubernetes.objects import pod_events
 from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
 from kalena_engine.errors import InputError
 from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads, phase0_capacity
@@ -259,6 +261,7 @@ def _bind_as_the_blueprint_pins(api, pods: list[dict], placement: dict) -> dict[
     return bound
 
 
+@pytest.mark.django_db
 def test_kubectl_applies_the_manifests_and_production_identity_maps_every_controller_made_pod(rendered,
                                                                                                  tmp_path) -> None:
     if not os.access(KUBECTL, os.X_OK):
@@ -310,6 +313,27 @@ def test_kubectl_applies_the_manifests_and_production_identity_maps_every_contro
         assert len({i.entry for i in identities if i.outcome == MAPPED}) == len(workloads.pods)
         deployment_pods = [i for i, p in zip(identities, live, strict=True) if p.owner.startswith("ReplicaSet/")]
         assert deployment_pods and all(i.rule == "replica" for i in deployment_pods)
+        # the console: the slice's IR imported, each pod as the watch reads it observed → all on their entries
+        from kalena_web.control.models import ProductionPlacement
+        from kalena_web.control.services import live_cluster_import, production_observe
+        from kalena_web.inventory.models import Workload
+
+        infra = load_infrastructure(out / "ir/infra.yaml")
+        cluster = live_cluster_import(name="lab-identity", infra=infra, workloads=workloads, blueprint=blueprint,
+                                      now_s=0.0).cluster
+        for p in api.objects("pods"):
+            if p["metadata"]["namespace"] == "batch":
+                continue
+            for event in pod_events("ADDED", p):
+                assert isinstance(event, ProductionSeen)
+                production_observe(cluster=cluster, ref=event.ref, node_name=event.node, request=event.requests,
+                                   limit=event.limits, labels=event.labels, at_s=1.0, now_s=1.0,
+                                   annotations=event.annotations, owner=event.owner, owner_error=event.owner_error,
+                                   start_s=event.start_s, anti_affinity=event.anti_affinity)
+        placements = ProductionPlacement.objects.filter(workload__cluster=cluster)
+        assert Counter(pl.identity for pl in placements) == {ProductionPlacement.MAPPED: len(workloads.pods)}
+        assert not placements.filter(finding=True).exists()
+        assert Workload.objects.filter(cluster=cluster).count() == len(workloads.pods)   # no extra charged
 
 
 @pytest.mark.django_db
