@@ -417,7 +417,10 @@ def placement(prod: ProductionSlice, usage: SliceUsage) -> dict:
     count of its pods on each lab node."""
     nodes = {lab: {"blueprint_node": src, "labels": {**prod.node_labels[lab], HOSTNAME: lab,
                                                      ZONE: prod.zones[lab], **({RACK: prod.racks[lab]}
-                                                                               if prod.racks[lab] else {})}}
+                                                                               if prod.racks[lab] else {})},
+                   "taints": [{"key": t.key, "value": t.value, "effect": t.effect}
+                              for t in prod.node_taints.get(lab, ())],
+                   "daemonsets": list(prod.daemonsets_on.get(lab, ()))}
              for lab, src in prod.node_map}
     workloads = []
     for d in prod.declarations:
@@ -442,8 +445,10 @@ def slice_summary(config: SliceConfig, inputs: dict[str, Path], prod: Production
     batch_kinds: dict[str, int] = {}
     for g in batch.groups:
         batch_kinds[g.kind] = batch_kinds.get(g.kind, 0) + 1
-    node_requests = {lab: {"cpu_m": sum(ds.cpu_m for ds in prod.daemonsets), "memory_mib":
-                           sum(ds.memory_mib for ds in prod.daemonsets)} for lab, _ in prod.node_map}
+    scaled = {ds.name: ds for ds in prod.daemonsets}
+    node_requests = {lab: {"cpu_m": sum(scaled[n].cpu_m for n in prod.daemonsets_on[lab]),
+                           "memory_mib": sum(scaled[n].memory_mib for n in prod.daemonsets_on[lab])}
+                     for lab, _ in prod.node_map}
     for d in prod.declarations:
         for p in d.pods:
             node_requests[p.node]["cpu_m"] += d.cpu_m

@@ -21,7 +21,8 @@ from kalena_engine.kuberina.fields import API_VERSION
 def slice_ir_documents(prod: ProductionSlice, *, source: str = "") -> tuple[dict, dict, dict]:
     """``(infrastructure, workloads, blueprint)`` documents (plain dicts, YAML-ready)."""
     nodes = [{"name": lab, "zone": prod.zones[lab], "rack": prod.racks[lab], "labels": dict(prod.node_labels[lab]),
-              "taints": [], "allocatable": {"cpu": f"{prod.shape.cpu_m}m", "ram": f"{prod.shape.memory_mib}Mi"}}
+              "taints": [{"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect}
+                         for t in prod.node_taints.get(lab, ())], "allocatable": {"cpu": f"{prod.shape.cpu_m}m", "ram": f"{prod.shape.memory_mib}Mi"}}
              for lab, _ in prod.node_map]
     daemonsets = [{"name": ds.name, "resources": {"cpu": f"{ds.cpu_m}m", "ram": f"{ds.memory_mib}Mi"},
                    **({"nodeSelector": dict(ds.node_selector)} if ds.node_selector else {}),

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kalena_engine.errors import InputError
-from kalena_engine.kuberina.model import Blueprint, Infrastructure, Toleration, TopologySpread, Workloads
+from kalena_engine.kuberina.matching import daemonset_eligible
+from kalena_engine.kuberina.model import Blueprint, Infrastructure, Taint, Toleration, TopologySpread, Workloads
 from kalena_engine.kuberina.phase0 import phase0_capacity
 from kalena_engine.kuberina.verify import verify_blueprint
 from kalena_engine.kuberina.workloads import unrolled_names
@@ -140,7 +141,8 @@ class SliceDaemonSet:
 @dataclass(frozen=True, eq=False)
 class ProductionSlice:
     """The production side of a slice (module doc). ``node_map``: ``(lab node, blueprint node)``
-    pairs; ``node_labels`` / ``zones`` / ``racks`` per lab node; ``cpu_scale`` and
+    pairs; ``node_labels`` / ``zones`` / ``racks`` / ``node_taints`` per lab node (the blueprint
+    node's); ``daemonsets_on``: the DaemonSets Phase 0 deducts on each lab node; ``cpu_scale`` and
     ``memory_scale`` the factors ``s_cpu``, ``s_ram``; ``dropped``: what was left out and why."""
 
     shape: LabShape
@@ -157,6 +159,8 @@ class ProductionSlice:
     candidates: int
     dropped: tuple[str, ...] = ()
     rounding: str = "nearest"
+    node_taints: Mapping[str, tuple[Taint, ...]] = field(default_factory=dict)
+    daemonsets_on: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def pods(self) -> tuple[SlicePod, ...]:
@@ -261,18 +265,21 @@ def slice_production(infra: Infrastructure, workloads: Workloads, blueprint: Blu
         for i, pod in zip(rows, pods, strict=True):
             slice_ids[workloads.pods[i].id] = pod.id
         drafts.append((ns, decl, rows, pods))
-    declarations, daemonsets, rounding = _scaled(infra, workloads, drafts, slice_ids, shape, lab_of, cpu_scale,
-                                                 memory_scale, dropped)
+    daemonsets_on = {lab_of[n]: tuple(ds.name for ds in infra.daemonsets if daemonset_eligible(ds, infra.nodes[n]))
+                     for n in chosen}
+    declarations, daemonsets, rounding = _scaled(infra, workloads, drafts, slice_ids, shape, daemonsets_on,
+                                                 cpu_scale, memory_scale, dropped)
     labels = {lab_of[n]: dict(infra.nodes[n].labels) for n in chosen}
     return ProductionSlice(
         shape=shape, node_map=tuple((lab_of[n], infra.nodes[n].name) for n in chosen), node_labels=labels,
         zones={lab_of[n]: infra.nodes[n].zone for n in chosen}, racks={lab_of[n]: infra.nodes[n].rack for n in chosen},
         source_allocatable_mcpu=key[0], source_allocatable_bytes=key[1], cpu_scale=cpu_scale,
         memory_scale=memory_scale, declarations=declarations, daemonsets=daemonsets, candidates=len(candidates),
-        dropped=tuple(dropped), rounding=rounding)
+        dropped=tuple(dropped), rounding=rounding, node_taints={lab_of[n]: tuple(infra.nodes[n].taints) for n in chosen},
+        daemonsets_on=daemonsets_on)
 
 
-def _scaled(infra, workloads, drafts, slice_ids, shape, lab_of, cpu_scale, memory_scale, dropped):
+def _scaled(infra, workloads, drafts, slice_ids, shape, daemonsets_on, cpu_scale, memory_scale, dropped):
     """Scale requests with ``round`` (min 1); fall back to ``floor`` when a lab node overfills."""
     targets_dropped = 0
     for rounding in ("nearest", "down"):
@@ -301,7 +308,7 @@ def _scaled(infra, workloads, drafts, slice_ids, shape, lab_of, cpu_scale, memor
                 source_cpu_m=float(first.requests[CPU]), source_ram_bytes=float(first.requests[RAM]), pods=pods,
                 node_selector=dict(first.node_selector), tolerations=tuple(first.tolerations),
                 affinity=tuple(affinity), anti_affinity=tuple(anti), topology_spread=first.topology_spread))
-        over = _overfilled(declarations, daemonsets, shape, lab_of)
+        over = _overfilled(declarations, daemonsets, shape, daemonsets_on)
         if not over:
             break
     else:
@@ -313,12 +320,12 @@ def _scaled(infra, workloads, drafts, slice_ids, shape, lab_of, cpu_scale, memor
     return tuple(declarations), daemonsets, rounding
 
 
-def _overfilled(declarations, daemonsets, shape, lab_of):
-    cpu = {node: 0 for node in lab_of.values()}
-    mem = dict(cpu)
-    for node in cpu:   # the IR DaemonSets here carry no selector on the lab's nodes' labels: checked by the caller's Phase 0
-        cpu[node] += sum(ds.cpu_m for ds in daemonsets)
-        mem[node] += sum(ds.memory_mib for ds in daemonsets)
+def _overfilled(declarations, daemonsets, shape, daemonsets_on):
+    """The first lab node whose requests (its Phase 0 DaemonSets and its pods) exceed its
+    capacity, as ``(node, cpu m, memory MiB)``; None when every node holds its pods."""
+    scaled = {ds.name: ds for ds in daemonsets}
+    cpu = {node: sum(scaled[n].cpu_m for n in names) for node, names in daemonsets_on.items()}
+    mem = {node: sum(scaled[n].memory_mib for n in names) for node, names in daemonsets_on.items()}
     for d in declarations:
         for p in d.pods:
             cpu[p.node] += d.cpu_m
