@@ -20,10 +20,12 @@ lab's slack, time compressed by ``k`` (DESIGN §11 demand, §15).
    with probability ``gang_share``, else a Job of that parallelism; a task with one pod is a bare
    pod with probability ``bare_share``, else a Job.
 
-Measured load factor = Σ pods · cpu_m · duration_s / S. Worked example: S = 1,000,000 m·s,
-f = 0.5 → T = 500,000 m·s; a task of 371 instances of 1 core for 28 s at s_cpu = 1/256,
-k = 10 and ``min_wall_s`` 5 → 3.9 m for 5 s (floored from 2.8 s); with g = 8 → 46 pods of 31 m,
-each 155 m·s of demand.
+Measured load factor = Σ pods · cpu_m · duration_s / S. Worked example: one task of 371
+instances of 1 core for 28 s, s_cpu = 1/256, k = 10, ``min_wall_s`` 5 → an instance is
+3.906 m for 5 s (28 / 10 = 2.8 s, floored). S = 10,000 m·s and f = 0.5 → T = 5,000 m·s; with
+``max_pods`` 33 the bundle is g = 8 (g = 6 would give 62 pods × 5,000 / 7,130 ≈ 43.5 expected,
+g = 8 46 × 5,000 / 7,130 ≈ 32.3): 46 candidate pods of round(8 × 3.906) = 31 m, 155 m·s each;
+32 of them fit under T (4,960 m·s) → measured load factor 0.496.
 """
 
 from __future__ import annotations
