@@ -7,7 +7,7 @@ import pytest
 
 from kalena_engine.errors import InputError, TraceError
 from kalena_engine.labslice import SliceUsage, lab_slack, sample_batch, template_rows
-from kalena_engine.labslice.batch import BARE_POD, GANG, JOB
+from kalena_engine.labslice.batch import GANG, JOB
 from kalena_engine.labslice.production import kind_of
 from kalena_engine.traces.batch import BatchTasks
 
@@ -66,14 +66,15 @@ def test_the_worked_example_of_bundling_and_sampling_to_the_load_factor() -> Non
     assert sample.floored_tasks == 1
 
 
-def test_demand_below_the_target_repeats_the_window_and_one_pod_tasks_are_jobs_or_bare_pods() -> None:
+def test_demand_below_the_target_repeats_the_window_until_the_load_factor_is_reached() -> None:
     # one instance of 100 m for 600 s: 0.3906 m for 60 s = 23.4 m·s; T = 2 · 10,000 = 20,000 m·s →
     # ⌈20,000 / 23.4⌉ = 854 copies; each a pod of 1 m (the floor) for 60 s = 60 m·s: 332 fit (19,920)
     sample = _sample(_one_task(instances=1, cpu_mcpu=100.0, duration=600.0), load_factor=2.0, max_pods=1000)
     assert sample.copies == 854
     assert sample.pods == 332 and sample.demand_m_s == 19_920.0
     assert sample.measured_load_factor == pytest.approx(2.0, rel=0.005)
-    assert all(g.kind in (JOB, GANG, BARE_POD) for g in sample.groups)
+    (group,) = sample.groups
+    assert group.kind in (JOB, GANG) and group.pods == 332   # several pods of one task: a Job or a gang
 
 
 @pytest.mark.parametrize(("kw", "field"), [

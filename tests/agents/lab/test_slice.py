@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections import Counter
@@ -296,6 +297,12 @@ def test_kubectl_applies_the_manifests_and_production_identity_maps_every_contro
         names = {p["metadata"]["namespace"] + "/" + p["metadata"]["name"] for p in pods}
         assert {"cache/redis-cache-0", "cache/redis-cache-9", "platform/session-store-2"} <= names
         assert "platform/api-gateway-0" in names   # a bare pod keeps its IR name
+        for p in pods:   # a Deployment's pods: <deployment>-<pod-template-hash>-<5 characters>, by their ReplicaSet
+            owner = (p["metadata"].get("ownerReferences") or [{}])[0]
+            if owner.get("kind") == "ReplicaSet":
+                digest = p["metadata"]["labels"]["pod-template-hash"]
+                assert owner["name"] == f"{p['metadata']['labels']['app']}-{digest}"
+                assert re.fullmatch(rf"{re.escape(owner['name'])}-[a-z0-9]{{5}}", p["metadata"]["name"])
         bound = _bind_as_the_blueprint_pins(api, pods, placement)
         blueprint = load_blueprint(out / "ir/blueprint.yaml", workloads)
         entries = BlueprintEntries.of([(p.id, p.namespace, p.declaration, p.replica_index, blueprint.assignment[p.id])
@@ -435,3 +442,20 @@ def test_the_docker_form_holds_the_same_pods_with_kalenas_labels_and_identity_ma
     schedule = json.loads((out / "batch-schedule.json").read_text())["arrivals"]
     assert [(b["at_s"], len(b["refs"])) for b in batch] == [(a["at_s"], a["pods"]) for a in schedule]
     assert all(b["labels"]["kalena.naughtian.io/tier"] == "batch" and WORK_ANNOTATION in b["labels"] for b in batch)
+
+
+def test_kalena_lab_slice_writes_the_files_and_prints_the_summary(tmp_path) -> None:
+    out = tmp_path / "slice"
+    done = _kalena("lab", "slice", "--out", str(out), "--nodes", "2", "--hours", "1", "--speed", "20",
+                   "--load-factor", "0.5", "--seed", "7")
+    assert done.returncode == 0, done.stderr
+    assert "load factor 0.5 stated" in done.stdout and "lab-1 ←" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["lab"]["nodes"] == ["lab-1", "lab-2"] and summary["compression"]["wall_minutes"] == 3.0
+    assert summary["batch"]["measured_load_factor"] == pytest.approx(0.5, rel=0.02)
+    for rel in ("kubernetes/production.yaml", "batch-schedule.json", "docker/production.json", "docker/batch.json",
+                "ir/infra.yaml", "ir/workloads.yaml", "ir/blueprint.yaml", "placement.json", "summary.txt"):
+        assert (out / rel).is_file(), rel
+    usage = next(json.loads(d["spec"]["template"]["metadata"]["annotations"][USAGE_ANNOTATION])
+                 for d in _docs(out, "kubernetes/production.yaml") if d["kind"] in ("Deployment", "StatefulSet"))
+    assert usage["step_s"] == 3.0 and len(usage["cpu_m"]) == 60   # 1 h in 60 s steps, each 60 / 20 s of wall time
