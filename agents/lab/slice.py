@@ -197,6 +197,14 @@ def render_slice(config: SliceConfig, inputs: dict[str, Path]) -> RenderedSlice:
         files[f"ir/{name}.yaml"] = yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False)
     files["placement.json"] = _json(placement(prod, lab_usage))
     summary = slice_summary(config, inputs, prod, lab_usage, usage, batch, slack, capacity[:, 0])
+    # memory, reported beside cpu: what production's series leave of each node's memory over the run
+    mem_used = np.zeros((len(capacity), lab_usage.memory_mib.shape[1]))
+    np.add.at(mem_used, np.asarray(pod_nodes, dtype=np.int64), lab_usage.memory_mib)
+    mem_slack = float(np.maximum(0.0, capacity[:, 1, None] / 2**20 - mem_used).sum() * lab_usage.step_wall_s)
+    mem_demand = float(sum(g.pods * g.memory_mib * g.duration_s for g in batch.groups))
+    summary["slack"]["memory_mib_s"] = mem_slack
+    summary["batch"]["memory_demand_mib_s"] = mem_demand
+    summary["batch"]["memory_load_factor"] = mem_demand / mem_slack if mem_slack > 0 else 0.0
     files["summary.json"] = _json(summary)
     files["summary.txt"] = summary_text(summary)
     return RenderedSlice(files=files, production=prod, usage=lab_usage, batch=batch, summary=summary, ir=ir)
@@ -507,8 +515,9 @@ def summary_text(s: dict) -> str:
         f"→ {s['usage']['step_wall_s']:g} s wall; clipped at the limit {s['usage']['clipped_share']:.2%} of pod-steps",
         f"compression: ×{s['compression']['speed']:g}: {s['compression']['trace_hours']:g} h of trace in "
         f"{s['compression']['wall_minutes']:g} min; grace {s['compression']['grace_s']} s",
-        f"slack: {s['slack']['m_s']:,.0f} m·s over the run",
-        f"batch: load factor {s['batch']['load_factor']:g} stated, {s['batch']['measured_load_factor']:.3f} measured; "
+        f"slack: {s['slack']['m_s']:,.0f} m·s of cpu, {s['slack']['memory_mib_s']:,.0f} MiB·s of memory over the run",
+        f"batch: load factor {s['batch']['load_factor']:g} stated, {s['batch']['measured_load_factor']:.3f} measured "
+        f"(memory {s['batch']['memory_load_factor']:.3f}); "
         f"{s['batch']['arrivals']} arrivals, {s['batch']['pods']} pods ("
         + ", ".join(f"{k} {n}" for k, n in sorted(s["batch"]["kinds"].items()))
         + f"), up to {s['batch']['bundle']} trace instances a pod, durations floored at {s['batch']['min_wall_s']:g} s "
