@@ -278,6 +278,10 @@ def test_kubectl_applies_the_manifests_and_production_identity_maps_every_contro
                                  capture_output=True, text=True, timeout=120)
         assert applied.returncode == 0, applied.stderr
         schedule = json.loads((out / "batch-schedule.json").read_text())["arrivals"]
+        every = subprocess.run([str(KUBECTL), "apply", "--dry-run=client", "-f", str(out / "kubernetes/batch")], env=env,
+                               capture_output=True, text=True, timeout=300)   # validated against the server's openapi
+        assert every.returncode == 0, every.stderr
+        assert every.stdout.count("(dry run)") == len(schedule)
         firsts = {}
         for a in schedule:
             firsts.setdefault(a["kind"], a)
