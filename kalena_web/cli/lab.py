@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+from kalena_web.cli import lab_slice
 from kalena_web.cli.argtypes import port
 from kalena_web.cli.lab_kubernetes import add_kubernetes_arguments
 from kalena_web.cli.paths import PROJECT_ROOT
@@ -54,6 +55,14 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_kubernetes_arguments(up)
     status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
     down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
+    sliced = actions.add_parser("slice", help="render the lab's cluster from a Kuberina blueprint slice and real traces",
+                                description="A few blueprint nodes mapped onto the lab's nodes, their production "
+                                            "scaled to the lab with usage from Bitbrains series, batch sampled from "
+                                            "the Alibaba 2018 trace at a load factor over the lab's slack, time "
+                                            "compressed k times: Kubernetes manifests, Docker container specs, the "
+                                            "slice's Kuberina IR, the batch schedule and a summary (docs/lab.md).")
+    lab_slice.add_arguments(sliced)
+    sliced.set_defaults(handler=lab_slice.handle_slice)
     for p in (up, status, down):
         p.add_argument("--state-dir", type=Path, default=None, help="the lab's state folder (<state dir>/lab)")
     status.add_argument("--json", action="store_true", help="the report as JSON")
