@@ -249,6 +249,11 @@ class SwarmWatcher:
             return [replace(e, schedulable=False) if isinstance(e, NodeSeen) else e for e in out]
         seen = NodeSeen(name=name, ready=True, schedulable=schedulable, allocatable=allocatable, labels=labels,
                         images=tuple(sorted(sizes)), at_s=now, image_bytes=dict(sizes))
+        before = self.lifecycle.nodes.get(name)
+        if before is not None and not before.ready and name in self._sourced:
+            # the node is back: its engine's stream reconnects and re-lists, so a copy still
+            # running from before it was declared lost is found (and stopped)
+            self._sourced[name].close_stream()
         return self.lifecycle.node_up(seen)
 
     # --- engines ---------------------------------------------------------------------------------
