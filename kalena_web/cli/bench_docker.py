@@ -221,6 +221,7 @@ def handle(args: argparse.Namespace) -> int:
         overlap_s: dict[str, float] = {}
         frozen = None
         frozen_until = 0.0
+        frozen_at_s = None
         freeze_done = not (args.swarm and n_engines >= 2 and args.stop_engine_s > 0)
         bind_to_running: list[float] = []
         policy = Policy(eviction=replace(Policy().eviction, cooldown_s=args.cooldown_s))
@@ -266,6 +267,7 @@ def handle(args: argparse.Namespace) -> int:
                     cluster=cluster, state=BatchPod.COMPLETED).exists():
                 frozen = engines.engines[-1]
                 frozen.process.send_signal(signal.SIGSTOP)
+                frozen_at_s = time.time()
                 frozen_until = time.monotonic() + args.stop_engine_s
                 print(f"  {frozen.node}: engine frozen for {args.stop_engine_s:g} s", flush=True)
             if frozen is not None and time.monotonic() >= frozen_until:
@@ -293,8 +295,12 @@ def handle(args: argparse.Namespace) -> int:
                            BatchPod, MitigationEvent, kind, n_engines)
         figures["swarm_nodes"] = swarm_nodes
         figures["duplicate_overlap_max_s"] = round(max(overlap_s.values(), default=0.0), 1)
-        figures["pods_node_lost"] = len({r["workload_name"] for r in EvictionRecord.objects.filter(
-            cluster=cluster).values("workload_name", "detail") if "NodeLost" in str(r["detail"].get("why", ""))})
+        node_lost = [(r["workload_name"], r["time_s"]) for r in EvictionRecord.objects.filter(cluster=cluster).values(
+            "workload_name", "time_s", "detail") if "NodeLost" in str(r["detail"].get("why", ""))]
+        figures["pods_node_lost"] = len({name for name, _ in node_lost})
+        # engine frozen → its pods declared lost: the managers noticing the node down + the 40 s grace
+        figures["freeze_to_node_lost_s"] = (round(min(t for _, t in node_lost) - frozen_at_s, 1)
+                                            if node_lost and frozen_at_s else None)
         figures["engine_stopped_s"] = args.stop_engine_s if (args.swarm and n_engines >= 2) else 0.0
         figures["agent_exits"] = sum(1 for name, proc in procs.procs.items()
                                      if name.startswith("agent-") and proc.poll() is not None)
@@ -369,7 +375,8 @@ def format_figures(f: dict) -> str:
     if f.get("orchestrator") == "swarm":
         lines += [("swarm nodes", f"{f.get('swarm_nodes')}"),
                   ("engine stopped", f"{f.get('engine_stopped_s')} s: {f.get('pods_node_lost')} pods lost with the "
-                                     f"node, re-placed; longest two-copy overlap {f.get('duplicate_overlap_max_s')} s")]
+                                     f"node {f.get('freeze_to_node_lost_s')} s after it stopped, re-placed; "
+                                     f"longest two-copy overlap {f.get('duplicate_overlap_max_s')} s")]
     lines += [(k, str(f.get(k))) for k in ("swarm_nodes", "pods_completed", "pods_lost", "pods_duplicated",
                                            "agent_exits")]
     return "\n".join(f"  {k:<28} {v}" for k, v in lines)
