@@ -359,7 +359,7 @@ class SwarmWatcher:
             service_id = services[cid] or self._service_from_engine(engine, cid)
             try:
                 if service_id:
-                    self.swarm.manager_call("remove", lambda c, s=service_id: _remove_service(c, s))
+                    self.swarm.remove_service(service_id)
                 if (node, cid) in stale and engine is not None and not cid.startswith("task:"):
                     engine.stop_and_remove(cid, grace_s=2)
             except Exception as exc:  # noqa: BLE001 - retried on the next list
@@ -375,11 +375,3 @@ class SwarmWatcher:
             return ""
         return str(((attrs.get("Config") or {}).get("Labels") or {}).get("com.docker.swarm.service.id", ""))
 
-
-def _remove_service(client: Any, service_id: str) -> None:
-    from docker.errors import NotFound
-
-    try:
-        client.api.remove_service(service_id)
-    except NotFound:
-        pass
