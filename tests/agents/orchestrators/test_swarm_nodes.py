@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agents.bench.dockerd import PrivateEngines
+from agents.bench.dockerd import PrivateEngines, mounts_under
 from agents.orchestrators.docker import Engine, EngineConfig, SwarmOrchestrator
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import EvictionRecord
@@ -58,8 +58,9 @@ def swarm3():
                 engine.process.send_signal(signal.SIGCONT)
         pe.swarm_leave()
         pe.stop()
+        left = mounts_under(pe.root)  # a Swarm node's network namespaces are unmounted too
         shutil.rmtree(pe.root, ignore_errors=True)
-    assert pe.cgroup_leftovers() == []
+    assert pe.cgroup_leftovers() == [] and left == []
 
 
 def manager(pe: PrivateEngines):
