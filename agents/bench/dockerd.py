@@ -174,7 +174,7 @@ class PrivateEngines:
     @staticmethod
     def _labels(engine: PrivateEngine) -> list[str]:
         """The engine's share of the host as labels the orchestrator reads (its node's allocatable)."""
-        out = []
+        out = [f"--label=kalena.naughtian.io/node={engine.node}"]  # its name in a Swarm, rejoins included
         if engine.cpus:
             count = sum(len(range(int(a), int(b or a) + 1)) for a, _, b in
                         (part.partition("-") for part in engine.cpus.split(",")))

@@ -97,7 +97,8 @@ def engine_argv(node: NodePlan, directory: Path) -> list[str]:
             "--shutdown-timeout=2",
             f"--label=kalena.naughtian.io/allocatable-cpu={node.cpu_mcpu}m",
             f"--label=kalena.naughtian.io/allocatable-memory={node.memory_bytes}",
-            f"--label=kalena.naughtian.io/lab-node={node.name}"]
+            f"--label=kalena.naughtian.io/lab-node={node.name}",
+            f"--label=kalena.naughtian.io/node={node.name}"]  # its Swarm node name, a rejoin included
 
 
 def engine_launch(node: NodePlan, directory: Path) -> subprocess.Popen:

@@ -183,7 +183,8 @@ class SwarmWatcher:
 
     def relist(self) -> None:
         """One pass over the managers' node and task lists (see module doc)."""
-        nodes = self.swarm.node_list()
+        # a node that just joined has no description yet (no engine labels): named once it has one
+        nodes = [n for n in self.swarm.node_list() if ((n.get("Description") or {}).get("Engine") or {})]
         services = self.swarm.services()
         now = self.clock()
         out: list[WatchEvent] = []
