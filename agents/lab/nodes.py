@@ -97,7 +97,8 @@ def engine_argv(node: NodePlan, directory: Path) -> list[str]:
             "--shutdown-timeout=2",
             f"--label=kalena.naughtian.io/allocatable-cpu={node.cpu_mcpu}m",
             f"--label=kalena.naughtian.io/allocatable-memory={node.memory_bytes}",
-            f"--label=kalena.naughtian.io/lab-node={node.name}"]
+            f"--label=kalena.naughtian.io/lab-node={node.name}",
+            f"--label=kalena.naughtian.io/node={node.name}"]  # its Swarm node name, a rejoin included
 
 
 def engine_launch(node: NodePlan, directory: Path) -> subprocess.Popen:
@@ -156,9 +157,15 @@ def engine_clear(url: str) -> int:
     """Remove every container of the engine at ``url`` (force); returns how many."""
     client = engine_client(url)
     try:
-        containers = client.containers.list(all=True)
+        from docker.errors import NotFound
+
+        # a container removed between the list and its inspect is left out (Engine.containers)
+        containers = client.containers.list(all=True, ignore_removed=True)
         for container in containers:
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except NotFound:
+                pass
         return len(containers)
     finally:
         client.close()

@@ -14,6 +14,7 @@ from typing import Any
 
 from agents.lab import nodes as machinery
 from agents.lab.kubelets import kubelet_health
+from agents.lab.swarm import swarm_nodes
 from agents.lab.lab import agent_health
 from agents.lab.state import alive
 
@@ -70,6 +71,7 @@ def node_cgroup_figures(group: str, *, root: Path = CGROUP_ROOT, sample_s: float
 def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: float = 0.5) -> dict[str, Any]:
     """Everything ``status`` reports for the recorded lab ``state`` (a JSON-ready dict)."""
     nodes = []
+    in_swarm = swarm_nodes(state["nodes"]) if state.get("swarm") else {}
     for record in state["nodes"]:
         engine = {"alive": alive(record.get("engine")), "pid": (record.get("engine") or {}).get("pid"),
                   "socket": record["socket"], "answers": False, "containers": None}
@@ -78,7 +80,9 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
                 client = machinery.engine_client(f"unix://{record['socket']}", timeout_s=5)
                 client.ping()
                 engine["answers"] = True
-                engine["containers"] = len(client.containers.list())
+                engine["containers"] = len(client.containers.list(ignore_removed=True))
+                if state.get("swarm"):  # the address the node advertises (the managers see its connections' source)
+                    engine["swarm_address"] = (client.info().get("Swarm") or {}).get("NodeAddr")
                 client.close()
             except Exception:  # noqa: BLE001 - reported as not answering
                 pass
@@ -93,9 +97,13 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
         nodes.append({"name": record["name"], "address": record["address"], "cpu_mcpu": record["cpu_mcpu"],
                       "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent, "kubelet": kubelet,
                       "cgroup": record["cgroup"], **node_cgroup_figures(record["cgroup"], sample_s=sample_s)})
+        if state.get("swarm"):  # the node as the managers see it (role, state, availability)
+            nodes[-1]["swarm"] = {**in_swarm.get(record["name"], {"state": "not listed by any manager"}),
+                                  "advertise": engine.get("swarm_address")}
     console = state["console"]
     return {
         "name": state["name"], "status": state["status"], "budget": state["budget"],
+        "orchestrator": state.get("orchestrator", "docker"),
         "console": {"url": console["url"], "alive": alive(console.get("process")), "env": console.get("env", {}),
                     "pid": (console.get("process") or {}).get("pid")},
         "host_psi_cpu_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "cpu"),
@@ -110,6 +118,10 @@ def substitutions(state: dict[str, Any]) -> list[str]:
            "deployment",
            f"machines: cgroup subtrees /sys/fs/cgroup/{{cpu,cpuacct,memory,cpuset,unified}}/"
            f"{state['cgroup_root']}/<node>"]
+    if state.get("swarm"):
+        out.append(f"orchestrator: one Swarm of the nodes' engines (managers {', '.join(state['swarm'].get('managers', []))}, "
+                   f"each node on <address>:{state['swarm'].get('port', 2377)}); nodes named by the node label "
+                   "kalena.naughtian.io/node (every node reports this machine's hostname)")
     for r in state["nodes"]:
         out.append(f"{r['name']}: host address → {r['address']}; capacity → cpu quota {r['cpu_mcpu']} m, memory "
                    f"limit {r['memory_bytes'] // 2**20} MiB; container runtime → dockerd on {r['socket']} "
@@ -153,6 +165,15 @@ def format_status(report: dict[str, Any]) -> str:
         if k:
             shown = f"{k['health']} {k['pid']}" if k["alive"] else "DOWN"
             lines.append(f"{n['name']:<14} kubelet double {shown} on {k['url']}")
+    swarm = [n for n in report["nodes"] if "swarm" in n]
+    if swarm:
+        lines.append(f"swarm (as the managers see it): {'node':<14} {'role':<8} {'state':<8} {'availability':<12} "
+                     f"{'advertises':<16} id")
+        for n in swarm:
+            s = n["swarm"]
+            role = (s.get("role") or "?") + ("*" if s.get("leader") else "")
+            lines.append(f"{'':<31}{n['name']:<14} {role:<8} {s.get('state', '?'):<8} "
+                         f"{s.get('availability', '?'):<12} {str(s.get('advertise') or '?'):<16} {s.get('id', '')[:12]}")
     env = report["console"].get("env") or {}
     if env:
         lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "

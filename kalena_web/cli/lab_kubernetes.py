@@ -18,8 +18,9 @@ from kalena_web.cli.paths import PROJECT_ROOT
 
 
 def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
-    up.add_argument("--orchestrator", choices=("docker", "kubernetes"), default="docker",
-                    help="docker: a private engine per node and `kalena serve` on SQLite; kubernetes: the lab's API "
+    up.add_argument("--orchestrator", choices=("docker", "swarm", "kubernetes"), default="docker",
+                    help="docker: a private engine per node, standalone, and `kalena serve` on SQLite; swarm: the "
+                         "nodes' engines joined into one Swarm; kubernetes: the lab's API "
                          "server, deploy/kubernetes applied with kubectl, the control plane from the applied objects, "
                          "a kubelet double per node (docs/lab.md)")
     up.add_argument("--database-url", default=None,
