@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 import orjson
@@ -144,13 +145,16 @@ def recent_evictions(*, cluster: Cluster, since_s: float, row_of_node: dict[int,
 
 
 def cluster_snapshot(*, cluster: Cluster, now_s: float, cooldown_s: float, cache: dict | None = None,
-                     kubelet: bool = True) -> tuple[list[NodeRow], ClusterSnapshot]:
+                     kubelet: bool = True, batch: Callable[[dict[int, int]], BatchResidents] | None = None,
+                     ) -> tuple[list[NodeRow], ClusterSnapshot]:
     """``(rows, snapshot)``: the cluster exactly as a scheduling pass reads it — node rows, resident
     production and batch pods, the batch evictions of the last ``cooldown_s`` (the eviction
     cooldown), cached images and, where nodes publish batch capacity, the kubelet's room
     (case C11; ``kubelet=False`` leaves it out — the extender, which kube-scheduler asks before
     the kubelet sees the pod). The scheduling pass, the extender and the policy pre-flight all
-    read it here (5–7 queries whatever the cluster's size; ``cache`` as :func:`production_pods`)."""
+    read it here (5–7 queries whatever the cluster's size; ``cache`` as :func:`production_pods`;
+    ``batch(row_of_node)`` gives the resident batch pods instead of :func:`batch_residents` —
+    the scheduler's cache, :mod:`kalena_web.scheduling.cache`)."""
     from kalena_web.kubehooks.selectors import kubelet_room  # kubehooks reads through this module
 
     rows = node_rows(cluster=cluster)
@@ -158,7 +162,7 @@ def cluster_snapshot(*, cluster: Cluster, now_s: float, cooldown_s: float, cache
     cached, _ = mappers.node_images(rows)
     snap = mappers.snapshot(
         rows, now_s=now_s, production=production_pods(cluster=cluster, row_of_node=row_of_node, cache=cache),
-        batch=batch_residents(cluster=cluster, row_of_node=row_of_node),
+        batch=batch(row_of_node) if batch is not None else batch_residents(cluster=cluster, row_of_node=row_of_node),
         evictions=recent_evictions(cluster=cluster, since_s=now_s - cooldown_s, row_of_node=row_of_node),
         images=cached)
     room = kubelet_room(cluster=cluster, rows=rows) if rows and kubelet else None
