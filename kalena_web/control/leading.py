@@ -49,7 +49,7 @@ from kalena_web.policy.selectors import CurrentPolicy
 from kalena_web.policy.services import policy_apply
 from kalena_web.scheduling.binder import BindingPool
 from kalena_web.scheduling.cache import SchedulerCache
-from kalena_web.scheduling.cycle import scheduling_pass
+from kalena_web.scheduling.cycle import PASS_PODS, scheduling_pass
 
 log = logging.getLogger(__name__)
 #: seconds between two moves of the watch's counters into /metrics/cluster (and once at stop)
@@ -266,7 +266,10 @@ class ClusterScheduler:
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
         eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=policy, now_s=now,
-                                 rng=self.rng, keep_going=self.may_act, cache=self.cache, binder=self.binder)
+                                 rng=self.rng, keep_going=self.may_act, cache=self.cache, binder=self.binder,
+                                 max_pods=None if wait_for_bindings else PASS_PODS)
+        if report.deferred:
+            self.wake.set()  # the rest of the queue: decided by the next pass at once
         if wait_for_bindings:
             self.binder.collect(now_s=now, report=report, wait=True)
             report.in_flight = 0

@@ -30,6 +30,9 @@ from kalena_web.scheduling.whypending import pending_notice, why_pending_record
 
 #: kept for callers of the former chunked binding; a pass now assumes every node's pods in one transaction
 BIND_CHUNK_NODES = 200
+#: pods one pass of a long-lived scheduler decides at most (whole gangs beyond it): its decisions
+#: are written and handed to the binder while the next pass decides the next ones
+PASS_PODS = 2000
 
 
 @dataclass
@@ -49,6 +52,7 @@ class PassReport:
     noticed: int = 0
     assumed: int = 0
     in_flight: int = 0
+    deferred: int = 0
     generation: int = 0
     stopped_early: bool = False
     errors: list[str] = field(default_factory=list)
@@ -57,7 +61,8 @@ class PassReport:
 
 def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Policy, now_s: float,
                     rng: np.random.Generator, keep_going: Callable[[], bool] | None = None,
-                    cache: SchedulerCache | None = None, binder: BindingPool | None = None) -> PassReport:
+                    cache: SchedulerCache | None = None, binder: BindingPool | None = None,
+                    max_pods: int | None = None) -> PassReport:
     """Place pending batch into reservation-ledger slack (DESIGN §9).
 
     Applies the binding answers that came back since the last pass, takes the cache's next
@@ -71,6 +76,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
 
     ``cache`` and ``binder``: a long-lived scheduler's (then the pass does not wait for its
     bindings); without them the pass builds both and waits for every answer before it returns.
+    ``max_pods``: a pass decides at most this many pods, the first in queue order, with every
+    pod of a gang among them (a gang is placed whole or not at all); the rest are ``deferred``
+    to the next pass, which the caller runs at once (the binder works meanwhile).
     ``keep_going`` (e.g. "this scheduler still holds its Lease") is asked before the decisions
     are assumed and before every binding call: once it answers False nothing more is bound and
     the rest goes back to the queue, so no pass outlives the right to bind.
@@ -91,8 +99,10 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             _phase(report, "read", mark)
             return report
         rows = snap.rows
+        considered = _first_pods(snap.pending, max_pods)
+        report.deferred = len(snap.pending) - len(considered)
         _, image_sizes = mappers.node_images(rows)
-        pending, pods_of_entry = mappers.pending_batch(snap.pending, image_sizes)
+        pending, pods_of_entry = mappers.pending_batch(considered, image_sizes)
         mark = _phase(report, "read", mark)
         result = schedule_batch(snap.cluster, pending, policy, rng=rng)
         mark = _phase(report, "engine", mark)
@@ -131,6 +141,14 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             binder.close(now_s=now_s, report=report)
     report.in_flight = len(binder.in_flight)
     return report
+
+
+def _first_pods(rows: list, max_pods: int | None) -> list:
+    """The first ``max_pods`` of ``rows`` (queue order), and every other row of a gang among them."""
+    if max_pods is None or len(rows) <= max_pods:
+        return rows
+    gangs = {r.gang for r in rows[:max_pods] if r.gang}
+    return rows[:max_pods] + [r for r in rows[max_pods:] if r.gang and r.gang in gangs]
 
 
 def _phase(report: PassReport, name: str, since: float) -> float:

@@ -158,3 +158,24 @@ def test_a_new_scheduler_decides_on_the_record_alone(live) -> None:
     report = PassReport()
     binder.close(now_s=1004.0, report=report)
     assert report.placed == 3 and sorted(orch.calls) == [f"batch/job-5-{i}" for i in range(3)]
+
+
+def test_a_capped_pass_takes_whole_gangs_and_defers_the_rest(live) -> None:
+    for i in range(3):
+        submit(live, f"batch/solo-{i}", cpu=0.1, ram=0.1, owner="solo")
+    for i in range(3):
+        v = ir_vector(cpu=0.1, ram=0.1)
+        batch_submit(cluster=live, name=f"batch/gang-{i}", owner="trainer", request={"cpu": v[CPU], "ram": v[RAM]},
+                     gang="trainer", min_member=3, now_s=1000.0)
+    for i in range(3, 5):
+        submit(live, f"batch/solo-{i}", cpu=0.1, ram=0.1, owner="solo")
+    cache = SchedulerCache(cluster=live)
+    report = scheduling_pass(cluster=live, orchestrator=FakeOrchestrator(node_names=NODES), policy=Policy(),
+                             now_s=1001.0, rng=np.random.default_rng(0), cache=cache, max_pods=4)
+    # the first 4 in queue order hold one member of the gang: its other two come along, whole
+    assert (report.pending, report.placed, report.deferred) == (8, 6, 2)
+    bound = set(BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND).values_list("workload__name", flat=True))
+    assert {"batch/gang-0", "batch/gang-1", "batch/gang-2"} <= bound and "batch/solo-4" not in bound
+    rest = scheduling_pass(cluster=live, orchestrator=FakeOrchestrator(node_names=NODES), policy=Policy(),
+                           now_s=1002.0, rng=np.random.default_rng(0), cache=cache, max_pods=4)
+    assert (rest.pending, rest.placed, rest.deferred) == (2, 2, 0)
