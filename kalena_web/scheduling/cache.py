@@ -2,13 +2,16 @@
 ``internal/cache``) — the pending queue, the batch pods resident on nodes, the production pods,
 and the pods it assumed on a node whose binding is still in flight.
 
-The database stays the record: every pass takes a snapshot (:meth:`SchedulerCache.snapshot`,
-numbered by :attr:`SchedulerCache.generation`) that reads the node rows and ledgers, the recent
-evictions and the kubelet's room afresh (a few queries: the estimation loop, escalation and the
-watch change them from other processes), and syncs the queue and the resident batch pods by
-key-only reads, reading whole rows (the JSON of labels and constraints) only for pods it does
-not hold yet; production pods are re-read only when their fingerprint changed
-(:func:`~kalena_web.scheduling.selectors.production_pods`).
+The database stays the record (the estimation loop, escalation, the watch's reconciler and
+other processes write it): every pass takes a snapshot (:meth:`SchedulerCache.snapshot`,
+numbered by :attr:`SchedulerCache.generation`) that syncs the cache with it by key-only reads —
+a per-node key (an MD5 the database computes over the node's row, ledger and condition,
+:func:`~kalena_web.scheduling.selectors.node_row_keys`: only nodes whose key moved since the
+last pass are read whole, as kube-scheduler's snapshot copies only the nodes whose generation
+moved), the queue's and the resident batch pods' ids (whole rows, with their JSON labels and
+constraints, only for pods not held yet); production pods are re-read only when their
+fingerprint changed (:func:`~kalena_web.scheduling.selectors.production_pods`); the recent
+evictions and the kubelet's room are read afresh (small).
 
 A decision is *assumed* at once: the cycle writes it as the record (the node's ledger debited,
 the pod bound, :mod:`.recording`), the queue lets the pod go and :meth:`assume` notes it in
@@ -65,6 +68,9 @@ class SchedulerCache:
     #: pod id → the pod assumed on a node whose binding is in flight, and the node's name
     in_flight: dict[int, tuple[QueuedPod, str, float]] = field(default_factory=dict)
     _residents: dict[int, _Resident] = field(default_factory=dict)
+    #: node id → (key, row) as last read
+    _nodes: dict[int, tuple[str, NodeRow]] = field(default_factory=dict)
+    nodes_read: int = 0  # node rows read whole since the cache was made (tests and benchmarks)
     _production: dict = field(default_factory=dict)
 
     def snapshot(self, *, now_s: float, cooldown_s: float, kubelet: bool = True) -> Snapshot:
@@ -76,8 +82,23 @@ class SchedulerCache:
             return Snapshot(generation=self.generation, rows=[], cluster=None, pending=[])
         rows, snap = selectors.cluster_snapshot(cluster=self.cluster, now_s=now_s, cooldown_s=cooldown_s,
                                                 cache=self._production, kubelet=kubelet,
-                                                batch=self._batch_residents)
+                                                batch=self._batch_residents, rows=self._node_rows())
         return Snapshot(generation=self.generation, rows=rows, cluster=snap if rows else None, pending=pending)
+
+    def _node_rows(self) -> list[NodeRow]:
+        """Every node in row order, read whole only where its key moved (module doc)."""
+        keys = selectors.node_row_keys(cluster=self.cluster)
+        moved = [node_id for node_id, key in keys if self._nodes.get(node_id, ("",))[0] != key]
+        if moved:
+            fresh = {r.id: r for r in selectors.node_rows(cluster=self.cluster, ids=moved)}
+            self.nodes_read += len(fresh)
+            wanted = dict(keys)
+            for node_id, row in fresh.items():
+                self._nodes[node_id] = (wanted[node_id], row)
+        held = {node_id for node_id, _ in keys}
+        for node_id in [i for i in self._nodes if i not in held]:
+            del self._nodes[node_id]
+        return [self._nodes[node_id][1] for node_id, _ in keys if node_id in self._nodes]
 
     def _batch_residents(self, row_of_node: dict[int, int]) -> BatchResidents:
         """Bound batch pods grouped by (template, node), as

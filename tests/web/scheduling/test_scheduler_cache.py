@@ -179,3 +179,26 @@ def test_a_capped_pass_takes_whole_gangs_and_defers_the_rest(live) -> None:
     rest = scheduling_pass(cluster=live, orchestrator=FakeOrchestrator(node_names=NODES), policy=Policy(),
                            now_s=1002.0, rng=np.random.default_rng(0), cache=cache, max_pods=4)
     assert (rest.pending, rest.placed, rest.deferred) == (2, 2, 0)
+
+
+def test_the_cache_reads_a_node_whole_again_only_when_its_row_changed(live) -> None:
+    from kalena_web.control.models import NodeCondition
+    from kalena_web.inventory.models import Node
+    from kalena_web.scheduling.selectors import node_rows
+
+    submit(live, "batch/huge-1", cpu=64.0, ram=1.0)  # never fits: every pass snapshots the nodes
+    cache = SchedulerCache(cluster=live)
+    cache.snapshot(now_s=1001.0, cooldown_s=600.0)
+    assert cache.nodes_read == 3
+    cache.snapshot(now_s=1002.0, cooldown_s=600.0)
+    assert cache.nodes_read == 3  # nothing changed: nothing read whole
+    beta = Node.objects.get(cluster=live, name="thinkcentre-beta")
+    NodeCondition.objects.filter(node=beta).update(schedulable=False)  # cordoned by another process
+    snap = cache.snapshot(now_s=1003.0, cooldown_s=600.0)
+    assert cache.nodes_read == 4
+    full = node_rows(cluster=live)  # the same rows a full read gives
+    assert [(r.id, r.name, r.ready, r.version, r.labels) for r in snap.rows] == [
+        (r.id, r.name, r.ready, r.version, r.labels) for r in full]
+    assert all(np.array_equal(a.batch_request, b.batch_request) and np.array_equal(a.capacity, b.capacity)
+               for a, b in zip(snap.rows, full, strict=True))
+    assert [r.ready for r in snap.rows if r.name == "thinkcentre-beta"] == [False]
