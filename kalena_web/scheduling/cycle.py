@@ -28,8 +28,6 @@ from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.recording import assume_in_ledger
 from kalena_web.scheduling.whypending import pending_notice, why_pending_record
 
-#: kept for callers of the former chunked binding; a pass now assumes every node's pods in one transaction
-BIND_CHUNK_NODES = 200
 #: pods one pass of a long-lived scheduler decides at most (whole gangs beyond it): its decisions
 #: are written and handed to the binder while the next pass decides the next ones
 PASS_PODS = 2000

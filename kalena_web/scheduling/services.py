@@ -29,7 +29,7 @@ from kalena_web.scheduling.checks import (  # noqa: F401 - re-exported
     BatchConflict, BatchNameTaken,
     BatchNotStopped, BatchRejected, check_labels,
 )
-from kalena_web.scheduling.cycle import BIND_CHUNK_NODES, PassReport, scheduling_pass  # noqa: F401 - re-exported
+from kalena_web.scheduling.cycle import PassReport, scheduling_pass  # noqa: F401 - re-exported
 from kalena_web.scheduling.lifecycle import (  # noqa: F401 - re-exported
     UNCONFIRMED_S, batch_drop, batch_evicted, batch_finish, batch_gone, batch_requeue, batch_requeue_many,
     batch_unconfirmed,
