@@ -23,7 +23,7 @@ from kalena_web.archive.models import ArchiveCursor, EvictionRecord, UsageRollup
 from kalena_web.inventory.mappers import vector
 from kalena_web.inventory.models import Cluster, Workload
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.services import batch_evicted
+from kalena_web.scheduling.lifecycle import batch_evicted
 from kalena_web.telemetry.models import IngestBatch, MitigationEvent
 
 ROSE_WINDOW_S = 600.0

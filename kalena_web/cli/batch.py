@@ -159,13 +159,14 @@ def handle_submit(args: argparse.Namespace) -> int:
     from django.conf import settings
 
     from kalena_web.scheduling import services
+    from kalena_web.scheduling.tasks import scheduling_request
 
     cluster = _cluster(args.cluster)
     queued = services.batch_queue(
         cluster=cluster, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=args.name, owner=args.owner,
         request=_block_arg(args.request, "request"), limit=_block_arg(args.limit, "limit"), priority=args.priority,
         labels=labels, constraints=constraints, image=args.image, command=command, gang=args.gang,
-        min_member=args.min_member, now_s=time.time())
+        min_member=args.min_member, now_s=time.time(), wake=scheduling_request)
     if not queued.created:
         print(f"{args.name} was already submitted with this spec; nothing changed", file=sys.stderr)
     _print(_pod(cluster, queued.pod.workload.name), args.json)

@@ -235,7 +235,10 @@ def handle(args: argparse.Namespace) -> int:
         time.sleep(0.05)
     b.start()
     # wait until the leader's watch has listed the nodes (its reconciler applied them)
-    while a.watch.reconciler.counts.get("Resynced", Counter()).total() < 1:
+    # (a leader that lost its lease under load meanwhile has no watch until it leads again)
+    while (watch := a.watch) is None or watch.reconciler.counts.get("Resynced", Counter()).total() < 1:
+        if time.monotonic() > deadline + 120:
+            raise RuntimeError("the first candidate's watch never listed the cluster")
         time.sleep(0.1)
     print(f"  leader kalena-a watching ({time.monotonic() - t0:.1f} s since start)")
 

@@ -30,6 +30,7 @@ from kalena_web.inventory.models import Node
 from kalena_web.scheduling import selectors as scheduling_selectors
 from kalena_web.scheduling import services as scheduling_services
 from kalena_web.scheduling.models import BatchPod
+from kalena_web.scheduling.tasks import scheduling_request
 from kalena_web.telemetry import services as telemetry_services
 
 OPERATE_BATCH = "scheduling.operate_batch"
@@ -78,7 +79,7 @@ def batch_submit(request: HttpRequest, cluster: str) -> HttpResponse:
             owner=(request.POST.get("owner") or "").strip(), request=_block(request, "request") or {},
             limit=_block(request, "limit"),
             priority=_number(request.POST.get("priority", ""), "priority", integer=True) or 0,
-            image=(request.POST.get("image") or "").strip(), now_s=time.time())
+            image=(request.POST.get("image") or "").strip(), now_s=time.time(), wake=scheduling_request)
     except InputError as exc:  # BatchConflict and BatchRejected are InputErrors too
         messages.error(request, f"{name or 'the pod'} was not queued: {exc}")
         return redirect(back)

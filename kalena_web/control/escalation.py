@@ -33,7 +33,7 @@ from kalena_web.control.models import Escalation, EvictionRetry, NodeCondition
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.services import batch_evicted
+from kalena_web.scheduling.lifecycle import batch_evicted
 from kalena_web.telemetry.models import MitigationEvent
 
 

@@ -4,12 +4,19 @@ kube-scheduler's shape: every ``kalena watch`` process (or ``kalena serve`` thre
 candidate for the cluster's Lease (:class:`~agents.orchestrators.kubernetes.lease.LeaderElector`,
 renewed on its own thread). While it leads, it runs the watch (pods and nodes →
 :class:`~kalena_web.control.reconciler.Reconciler`) and scheduling passes — event-driven (a
-queued pod wakes it) and at least every ``pass_period_s`` — each pass asking
-:meth:`ClusterScheduler.may_act` before every binding call, so no pass outlives the lease nor a
-:meth:`ClusterScheduler.stop`. When it loses the lease it stops watching and binding at once;
-a standby takes over after the lease expires. Each pass also
+queued pod wakes it) and at least every ``pass_period_s``. Each leadership term has its own
+scheduler cache (:class:`~kalena_web.scheduling.cache.SchedulerCache`) and binding pool
+(:class:`~kalena_web.scheduling.binder.BindingPool`): the first pass waits until the watch's
+first list was applied (its ``Resynced``, at most ``sync_timeout_s``), so a newly elected
+scheduler decides on the list and the record, never on what it held before; passes then
+hand their decisions to the pool and do not wait for the Binding calls, whose answers the next
+pass applies. The pool asks :meth:`ClusterScheduler.may_act` before every call, so no binding
+outlives the lease nor a :meth:`ClusterScheduler.stop`. When it loses the lease it stops the
+pool and the watch at once, gives the pods not bound back to the queue, and a standby takes
+over after the lease expires. Each pass also
 records the agents' evictions, settles bindings the watch has not confirmed after 30 s by
-reading the pod (:func:`~kalena_web.scheduling.services.batch_unconfirmed`), and retries evictions a
+reading the pod (:func:`~kalena_web.scheduling.lifecycle.batch_unconfirmed`; not those whose call is still
+in the pool), and retries evictions a
 PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`), and
 every 5 s moves the watch's counters into ``/metrics/cluster`` (:class:`~kalena_web.control.watching.WatchCounters`).
 
@@ -40,6 +47,9 @@ from kalena_web.inventory.models import Cluster
 from kalena_web.policy.models import PolicyApplied
 from kalena_web.policy.selectors import CurrentPolicy
 from kalena_web.policy.services import policy_apply
+from kalena_web.scheduling.binder import BindingPool
+from kalena_web.scheduling.cache import SchedulerCache
+from kalena_web.scheduling.cycle import PASS_PODS, scheduling_pass
 
 log = logging.getLogger(__name__)
 #: seconds between two moves of the watch's counters into /metrics/cluster (and once at stop)
@@ -63,7 +73,8 @@ class ClusterScheduler:
     :class:`~agents.orchestrators.kubernetes.KubernetesOrchestrator`); see module doc."""
 
     def __init__(self, *, cluster: Cluster, orchestrator, elector: LeaderElector, policy: Policy | None = None,
-                 pass_period_s: float = 2.0, rng: np.random.Generator | None = None) -> None:
+                 pass_period_s: float = 2.0, rng: np.random.Generator | None = None,
+                 sync_timeout_s: float = 30.0) -> None:
         """``policy``: a fixed policy for every pass (benchmarks); ``None`` (a live scheduler)
         follows the cluster's current version, re-read every pass."""
         self.cluster = cluster
@@ -77,7 +88,11 @@ class ClusterScheduler:
         self.wake = threading.Event()
         self.watch: RunningWatch | None = None
         self.reconcilers: list[Reconciler] = []  # of the watches this candidate ran and stopped
-        self._cache: dict = {}  # production pods between passes (scheduling_pass ``cache``)
+        self.sync_timeout_s = sync_timeout_s
+        self.cache: SchedulerCache | None = None  # this leadership term's (None: not leading)
+        self.binder: BindingPool | None = None
+        self._synced = False
+        self._watch_started = 0.0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.counters = WatchCounters(cluster)
@@ -120,10 +135,43 @@ class ClusterScheduler:
 
     def _start_watch(self) -> None:
         reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set())
+        self.cache = SchedulerCache(cluster=self.cluster)
+        self.binder = BindingPool(self.orchestrator, keep_going=self.may_act,
+                                  on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
+        self._synced = False
+        self._watch_started = time.monotonic()
         self.watch = watch_start(cluster=self.cluster, orchestrator=self.orchestrator, reconciler=reconciler)
         self.stats.leader_since_s.append(time.time())
 
+    def _synced_now(self) -> bool:
+        """Whether the watch of this term has applied its first list (its ``Resynced``), or
+        ``sync_timeout_s`` passed without it (then the record alone is decided on)."""
+        if not self._synced and self.watch is not None:
+            resynced = self.watch.reconciler.counts.get("Resynced")
+            self._synced = bool(resynced and resynced.total() >= 1) or (
+                time.monotonic() - self._watch_started > self.sync_timeout_s)
+        return self._synced
+
+    def _close_binder(self) -> None:
+        """Stop the pool (no call starts after this), wait for the calls under way and apply
+        every answer: the pods not bound go back to the queue (in the scheduler's thread)."""
+        if self.binder is None:
+            return
+        from kalena_web.scheduling.cycle import PassReport
+
+        binder, self.binder = self.binder, None
+        binder.stop()
+        report = PassReport()
+        try:
+            binder.close(now_s=time.time(), report=report)
+        except Exception:  # noqa: BLE001 - the record settles them: batch_unconfirmed after 30 s
+            log.exception("binding answers for %s not applied", self.cluster.name)
+        self._count(report)
+        self.cache = None
+
     def _stop_watch(self) -> None:
+        if self.binder is not None and threading.current_thread() in self._threads:
+            self._close_binder()
         if self.watch is not None:
             self.watch.stop()
             self.reconcilers.append(self.watch.reconciler)
@@ -139,18 +187,21 @@ class ClusterScheduler:
                     continue
                 if self.watch is None:
                     self._start_watch()
-                self.wake.wait(self.pass_period_s)
+                self.wake.wait(self.pass_period_s if self._synced else min(0.1, self.pass_period_s))
                 self.wake.clear()
-                if self._stop.is_set() or not self.elector.is_leader():
+                if self._stop.is_set() or not self.elector.is_leader() or not self._synced_now():
                     continue
                 close_old_connections()
                 try:
-                    self.run_pass()
+                    self.run_pass(wait_for_bindings=False)
                 except Exception:  # noqa: BLE001 - a failed pass is retried at the next one
                     log.exception("scheduling pass for %s failed", self.cluster.name)
                 self.record_counters()  # after a failed pass too: the counters may say why
         finally:
-            connection.close()
+            try:
+                self._close_binder()
+            finally:
+                connection.close()
 
     def may_act(self) -> bool:
         """Whether this candidate may bind now: it holds the Lease and is not stopping (a
@@ -162,12 +213,14 @@ class ClusterScheduler:
         bound (the watch is behind: confirm it there), pending (the call never landed: queue it
         again), gone (leave every ledger). Returns how many were queued again."""
         from kalena_web.inventory.models import Node
-        from kalena_web.scheduling.services import (
-            batch_gone, batch_observe_running, batch_requeue, batch_unconfirmed,
-        )
+        from kalena_web.scheduling.lifecycle import batch_gone, batch_requeue, batch_unconfirmed
+        from kalena_web.scheduling.observe import batch_observe_running
 
         requeued = 0
+        in_pool = self.binder.in_flight if self.binder is not None else set()
         for pod in batch_unconfirmed(cluster=self.cluster, now_s=now):
+            if pod.id in in_pool:
+                continue  # its call has not been answered yet
             if not self.may_act():
                 break
             try:
@@ -196,23 +249,37 @@ class ClusterScheduler:
                                     known=self.current)
         return self.current.policy
 
-    def run_pass(self, now_s: float | None = None):
-        """One pass as the leader (see module doc); returns the pass report."""
+    def run_pass(self, now_s: float | None = None, *, wait_for_bindings: bool = True):
+        """One pass as the leader (see module doc); returns the pass report. The loop passes
+        ``wait_for_bindings=False`` (the next pass applies the answers); a pass asked for from
+        outside (tests, the console) waits for its bindings' answers before it returns."""
         from kalena_web.archive.evictions import evictions_record
         from kalena_web.control.escalation import eviction_retries_run
-        from kalena_web.scheduling.services import scheduling_pass
 
         now = time.time() if now_s is None else now_s
+        if self.cache is None:  # a pass asked for outside the loop (tests, benchmarks): a term of its own
+            self.cache = SchedulerCache(cluster=self.cluster)
+            self.binder = BindingPool(self.orchestrator, keep_going=self.may_act,
+                                      on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
         policy = self.pass_policy(now)
         evictions_record(cluster=self.cluster, now_s=now)
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
         eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=policy, now_s=now,
-                                 rng=self.rng, keep_going=self.may_act, cache=self._cache)
+                                 rng=self.rng, keep_going=self.may_act, cache=self.cache, binder=self.binder,
+                                 max_pods=None if wait_for_bindings else PASS_PODS)
+        if report.deferred:
+            self.wake.set()  # the rest of the queue: decided by the next pass at once
+        if wait_for_bindings:
+            self.binder.collect(now_s=now, report=report, wait=True)
+            report.in_flight = 0
         self.stats.passes += 1
+        self._count(report)
+        return report
+
+    def _count(self, report) -> None:
         self.stats.placed += report.placed
         self.stats.stale_bindings += report.stale_bindings
         self.stats.errors = (self.stats.errors + report.errors)[-20:]
         for phase, seconds in report.phase_s.items():
             self.stats.phase_s[phase] = round(self.stats.phase_s.get(phase, 0.0) + seconds, 3)
-        return report

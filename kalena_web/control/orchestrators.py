@@ -73,7 +73,9 @@ def docker_orchestrator(kind: str) -> Orchestrator:
     return DockerOrchestrator(engines) if kind == "docker" else SwarmOrchestrator(engines[0], engines=engines)
 
 
-BIND_POOL = 12  # connections: 8 concurrent Binding calls + 2 watches + the event sender + the Lease
+#: connections: 8 concurrent Binding calls (the binding pool) + 2 watches + the event sender + the Lease + the
+#: scheduler's own calls while the pool binds (settling unconfirmed bindings, eviction retries, notices)
+BIND_POOL = 13
 
 
 def kubernetes_api_client():

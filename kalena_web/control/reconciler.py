@@ -8,7 +8,7 @@ the rows, idempotently — the same event twice changes nothing:
 * ``NodeSeen`` → :func:`~kalena_web.control.services.node_observe` (ready, cordon, allocatable,
   labels, taints, images: all read by the next scheduling pass); ``NodeGone`` → the node takes no
   new batch.
-* ``PodPending`` → :func:`~kalena_web.scheduling.services.batch_observe_pending`: the same queue
+* ``PodPending`` → :func:`~kalena_web.scheduling.observe.batch_observe_pending`: the same queue
   the REST submit path feeds; a pod queued, bound or ended is never queued again.
 * ``PodRunning`` → bound pods are noted running; a pod someone else bound is adopted there.
 * ``PodFinished`` / ``PodRefused`` / ``PodGone`` → the pod leaves every ledger and the queue at
@@ -54,7 +54,7 @@ from kalena_web.control import services as control
 from kalena_web.control import started
 from kalena_web.control.models import NodeCondition, ProductionPlacement
 from kalena_web.inventory.models import Cluster, Node, Workload
-from kalena_web.scheduling import services as scheduling
+from kalena_web.scheduling import lifecycle, observe
 from kalena_web.scheduling.models import BatchPod
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class Reconciler:
         for e in todo:
             if e.ref in production:
                 results[id(e)] = self._reject("PodPending", e.ref, f"{e.ref!r} is a production pod of the blueprint")
-        answers = scheduling.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), pods=[dict(
+        answers = observe.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), pods=[dict(
             ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels, priority=e.priority, owner=e.owner,
             gang=e.gang, min_member=e.min_member, image=e.image, constraints=e.constraints, grace_s=e.grace_s,
             uid=e.uid, at_s=e.at_s) for e in batch])
@@ -221,7 +221,7 @@ class Reconciler:
         node_ids = dict(Node.objects.filter(cluster=self.cluster, name__in={e.node for e in todo})
                         .values_list("name", "id"))
         known = [e for e in todo if e.node in node_ids]
-        answers = scheduling.batch_observe_running_many(
+        answers = observe.batch_observe_running_many(
             cluster=self.cluster, now_s=self.clock(),
             reports=[(e.ref, node_ids[e.node], e.at_s, e.admitted) for e in known])
         results = {id(e): (UNKNOWN if a is None else CHANGED if a else UNCHANGED)
@@ -290,7 +290,7 @@ class Reconciler:
         if Workload.objects.filter(cluster=self.cluster, kind=Workload.PRODUCTION, name=e.ref).exists():
             raise control.ObservationRejected(f"{e.ref!r} is a production pod of the blueprint", field="ref",
                                               accepted="a batch pod (tier label batch)")
-        _, changed = scheduling.batch_observe_pending(
+        _, changed = observe.batch_observe_pending(
             cluster=self.cluster, ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels,
             priority=e.priority, owner=e.owner, gang=e.gang, min_member=e.min_member, image=e.image,
             constraints=e.constraints, grace_s=e.grace_s, uid=e.uid, at_s=e.at_s, now_s=self.clock())
@@ -306,7 +306,7 @@ class Reconciler:
         node_id = Node.objects.filter(cluster=self.cluster, name=e.node).values_list("id", flat=True).first()
         if pod is None or node_id is None:
             return UNKNOWN
-        return CHANGED if scheduling.batch_observe_running(pod=pod, node_id=node_id, at_s=e.at_s, now_s=self.clock(),
+        return CHANGED if observe.batch_observe_running(pod=pod, node_id=node_id, at_s=e.at_s, now_s=self.clock(),
                                                            admitted=e.admitted) else UNCHANGED
 
     def _pod_finished(self, e: PodFinished) -> str:
@@ -318,7 +318,7 @@ class Reconciler:
                                                exit_code=e.exit_code, at_s=e.at_s, now_s=self.clock()) else UNCHANGED
         if e.outcome == "evicted" and pod.state == BatchPod.BOUND and pod.workload.node_id is not None:
             self._eviction_cooldown(pod, e)
-        changed = scheduling.batch_finish(pod=pod, now_s=self.clock(), state=BatchPod.COMPLETED, outcome=e.outcome,
+        changed = lifecycle.batch_finish(pod=pod, now_s=self.clock(), state=BatchPod.COMPLETED, outcome=e.outcome,
                                           reason=e.reason)
         return CHANGED if changed else UNCHANGED
 
@@ -341,7 +341,7 @@ class Reconciler:
         pod = self._pod(e.ref)
         if pod is None:
             return UNKNOWN
-        changed = scheduling.batch_finish(pod=pod, now_s=self.clock(), state=BatchPod.REFUSED, outcome="refused",
+        changed = lifecycle.batch_finish(pod=pod, now_s=self.clock(), state=BatchPod.REFUSED, outcome="refused",
                                           reason=f"{e.reason} on {e.node}")
         return CHANGED if changed else UNCHANGED
 
@@ -350,7 +350,7 @@ class Reconciler:
         if pod is not None and pod.source == BatchPod.REST:
             return CHANGED if started.gone(pod, now_s=self.clock()) else UNCHANGED
         if pod is not None:
-            return CHANGED if scheduling.batch_gone(pod=pod, now_s=self.clock()) else UNCHANGED
+            return CHANGED if lifecycle.batch_gone(pod=pod, now_s=self.clock()) else UNCHANGED
         return CHANGED if control.production_gone(cluster=self.cluster, ref=e.ref, now_s=self.clock()) else UNKNOWN
 
     def _production_seen(self, e: ProductionSeen) -> str:
@@ -377,7 +377,7 @@ class Reconciler:
         held = BatchPod.objects.filter(cluster=self.cluster, source=BatchPod.WATCH, gone=False).select_related("workload")
         for pod in held:
             if pod.workload.name not in e.pods:
-                changed |= scheduling.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
+                changed |= lifecycle.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
         observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).exclude(pod="").values_list(
             "pod", flat=True)
         for ref in list(observed):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from kalena_web.archive.models import EvictionRecord
 from kalena_web.control.models import NodeCondition
 from kalena_web.inventory.models import Cluster
-from kalena_web.scheduling import services as scheduling
+from kalena_web.scheduling import lifecycle
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.telemetry.models import MitigationEvent
 
@@ -66,13 +66,13 @@ def finished(pod: BatchPod, *, node: str, outcome: str, reason: str, exit_code: 
     if outcome == "evicted":
         if not _agent_evicted(pod):
             _record(pod, cause="orchestrator", at_s=at_s, why=f"stopped on {node}: {reason}", detail={})
-        scheduling.batch_evicted(pod=pod, now_s=now_s, reason=f"{reason} on {node}")
+        lifecycle.batch_evicted(pod=pod, now_s=now_s, reason=f"{reason} on {node}")
         return True
     if outcome == "oom":
         _record(pod, cause="oom_kill", at_s=at_s, why=f"the kernel killed it on {node}: {reason}",
                 detail={"dimension": "ram", "exit_code": exit_code, "limit": pod.workload.limit[1],
                         "request": pod.workload.request[1]})
-    return scheduling.batch_finish(pod=pod, now_s=now_s, state=BatchPod.COMPLETED, outcome=outcome,
+    return lifecycle.batch_finish(pod=pod, now_s=now_s, state=BatchPod.COMPLETED, outcome=outcome,
                                    reason=f"{reason} (exit {exit_code})" if exit_code is not None else reason)
 
 
@@ -80,7 +80,7 @@ def gone(pod: BatchPod, *, now_s: float) -> bool:
     """Apply ``PodGone``: a bound pod whose container vanished unfinished is requeued."""
     if _current_node(pod) is None:
         return False
-    scheduling.batch_evicted(pod=pod, now_s=now_s, reason="its container was removed")
+    lifecycle.batch_evicted(pod=pod, now_s=now_s, reason="its container was removed")
     return True
 
 
@@ -94,6 +94,6 @@ def relisted(cluster: Cluster, *, pods: frozenset[str], nodes: frozenset[str], a
                                         bound_s__lt=at_s - RELIST_GRACE_S).select_related("workload__node")):
         if pod.workload.name in pods or pod.workload.node is None or pod.workload.node.name not in ready:
             continue
-        scheduling.batch_evicted(pod=pod, now_s=now_s, reason="absent from the engine's re-list")
+        lifecycle.batch_evicted(pod=pod, now_s=now_s, reason="absent from the engine's re-list")
         changed = True
     return changed

@@ -14,7 +14,9 @@ from agents.orchestrators.kubernetes.objects import MalformedObject, timestamp_s
 from kalena_engine.policy import Policy
 from kalena_web.inventory.models import Cluster, Node
 from kalena_web.ledger.models import LiveNodeLedger
-from kalena_web.scheduling import services as scheduling
+from kalena_web.scheduling import lifecycle, observe
+from kalena_web.scheduling.queue import spec_of
+from kalena_web.scheduling.recording import bind_in_ledger
 from kalena_web.scheduling.models import BatchPod
 
 #: The counter of refused calls (``endpoint``, ``reason`` labels), declared in control.metrics.
@@ -105,7 +107,7 @@ def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orche
         raise ExtenderBindRefused(f"the filter refuses node {node.name}: {failed[node.name][1]}", reason="filter")
     requests, limits = pod_vectors(pod)
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    batch_pod, _ = scheduling.batch_observe_pending(
+    batch_pod, _ = observe.batch_observe_pending(
         cluster=cluster, ref=binding.ref, request=requests, limit=limits,
         labels={**(meta.get("labels") or {}), TIER: "batch"}, priority=pod_priority(pod),
         owner=f"{owners[0]['kind']}/{owners[0]['name']}" if owners else "", constraints=pod_constraints(pod),
@@ -116,12 +118,12 @@ def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orche
         raise ExtenderBindRefused(f"pod {binding.ref} is {batch_pod.state} in Kalena, not pending",
                                   reason="not_pending")
     version = LiveNodeLedger.objects.get(node=node).version
-    if not scheduling._bind_in_ledger([batch_pod], node_id=node.id, version=version, now_s=now_s):
+    if not bind_in_ledger([batch_pod], node_id=node.id, version=version, now_s=now_s):
         raise ExtenderBindRefused(f"node {node.name}'s ledger changed while binding: retry", reason="ledger_changed")
     try:
-        orchestrator.bind(scheduling._spec(batch_pod), node.name)
+        orchestrator.bind(spec_of(batch_pod), node.name)
     except OrchestratorError as exc:
-        scheduling.batch_drop(pod=batch_pod, now_s=now_s, reason=str(exc))
+        lifecycle.batch_drop(pod=batch_pod, now_s=now_s, reason=str(exc))
         raise ExtenderBindRefused(str(exc), reason="orchestrator") from None
     return batch_pod
 

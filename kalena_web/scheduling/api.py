@@ -30,6 +30,7 @@ from kalena_web.api.times import iso
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling import selectors, services
 from kalena_web.scheduling.schemas import BatchIn
+from kalena_web.scheduling.tasks import scheduling_request
 from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.scheduling.models import BatchPod
 
@@ -100,7 +101,7 @@ def submit(request: HttpRequest, cluster: ClusterName, body: BatchIn):
             cluster=c, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=body.name, owner=body.owner,
             request=body.request.block(), limit=body.limit.block() if body.limit else None, priority=body.priority,
             labels=body.labels, constraints=body.constraints.mapping(), image=body.image, command=body.command, gang=body.gang,
-            min_member=body.min_member, now_s=time.time())
+            min_member=body.min_member, now_s=time.time(), wake=scheduling_request)
     except services.BatchNameTaken as exc:
         raise ApiError(409, str(exc), code="name_taken", differing=list(exc.differing)) from None
     except services.BatchConflict as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 import orjson
@@ -38,14 +39,40 @@ def _json(text: str | None, default):
     return orjson.loads(text) if text else default
 
 
-def node_rows(*, cluster: Cluster) -> list[NodeRow]:
+#: the columns a node row is read from (values_list order; the last five are the ledger vectors)
+_NODE_COLUMNS = ("id", "name", "zone", "rack", "labels", "taints", "takes_batch", "live_ledger__version",
+                 "live_ledger__stale", "condition__ready", "condition__schedulable", "condition__gone",
+                 "condition__slack_ineligible_until_s", "condition__volatility", "condition__images",
+                 *(f"live_ledger__{f}" for f in _LEDGER_VECTORS))
+
+
+def node_row_keys(*, cluster: Cluster) -> list[tuple[int, str]]:
+    """``(node id, key)`` of every node of ``cluster`` in row order (1 query): the key is an MD5
+    the database computes over every column :func:`node_rows` reads, so a node whose key is
+    unchanged reads as the same :class:`NodeRow` (the scheduler's cache re-reads only the others)."""
+    from django.db.models import Value
+    from django.db.models.functions import MD5, Coalesce, Concat
+
+    text = TextField()
+    parts = []
+    for column in _NODE_COLUMNS[1:]:
+        parts += [Coalesce(Cast(column, text), Value("~", output_field=text), output_field=text),
+                  Value("|", output_field=text)]
+    return list(Node.objects.filter(cluster=cluster).order_by("row").annotate(
+        key=MD5(Concat(*parts, output_field=text))).values_list("id", "key"))
+
+
+def node_rows(*, cluster: Cluster, ids: list[int] | None = None) -> list[NodeRow]:
     """Every node of ``cluster`` with its live ledger and condition, in row order (1 query).
     A node is ``ready`` for placement when the orchestrator reports it ready, not cordoned and
     not gone (:class:`~kalena_web.control.models.NodeCondition`). JSON columns come as text and
     the ledger vectors are decoded one column at a time (:func:`~kalena_web.ledger.mappers.vector_matrix`):
-    the per-field converters were most of a 620-node read."""
+    the per-field converters were most of a 620-node read. ``ids``: only those nodes."""
     text = TextField()
-    rows = list(Node.objects.filter(cluster=cluster).order_by("row").values_list(
+    nodes = Node.objects.filter(cluster=cluster)
+    if ids is not None:
+        nodes = nodes.filter(id__in=ids)
+    rows = list(nodes.order_by("row").values_list(
         "id", "name", "zone", "rack", Cast("labels", text), Cast("taints", text), "takes_batch",
         "live_ledger__version", "live_ledger__stale", "condition__ready", "condition__schedulable",
         "condition__gone", "condition__slack_ineligible_until_s", "condition__volatility",
@@ -144,21 +171,24 @@ def recent_evictions(*, cluster: Cluster, since_s: float, row_of_node: dict[int,
 
 
 def cluster_snapshot(*, cluster: Cluster, now_s: float, cooldown_s: float, cache: dict | None = None,
-                     kubelet: bool = True) -> tuple[list[NodeRow], ClusterSnapshot]:
+                     kubelet: bool = True, batch: Callable[[dict[int, int]], BatchResidents] | None = None,
+                     rows: list[NodeRow] | None = None) -> tuple[list[NodeRow], ClusterSnapshot]:
     """``(rows, snapshot)``: the cluster exactly as a scheduling pass reads it — node rows, resident
     production and batch pods, the batch evictions of the last ``cooldown_s`` (the eviction
     cooldown), cached images and, where nodes publish batch capacity, the kubelet's room
     (case C11; ``kubelet=False`` leaves it out — the extender, which kube-scheduler asks before
     the kubelet sees the pod). The scheduling pass, the extender and the policy pre-flight all
-    read it here (5–7 queries whatever the cluster's size; ``cache`` as :func:`production_pods`)."""
+    read it here (5–7 queries whatever the cluster's size; ``cache`` as :func:`production_pods`;
+    ``batch(row_of_node)`` gives the resident batch pods instead of :func:`batch_residents` —
+    the scheduler's cache, :mod:`kalena_web.scheduling.cache`, which passes its ``rows`` too)."""
     from kalena_web.kubehooks.selectors import kubelet_room  # kubehooks reads through this module
 
-    rows = node_rows(cluster=cluster)
+    rows = node_rows(cluster=cluster) if rows is None else rows
     row_of_node = {r.id: i for i, r in enumerate(rows)}
     cached, _ = mappers.node_images(rows)
     snap = mappers.snapshot(
         rows, now_s=now_s, production=production_pods(cluster=cluster, row_of_node=row_of_node, cache=cache),
-        batch=batch_residents(cluster=cluster, row_of_node=row_of_node),
+        batch=batch(row_of_node) if batch is not None else batch_residents(cluster=cluster, row_of_node=row_of_node),
         evictions=recent_evictions(cluster=cluster, since_s=now_s - cooldown_s, row_of_node=row_of_node),
         images=cached)
     room = kubelet_room(cluster=cluster, rows=rows) if rows and kubelet else None

@@ -15,7 +15,7 @@ from kalena_web.control.orchestrators import orchestrator_for
 from kalena_web.control.services import scheduling_pass_metrics_record
 from kalena_web.policy.models import PolicyApplied
 from kalena_web.policy.services import policy_apply
-from kalena_web.scheduling.services import scheduling_pass
+from kalena_web.scheduling.cycle import scheduling_pass
 
 
 REQUEST_TTL_S = 2.0  # submissions within this long share one event-driven pass

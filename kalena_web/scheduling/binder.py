@@ -1,0 +1,150 @@
+"""The binder: the orchestrator's binding calls, off the decision path (kube-scheduler binds
+each pod asynchronously once the cycle assumed it).
+
+:class:`BindingPool` takes the pods a pass assumed (:meth:`~BindingPool.submit`) and makes their
+calls on a bounded pool of ``bind_concurrency`` threads (Kubernetes: each over one of the
+client's keep-alive connections; an orchestrator without ``bind_concurrency`` > 1 — Docker,
+Swarm — gets each call made at once in the caller's thread). The pass does not wait: the answers
+are applied in the scheduler's own thread when it next asks (:meth:`~BindingPool.collect`, at
+the start of every pass, and :meth:`~BindingPool.close`). A refused or failed binding returns
+the pod to the queue and its room to the node (:mod:`.lifecycle`) and the cache forgets the
+assumption; a stale one (409 already assigned, 404 gone) drops a watched pod from the queue.
+
+Fencing: before every call the pool asks ``keep_going`` (the scheduler still holds its Lease and
+is not stopping) and whether it was :meth:`~BindingPool.stop`\\ ped; once either says no, no
+further call is made and the pods not yet bound go back to the queue together.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from agents.orchestrators import BindingUncertain, Orchestrator, OrchestratorError, StaleBinding
+from kalena_web.scheduling.lifecycle import batch_drop, batch_requeue, batch_requeue_many
+from kalena_web.scheduling.models import BatchPod
+from kalena_web.scheduling.queue import QueuedPod
+
+LEASE_LAPSED = "scheduler lost its lease (or stopped) before binding"
+
+
+class LeaseLapsed(Exception):
+    """No binding call was made: the scheduler lost its Lease or was stopped first."""
+
+
+def bind_call(orchestrator: Orchestrator, pod: QueuedPod, node_name: str,
+              may_call: Callable[[], bool]) -> Exception | None:
+    """One binding call (no database access: it runs on a pool thread); returns the refusal,
+    :class:`LeaseLapsed` when ``may_call()`` said no first, or None when the orchestrator bound
+    the pod."""
+    if not may_call():
+        return LeaseLapsed(LEASE_LAPSED)
+    try:
+        orchestrator.bind(pod.spec, node_name)
+    except OrchestratorError as exc:
+        return exc
+    return None
+
+
+class BindingPool:
+    """Bounded binding pool for one scheduler (module doc). ``on_answer(pod_id, bound)`` is told
+    of every answer applied (the cache confirms or forgets the assumption)."""
+
+    def __init__(self, orchestrator: Orchestrator, *, keep_going: Callable[[], bool] | None = None,
+                 on_answer: Callable[[int, bool], object] | None = None) -> None:
+        self.orchestrator, self.keep_going, self.on_answer = orchestrator, keep_going, on_answer
+        self.workers = int(getattr(orchestrator, "bind_concurrency", 1) or 1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._stopped = threading.Event()
+        self._waiting: list[tuple[QueuedPod, Future | Exception | None]] = []
+
+    def may_call(self) -> bool:
+        return not self._stopped.is_set() and (self.keep_going is None or self.keep_going())
+
+    def stop(self) -> None:
+        """No call starts after this (calls under way finish); their pods go back to the queue
+        at the next :meth:`collect` or :meth:`close`. Any thread may call it."""
+        self._stopped.set()
+
+    @property
+    def in_flight(self) -> set[int]:
+        """Pod ids whose answer has not been applied yet."""
+        return {pod.id for pod, _ in self._waiting}
+
+    def submit(self, calls: Sequence[tuple[QueuedPod, str]]) -> None:
+        """Ask for ``(pod, node name)`` bindings (pods already assumed in the record)."""
+        if self.workers <= 1:
+            self._waiting += [(pod, bind_call(self.orchestrator, pod, name, self.may_call)) for pod, name in calls]
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kalena-bind")
+        self._waiting += [(pod, self._pool.submit(bind_call, self.orchestrator, pod, name, self.may_call))
+                          for pod, name in calls]
+
+    def collect(self, *, now_s: float, report, wait: bool = False) -> int:
+        """Apply the answers that came back (every one with ``wait``) in this thread, in
+        submission order of those applied; returns how many were applied. ``report`` (a
+        :class:`~kalena_web.scheduling.cycle.PassReport`) counts them."""
+        done, keep, lapsed = [], [], []
+        for pod, answer in self._waiting:
+            if isinstance(answer, Future):
+                if not wait and not answer.done():
+                    keep.append((pod, answer))
+                    continue
+                answer = answer.result()
+            done.append((pod, answer))
+        self._waiting = keep
+        for pod, answer in done:
+            if isinstance(answer, LeaseLapsed):
+                lapsed.append(pod)
+            else:
+                bind_outcome(pod, answer, now_s=now_s, report=report)
+                if self.on_answer is not None:
+                    self.on_answer(pod.id, answer is None or isinstance(answer, BindingUncertain))
+        if lapsed:  # everything not bound once the lease lapsed goes back to the queue at once
+            report.stopped_early = True
+            batch_requeue_many(pods=lapsed, now_s=now_s, reason=LEASE_LAPSED)
+            if self.on_answer is not None:
+                for pod in lapsed:
+                    self.on_answer(pod.id, False)
+        return len(done)
+
+    def close(self, *, now_s: float, report) -> None:
+        """Wait for every answer, apply them, and let the threads go."""
+        try:
+            self.collect(now_s=now_s, report=report, wait=True)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+
+def bind_outcome(pod: QueuedPod, answer: Exception | None, *, now_s: float, report) -> None:
+    """Apply one binding call's answer: bound; the lease lapsed first (requeued); a stale
+    binding (409 already assigned, 404 gone: a watched pod leaves the queue, never loops); an
+    uncertain one (a watched pod stays bound, unconfirmed, until the watch or a read —
+    :func:`~kalena_web.scheduling.lifecycle.batch_unconfirmed` — settles it); any other refusal
+    (requeued)."""
+    if answer is None:
+        report.placed += 1
+    elif isinstance(answer, LeaseLapsed):
+        report.stopped_early = True
+        batch_requeue(pod=pod, now_s=now_s, reason=LEASE_LAPSED)
+    elif isinstance(answer, StaleBinding):
+        report.failed += 1
+        report.stale_bindings += 1
+        report.errors.append(str(answer))
+        if pod.source == BatchPod.WATCH:
+            batch_drop(pod=pod, now_s=now_s, reason=str(answer), uid=pod.uid)
+        else:
+            batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+    elif isinstance(answer, BindingUncertain):
+        report.uncertain += 1
+        report.errors.append(str(answer))
+        if pod.source != BatchPod.WATCH:
+            batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
+    else:
+        report.failed += 1
+        report.errors.append(str(answer))
+        batch_requeue(pod=pod, now_s=now_s, reason="bind refused")

@@ -1,0 +1,109 @@
+"""The scheduler's pending queue: pending batch pods in queue order, held between passes
+(kube-scheduler's ``internal/queue``).
+
+The database is the record of which pods are pending (the watch's reconciler and the REST
+submit path queue them there; the lifecycle puts requeued pods back there). Each pass the
+queue syncs with it by a key-only read — ``(id, queued_s, requeues)`` of every pending pod —
+and reads whole rows (labels, constraints, requests: the costly JSON) only for the pods it
+does not hold yet or whose key moved (queued again). A pod a pass assumed on a node leaves the
+queue at once; one whose binding failed comes back through the record at the next sync.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from agents.orchestrators import BatchSpec
+from kalena_web.inventory.models import Cluster
+from kalena_web.scheduling.mappers import PendingRow
+from kalena_web.scheduling.models import BatchPod
+
+
+@dataclass(frozen=True)
+class QueuedPod:
+    """What the cycle and the binder need of one pending pod beyond its :class:`PendingRow`:
+    its ids, where it came from (``rest`` | ``watch``), the object's ``uid`` and the
+    orchestrator's :class:`BatchSpec` (request and limit in mcpu and bytes)."""
+
+    id: int
+    workload_id: int
+    request: tuple[float, ...]
+    source: str
+    uid: str
+    spec: BatchSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.id
+
+
+def spec_of(p: BatchPod) -> BatchSpec:
+    """What the orchestrator is asked to bind or start for ``p`` (its workload loaded)."""
+    w = p.workload
+    return BatchSpec(id=w.name, image=p.image, request_mcpu=w.request[0], request_bytes=w.request[1],
+                     limit_mcpu=w.limit[0], limit_bytes=w.limit[1], priority=w.priority, command=tuple(p.command),
+                     attempt=p.requeues, grace_s=p.grace_s, labels={k: str(v) for k, v in (w.labels or {}).items()},
+                     uid=p.uid)
+
+
+def _queued(p: BatchPod) -> tuple[PendingRow, QueuedPod]:
+    w = p.workload
+    row = PendingRow(pod_id=p.id, name=w.name, namespace=w.namespace, owner=w.owner, labels=w.labels or {},
+                     constraints=w.constraints or {}, request=w.request, priority=w.priority, queued_s=p.queued_s,
+                     gang=p.gang, min_member=p.min_member, image=p.image)
+    return row, QueuedPod(id=p.id, workload_id=w.id, request=tuple(float(v) for v in w.request), source=p.source,
+                          uid=p.uid, spec=spec_of(p))
+
+
+class PendingQueue:
+    """Pending pods of one cluster, synced from the record (module doc); not thread-safe (the
+    cycle's thread owns it)."""
+
+    def __init__(self) -> None:
+        #: pod id → (key, row, pod); key = (queued_s, requeues, uid, source) as last read
+        self._held: dict[int, tuple[tuple, PendingRow, QueuedPod]] = {}
+        self._gangs: dict[str, int] = {}
+        self.full_reads = 0  # rows read whole since the queue was made (a figure for tests and benchmarks)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def sync(self, *, cluster: Cluster) -> None:
+        """Make the queue what the record says is pending (2 queries, plus 1 for pods not held:
+        their whole rows)."""
+        keys = {pod_id: (queued_s, requeues, uid, source) for pod_id, queued_s, requeues, uid, source in BatchPod.objects.filter(
+            cluster=cluster, state=BatchPod.PENDING).values_list("id", "queued_s", "requeues", "uid", "source")}
+        for pod_id in [i for i in self._held if i not in keys]:
+            del self._held[pod_id]
+        missing = [i for i, key in keys.items() if i not in self._held or self._held[i][0] != key]
+        if missing:
+            for p in BatchPod.objects.filter(id__in=missing, state=BatchPod.PENDING).select_related("workload"):
+                row, pod = _queued(p)
+                self._held[p.id] = ((p.queued_s, p.requeues, p.uid, p.source), row, pod)
+            self.full_reads += len(missing)
+        self._gangs = dict(BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND).exclude(gang="")
+                           .values("gang").annotate(n=Count("id")).values_list("gang", "n"))
+
+    def rows(self) -> list[PendingRow]:
+        """The pending pods in queue order (``queued_s``, then id), each with how many pods of
+        its gang are bound."""
+        ordered = sorted(self._held.values(), key=lambda held: (held[1].queued_s, held[1].pod_id))
+        return [dataclasses.replace(row, gang_running=self._gangs.get(row.gang, 0)) if row.gang else row
+                for _, row, _ in ordered]
+
+    def pods(self, ids: Iterable[int]) -> list[QueuedPod]:
+        """The held pods of ``ids`` (ids not held are skipped)."""
+        return [self._held[i][2] for i in ids if i in self._held]
+
+    def assumed(self, ids: Iterable[int]) -> None:
+        """Pods a pass assumed on nodes leave the queue (a failed binding brings them back
+        through the record)."""
+        for i in ids:
+            self._held.pop(i, None)
+
+    def by_id(self) -> Mapping[int, QueuedPod]:
+        return {i: held[2] for i, held in self._held.items()}
