@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agents.lab import nodes as machinery
+from agents.lab import swarm
 from agents.lab.budget import LabPlan, NodePlan
 from agents.lab.errors import LabError, LabRunning
 from agents.lab.state import alive, process_ref, state_read, state_write, stop
@@ -49,7 +50,7 @@ def port_free(address: str, port: int) -> bool:
     return True
 
 
-def preflight(plan: LabPlan, *, state_dir: Path, console_port: int) -> None:
+def preflight(plan: LabPlan, *, state_dir: Path, console_port: int, orchestrator: str = "docker") -> None:
     """Refuse before anything starts: a lab already recorded in ``state_dir``, the lab's cgroups
     present (another lab of that name, or leftovers), Docker missing, a port in use.
 
@@ -70,6 +71,9 @@ def preflight(plan: LabPlan, *, state_dir: Path, console_port: int) -> None:
     busy = [f"{host}:{console_port} (console)"] if not port_free(host, console_port) else []
     busy += [f"{n.address}:{machinery.AGENT_HEALTH_PORT} (agent of {n.name})" for n in plan.nodes
              if not port_free(n.address, machinery.AGENT_HEALTH_PORT)]
+    if orchestrator == "swarm":
+        busy += [f"{n.address}:{swarm.SWARM_PORT} (swarm of {n.name})" for n in plan.nodes
+                 if not port_free(n.address, swarm.SWARM_PORT)]
     if busy:
         raise LabError(f"port(s) in use: {', '.join(busy)}", source="kalena lab up", field="--console-port",
                        accepted="free ports (stop what listens there, or choose another --console-port)")
@@ -84,17 +88,27 @@ def _node_record(node: NodePlan, state_dir: Path) -> dict[str, Any]:
             "containerd_namespace": f"kalena-{node.name}"}
 
 
+ORCHESTRATORS = ("docker", "swarm")
+
+
 def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port: int,
-           sampling_interval_s: float = 2.0, say: Callable[[str], None] = print) -> dict[str, Any]:
+           sampling_interval_s: float = 2.0, say: Callable[[str], None] = print, orchestrator: str = "docker",
+           managers: int = 1) -> dict[str, Any]:
     """Start the lab ``plan`` describes (see the package README); returns the state record.
+
+    ``orchestrator``: ``docker`` (each node's engine standalone) or ``swarm`` (the engines joined
+    into one Swarm, the first ``managers`` nodes managers: :mod:`agents.lab.swarm`).
 
     Raises:
         LabRunning, LabError: refused before anything started (:func:`preflight`), or a piece
             failed — then everything started so far was stopped again (:func:`lab_down`).
     """
+    if orchestrator not in ORCHESTRATORS:
+        raise LabError(f"unknown orchestrator {orchestrator!r}", source="kalena lab up", field="--orchestrator",
+                       accepted=", ".join(ORCHESTRATORS))
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
-    preflight(plan, state_dir=state_dir, console_port=console_port)
+    preflight(plan, state_dir=state_dir, console_port=console_port, orchestrator=orchestrator)
     logs = state_dir / "logs"
     logs.mkdir(exist_ok=True)
     host = plan.console_address
@@ -104,7 +118,7 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
                    "host_cores": plan.host_cores, "host_memory_bytes": plan.host_memory_bytes},
         "console": {"url": f"http://{host}:{console_port}/", "address": host, "port": console_port, "process": None,
                     "log": str(logs / "console.log"), "link_url": f"ws://{host}:{console_port}/agent/v1/ws"},
-        "nodes": [_node_record(n, state_dir) for n in plan.nodes], "logs": str(logs)}
+        "nodes": [_node_record(n, state_dir) for n in plan.nodes], "logs": str(logs), "orchestrator": orchestrator}
     state["console"]["env"] = {k: v for k, v in console.serve_env().items()
                                if k in ("KALENA_DB_PATH", "KALENA_ORCHESTRATOR", "KALENA_DOCKER_ENGINES")}
     state_write(state_dir, state)
@@ -117,6 +131,11 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
             machinery.engine_ready(proc, node, Path(record["directory"]))
             say(f"kalena lab: node {node.name} up: {node.cpu_mcpu} m, {node.memory_bytes // 2**20} MiB, "
                 f"engine {record['socket']}")
+        if orchestrator == "swarm":
+            state["swarm"] = {"forming": True}
+            state_write(state_dir, state)
+            state["swarm"] = swarm.swarm_form(state["nodes"], managers=managers, say=say)
+            state_write(state_dir, state)
         console.prepare(cluster=plan.name)
         env = console.serve_env()
         with open(state["console"]["log"], "ab") as log:
@@ -205,6 +224,8 @@ def lab_down(state_dir: Path, *, say: Callable[[str], None] = print) -> list[str
     for record in state["nodes"]:
         stop(record.get("agent"))
     stop(state["console"].get("process"))
+    if state.get("swarm"):
+        swarm.swarm_leave([r for r in state["nodes"] if alive(r.get("engine"))], say=say)
     for record in state["nodes"]:
         if alive(record.get("engine")):
             try:
@@ -245,6 +266,8 @@ def leftovers(state: dict[str, Any]) -> list[str]:
             out.append(f"socket {r['socket']}")
         if not port_free(r["address"], machinery.AGENT_HEALTH_PORT):
             out.append(f"port {r['address']}:{machinery.AGENT_HEALTH_PORT}")
+        if state.get("swarm") and not port_free(r["address"], swarm.SWARM_PORT):
+            out.append(f"port {r['address']}:{swarm.SWARM_PORT} (swarm)")
     out += [f"cgroup {g}" for g in machinery.cgroups_left(state["cgroup_root"])]
     host = state["console"].get("address", "127.0.0.1")
     if not port_free(host, state["console"]["port"]):

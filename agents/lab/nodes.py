@@ -156,9 +156,15 @@ def engine_clear(url: str) -> int:
     """Remove every container of the engine at ``url`` (force); returns how many."""
     client = engine_client(url)
     try:
-        containers = client.containers.list(all=True)
+        from docker.errors import NotFound
+
+        # a container removed between the list and its inspect is left out (Engine.containers)
+        containers = client.containers.list(all=True, ignore_removed=True)
         for container in containers:
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except NotFound:
+                pass
         return len(containers)
     finally:
         client.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.lab import nodes as machinery
+from agents.lab.swarm import swarm_nodes
 from agents.lab.lab import agent_health
 from agents.lab.state import alive
 
@@ -69,6 +70,7 @@ def node_cgroup_figures(group: str, *, root: Path = CGROUP_ROOT, sample_s: float
 def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: float = 0.5) -> dict[str, Any]:
     """Everything ``status`` reports for the recorded lab ``state`` (a JSON-ready dict)."""
     nodes = []
+    in_swarm = swarm_nodes(state["nodes"]) if state.get("swarm") else {}
     for record in state["nodes"]:
         engine = {"alive": alive(record.get("engine")), "pid": (record.get("engine") or {}).get("pid"),
                   "socket": record["socket"], "answers": False, "containers": None}
@@ -77,7 +79,7 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
                 client = machinery.engine_client(f"unix://{record['socket']}", timeout_s=5)
                 client.ping()
                 engine["answers"] = True
-                engine["containers"] = len(client.containers.list())
+                engine["containers"] = len(client.containers.list(ignore_removed=True))
                 client.close()
             except Exception:  # noqa: BLE001 - reported as not answering
                 pass
@@ -88,9 +90,12 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
         nodes.append({"name": record["name"], "address": record["address"], "cpu_mcpu": record["cpu_mcpu"],
                       "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent,
                       "cgroup": record["cgroup"], **node_cgroup_figures(record["cgroup"], sample_s=sample_s)})
+        if state.get("swarm"):  # the node as the managers see it (role, state, availability)
+            nodes[-1]["swarm"] = in_swarm.get(record["name"], {"state": "not listed by any manager"})
     console = state["console"]
     return {
         "name": state["name"], "status": state["status"], "budget": state["budget"],
+        "orchestrator": state.get("orchestrator", "docker"),
         "console": {"url": console["url"], "alive": alive(console.get("process")), "env": console.get("env", {}),
                     "pid": (console.get("process") or {}).get("pid")},
         "host_psi_cpu_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "cpu"),
@@ -105,6 +110,10 @@ def substitutions(state: dict[str, Any]) -> list[str]:
            "deployment",
            f"machines: cgroup subtrees /sys/fs/cgroup/{{cpu,cpuacct,memory,cpuset,unified}}/"
            f"{state['cgroup_root']}/<node>"]
+    if state.get("swarm"):
+        out.append(f"orchestrator: one Swarm of the nodes' engines (managers {', '.join(state['swarm'].get('managers', []))}, "
+                   f"each node on <address>:{state['swarm'].get('port', 2377)}); nodes named by the node label "
+                   "kalena.naughtian.io/node (every node reports this machine's hostname)")
     for r in state["nodes"]:
         out.append(f"{r['name']}: host address → {r['address']}; capacity → cpu quota {r['cpu_mcpu']} m, memory "
                    f"limit {r['memory_bytes'] // 2**20} MiB; container runtime → dockerd on {r['socket']} "
@@ -140,6 +149,14 @@ def format_status(report: dict[str, Any]) -> str:
         lines.append(f"{n['name']:<14} {n['address']:<11} {engine:<16} {agent:<20} {cpu:>14} "
                      f"{mem + '/' + str(n['memory_bytes'] // 2**20) + ' MiB':>16} {str(n['nr_throttled']):>10} "
                      f"{_pct(n['psi_cpu_some_avg10']):>8} {_pct(n['psi_memory_some_avg10']):>8}")
+    swarm = [n for n in report["nodes"] if "swarm" in n]
+    if swarm:
+        lines.append(f"swarm (as the managers see it): {'node':<14} {'role':<8} {'state':<8} {'availability':<12} id")
+        for n in swarm:
+            s = n["swarm"]
+            role = (s.get("role") or "?") + ("*" if s.get("leader") else "")
+            lines.append(f"{'':<31}{n['name']:<14} {role:<8} {s.get('state', '?'):<8} "
+                         f"{s.get('availability', '?'):<12} {s.get('id', '')[:12]}")
     env = report["console"].get("env") or {}
     if env:
         lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "

@@ -49,6 +49,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     up.add_argument("--subnet", default="127.0.0",
                     help="loopback /24 prefix: the console on <subnet>.1, node i on <subnet>.(i+1) (127.0.0); "
                          "two labs side by side need two subnets")
+    up.add_argument("--orchestrator", choices=("docker", "swarm"), default="docker",
+                    help="docker: each node's engine standalone; swarm: the engines joined into one Swarm (docker)")
+    up.add_argument("--managers", type=int, default=1, help="with --orchestrator swarm: how many nodes are managers (1)")
     up.add_argument("--sampling-interval-s", type=float, default=2.0, help="the agents' sampling interval (2 s)")
     status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
     down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
@@ -64,14 +67,16 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
 class DjangoConsole:
     """:class:`agents.lab.lab.ConsoleSide` over Django in this process, on the lab's database."""
 
-    def __init__(self, *, state_dir: Path, engines: str) -> None:
+    def __init__(self, *, state_dir: Path, engines: str, orchestrator: str = "docker") -> None:
         self.database = state_dir / "console" / "kalena.sqlite3"
         self.engines = engines
+        self.orchestrator = orchestrator
 
     def serve_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATABASE_URL_FILE",
                                                                "REDIS_URL_FILE")}
-        env.update(KALENA_DB_PATH=str(self.database), KALENA_ORCHESTRATOR="docker", KALENA_DOCKER_ENGINES=self.engines,
+        env.update(KALENA_DB_PATH=str(self.database), KALENA_ORCHESTRATOR=self.orchestrator,
+                   KALENA_DOCKER_ENGINES=self.engines,
                    DJANGO_SETTINGS_MODULE="kalena_web.settings")
         return env
 
@@ -116,13 +121,15 @@ def handle_up(args: argparse.Namespace) -> int:
     plan = lab_plan(name=args.name, nodes=args.nodes, cpu_mcpu=args.cpu_m, memory_bytes=args.memory_mib * 2**20,
                     host_cores=cores, host_memory_bytes=memory, budget_ratio=args.budget_ratio, subnet=args.subnet)
     state_dir = (args.state_dir or default_state_dir()).resolve()
+    # swarm: the first engine is the first manager (the console's Swarm adapter asks it first)
     engines = ",".join(f"{n.name}=unix://{state_dir / 'nodes' / n.name / 'docker.sock'}" for n in plan.nodes)
     print(f"kalena lab: {len(plan.nodes)} node(s) × {args.cpu_m} m / {args.memory_mib} MiB = "
           f"{len(plan.nodes) * args.cpu_m} m / {len(plan.nodes) * args.memory_mib} MiB of the budget "
           f"{plan.cpu_budget_mcpu} m / {plan.memory_budget_bytes // 2**20} MiB; state in {state_dir}", flush=True)
-    state = lab_up(plan, state_dir=state_dir, console=DjangoConsole(state_dir=state_dir, engines=engines),
-                   console_port=args.console_port, sampling_interval_s=args.sampling_interval_s,
-                   say=lambda line: print(line, flush=True))
+    console = DjangoConsole(state_dir=state_dir, engines=engines, orchestrator=args.orchestrator)
+    state = lab_up(plan, state_dir=state_dir, console=console, console_port=args.console_port,
+                   sampling_interval_s=args.sampling_interval_s, say=lambda line: print(line, flush=True),
+                   orchestrator=args.orchestrator, managers=args.managers)
     print(f"kalena lab: up — {len(state['nodes'])} nodes, console {state['console']['url']}; "
           f"`kalena lab status` / `kalena lab down`")
     return 0

@@ -4,7 +4,8 @@
 nodes, its production pods and its bound batch pods — so it holds no state of its own between
 passes and the database stays the truth. ``kubernetes`` uses the in-cluster service account
 (or ``KUBECONFIG``); ``docker`` uses every engine of ``KALENA_DOCKER_ENGINES`` as a node (else ``DOCKER_HOST``);
-``swarm`` talks to the first engine of that list (a manager).
+``swarm`` talks to the first engine of that list (a manager; another manager of the list stands in
+when it does not answer) and follows every engine of the list (workers too) where it can reach it.
 """
 
 from __future__ import annotations
@@ -64,11 +65,12 @@ def docker_engines() -> list:
 
 
 def docker_orchestrator(kind: str) -> Orchestrator:
-    """Standalone Docker over every configured engine, or Swarm through the first (a manager)."""
+    """Standalone Docker over every configured engine, or Swarm through the first (a manager),
+    following every configured engine's events."""
     from agents.orchestrators.docker import DockerOrchestrator, SwarmOrchestrator
 
     engines = docker_engines()
-    return DockerOrchestrator(engines) if kind == "docker" else SwarmOrchestrator(engines[0])
+    return DockerOrchestrator(engines) if kind == "docker" else SwarmOrchestrator(engines[0], engines=engines)
 
 
 BIND_POOL = 12  # connections: 8 concurrent Binding calls + 2 watches + the event sender + the Lease

@@ -35,7 +35,7 @@ from agents.orchestrators.docker.labels import (
     ATTEMPT, container_name, cpu_shares_from_mcpu, labels_for,
 )
 from agents.orchestrators.docker.engines import EngineConfig
-from agents.orchestrators.docker.swarm import WAITING
+from agents.orchestrators.docker.swarm import WAITING, node_name
 from agents.orchestrators.events import NodeSeen, WatchEvent
 from agents.units import parse_k8s_quantity
 
@@ -372,37 +372,79 @@ class DockerOrchestrator:
 
 
 class SwarmOrchestrator:
-    """Docker Swarm through a manager engine (see module doc). ``publish`` is unused: batch
-    services get no ports (no routing mesh here) and ``dnsrr`` endpoints."""
+    """Docker Swarm through its managers (see module doc). ``publish`` is unused: batch
+    services get no ports (no routing mesh here) and ``dnsrr`` endpoints.
 
-    def __init__(self, client: docker.DockerClient | Engine) -> None:
+    Args:
+        client: the first manager's engine (or client): asked first for nodes, services and tasks.
+        engines: every node engine Kalena can reach (managers and workers; the first manager may
+            be among them): a manager that answers stands in when the first does not, and the
+            watcher follows each engine's own container events where it can reach it.
+
+    A node is named by its label ``kalena.naughtian.io/node`` (the Swarm node's label, else the
+    engine's ``dockerd --label``), else by its Swarm node ID — never by hostname, which several
+    nodes may share (:func:`~agents.orchestrators.docker.swarm.node_name`).
+    """
+
+    def __init__(self, client: docker.DockerClient | Engine, *, engines: Sequence[Engine] = ()) -> None:
         self.engine = client if isinstance(client, Engine) else Engine.of_client(client)
         self.client = self.engine.client
+        self.engines = [self.engine] + [e for e in engines if e.config.url != self.engine.config.url]
 
-    def _nodes(self) -> list[dict[str, Any]]:
-        return [n.attrs for n in self.engine._call("nodes", lambda c: c.nodes.list())]
+    def manager_call(self, what: str, fn):  # type: ignore[no-untyped-def]
+        """``fn(client)`` on the first engine that answers as a manager (the first manager first).
+
+        Raises:
+            EngineUnreachable, OrchestratorError: no engine answered as a manager (the last error).
+        """
+        error: OrchestratorError | None = None
+        for engine in self.engines:
+            try:
+                result = engine._call(what, fn)
+            except OrchestratorError as exc:  # a worker answers 503 "not a swarm manager"; a dead one not at all
+                error = exc
+                continue
+            if engine is not self.engines[0]:  # ask the one that answered first next time
+                self.engines.remove(engine)
+                self.engines.insert(0, engine)
+                self.engine, self.client = engine, engine.client
+            return result
+        raise error or OrchestratorError(f"swarm: {what}: no manager configured")
+
+    def node_list(self) -> list[dict[str, Any]]:
+        """Every Swarm node's JSON (``GET /nodes``), as a manager reports it."""
+        return [n.attrs for n in self.manager_call("nodes", lambda c: c.nodes.list())]
+
+    _nodes = node_list
 
     def nodes(self) -> list[str]:
-        return [n["Description"]["Hostname"] for n in self._nodes()
+        """Names of nodes that are ready and active (Kalena places batch there)."""
+        return [node_name(n) for n in self.node_list()
                 if n["Status"]["State"] == "ready" and n["Spec"].get("Availability") == "active"]
 
     def node_ids(self) -> dict[str, str]:
-        """Hostname → Swarm node id."""
-        return {n["Description"]["Hostname"]: n["ID"] for n in self._nodes()}
+        """Node name → Swarm node id."""
+        return {node_name(n): n["ID"] for n in self.node_list()}
 
     def services(self) -> list[dict[str, Any]]:
-        """Every Kalena batch service's spec with its tasks (``"Tasks"``)."""
-        out = []
-        for service in self.engine._call("services", lambda c: c.services.list(filters={"label": ID_LABEL})):
-            attrs = dict(service.attrs)
-            attrs["Tasks"] = self.engine._call("tasks", lambda c: service.tasks())
-            out.append(attrs)
-        return out
+        """Every Kalena batch service's spec with its tasks (``"Tasks"``), from one manager."""
+        def listed(c: docker.DockerClient) -> list[dict[str, Any]]:
+            out = []
+            for service in c.services.list(filters={"label": ID_LABEL}):
+                attrs = dict(service.attrs)
+                try:
+                    attrs["Tasks"] = service.tasks()
+                except NotFound:  # removed between the list and its tasks
+                    continue
+                out.append(attrs)
+            return out
+
+        return self.manager_call("services", listed)
 
     def workloads(self, node: str | None = None) -> list[WorkloadRef]:
         hostnames = {v: k for k, v in self.node_ids().items()}
         out = []
-        for service in self.engine._call("services", lambda c: c.services.list()):
+        for service in self.manager_call("services", lambda c: c.services.list()):
             labels = service.attrs["Spec"].get("Labels") or {}
             tasks = [t for t in service.tasks() if t.get("DesiredState") == "running"]
             where = hostnames.get(tasks[0].get("NodeID", ""), "") if tasks else ""
@@ -426,7 +468,7 @@ class SwarmOrchestrator:
         if node not in self.nodes() or node not in ids:
             raise StaleBinding(f"bind {spec.id}: node {node!r} is not a ready swarm node")
         attempt = int(spec.attempt)
-        for service in self.engine._call("services", lambda c: c.services.list(filters={"label": f"{ID_LABEL}={spec.id}"})):
+        for service in self.manager_call("services", lambda c: c.services.list(filters={"label": f"{ID_LABEL}={spec.id}"})):
             seen = int((service.attrs["Spec"].get("Labels") or {}).get(ATTEMPT, "0") or 0)
             if seen >= spec.attempt and any(t.get("DesiredState") in ("running", "ready") and t["Status"]["State"] in
                                             WAITING | {"running"} for t in service.tasks()):
@@ -437,7 +479,7 @@ class SwarmOrchestrator:
         labels = labels_for(spec, attempt=attempt, grace_s=grace_s)
         resources = Resources(cpu_limit=int(spec.limit_mcpu * 1e6) or None, mem_limit=int(spec.limit_bytes) or None)
         try:
-            self.engine._call("create", lambda c: c.services.create(
+            self.manager_call("create", lambda c: c.services.create(
                 spec.image, command=list(spec.command) or None, name=container_name(spec.id, attempt), labels=labels,
                 container_labels=labels, constraints=[f"node.id=={ids[node]}"], resources=resources,
                 restart_policy=RestartPolicy(condition="none"), stop_grace_period=int(grace_s * 1e9),
@@ -451,7 +493,7 @@ class SwarmOrchestrator:
         """Change a batch service's Limits with the spec version it was read at (Swarm refuses an
         update against an older version: read again and retry once)."""
         for _ in range(2):
-            services = self.engine._call("services", lambda c: c.services.list(
+            services = self.manager_call("services", lambda c: c.services.list(
                 filters={"label": f"{ID_LABEL}={workload_id}"}))
             if not services:
                 raise WorkloadGone(f"update {workload_id}: no such service")
@@ -472,15 +514,15 @@ class SwarmOrchestrator:
             pass
 
     def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
-        """The manager engine's container events (task containers carry Kalena's labels) and its
-        services' task states, as watch events."""
-        from agents.orchestrators.docker.watch import DockerWatcher
+        """Every node's lifecycle: the managers' node and task lists, and each reachable engine's
+        container events (:class:`~agents.orchestrators.docker.swarm_watch.SwarmWatcher`)."""
+        from agents.orchestrators.docker.swarm_watch import SwarmWatcher
 
-        yield from DockerWatcher([self.engine], swarm=self).events(stop)
+        yield from SwarmWatcher(self).events(stop)
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
         """Remove the pod's services (Swarm stops the task: SIGTERM, its stop grace, SIGKILL)."""
-        services = self.engine._call("services", lambda c: c.services.list(filters={"label": f"{ID_LABEL}={workload_id}"}))
+        services = self.manager_call("services", lambda c: c.services.list(filters={"label": f"{ID_LABEL}={workload_id}"}))
         if not services:
             raise WorkloadGone(f"evict {workload_id} ({reason}): no such service")
         for service in services:

@@ -161,11 +161,16 @@ class Lifecycle:
         return []
 
     # --- re-list -----------------------------------------------------------------------------
-    def resync(self, node: str, inspects: Iterable[Mapping[str, Any]], *, at_s: float) -> list[WatchEvent]:
+    def resync(self, node: str, inspects: Iterable[Mapping[str, Any]], *, at_s: float,
+               unobserved_exit_evicts: bool = True) -> list[WatchEvent]:
         """Apply one engine's full list (inspect JSON of every Kalena container on it).
 
         Returns the events of what changed since it was last seen, then :class:`Resynced`
         with every pod and node this store holds (other engines' pods included).
+        ``unobserved_exit_evicts``: a container running when last seen and found exited non-zero
+        died unobserved (``evicted`` / ``EngineRestart``) — true for an engine's own list; false
+        for a Swarm task list (:func:`~agents.orchestrators.docker.swarm.task_inspect`), whose
+        ``failed`` is the task's own outcome.
         """
         before = {cid: t for (n, cid), t in self.containers.items() if n == node}
         seen: set[str] = set()
@@ -187,8 +192,8 @@ class Lifecycle:
             if old is not None:
                 tracked.finished = old.finished
                 if old.status == "running" and tracked.status == "exited" and not tracked.oom \
-                        and _exit_code(attrs) != 0:
-                    tracked.killed_signal = old.killed_signal or "EngineRestart"
+                        and _exit_code(attrs) != 0 and not tracked.killed_signal:
+                    tracked.killed_signal = old.killed_signal or ("EngineRestart" if unobserved_exit_evicts else "")
             self.containers[(node, tracked.container_id)] = tracked
             out += self._state_events(tracked, exit_code=_exit_code(attrs), at_s=at_s)
         for cid, old in before.items():
@@ -252,7 +257,8 @@ class Lifecycle:
         host = attrs.get("HostConfig") or {}
         return Tracked(node=node, container_id=cid, name=name, identity=identity, status=status,
                        limit_bytes=float(host.get("Memory") or 0), oom=bool(state.get("OOMKilled")),
-                       finished_at_s=_rfc3339_s(state.get("FinishedAt")))
+                       finished_at_s=_rfc3339_s(state.get("FinishedAt")),
+                       killed_signal=str(state.get("Killed") or ""))  # a Swarm task stopped (task_inspect)
 
     # --- events ------------------------------------------------------------------------------
     def event(self, node: str, message: Mapping[str, Any]) -> list[WatchEvent]:
@@ -364,8 +370,8 @@ def _finished(t: Tracked, exit_code: int | None, at_s: float) -> PodFinished:
                            at_s=at_s)
     if exit_code == 0:
         return PodFinished(ref=ref, node=node, outcome="succeeded", reason="Completed", exit_code=0, at_s=at_s)
-    if t.killed_signal == "EngineRestart":
-        return PodFinished(ref=ref, node=node, outcome="evicted", reason="EngineRestart", exit_code=exit_code,
+    if t.killed_signal in ("EngineRestart", "Shutdown", "NodeLost", "Removed"):
+        return PodFinished(ref=ref, node=node, outcome="evicted", reason=t.killed_signal, exit_code=exit_code,
                            at_s=at_s)
     if t.killed_signal:
         return PodFinished(ref=ref, node=node, outcome="evicted", reason=f"Killed (signal {t.killed_signal})",

@@ -91,3 +91,78 @@ def service_events(services: Iterable[Mapping[str, Any]], *, hostnames: Mapping[
         if event is not None:
             events.append(event)
     return events, errors
+
+
+#: The label naming a Swarm node (Swarm node label, else the engine's ``dockerd --label``).
+NODE_LABEL = "kalena.naughtian.io/node"
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    """A Swarm node's name in Kalena (``GET /nodes`` JSON): its label ``kalena.naughtian.io/node``
+    (``Spec.Labels``, else the engine's labels ``Description.Engine.Labels``), else its node ID.
+    Never the hostname: nodes on one machine (or cloned images) share it.
+
+    Example: ``{"ID": "x1", "Spec": {"Labels": {"kalena.naughtian.io/node": "lab-1"}}}`` → ``"lab-1"``.
+    """
+    labels = (node.get("Spec") or {}).get("Labels") or {}
+    engine = ((node.get("Description") or {}).get("Engine") or {}).get("Labels") or {}
+    return str(labels.get(NODE_LABEL) or engine.get(NODE_LABEL) or node.get("ID", ""))
+
+
+def node_state(node: Mapping[str, Any]) -> tuple[bool, bool]:
+    """``(ready, schedulable)`` of a Swarm node: ready when ``Status.State`` is ``ready``;
+    schedulable when also ``Spec.Availability`` is ``active`` (``drain`` and ``pause`` take no
+    new tasks: Kalena's cordon)."""
+    ready = (node.get("Status") or {}).get("State") == "ready"
+    return ready, ready and (node.get("Spec") or {}).get("Availability", "active") == "active"
+
+
+def node_figures(node: Mapping[str, Any]) -> tuple[float, float, dict[str, str]]:
+    """``(cpu mcpu, memory bytes, labels)`` of a Swarm node as the managers report it:
+    ``Description.Resources`` (``NanoCPUs`` / 10⁶ mcpu, ``MemoryBytes``) and the engine's and
+    node's labels (the node's win) — the engine's allocatable labels, when present, are applied
+    by the caller as for a standalone engine."""
+    description = node.get("Description") or {}
+    resources = description.get("Resources") or {}
+    labels = {**((description.get("Engine") or {}).get("Labels") or {}), **((node.get("Spec") or {}).get("Labels") or {})}
+    return float(resources.get("NanoCPUs") or 0) / 1e6, float(resources.get("MemoryBytes") or 0), labels
+
+
+#: Task states whose container has ended (or never will start).
+ENDED = frozenset({"complete", "failed", "shutdown", "orphaned", "remove"})
+
+
+def task_inspect(task: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A task as the container inspect :class:`~agents.orchestrators.docker.lifecycle.Lifecycle`
+    reads (``Id``, ``Name``, ``Config.Labels``, ``State``, ``HostConfig.Memory``), for a node whose
+    engine the watcher cannot reach: the managers' task list stands for the engine's list.
+
+    ``Id`` is the task's container (``Status.ContainerStatus.ContainerID``, the same id the
+    engine's own list gives), else ``task:<task id>`` while none is made. Task states (see the
+    module table): waiting → ``created``, ``running`` → ``running``, ended → ``exited`` with the
+    container's exit code (``complete`` without one: 0; others: 1); ``shutdown``, ``orphaned`` and
+    ``remove`` carry ``State.Killed`` (the task was stopped, not failed: ``evicted``); an OOM
+    error sets ``OOMKilled``. ``rejected`` and tasks without Kalena's labels → None.
+    """
+    status = task.get("Status") or {}
+    state = str(status.get("State", ""))
+    labels = ((task.get("Spec") or {}).get("ContainerSpec") or {}).get("Labels") or {}
+    if ID_LABEL not in labels or state == "rejected" or not state:
+        return None
+    container = status.get("ContainerStatus") or {}
+    cid = str(container.get("ContainerID") or f"task:{task.get('ID', '')}")
+    code = container.get("ExitCode")
+    err = str(status.get("Err") or "")
+    docker_state: dict[str, Any] = {"Status": "created" if state in WAITING else "running" if state == "running"
+                                    else "exited"}
+    if state in ENDED:
+        docker_state["ExitCode"] = code if isinstance(code, int) and not isinstance(code, bool) else (
+            0 if state == "complete" else 1)
+        docker_state["FinishedAt"] = str(status.get("Timestamp") or "")
+        docker_state["OOMKilled"] = "oom" in err.lower()
+        if state in ("shutdown", "orphaned", "remove"):
+            docker_state["Killed"] = {"shutdown": "Shutdown", "orphaned": "NodeLost", "remove": "Removed"}[state]
+    limits = (((task.get("Spec") or {}).get("Resources") or {}).get("Limits") or {})
+    return {"Id": cid, "Name": f"/{labels.get(ID_LABEL, '')}", "Config": {"Labels": dict(labels)},
+            "State": docker_state, "HostConfig": {"Memory": int(limits.get("MemoryBytes") or 0)},
+            "ServiceID": str(task.get("ServiceID", "")), "NodeID": str(task.get("NodeID", ""))}
