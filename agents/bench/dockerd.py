@@ -100,6 +100,8 @@ class PrivateEngines:
     memory: str = ""
     tag: str = "e2e"
     engines: list[PrivateEngine] = field(default_factory=list)
+    #: node name → Swarm node id once :meth:`swarm_form` joined them
+    swarm_ids: dict[str, str] = field(default_factory=dict)
 
     def __enter__(self) -> PrivateEngines:
         return self.start()
@@ -151,7 +153,10 @@ class PrivateEngines:
         engine.process = subprocess.Popen(
             [DOCKERD, "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver=overlay2",
              f"--host={engine.url}", f"--data-root={d / 'data'}", f"--exec-root={d / 'exec'}",
-             f"--pidfile={d / 'pid'}", f"--cgroup-parent={engine.cgroup_parent}", "--exec-opt",
+             f"--pidfile={d / 'pid'}", f"--cgroup-parent={engine.cgroup_parent}",
+             # own containerd namespaces: engines joined into one Swarm must not see each other's tasks
+             f"--containerd-namespace=kalena-{engine.cgroup_parent.lstrip('/')}",
+             f"--containerd-plugins-namespace=kalena-{engine.cgroup_parent.lstrip('/')}p", "--exec-opt",
              "native.cgroupdriver=cgroupfs", "--shutdown-timeout=2", *self._labels(engine)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
@@ -187,6 +192,60 @@ class PrivateEngines:
                                               changes=['CMD ["/bin/sh"]'])
         finally:
             client.close()
+
+    def swarm_form(self, addresses: list[tuple[str, int]], *, managers: int = 1) -> dict[str, str]:
+        """Join the engines into one Swarm: ``addresses[i]`` (loopback address, port) is engine
+        *i*'s advertise and listen address; the first ``managers`` engines are managers (the
+        first initialises). Each Swarm node gets the label ``kalena.naughtian.io/node`` = its
+        engine's node name (Kalena names Swarm nodes by it, never by hostname). Returns node
+        name → Swarm node id.
+
+        Raises:
+            docker.errors.APIError: an engine refused to init or join.
+        """
+        first = self.engines[0].client()
+        host, port = addresses[0]
+        first.swarm.init(advertise_addr=f"{host}:{port}", listen_addr=f"{host}:{port}")
+        first.swarm.reload()
+        tokens = first.swarm.attrs["JoinTokens"]
+        ids = {self.engines[0].node: first.info()["Swarm"]["NodeID"]}
+        for i, engine in enumerate(self.engines[1:], start=1):
+            client = engine.client()
+            address = f"{addresses[i][0]}:{addresses[i][1]}"
+            client.swarm.join(remote_addrs=[f"{host}:{port}"], join_token=tokens["Manager" if i < managers else "Worker"],
+                              advertise_addr=address, listen_addr=address)
+            ids[engine.node] = client.info()["Swarm"]["NodeID"]
+            client.close()
+        for name, node_id in ids.items():
+            node = first.nodes.get(node_id)
+            spec = dict(node.attrs["Spec"])
+            spec["Labels"] = {**(spec.get("Labels") or {}), "kalena.naughtian.io/node": name}
+            node.update(spec)
+        first.close()
+        self.swarm_ids = ids
+        return ids
+
+    def swarm_leave(self) -> None:
+        """Remove every service (through the first engine that answers as a manager), then make
+        every engine that answers leave its swarm (workers first)."""
+        for engine in self.engines:
+            try:
+                client = engine.client(timeout_s=10)
+                for service in client.services.list():
+                    service.remove()
+                client.close()
+                break
+            except Exception:  # noqa: BLE001 - not a manager, or down: the next one
+                continue
+        for engine in reversed(self.engines):
+            if engine.process is None or engine.process.poll() is not None:
+                continue
+            try:
+                client = engine.client(timeout_s=20)
+                client.swarm.leave(force=True)
+                client.close()
+            except Exception:  # noqa: BLE001 - not in a swarm
+                pass
 
     def kill(self, engine: PrivateEngine) -> None:
         """Stop ``engine``'s dockerd (SIGTERM, then SIGKILL) — without live-restore its

@@ -106,6 +106,9 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
     if orchestrator not in ORCHESTRATORS:
         raise LabError(f"unknown orchestrator {orchestrator!r}", source="kalena lab up", field="--orchestrator",
                        accepted=", ".join(ORCHESTRATORS))
+    if orchestrator == "swarm" and not 1 <= managers <= len(plan.nodes):
+        raise LabError(f"{managers} manager(s) for {len(plan.nodes)} node(s)", source="kalena lab up",
+                       field="--managers", accepted=f"1 … {len(plan.nodes)}")
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     preflight(plan, state_dir=state_dir, console_port=console_port, orchestrator=orchestrator)

@@ -3,8 +3,9 @@ timed test).
 
 Setup: a dedicated PostgreSQL database (recreated); ``--engines`` private dockerd (own sockets,
 data roots, cgroup parents and cpusets, one cpu each round-robin, ``--node-memory`` each:
-agents/bench/dockerd.py) as the nodes of one live cluster — or, with ``--swarm``, one engine as
-a single-node Swarm; Daphne in the embedded mode (estimation eager in its process) and one real
+agents/bench/dockerd.py) as the nodes of one live cluster — or, with ``--swarm``, the engines joined
+into one Swarm (the first a manager, the others workers, each on its own loopback address
+``<--subnet>.<i+2>``, nodes named by their node label); Daphne in the embedded mode (estimation eager in its process) and one real
 ``kalena-agent run`` per node; the watcher and reconciler, the scheduling pass and the
 eviction-record loop run in this process (every 0.5 s). Each node runs a production container
 (request 200m / 64Mi).
@@ -17,12 +18,22 @@ run ``--duration-s`` seconds each are submitted at once (eight fit a node). Ever
 defaults, once five or more run there); each evicted pod is requeued and placed again
 (cooldown ``--cooldown-s``).
 
+With ``--swarm`` and ``--stop-engine-s`` (60 s), once the first pods completed the last
+worker's engine is frozen (SIGSTOP: its containers keep running, the managers see the node
+down) for that long and then resumed: its batch is declared lost no faster than DESIGN's 0.1
+node per second (after the watcher's 40 s grace), requeued and placed on the others, and the
+copies it still runs when it comes back are stopped.
+
 Figures: ``submit_to_running_p50_ms`` / ``_p99_ms`` (submission → the engine's ``start`` event
 of the pod's first container); ``evict_to_replaced_p50_ms`` / ``_p99_ms`` (the agent's eviction
 report → the next container's ``start``); ``pods_completed``, ``completed_per_min`` (completed
 pods / (last completion − first submission)); ``pods_evicted`` and its share; ``pods_lost``
 (submitted, not completed, not queued or placed at the end); ``pods_duplicated`` (pods seen with
-two running containers at once on the engines, polled every 0.5 s); ``bind_to_running_p50_ms``
+two running containers on the engines that answer, polled every 0.5 s, for
+``DUPLICATE_GRACE_S`` or more: a copy left running twice — ``duplicate_overlap_max_s`` is the
+longest overlap seen, a returning node's old copy until it is stopped); ``swarm_nodes`` (Swarm
+nodes ready at the start), ``pods_node_lost`` (pods requeued because their node was lost),
+``agent_exits`` (agents that exited during the run); ``bind_to_running_p50_ms``
 (the ledger accepting the binding → the container's ``start`` event: Kalena's own path without
 the queue); ``engine_start_p50_ms`` (the
 engine's own create+start of a bare container, measured first on the same engines).
@@ -34,6 +45,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import time
 import uuid
 from dataclasses import replace
@@ -41,6 +53,8 @@ from pathlib import Path
 
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/kalena_bench_docker"
 MIB = 2**20
+#: Two running copies of a pod seen this long (s) count as duplicated (a copy left running).
+DUPLICATE_GRACE_S = 10.0
 BATCH_HOLD_MIB = 40  # each batch pod holds this much memory while it runs
 
 
@@ -49,7 +63,12 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
                          description=__doc__.split("\n\n")[1])
     p.add_argument("--engines", type=int, default=2, help="private engines = nodes (2)")
     p.add_argument("--pods", type=int, default=100, help="batch pods submitted (100)")
-    p.add_argument("--swarm", action="store_true", help="one engine as a single-node Swarm (services, tasks)")
+    p.add_argument("--swarm", action="store_true",
+                   help="the engines joined into one Swarm: the first a manager, the others workers")
+    p.add_argument("--subnet", default="127.0.0",
+                   help="with --swarm: loopback /24 prefix of the nodes' addresses, node i on <subnet>.(i+2) (127.0.0)")
+    p.add_argument("--stop-engine-s", type=float, default=60.0,
+                   help="with --swarm and 2+ engines: freeze the last worker's engine this long mid-run (60; 0: never)")
     p.add_argument("--duration-s", type=float, default=8.0, help="each pod's run time (8 s)")
     p.add_argument("--node-memory", default="512Mi", help="each node's memory capacity (512Mi)")
     p.add_argument("--pressure-every-s", type=float, default=10.0, help="a memory pulse on one node this often (10)")
@@ -113,14 +132,15 @@ def handle(args: argparse.Namespace) -> int:
 
     _check(args)
     kind = "swarm" if args.swarm else "docker"
-    n_engines = 1 if args.swarm else args.engines
-    print(f"kalena bench docker: {n_engines} engine(s){' as a single-node Swarm' if args.swarm else ''}, "
+    n_engines = args.engines
+    print(f"kalena bench docker: {n_engines} engine(s){' joined into one Swarm' if args.swarm else ''}, "
           f"{args.pods} pods of {args.duration_s:g} s, a memory pulse every {args.pressure_every_s:g} s")
     _setup_django(args.database_url, kind)
     from agents.bench.dockerd import PrivateEngines, agent_command
     from agents.orchestrators.docker import DockerOrchestrator, Engine, EngineConfig, SwarmOrchestrator
     from kalena_engine.policy import Policy
     from kalena_web.archive.evictions import evictions_record
+    from kalena_web.archive.models import EvictionRecord
     from kalena_web.cli.benchenv import Processes, free_port
     from kalena_web.control.reconciler import Reconciler
     from kalena_web.control.watching import watch_start
@@ -145,13 +165,17 @@ def handle(args: argparse.Namespace) -> int:
         log_dir.mkdir(parents=True, exist_ok=True)
         start_ms = _engine_start_ms(engines.engines)
         if args.swarm:
-            client = engines.engines[0].client()
-            client.swarm.init(advertise_addr="127.0.0.1", listen_addr=f"127.0.0.1:{free_port()}")
-            orchestrator = SwarmOrchestrator(Engine(EngineConfig(url=engines.engines[0].url)))
-            node_names = orchestrator.nodes()
+            swarm_port = free_port()
+            engines.swarm_form([(f"{args.subnet}.{i + 2}", swarm_port) for i in range(n_engines)])
+            orchestrator = SwarmOrchestrator(Engine(EngineConfig(url=engines.engines[0].url)),
+                                             engines=[Engine(EngineConfig(url=e.url, timeout_s=5))
+                                                      for e in engines.engines])
+            node_names = list(names)
+            swarm_nodes = len(orchestrator.nodes())
         else:
             orchestrator = DockerOrchestrator([Engine(EngineConfig(url=e.url, node=e.node)) for e in engines.engines])
             node_names = list(names)
+            swarm_nodes = 0
         cluster = Cluster.objects.create(name=f"bench-docker-{tag}", kind=Cluster.LIVE)
         watch = watch_start(cluster=cluster, orchestrator=orchestrator, reconciler=Reconciler(cluster=cluster))
         deadline = time.monotonic() + 60
@@ -193,7 +217,12 @@ def handle(args: argparse.Namespace) -> int:
             submitted_s[name] = time.time()
         first_running: dict[str, float] = {}
         running_after_evict: dict[str, list[float]] = {}
-        duplicated: set[str] = set()
+        both_since: dict[str, float] = {}  # pod → when two running copies were first seen (this stretch)
+        overlap_s: dict[str, float] = {}
+        frozen = None
+        frozen_until = 0.0
+        frozen_at_s = None
+        freeze_done = not (args.swarm and n_engines >= 2 and args.stop_engine_s > 0)
         bind_to_running: list[float] = []
         policy = Policy(eviction=replace(Policy().eviction, cooldown_s=args.cooldown_s))
         rng = np.random.default_rng(0)
@@ -217,24 +246,64 @@ def handle(args: argparse.Namespace) -> int:
                         seen.append(running_s)
             if time.monotonic() - last_poll >= 0.5:
                 last_poll = time.monotonic()
+                refs = []
                 for engine in engines.engines:
-                    client = engine.client()
-                    refs = [c.labels.get("kalena.naughtian.io/workload") for c in
-                            client.containers.list(filters={"label": "kalena.naughtian.io/workload"})]
-                    client.close()
-                    duplicated |= {r for r in refs if refs.count(r) > 1}
+                    if engine is frozen:
+                        continue
+                    try:
+                        client = engine.client(timeout_s=3)
+                        refs += [c.labels.get("kalena.naughtian.io/workload") for c in client.containers.list(
+                            filters={"label": "kalena.naughtian.io/workload"}, ignore_removed=True)]
+                        client.close()
+                    except Exception:  # noqa: BLE001 - an engine that does not answer is not counted
+                        continue
+                twice = {r for r in refs if refs.count(r) > 1}
+                for r in twice:
+                    both_since.setdefault(r, now)
+                    overlap_s[r] = max(overlap_s.get(r, 0.0), now - both_since[r])
+                for r in set(both_since) - twice:
+                    del both_since[r]
+            if not freeze_done and frozen is None and BatchPod.objects.filter(
+                    cluster=cluster, state=BatchPod.COMPLETED).exists():
+                frozen = engines.engines[-1]
+                frozen.process.send_signal(signal.SIGSTOP)
+                frozen_at_s = time.time()
+                frozen_until = time.monotonic() + args.stop_engine_s
+                print(f"  {frozen.node}: engine frozen for {args.stop_engine_s:g} s", flush=True)
+            if frozen is not None and time.monotonic() >= frozen_until:
+                frozen.process.send_signal(signal.SIGCONT)
+                print(f"  {frozen.node}: engine resumed", flush=True)
+                frozen, freeze_done = None, True
             if time.monotonic() >= next_pulse:
                 node = node_names[pulse_node % len(node_names)]
+                if frozen is not None and node == frozen.node:  # its engine does not answer now
+                    pulse_node += 1
+                    node = node_names[pulse_node % len(node_names)]
                 production[node].exec_run(["sh", "-c", f"dd if=/dev/zero bs={args.pressure_mib}M count=1 2>/dev/null "
                                            f"| sleep {args.pressure_hold_s:g}"], detach=True)
                 pulse_node += 1
                 next_pulse = time.monotonic() + args.pressure_every_s
             done = BatchPod.objects.filter(cluster=cluster, state=BatchPod.COMPLETED).count()
-            if done == args.pods:
+            if done == args.pods and freeze_done:
                 break
             time.sleep(0.5)
+        if frozen is not None:
+            frozen.process.send_signal(signal.SIGCONT)
+            frozen = None
+        duplicated = {r for r, s in overlap_s.items() if s >= DUPLICATE_GRACE_S}
         figures = _figures(args, cluster, submitted_s, first_running, running_after_evict, duplicated, start_ms,
                            BatchPod, MitigationEvent, kind, n_engines)
+        figures["swarm_nodes"] = swarm_nodes
+        figures["duplicate_overlap_max_s"] = round(max(overlap_s.values(), default=0.0), 1)
+        node_lost = [(r["workload_name"], r["time_s"]) for r in EvictionRecord.objects.filter(cluster=cluster).values(
+            "workload_name", "time_s", "detail") if "NodeLost" in str(r["detail"].get("why", ""))]
+        figures["pods_node_lost"] = len({name for name, _ in node_lost})
+        # engine frozen → its pods declared lost: the managers noticing the node down + the 40 s grace
+        figures["freeze_to_node_lost_s"] = (round(min(t for _, t in node_lost) - frozen_at_s, 1)
+                                            if node_lost and frozen_at_s else None)
+        figures["engine_stopped_s"] = args.stop_engine_s if (args.swarm and n_engines >= 2) else 0.0
+        figures["agent_exits"] = sum(1 for name, proc in procs.procs.items()
+                                     if name.startswith("agent-") and proc.poll() is not None)
         figures["bind_to_running_p50_ms"] = _percentile(bind_to_running, 50)
         figures["bind_to_running_p99_ms"] = _percentile(bind_to_running, 99)
     finally:
@@ -243,13 +312,10 @@ def handle(args: argparse.Namespace) -> int:
         if procs is not None:
             procs.stop_all()
         if args.swarm and engines.engines:
-            try:
-                client = engines.engines[0].client()
-                for service in client.services.list():
-                    service.remove()
-                client.swarm.leave(force=True)
-            except Exception:  # noqa: BLE001 - stopping anyway
-                pass
+            for engine in engines.engines:  # an interrupted run may leave one frozen
+                if engine.process is not None and engine.process.poll() is None:
+                    engine.process.send_signal(signal.SIGCONT)
+            engines.swarm_leave()
         engines.stop()
         shutil.rmtree(root / "data", ignore_errors=True)
         for engine in engines.engines:  # the engines' data roots; the logs stay for a look
@@ -258,7 +324,7 @@ def handle(args: argparse.Namespace) -> int:
     print(format_figures(figures))
     if args.summary_json:
         args.summary_json.write_text(json.dumps(figures, indent=2))
-    return 0 if figures["pods_lost"] == 0 and figures["pods_duplicated"] == 0 else 1
+    return 0 if figures["pods_lost"] == 0 and figures["pods_duplicated"] == 0 and figures["agent_exits"] == 0 else 1
 
 
 def _figures(args, cluster, submitted_s, first_running, running_after_evict, duplicated, start_ms, BatchPod,
@@ -304,5 +370,13 @@ def format_figures(f: dict) -> str:
                            "(Kalena's bind call + the engine's start event, no queueing)"),
         ("engine create+start", f"p50 {f['engine_start_p50_ms']} ms, p99 {f['engine_start_p99_ms']} ms"),
         ("lost / duplicated", f"{f['pods_lost']} / {f['pods_duplicated']}"),
+        ("agents exited", f"{f.get('agent_exits')}"),
     ]
+    if f.get("orchestrator") == "swarm":
+        lines += [("swarm nodes", f"{f.get('swarm_nodes')}"),
+                  ("engine stopped", f"{f.get('engine_stopped_s')} s: {f.get('pods_node_lost')} pods lost with the "
+                                     f"node {f.get('freeze_to_node_lost_s')} s after it stopped, re-placed; "
+                                     f"longest two-copy overlap {f.get('duplicate_overlap_max_s')} s")]
+    lines += [(k, str(f.get(k))) for k in ("swarm_nodes", "pods_completed", "pods_lost", "pods_duplicated",
+                                           "agent_exits")]
     return "\n".join(f"  {k:<28} {v}" for k, v in lines)

@@ -7,8 +7,8 @@ Dispatches on ``KALENA_ORCHESTRATOR``; each orchestrator adds its entry to :data
   list+watches pods and nodes into the reconciler and runs the scheduling passes
   (:class:`~kalena_web.control.leading.ClusterScheduler`). ``kalena serve`` starts the same
   on a thread when ``KALENA_ORCHESTRATOR=kubernetes``.
-* ``docker`` / ``swarm``: every engine of ``KALENA_DOCKER_ENGINES`` (Swarm: its manager) — the
-  engines' events API, re-listed on every (re)connect — into the reconciler
+* ``docker`` / ``swarm``: every engine of ``KALENA_DOCKER_ENGINES`` (Swarm: also the managers'
+  node and task lists) — the engines' events API, re-listed on every (re)connect — into the reconciler
   (:func:`start_docker`); ``kalena serve`` runs it on a thread when the orchestrator is docker or
   swarm (docs/docker.md).
 """

@@ -13,6 +13,7 @@ Swarm Kalena is the pod's owner, so (DESIGN §14):
   cooldown — the agent's own eviction report, when there is one, is the why-evicted record;
 * ``oom`` ends the pod (its own limit) with an ``oom_kill`` why-evicted record carrying the
   container's numbers, unless the agent's eviction report explains it (then it is ``evicted``);
+  so does ``failed`` (a Swarm task the agent stopped reads ``failed`` in the managers' list);
 * ``succeeded`` / ``failed`` end it (completed, with the outcome);
 * ``PodGone`` (its unfinished container vanished) and absence from a full re-list of a ready
   node requeue a bound pod.
@@ -60,8 +61,8 @@ def finished(pod: BatchPod, *, node: str, outcome: str, reason: str, exit_code: 
     """Apply ``PodFinished`` to a Kalena-started pod (see module doc); returns whether it changed."""
     if _current_node(pod) != node:
         return False
-    if outcome == "oom" and _agent_evicted(pod):
-        outcome = "evicted"
+    if outcome in ("oom", "failed") and _agent_evicted(pod):
+        outcome = "evicted"  # the agent stopped it (a Swarm task it stopped reads failed from the task list)
     if outcome == "evicted":
         if not _agent_evicted(pod):
             _record(pod, cause="orchestrator", at_s=at_s, why=f"stopped on {node}: {reason}", detail={})

@@ -386,7 +386,10 @@ class SwarmOrchestrator:
     nodes may share (:func:`~agents.orchestrators.docker.swarm.node_name`).
     """
 
-    def __init__(self, client: docker.DockerClient | Engine, *, engines: Sequence[Engine] = ()) -> None:
+    def __init__(self, client: docker.DockerClient | Engine, *, engines: Sequence[Engine] = (),
+                 lost_after_s: float | None = None, reschedule_nodes_per_s: float | None = None) -> None:
+        #: the watcher's node-loss grace and rescheduling rate (None: Lifecycle's defaults, DESIGN §14)
+        self.lost_after_s, self.reschedule_nodes_per_s = lost_after_s, reschedule_nodes_per_s
         self.engine = client if isinstance(client, Engine) else Engine.of_client(client)
         self.client = self.engine.client
         self.engines = [self.engine] + [e for e in engines if e.config.url != self.engine.config.url]
@@ -518,7 +521,9 @@ class SwarmOrchestrator:
         container events (:class:`~agents.orchestrators.docker.swarm_watch.SwarmWatcher`)."""
         from agents.orchestrators.docker.swarm_watch import SwarmWatcher
 
-        yield from SwarmWatcher(self).events(stop)
+        options = {k: v for k, v in (("lost_after_s", self.lost_after_s),
+                                     ("reschedule_nodes_per_s", self.reschedule_nodes_per_s)) if v is not None}
+        yield from SwarmWatcher(self, **options).events(stop)
 
     def evict(self, workload_id: str, *, grace_s: float, reason: str) -> None:
         """Remove the pod's services (Swarm stops the task: SIGTERM, its stop grace, SIGKILL)."""

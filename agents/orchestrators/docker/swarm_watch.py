@@ -249,6 +249,11 @@ class SwarmWatcher:
             return [replace(e, schedulable=False) if isinstance(e, NodeSeen) else e for e in out]
         seen = NodeSeen(name=name, ready=True, schedulable=schedulable, allocatable=allocatable, labels=labels,
                         images=tuple(sorted(sizes)), at_s=now, image_bytes=dict(sizes))
+        before = self.lifecycle.nodes.get(name)
+        if before is not None and not before.ready and name in self._sourced:
+            # the node is back: its engine's stream reconnects and re-lists, so a copy still
+            # running from before it was declared lost is found (and stopped)
+            self._sourced[name].close_stream()
         return self.lifecycle.node_up(seen)
 
     # --- engines ---------------------------------------------------------------------------------
@@ -270,6 +275,10 @@ class SwarmWatcher:
                     if sizes != self._images.get(name):
                         self._images[name] = sizes
                         self._node_keys.pop(name, None)  # the next pass hands the node on with its images
+                    # a task the list showed waiting has no container yet: its engine's create
+                    # and start events track it from here (never "gone" for want of one)
+                    for key in [k for k in self.lifecycle.containers if k[0] == name and k[1].startswith("task:")]:
+                        del self.lifecycle.containers[key]
                     listed = self.lifecycle.resync(name, engine.all_containers(), at_s=self.clock())
                     self._sourced[name] = engine
                     self.connects[name] = self.connects.get(name, 0) + 1
