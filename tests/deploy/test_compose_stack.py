@@ -140,8 +140,10 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
     assert refused.returncode != 0 and "set KALENA_SECRETS_DIR" in refused.stderr
     assert bare.containers() == []
     stack = Stack(node, {**env, "KALENA_SECRETS_DIR": str(secrets_dir(tmp_path / "secrets"))}, project)
+    marks = {"start": time.monotonic()}
     try:
         stack.compose("up", "-d")
+        marks["up"] = time.monotonic()
         url = f"http://{SUBNET}.1:{port}/livez"
 
         def live() -> bool:
@@ -151,23 +153,30 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
                 return False
         wait_until(live, timeout_s=300, what="the console answering /livez",
                    why=lambda: stack.compose("ps", check=False).stdout)
+        marks["live"] = time.monotonic()
         # the watch created the cluster and registered the engine; the agent joined for its own token
         wait_until(lambda: "1 token(s)" in stack.kalena("agent-token", "list"), timeout_s=180,
                    what="the agent joining", why=lambda: stack.compose("logs", "--tail", "20", "agent", "watch",
                                                                        check=False).stdout)
+        marks["joined"] = time.monotonic()
         listing = stack.kalena("agent-token", "list")
         assert " docker " in listing and "active" in listing
         stack.kalena("batch", "submit", "docker", "batch/stk-1", "--request", "cpu=0.2,ram=32Mi", "--limit",
-                     "cpu=0.5,ram=64Mi", "--image", "kalena/busybox:test", "--command", "sh -c 'sleep 15'")
+                     "cpu=0.5,ram=64Mi", "--image", "kalena/busybox:test", "--command", "sh -c 'sleep 90'")
         wait_until(lambda: stack.query(POD)["running"] is not None, timeout_s=180, what="the batch pod running",
                    why=lambda: stack.kalena("batch", "show", "docker", "batch/stk-1"))
+        marks["running"] = time.monotonic()
         running = stack.query(POD)
         assert running["state"] == "bound" and running["ledgers"][0]["batch_cpu"] == pytest.approx(200)
         wait_until(lambda: stack.query(POD)["state"] == "completed", timeout_s=180, what="the batch pod completed")
+        marks["completed"] = time.monotonic()
         done = stack.query(POD)
         assert done["outcome"] == "succeeded"
         wait_until(lambda: stack.query(POD)["ledgers"][0]["batch_cpu"] == 0, timeout_s=120,
                    what="the completed pod freed in the ledger", why=lambda: stack.query(POD)["ledgers"])
+        marks["freed"] = time.monotonic()
+        steps = list(marks)
+        print("compose stack:", ", ".join(f"{b} +{marks[b] - marks[a]:.0f} s" for a, b in zip(steps, steps[1:])))
     finally:
         logs = stack.compose("logs", "--tail", "40", check=False).stdout
         stack.compose("down", "-v", "--timeout", "5", check=False)
