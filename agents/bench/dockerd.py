@@ -174,7 +174,7 @@ class PrivateEngines:
     @staticmethod
     def _labels(engine: PrivateEngine) -> list[str]:
         """The engine's share of the host as labels the orchestrator reads (its node's allocatable)."""
-        out = []
+        out = [f"--label=kalena.naughtian.io/node={engine.node}"]  # its name in a Swarm, rejoins included
         if engine.cpus:
             count = sum(len(range(int(a), int(b or a) + 1)) for a, _, b in
                         (part.partition("-") for part in engine.cpus.split(",")))
@@ -274,11 +274,28 @@ class PrivateEngines:
             self.kill(engine)
         for engine in self.engines:
             remove_cgroups(engine.node_cgroup)
+            unmount_under(engine.directory)
 
     def cgroup_leftovers(self) -> list[str]:
         """The engines' cgroups still present in any hierarchy (empty after :meth:`stop`)."""
         return [str(top / e.node_cgroup) for e in self.engines for top in CGROUP_ROOT.iterdir()
                 if (top / e.node_cgroup).is_dir()]
+
+
+def mounts_under(directory: Path, proc_root: str = "/proc") -> list[str]:
+    """Mount points at or below ``directory`` (``/proc/self/mounts``)."""
+    prefix = str(Path(directory).resolve())
+    points = [line.split()[1] for line in Path(f"{proc_root}/self/mounts").read_text().splitlines()]
+    return [p for p in points if p == prefix or p.startswith(prefix + "/")]
+
+
+def unmount_under(directory: Path) -> list[str]:
+    """Unmount what a stopped engine left under ``directory`` (a Swarm node's network namespaces
+    stay mounted under its exec root after it left the swarm), deepest first; returns what is
+    still mounted."""
+    for point in sorted(mounts_under(directory), key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False)
+    return mounts_under(directory)
 
 
 def remove_cgroups(relative: str) -> None:

@@ -98,9 +98,7 @@ def engine_argv(node: NodePlan, directory: Path) -> list[str]:
             f"--label=kalena.naughtian.io/allocatable-cpu={node.cpu_mcpu}m",
             f"--label=kalena.naughtian.io/allocatable-memory={node.memory_bytes}",
             f"--label=kalena.naughtian.io/lab-node={node.name}",
-            # the node's name as the watcher and the agents' --node-name-from-engine read it (a stack's
-            # agents on Swarm workers cannot see the node label `docker node update` sets)
-            f"--label=kalena.naughtian.io/node={node.name}"]
+            f"--label=kalena.naughtian.io/node={node.name}"]  # its Swarm node name, a rejoin included
 
 
 def engine_launch(node: NodePlan, directory: Path) -> subprocess.Popen:

@@ -80,6 +80,8 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
                 client.ping()
                 engine["answers"] = True
                 engine["containers"] = len(client.containers.list(ignore_removed=True))
+                if state.get("swarm"):  # the address the node advertises (the managers see its connections' source)
+                    engine["swarm_address"] = (client.info().get("Swarm") or {}).get("NodeAddr")
                 client.close()
             except Exception:  # noqa: BLE001 - reported as not answering
                 pass
@@ -91,7 +93,8 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
                       "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent,
                       "cgroup": record["cgroup"], **node_cgroup_figures(record["cgroup"], sample_s=sample_s)})
         if state.get("swarm"):  # the node as the managers see it (role, state, availability)
-            nodes[-1]["swarm"] = in_swarm.get(record["name"], {"state": "not listed by any manager"})
+            nodes[-1]["swarm"] = {**in_swarm.get(record["name"], {"state": "not listed by any manager"}),
+                                  "advertise": engine.get("swarm_address")}
     console = state["console"]
     return {
         "name": state["name"], "status": state["status"], "budget": state["budget"],
@@ -173,12 +176,13 @@ def format_status(report: dict[str, Any]) -> str:
                      f"{_pct(n['psi_cpu_some_avg10']):>8} {_pct(n['psi_memory_some_avg10']):>8}")
     swarm = [n for n in report["nodes"] if "swarm" in n]
     if swarm:
-        lines.append(f"swarm (as the managers see it): {'node':<14} {'role':<8} {'state':<8} {'availability':<12} id")
+        lines.append(f"swarm (as the managers see it): {'node':<14} {'role':<8} {'state':<8} {'availability':<12} "
+                     f"{'advertises':<16} id")
         for n in swarm:
             s = n["swarm"]
             role = (s.get("role") or "?") + ("*" if s.get("leader") else "")
             lines.append(f"{'':<31}{n['name']:<14} {role:<8} {s.get('state', '?'):<8} "
-                         f"{s.get('availability', '?'):<12} {s.get('id', '')[:12]}")
+                         f"{s.get('availability', '?'):<12} {str(s.get('advertise') or '?'):<16} {s.get('id', '')[:12]}")
     env = report["console"].get("env") or {}
     if env:
         lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "

@@ -33,7 +33,9 @@ two running containers on the engines that answer, polled every 0.5 s, for
 ``DUPLICATE_GRACE_S`` or more: a copy left running twice — ``duplicate_overlap_max_s`` is the
 longest overlap seen, a returning node's old copy until it is stopped); ``swarm_nodes`` (Swarm
 nodes ready at the start), ``pods_node_lost`` (pods requeued because their node was lost),
-``agent_exits`` (agents that exited during the run); ``bind_to_running_p50_ms``
+``agent_exits`` (agents that exited during the run); ``freeze_to_not_ready_s`` /
+``freeze_to_node_lost_s`` (the frozen engine → its node not ready in Kalena / its pods declared
+lost); ``bind_to_running_p50_ms``
 (the ledger accepting the binding → the container's ``start`` event: Kalena's own path without
 the queue); ``engine_start_p50_ms`` (the
 engine's own create+start of a bare container, measured first on the same engines).
@@ -141,6 +143,7 @@ def handle(args: argparse.Namespace) -> int:
     from kalena_engine.policy import Policy
     from kalena_web.archive.evictions import evictions_record
     from kalena_web.archive.models import EvictionRecord
+    from kalena_web.control.models import NodeCondition
     from kalena_web.cli.benchenv import Processes, free_port
     from kalena_web.control.reconciler import Reconciler
     from kalena_web.control.watching import watch_start
@@ -222,6 +225,7 @@ def handle(args: argparse.Namespace) -> int:
         frozen = None
         frozen_until = 0.0
         frozen_at_s = None
+        not_ready_at_s = None  # when Kalena saw the frozen node not ready (the managers reporting it down)
         freeze_done = not (args.swarm and n_engines >= 2 and args.stop_engine_s > 0)
         bind_to_running: list[float] = []
         policy = Policy(eviction=replace(Policy().eviction, cooldown_s=args.cooldown_s))
@@ -270,6 +274,9 @@ def handle(args: argparse.Namespace) -> int:
                 frozen_at_s = time.time()
                 frozen_until = time.monotonic() + args.stop_engine_s
                 print(f"  {frozen.node}: engine frozen for {args.stop_engine_s:g} s", flush=True)
+            if frozen is not None and not_ready_at_s is None and NodeCondition.objects.filter(
+                    node__cluster=cluster, node__name=frozen.node, ready=False).exists():
+                not_ready_at_s = time.time()
             if frozen is not None and time.monotonic() >= frozen_until:
                 frozen.process.send_signal(signal.SIGCONT)
                 print(f"  {frozen.node}: engine resumed", flush=True)
@@ -299,6 +306,8 @@ def handle(args: argparse.Namespace) -> int:
             "workload_name", "time_s", "detail") if "NodeLost" in str(r["detail"].get("why", ""))]
         figures["pods_node_lost"] = len({name for name, _ in node_lost})
         # engine frozen → its pods declared lost: the managers noticing the node down + the 40 s grace
+        figures["freeze_to_not_ready_s"] = (round(not_ready_at_s - frozen_at_s, 1)
+                                            if not_ready_at_s and frozen_at_s else None)
         figures["freeze_to_node_lost_s"] = (round(min(t for _, t in node_lost) - frozen_at_s, 1)
                                             if node_lost and frozen_at_s else None)
         figures["engine_stopped_s"] = args.stop_engine_s if (args.swarm and n_engines >= 2) else 0.0
@@ -375,7 +384,8 @@ def format_figures(f: dict) -> str:
     if f.get("orchestrator") == "swarm":
         lines += [("swarm nodes", f"{f.get('swarm_nodes')}"),
                   ("engine stopped", f"{f.get('engine_stopped_s')} s: {f.get('pods_node_lost')} pods lost with the "
-                                     f"node {f.get('freeze_to_node_lost_s')} s after it stopped, re-placed; "
+                                     f"node {f.get('freeze_to_node_lost_s')} s after it stopped (not ready after "
+                                     f"{f.get('freeze_to_not_ready_s')} s), re-placed; "
                                      f"longest two-copy overlap {f.get('duplicate_overlap_max_s')} s")]
     lines += [(k, str(f.get(k))) for k in ("swarm_nodes", "pods_completed", "pods_lost", "pods_duplicated",
                                            "agent_exits")]

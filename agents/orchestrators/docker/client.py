@@ -514,6 +514,13 @@ class SwarmOrchestrator:
                     raise OrchestratorError(f"update {workload_id}: {exc.explanation or exc}") from None
         raise OrchestratorError(f"update {workload_id}: the service kept changing (update out of sequence)")
 
+    def remove_service(self, service_id: str) -> None:
+        """Remove one service by id through a manager (Swarm stops its task); gone already is fine."""
+        try:
+            self.manager_call("remove", lambda c: c.api.remove_service(service_id))
+        except NotFound:
+            pass
+
     def _remove(self, service: Any) -> None:
         try:
             service.remove()

@@ -330,12 +330,14 @@ class Lifecycle:
         ref = t.identity.ref
         current = self.current(ref)
         if current is not t:
+            t.finished = True  # never the pod's state: its removal is housekeeping, not the pod gone
             if t.status == "running":
                 self.stale.append((t.node, t.container_id))
             elif t.status == "exited":
                 self.removable.append((t.node, t.container_id))
             return []
         if (ref, t.identity.attempt) in self._lost_attempts:
+            t.finished = True  # its end was handed on (NodeLost) when its node was lost
             if t.status == "running":
                 self.stale.append((t.node, t.container_id))
             return []

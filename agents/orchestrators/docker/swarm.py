@@ -38,7 +38,7 @@ WAITING = frozenset({"new", "allocated", "pending", "assigned", "accepted", "rea
 def task_event(task: Mapping[str, Any], *, ref: str, node: str, at_s: float) -> WatchEvent | None:
     """The watch event one task's state says (see module table); None while it waits.
 
-    ``node`` is the task's node name (the hostname of ``NodeID``), ``""`` when unassigned.
+    ``node`` is the task's node name (:func:`node_name` of ``NodeID``), ``""`` when unassigned.
     """
     status = task.get("Status") or {}
     state = str(status.get("State", ""))

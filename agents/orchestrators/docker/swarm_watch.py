@@ -183,7 +183,8 @@ class SwarmWatcher:
 
     def relist(self) -> None:
         """One pass over the managers' node and task lists (see module doc)."""
-        nodes = self.swarm.node_list()
+        # a node that just joined has no description yet (no engine labels): named once it has one
+        nodes = [n for n in self.swarm.node_list() if ((n.get("Description") or {}).get("Engine") or {})]
         services = self.swarm.services()
         now = self.clock()
         out: list[WatchEvent] = []
@@ -359,7 +360,7 @@ class SwarmWatcher:
             service_id = services[cid] or self._service_from_engine(engine, cid)
             try:
                 if service_id:
-                    self.swarm.manager_call("remove", lambda c, s=service_id: _remove_service(c, s))
+                    self.swarm.remove_service(service_id)
                 if (node, cid) in stale and engine is not None and not cid.startswith("task:"):
                     engine.stop_and_remove(cid, grace_s=2)
             except Exception as exc:  # noqa: BLE001 - retried on the next list
@@ -375,11 +376,3 @@ class SwarmWatcher:
             return ""
         return str(((attrs.get("Config") or {}).get("Labels") or {}).get("com.docker.swarm.service.id", ""))
 
-
-def _remove_service(client: Any, service_id: str) -> None:
-    from docker.errors import NotFound
-
-    try:
-        client.api.remove_service(service_id)
-    except NotFound:
-        pass

@@ -1,4 +1,5 @@
-"""The Docker/Swarm watcher: each engine's events API drives the lifecycle (DESIGN §14).
+"""The standalone Docker watcher: each engine's events API drives the lifecycle (DESIGN §14);
+Swarm's is :mod:`agents.orchestrators.docker.swarm_watch`.
 
 One thread per engine: connect → the node is seen (``NodeSeen``) → open the events stream from
 the engine's clock → re-list every Kalena container (the engine keeps only a short event
@@ -23,9 +24,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from agents.orchestrators.docker.client import Engine, SwarmOrchestrator
+from agents.orchestrators.docker.client import Engine
 from agents.orchestrators.docker.lifecycle import LOST_AFTER_S, RESCHEDULE_NODES_PER_S, Lifecycle
-from agents.orchestrators.docker.swarm import service_events
 from agents.orchestrators.events import Resynced, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -40,20 +40,17 @@ class DockerWatcher:
         engines: the engines (nodes) to watch.
         emit: receives each event; an exception it raises is logged and the event dropped
             only after the store moved on, so ``emit`` must be idempotent and durable itself.
-        swarm: the Swarm manager when the orchestrator is Swarm (services and tasks are listed
-            on every (re)connect, task states beside the container events).
         lost_after_s, reschedule_nodes_per_s: see :class:`Lifecycle`.
         clock: Unix seconds (tests pass their own).
     """
 
     def __init__(self, engines: Sequence[Engine], emit: Callable[[WatchEvent], None] | None = None, *,
-                 swarm: SwarmOrchestrator | None = None, lost_after_s: float = LOST_AFTER_S,
+                 lost_after_s: float = LOST_AFTER_S,
                  reschedule_nodes_per_s: float = RESCHEDULE_NODES_PER_S, clock: Callable[[], float] = time.time) -> None:
         self.engines = list(engines)
         self._queue: queue.Queue[WatchEvent] = queue.Queue()
         self.emit = emit or self._queue.put
         self._attempted: set[int] = set()
-        self.swarm = swarm
         self.clock = clock
         self.lifecycle = Lifecycle(lost_after_s=lost_after_s, reschedule_nodes_per_s=reschedule_nodes_per_s)
         self._lock = threading.Lock()
@@ -118,7 +115,6 @@ class DockerWatcher:
                     listed = self.lifecycle.resync(name, engine.all_containers(), at_s=self.clock())
                     self._attempted.add(index)
                     self._hand(self._complete_lists_only(listed))
-                    self._swarm_resync()
                     self.connects[name] = self.connects.get(name, 0) + 1
                 self._act(engine)
                 backoff = BACKOFF_START_S
@@ -130,8 +126,6 @@ class DockerWatcher:
                             self._hand(self.lifecycle.event(name, message))
                         except Exception:  # noqa: BLE001 - a malformed event never stops the watcher
                             log.exception("docker watch %s: event %r skipped", name, str(message)[:200])
-                        if message.get("Action") in ("die", "destroy") and self.swarm is not None:
-                            self._swarm_resync()
                     self._inspect_production(engine, name)
                     self._act(engine)
                 if self._stop.is_set():
@@ -171,23 +165,6 @@ class DockerWatcher:
             return events
         return [e for e in events if not isinstance(e, Resynced)]
 
-    def _swarm_resync(self) -> None:
-        if self.swarm is None:
-            return
-        try:
-            hostnames = {v: k for k, v in self.swarm.node_ids().items()}
-            events, errors = service_events(self.swarm.services(), hostnames=hostnames, at_s=self.clock())
-        except Exception as exc:  # noqa: BLE001 - the manager is down: the engine loop retries
-            log.warning("swarm watch: cannot list services: %s", exc)
-            return
-        for message in errors:
-            log.warning("swarm watch: %s", message)
-        # container events already say running/finished for tasks with a container; the task list
-        # adds what has none (refused by the Swarm scheduler)
-        from agents.orchestrators.events import PodRefused
-
-        self._hand([e for e in events if isinstance(e, PodRefused)])
-
     def _timer_loop(self) -> None:
         while not self._stop.wait(1.0):
             with self._lock:
@@ -221,21 +198,6 @@ class DockerWatcher:
             log.warning("docker watch %s: stopping container %s, a copy of a pod placed elsewhere", node, cid[:12])
         for cid in stale + removable:
             try:
-                if self.swarm is not None:
-                    self._remove_service_of(engine, cid)
-                else:
-                    engine.stop_and_remove(cid, grace_s=0 if cid in removable else 10)
+                engine.stop_and_remove(cid, grace_s=0 if cid in removable else 10)
             except Exception as exc:  # noqa: BLE001 - retried on the next re-list
                 log.warning("docker watch %s: cannot remove %s: %s", node, cid[:12], exc)
-
-    def _remove_service_of(self, engine: Engine, container_id: str) -> None:
-        try:
-            labels = engine.client.containers.get(container_id).labels or {}
-        except Exception:  # noqa: BLE001 - already gone
-            return
-        service_id = labels.get("com.docker.swarm.service.id")
-        if service_id:
-            try:
-                engine.client.services.get(service_id).remove()
-            except Exception:  # noqa: BLE001 - already removed
-                pass

@@ -50,7 +50,7 @@ def test_status_shows_one_manager_and_two_workers_named_by_their_label(swarm_lab
     assert roles == {names[0]: ("manager", "ready", "active"), names[1]: ("worker", "ready", "active"),
                      names[2]: ("worker", "ready", "active")}
     # each node on its own address; the same hostname everywhere, so names come from the label
-    addresses = {n["name"]: n["swarm"]["address"] for n in report["nodes"]}
+    addresses = {n["name"]: n["swarm"]["advertise"] for n in report["nodes"]}
     assert addresses == {r["name"]: r["address"] for r in swarm_lab["state"]["nodes"]}
     text = kalena_lab("status", "--state-dir", str(swarm_lab["dir"])).stdout
     assert "manager*" in text and "worker" in text

@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agents.bench.dockerd import PrivateEngines
+from agents.bench.dockerd import PrivateEngines, mounts_under
 from agents.orchestrators.docker import Engine, EngineConfig, SwarmOrchestrator
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import EvictionRecord
@@ -58,8 +58,9 @@ def swarm3():
                 engine.process.send_signal(signal.SIGCONT)
         pe.swarm_leave()
         pe.stop()
+        left = mounts_under(pe.root)  # a Swarm node's network namespaces are unmounted too
         shutil.rmtree(pe.root, ignore_errors=True)
-    assert pe.cgroup_leftovers() == []
+    assert pe.cgroup_leftovers() == [] and left == []
 
 
 def manager(pe: PrivateEngines):
@@ -218,7 +219,9 @@ def test_drained_worker_is_unschedulable_and_lost_workers_are_rescheduled_at_the
         assert copy.labels["kalena.naughtian.io/attempt"] == "1"  # the copy left is the new placement
         client.close()
         time.sleep(3)  # later lists and events must not requeue again
-        assert [pod(n).requeues for n in ("long-1", "long-2")] == [1, 1]
+        assert [pod(n).requeues for n in ("long-1", "long-2")] == [1, 1], (
+            [(pod(n).state, pod(n).reason) for n in ("long-1", "long-2")],
+            list(EvictionRecord.objects.values_list("workload_name", "detail")))
         assert [pod(n).state for n in ("long-1", "long-2")] == [BatchPod.BOUND] * 2
     finally:
         for engine in frozen:
@@ -229,3 +232,30 @@ def test_drained_worker_is_unschedulable_and_lost_workers_are_rescheduled_at_the
                 orchestrator.evict(f"batch/{name}", grace_s=1, reason="test over")
             except Exception:  # noqa: BLE001 - already gone
                 pass
+
+
+def test_a_worker_leaving_is_down_then_gone_and_joining_again_is_the_same_node(swarm3: PrivateEngines) -> None:
+    cluster = Cluster.objects.create(name=f"swarm-{uuid.uuid4().hex[:6]}", kind=Cluster.LIVE)
+    orchestrator = SwarmOrchestrator(Engine(EngineConfig(url=swarm3.engines[0].url)),
+                                     engines=[Engine(EngineConfig(url=e.url, timeout_s=5)) for e in swarm3.engines])
+    watch = start(cluster, orchestrator)
+    worker = engine_of(swarm3, "sw-w2")
+    client, boss = worker.client(), manager(swarm3)
+    try:
+        client.swarm.leave()
+        wait_until(lambda: not condition(cluster, "sw-w2").ready, timeout_s=90, what="the departed worker down")
+        boss.nodes.get(swarm3.swarm_ids["sw-w2"]).remove(force=True)  # docker node rm
+        wait_until(lambda: condition(cluster, "sw-w2").gone, what="the removed node gone")
+        assert condition(cluster, "sw-w1").ready and not condition(cluster, "sw-w1").gone
+
+        boss.swarm.reload()
+        client.swarm.join(remote_addrs=[f"{SUBNET}.2:{SWARM_PORT}"], join_token=boss.swarm.attrs["JoinTokens"]["Worker"],
+                          advertise_addr=f"{SUBNET}.4:{SWARM_PORT}", listen_addr=f"{SUBNET}.4:{SWARM_PORT}")
+        swarm3.swarm_ids["sw-w2"] = client.info()["Swarm"]["NodeID"]  # a new node id, its engine label the same
+        wait_until(lambda: condition(cluster, "sw-w2").ready and not condition(cluster, "sw-w2").gone, timeout_s=90,
+                   what="the worker joining again under its name")
+        assert Node.objects.filter(cluster=cluster).count() == 3
+    finally:
+        client.close()
+        boss.close()
+        watch.stop()
