@@ -78,6 +78,7 @@ class AgentConfig:
     link_url: str | None = None
     link_token: str | None = None
     link_token_file: str | None = None
+    join_secret_file: str | None = None
     state_dir: str = "/var/lib/kalena-agent"
     buffer_max_bytes: int = 256 * 2**20
     dry_run: bool = False
@@ -178,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalena-agent run", description="Run the Kalena node agent.")
     add = parser.add_argument
     add("--node-name", help="node name reported to the control plane (default: $NODE_NAME or the hostname)")
+    add("--node-name-from-engine", action="store_true",
+        help="name the node as Kalena's Docker/Swarm watcher does, asking the engine at --docker-host: its label "
+             "kalena.naughtian.io/node, else its Swarm node ID (in a swarm), else its Name")
     add("--capacity", help="post-Phase-0 capacity, e.g. cpu=4,memory=16Gi (default: the machine)")
     add("--reserved", help="subtracted from machine-derived capacity (DaemonSets, system), e.g. cpu=500m")
     add("--cgroup-root", default="/sys/fs/cgroup")
@@ -220,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--evict-threshold-ratio", type=float, help="eviction.evict_threshold_ratio")
     add("--link-url", help="ws:// or wss:// URL of the console's agent endpoint (none: no link)")
     add("--link-token-file", help="file holding this node's bearer token ($KALENA_AGENT_LINK_TOKEN also works)")
-    add("--state-dir", default="/var/lib/kalena-agent", help="where the link buffer lives")
+    add("--join-secret-file", help="file holding the stack's join secret: without --link-token-file the agent joins "
+        "once and keeps its own node token in --state-dir (link.token)")
+    add("--state-dir", default="/var/lib/kalena-agent", help="where the link buffer (and a joined node token) lives")
     add("--buffer-max-bytes", type=int, default=256 * 2**20)
     add("--dry-run", action="store_true", help="decide and report, change nothing")
     add("--actions-log", help="append every action as a JSON line to this file")
@@ -304,11 +310,23 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
     if args.link_url:
         if not args.link_url.startswith(("ws://", "wss://")):
             raise ConfigError(f"{args.link_url!r} is not a WebSocket URL", source="--link-url", accepted="ws://… or wss://…")
-        if not token and not args.link_token_file:
-            raise ConfigError("--link-url needs a token", source="--link-token-file / KALENA_AGENT_LINK_TOKEN")
+        if not token and not args.link_token_file and not args.join_secret_file:
+            raise ConfigError("--link-url needs a token", source="--link-token-file / KALENA_AGENT_LINK_TOKEN",
+                              accepted="a node token, or --join-secret-file to join with the stack's join secret")
+    if args.join_secret_file:
+        try:
+            Path(args.join_secret_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the join secret: {exc.strerror or exc}",
+                              source="--join-secret-file") from None
+        if not args.link_url:
+            raise ConfigError("--join-secret-file needs --link-url (the console it joins)", source="--join-secret-file")
     policy = load_policy(args.policy_file, {("eviction", "min_run_time_s"): args.min_run_time_s,
                                             ("eviction", "evict_threshold_ratio"): args.evict_threshold_ratio})
-    node = args.node_name or environ.get("NODE_NAME") or socket.gethostname()
+    if args.node_name_from_engine:
+        node = engine_node_name(args.docker_host or environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+    else:
+        node = args.node_name or environ.get("NODE_NAME") or socket.gethostname()
     return AgentConfig(
         node_name=node, capacity=parse_capacity(args.capacity, args.reserved, args.proc_root),
         cgroup_root=args.cgroup_root, cgroup_version=args.cgroup_version, psi_root=args.psi_root,
@@ -326,7 +344,32 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         pressure_source=args.pressure_source, psi_window_s=args.psi_window_s,
         psi_cpu_threshold_ms=args.psi_cpu_threshold_ms, psi_memory_threshold_ms=args.psi_memory_threshold_ms,
         acute_grace_s=args.acute_grace_s, policy=policy, link_url=args.link_url, link_token=token,
-        link_token_file=args.link_token_file,
+        link_token_file=args.link_token_file, join_secret_file=args.join_secret_file,
         state_dir=args.state_dir, buffer_max_bytes=args.buffer_max_bytes, dry_run=args.dry_run,
         actions_log=args.actions_log, duration_s=args.duration_s, log_level=args.log_level,
         health_address=_health_address(args.health_address))
+
+
+def engine_node_name(docker_host: str) -> str:
+    """The node name Kalena's watcher gives this engine (``GET /info``): the engine label
+    ``kalena.naughtian.io/node``, else — in an active swarm — the Swarm node ID, else the
+    engine's ``Name`` (docs/docker.md; the watcher's own rule is
+    :func:`agents.orchestrators.docker.swarm.node_name`).
+
+    Raises:
+        ConfigError: the engine does not answer (naming it).
+    """
+    import docker
+
+    try:
+        info = docker.DockerClient(base_url=docker_host, timeout=10).info()
+    except Exception as exc:  # noqa: BLE001 - any failure means the engine did not answer
+        raise ConfigError(f"the engine at {docker_host} does not answer: {exc}", source="--node-name-from-engine",
+                          accepted="--docker-host (or DOCKER_HOST) of this node's running engine") from None
+    labels = dict(label.split("=", 1) for label in info.get("Labels") or [] if "=" in label)
+    swarm = info.get("Swarm") or {}
+    if labels.get("kalena.naughtian.io/node"):
+        return labels["kalena.naughtian.io/node"]
+    if swarm.get("LocalNodeState") == "active" and swarm.get("NodeID"):
+        return str(swarm["NodeID"])
+    return str(info.get("Name") or "")

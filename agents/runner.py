@@ -216,11 +216,17 @@ def build_agent(config: AgentConfig) -> Agent:
                           on_collector_error=metrics.collector_error)
     loop.discover(time.time())          # arm the pressure sources before the first hello
     agent = Agent(config, loop, monitor, buffer, None, metrics)
-    if buffer is not None and config.link_url and (config.link_token or config.link_token_file):
+    if buffer is not None and config.link_url and (config.link_token or config.link_token_file
+                                                   or config.join_secret_file):
         token: Any = config.link_token
         if config.link_token_file:
             path = Path(config.link_token_file)
             token = lambda: path.read_text().strip()  # noqa: E731 - re-read at every connect
+        elif not token and config.join_secret_file:
+            from agents.link.join import JoinedToken
+
+            token = JoinedToken(link_url=config.link_url, node=config.node_name,
+                                secret_file=config.join_secret_file, state_dir=config.state_dir)
         link = LinkClient(config.link_url, token, buffer, hello=agent.hello,
                           on_policy=loop.apply_policy_update)
         buffer.on_append = link.notify

@@ -396,3 +396,10 @@ KALENA_AGENT_TOKENREVIEW_CLUSTER = os.environ.get("KALENA_AGENT_TOKENREVIEW_CLUS
 KALENA_AGENT_SERVICE_ACCOUNT = os.environ.get("KALENA_AGENT_SERVICE_ACCOUNT",
                                               "system:serviceaccount:kalena-system:kalena-agent")
 KALENA_AGENT_TOKEN_AUDIENCE = os.environ.get("KALENA_AGENT_TOKEN_AUDIENCE", "kalena")
+# Agents joining with the stack's join secret (kalena_web/telemetry/join.py, docs/security.md):
+#   KALENA_AGENT_JOIN_SECRET_FILE (a Docker secret; one secret per line, re-read at every join) or
+#   KALENA_AGENT_JOIN_SECRET; unset or empty: joining is off. KALENA_AGENT_JOIN_CLUSTER: the live
+#   cluster joined nodes belong to (default: the only live cluster).
+KALENA_AGENT_JOIN_SECRET_FILE = os.environ.get("KALENA_AGENT_JOIN_SECRET_FILE", "")
+KALENA_AGENT_JOIN_SECRET = os.environ.get("KALENA_AGENT_JOIN_SECRET", "")
+KALENA_AGENT_JOIN_CLUSTER = os.environ.get("KALENA_AGENT_JOIN_CLUSTER", "")

@@ -131,6 +131,29 @@ def substitutions(state: dict[str, Any]) -> list[str]:
         if r.get("kubelet_url"):
             out.append(f"{r['name']}: kubelet → the lab's kubelet double (python -m agents.lab.kubelet) on "
                        f"{r['kubelet_url']}, pods in /{r['cgroup']}/kubepods on that engine")
+    if state.get("orchestrator", "docker") != "kubernetes":   # the Compose and Swarm stacks run on engines
+        out += stack_substitutions(state)
+    return out
+
+
+#: the images the stacks take through variables where no registry serves postgres and redis
+STACK_IMAGES = {"KALENA_POSTGRES_IMAGE": "kalena/postgres:15-debian", "KALENA_REDIS_IMAGE": "kalena/redis:7-debian"}
+
+
+def stack_substitutions(state: dict[str, Any]) -> list[str]:
+    """The only values a lab changes to run ``deploy/compose`` (on one node's engine) and
+    ``deploy/swarm`` (on the lab's Swarm) as written — each is a variable of the stack file."""
+    images = " ".join(f"{k}={v}" for k, v in STACK_IMAGES.items())
+    out = [f"stacks: images {images} (built from Debian's packages by scripts/build-service-images: no registry "
+           "serves postgres:16 and redis:7 here); kalena/control-plane and kalena/agent from scripts/build-images; "
+           "secrets as Docker secrets (Compose: files in KALENA_SECRETS_DIR; Swarm: docker secret create)"]
+    for r in state["nodes"]:
+        out.append(f"stacks on {r['name']}: KALENA_DOCKER_SOCK={r['socket']} KALENA_NODE_CGROUP={r['cgroup']} "
+                   f"KALENA_CGROUP_ROOT=/sys/fs/cgroup KALENA_CONSOLE_ADDRESS={r['address']} "
+                   f"(DOCKER_HOST=unix://{r['socket']} for docker-compose)")
+    if state.get("swarm"):
+        out.append("stacks on the Swarm: host-mode ports and dnsrr endpoints, as deploy/swarm/stack.yml has them "
+                   "(this kernel has no IPVS: no virtual IPs, no routing mesh)")
     return out
 
 

@@ -20,7 +20,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                     "`celery -A kalena_web worker` and `celery -A kalena_web beat` beside it instead.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port, default=8000)
-    parser.add_argument("--no-loops", action="store_true", help="do not run the embedded loops")
+    parser.add_argument("--no-loops", action="store_true", help="do not run the embedded loops (nor the watch)")
+    parser.add_argument("--no-watch", action="store_true",
+                        help="do not watch the orchestrator on a thread: a `kalena watch` process (the stacks' "
+                             "`watch` service, which holds the engine socket the console must not have) does")
     parser.add_argument("--cluster", default="",
                         help="live cluster the orchestrator's watch feeds (default: the only one; with none yet, "
                              "or several and none named, the console serves and the watch waits)")
@@ -69,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
         loops.start()
         print("kalena serve: embedded control loops running in this process")
     watching = None
-    if settings.KALENA_ORCHESTRATOR in ("kubernetes", "docker", "swarm") and not args.no_loops:
+    if settings.KALENA_ORCHESTRATOR in ("kubernetes", "docker", "swarm") and not (args.no_loops or args.no_watch):
         from kalena_web.cli import watch
 
         # a fresh install has no live cluster yet: serve the console, start the watch once one exists

@@ -33,6 +33,12 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                     "cluster; start several for a standby). Docker/Swarm: every engine's events API (re-listed on "
                     "each reconnect) into the live cluster. Runs until SIGTERM or Ctrl-C.")
     parser.add_argument("--cluster", default="", help="live cluster to feed (default: the only live cluster)")
+    parser.add_argument("--wait", action="store_true",
+                        help="while there is no live cluster to feed (a fresh install) keep waiting for one, saying "
+                             "what it waits for, instead of exiting (the stacks' watch service)")
+    parser.add_argument("--create", action="store_true",
+                        help="Docker/Swarm: create the (empty) live cluster --cluster when there is none yet — its "
+                             "nodes are the engines the watch sees (a stack's first start)")
     parser.add_argument("--identity", default="", help="this candidate's name in the Lease (default host-pid)")
     parser.add_argument("--lease-namespace", default="kube-system")
     parser.add_argument("--lease-name", default="kalena-scheduler")
@@ -119,10 +125,71 @@ def start(args: argparse.Namespace):
     return STARTERS[kind](live_cluster_named(args.cluster), args)
 
 
+def create_if_missing(args: argparse.Namespace) -> None:
+    """``--create``: the live cluster ``--cluster`` exists afterwards (created empty when missing;
+    Docker and Swarm only — a Kubernetes cluster is imported).
+
+    Raises:
+        InputError: no ``--cluster``, another orchestrator, or not a cluster name.
+    """
+    from django.conf import settings
+
+    from kalena_web.control.services import ClusterExists, live_cluster_create
+
+    if not args.cluster:
+        raise InputError("--create needs the cluster's name", field="--cluster", accepted="--cluster NAME --create")
+    if settings.KALENA_ORCHESTRATOR not in ("docker", "swarm"):
+        raise InputError(f"--create is for Docker and Swarm (KALENA_ORCHESTRATOR={settings.KALENA_ORCHESTRATOR!r})",
+                         field="--create", accepted="`kalena cluster import` for a Kubernetes cluster")
+    try:
+        live_cluster_create(name=args.cluster)
+        print(f"kalena watch: created the empty live cluster {args.cluster!r} (its nodes: the engines)", flush=True)
+    except ClusterExists:
+        pass
+
+
+def engines_answer() -> None:
+    """Docker/Swarm: every engine of ``KALENA_DOCKER_ENGINES`` answers (``GET /_ping``) before the
+    watch starts — a wrong socket path or address is said at once, not as reconnect warnings.
+
+    Raises:
+        InputError: a malformed engine list, or the engines that did not answer (each with why).
+    """
+    from django.conf import settings
+
+    from kalena_web.control.orchestrators import OrchestratorNotConfigured, docker_engines
+
+    if settings.KALENA_ORCHESTRATOR not in ("docker", "swarm"):
+        return
+    try:
+        engines = docker_engines()
+    except OrchestratorNotConfigured as exc:
+        raise InputError(str(exc), field="KALENA_DOCKER_ENGINES") from None
+    silent = []
+    for engine in engines:
+        try:
+            engine._call("ping", lambda c: c.ping())
+        except Exception as exc:  # noqa: BLE001 - unreachable, refused, TLS: all mean "does not answer"
+            silent.append(f"{engine.config.url}: {exc}")
+    if silent:
+        raise InputError(f"{len(silent)} of {len(engines)} engine(s) do not answer: {'; '.join(silent)}; nothing "
+                         "was started or created", field="KALENA_DOCKER_ENGINES",
+                         accepted="unix:///path/to/docker.sock of a running engine (mounted into this container), "
+                                  "or tcp://host:2376 with TLS")
+
+
 def handle(args: argparse.Namespace) -> int:
     django_setup()
-    handle_ = start(args)
-    print(f"kalena watch: watching for cluster {args.cluster or '(the only live cluster)'}; Ctrl-C to stop")
+    engines_answer()
+    if getattr(args, "create", False):
+        create_if_missing(args)
+    if getattr(args, "wait", False):
+        handle_ = WaitingWatch(args, say=lambda line: print(line.replace("kalena serve:", "kalena watch:"),
+                                                            flush=True)).start()
+    else:
+        handle_ = start(args)
+    print(f"kalena watch: watching for cluster {args.cluster or '(the only live cluster)'}; Ctrl-C to stop",
+          flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:

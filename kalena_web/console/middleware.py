@@ -12,7 +12,7 @@ from django.contrib.auth.middleware import LoginRequiredMiddleware
 from django.http import HttpResponseBadRequest
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-OPEN_PREFIXES = ("/api/", "/livez", "/readyz", "/healthz", "/metrics", "/favicon.ico")
+OPEN_PREFIXES = ("/api/", "/agent/", "/livez", "/readyz", "/healthz", "/metrics", "/favicon.ico")
 
 
 class ProbeMiddleware:
@@ -20,7 +20,9 @@ class ProbeMiddleware:
     ``/metrics``, ``/metrics/cluster``) answered before anything reads the Host header or
     redirects to HTTPS: orchestrators and Prometheus address the pod by its IP over plain HTTP
     (``Host: 10.1.2.3:8000``), which ``ALLOWED_HOSTS`` rightly refuses for everything else.
-    First in ``MIDDLEWARE``; only GET and HEAD."""
+    First in ``MIDDLEWARE``; only GET and HEAD. The agents' join (``POST /agent/v1/join``,
+    :mod:`kalena_web.telemetry.join`) is answered here too: agents address the console by
+    service name or IP, as they do its WebSocket, and authenticate with the join secret."""
 
     def __init__(self, get_response):
         from kalena_web.control import health, metrics
@@ -28,11 +30,16 @@ class ProbeMiddleware:
         self.get_response = get_response
         self.views = {"/livez": health.livez, "/readyz": health.readyz, "/healthz": health.readyz,
                       "/metrics": metrics.metrics_view, "/metrics/cluster": metrics.cluster_metrics_view}
+        from kalena_web.telemetry.join import join_view
+
+        self.join_view = join_view
 
     def __call__(self, request):
         view = self.views.get(request.path_info)
         if view is not None and request.method in ("GET", "HEAD"):
             return view(request)
+        if request.path_info == "/agent/v1/join":
+            return self.join_view(request)
         return self.get_response(request)
 
 

@@ -47,7 +47,7 @@ def _check_command(argv: list[str]) -> None:
         return
     args = argv[1:] if argv[:1] == ["kalena"] else argv
     parsed = build_parser().parse_args(args)  # exits (fails the test) on an unknown flag
-    assert parsed.command in ("serve", "probe", "migrate")
+    assert parsed.command in ("serve", "probe", "migrate", "watch")
 
 
 @pytest.mark.parametrize(("where", "argv", "spec"), containers(), ids=[c[0] for c in containers()])

@@ -59,6 +59,18 @@ def test_docker_socket_never_in_the_web_process_and_migrations_come_first(name: 
     services = yaml.safe_load((DEPLOY / name).read_text())["services"]
     assert not any("docker.sock" in str(v) for v in services["console"].get("volumes", []))
     assert any("docker.sock" in str(v) for v in services["worker"].get("volumes", []))  # binds batch
+    # the engines' events are followed by a watch service holding the socket; the console's thread is off
+    assert any("docker.sock" in str(v) for v in services["watch"].get("volumes", []))
+    watch = " ".join(services["watch"].get("entrypoint") or []) + " " + " ".join(services["watch"].get("command") or [])
+    assert "watch --cluster" in watch and "--create" in watch
+    console = " ".join(services["console"].get("entrypoint") or []) + " " + " ".join(services["console"].get("command") or [])
+    assert "serve" in console and "--no-watch" in console
+    # one agent per node, each joining with the stack's join secret for its own node token
+    agent = services["agent"]
+    assert "--join-secret-file=/run/secrets/kalena_agent_join_secret" in agent["command"]
+    assert "--node-name-from-engine" in agent["command"] and "kalena_agent_join_secret" in agent["secrets"]
+    assert "kalena_agent_join_secret" in services["console"]["secrets"]
+    assert not any("link_token" in str(v) for v in agent.values())
     for svc in ("console", "worker", "beat"):
         spec = services[svc]
         assert "healthcheck" in spec, f"{name}: {svc} has no health check"

@@ -80,9 +80,13 @@ class Engine:
 
     @property
     def node(self) -> str:
-        """The node name (configuration, else the engine's ``Name``, asked once)."""
+        """The node name (asked once): configuration, else the engine's label
+        ``kalena.naughtian.io/node`` (``dockerd --label``), else its ``Name`` — the rule the node
+        agent's ``--node-name-from-engine`` follows too."""
         if not self._name:
-            self._name = str(self._call("info", lambda c: c.info()).get("Name") or self.config.url)
+            info = self._call("info", lambda c: c.info())
+            labels = dict(x.split("=", 1) for x in info.get("Labels") or [] if "=" in x)
+            self._name = str(labels.get("kalena.naughtian.io/node") or info.get("Name") or self.config.url)
         return self._name
 
     def _call(self, what: str, fn):  # type: ignore[no-untyped-def]
