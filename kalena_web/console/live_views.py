@@ -29,7 +29,7 @@ from kalena_web.control.selectors import NotFound
 from kalena_web.control.schedules import PERIODS_S
 from kalena_web.replan.models import DriftCheck, ReplanRecommendation
 from kalena_web.replan.services import (
-    BLUEPRINT_MAX_BYTES, RecommendationClosed, recommendation_adopt, recommendation_decide,
+    BLUEPRINT_MAX_BYTES, RecommendationClosed, drift_coverage, recommendation_adopt, recommendation_decide,
 )
 from kalena_web.scheduling import selectors as scheduling_selectors
 from kalena_web.scheduling.models import BatchPod
@@ -174,8 +174,12 @@ def recommendations(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
     recs = list(ReplanRecommendation.objects.filter(cluster=c).select_related("decided_by")[:20])
     check = DriftCheck.objects.filter(cluster=c).first()
+    min_coverage = float(getattr(settings, "KALENA_DRIFT_MIN_COVERAGE", 0.5))
+    coverage = drift_coverage(observed_pods=check.observed_pods, production_pods=check.production_pods) \
+        if check else 0.0
     return render(request, "console/live_replan.html", {
         "cluster": c, "recommendations": recs, "check": check, "now_s": time.time(),
+        "coverage": coverage, "min_coverage": min_coverage, "covered": coverage >= min_coverage,
         "open": next((r for r in recs if r.state == ReplanRecommendation.OPEN), None),
         "threshold": float(getattr(settings, "KALENA_DRIFT_THRESHOLD", 0.25)),
         "window_s": float(getattr(settings, "KALENA_DRIFT_WINDOW_S", 86_400)),

@@ -149,7 +149,9 @@ def policy_export(request: HttpRequest, cluster: str) -> HttpResponse:
     """The current version (or ``?version=N``) as a policy file (YAML)."""
     c = control_selectors.live_cluster_get(name=cluster)
     wanted = request.GET.get("version")
-    if wanted:
+    if wanted == "0":
+        document = PolicyDocument()
+    elif wanted:
         row = selectors.policy_version_get(cluster=c, version=int(wanted)) if wanted.isdigit() else None
         if row is None:
             return error_page(request, 404, f"{c.name} has no policy version {wanted!r}")
