@@ -23,7 +23,7 @@ from kalena_web.console.listing import ListSpec, everything, listing
 from kalena_web.console.live_figures import live_node_figure
 from kalena_web.console.params import BadParameter
 from kalena_web.console.views import error_page
-from kalena_web.console.why import rejection_lines
+from kalena_web.console.why import reduction_text, rejection_lines
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
 from kalena_web.control.schedules import PERIODS_S
@@ -156,6 +156,7 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
     why = scheduling_selectors.why_pending(pod=pod)
     return render(request, "console/live_batch_pod.html", {
         "cluster": c, "pod": pod, "can_operate": request.user.has_perm("scheduling.operate_batch"), "why": why, "examples": rejection_lines(why.record if why else {}),
+        "reduction": reduction_text(why.record if why else {}),
         "evictions": EvictionRecord.objects.filter(workload=pod.workload).select_related("node")[:20]})
 
 

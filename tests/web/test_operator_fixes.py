@@ -128,3 +128,51 @@ def test_drift_with_coverage_recommends_with_a_banner_on_every_page(tuner, live)
     rec.state = ReplanRecommendation.REJECTED
     rec.save()
     assert 'id="replan-banner"' not in tuner.get("/live/").content.decode()
+
+
+# --- why pending, in words and with the digits a shortfall needs -----------------------------
+
+from kalena_web.console.why import reason_text, reduction_text, rejection_lines  # noqa: E402
+
+
+def test_a_shortfall_below_display_precision_shows_the_precise_free_amount() -> None:
+    [line] = rejection_lines({"rejections": [{"kind": "cpu", "dim": "cpu", "node": "n1", "requested": 0.5,
+                                              "free": 0.49978, "shortfall": 0.00022, "unit": "cores"}]})
+    # "0.5 free (short by 0.00022)" contradicted itself: 0.5 − 0.5 is not 0.00022
+    assert line == "n1: needs 0.5 cores of CPU, has 0.49978 free (short by 0.00022 cores)"
+    [line] = rejection_lines({"rejections": [{"kind": "ram", "dim": "ram", "node": "n2", "requested": 2.0,
+                                              "free": 1.25, "shortfall": 0.75, "unit": "GiB"}]})
+    assert line == "n2: needs 2 GiB of memory, has 1.25 free (short by 0.75 GiB)"
+
+
+@pytest.mark.parametrize(("record", "words"), [
+    ({"kind": "telemetry_stale", "node": "n1"}, "n1: telemetry stale: no fresh sample from the node's agent"),
+    ({"kind": "taint", "node": "n1", "key": "gpu", "value": "yes", "effect": "NoSchedule"},
+     "n1: taint gpu=yes:NoSchedule not tolerated"),
+    ({"kind": "namespace_cap", "node": "", "namespace": "team-a", "running": 3, "cap": 3},
+     "the gang: namespace team-a already runs 3 of its 3 batch pods"),
+    ({"kind": "node_selector", "node": "n2", "key": "zone", "wanted": "a", "found": None},
+     "n2: label zone should be “a”, is absent"),
+])
+def test_reasons_read_in_words_not_internal_codes(record, words) -> None:
+    [line] = rejection_lines({"rejections": [record]})
+    assert line == words and "_" not in line.split(": ", 1)[1]
+
+
+def test_every_engine_reason_kind_has_words() -> None:
+    from kalena_engine.placement import reasons as R
+    from kalena_engine.resources import DIMS
+
+    kinds = [*R.RULE_KINDS, R.GANG, R.STALE_BINDING, R.RELEASING, R.KUBELET_ALLOCATABLE, R.NO_NODES, *DIMS]
+    for kind in kinds:
+        assert "_" not in reason_text(kind) and reason_text(kind) != kind, kind
+
+
+@pytest.mark.parametrize(("fits", "says"), [
+    (1, "would let it fit on n7 only — every other node lacks more of at least one dimension."),
+    (2, "would let it fit on n7 and 1 other node."),
+    (5, "would let it fit on n7 and 4 other nodes."),
+])
+def test_the_reduction_says_how_many_nodes_it_opens(fits, says) -> None:
+    text = reduction_text({"reduction": {"by": {"cpu": 0.25, "ram": 1.5}, "node": "n7", "fits_nodes": fits}})
+    assert text.startswith("Lowering the request by 0.25 cores of CPU and 1.5 GiB of memory") and text.endswith(says)
