@@ -97,12 +97,18 @@ BATCH_LIST = ListSpec(
 def batch_list(request: HttpRequest, cluster: str) -> HttpResponse:
     """Every batch pod of the cluster — pending, bound (running), completed, deleted — with its
     node and times; searchable, filterable by state, sortable, paged (3 queries + session)."""
-    c = selectors.live_cluster_get(name=cluster)
+    return batch_page(request, selectors.live_cluster_get(name=cluster))
+
+
+def batch_page(request: HttpRequest, c, *, form: dict | None = None, errors: dict | None = None,
+               status: int = 200) -> HttpResponse:
+    """The batch list page; ``form`` and ``errors`` (``{field: message}``) re-show a refused
+    submission with what was typed and every error under its field."""
     rows = BatchPod.objects.filter(cluster=c).select_related("workload", "workload__node")
     return render(request, "console/live_batch.html", {
         "cluster": c, "listing": listing(rows, request.GET, BATCH_LIST), "now_s": time.time(),
         "can_operate": request.user.has_perm("scheduling.operate_batch"),
-        "orchestrator": settings.KALENA_ORCHESTRATOR})
+        "orchestrator": settings.KALENA_ORCHESTRATOR, "form": form or {}, "errors": errors or {}}, status=status)
 
 
 @require_GET
