@@ -43,6 +43,7 @@ def _policy_page(request: HttpRequest, cluster, *, draft: drafts.Draft | None = 
         "namespaces": draft.namespaces if draft else drafts.namespaces_text(dict(current.policy.placement.namespace_batch_caps)),
         "errors": draft.errors if draft else {}, "form_error": (draft.errors.get("", "") if draft else "") or message,
         "preflight": preflight, "figure": figures.preflight_slack_figure(preflight) if preflight else None,
+        "chart_caption": figures.preflight_chart_caption(preflight) if preflight else "",
         "slack_rows": figures.preflight_slack_rows(preflight) if preflight else "",
         "agents": agents, "behind": [a for a in agents if a.behind], "can_tune": request.user.has_perm(TUNE),
         "parts": parts, "parts_behind": [p for p in parts if p.behind],

@@ -176,3 +176,26 @@ def test_every_engine_reason_kind_has_words() -> None:
 def test_the_reduction_says_how_many_nodes_it_opens(fits, says) -> None:
     text = reduction_text({"reduction": {"by": {"cpu": 0.25, "ram": 1.5}, "node": "n7", "fits_nodes": fits}})
     assert text.startswith("Lowering the request by 0.25 cores of CPU and 1.5 GiB of memory") and text.endswith(says)
+
+
+# --- the pre-flight chart says what it samples ------------------------------------------------
+
+def test_the_preflight_chart_says_it_shows_60_of_186_nodes() -> None:
+    import json
+    from types import SimpleNamespace
+
+    from kalena_web.policy.figures import preflight_chart_caption, preflight_slack_figure
+
+    def node(i: int) -> SimpleNamespace:  # node i's cpu slack moves by i cores between now and settled
+        return SimpleNamespace(node=f"n{i:03d}", cpu_now_mcpu=10_000.0, cpu_after_mcpu=10_000.0,
+                               cpu_settled_mcpu=10_000.0 + 1000.0 * i, ram_now_bytes=0.0, ram_after_bytes=0.0,
+                               ram_settled_bytes=0.0)
+
+    many = SimpleNamespace(nodes=[node(i) for i in range(186)])
+    figure = json.loads(preflight_slack_figure(many))
+    shown = sorted(set(figure["data"][0]["x"]))
+    assert shown == [f"n{i:03d}" for i in range(126, 186)]  # the 60 whose slack moves most
+    caption = preflight_chart_caption(many)
+    assert caption.startswith("60 of 186 nodes: the 60 whose slack moves most") and "lists all 186" in caption
+    assert figure["layout"]["title"]["text"] == caption
+    assert preflight_chart_caption(SimpleNamespace(nodes=[node(1), node(2), node(3)])) == "All 3 nodes, by name."

@@ -89,7 +89,8 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         page.wait_for_selector("#preflight")
         page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
         assert page.locator("#pf-slack-table tbody tr").count() == 3
-        assert page.inner_text("#pf-unplaced") == "node_selector 1"
+        assert page.inner_text("#pf-unplaced") == "node selector or node affinity does not match: 1"
+        assert page.inner_text("#pf-chart-caption") == "Chart: All 3 nodes, by name."
         bars = page.eval_on_selector("#preflight-chart", "gd => gd._fullData.map(t => [t.name, t.x.length])")
         assert ["settled", 3] in bars and ["now", 3] in bars
         page.screenshot(path=str(artifacts / "policy-preflight.png"), full_page=True)
