@@ -120,21 +120,22 @@ def _block_arg(text: str | None, flag: str) -> dict[str, Any] | None:
 
 
 def _cluster(name: str):  # type: ignore[no-untyped-def]
+    """The live cluster ``name`` (read here rather than through the scheduling selectors, whose
+    module loads the placement engine: a ``get`` does not need it)."""
     from kalena_web.inventory.models import Cluster
-    from kalena_web.scheduling import selectors
 
     try:
-        return selectors.live_cluster(name=name)
+        return Cluster.objects.get(kind=Cluster.LIVE, name=name)
     except Cluster.DoesNotExist:
         raise BatchNotFound(f"no live cluster named {name!r}", field="cluster") from None
 
 
 def _pod(cluster, name: str):  # type: ignore[no-untyped-def]
-    from kalena_web.scheduling import selectors
     from kalena_web.scheduling.models import BatchPod
 
     try:
-        return selectors.batch_pod(cluster=cluster, name=name)
+        return BatchPod.objects.select_related("workload", "workload__node", "why_pending").get(
+            cluster=cluster, workload__name=name)
     except BatchPod.DoesNotExist:
         raise BatchNotFound(f"no batch pod {name!r} in {cluster.name!r}", field="name") from None
 
