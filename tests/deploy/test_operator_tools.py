@@ -4,12 +4,14 @@ name only metrics Kalena exports."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.web.live_cluster import live  # noqa: F401 - the homelab live cluster fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,4 +25,83 @@ def test_screenshots_runs_with_a_python_without_playwright() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "--password" in done.stdout and "ModuleNotFoundError" not in done.stderr
-    assert sys.prefix  # the test itself runs in the project's environment
+
+
+PROMTOOL = ROOT / "var" / "tools" / "prometheus" / "usr" / "bin" / "promtool"
+RULES = ROOT / "deploy" / "prometheus" / "kalena-alerts.yaml"
+DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
+METRIC = re.compile(r"\bkalena_[a-z0-9_]+")
+
+
+def _promtool() -> str:
+    if not PROMTOOL.exists():
+        pytest.fail(f"{PROMTOOL} is missing: run `scripts/services promtool` (./scripts/test does)")
+    return str(PROMTOOL)
+
+
+def test_alert_rules_pass_promtool_check_and_their_unit_tests() -> None:
+    checked = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS: 13 rules found" in checked.stdout, checked.stdout + checked.stderr
+    tested = subprocess.run([_promtool(), "test", "rules", "kalena-alerts.test.yaml"], cwd=RULES.parent,
+                            capture_output=True, text=True, timeout=60)
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+def _exported(text: str) -> set[str]:
+    """Sample names a Prometheus exposition carries: each ``# TYPE`` family, and for histograms
+    its ``_bucket``, ``_sum`` and ``_count`` series."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            names.add(name)
+            if kind == "histogram":
+                names.update(f"{name}{s}" for s in ("_bucket", "_sum", "_count"))
+    return names
+
+
+@pytest.fixture
+def exported(db, live, client, django_user_model) -> set[str]:  # noqa: F811 - live: the homelab cluster
+    """Every metric name Kalena serves: the console's /metrics/cluster and /metrics, and an agent's."""
+    from prometheus_client import generate_latest
+
+    from agents.health import AgentMetrics
+    from kalena_web.replan.tasks import drift
+
+    drift(now_s=1000.0)  # a drift pass has run: its series exist
+    names = _exported(client.get("/metrics/cluster").content.decode())
+    names |= _exported(client.get("/metrics").content.decode())
+    names |= _exported(generate_latest(AgentMetrics().registry).decode())
+    assert {"kalena_node_slack_cores", "kalena_evictions_total", "kalena_drift_coverage_ratio",
+            "kalena_agent_actions_total"} <= names
+    return names
+
+
+def _queries(value) -> list[str]:  # every "expr" (targets) and templating "query"/"definition" in a dashboard
+    if isinstance(value, dict):
+        found = [v for k, v in value.items() if k in ("expr", "definition") and isinstance(v, str)]
+        return found + [q for v in value.values() for q in _queries(v)]
+    if isinstance(value, list):
+        return [q for v in value for q in _queries(v)]
+    return []
+
+
+@pytest.mark.django_db
+def test_every_query_names_a_metric_kalena_exports(exported) -> None:
+    import json
+
+    import yaml
+
+    assert len(DASHBOARDS) == 4
+    for path in DASHBOARDS:
+        dashboard = json.loads(path.read_text())
+        assert dashboard["uid"] and dashboard["title"] and dashboard["panels"], path.name
+        queries = _queries(dashboard)
+        assert len(queries) >= 5, path.name
+        for query in queries:
+            unknown = set(METRIC.findall(query)) - exported
+            assert not unknown, f"{path.name}: {query!r} names {sorted(unknown)}, which Kalena does not export"
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            unknown = set(METRIC.findall(rule["expr"])) - exported
+            assert not unknown, f"{rule['alert']}: names {sorted(unknown)}, which Kalena does not export"
