@@ -12,13 +12,14 @@ import argparse
 import importlib
 import sys
 
-#: command → its module (in ``kalena --help`` order); each module has ``add_parser(commands)``
+#: command → its module (in ``kalena --help`` order); each module has ``add_parser(commands)``, which
+#: adds its command(s)
 COMMANDS = {
     "replay": "kalena_web.cli.replay", "bench": "kalena_web.cli.bench", "cluster": "kalena_web.cli.cluster",
-    "serve": "kalena_web.cli.serve", "export": "kalena_web.cli.export", "users": "kalena_web.cli.users",
+    "serve": "kalena_web.cli.serve", "export": "kalena_web.cli.export", "user": "kalena_web.cli.users",
     "agent-token": "kalena_web.cli.agent_token", "probe": "kalena_web.cli.probe", "migrate": "kalena_web.cli.migrate",
     "batch": "kalena_web.cli.batch", "watch": "kalena_web.cli.watch", "evaluate": "kalena_web.cli.evaluate",
-    "lab": "kalena_web.cli.lab", "get": "kalena_web.cli.get",
+    "lab": "kalena_web.cli.lab", "get": "kalena_web.cli.get", "api-token": "kalena_web.cli.users",
 }
 
 
@@ -33,9 +34,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalena", description="Kalena: slack harvesting downstream of Kuberina.")
     parser.add_argument("--version", action="version", version=f"kalena {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        if only is None or name == only:
-            importlib.import_module(module).add_parser(commands)
+    modules = [COMMANDS[only]] if only is not None else list(dict.fromkeys(COMMANDS.values()))
+    for module in modules:  # a module may add more than one command (users: user, api-token)
+        importlib.import_module(module).add_parser(commands)
     return parser
 
 

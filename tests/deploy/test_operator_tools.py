@@ -105,3 +105,30 @@ def test_every_query_names_a_metric_kalena_exports(exported) -> None:
         for rule in group["rules"]:
             unknown = set(METRIC.findall(rule["expr"])) - exported
             assert not unknown, f"{rule['alert']}: names {sorted(unknown)}, which Kalena does not export"
+
+
+KUBECTL = ROOT / "var" / "tools" / "kubernetes-client" / "usr" / "bin" / "kubectl"
+
+
+def test_the_kustomization_builds_with_kubectl_1_20_and_validates() -> None:
+    """``kubectl apply -k deploy/kubernetes`` works with the kustomize inside Debian's kubectl 1.20
+    (v2.0.3), and what it builds is the control plane and webhook, valid for Kubernetes 1.33."""
+    import kubernetes_validate
+    import yaml
+
+    if not KUBECTL.exists():
+        pytest.fail(f"{KUBECTL} is missing: run `scripts/services kubectl` (./scripts/test does)")
+    built = subprocess.run([str(KUBECTL), "kustomize", str(ROOT / "deploy" / "kubernetes")], capture_output=True,
+                           text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    objects = [d for d in yaml.safe_load_all(built.stdout) if d]
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in objects}
+    assert {("Namespace", "kalena"), ("Deployment", "kalena-console"), ("Job", "kalena-migrate"),
+            ("MutatingWebhookConfiguration", "kalena")} <= kinds, sorted(kinds)
+    for doc in objects:
+        if doc["apiVersion"].startswith("cert-manager.io/"):
+            continue  # not a core kind: no schema
+        kubernetes_validate.validate(doc, "1.33.0", strict=True)
+    images = {c["image"] for d in objects if d["kind"] in ("Deployment", "Job")
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {"kalena/control-plane:0.1.0"}

@@ -130,7 +130,13 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         page.click("#save")
         page.wait_for_url(re.compile(r"/policy/home/history/\?saved=2$"))
 
-        # roll back to version 1: a new version 3
+        # roll back to version 1: the page asks first; dismissed, nothing happens; accepted, a new version 3
+        asked: list[str] = []
+        page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+        page.click("#rollback-1")
+        assert asked == ["Roll home back to policy version 1? The live loops use it from their next pass."]
+        assert current_policy(cluster_id=cluster.id).version == 2
+        page.once("dialog", lambda d: d.accept())
         page.click("#rollback-1")
         page.wait_for_url(re.compile(r"/policy/home/history/\?saved=3$"))
         page.screenshot(path=str(artifacts / "policy-history.png"), full_page=True)

@@ -158,3 +158,15 @@ def test_get_prints_tables_like_kubectl_and_yaml_on_request(live, capsys) -> Non
     beta = nodes["thinkcentre-beta"]
     assert beta["slack"]["cpu"] == pytest.approx(beta["capacity"]["cpu"] - beta["reservations"]["cpu"])
     assert any(r.startswith("thinkcentre-beta ") and f" {beta['slack']['cpu']:g} " in f" {r} " for r in rows)
+
+
+def test_each_command_loads_only_its_module_and_parses_as_with_every_module() -> None:
+    from kalena_web.cli import COMMANDS, build_parser
+
+    full = build_parser()
+    names = set(full._subparsers._group_actions[0].choices)
+    assert names == set(COMMANDS)  # every command the full parser knows is found by its own name
+    for name in COMMANDS:
+        alone = build_parser(name)
+        assert name in alone._subparsers._group_actions[0].choices
+        assert len(alone._subparsers._group_actions[0].choices) <= 2  # its module's commands only
