@@ -130,7 +130,9 @@ def reduction_text(record: dict) -> str:
     parts = [f"{amount(v)} {UNITS.get(d, 'MB/s')} of {DIMENSIONS.get(d, d)}" for d, v in reduction["by"].items()]
     fits = int(reduction.get("fits_nodes") or 0)
     where = reduction.get("node", "?")
-    if fits <= 1:
+    if fits <= 1 and len(parts) == 1:
+        tail = f"{where} only — every other node is short by more"
+    elif fits <= 1:
         tail = f"{where} only — every other node lacks more of at least one dimension"
     else:
         tail = f"{where} and {fits - 1} other node{'s' if fits > 2 else ''}"

@@ -40,7 +40,7 @@ def _charted(preflight: Preflight) -> list:
 
 def preflight_slack_figure(preflight: Preflight) -> str:
     """Per node: slack now and once the change settles, cpu (cores, top) and ram (GiB, bottom);
-    at most :data:`MAX_NODES` nodes, the chart's title saying which (:func:`preflight_chart_caption`)."""
+    at most :data:`MAX_NODES` nodes; the page says which above the chart (:func:`preflight_chart_caption`)."""
     nodes = _charted(preflight)
     names = [n.node for n in nodes]
     fig = go.Figure()
@@ -53,10 +53,8 @@ def preflight_slack_figure(preflight: Preflight) -> str:
         fig.add_trace(go.Bar(name=f"{label}", x=names, y=cpu, marker_color=colour, yaxis="y", legendgroup=label))
         fig.add_trace(go.Bar(name=f"{label}", x=names, y=ram, marker_color=colour, yaxis="y2", legendgroup=label,
                              showlegend=False, xaxis="x2"))
-    fig.update_layout(title=dict(text=preflight_chart_caption(preflight), font=dict(size=13, color="#334155"),
-                                 x=0, xanchor="left", y=0.995, yanchor="top"),
-                      barmode="group", height=500, margin=dict(l=60, r=20, t=70, b=90), font=FONT,
-                      paper_bgcolor="white", plot_bgcolor="white", legend=dict(orientation="h", y=1.03, yanchor="bottom"),
+    fig.update_layout(barmode="group", height=480, margin=dict(l=60, r=20, t=30, b=90), font=FONT,
+                      paper_bgcolor="white", plot_bgcolor="white", legend=dict(orientation="h", y=1.08),
                       xaxis=_axis(anchor="y", showticklabels=False, matches="x2"),
                       xaxis2=_axis(anchor="y2", tickangle=-45),
                       yaxis=_axis(domain=[0.55, 1.0], title="slack cpu (cores)"),
