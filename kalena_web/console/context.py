@@ -11,8 +11,8 @@ def _open(limit: int = 5) -> list[dict]:
 
     rows = (ReplanRecommendation.objects.filter(state=ReplanRecommendation.OPEN)
             .order_by("-created_s").values_list("id", "cluster__name", "drift", "report")[:limit])
-    return [{"id": i, "cluster": name, "drift": drift or {}, "coverage": (report or {}).get("coverage")}
-            for i, name, drift, report in rows]
+    return [{"id": i, "cluster": name, "drift": drift or {}, "coverage": (report or {}).get("coverage"),
+             "findings": len((report or {}).get("fidelity_findings") or [])} for i, name, drift, report in rows]
 
 
 def open_replans(request: HttpRequest) -> dict:
