@@ -187,6 +187,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "kalena_web.console.context.open_replans",
             ],
         },
     },
@@ -355,6 +356,9 @@ KALENA_METRICS_TOKEN = os.environ.get("KALENA_METRICS_TOKEN", "")  # set: /metri
 # Drift (DESIGN §10): window of the steady-state reservation and the recommendation threshold.
 KALENA_DRIFT_WINDOW_S = float(os.environ.get("KALENA_DRIFT_WINDOW_S", "86400"))
 KALENA_DRIFT_THRESHOLD = float(os.environ.get("KALENA_DRIFT_THRESHOLD", "0.25"))
+# share (0–1) of the blueprint's production pods that must have steady samples before drift
+# recommends a re-plan: D from a handful of pods stands for nothing
+KALENA_DRIFT_MIN_COVERAGE = float(os.environ.get("KALENA_DRIFT_MIN_COVERAGE", "0.5"))
 # Usage archive retention (seconds): raw samples, 1-minute and 1-hour rollups, loop runs.
 KALENA_RETENTION_RAW_S = float(os.environ.get("KALENA_RETENTION_RAW_S", "86400"))
 KALENA_RETENTION_MINUTE_S = float(os.environ.get("KALENA_RETENTION_MINUTE_S", str(7 * 86400)))

@@ -1,10 +1,15 @@
-"""``kalena batch submit|list|show|complete|delete``: batch pods of a live cluster from the
+"""``kalena batch get|describe|submit|complete|delete``: batch pods of a live cluster from the
 command line, with exactly the REST API's checks and errors (the same services:
 :func:`~kalena_web.scheduling.services.batch_submit`, ``batch_complete``, ``batch_delete``; the
-same IR resource blocks; the same answer shape with ``--json``).
+same IR resource blocks). Output as kubectl's: a table by default, ``-o wide`` for more columns,
+``-o json|yaml`` for the REST API's answer (``--json`` is ``-o json``); ``describe`` reads as
+sentences, why pending and why evicted in words.
 
-Exit status: 0 done, 2 refused (the message names the field and what is accepted; nothing
-changed).
+Exit status: 0 done, 1 not found (no such cluster or pod), 2 refused (the message names the
+field and what is accepted; nothing changed).
+
+Every heavy import (Django, numpy, the REST schemas) happens inside the handler that needs it,
+so ``kalena batch`` pays for nothing else at start-up.
 """
 
 from __future__ import annotations
@@ -17,18 +22,49 @@ import time
 from typing import Any
 
 from kalena_engine.errors import InputError
+from kalena_web.cli.output import add_output_flag, age, dump, quantity, table
 from kalena_web.cli.persist import django_setup
 
 
 class BatchCommandError(InputError):
-    """A ``kalena batch`` argument that cannot be used (unknown cluster or pod, malformed flag)."""
+    """A ``kalena batch`` argument that cannot be used (malformed flag); exit status 2."""
+
+
+class BatchNotFound(BatchCommandError):
+    """No such live cluster or batch pod; exit status 1 (kubectl's NotFound)."""
+
+    exit_code = 1
+
+
+STATES_HELP = "pending | bound | completed | refused | deleted | all"
+GIB = float(2**30)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = commands.add_parser("batch", help="batch pods of a live cluster: submit, list, show, complete, delete",
+    parser = commands.add_parser("batch", help="batch pods of a live cluster: get, describe, submit, complete, delete",
                                  description="Batch pods as the REST API sees them (same checks, same errors). "
-                                             "Quantities are Kuberina IR units: cpu in cores, ram as 2Gi.")
+                                             "Quantities are Kuberina IR units: cpu in cores, ram as 2Gi. Exit "
+                                             "status 0 done, 1 not found, 2 refused.")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    get = actions.add_parser("get", help="batch pods as a table (or one pod), kubectl-style")
+    get.add_argument("cluster")
+    get.add_argument("name", nargs="?", help="one pod (namespace/pod); default: every pod in --state")
+    get.add_argument("--state", default="", help=f"{STATES_HELP} (default: every state but deleted)")
+    add_output_flag(get)
+    get.set_defaults(handler=handle_get, default_state="")
+    ls = actions.add_parser("list", help="batch pods in one state, oldest first (get with --state pending)")
+    ls.add_argument("cluster")
+    ls.add_argument("--state", default="pending", help=STATES_HELP)
+    add_output_flag(ls)
+    ls.set_defaults(handler=handle_get, name=None, default_state="pending")
+    for verb, help_ in (("describe", "one pod in words: state, node, times, why pending, why evicted"),
+                        ("show", "the same as describe")):
+        show = actions.add_parser(verb, help=help_)
+        show.add_argument("cluster")
+        show.add_argument("name")
+        show.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+        show.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
+        show.set_defaults(handler=handle_describe)
     sub = actions.add_parser("submit", help="queue a batch pod",
                              description="Queue NAME (namespace/pod) with its request, limit, priority, labels, "
                                          "constraints, image and command (Docker, Swarm start that container).")
@@ -43,30 +79,20 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     sub.add_argument("--image", default="")
     sub.add_argument("--gang", default="")
     sub.add_argument("--min-member", type=int)
-    sub.add_argument("--json", action="store_true", help="print the pod as the REST API answers it")
+    add_output_flag(sub)
     sub.add_argument("--command", default="", help="the container's command, split like a shell: "
                                                    "--command \"sh -c 'sleep 60'\" (Docker, Swarm)")
     sub.set_defaults(handler=handle_submit)
-    ls = actions.add_parser("list", help="batch pods in one state, oldest first")
-    ls.add_argument("cluster")
-    ls.add_argument("--state", default="pending", help="pending | bound | completed | refused | deleted")
-    ls.add_argument("--json", action="store_true")
-    ls.set_defaults(handler=handle_list)
-    show = actions.add_parser("show", help="one pod: state, node, why pending, why evicted")
-    show.add_argument("cluster")
-    show.add_argument("name")
-    show.add_argument("--json", action="store_true")
-    show.set_defaults(handler=handle_show)
     done = actions.add_parser("complete", help="report a placed pod completed (refused where the orchestrator "
                                                "observes completion: kubernetes, docker, swarm)")
     done.add_argument("cluster")
     done.add_argument("name")
-    done.add_argument("--json", action="store_true")
+    add_output_flag(done)
     done.set_defaults(handler=handle_complete)
     delete = actions.add_parser("delete", help="delete a pod (a running one is stopped first)")
     delete.add_argument("cluster")
     delete.add_argument("name")
-    delete.add_argument("--json", action="store_true")
+    add_output_flag(delete)
     delete.set_defaults(handler=handle_delete)
     return parser
 
@@ -94,48 +120,143 @@ def _block_arg(text: str | None, flag: str) -> dict[str, Any] | None:
 
 
 def _cluster(name: str):  # type: ignore[no-untyped-def]
+    """The live cluster ``name`` (read here rather than through the scheduling selectors, whose
+    module loads the placement engine: a ``get`` does not need it)."""
     from kalena_web.inventory.models import Cluster
-    from kalena_web.scheduling import selectors
 
     try:
-        return selectors.live_cluster(name=name)
+        return Cluster.objects.get(kind=Cluster.LIVE, name=name)
     except Cluster.DoesNotExist:
-        raise BatchCommandError(f"no live cluster named {name!r}", field="cluster") from None
+        raise BatchNotFound(f"no live cluster named {name!r}", field="cluster") from None
 
 
 def _pod(cluster, name: str):  # type: ignore[no-untyped-def]
-    from kalena_web.scheduling import selectors
     from kalena_web.scheduling.models import BatchPod
 
     try:
-        return selectors.batch_pod(cluster=cluster, name=name)
+        return BatchPod.objects.select_related("workload", "workload__node", "why_pending").get(
+            cluster=cluster, workload__name=name)
     except BatchPod.DoesNotExist:
-        raise BatchCommandError(f"no batch pod {name!r} in {cluster.name!r}", field="name") from None
+        raise BatchNotFound(f"no batch pod {name!r} in {cluster.name!r}", field="name") from None
 
 
-def _print(pod, as_json: bool, extra: dict[str, Any] | None = None) -> None:  # type: ignore[no-untyped-def]
+def _columns(wide: bool, now_s: float) -> list:
+    cols = [("NAME", lambda p: p.workload.name), ("STATE", lambda p: "running" if p.state == "bound" else p.state),
+            ("NODE", lambda p: p.workload.node.name if p.workload.node_id else ""),
+            ("PRIORITY", lambda p: p.workload.priority),
+            ("CPU", lambda p: quantity(p.workload.request[0] / 1000.0)),
+            ("RAM", lambda p: quantity(p.workload.request[1] / GIB, "Gi")),
+            ("AGE", lambda p: age(now_s - p.submitted_s) if p.submitted_s else "")]
+    if wide:
+        from kalena_web.console.why import reason_text
+
+        cols += [("OWNER", lambda p: p.workload.owner), ("REQUEUES", lambda p: p.requeues),
+                 ("WHY PENDING", lambda p: reason_text(p.why_pending.binding)
+                  if p.state == "pending" and getattr(p, "why_pending", None) else ""),
+                 ("OUTCOME", lambda p: (p.outcome or "") + (f" ({p.reason})" if p.reason else ""))]
+    return cols
+
+
+def _answer(pod) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """The pod as the REST API answers it, with its outcome (``-o json|yaml``)."""
     from kalena_web.scheduling.api import pod_out
 
     out = pod_out(pod).dict()
     out.update(outcome=pod.outcome, reason=pod.reason, ended_s=pod.ended_s)
-    out.update(extra or {})
-    if as_json:
-        print(json.dumps(out, sort_keys=True))
-        return
-    where = f" on {out['node']}" if out["node"] else ""
-    line = f"{out['name']}: {out['state']}{where}, priority {out['priority']}, request {out['request']}"
-    if out["requeues"]:
-        line += f", requeued {out['requeues']}×"
+    return out
+
+
+def _print(pod, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    """One pod after submit, complete or delete: a one-row table, or the REST answer."""
+    if fmt in ("json", "yaml"):
+        dump(_answer(pod), fmt)
+    else:
+        table([pod], _columns(fmt == "wide", time.time()))
+
+
+def handle_get(args: argparse.Namespace) -> int:
+    django_setup()
+    from kalena_web.scheduling.models import BatchPod
+
+    state = args.state or args.default_state
+    if state and state != "all" and state not in dict(BatchPod.STATES):
+        raise BatchCommandError(f"unknown state {state!r}", field="--state",
+                                accepted=", ".join([*dict(BatchPod.STATES), "all"]))
+    cluster = _cluster(args.cluster)
+    if args.name:
+        pods = [_pod(cluster, args.name)]
+    else:
+        rows = BatchPod.objects.filter(cluster=cluster)
+        if state == "":
+            rows = rows.exclude(state=BatchPod.DELETED)
+        elif state != "all":
+            rows = rows.filter(state=state)
+        pods = list(rows.select_related("workload", "workload__node", "why_pending").order_by("queued_s", "id"))
+    if args.output in ("json", "yaml"):
+        if args.name:
+            dump(_answer(pods[0]), args.output)
+        else:
+            from kalena_web.scheduling.api import pod_out
+
+            dump([pod_out(p).dict() for p in pods], args.output)
+        return 0
+    if not pods:
+        print(f"No {state + ' ' if state not in ('', 'all') else ''}batch pods in {cluster.name}.", file=sys.stderr)
+        return 0
+    table(pods, _columns(args.output == "wide", time.time()))
+    return 0
+
+
+def _utc(unix_s: float | None) -> str:
+    from kalena_web.console.formatting import utc
+
+    return f"{utc(unix_s)} UTC" if unix_s is not None else "<none>"
+
+
+def handle_describe(args: argparse.Namespace) -> int:
+    django_setup()
+    from kalena_web.archive.models import EvictionRecord
+
+    cluster = _cluster(args.cluster)
+    pod = _pod(cluster, args.name)
+    why = getattr(pod, "why_pending", None)
+    evicted = [{"node": r.node.name, "time_s": r.time_s, "cause": r.cause, "dimension": r.dimension,
+                "detail": r.detail}
+               for r in EvictionRecord.objects.filter(cluster=cluster, workload_name=pod.workload.name)
+               .select_related("node").order_by("time_s")]
+    if args.output in ("json", "yaml"):
+        dump({**_answer(pod), "why_pending": why.record if why else None, "why_evicted": evicted}, args.output)
+        return 0
+    from kalena_web.console.formatting import eviction_condition
+    from kalena_web.console.why import reason_text, reduction_text, rejection_lines
+
+    w = pod.workload
+    lines = [("Name", w.name), ("Cluster", cluster.name), ("State", "running" if pod.state == "bound" else pod.state),
+             ("Node", w.node.name if w.node_id else "<none>"), ("Owner", w.owner or "<none>"),
+             ("Priority", str(w.priority)),
+             ("Request", f"cpu {quantity(w.request[0] / 1000.0)} cores, ram {quantity(w.request[1] / GIB)} GiB"),
+             ("Limit", f"cpu {quantity(w.limit[0] / 1000.0)} cores, ram {quantity(w.limit[1] / GIB)} GiB"),
+             ("Submitted", _utc(pod.submitted_s)), ("Bound", _utc(pod.bound_s)), ("Requeues", str(pod.requeues))]
     if pod.outcome:
-        line += f", {pod.outcome}" + (f" ({pod.reason})" if pod.reason else "")
-    if out["binding"]:
-        line += f", pending on {out['binding']}"
-    print(line)
-    for record in (extra or {}).get("why_evicted", []):
-        print(f"  evicted from {record['node']} at {record['time_s']:.0f}: {record['cause']} "
-              f"({record['dimension'] or '-'}) {json.dumps(record['detail'], sort_keys=True)}")
-    if (extra or {}).get("why_pending"):
-        print(f"  why pending: {json.dumps(extra['why_pending'], sort_keys=True)}")
+        lines.append(("Outcome", pod.outcome + (f" ({pod.reason})" if pod.reason else "")))
+    width = max(len(k) for k, _ in lines) + 2
+    for key, value in lines:
+        print(f"{key + ':':<{width}}{value}")
+    if why and pod.state == "pending":
+        record = why.record
+        print(f"Why pending ({_utc(why.time_s)}):")
+        print(f"  binding constraint: {reason_text(record.get('binding'))} ({record.get('nodes_total', 0)} nodes)")
+        for reason, n in (record.get("excluded") or {}).items():
+            print(f"  {n} node{'s' if n != 1 else ''}: {reason_text(reason)}")
+        if (text := reduction_text(record)):
+            print(f"  {text}")
+        for line in rejection_lines(record):
+            print(f"  - {line}")
+    if evicted:
+        print("Evictions:")
+        for r in evicted:
+            print(f"  {_utc(r['time_s'])} from {r['node']}: {eviction_condition(r['cause'], r['dimension'])}")
+    return 0
 
 
 def handle_submit(args: argparse.Namespace) -> int:
@@ -169,43 +290,7 @@ def handle_submit(args: argparse.Namespace) -> int:
         min_member=args.min_member, now_s=time.time(), wake=scheduling_request)
     if not queued.created:
         print(f"{args.name} was already submitted with this spec; nothing changed", file=sys.stderr)
-    _print(_pod(cluster, queued.pod.workload.name), args.json)
-    return 0
-
-
-def handle_list(args: argparse.Namespace) -> int:
-    django_setup()
-    from kalena_web.scheduling.models import BatchPod
-
-    if args.state not in dict(BatchPod.STATES):
-        raise BatchCommandError(f"unknown state {args.state!r}", field="--state", accepted=", ".join(dict(BatchPod.STATES)))
-    cluster = _cluster(args.cluster)
-    pods = (BatchPod.objects.filter(cluster=cluster, state=args.state)
-            .select_related("workload", "workload__node", "why_pending").order_by("queued_s", "id"))
-    if args.json:
-        from kalena_web.scheduling.api import pod_out
-
-        print(json.dumps([pod_out(p).dict() for p in pods], sort_keys=True))
-        return 0
-    for pod in pods:
-        _print(pod, False)
-    if not pods:
-        print(f"no {args.state} batch pods in {cluster.name!r}", file=sys.stderr)
-    return 0
-
-
-def handle_show(args: argparse.Namespace) -> int:
-    django_setup()
-    from kalena_web.archive.models import EvictionRecord
-
-    cluster = _cluster(args.cluster)
-    pod = _pod(cluster, args.name)
-    why = getattr(pod, "why_pending", None)
-    evicted = [{"node": r.node.name, "time_s": r.time_s, "cause": r.cause, "dimension": r.dimension,
-                "detail": r.detail}
-               for r in EvictionRecord.objects.filter(cluster=cluster, workload_name=pod.workload.name)
-               .select_related("node").order_by("time_s")]
-    _print(pod, args.json, {"why_pending": why.record if why else None, "why_evicted": evicted})
+    _print(_pod(cluster, queued.pod.workload.name), args.output)
     return 0
 
 
@@ -218,7 +303,7 @@ def handle_complete(args: argparse.Namespace) -> int:
     cluster = _cluster(args.cluster)
     pod = _pod(cluster, args.name)
     services.batch_complete(pod=pod, orchestrator_kind=settings.KALENA_ORCHESTRATOR, now_s=time.time())
-    _print(_pod(cluster, args.name), args.json)
+    _print(_pod(cluster, args.name), args.output)
     return 0
 
 
@@ -231,5 +316,5 @@ def handle_delete(args: argparse.Namespace) -> int:
     pod = _pod(cluster, args.name)
     services.batch_delete(pod=pod, orchestrator=lambda: orchestrator_for(cluster), now_s=time.time(),
                           by="from the command line")
-    _print(_pod(cluster, args.name), args.json)
+    _print(_pod(cluster, args.name), args.output)
     return 0

@@ -29,7 +29,10 @@ from kalena_web.console.formatting import GIB
 COLOURS = {
     "capacity": "#111827", "limit": "#7c3aed", "request": "#64748b", "reservation": "#2563eb",
     "usage": "#ea580c", "eviction": "#dc2626", "running": "#0d9488", "pending": "#d97706",
+    "throttled": "#be123c",
 }
+#: hover names where a panel's line means more than its legend says
+HOVER = {("cpu", "usage"): "Usage (Σ, served)", ("cpu", "throttled"): "Batch demand throttled"}
 RUN_COLOURS = ("#2563eb", "#ea580c", "#0d9488", "#7c3aed")
 DIMS = (("cpu", CPU, 1000.0, "cores"), ("ram", RAM, GIB, "GiB"))
 FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12, color="#1f2937")
@@ -80,6 +83,24 @@ def _timing(times_s: np.ndarray) -> dict:
     return dict(x0=float(times_s[0]) * MS if len(times_s) else 0.0, dx=dx)
 
 
+def served_cpu(capacity: np.ndarray, prod_usage: np.ndarray, batch_usage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CPU a node served and the batch demand it throttled, per step (any shape, one unit).
+
+    CPU is compressible: when production and batch together want more than the node has, the
+    node serves production first (its requests are guaranteed) and batch gets what is left; the
+    rest of batch's demand waits (throttled), it is not used. So
+
+        served = min(P, C) + min(B, max(C − min(P, C), 0))
+        throttled batch = B − min(B, max(C − min(P, C), 0))
+
+    Example: C = 61.75, P = 50, B = 15.89 cores → served 50 + 11.75 = 61.75, throttled 4.14
+    (the replay's demand 65.89 never shows above capacity)."""
+    capacity = np.asarray(capacity, dtype=np.float64)
+    prod = np.minimum(np.asarray(prod_usage, dtype=np.float64), capacity)
+    batch = np.minimum(np.asarray(batch_usage, dtype=np.float64), np.maximum(capacity - prod, 0.0))
+    return prod + batch, np.asarray(batch_usage, dtype=np.float64) - batch
+
+
 def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
                 evictions: Sequence[tuple[float, str]] = ()) -> str:
     """The four series of Borg's Fig. 12 plus requests, for cpu (top panel) and ram (bottom).
@@ -90,8 +111,13 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
         at_s: draws a marker line at this replay time (the page's selected moment).
         evictions: ``(time_s, label)`` of batch evictions on the node, marked on both panels.
 
-    Trace order: for cpu then ram — capacity, limits, requests, reservations, usage (then
-    evictions, when there are any).
+    CPU usage is what the node served (:func:`served_cpu`: production first, batch what was
+    left), never above capacity; the batch demand it throttled is its own series. RAM is not
+    compressible: its usage is what the pods held.
+
+    Trace order: for cpu — capacity, limits, requests, reservations, usage (served), throttled
+    batch; for ram — capacity, limits, requests, reservations, usage (then evictions, when there
+    are any, after each panel's lines).
     """
     lines = (
         ("capacity", "Capacity", ts.get("capacity"), dict(width=2.5, shape="hv")),
@@ -101,17 +127,27 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
         ("usage", "Usage (Σ)", ts.total("usage"), dict(width=1.2, shape="hv")),
     )
     timing = _timing(ts.times_s)
+    served, throttled = served_cpu(ts.get("capacity")[:, CPU], ts.get("prod_usage")[:, CPU],
+                                   ts.get("batch_usage")[:, CPU])
     traces = []
     for panel, (dim, d, scale, unit) in enumerate(DIMS):
         yaxis = "y" if panel == 0 else "y2"
-        for key, label, values, style in lines:
+        panel_lines = list(lines)
+        if d == CPU:
+            usage = np.array(ts.total("usage"), dtype=np.float64)
+            usage[:, CPU] = served
+            late = np.zeros_like(usage)
+            late[:, CPU] = throttled
+            panel_lines[-1] = ("usage", "Usage (Σ)", usage, lines[-1][3])
+            panel_lines.append(("throttled", "Batch throttled", late, dict(width=1.4, dash="dot", shape="hv")))
+        for key, label, values, style in panel_lines:
             traces.append(go.Scatter(
                 **timing, y=_finite(values[:, d] / scale), name=label, legendgroup=key, showlegend=panel == 0,
                 mode="lines" if len(ts.times_s) > 2 else "lines+markers",  # a lone point still shows
                 line=dict(color=COLOURS[key], **style), xaxis="x", yaxis=yaxis,
                 fill="tozeroy" if key == "usage" else None,
                 fillcolor="rgba(234, 88, 12, 0.13)" if key == "usage" else None,
-                hovertemplate=f"%{{y:,.2f}} {unit}<extra>{label}</extra>",
+                hovertemplate=f"%{{y:,.2f}} {unit}<extra>{HOVER.get((dim, key), label)}</extra>",
             ))
         if evictions:
             cap = _finite(ts.get("capacity")[:, d] / scale)

@@ -89,7 +89,7 @@ def quantity(dim: str, value: float | None) -> str:
 
 def pct(ratio: float | None, decimals: int = 1) -> str:
     """A 0–1 share as a percentage, e.g. ``0.13464`` → ``"13.5 %"``."""
-    if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)):
+    if not _is_number(ratio) or math.isnan(ratio):  # None, or a template's "" for a missing key
         return "–"
     return f"{ratio * 100:.{decimals}f} %"
 

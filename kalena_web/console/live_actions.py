@@ -65,24 +65,65 @@ def _block(request: HttpRequest, prefix: str) -> dict[str, object] | None:
     return block or None
 
 
+SUBMIT_FIELDS = ("name", "owner", "request_cpu", "request_ram", "priority", "image")
+
+
+def _said(exc: InputError) -> str:
+    """An input error as a form shows it under its field: the problem and what is accepted,
+    without the ``source: field:`` prefix the message carries for logs and the API."""
+    return exc.problem + (f" (accepted: {exc.accepted})" if exc.accepted else "")
+
+
+def _submit_errors(form: dict[str, str]) -> dict[str, str]:
+    """Every field of the submit form checked on its own, so one submission shows every error
+    at once (``{field: message}``); the service checks them again when it queues."""
+    errors: dict[str, str] = {}
+    name = form["name"]
+    if not scheduling_services.POD_NAME.fullmatch(name) or len(name) > scheduling_services.NAME_MAX:
+        errors["name"] = (f"{name!r} is not namespace/pod" if name else "a name is required") + \
+            " (accepted: namespace/pod in Kubernetes' DNS-1123 form: lower-case letters, digits, '-', '.')"
+    for field, dim in (("request_cpu", "cpu"), ("request_ram", "ram")):
+        if form[field]:
+            try:
+                scheduling_services.resource_block({dim: form[field]}, "request")
+            except InputError as exc:
+                errors[field] = _said(exc)
+    if not form["request_cpu"] and not form["request_ram"]:
+        errors["request_cpu"] = "a batch pod must request cpu or ram (accepted: cpu > 0 or ram > 0)"
+    try:
+        priority = _number(form["priority"], "priority", integer=True)
+        if priority is not None and not 0 <= priority <= scheduling_services.PRIORITY_MAX:
+            errors["priority"] = f"{priority} is out of range (accepted: 0–{scheduling_services.PRIORITY_MAX:,})"
+    except InputError as exc:
+        errors["priority"] = _said(exc)
+    return errors
+
+
 @require_POST
 @live_page
 def batch_submit(request: HttpRequest, cluster: str) -> HttpResponse:
+    """Queue a batch pod from the form; a refused one re-shows the form with what was typed and
+    every error under its field (HTTP 400), nothing queued."""
+    from kalena_web.console.live_views import batch_page
+
     c = selectors.live_cluster_get(name=cluster)
     if not request.user.has_perm(OPERATE_BATCH):
         return _refused(request, "submitting batch", OPERATE_BATCH)
-    name = (request.POST.get("name") or "").strip()
-    back = reverse("console:live_batch", args=[c.name])
-    try:
-        queued = scheduling_services.batch_queue(
-            cluster=c, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=name,
-            owner=(request.POST.get("owner") or "").strip(), request=_block(request, "request") or {},
-            limit=_block(request, "limit"),
-            priority=_number(request.POST.get("priority", ""), "priority", integer=True) or 0,
-            image=(request.POST.get("image") or "").strip(), now_s=time.time(), wake=scheduling_request)
-    except InputError as exc:  # BatchConflict and BatchRejected are InputErrors too
-        messages.error(request, f"{name or 'the pod'} was not queued: {exc}")
-        return redirect(back)
+    form = {f: (request.POST.get(f) or "").strip() for f in SUBMIT_FIELDS}
+    name = form["name"]
+    errors = _submit_errors(form)
+    if not errors:
+        try:
+            queued = scheduling_services.batch_queue(
+                cluster=c, orchestrator_kind=settings.KALENA_ORCHESTRATOR, name=name, owner=form["owner"],
+                request=_block(request, "request") or {}, limit=_block(request, "limit"),
+                priority=_number(form["priority"], "priority", integer=True) or 0, image=form["image"],
+                now_s=time.time(), wake=scheduling_request)
+        except InputError as exc:  # BatchConflict and BatchRejected are InputErrors too
+            field = exc.field.replace("request.", "request_").split(".")[0] if exc.field else ""
+            errors[field if field in SUBMIT_FIELDS else ""] = _said(exc)
+    if errors:
+        return batch_page(request, c, form=form, errors=errors, status=400)
     pod = queued.pod
     if queued.created:
         messages.success(request, f"{pod.workload.name} queued; the scheduler places it within seconds")

@@ -3,6 +3,11 @@ reservations, usage) for cpu and ram over the archive's last hours, on a UTC clo
 
 Trace order (the page's live updates extend them by index): cpu capacity, limits, requests,
 reservations, usage, then the same five for ram.
+
+Unlike the replay figures, x and y are sent as plain JSON lists, not plotly's base64 typed
+arrays: ``Plotly.extendTraces`` only extends arrays it holds as plain arrays of the same kind as
+the points it is given (a typed-array spec is "a missing or non-array attribute" to it), and the
+page extends these traces with every ledger point it receives.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from kalena_web.console.figures import COLOURS, DIMS, GRID, _finite, _layout, _to_json, _yaxis
+from kalena_web.console.figures import COLOURS, DIMS, GRID, _layout, _to_json, _yaxis
 
 SERIES = (("capacity", "Capacity"), ("limit", "Limits (Σ)"), ("request", "Requests (Σ)"),
           ("reservation", "Reservations (Σ)"), ("usage", "Usage (Σ)"))
@@ -25,15 +30,21 @@ TICK_FORMATS = [dict(dtickrange=[None, 60_000], value="%H:%M:%S"),
                 dict(dtickrange=[86_400_000, None], value="%b %d")]
 
 
+def _plain(values: np.ndarray) -> list[float | None]:
+    """A JSON list, NaN and ±inf as ``None`` (a gap): extendable by ``Plotly.extendTraces``."""
+    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+
+
 def live_node_figure(history: dict[str, np.ndarray]) -> str:
-    """JSON of the live node figure from :func:`kalena_web.control.selectors.node_history`."""
-    x = history["times_s"] * 1000.0
+    """JSON of the live node figure from :func:`kalena_web.control.selectors.node_history`:
+    x in epoch milliseconds, y in cores and GiB, every array a plain list (module doc)."""
+    x = _plain(history["times_s"] * 1000.0)
     traces = []
     for panel, (_dim, d, scale, unit) in enumerate(DIMS):
         for key, label in SERIES:
             values = history[key][:, d] / scale if len(x) else np.zeros(0)
             traces.append(go.Scatter(
-                x=x, y=_finite(values), name=label, legendgroup=key,
+                x=x, y=_plain(values), name=label, legendgroup=key,
                 showlegend=panel == 0, mode="lines", line=dict(color=COLOURS[key], **STYLE[key]),
                 xaxis="x", yaxis="y" if panel == 0 else "y2",
                 fill="tozeroy" if key == "usage" else None,

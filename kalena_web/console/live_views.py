@@ -23,13 +23,13 @@ from kalena_web.console.listing import ListSpec, everything, listing
 from kalena_web.console.live_figures import live_node_figure
 from kalena_web.console.params import BadParameter
 from kalena_web.console.views import error_page
-from kalena_web.console.why import rejection_lines
+from kalena_web.console.why import reduction_text, rejection_lines
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
 from kalena_web.control.schedules import PERIODS_S
 from kalena_web.replan.models import DriftCheck, ReplanRecommendation
 from kalena_web.replan.services import (
-    BLUEPRINT_MAX_BYTES, RecommendationClosed, recommendation_adopt, recommendation_decide,
+    BLUEPRINT_MAX_BYTES, RecommendationClosed, drift_coverage, recommendation_adopt, recommendation_decide,
 )
 from kalena_web.scheduling import selectors as scheduling_selectors
 from kalena_web.scheduling.models import BatchPod
@@ -97,12 +97,18 @@ BATCH_LIST = ListSpec(
 def batch_list(request: HttpRequest, cluster: str) -> HttpResponse:
     """Every batch pod of the cluster — pending, bound (running), completed, deleted — with its
     node and times; searchable, filterable by state, sortable, paged (3 queries + session)."""
-    c = selectors.live_cluster_get(name=cluster)
+    return batch_page(request, selectors.live_cluster_get(name=cluster))
+
+
+def batch_page(request: HttpRequest, c, *, form: dict | None = None, errors: dict | None = None,
+               status: int = 200) -> HttpResponse:
+    """The batch list page; ``form`` and ``errors`` (``{field: message}``) re-show a refused
+    submission with what was typed and every error under its field."""
     rows = BatchPod.objects.filter(cluster=c).select_related("workload", "workload__node")
     return render(request, "console/live_batch.html", {
         "cluster": c, "listing": listing(rows, request.GET, BATCH_LIST), "now_s": time.time(),
         "can_operate": request.user.has_perm("scheduling.operate_batch"),
-        "orchestrator": settings.KALENA_ORCHESTRATOR})
+        "orchestrator": settings.KALENA_ORCHESTRATOR, "form": form or {}, "errors": errors or {}}, status=status)
 
 
 @require_GET
@@ -156,6 +162,7 @@ def batch_pod(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
     why = scheduling_selectors.why_pending(pod=pod)
     return render(request, "console/live_batch_pod.html", {
         "cluster": c, "pod": pod, "can_operate": request.user.has_perm("scheduling.operate_batch"), "why": why, "examples": rejection_lines(why.record if why else {}),
+        "reduction": reduction_text(why.record if why else {}),
         "evictions": EvictionRecord.objects.filter(workload=pod.workload).select_related("node")[:20]})
 
 
@@ -174,8 +181,12 @@ def recommendations(request: HttpRequest, cluster: str) -> HttpResponse:
     c = selectors.live_cluster_get(name=cluster)
     recs = list(ReplanRecommendation.objects.filter(cluster=c).select_related("decided_by")[:20])
     check = DriftCheck.objects.filter(cluster=c).first()
+    min_coverage = float(getattr(settings, "KALENA_DRIFT_MIN_COVERAGE", 0.5))
+    coverage = drift_coverage(observed_pods=check.observed_pods, production_pods=check.production_pods) \
+        if check else 0.0
     return render(request, "console/live_replan.html", {
         "cluster": c, "recommendations": recs, "check": check, "now_s": time.time(),
+        "coverage": coverage, "min_coverage": min_coverage, "covered": coverage >= min_coverage,
         "open": next((r for r in recs if r.state == ReplanRecommendation.OPEN), None),
         "threshold": float(getattr(settings, "KALENA_DRIFT_THRESHOLD", 0.25)),
         "window_s": float(getattr(settings, "KALENA_DRIFT_WINDOW_S", 86_400)),

@@ -20,7 +20,7 @@ from kalena_web.archive.errors import NotFound
 from kalena_web.archive.mappers import times_of
 from kalena_web.console import figures, params, presenters
 from kalena_web.console.listing import ListSpec, listing
-from kalena_web.console.why import rejection_lines
+from kalena_web.console.why import reduction_text, rejection_lines
 from kalena_web.ledger import selectors as ledger_selectors
 from kalena_web.ledger.selectors import SORTS, BadSort
 
@@ -162,6 +162,7 @@ def task(request: HttpRequest, run: str, task: str) -> HttpResponse:
         "waited_s": (outcome.first_placed_s - the_task.arrival_s) if outcome and outcome.first_placed_s is not None else None,
         "why_pending": outcome.why_pending if outcome else None,
         "examples": rejection_lines(outcome.why_pending) if outcome and outcome.why_pending else [],
+        "reduction": reduction_text(outcome.why_pending) if outcome and outcome.why_pending else "",
     })
 
 

@@ -86,6 +86,7 @@ class ClusterCollector:
         yield from self.workloads()
         yield from self.loops()
         yield from self.telemetry()
+        yield from self.drift()
         yield from self.recorded()
 
     def nodes(self) -> Iterator:
@@ -179,6 +180,37 @@ class ClusterCollector:
             if max_lag is not None:
                 lag.add_metric([str(shard)], max_lag)
         yield from (accepted, rejected, refused, lag)
+
+    def drift(self) -> Iterator:
+        """The drift loop's last pass per cluster (:class:`~kalena_web.replan.models.DriftCheck`)
+        and the open re-plan recommendations."""
+        from kalena_web.replan.models import DriftCheck, ReplanRecommendation
+
+        ratio = GaugeMetricFamily("kalena_drift_ratio", "Drift D = Σ|q − r̃| / Σ q (0–1) of the drift loop's last "
+                                  "pass, by dimension (absent before the first steady sample)",
+                                  labels=["cluster", "dimension"])
+        coverage = GaugeMetricFamily("kalena_drift_coverage_ratio", "Production pods with steady samples in the "
+                                     "drift window ÷ the blueprint's production pods (0–1)", labels=["cluster"])
+        threshold = GaugeMetricFamily("kalena_drift_threshold_ratio", "Drift above which a re-plan is recommended "
+                                      "(KALENA_DRIFT_THRESHOLD)", labels=["cluster"])
+        minimum = GaugeMetricFamily("kalena_drift_min_coverage_ratio", "Coverage a recommendation needs "
+                                    "(KALENA_DRIFT_MIN_COVERAGE)", labels=["cluster"])
+        least = float(getattr(settings, "KALENA_DRIFT_MIN_COVERAGE", 0.5))
+        for name, values, seen, pods, limit in DriftCheck.objects.values_list(
+                "cluster__name", "drift", "observed_pods", "production_pods", "threshold"):
+            for dim, value in sorted((values or {}).items()):
+                if value is not None:
+                    ratio.add_metric([name, dim], float(value))
+            coverage.add_metric([name], seen / pods if pods else 0.0)
+            threshold.add_metric([name], float(limit))
+            minimum.add_metric([name], least)
+        open_ = GaugeMetricFamily("kalena_replan_recommendations_open", "Re-plan recommendations waiting for a "
+                                  "decision", labels=["cluster"])
+        counts = dict(ReplanRecommendation.objects.filter(state=ReplanRecommendation.OPEN)
+                      .values_list("cluster__name").annotate(n=Count("id")))
+        for name in Cluster.objects.filter(kind=Cluster.LIVE).values_list("name", flat=True):
+            open_.add_metric([name], float(counts.get(name, 0)))
+        yield from (ratio, coverage, threshold, minimum, open_)
 
     def recorded(self) -> Iterator:
         """The histograms and counters of :data:`HISTOGRAMS` and :data:`COUNTERS`."""

@@ -22,11 +22,26 @@ def _axis(**extra) -> dict:
     return dict(gridcolor=GRID, zeroline=True, zerolinecolor="#94a3b8", showline=True, linecolor="#cbd5e1", **extra)
 
 
-def preflight_slack_figure(preflight: Preflight) -> str:
-    """Per node: slack now and once the change settles, cpu (cores, top) and ram (GiB, bottom)."""
+def preflight_chart_caption(preflight: Preflight) -> str:
+    """What the slack chart shows: every node, or ``"60 of 186 nodes: the 60 whose slack moves
+    most (cores + GiB between now and settled); the table below lists all 186"``."""
+    total = len(preflight.nodes)
+    if total <= MAX_NODES:
+        return f"All {total} node{'s' if total != 1 else ''}, by name."
+    return (f"{MAX_NODES} of {total} nodes: the {MAX_NODES} whose slack moves most (cores + GiB between now and "
+            f"settled), by name; the table below lists all {total}.")
+
+
+def _charted(preflight: Preflight) -> list:
     nodes = sorted(preflight.nodes, key=lambda n: -(abs(n.cpu_settled_mcpu - n.cpu_now_mcpu) / 1000.0
                                                     + abs(n.ram_settled_bytes - n.ram_now_bytes) / GIB))[:MAX_NODES]
-    nodes.sort(key=lambda n: n.node)
+    return sorted(nodes, key=lambda n: n.node)
+
+
+def preflight_slack_figure(preflight: Preflight) -> str:
+    """Per node: slack now and once the change settles, cpu (cores, top) and ram (GiB, bottom);
+    at most :data:`MAX_NODES` nodes; the page says which above the chart (:func:`preflight_chart_caption`)."""
+    nodes = _charted(preflight)
     names = [n.node for n in nodes]
     fig = go.Figure()
     for label, colour, cpu, ram in (

@@ -105,7 +105,9 @@ def audit_entries(filters: AuditFilter) -> QuerySet[AuditEntry]:
 
 
 def audit_actions() -> list[str]:
-    return sorted(AuditEntry.objects.values_list("action", flat=True).distinct())
+    """Every action in the audit log, once each, sorted. (``order_by`` clears the model's
+    ``-at`` ordering, which would otherwise join the DISTINCT and repeat an action per entry.)"""
+    return list(AuditEntry.objects.order_by("action").values_list("action", flat=True).distinct())
 
 
 def agent_policy_message(*, cluster_id: int) -> tuple[int, dict]:

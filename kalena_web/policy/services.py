@@ -59,15 +59,22 @@ def policy_version_create(*, cluster: Cluster, document: PolicyDocument, user: s
 
 
 def policy_rollback(*, cluster: Cluster, version: int, user: str) -> PolicyVersion:
-    """Roll back: a new version holding version ``version``'s policy.
+    """Roll back: a new version holding version ``version``'s policy; version 0 is the engine
+    defaults a cluster runs on before its first save.
 
     Raises:
         VersionNotFound: the cluster has no such version.
     """
+    if version == 0:
+        if not PolicyVersion.objects.filter(cluster=cluster).exists():
+            raise VersionNotFound(f"{cluster.name} already runs on the engine defaults (no version saved)",
+                                  field="version", accepted="a version listed in the history")
+        return policy_version_create(cluster=cluster, document=PolicyDocument(), user=user,
+                                     source="rollback to the engine defaults", action="policy.rollback")
     old = PolicyVersion.objects.filter(cluster=cluster, version=version).first()
     if old is None:
         raise VersionNotFound(f"{cluster.name} has no policy version {version}", field="version",
-                              accepted="a version listed in the history")
+                              accepted="a version listed in the history, or 0 for the engine defaults")
     return policy_version_create(cluster=cluster, document=mappers.version_document(old), user=user,
                                  source=f"rollback to v{version}", action="policy.rollback")
 

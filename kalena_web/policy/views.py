@@ -43,6 +43,7 @@ def _policy_page(request: HttpRequest, cluster, *, draft: drafts.Draft | None = 
         "namespaces": draft.namespaces if draft else drafts.namespaces_text(dict(current.policy.placement.namespace_batch_caps)),
         "errors": draft.errors if draft else {}, "form_error": (draft.errors.get("", "") if draft else "") or message,
         "preflight": preflight, "figure": figures.preflight_slack_figure(preflight) if preflight else None,
+        "chart_caption": figures.preflight_chart_caption(preflight) if preflight else "",
         "slack_rows": figures.preflight_slack_rows(preflight) if preflight else "",
         "agents": agents, "behind": [a for a in agents if a.behind], "can_tune": request.user.has_perm(TUNE),
         "parts": parts, "parts_behind": [p for p in parts if p.behind],
@@ -149,7 +150,9 @@ def policy_export(request: HttpRequest, cluster: str) -> HttpResponse:
     """The current version (or ``?version=N``) as a policy file (YAML)."""
     c = control_selectors.live_cluster_get(name=cluster)
     wanted = request.GET.get("version")
-    if wanted:
+    if wanted == "0":
+        document = PolicyDocument()
+    elif wanted:
         row = selectors.policy_version_get(cluster=c, version=int(wanted)) if wanted.isdigit() else None
         if row is None:
             return error_page(request, 404, f"{c.name} has no policy version {wanted!r}")

@@ -141,15 +141,39 @@ class DriftReport:
     drift: dict
     recommended: bool = False
     fidelity_findings: int = 0
+    coverage: float = 0.0  # :func:`drift_coverage` of this pass
+
+
+def drift_coverage(*, observed_pods: int, production_pods: int) -> float:
+    """Coverage of a drift figure: production pods with steady (p95) samples in the window ÷ the
+    blueprint's production pods, 0–1 (0 when there is no production pod).
+
+    Example: 11 pods seen of 2,714 → 11 / 2714 = 0.0041 (0.4 %): far too few to stand for the
+    cluster, whatever D they give."""
+    return observed_pods / production_pods if production_pods > 0 else 0.0
+
+
+def _node_coverage(export: Export, production: list[Workload]) -> dict[int, tuple[int, int]]:
+    """``{node id: (production pods seen, production pods)}`` over the blueprint's placements."""
+    out: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for w in production:
+        if w.node_id is None:
+            continue
+        out[w.node_id][1] += 1
+        out[w.node_id][0] += int(w.name in export.steady)
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def drift_pass(*, cluster: Cluster, now_s: float) -> DriftReport:
-    """The drift loop: compute D over the window; above the threshold — or when the
+    """The drift loop: compute D over the window; above the threshold — with at least
+    ``KALENA_DRIFT_MIN_COVERAGE`` of the blueprint's production pods observed (see
+    :func:`drift_coverage`: D from a handful of pods recommends nothing) — or when the
     orchestrator's watch found production pods running where the blueprint did not put them
-    (the blueprint no longer describes the cluster) — open a recommendation carrying the export
-    and the findings (one open recommendation per cluster at a time)."""
+    (the blueprint no longer describes the cluster), open a recommendation carrying the export,
+    the coverage and the findings (one open recommendation per cluster at a time)."""
     window_s = float(getattr(settings, "KALENA_DRIFT_WINDOW_S", 86_400))
     threshold = float(getattr(settings, "KALENA_DRIFT_THRESHOLD", 0.25))
+    min_coverage = float(getattr(settings, "KALENA_DRIFT_MIN_COVERAGE", 0.5))
     from kalena_web.policy.selectors import current_policy
 
     export = build_export(cluster=cluster, now_s=now_s, window_s=window_s,
@@ -161,19 +185,29 @@ def drift_pass(*, cluster: Cluster, now_s: float) -> DriftReport:
                  "seen_node": f.seen_node.name if f.seen_node else None} for f in fidelity_findings(cluster=cluster)]
     export.report["fidelity_findings"] = findings
     out = DriftReport(drift=per_dim, fidelity_findings=len(findings))
-    over = [d for d in ("cpu", "ram") if (per_dim.get(d) or 0.0) > threshold]
+    production = list(Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION).only("id", "name", "node_id"))
+    observed = sum(1 for w in production if w.name in export.steady)
+    coverage = drift_coverage(observed_pods=observed, production_pods=len(production))
+    export.report["coverage"] = {"observed_pods": observed, "production_pods": len(production),
+                                 "ratio": coverage, "min_ratio": min_coverage}
+    out.coverage = coverage
+    covered = coverage >= min_coverage
+    over = [d for d in ("cpu", "ram") if (per_dim.get(d) or 0.0) > threshold] if covered else []
     check = dict(time_s=now_s, window_s=window_s, threshold=threshold,
-                 drift={d: per_dim.get(d) for d in ("cpu", "ram")}, observed_pods=len(export.steady),
-                 production_pods=Workload.objects.filter(cluster=cluster, kind=Workload.PRODUCTION).count(),
-                 findings=len(findings), recommended=False)
+                 drift={d: per_dim.get(d) for d in ("cpu", "ram")}, observed_pods=observed,
+                 production_pods=len(production), findings=len(findings), recommended=False)
     if (not over and not findings) or ReplanRecommendation.objects.filter(
             cluster=cluster, state=ReplanRecommendation.OPEN).exists():
         DriftCheck.objects.update_or_create(cluster=cluster, defaults=check)
         return out
     nodes = sorted(export.report["nodes"], key=lambda n: -(n["drift"].get("cpu", 0) + n["drift"].get("ram", 0)))[:10]
+    by_name = {n.name: n.id for n in Node.objects.filter(cluster=cluster).only("id", "name")}
+    per_node = _node_coverage(export, production)
     ReplanRecommendation.objects.create(
         cluster=cluster, created_s=now_s, window_s=window_s, threshold=threshold, drift=per_dim,
-        top_nodes=[{"name": n["name"], "drift": n["drift"]} for n in nodes],
+        top_nodes=[{"name": n["name"], "drift": n["drift"],
+                    "pods_seen": per_node.get(by_name.get(n["name"]), (0, 0))[0],
+                    "pods": per_node.get(by_name.get(n["name"]), (0, 0))[1]} for n in nodes],
         workloads_yaml=export.workloads_yaml, report=export.report)
     DriftCheck.objects.update_or_create(cluster=cluster, defaults={**check, "recommended": True})
     out.recommended = True

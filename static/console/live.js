@@ -22,7 +22,7 @@
     var xs = [], ys = [], idx = [];
     DIMS.forEach(function (dim, panel) {
       KEYS.forEach(function (key, k) {
-        xs.push([new Date(point.t * 1000)]);
+        xs.push([point.t * 1000]);  // epoch ms, as the page's history (a plain array)
         ys.push([value(point[key], dim[0], dim[1])]);
         idx.push(panel * KEYS.length + k);
       });

@@ -214,6 +214,7 @@ def test_api_needs_a_login_and_serves_node_series(client, console, recorded) -> 
 
 def test_tasks_pending_at_the_end_say_why(console, recorded) -> None:
     from kalena_web.archive.models import TaskOutcome
+    from kalena_web.console.why import reason_text
 
     state = recorded.main.replay.simulator.state
     pending = TaskOutcome.objects.filter(run__name="t-main", pending_at_end__gt=0).select_related("workload")
@@ -223,6 +224,7 @@ def test_tasks_pending_at_the_end_say_why(console, recorded) -> None:
         assert outcome.why_pending == records[outcome.workload.name]  # exactly the engine's record
     outcome = pending.first()
     page = text(console.get(f"/runs/t-main/batch/{outcome.workload.name}/").content.decode())
-    assert f"Binding constraint: {outcome.why_pending['binding']}" in page
+    words = reason_text(outcome.why_pending["binding"])
+    assert f"Binding constraint: {words}" in page
     listing = text(console.get("/runs/t-main/batch/?show=pending").content.decode())
-    assert outcome.workload.name in listing and outcome.why_pending["binding"] in listing
+    assert outcome.workload.name in listing and words in listing

@@ -17,6 +17,7 @@ from kalena_web.console.formatting import cores, gib
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import NodeLedger
 from tests.web.conftest import MAIN_STEPS, persist, slice_inputs
+from kalena_web.console.figures import served_cpu
 from tests.web.helpers import cells, figure, traces
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +45,8 @@ def test_round_trip_engine_equals_node_page_for_one_node_and_one_time(console, r
             "Limits (Σ)": record.prod_limit[row, d] + record.batch_limit[row, d],
             "Requests (Σ)": record.prod_request[row, d] + record.batch_request[row, d],
             "Reservations (Σ)": record.prod_reservation[row, d] + record.batch_reservation[row, d],
-            "Usage (Σ)": record.prod_usage[row, d] + record.batch_usage[row, d],
+            "Usage (Σ)": record.prod_usage[row, d] + record.batch_usage[row, d] if d == RAM else
+            served_cpu(record.capacity[row, d], record.prod_usage[row, d], record.batch_usage[row, d])[0],
         }
         for label, value in expected.items():
             assert shown[label]["y"][step] == value / scale, (axis, label)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django import template
 
-from kalena_web.console import formatting
+from kalena_web.console import formatting, why
 
 register = template.Library()
 
@@ -21,6 +21,13 @@ register.filter("utc", formatting.utc)
 register.filter("duration", formatting.duration)
 register.filter("integer", formatting.integer)
 register.filter("amount", formatting.amount)
+register.filter("reason", why.reason_text)
+
+
+@register.filter
+def dimension(dim: str) -> str:
+    """A dimension's name in words (``ram`` → ``memory``)."""
+    return why.DIMENSIONS.get(dim, dim)
 
 
 @register.filter

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kalena_engine.resources import CPU, RAM
+from kalena_web.console.figures import served_cpu
 from tests.web.conftest import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -47,7 +48,8 @@ def test_node_chart_draws_non_empty_series(live_server, recorded, chromium, djan
                 assert trace["length"] == 60 and trace["finite"] == 60, (name, axis)
                 assert trace["max"] > 0, (name, axis)
             assert by_panel[("Capacity", axis)]["at37"] == record.capacity[row, d] / scale
-            usage = record.prod_usage[row, d] + record.batch_usage[row, d]
+            usage = record.prod_usage[row, d] + record.batch_usage[row, d] if d == RAM else \
+                served_cpu(record.capacity[row, d], record.prod_usage[row, d], record.batch_usage[row, d])[0]
             assert by_panel[("Usage (Σ)", axis)]["at37"] == pytest.approx(usage / scale, rel=1e-12)
         lines = page.eval_on_selector_all("#node-chart .scatterlayer path.js-line",
                                           "ps => ps.map(p => (p.getAttribute('d') || '').length)")

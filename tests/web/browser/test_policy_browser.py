@@ -89,7 +89,8 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         page.wait_for_selector("#preflight")
         page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
         assert page.locator("#pf-slack-table tbody tr").count() == 3
-        assert page.inner_text("#pf-unplaced") == "node_selector 1"
+        assert page.inner_text("#pf-unplaced") == "node selector or node affinity does not match: 1"
+        assert page.inner_text("#pf-chart-caption") == "Chart: All 3 nodes, by name."
         bars = page.eval_on_selector("#preflight-chart", "gd => gd._fullData.map(t => [t.name, t.x.length])")
         assert ["settled", 3] in bars and ["now", 3] in bars
         page.screenshot(path=str(artifacts / "policy-preflight.png"), full_page=True)
@@ -129,7 +130,13 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         page.click("#save")
         page.wait_for_url(re.compile(r"/policy/home/history/\?saved=2$"))
 
-        # roll back to version 1: a new version 3
+        # roll back to version 1: the page asks first; dismissed, nothing happens; accepted, a new version 3
+        asked: list[str] = []
+        page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+        page.click("#rollback-1")
+        assert asked == ["Roll home back to policy version 1? The live loops use it from their next pass."]
+        assert current_policy(cluster_id=cluster.id).version == 2
+        page.once("dialog", lambda d: d.accept())
         page.click("#rollback-1")
         page.wait_for_url(re.compile(r"/policy/home/history/\?saved=3$"))
         page.screenshot(path=str(artifacts / "policy-history.png"), full_page=True)

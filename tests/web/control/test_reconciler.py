@@ -320,6 +320,7 @@ def test_fidelity_findings_reach_the_console_and_drift(rec, client) -> None:
     client.force_login(User.objects.create_user("viewer", password="x" * 12))
     page = client.get(f"/live/{rec.cluster.name}/").content.decode()
     assert "Blueprint fidelity" in page and prod.name in page
+    assert "the watch saw 1 production pod off its blueprint node" in page  # the re-plan banner
 
 
 def test_a_pod_replaced_under_its_name_while_its_deletion_was_missed_is_queued_afresh(rec) -> None:

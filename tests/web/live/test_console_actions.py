@@ -55,16 +55,18 @@ def test_a_form_sent_twice_shows_the_pod_once_and_another_spec_names_the_fields(
     assert again["Location"] == "/live/home/batch/batch/twice-0/"
     assert "already submitted with this spec" in operator_client.get(again["Location"]).content.decode()
     other = submit(operator_client, "batch/twice-0", priority="7")
-    text = operator_client.get(other["Location"]).content.decode()
+    assert other.status_code == 400
+    text = other.content.decode()
     assert "batch/twice-0 was not queued" in text and "another priority" in text
     assert BatchPod.objects.filter(workload__name="batch/twice-0").count() == 1
 
 
 def test_a_refused_submission_names_the_field_and_stores_nothing(operator_client) -> None:
     page = submit(operator_client, "batch/dec-0", request_ram="16G")  # a decimal suffix on ram: 7 % off GiB
-    text = operator_client.get(page["Location"]).content.decode()
+    assert page.status_code == 400
+    text = page.content.decode()
     assert "batch/dec-0 was not queued" in text and "request" in text and "GiB" in text
-    text = operator_client.get(submit(operator_client, "Not A Name")["Location"]).content.decode()
+    text = submit(operator_client, "Not A Name").content.decode()
     assert "Not A Name was not queued" in text and "is not namespace/pod" in text
     assert not BatchPod.objects.exists()
 
@@ -153,5 +155,19 @@ def test_the_submit_form_takes_millicores_as_the_rest_api_does(operator_client, 
     milli, cores = (BatchPod.objects.select_related("workload").get(workload__name=n).workload.request[0]
                     for n in ("batch/milli-0", "batch/cores-0"))
     assert milli == pytest.approx(cores) and cores > 0
-    text = operator_client.get(submit(operator_client, "batch/milli-1", request_cpu="abc")["Location"]).content.decode()
-    assert "batch/milli-1 was not queued" in text and "request.cpu" in text
+    text = submit(operator_client, "batch/milli-1", request_cpu="abc").content.decode()
+    assert "batch/milli-1 was not queued" in text and 'id="error-request_cpu"' in text
+
+
+def test_a_refused_form_shows_every_error_keeps_what_was_typed_and_no_input_prefix(operator_client) -> None:
+    response = submit(operator_client, "Bad Name", request_cpu="lots", request_ram="16 apples", priority="high",
+                      owner="me")
+    assert response.status_code == 400
+    text = response.content.decode()
+    for field in ("name", "request_cpu", "request_ram", "priority"):  # four errors, each under its field
+        assert f'id="error-{field}"' in text, field
+    assert "4 problems below" in text and "&lt;input&gt;" not in text and "<input>:" not in text
+    for field, typed in (("name", "Bad Name"), ("request_cpu", "lots"), ("request_ram", "16 apples"),
+                         ("priority", "high"), ("owner", "me")):
+        assert f'name="{field}"' in text and f'value="{typed}"' in text, field
+    assert not BatchPod.objects.exists()

@@ -66,10 +66,10 @@ def test_pages_render_what_the_ledgers_hold(operator, live) -> None:
     assert "smart-home/home-assistant-0" in beta and 'data-live-node="' in beta
     assert "ram pressure" in beta and "15.2 GiB" in beta  # the why-evicted record with its numbers
     pending = operator.get("/live/home/pending/").content.decode()
-    assert "batch/huge-0" in pending and "<strong>ram</strong>" in pending
+    assert "batch/huge-0" in pending and "<strong>not enough memory slack</strong>" in pending
     detail = operator.get("/live/home/batch/batch/huge-0/").content.decode()
-    assert "Binding constraint: <strong>ram</strong>" in detail and "Lowering the request by" in detail
-    assert "GiB of ram" in detail and "short by" in detail  # examples read as sentences
+    assert "Binding constraint: <strong>not enough memory slack</strong>" in detail and "Lowering the request by" in detail
+    assert "GiB of memory" in detail and "short by" in detail  # examples read as sentences
 
 
 def test_unknown_names_are_404(operator, live) -> None:

@@ -38,7 +38,8 @@ def test_submit_list_show_complete_delete(live, capsys, api, django_capture_on_c
     status, out, _ = kalena(capsys, "batch", "list", "home", "--state", "bound", "--json")
     assert status == 0 and json.loads(out) == rest  # the REST answer, exactly
     status, out, _ = kalena(capsys, "batch", "show", "home", "batch/train-0")
-    assert status == 0 and out.startswith("batch/train-0: bound on ") and "priority 3" in out
+    assert status == 0 and out.startswith("Name:") and "batch/train-0" in out and "State:     running" in out
+    assert "Priority:  3" in out
     status, out, _ = kalena(capsys, "batch", "complete", "home", "batch/train-0", "--json")
     assert status == 0 and json.loads(out)["state"] == "completed"
     status, _, err = kalena(capsys, "batch", "delete", "home", "batch/train-0")
@@ -78,11 +79,15 @@ def test_bad_input_is_refused_as_the_rest_api_refuses_it(live, capsys, api, argv
 def test_cli_own_argument_errors_name_the_flag(live, capsys) -> None:
     for argv, flag in ((["batch", "submit", "home", "batch/a", "--request", "cpu"], "request"),
                        (["batch", "submit", "home", "batch/a", "--request", "cpu=1", "--label", "x"], "--label"),
-                       (["batch", "submit", "nope", "batch/a", "--request", "cpu=1"], "no live cluster"),
-                       (["batch", "show", "home", "batch/none"], "no batch pod"),
                        (["batch", "list", "home", "--state", "lost"], "--state")):
         status, _, err = kalena(capsys, *argv)
         assert status == 2 and flag in err, (argv, err)
+    for argv, what in ((["batch", "submit", "nope", "batch/a", "--request", "cpu=1"], "no live cluster"),
+                       (["batch", "show", "home", "batch/none"], "no batch pod"),
+                       (["batch", "get", "home", "batch/none"], "no batch pod"),
+                       (["get", "nodes", "nope"], "no live cluster")):
+        status, _, err = kalena(capsys, *argv)
+        assert status == 1 and what in err, (argv, err)  # not found: 1, as kubectl
     assert not BatchPod.objects.exists()
 
 
@@ -124,3 +129,44 @@ def test_a_retried_submit_prints_the_pod_and_another_spec_names_the_fields(live,
     status, _, err = kalena(capsys, *argv, "--priority", "9")
     assert status == 2 and "batch/again-0" in err and "priority" in err
     assert BatchPod.objects.filter(workload__name="batch/again-0").count() == 1
+
+
+def test_get_prints_tables_like_kubectl_and_yaml_on_request(live, capsys) -> None:
+    import yaml
+
+    assert kalena(capsys, "batch", "submit", "home", "batch/table-0", "--request", "cpu=250m,ram=512Mi",
+                  "--priority", "4", "--owner", "etl")[0] == 0
+    assert kalena(capsys, "batch", "submit", "home", "batch/table-1", "--request", "cpu=2,ram=1Gi")[0] == 0
+    status, out, _ = kalena(capsys, "batch", "get", "home")
+    lines = out.splitlines()
+    assert status == 0 and lines[0].split() == ["NAME", "STATE", "NODE", "PRIORITY", "CPU", "RAM", "AGE"]
+    assert lines[1].split()[:6] == ["batch/table-0", "pending", "<none>", "4", "0.25", "0.5Gi"]
+    assert lines[2].split()[:6] == ["batch/table-1", "pending", "<none>", "0", "2", "1Gi"]
+    assert "{" not in out and "'" not in out  # no Python dicts
+    status, out, _ = kalena(capsys, "batch", "get", "home", "-o", "wide")
+    assert out.splitlines()[0].split()[-5:] == ["OWNER", "REQUEUES", "WHY", "PENDING", "OUTCOME"]
+    assert " etl " in out.splitlines()[1]
+    status, out, _ = kalena(capsys, "batch", "get", "home", "batch/table-0", "-o", "yaml")
+    pod = yaml.safe_load(out)
+    assert status == 0 and pod["name"] == "batch/table-0" and pod["request"]["cpu"] == 0.25
+    status, out, _ = kalena(capsys, "batch", "get", "home", "-o", "json")
+    assert [p["name"] for p in json.loads(out)] == ["batch/table-0", "batch/table-1"]
+    status, out, _ = kalena(capsys, "get", "nodes", "home")
+    header, *rows = out.splitlines()
+    assert header.split()[:4] == ["NAME", "STATUS", "CPU", "SLACK"] and len(rows) == 3
+    nodes = {n["name"]: n for n in yaml.safe_load(kalena(capsys, "get", "nodes", "home", "-o", "yaml")[1])}
+    beta = nodes["thinkcentre-beta"]
+    assert beta["slack"]["cpu"] == pytest.approx(beta["capacity"]["cpu"] - beta["reservations"]["cpu"])
+    assert any(r.startswith("thinkcentre-beta ") and f" {beta['slack']['cpu']:g} " in f" {r} " for r in rows)
+
+
+def test_each_command_loads_only_its_module_and_parses_as_with_every_module() -> None:
+    from kalena_web.cli import COMMANDS, build_parser
+
+    full = build_parser()
+    names = set(full._subparsers._group_actions[0].choices)
+    assert names == set(COMMANDS)  # every command the full parser knows is found by its own name
+    for name in COMMANDS:
+        alone = build_parser(name)
+        assert name in alone._subparsers._group_actions[0].choices
+        assert len(alone._subparsers._group_actions[0].choices) <= 2  # its module's commands only

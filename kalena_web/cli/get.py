@@ -1,0 +1,76 @@
+"""``kalena get nodes CLUSTER``: a live cluster's nodes with their slack, kubectl-style (a table
+by default, ``-o wide`` for requests, reservations and usage, ``-o json|yaml`` for the numbers).
+
+Slack is ``C − Σ reservations`` per node (the reservation ledger, cpu in cores, ram in GiB);
+headroom ``C − Σ production requests``. Exit status: 0 done, 1 no such cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from kalena_web.cli.batch import GIB, BatchNotFound
+from kalena_web.cli.output import add_output_flag, age, dump, quantity, table
+from kalena_web.cli.persist import django_setup
+
+
+def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = commands.add_parser("get", help="a live cluster's nodes with their slack (kalena get nodes CLUSTER)",
+                                 description="Objects of a live cluster as a table, kubectl-style.")
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
+    nodes = kinds.add_parser("nodes", aliases=["node", "no"], help="nodes with slack, headroom, batch and telemetry")
+    nodes.add_argument("cluster")
+    add_output_flag(nodes)
+    nodes.set_defaults(handler=handle_nodes)
+    return parser
+
+
+def _row(node, now_s: float) -> dict:  # type: ignore[no-untyped-def]
+    led = node.live_ledger
+    cap, reserved = led.capacity, [a + b for a, b in zip(led.prod_reservation, led.batch_reservation, strict=True)]
+    return {
+        "name": node.name, "ready": node.condition.ready if hasattr(node, "condition") else None,
+        "stale": led.stale, "last_sample_s": led.last_sample_s,
+        "capacity": {"cpu": cap[0] / 1000.0, "ram": cap[1] / GIB},
+        "slack": {"cpu": (cap[0] - reserved[0]) / 1000.0, "ram": (cap[1] - reserved[1]) / GIB},
+        "headroom": {"cpu": (cap[0] - led.prod_request[0]) / 1000.0, "ram": (cap[1] - led.prod_request[1]) / GIB},
+        "requests": {"cpu": (led.prod_request[0] + led.batch_request[0]) / 1000.0,
+                     "ram": (led.prod_request[1] + led.batch_request[1]) / GIB},
+        "reservations": {"cpu": reserved[0] / 1000.0, "ram": reserved[1] / GIB},
+        "usage": {"cpu": led.usage[0] / 1000.0, "ram": led.usage[1] / GIB},
+        "batch_pods": node.batch_pods, "age_s": None if led.last_sample_s is None else now_s - led.last_sample_s,
+    }
+
+
+def handle_nodes(args: argparse.Namespace) -> int:
+    django_setup()
+    from django.db.models import Count, Q
+
+    from kalena_web.inventory.models import Cluster, Node
+
+    try:
+        cluster = Cluster.objects.get(kind=Cluster.LIVE, name=args.cluster)
+    except Cluster.DoesNotExist:
+        raise BatchNotFound(f"no live cluster named {args.cluster!r}", field="cluster") from None
+    nodes = (Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("name")
+             .annotate(batch_pods=Count("production", filter=Q(production__kind="batch"))))
+    now = time.time()
+    rows = [_row(n, now) for n in nodes]
+    if args.output in ("json", "yaml"):
+        dump(rows, args.output)
+        return 0
+
+    def pair(key: str):
+        return lambda r: f"{quantity(r[key]['cpu'])} / {quantity(r[key]['ram'])}Gi"
+
+    cols = [("NAME", lambda r: r["name"]),
+            ("STATUS", lambda r: "Stale" if r["stale"] else ("Ready" if r["ready"] in (True, None) else "NotReady")),
+            ("CPU SLACK", lambda r: quantity(r["slack"]["cpu"])), ("RAM SLACK", lambda r: quantity(r["slack"]["ram"], "Gi")),
+            ("CAPACITY", pair("capacity")), ("BATCH", lambda r: r["batch_pods"]),
+            ("LAST SAMPLE", lambda r: age(r["age_s"]) + " ago" if r["age_s"] is not None else "never")]
+    if args.output == "wide":
+        cols += [("HEADROOM", pair("headroom")), ("REQUESTS", pair("requests")),
+                 ("RESERVATIONS", pair("reservations")), ("USAGE", pair("usage"))]
+    table(rows, cols)
+    return 0
