@@ -19,9 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from agents.lab import kubelets
 from agents.lab import nodes as machinery
 from agents.lab.budget import LabPlan, NodePlan
 from agents.lab.errors import LabError, LabRunning
+from agents.lab.kubelets import KUBELET_PORT
 from agents.lab.state import alive, process_ref, state_read, state_write, stop
 
 
@@ -49,7 +51,7 @@ def port_free(address: str, port: int) -> bool:
     return True
 
 
-def preflight(plan: LabPlan, *, state_dir: Path, console_port: int) -> None:
+def preflight(plan: LabPlan, *, state_dir: Path, console_port: int, with_kubelets: bool = False) -> None:
     """Refuse before anything starts: a lab already recorded in ``state_dir``, the lab's cgroups
     present (another lab of that name, or leftovers), Docker missing, a port in use.
 
@@ -70,6 +72,8 @@ def preflight(plan: LabPlan, *, state_dir: Path, console_port: int) -> None:
     busy = [f"{host}:{console_port} (console)"] if not port_free(host, console_port) else []
     busy += [f"{n.address}:{machinery.AGENT_HEALTH_PORT} (agent of {n.name})" for n in plan.nodes
              if not port_free(n.address, machinery.AGENT_HEALTH_PORT)]
+    busy += [f"{n.address}:{KUBELET_PORT} (kubelet of {n.name})" for n in plan.nodes
+             if with_kubelets and not port_free(n.address, KUBELET_PORT)]
     if busy:
         raise LabError(f"port(s) in use: {', '.join(busy)}", source="kalena lab up", field="--console-port",
                        accepted="free ports (stop what listens there, or choose another --console-port)")
@@ -81,12 +85,15 @@ def _node_record(node: NodePlan, state_dir: Path) -> dict[str, Any]:
             "memory_bytes": node.memory_bytes, "cgroup": node.cgroup, "directory": str(directory),
             "socket": str(directory / "docker.sock"), "engine": None, "agent": None,
             "health_url": f"http://{node.address}:{machinery.AGENT_HEALTH_PORT}/healthz",
-            "containerd_namespace": f"kalena-{node.name}"}
+            "containerd_namespace": f"kalena-{node.name}", "kubelet": None, "kubelet_url": None}
 
 
 def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port: int,
-           sampling_interval_s: float = 2.0, say: Callable[[str], None] = print) -> dict[str, Any]:
+           sampling_interval_s: float = 2.0, say: Callable[[str], None] = print,
+           kube_api_url: str | None = None, kube_token_file: str | None = None) -> dict[str, Any]:
     """Start the lab ``plan`` describes (see the package README); returns the state record.
+    With ``kube_api_url`` (a Kubernetes API server the lab runs) each node also gets its kubelet
+    double (:mod:`agents.lab.kubelets`), started once its engine answers.
 
     Raises:
         LabRunning, LabError: refused before anything started (:func:`preflight`), or a piece
@@ -94,7 +101,7 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
     """
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
-    preflight(plan, state_dir=state_dir, console_port=console_port)
+    preflight(plan, state_dir=state_dir, console_port=console_port, with_kubelets=bool(kube_api_url))
     logs = state_dir / "logs"
     logs.mkdir(exist_ok=True)
     host = plan.console_address
@@ -115,6 +122,10 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
             record["engine"] = process_ref(proc.pid)
             state_write(state_dir, state)
             machinery.engine_ready(proc, node, Path(record["directory"]))
+            if kube_api_url:
+                kubelets.kubelet_launch(record, api_server=kube_api_url, token_file=kube_token_file, logs=logs)
+                state_write(state_dir, state)
+                kubelets.kubelet_ready(record)
             say(f"kalena lab: node {node.name} up: {node.cpu_mcpu} m, {node.memory_bytes // 2**20} MiB, "
                 f"engine {record['socket']}")
         console.prepare(cluster=plan.name)
@@ -204,6 +215,7 @@ def lab_down(state_dir: Path, *, say: Callable[[str], None] = print) -> list[str
                        accepted="the --state-dir a lab was started with")
     for record in state["nodes"]:
         stop(record.get("agent"))
+        stop(record.get("kubelet"))
     stop(state["console"].get("process"))
     for record in state["nodes"]:
         if alive(record.get("engine")):
@@ -236,7 +248,7 @@ def leftovers(state: dict[str, Any]) -> list[str]:
     """Everything of ``state``'s lab still present: processes, shims, cgroups, mounts, sockets, ports."""
     out = []
     named = [("console", state["console"].get("process"))]
-    named += [(f"{kind} of {r['name']}", r.get(kind)) for r in state["nodes"] for kind in ("engine", "agent")]
+    named += [(f"{kind} of {r['name']}", r.get(kind)) for r in state["nodes"] for kind in ("engine", "agent", "kubelet")]
     out += [f"{what} (pid {ref['pid']})" for what, ref in named if alive(ref)]
     for r in state["nodes"]:
         out += [f"containerd shim of {r['name']} (pid {pid})" for pid in machinery.shims_of(r["containerd_namespace"])]
@@ -245,6 +257,8 @@ def leftovers(state: dict[str, Any]) -> list[str]:
             out.append(f"socket {r['socket']}")
         if not port_free(r["address"], machinery.AGENT_HEALTH_PORT):
             out.append(f"port {r['address']}:{machinery.AGENT_HEALTH_PORT}")
+        if r.get("kubelet_url") and not port_free(r["address"], int(r["kubelet_url"].rsplit(":", 1)[1])):
+            out.append(f"port {r['kubelet_url'].split('//', 1)[1]} (kubelet)")
     out += [f"cgroup {g}" for g in machinery.cgroups_left(state["cgroup_root"])]
     host = state["console"].get("address", "127.0.0.1")
     if not port_free(host, state["console"]["port"]):

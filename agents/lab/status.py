@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.lab import nodes as machinery
+from agents.lab.kubelets import kubelet_health
 from agents.lab.lab import agent_health
 from agents.lab.state import alive
 
@@ -85,8 +86,12 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
         agent = {"alive": alive(record.get("agent")), "pid": (record.get("agent") or {}).get("pid"),
                  "health": None if health is None else health.get("status"),
                  "link": None if health is None else health.get("link")}
+        kubelet = None
+        if record.get("kubelet"):
+            kubelet = {"alive": alive(record["kubelet"]), "pid": record["kubelet"].get("pid"),
+                       "url": record.get("kubelet_url"), "health": kubelet_health(record)}
         nodes.append({"name": record["name"], "address": record["address"], "cpu_mcpu": record["cpu_mcpu"],
-                      "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent,
+                      "memory_bytes": record["memory_bytes"], "engine": engine, "agent": agent, "kubelet": kubelet,
                       "cgroup": record["cgroup"], **node_cgroup_figures(record["cgroup"], sample_s=sample_s)})
     console = state["console"]
     return {
@@ -111,6 +116,9 @@ def substitutions(state: dict[str, Any]) -> list[str]:
                    f"(data root {r['directory']}/data, exec root {r['directory']}/exec, containerd namespace "
                    f"{r['containerd_namespace']}, cgroup parent /{r['cgroup']}); agent health on "
                    f"{r['address']}:{machinery.AGENT_HEALTH_PORT}")
+        if r.get("kubelet_url"):
+            out.append(f"{r['name']}: kubelet → the lab's kubelet double (python -m agents.lab.kubelet) on "
+                       f"{r['kubelet_url']}, pods in /{r['cgroup']}/kubepods on that engine")
     return out
 
 
@@ -140,6 +148,11 @@ def format_status(report: dict[str, Any]) -> str:
         lines.append(f"{n['name']:<14} {n['address']:<11} {engine:<16} {agent:<20} {cpu:>14} "
                      f"{mem + '/' + str(n['memory_bytes'] // 2**20) + ' MiB':>16} {str(n['nr_throttled']):>10} "
                      f"{_pct(n['psi_cpu_some_avg10']):>8} {_pct(n['psi_memory_some_avg10']):>8}")
+    for n in report["nodes"]:
+        k = n.get("kubelet")
+        if k:
+            shown = f"{k['health']} {k['pid']}" if k["alive"] else "DOWN"
+            lines.append(f"{n['name']:<14} kubelet double {shown} on {k['url']}")
     env = report["console"].get("env") or {}
     if env:
         lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "
@@ -147,3 +160,55 @@ def format_status(report: dict[str, Any]) -> str:
     lines.append("substitutions:")
     lines += [f"  {s}" for s in report["substitutions"]]
     return "\n".join(lines)
+
+
+def lab_status_kubernetes(state: dict[str, Any], *, sample_s: float = 0.5) -> dict[str, Any]:
+    """:func:`lab_status` for the Kubernetes mode: the API server, each control-plane process
+    (alive, its readiness and liveness probes run once, as the kubelet would), each node's kubelet
+    double, and the substitutions made for a real cluster."""
+    from agents.lab.kubernetes import kubernetes_substitutions, probe_once
+    from agents.lab.manifests import Probe
+
+    report = lab_status(state, sample_s=sample_s)
+    report["orchestrator"] = "kubernetes"
+    report["kubeconfig"] = state["kubeconfig"]
+    report["apiserver"] = {"url": state["apiserver"]["url"], "alive": alive(state["apiserver"].get("process")),
+                           "pid": (state["apiserver"].get("process") or {}).get("pid")}
+    processes = []
+    for record in state.get("processes", []):
+        probes = {}
+        if alive(record.get("process")):
+            for which in ("readiness", "liveness"):
+                spec = (record.get("probes") or {}).get(which)
+                if spec:
+                    ok, detail = probe_once(Probe(**{**spec, "argv": tuple(spec.get("argv") or ())}), record["env"])
+                    probes[which] = {"ok": ok, "detail": detail}
+        processes.append({"name": record["name"], "workload": record["workload"], "container": record["container"],
+                          "address": record["address"], "pid": (record.get("process") or {}).get("pid"),
+                          "alive": alive(record.get("process")) or record.get("process") is None,
+                          "completed": record.get("process") is None, "probes": probes})
+    report["processes"] = processes
+    for node in report["nodes"]:
+        node["kubelet"] = node.get("kubelet") or {"alive": False, "pid": None, "url": None, "health": None}
+    report["substitutions"] = kubernetes_substitutions(state)
+    return report
+
+
+def format_status_kubernetes(report: dict[str, Any]) -> str:
+    """The human-readable status of a Kubernetes-mode lab."""
+    head = [f"API server {report['apiserver']['url']} "
+            f"({'alive, pid ' + str(report['apiserver']['pid']) if report['apiserver']['alive'] else 'NOT RUNNING'}); "
+            f"kubectl: KUBECONFIG={report['kubeconfig']}",
+            "control plane (processes from the applied objects):"]
+    for p in report["processes"]:
+        if p["completed"]:
+            head.append(f"  {p['workload']:<36} completed (Job)")
+            continue
+        probes = ", ".join(f"{k} {'ok' if v['ok'] else 'FAILING: ' + v['detail']}" for k, v in p["probes"].items())
+        head.append(f"  {p['workload']:<36} {p['address']:<15} "
+                    f"{'pid ' + str(p['pid']) if p['alive'] else 'NOT RUNNING'}{'; ' + probes if probes else ''}")
+    head += [f"  kubelet double of {n['name']}: {n['kubelet']['url']} "
+             f"{'pid ' + str(n['kubelet']['pid']) if n['kubelet']['alive'] else 'NOT RUNNING'}" for n in report["nodes"]]
+    body = format_status(report).splitlines()
+    # the Docker mode's console line does not apply: the console is one of the processes above
+    return "\n".join([f"lab {report['name']!r}: {report['status']} (Kubernetes)", *head, *body[1:]])

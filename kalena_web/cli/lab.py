@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kalena_web.cli import lab_slice
 from kalena_web.cli.argtypes import port
+from kalena_web.cli.lab_kubernetes import add_kubernetes_arguments
 from kalena_web.cli.paths import PROJECT_ROOT
 
 
@@ -51,6 +52,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                     help="loopback /24 prefix: the console on <subnet>.1, node i on <subnet>.(i+1) (127.0.0); "
                          "two labs side by side need two subnets")
     up.add_argument("--sampling-interval-s", type=float, default=2.0, help="the agents' sampling interval (2 s)")
+    add_kubernetes_arguments(up)
     status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
     down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
     sliced = actions.add_parser("slice", help="render the lab's cluster from a Kuberina blueprint slice and real traces",
@@ -125,6 +127,10 @@ def handle_up(args: argparse.Namespace) -> int:
     plan = lab_plan(name=args.name, nodes=args.nodes, cpu_mcpu=args.cpu_m, memory_bytes=args.memory_mib * 2**20,
                     host_cores=cores, host_memory_bytes=memory, budget_ratio=args.budget_ratio, subnet=args.subnet)
     state_dir = (args.state_dir or default_state_dir()).resolve()
+    if args.orchestrator == "kubernetes":
+        from kalena_web.cli.lab_kubernetes import handle_up_kubernetes
+
+        return handle_up_kubernetes(args, plan, state_dir)
     engines = ",".join(f"{n.name}=unix://{state_dir / 'nodes' / n.name / 'docker.sock'}" for n in plan.nodes)
     print(f"kalena lab: {len(plan.nodes)} node(s) × {args.cpu_m} m / {args.memory_mib} MiB = "
           f"{len(plan.nodes) * args.cpu_m} m / {len(plan.nodes) * args.memory_mib} MiB of the budget "
@@ -153,18 +159,25 @@ def handle_status(args: argparse.Namespace) -> int:
     from agents.lab.status import format_status, lab_status
 
     _, state = _recorded(args)
+    if state.get("orchestrator") == "kubernetes":
+        from kalena_web.cli.lab_kubernetes import handle_status_kubernetes
+
+        return handle_status_kubernetes(args, state)
     report = lab_status(state)
     print(json.dumps(report, indent=2) if args.json else format_status(report))
     healthy = report["console"]["alive"] and all(n["engine"]["answers"] and n["agent"]["alive"]
+                                                 and (n.get("kubelet") is None or n["kubelet"]["alive"])
                                                  for n in report["nodes"])
     return 0 if healthy else 1
 
 
 def handle_down(args: argparse.Namespace) -> int:
+    from agents.lab.kubernetes import lab_down_kubernetes
     from agents.lab.lab import lab_down
 
-    state_dir, _ = _recorded(args)
-    left = lab_down(state_dir, say=lambda line: print(line, flush=True))
+    state_dir, state = _recorded(args)
+    down = lab_down_kubernetes if state.get("orchestrator") == "kubernetes" else lab_down
+    left = down(state_dir, say=lambda line: print(line, flush=True))
     if left:
         print(f"kalena lab: down, but {len(left)} thing(s) are left (listed above); run `kalena lab down` again")
         return 1

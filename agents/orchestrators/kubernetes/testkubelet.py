@@ -60,7 +60,8 @@ def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, s
 
 @dataclass
 class MutatingWebhook:
-    """One webhook of a MutatingWebhookConfiguration, called for pod CREATE (see module doc).
+    """One webhook of a MutatingWebhookConfiguration, called for pod CREATE (see module doc), or
+    for another kind's CREATE when ``group``/``version``/``kind``/``resource`` say so.
 
     ``url`` (https, ``ca_file`` verifies it; ``client_cert_file``/``client_key_file``: the client
     certificate the API server presents, from its AdmissionConfiguration's kubeconfig) or ``call`` (a function from the AdmissionReview dict
@@ -76,6 +77,11 @@ class MutatingWebhook:
     failure_policy: str = "Ignore"
     timeout_s: float = 2.0
     name: str = "pods.batch.kalena.naughtian.io"
+    #: the object the webhook is called for (a Pod unless told: ``batch``/``v1``/``Job``/``jobs``)
+    group: str = ""
+    version: str = "v1"
+    kind: str = "Pod"
+    resource: str = "pods"
     calls: int = 0
     failures: int = 0
     denials: int = 0
@@ -86,11 +92,11 @@ class MutatingWebhook:
             return None
         self.calls += 1
         namespace = (pod.get("metadata") or {}).get("namespace", "default")
+        kind = {"group": self.group, "version": self.version, "kind": self.kind}
+        resource = {"group": self.group, "version": self.version, "resource": self.resource}
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource, "requestKind": kind,
+            "requestResource": resource,
             "name": (pod.get("metadata") or {}).get("name", ""), "namespace": namespace, "operation": "CREATE",
             "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
             "object": pod, "oldObject": None, "dryRun": False,

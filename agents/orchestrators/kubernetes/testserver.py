@@ -64,7 +64,8 @@ discovery, OpenAPI field schemas, HTTP/2, protobuf objects, CBOR, rate limiting 
 aggregation.
 
 Extending it (the kubelet and webhook of part 2): append to ``pod_create_hooks``
-(``hook(pod) -> pod | None``, raise :class:`APIError` to refuse), ``bind_hooks``
+(``hook(pod) -> pod | None``, raise :class:`APIError` to refuse), ``create_hooks[resource]`` (the
+same for another resource's POST, e.g. ``jobs``), ``bind_hooks``
 (``hook(pod, node_name)``, raise to refuse the binding), ``bound_hooks`` (``hook(server,
 key, node_name)`` after the binding is stored, outside the store lock; set a pod's phase with
 :meth:`set_pod_phase`), or register a route with :meth:`route`.
@@ -98,9 +99,9 @@ from agents.orchestrators.kubernetes.teststore import (
 __all__ = ["APIError", "TestAPIServer", "node", "pod", "status_body"]
 
 PREFIXES = {name: "/api/v1" if r.api_version == "v1" else f"/apis/{r.api_version}" for name, r in RESOURCES.items()}
-_ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.]+)/(?P<version>v1|v1beta1))"
+_ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.-]+)/(?P<version>v1|v1beta1))"
                     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$")
-_DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z0-9.]+)/(?P<version>[a-z0-9]+))/?$")
+_DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z0-9.-]+)/(?P<version>[a-z0-9]+))/?$")
 _GROUPS = {name: r.group for name, r in RESOURCES.items()}
 #: a resource also served under another group version: events.k8s.io/v1 events, policy/v1beta1 budgets
 _ALSO_SERVED = {("events", "events.k8s.io"), ("poddisruptionbudgets", "policy")}
@@ -109,7 +110,7 @@ _ALSO_SERVED = {("events", "events.k8s.io"), ("poddisruptionbudgets", "policy")}
 class TestAPIServer:
     """State, hooks, faults, the request log and the HTTP server; a context manager.
 
-    ``port=0`` picks a free loopback port; ``url`` is what ``kubernetes.client.Configuration``
+    ``port=0`` picks a free port on ``host`` (loopback); ``url`` is what ``kubernetes.client.Configuration``
     takes as ``host``.
     """
 
@@ -117,7 +118,7 @@ class TestAPIServer:
 
     def __init__(self, *, port: int = 0, bookmark_interval_s: float = 1.0, graceful: bool = False,
                  grace_scale: float = 1.0, run_bound_pods: bool = True, record_bodies: bool = True,
-                 too_large_wait_s: float = 3.0, controllers: bool = True) -> None:
+                 too_large_wait_s: float = 3.0, controllers: bool = True, host: str = "127.0.0.1") -> None:
         self.store = Store()
         #: the controller doubles (Job, Deployment, ReplicaSet, StatefulSet, DaemonSet) on one thread while it runs
         self.controllers = [Controllers(self)] if controllers else []
@@ -134,6 +135,8 @@ class TestAPIServer:
         self.answers: list[tuple[str, str, int]] = []
         self.calls: Counter = Counter()
         self.pod_create_hooks: list[Callable[[dict], dict | None]] = []
+        #: resource → admission hooks for a POST of another resource (``hook(obj) -> obj | None``)
+        self.create_hooks: dict[str, list[Callable[[dict], dict | None]]] = {}
         self.bind_hooks: list[Callable[[dict, str], None]] = []
         self.bound_hooks: list[Callable[[TestAPIServer, str, str], None]] = [_kubelet_runs]
         self._routes: list[tuple[str, re.Pattern, Callable]] = []
@@ -147,7 +150,7 @@ class TestAPIServer:
         self.open_watches: Counter = Counter()
         self._closing = threading.Event()
         self._timers: list[threading.Timer] = []
-        self.server = _Server(("127.0.0.1", port), self._handler())
+        self.server = _Server((host, port), self._handler())
         self.server.daemon_threads = True
         self.server.request_queue_size = 128
 
@@ -155,7 +158,7 @@ class TestAPIServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
 
     def __enter__(self) -> TestAPIServer:
         self.start()
@@ -495,6 +498,8 @@ class TestAPIServer:
                     if meta.get("namespace") not in (None, ns):
                         raise APIError(400, "BadRequest", "the namespace of the object does not match the request")
                     meta["namespace"] = ns
+                for hook in self.create_hooks.get(resource, []) if resource != "pods" else []:
+                    obj = hook(obj) or obj
                 created = self._pod_create(obj) if resource == "pods" else self.store.create(resource, obj)
                 return h._send(201, created)
             raise APIError(405, "MethodNotAllowed", f"{method} is not supported on a {resource} collection")

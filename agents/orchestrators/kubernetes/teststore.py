@@ -63,6 +63,13 @@ RESOURCES = {r.name: r for r in (
     Resource("validatingwebhookconfigurations", "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
              False),
     Resource("ingresses", "networking.k8s.io/v1", "Ingress", True, ("ing",)),
+    Resource("validatingadmissionpolicies", "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", False),
+    Resource("validatingadmissionpolicybindings", "admissionregistration.k8s.io/v1",
+             "ValidatingAdmissionPolicyBinding", False),
+    # cert-manager's custom resources, as on a cluster where cert-manager is installed (stored only:
+    # the lab plays cert-manager, issuing the Secrets they name)
+    Resource("issuers", "cert-manager.io/v1", "Issuer", True),
+    Resource("certificates", "cert-manager.io/v1", "Certificate", True, ("cert",)),
 )}
 
 

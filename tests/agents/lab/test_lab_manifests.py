@@ -1,0 +1,171 @@
+"""The Kubernetes-mode lab starts its processes from the objects ``deploy/kubernetes`` and
+``deploy/agent`` create on an API server (applied with Debian's kubectl): every container arg and
+environment variable reaches its process — as written, or through a substitution the lab
+records — and a value changed in a copy of the files changes the process started from it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agents.lab import kubernetes as kube
+from agents.lab.budget import lab_plan
+from agents.lab.manifests import IMAGES, scale_reserved
+from agents.orchestrators.kubernetes.testserver import TestAPIServer
+
+ROOT = Path(__file__).resolve().parents[3]
+SUBNET = os.environ.get("KALENA_TEST_LAB_SUBNET", "127.0.0")
+
+
+def _derive(tmp_path: Path, files) -> tuple[list, list, dict]:
+    """Apply ``files`` to a fresh test API server with kubectl, play cert-manager and the
+    operator as the lab does, and derive the control plane's and the agents' processes."""
+    if not os.access(kube.KUBECTL, os.X_OK):
+        pytest.fail(f"Debian's kubectl is not at {kube.KUBECTL}: run scripts/services kubectl (scripts/test does)")
+    plan = lab_plan(name="mtest", nodes=2, cpu_mcpu=250, memory_bytes=256 * 2**20, host_cores=2,
+                    host_memory_bytes=8 * 2**30, subnet=SUBNET)
+    with TestAPIServer(controllers=False) as api:
+        kdir = tmp_path / "k"
+        kdir.mkdir()
+        (kdir / "kubeconfig").write_text(kube.kubeconfig_text(api.url))
+        state = {"directory": str(kdir), "kubeconfig": str(kdir / "kubeconfig"), "kubectl": str(kube.KUBECTL)}
+        kube.kubectl(state, "apply", *(a for f in files for a in ("-f", str(f))))
+        workloads = kube._addresses(api.url, plan.subnet)
+        services = kube._service_map(api.url, workloads)
+        kube.issue_certificates(api.url, "kalena", services["dns_ip"], kdir / "certificates")
+        kube._api(f"{api.url}/api/v1/namespaces/kalena/secrets", "POST", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kalena-secrets", "namespace": "kalena"},
+            "stringData": {"DATABASE_URL": "sqlite:///x", "REDIS_URL": "redis://r/0", "KALENA_SECRET_KEY": "k",
+                           "KALENA_METRICS_TOKEN": "m"}})
+        tokens = kube._tokens(api.url, plan, kdir)
+        cluster = kube._cluster(api.url, workloads, tokens, plan)
+        control = kube.control_plane_processes(api.url, cluster, kdir)
+        nodes = [kube._node_record(n, tmp_path) for n in plan.nodes]
+        agents = kube.agent_processes(api.url, cluster, nodes)
+        objects = {"deployments": api.objects("deployments"), "jobs": api.objects("jobs"),
+                   "daemonsets": api.objects("daemonsets"), "configmaps": api.objects("configmaps"),
+                   "services": services}
+    return control, agents, objects
+
+
+def _originals(p) -> set[str]:
+    """What each recorded substitution replaced: the word before its arrow (a flag, a path, a
+    Service DNS name, an address)."""
+    return {line.split(" → ", 1)[0].split()[-1] for line in p.substitutions if " → " in line} - {""}
+
+
+def _containers(objects: dict):
+    for kind in ("deployments", "jobs", "daemonsets"):
+        for obj in objects[kind]:
+            for c in obj["spec"]["template"]["spec"]["containers"]:
+                yield obj, c
+
+
+def test_every_container_arg_and_env_of_the_deploy_files_reaches_its_process_or_is_a_recorded_substitution(
+        tmp_path) -> None:
+    control, agents, objects = _derive(tmp_path, kube.DEPLOY_FILES)
+    by_workload = {p.workload.split()[-1]: p for p in control + agents}
+    assert set(by_workload) == {"kalena/kalena-migrate", "kalena/kalena-console", "kalena/kalena-scheduler",
+                                "kalena/kalena-worker", "kalena/kalena-beat", "kalena-system/kalena-agent"}
+    assert len(agents) == 2 and {p.node for p in agents} == {"mtest-1", "mtest-2"}
+    config = next(c for c in objects["configmaps"] if c["metadata"]["name"] == "kalena-config")["data"]
+    unexplained = []
+    for obj, container in _containers(objects):
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        for p in [p for p in control + agents if p.workload.endswith(" " + key)]:
+            for word in [*(container.get("command") or [])[1:], *(container.get("args") or [])]:
+                word = re.sub(r"\$\((\w+)\)", lambda m, env=p.env: env.get(m[1], m[0]), word)  # as the kubelet
+                flag, _, value = word.partition("=")
+                if word in p.argv:
+                    continue
+                # substituted: a recorded substitution names the flag or what it replaced in the word
+                if flag in _originals(p) or any(o in word for o in _originals(p)):
+                    continue
+                unexplained.append(f"{key}: arg {word!r}")
+            names = [e["name"] for e in container.get("env") or []]
+            if any("configMapRef" in s for s in container.get("envFrom") or []):
+                names += list(config)
+            for name in names:
+                if name not in p.env:
+                    unexplained.append(f"{key}: env {name} missing")
+                    continue
+                written = next((str(e["value"]) for e in container.get("env") or [] if e["name"] == name and
+                                "value" in e), config.get(name))
+                if written is not None and p.env[name] != written and not any(o in written for o in _originals(p)):
+                    unexplained.append(f"{key}: env {name}={p.env[name]!r} (written {written!r})")
+            for which in ("startup", "readiness", "liveness"):
+                if container.get(f"{which}Probe"):
+                    assert which in p.probes, f"{key}: {which}Probe dropped"
+                    assert p.probes[which].period_s == container[f"{which}Probe"].get("periodSeconds", 10)
+    assert unexplained == [], "\n".join(unexplained)
+    agent = agents[0]
+    assert "--discovery=kubelet" in agent.argv and "--kube-cgroup-driver=cgroupfs" in agent.argv
+    assert "--node-cgroup=kalena-mtest/mtest-1/kubepods" in agent.argv  # the kubelet double's pods' parent
+    assert "--kube-cgroup-root=kalena-mtest/mtest-1/kubepods" in agent.argv
+    assert f"--kubelet-url=http://{SUBNET}.2:10250" in agent.argv          # HOST_IP → the node's address
+    assert f"--link-url=ws://{SUBNET}.101:8000/agent/v1/ws" in agent.argv  # Service kalena → the console's process
+    assert f"--health-address={SUBNET}.2:9640" in agent.argv
+    assert "--reserved=cpu=62m,memory=33554432" in agent.argv              # 500m × 250/2000, 1Gi × 256Mi/8Gi
+    scheduler = by_workload["kalena/kalena-scheduler"]
+    assert scheduler.argv[3:] == ["serve", "--host", f"{SUBNET}.102", "--port", "8000", "--tls-host", f"{SUBNET}.102",
+                                  "--tls-port", "8443", "--tls-cert", f"{scheduler.directory}/mounts/etc/kalena/tls/tls.crt",
+                                  "--tls-key", f"{scheduler.directory}/mounts/etc/kalena/tls/tls.key",
+                                  "--tls-client-ca", f"{scheduler.directory}/mounts/etc/kalena/hooks-client-ca/ca.crt"]
+    assert set(scheduler.files) == {f"{scheduler.directory}/mounts/etc/kalena/tls/{f}" for f in
+                                    ("tls.crt", "tls.key", "ca.crt")} | {
+        f"{scheduler.directory}/mounts/etc/kalena/hooks-client-ca/ca.crt"} | {
+        f"{scheduler.directory}/mounts/var/run/secrets/kubernetes.io/serviceaccount/{f}" for f in ("token", "namespace")}
+    console = by_workload["kalena/kalena-console"]
+    assert console.env["KALENA_ALLOWED_HOSTS"] == f"{SUBNET}.101,{SUBNET}.102,kalena.example.com"
+    assert console.env["KALENA_METRICS_TOKEN"] == "m" and console.env["KALENA_ORCHESTRATOR_THROUGH_WORKERS"] == "1"
+    assert console.probes["readiness"].url == f"http://{SUBNET}.101:8000/readyz"
+    assert any("replicas 2 → 1" in i for i in console.ignored)
+
+
+def test_a_value_changed_in_a_copy_of_the_files_changes_the_process_started_from_it(tmp_path) -> None:
+    copies = []
+    for f in kube.DEPLOY_FILES:
+        text = f.read_text()
+        text = text.replace('"--concurrency=2"', '"--concurrency=3"').replace(
+            'KALENA_DRIFT_THRESHOLD: "0.25"', 'KALENA_DRIFT_THRESHOLD: "0.4"').replace(
+            "--reserved=cpu=500m,memory=1Gi", "--reserved=cpu=1,memory=2Gi").replace(
+            "--telemetry=cgroup", "--telemetry=kubelet").replace(
+            "periodSeconds: 20\n            timeoutSeconds: 10", "periodSeconds: 7\n            timeoutSeconds: 10")
+        out = tmp_path / f.name
+        out.write_text(text)
+        copies.append(out)
+    assert copies[0].read_text() != kube.DEPLOY_FILES[0].read_text()
+    control, agents, _ = _derive(tmp_path / "changed", copies) if (tmp_path / "changed").mkdir() is None else None
+    by = {p.name: p for p in control}
+    assert by["kalena-worker"].argv[-1] == "--concurrency=3"
+    assert all(p.env["KALENA_DRIFT_THRESHOLD"] == "0.4" for p in control)
+    assert "--telemetry=kubelet" in agents[0].argv and "--telemetry=cgroup" not in agents[0].argv
+    assert "--reserved=cpu=125m,memory=67108864" in agents[0].argv
+    assert by["kalena-scheduler"].probes["liveness"].period_s == 7
+
+
+def test_the_image_table_is_the_dockerfiles_entrypoints_and_environment() -> None:
+    for image, dockerfile in (("kalena/control-plane", ROOT / "deploy" / "Dockerfile"),
+                              ("kalena/agent", ROOT / "deploy" / "agent" / "Dockerfile")):
+        text = dockerfile.read_text()
+        entry = re.findall(r"^ENTRYPOINT (\[.*\])", text, re.M)[-1]
+        assert entry == "[" + ", ".join(f'"{w}"' for w in IMAGES[image]["entrypoint"]) + "]"
+        final = text.rsplit("FROM ", 1)[1]
+        for name, value in IMAGES[image]["env"].items():
+            assert re.search(rf"\b{name}={re.escape(value)}\b", final), f"{image}: ENV {name}={value} not in {dockerfile}"
+
+
+def test_reserved_is_scaled_per_dimension_and_refuses_a_malformed_item() -> None:
+    assert scale_reserved("cpu=500m,memory=1Gi,ephemeral-storage=1Gi", node_cpu_mcpu=500, node_memory_bytes=2**30,
+                          host_cpu_mcpu=2000, host_memory_bytes=4 * 2**30) == \
+        "cpu=125m,memory=268435456,ephemeral-storage=1Gi"
+    with pytest.raises(Exception, match="not name=quantity"):
+        scale_reserved("cpu500m", node_cpu_mcpu=1, node_memory_bytes=1, host_cpu_mcpu=1, host_memory_bytes=1)
+
+
+def teardown_module() -> None:
+    shutil.rmtree(ROOT / "var" / "lab-manifests-test", ignore_errors=True)
