@@ -113,7 +113,7 @@ def lab(tmp_path_factory):
                  str(NODE_MIB), "--name", name, "--subnet", SUBNET, "--redis-url", redis, "--database-url",
                  os.environ.get("DATABASE_URL", ""), "--sampling-interval-s", "2",
                  # a short day: 20 minutes of trace at 60× (20 s of wall time), few pods, little batch
-                 "--speed", "60", "--hours", "0.34", "--load-factor", "0.3", "--max-pods-per-node", "6",
+                 "--speed", "60", "--hours", "0.34", "--load-factor", "0.3", "--max-pods-per-node", "12",
                  "--max-batch-pods", "6")
     lab.up = up
     try:
@@ -165,7 +165,7 @@ def test_the_console_maps_every_production_pod_onto_its_blueprint_entry_with_no_
     assert [r for r in slice_rows if r["identity"] != "mapped" or r["finding"]] == []
     assert all(r["seen"] == r["blueprint"] for r in slice_rows)
     # each entry is the slice pod the blueprint put on that node
-    entries = {pod_id.split("/", 1)[1]: p["node"] for pod_id, p in placement["pods"].items()}
+    entries = {pod_id: p["node"] for pod_id, p in placement["pods"].items()}
     assert sorted((r["entry"], r["blueprint"]) for r in slice_rows) == sorted(entries.items())
 
 
@@ -198,7 +198,7 @@ def test_play_submits_the_schedule_and_kalena_binds_batch_in_reclaimed_capacity_
                   ["pod"]["request_mcpu"]) for p in succeeded]
     assert any(requested[node] + AGENT_CPU_M + cpu > NODE_CPU_M for node, cpu in originals), (requested, originals)
     # every Job of the schedule completed
-    for arrival in (a for a in schedule if a["kind"] != "pod"):
+    for arrival in (a for a in schedule if a["kind"] != "Pod"):
         job = json.loads(lab.kubectl("get", "job", arrival["name"], "-n", "batch", "-o", "json"))
         assert job["status"].get("succeeded", 0) >= arrival["pods"], job["status"]
     rows = [line.split() for line in lab.kubectl("get", "pods", "-A", "-o", "wide").splitlines()]
