@@ -9,8 +9,9 @@
  *       (a throttled container takes longer), then exits 0.
  *
  * CPU: every 100 ms period each worker thread spins until its own cpu time in the period reaches
- * its share of the target (thread cpu clock, so time spent throttled is not counted as burnt),
- * then sleeps to the end of the period; ceil(max CPU_M / 1000) workers, each burning at most one
+ * its share of the target (thread cpu clock, so time spent throttled or preempted is not counted
+ * as burnt), then sleeps to the end of the period; what a period could not burn is owed to the
+ * next (at most one period's share), so a busy host shifts usage rather than losing it; ceil(max CPU_M / 1000) workers, each burning at most one
  * cpu. Memory: 1 MiB blocks mmap'ed and written page by page (every page charged to the cgroup),
  * unmapped again when the target falls.
  */
@@ -50,19 +51,26 @@ static void sleep_until(long deadline_ns) {
 static void *worker(void *arg) {
     long index = (long)arg;
     long period_start = now_ns(CLOCK_MONOTONIC);
+    long debt = 0;   /* cpu time owed from earlier periods (preempted or throttled), at most one period's share */
     while (!done) {
         long share = target_mcpu - index * 1000;
         if (share > 1000) share = 1000;
-        if (share > 0) {
-            long want = share * (PERIOD_NS / 1000);
+        if (share < 0) share = 0;
+        long target = share * (PERIOD_NS / 1000);
+        long want = target + debt, burnt = 0;
+        if (want > 0) {
             long cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
             volatile unsigned long spin = 0;
-            while (now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0 < want && now_ns(CLOCK_MONOTONIC) < period_start + PERIOD_NS)
+            while ((burnt = now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0) < want &&
+                   now_ns(CLOCK_MONOTONIC) < period_start + PERIOD_NS)
                 spin++;
         }
+        debt = want - burnt;
+        if (debt > target) debt = target;
+        if (debt < 0) debt = 0;
         period_start += PERIOD_NS;
         long now = now_ns(CLOCK_MONOTONIC);
-        if (period_start < now) period_start = now;  /* fell behind (throttled): no catching up */
+        if (period_start < now) period_start = now;  /* fell behind: the debt carries what was missed */
         sleep_until(period_start);
     }
     return NULL;

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import threading
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 from agents.lab.kubelet import spec as podspec
 from agents.lab.kubelet import status as podstatus
-from agents.lab.kubelet.runtime import LABEL_ATTEMPT, LABEL_CONTAINER, NodeRuntime
+from agents.lab.kubelet.runtime import LABEL_ATTEMPT, LABEL_CONTAINER, LABEL_UID, NodeRuntime
 
 log = logging.getLogger("kalena.lab.kubelet")
 
@@ -86,6 +85,7 @@ class Kubelet:
         self.samples: dict[str, tuple[tuple[float, int], tuple[float, int]]] = {}  # rel → (previous, last) cpu ns
         self.threads: list[threading.Thread] = []
         self.errors: list[str] = []
+        self._transitions: dict[str, tuple[bool, str]] = {}   # node condition → (status, since)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -138,16 +138,19 @@ class Kubelet:
                 condition("Ready", True, "KubeletReady", "kubelet is posting ready status")],
             "addresses": [{"type": "InternalIP", "address": self.address}, {"type": "Hostname", "address": self.node}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
+            "images": self._images(),
             "nodeInfo": {"kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
                          "containerRuntimeVersion": "docker://lab", "operatingSystem": "linux",
                          "architecture": "amd64", "kernelVersion": platform.release(), "osImage": "kalena lab node",
                          "machineID": "", "systemUUID": "", "bootID": ""}}
 
-    _transitions: dict[str, tuple[bool, str]]
+    def _images(self) -> list[dict[str, Any]]:
+        try:
+            return self.runtime.images()
+        except Exception:  # noqa: BLE001 - the engine is busy: report none this beat
+            return []
 
     def _transition(self, kind: str, value: bool, now: str) -> str:
-        if not hasattr(self, "_transitions"):
-            self._transitions = {}
         held = self._transitions.get(kind)
         if held is None or held[0] != value:
             self._transitions[kind] = (value, now)
@@ -254,13 +257,13 @@ class Kubelet:
                 self.sync()
             except Exception as exc:  # noqa: BLE001 - one bad round must not stop the kubelet
                 log.exception("sync failed")
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.errors = [*self.errors[-19:], f"{type(exc).__name__}: {exc}"]   # the last 20
 
     def _recover(self) -> None:
         """After a restart: pods whose containers the engine still holds were admitted before."""
         held: dict[str, list[dict]] = {}
         for c in self.runtime.containers():
-            held.setdefault(c["Config"]["Labels"]["io.kubernetes.pod.uid"], []).append(c)
+            held.setdefault(c["Config"]["Labels"][LABEL_UID], []).append(c)
         with self.lock:
             pods = dict(self.pods)
         for uid, pod in pods.items():
@@ -281,6 +284,9 @@ class Kubelet:
         self._sample()
         order = sorted(pods, key=lambda u: ((pods[u].get("metadata") or {}).get("creationTimestamp") or "", u))
         allocatable: dict[str, float] | None = None
+        held: dict[str, list[dict]] = {}
+        for c in self.runtime.containers():   # one list call a round
+            held.setdefault(c["Config"]["Labels"].get(LABEL_UID, ""), []).append(c)
         for uid in order:
             pod = pods[uid]
             st = self.state.setdefault(uid, PodState())
@@ -301,7 +307,7 @@ class Kubelet:
                     allocatable = self.allocatable()
                 if not self._admit(uid, pod, allocatable):
                     continue
-            self._run(uid, pod, st)
+            self._run(uid, pod, st, held.get(uid, []))
         for uid in [u for u in self.state if u not in pods]:
             self._forget(uid)
 
@@ -340,12 +346,12 @@ class Kubelet:
                     if s.admitted and not s.final and s.plan is not None and s.plan.qos == "Burstable")
         self.runtime.burstable_shares(total)
 
-    def _run(self, uid: str, pod: dict, st: PodState) -> None:
+    def _run(self, uid: str, pod: dict, st: PodState, containers: list[dict]) -> None:
         """Start, restart and report the pod's containers (restart back-off 10 s doubling to 300 s)."""
         assert st.plan is not None
         policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
         latest: dict[str, dict] = {}
-        for c in self.runtime.containers(uid):
+        for c in containers:
             labels = c["Config"]["Labels"]
             name, attempt = labels[LABEL_CONTAINER], int(labels.get(LABEL_ATTEMPT, 0))
             if name not in latest or attempt >= int(latest[name]["Config"]["Labels"].get(LABEL_ATTEMPT, 0)):
@@ -374,8 +380,10 @@ class Kubelet:
                         if current is None:
                             waiting = ("CrashLoopBackOff", st.last[plan.name]["terminated"].get("message", ""))
                     else:
-                        waiting = ("CrashLoopBackOff", f"back-off {due - now_s:.0f}s restarting failed container="
-                                   f"{plan.name} pod={pod['metadata']['name']}")
+                        backoff = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** restarts)
+                        waiting = ("CrashLoopBackOff", f"back-off {backoff:.0f}s restarting failed container="
+                                   f"{plan.name} pod={pod['metadata']['name']}_{pod['metadata'].get('namespace')}"
+                                   f"({uid})")
             statuses.append(podstatus.container_status(
                 plan.name, self._image(pod, plan.name), current, restarts=restarts, last=st.last.get(plan.name),
                 waiting=waiting))
@@ -537,6 +545,3 @@ class Kubelet:
     def healthy(self) -> bool:
         return self.synced.is_set() and all(t.is_alive() for t in self.threads) and not self.stopping.is_set()
 
-
-def pid() -> int:
-    return os.getpid()

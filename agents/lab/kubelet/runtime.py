@@ -20,6 +20,7 @@ below 0: there a Guaranteed container gets 0 instead of -997 (still below every 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,6 +62,8 @@ class NodeRuntime:
         self.node_cgroup = node_cgroup.strip("/")
         self.root = root
         self.oom_floor = -1000 if can_lower_oom_score() else 0
+        self._inspected: dict[str, tuple[str | None, dict[str, Any]]] = {}   # id → (listed state, inspect)
+        self._lock = threading.Lock()   # the sync and the terminating threads share the cache
 
     # -- cgroups ---------------------------------------------------------------------------------
 
@@ -186,14 +189,31 @@ class NodeRuntime:
         return container.id
 
     def containers(self, uid: str | None = None) -> list[dict[str, Any]]:
-        """The pods' containers on the engine (all, or of pod ``uid``), inspected (``docker inspect`` JSON)."""
+        """The pods' containers on the engine (all, or of pod ``uid``), inspected (``docker inspect`` JSON).
+
+        One list call; a container is inspected again only when the list shows its state changed
+        (a running container's inspect stays valid while it runs, an exited one's for good)."""
         filters = {"label": f"{LABEL_UID}={uid}" if uid else LABEL_UID}
         out = []
-        for summary in self.docker.api.containers(all=True, filters=filters):
+        listed = self.docker.api.containers(all=True, filters=filters)
+        for summary in listed:
+            with self._lock:
+                held = self._inspected.get(summary["Id"])
+            if held is not None and held[0] == summary.get("State"):
+                out.append(held[1])
+                continue
             try:
-                out.append(self.docker.api.inspect_container(summary["Id"]))
+                inspect = self.docker.api.inspect_container(summary["Id"])
             except Exception:  # noqa: BLE001 - removed between list and inspect
                 continue
+            with self._lock:
+                self._inspected[summary["Id"]] = (summary.get("State"), inspect)
+            out.append(inspect)
+        if uid is None:   # a full list: forget containers that are gone
+            present = {s["Id"] for s in listed}
+            with self._lock:
+                for gone in [k for k in self._inspected if k not in present]:
+                    del self._inspected[gone]
         return out
 
     def stop(self, container_id: str, grace_s: float) -> None:
@@ -204,10 +224,21 @@ class NodeRuntime:
             pass
 
     def remove(self, container_id: str) -> None:
+        with self._lock:
+            self._inspected.pop(container_id, None)
         try:
             self.docker.api.remove_container(container_id, force=True)
         except Exception:  # noqa: BLE001 - gone already
             pass
+
+    def images(self) -> list[dict[str, Any]]:
+        """The engine's images as a Node's ``status.images`` lists them (names, sizeBytes)."""
+        out = []
+        for image in self.docker.api.images():
+            names = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+            if names:
+                out.append({"names": names, "sizeBytes": int(image.get("Size") or 0)})
+        return out
 
     def close(self) -> None:
         self.docker.close()

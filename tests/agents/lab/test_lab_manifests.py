@@ -169,3 +169,28 @@ def test_reserved_is_scaled_per_dimension_and_refuses_a_malformed_item() -> None
 
 def teardown_module() -> None:
     shutil.rmtree(ROOT / "var" / "lab-manifests-test", ignore_errors=True)
+
+
+def test_kalenas_own_images_run_as_placeholders_on_the_kubelet_double_since_the_lab_runs_them_as_processes() -> None:
+    from agents.lab.kubelet.spec import container_command
+
+    agent = {"name": "agent", "image": "kalena/agent:0.1.0", "args": ["run", "--node-name=$(NODE_NAME)"]}
+    assert container_command({"metadata": {}}, agent) == ("kalena/busybox:test", ["sleep", "2147483647"])
+    other = {"name": "web", "image": "nginx:1", "command": ["sh", "-c", "sleep 5"]}
+    assert container_command({"metadata": {}}, other) == ("kalena/busybox:test", ["sh", "-c", "sleep 5"])
+
+
+def test_kubernetes_mode_without_redis_or_kubectl_is_refused_before_anything_starts(tmp_path) -> None:
+    from agents.lab.errors import LabError
+
+    plan = lab_plan(name="mrefuse", nodes=1, cpu_mcpu=100, memory_bytes=64 * 2**20, host_cores=2,
+                    host_memory_bytes=8 * 2**30, subnet=SUBNET)
+    with pytest.raises(LabError, match="no Redis URL") as refused:
+        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "s", database_url="", redis_url="",
+                               operator=lambda env, name: None)
+    assert refused.value.field == "--redis-url"
+    with pytest.raises(LabError, match="Debian's kubectl is not at"):
+        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "s", database_url="", redis_url="redis://x/0",
+                               operator=lambda env, name: None, kubectl_path=tmp_path / "no-kubectl")
+    assert not (tmp_path / "s" / "lab.json").exists()
+    assert not (Path("/sys/fs/cgroup/cpu") / plan.root).exists()
