@@ -147,7 +147,6 @@ def play(state_dir: Path, *, say: Callable[[str], None] = print, sleep: Callable
     Raises:
         LabError: no lab, a lab without a slice, or a play already running.
     """
-    from agents.lab.kubernetes import kubectl
     from agents.lab.state import alive
 
     state = state_read(state_dir)
@@ -170,16 +169,36 @@ def play(state_dir: Path, *, say: Callable[[str], None] = print, sleep: Callable
     state["play"] = {"started_s": time.time(), "arrivals": len(arrivals), "speed": schedule.get("speed")}
     state_write(state_dir, state)
     start = time.monotonic()
-    pods = 0
+    try:
+        _play_arrivals(state, arrivals, start, say, sleep)
+    finally:
+        _play_finished(state_dir)
+    pods = sum(a["pods"] for a in arrivals)
+    say(f"play: done — {len(arrivals)} arrival(s), {pods} batch pod(s) submitted in "
+        f"{time.monotonic() - start:.1f} s")
+    return len(arrivals)
+
+
+def _play_arrivals(state, arrivals, start, say, sleep) -> None:
+    from agents.lab.kubernetes import kubectl
+
     for i, arrival in enumerate(arrivals, start=1):
         wait = arrival["at_s"] - (time.monotonic() - start)
         if wait > 0:
             sleep(wait)
         done = kubectl(state, "create", "-f", str(Path(state["slice"]["directory"]) / arrival["file"]), check=False)
-        pods += arrival["pods"]
         outcome = done.stdout.strip() or done.stderr.strip()
         say(f"play: [{i}/{len(arrivals)}] t+{time.monotonic() - start:6.1f} s (at {arrival['at_s']:.1f} s) "
             f"{arrival['kind']} {arrival['name']} × {arrival['pods']} pod(s): {outcome}")
-    say(f"play: done — {len(arrivals)} arrival(s), {pods} batch pod(s) submitted in "
-        f"{time.monotonic() - start:.1f} s")
-    return len(arrivals)
+
+
+def _play_finished(state_dir: Path) -> None:
+    """Mark the play's record completed (``status`` then reports it done, not down)."""
+    state = state_read(state_dir)
+    if state is None:   # `down` ran meanwhile
+        return
+    for record in state.get("processes", []):
+        if record["name"] == PLAY and (record.get("process") or {}).get("pid") == os.getpid():
+            record["process"] = None
+    state.setdefault("play", {})["finished_s"] = time.time()
+    state_write(state_dir, state)

@@ -177,6 +177,9 @@ def test_play_submits_the_schedule_and_kalena_binds_batch_in_reclaimed_capacity_
     assert f"play: done — {len(schedule)} arrival(s)" in played.stdout
     assert sum(line.startswith("play: [") for line in played.stdout.splitlines()) == len(schedule)
     want = sum(a["pods"] for a in schedule)
+    assert lab.state["play"]["arrivals"] == len(schedule) and lab.state["play"]["finished_s"]
+    status = lab.cli("status")   # the finished play is reported completed, the lab healthy
+    assert status.returncode == 0 and "lab/lab-play" in status.stdout, status.stdout
 
     def finished():
         pods = [p for p in lab.pods() if p["metadata"]["namespace"] == "batch"
@@ -219,3 +222,15 @@ def test_down_leaves_nothing_behind(lab) -> None:
             *(n[k] for n in state["nodes"] for k in ("agent", "kubelet", "engine"))]
     assert any(p["name"] == "lab-production-binder" for p in state["processes"])
     assert not any(alive(ref) for ref in gone)
+
+
+def test_up_with_a_missing_data_file_is_refused_naming_it_and_starts_nothing(tmp_path) -> None:
+    lab = Lab("dmissing", tmp_path / "lab")
+    missing = tmp_path / "no-such-trace.csv.gz"
+    up = lab.cli("up", "--orchestrator", "kubernetes", "--nodes", "2", "--cpu-m", str(NODE_CPU_M), "--memory-mib",
+                 str(NODE_MIB), "--name", "dmissing", "--subnet", SUBNET, "--redis-url", "redis://127.0.0.1:1/0",
+                 "--batch-trace", str(missing), timeout_s=120)
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert str(missing) in up.stderr and "--batch-trace" in up.stderr
+    assert not (lab.state_dir / "lab.json").exists() and not (lab.state_dir / "slice").exists()
+    assert not (CGROUP / "cpu" / "kalena-dmissing").exists()
