@@ -56,6 +56,11 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_kubernetes_arguments(up)
     status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
     down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
+    play = actions.add_parser("play", help="Kubernetes mode: submit the slice's batch schedule at its arrival offsets",
+                              description="Each arrival of the slice's batch-schedule.json created with `kubectl "
+                                          "create -f` at its offset after the play starts (Kalena's webhook converts "
+                                          "it, Kalena's scheduler places it); one progress line per arrival. "
+                                          "Recorded in lab.json while it runs; `kalena lab down` stops it.")
     sliced = actions.add_parser("slice", help="render the lab's cluster from a Kuberina blueprint slice and real traces",
                                 description="A few blueprint nodes mapped onto the lab's nodes, their production "
                                             "scaled to the lab with usage from Bitbrains series, batch sampled from "
@@ -64,12 +69,13 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                             "slice's Kuberina IR, the batch schedule and a summary (docs/lab.md).")
     lab_slice.add_arguments(sliced)
     sliced.set_defaults(handler=lab_slice.handle_slice)
-    for p in (up, status, down):
+    for p in (up, status, down, play):
         p.add_argument("--state-dir", type=Path, default=None, help="the lab's state folder (<state dir>/lab)")
     status.add_argument("--json", action="store_true", help="the report as JSON")
     up.set_defaults(handler=handle_up)
     status.set_defaults(handler=handle_status)
     down.set_defaults(handler=handle_down)
+    play.set_defaults(handler=handle_play)
     return parser
 
 
@@ -187,4 +193,12 @@ def handle_down(args: argparse.Namespace) -> int:
         print(f"kalena lab: down, but {len(left)} thing(s) are left (listed above); run `kalena lab down` again")
         return 1
     print("kalena lab: down — no process, container, engine, cgroup, mount, socket or port of the lab is left")
+    return 0
+
+
+def handle_play(args: argparse.Namespace) -> int:
+    from agents.lab.day import play
+
+    state_dir, _ = _recorded(args)
+    play(state_dir, say=lambda line: print(line, flush=True))
     return 0

@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kalena_web.cli.argtypes import POSITIVE
 from kalena_web.cli.paths import PROJECT_ROOT
+
+SLICE_OPTIONS = ("speed", "seed", "load_factor", "hours", "max_pods_per_node", "max_batch_pods", "infra", "workloads",
+                 "blueprint", "usage_dir", "batch_trace", "google_events", "google_usage")
 
 
 def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
@@ -30,6 +34,21 @@ def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
                     help="kubernetes: the control plane's Redis (Celery broker, channel layer; default $REDIS_URL)")
     up.add_argument("--manifests", nargs="*", type=Path, default=[], metavar="FILE",
                     help="kubernetes: more manifests applied after the deploy files (production, batch)")
+    day = up.add_argument_group("kubernetes: the slice the lab loads (docs/lab.md \"The slice in the lab\")")
+    day.add_argument("--no-slice", action="store_true",
+                     help="an empty lab: no blueprint slice, no production, no batch schedule")
+    day.add_argument("--speed", type=POSITIVE, default=None, help="time compression k of the slice (10)")
+    day.add_argument("--seed", type=int, default=None, help="the slice's seed (0)")
+    day.add_argument("--load-factor", type=POSITIVE, default=None,
+                     help="batch cpu demand over the lab's slack (1.0)")
+    day.add_argument("--hours", type=POSITIVE, default=None, help="hours of trace time the day covers (6)")
+    day.add_argument("--max-pods-per-node", type=int, default=None,
+                     help="take only blueprint nodes with at most this many production pods (16)")
+    day.add_argument("--max-batch-pods", type=int, default=None, help="about this many batch pods (300)")
+    for flag, dest in (("--ir", "workloads"), ("--infra", "infra"), ("--blueprint", "blueprint"),
+                       ("--usage-dir", "usage_dir"), ("--batch-trace", "batch_trace"),
+                       ("--google-events", "google_events"), ("--google-usage", "google_usage")):
+        day.add_argument(flag, dest=dest, default=None, help=f"slice input (as `kalena lab slice {flag}`)")
 
 
 def operator_step(env: dict[str, str], cluster: str) -> None:
@@ -42,18 +61,63 @@ def operator_step(env: dict[str, str], cluster: str) -> None:
                    timeout=120)
 
 
-def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int:
-    from agents.lab.kubernetes import lab_up_kubernetes
+def import_step(ir_dir: Path):
+    """The operator's step for a lab that loads a slice: `kalena cluster import` of the slice's
+    IR (infra, workloads, blueprint) as the live cluster, in the migrated database."""
+    def step(env: dict[str, str], cluster: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "kalena_web.cli", "cluster", "import", cluster,
+                               "--infra", str(ir_dir / "infra.yaml"), "--workloads", str(ir_dir / "workloads.yaml"),
+                               "--blueprint", str(ir_dir / "blueprint.yaml")], env=env, cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=300, check=False)
+        if done.returncode != 0:
+            from agents.lab.errors import LabError
 
+            raise LabError(f"kalena cluster import failed: {(done.stderr or done.stdout).strip()[-600:]}",
+                           source=str(ir_dir), field="operator")
+        print(f"kalena lab: {done.stdout.strip()}", flush=True)
+    return step
+
+
+def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int:
+    from agents.lab.errors import LabRunning
+    from agents.lab.kubernetes import lab_down_kubernetes, lab_up_kubernetes
+    from agents.lab.state import state_read
+
+    operator = operator_step
+    slice_dir = None
+    if not getattr(args, "no_slice", False):
+        from agents.lab.day import render_for_lab
+        from kalena_web.cli.paths import data_root
+
+        if state_read(state_dir) is not None:
+            raise LabRunning(f"a lab is already recorded in {state_dir}", source=str(state_dir / "lab.json"),
+                             field="kalena lab up", accepted="`kalena lab down` first, or another --state-dir")
+        state_dir.mkdir(parents=True, exist_ok=True)
+        slice_dir = render_for_lab(name=plan.name, nodes=len(plan.nodes), cpu_m=plan.nodes[0].cpu_mcpu,
+                                   memory_mib=plan.nodes[0].memory_bytes // 2**20, out_dir=state_dir / "slice",
+                                   options={k: getattr(args, k, None) for k in SLICE_OPTIONS}, data_root=data_root(),
+                                   say=lambda line: print(line, flush=True))
+        operator = import_step(slice_dir / "ir")
     database = args.database_url if args.database_url is not None else os.environ.get("DATABASE_URL", "")
     redis = args.redis_url if args.redis_url is not None else os.environ.get("REDIS_URL", "")
     print(f"kalena lab: Kubernetes mode, {len(plan.nodes)} node(s) × {plan.nodes[0].cpu_mcpu} m / "
           f"{plan.nodes[0].memory_bytes // 2**20} MiB of the budget {plan.cpu_budget_mcpu} m / "
           f"{plan.memory_budget_bytes // 2**20} MiB; state in {state_dir}", flush=True)
     state = lab_up_kubernetes(plan, state_dir=state_dir, database_url=database, redis_url=redis,
-                              operator=operator_step, manifests=[m.resolve() for m in args.manifests],
+                              operator=operator, manifests=[m.resolve() for m in args.manifests],
                               sampling_interval_s=args.sampling_interval_s,
                               say=lambda line: print(line, flush=True))
+    if slice_dir is not None:
+        from agents.lab.day import load_production
+
+        try:
+            state = load_production(state_dir, slice_dir, say=lambda line: print(line, flush=True))
+        except BaseException:
+            print("kalena lab: loading the slice failed; stopping what was started", flush=True)
+            lab_down_kubernetes(state_dir, say=lambda line: print(line, flush=True))
+            raise
+        print("kalena lab: the day's batch is `kalena lab play` (batch-schedule.json, "
+              f"{slice_dir / 'batch-schedule.json'})", flush=True)
     print(f"kalena lab: up — {len(state['nodes'])} nodes, API server {state['apiserver']['url']}, console "
           f"{state['console']['url']}; kubectl: KUBECONFIG={state['kubeconfig']}; `kalena lab status` / `kalena lab down`")
     return 0

@@ -118,7 +118,7 @@ def lab(tmp_path_factory):
     manifests.write_text(production(name, lab.nodes))
     up = lab.cli("up", "--orchestrator", "kubernetes", "--nodes", "2", "--cpu-m", str(NODE_CPU_M), "--memory-mib",
                  str(NODE_MIB), "--name", name, "--subnet", SUBNET, "--redis-url", redis, "--database-url", database,
-                 "--manifests", str(manifests), "--sampling-interval-s", "2")
+                 "--manifests", str(manifests), "--sampling-interval-s", "2", "--no-slice")
     try:
         assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
         policy = Path(lab.state["directory"]) / "policy.py"
