@@ -244,10 +244,16 @@ def _usage_json(usage: SliceUsage, row: int) -> str:
                        "memory_mib": usage.memory_mib[row].tolist(), "repeat": True}, separators=(",", ":"))
 
 
+#: the smallest memory limit a container runtime accepts is 6 MB (runc refuses less, and the pod
+#: never starts): a limit the scaling makes smaller is raised to this many MiB (the request stays
+#: the scaled one, so such a pod is Burstable)
+MIN_MEMORY_LIMIT_MIB = 8
+
+
 def _resources(cpu_m: int, memory_mib: int, limit_ratio: float) -> dict:
     return {"requests": {"cpu": f"{cpu_m}m", "memory": f"{memory_mib}Mi"},
             "limits": {"cpu": f"{max(cpu_m, round(cpu_m * limit_ratio))}m",
-                       "memory": f"{max(memory_mib, round(memory_mib * limit_ratio))}Mi"}}
+                       "memory": f"{max(memory_mib, round(memory_mib * limit_ratio), MIN_MEMORY_LIMIT_MIB)}Mi"}}
 
 
 def _pod_affinity(prod: ProductionSlice, targets: tuple[str, ...], own_ns: str) -> list[dict]:
@@ -410,7 +416,7 @@ def docker_batch(batch: BatchSample, config: SliceConfig, grace: int) -> list[di
 
 def _container(name: str, node: str, cpu_m: int, memory_mib: int, limit_ratio: float, labels: dict) -> dict:
     limit_cpu = max(cpu_m, round(cpu_m * limit_ratio))
-    limit_mib = max(memory_mib, round(memory_mib * limit_ratio))
+    limit_mib = max(memory_mib, round(memory_mib * limit_ratio), MIN_MEMORY_LIMIT_MIB)
     return {"name": name.replace("/", "-")[:120], "node": node, "image": IMAGE,
             "labels": {**labels, "kalena.naughtian.io/request-cpu": f"{cpu_m}m",
                        "kalena.naughtian.io/request-memory": str(memory_mib * 2**20)},

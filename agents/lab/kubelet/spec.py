@@ -258,6 +258,27 @@ def container_command(pod: Mapping[str, Any], container: Mapping[str, Any]) -> t
     return image, argv or ["sleep", "2147483647"]
 
 
+#: what the burner and the container's init process hold themselves (MiB, measured: ≈ 1–2 MiB of
+#: static binary, stack and page tables): a series is held this far below the container's memory
+#: limit, so a pod whose usage reaches its limit in the trace runs at its limit instead of being
+#: OOM-killed for the burner's own pages
+BURNER_OVERHEAD_MIB = 3
+
+
+def within_limit(argv: list[str], memory_limit_bytes: float | None) -> list[str]:
+    """The burner's ``argv`` with every memory figure at most the container's limit less
+    :data:`BURNER_OVERHEAD_MIB` (never below 0); other commands unchanged. Example: a series
+    ``…,"10,12,16"`` under a 16 MiB limit → ``"10,12,13"``."""
+    if not memory_limit_bytes or len(argv) < 2 or argv[0] != BURNER:
+        return argv
+    cap = max(0, int(memory_limit_bytes // 2**20) - BURNER_OVERHEAD_MIB)
+    if argv[1] == "series" and len(argv) == 6:
+        return [*argv[:5], ",".join(str(min(int(v), cap)) for v in argv[5].split(","))]
+    if argv[1] == "work" and len(argv) == 5:
+        return [*argv[:3], str(min(int(argv[3]), cap)), argv[4]]
+    return argv
+
+
 def pod_plan(pod: Mapping[str, Any], *, memory_capacity_bytes: float) -> PodPlan:
     """The pod's cgroup values and container plans (module doc for each formula).
 
@@ -274,6 +295,7 @@ def pod_plan(pod: Mapping[str, Any], *, memory_capacity_bytes: float) -> PodPlan
         cpu_limits.append(limits.get("cpu"))
         memory_limits.append(limits.get("memory"))
         image, argv = container_command(pod, c)
+        argv = within_limit(argv, limits.get("memory"))
         plans.append(ContainerPlan(
             name=str(c.get("name") or f"c{i}"), image=image, command=argv,
             cpu_shares=cpu_shares(requests.get("cpu", 0.0)), cpu_quota_us=cpu_quota_us(limits.get("cpu")),

@@ -134,3 +134,13 @@ def test_an_oom_kill_is_reported_as_oomkilled() -> None:
     status = container_status("main", "x", _inspect(False, 137, oom=True), restarts=0)
     assert status["state"]["terminated"] == {"exitCode": 137, "reason": "OOMKilled", "startedAt": "2026-12-02T12:40:01Z",
                                              "finishedAt": "2026-12-02T12:41:00Z", "containerID": "docker://abc"}
+
+
+def test_a_series_is_held_below_the_containers_memory_limit_by_the_burners_own_overhead() -> None:
+    from agents.lab.kubelet.spec import BURNER, BURNER_OVERHEAD_MIB, within_limit
+
+    series = [BURNER, "series", "6", "1", "10,20,30", "10,12,16"]
+    assert within_limit(series, 16 * 2**20) == [*series[:5], f"10,12,{16 - BURNER_OVERHEAD_MIB}"]
+    assert within_limit([BURNER, "work", "100", "64", "30"], 32 * 2**20) == [BURNER, "work", "100", "29", "30"]
+    assert within_limit(series, None) == series                     # no limit: the series as written
+    assert within_limit(["sleep", "5"], 2**20) == ["sleep", "5"]    # not the burner: unchanged
