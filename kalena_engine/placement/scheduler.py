@@ -42,6 +42,9 @@ import numpy as np
 
 from kalena_engine.placement.cache import ScoreCache
 from kalena_engine.placement.classes import PassStats, _Class, _Entries
+
+#: Above this many runs a unit's bindings are made in numpy (:meth:`_Pass._attribute_runs`).
+_VECTOR_RUNS = 8
 from kalena_engine.placement.gangs import GangTransactions
 from kalena_engine.placement.greedy import greedy
 from kalena_engine.placement.filters import (
@@ -372,6 +375,32 @@ class _Pass(GangTransactions):
             if take == have:
                 entries.pos += 1
 
+    def _attribute_runs(self, entries: _Entries, runs: list[tuple[int, int]]) -> None:
+        """:meth:`_attribute` of every ``(node, count)`` run in order, in numpy: the runs' pods and
+        the entries' remaining pods are two cumulative sequences; each segment between consecutive
+        break points of their union is one binding (entry, node, pods) — the same bindings in the
+        same order as the per-run loop (entries with nothing left make none)."""
+        rows = np.asarray(entries.rows[entries.pos:], dtype=np.int64)
+        have = self.remaining[rows]
+        run_node = np.fromiter((n for n, _ in runs), dtype=np.int64, count=len(runs))
+        run_end = np.cumsum(np.fromiter((c for _, c in runs), dtype=np.int64, count=len(runs)))
+        entry_end = np.cumsum(have)
+        total = min(int(run_end[-1]), int(entry_end[-1]) if len(entry_end) else 0)
+        cuts = np.union1d(run_end, entry_end)
+        cuts = cuts[(cuts > 0) & (cuts <= total)]
+        starts = np.concatenate(([0], cuts[:-1]))
+        which_run = np.searchsorted(run_end, starts, side="right")
+        which_entry = np.searchsorted(entry_end, starts, side="right")
+        take = cuts - starts
+        entry = rows[which_entry]
+        self.b_entry.extend(entry.tolist())
+        self.b_node.extend(run_node[which_run].tolist())
+        self.b_count.extend(take.tolist())
+        np.subtract.at(self.remaining, entry, take)
+        done = np.flatnonzero((entry_end <= total) & (have > 0))
+        if len(done):  # past the last entry used up (the loop stops at one still holding pods)
+            entries.pos += int(done[-1]) + 1
+
     def _debit(self, template: BatchTemplate, request: np.ndarray, node: int, count: int) -> None:
         """In-flight placements debit the working slack at once (case C2)."""
         old = self.slack[node].copy()
@@ -436,9 +465,14 @@ class _Pass(GangTransactions):
                 runs = greedy(cand, cls.score[cand], rooms, budget,
                               lambda nodes, start, length, c=cls: self._sequences(c, nodes, start, length))
             taken: dict[int, int] = {}
-            for node, count in runs:  # bindings in choice order, as one pod at a time would make them
-                self._attribute(entries, node, count)
-                taken[node] = taken.get(node, 0) + count
+            if len(runs) > _VECTOR_RUNS:
+                self._attribute_runs(entries, runs)
+                for node, count in runs:
+                    taken[node] = taken.get(node, 0) + count
+            else:
+                for node, count in runs:  # bindings in choice order, as one pod at a time would make them
+                    self._attribute(entries, node, count)
+                    taken[node] = taken.get(node, 0) + count
             for node, count in taken.items():
                 self._debit(template, request, node, count)
             rows = np.fromiter(taken, dtype=np.int64, count=len(taken))

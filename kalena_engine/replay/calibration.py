@@ -120,6 +120,71 @@ def grid_edges(chosen: dict[str, float], margins: tuple[float, ...], half_lives:
     return edges
 
 
+#: The estimator's smallest margin ratio (DESIGN §5: μ ≥ 1): a sweep cannot widen below it.
+MARGIN_FLOOR = 1.0
+#: Widening rounds ``evaluate calibrate`` runs by default before it reports a knee still on an edge.
+WIDEN_ROUNDS = 3
+
+
+def widen_grid(chosen: dict[str, float], margins: tuple[float, ...], half_lives: tuple[float, ...],
+               ) -> tuple[tuple[float, ...], tuple[float, ...], list[str]]:
+    """The grid one step wider on each edge the knee ``chosen`` lies on, and why (one phrase per
+    edge widened or not).
+
+    Margins step arithmetically by the grid's outermost gap on that side (1.0, 1.05, …, 1.4 on its
+    largest edge → 1.55; on its smallest → 0.95, refused below :data:`MARGIN_FLOOR`); half-lives
+    geometrically by the outermost ratio (300, 600, 1200 → 2400 or 150). A dimension swept at one
+    value is not widened. Returns the grids unchanged when the knee is interior or every edge it
+    lies on is a bound.
+
+    Example: knee (μ 1.4, h 1200) on margins (1.0 … 1.25, 1.4) and half-lives (300, 600, 1200) →
+    margins + (1.55,), half-lives + (2400,).
+    """
+    margins_out, lives_out, said = list(margins), list(half_lives), []
+    ms, hs = sorted(set(margins)), sorted(set(half_lives))
+    if len(ms) >= 2:
+        if chosen["margin_ratio"] == ms[-1]:
+            new = round(ms[-1] + (ms[-1] - ms[-2]), 6)
+            margins_out.append(new)
+            said.append(f"--margins widened to {new:g} (the knee was on the largest, {ms[-1]:g})")
+        elif chosen["margin_ratio"] == ms[0]:
+            new = round(ms[0] - (ms[1] - ms[0]), 6)
+            if new >= MARGIN_FLOOR:
+                margins_out.append(new)
+                said.append(f"--margins widened to {new:g} (the knee was on the smallest, {ms[0]:g})")
+            elif ms[0] > MARGIN_FLOOR:
+                margins_out.append(MARGIN_FLOOR)
+                said.append(f"--margins widened to {MARGIN_FLOOR:g} (the knee was on the smallest, {ms[0]:g})")
+            else:
+                said.append(f"the knee is on μ = {MARGIN_FLOOR:g}, the estimator's smallest margin: not widened")
+    if len(hs) >= 2:
+        if chosen["half_life_s"] == hs[-1]:
+            new = round(hs[-1] * hs[-1] / hs[-2], 3)
+            lives_out.append(new)
+            said.append(f"--half-lives widened to {new:g} s (the knee was on the largest, {hs[-1]:g} s)")
+        elif chosen["half_life_s"] == hs[0]:
+            new = round(hs[0] * hs[0] / hs[1], 3)
+            lives_out.append(new)
+            said.append(f"--half-lives widened to {new:g} s (the knee was on the smallest, {hs[0]:g} s)")
+    return tuple(sorted(margins_out)), tuple(sorted(lives_out)), said
+
+
+def frontier_across_loads(per_load: dict[str, list[dict[str, float]]]) -> list[dict[str, object]]:
+    """The frontier of the first load factor (module doc), each point with its figures at every
+    load factor swept: ``{"margin_ratio", "half_life_s", "loads": {load: point}}``, by increasing
+    reclaimed cpu at the first load."""
+    loads = list(per_load)
+    if not loads:
+        return []
+    by_load = {load: {(p["margin_ratio"], p["half_life_s"]): p for p in points} for load, points in per_load.items()}
+    out = []
+    for p in frontier(per_load[loads[0]]):
+        key = (p["margin_ratio"], p["half_life_s"])
+        out.append({"margin_ratio": key[0], "half_life_s": key[1],
+                    "loads": {load: by_load[load][key] for load in loads if key in by_load[load]}})
+    return out
+
+
 def better_on_both_axes(candidate: dict[str, float], reference: dict[str, float]) -> bool:
     """At least the reference's reclaimed cpu and at most its evictions, one strictly."""
     return _dominated(reference, candidate)

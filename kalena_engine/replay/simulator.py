@@ -157,6 +157,7 @@ class Simulator:
         self._prod_grace = np.full(p, self.policy.estimator.grace_s)
         self._prod_pinned = pinned_mask(np.zeros(p, dtype=bool))
         self._arrival_order = np.argsort(self.state.tasks.arrival_s, kind="stable")
+        self._prod_sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._next_arrival = 0
         order = np.argsort(self.state.production.node, kind="stable")
         self._prod_by_node = np.split(order, np.searchsorted(self.state.production.node[order],
@@ -173,6 +174,7 @@ class Simulator:
         """Advance the cluster to ``now_s`` (see the module doc for the order)."""
         st = self.state
         events: list[BatchEvent] = []
+        self._prod_sums.clear()
         self._complete(now_s, events)
         self._arrive(now_s, events)
         prod_usage, clipped, stale = self._sample(step, now_s)
@@ -185,6 +187,16 @@ class Simulator:
         cpu = self._share_cpu(now_s, prod_usage)
         st.check_invariants()
         return self._record(step, now_s, prod_usage, prod_r, clipped, int(stale.sum()), events, placement, cpu)
+
+    def _prod_sum(self, values: np.ndarray) -> np.ndarray:
+        """``node_sum`` of a production ``(p, 8)`` array, computed once per step per array (the
+        step's usage and reservations are read by several stages and never changed in place).
+        The result is shared: callers copy it before changing it."""
+        found = self._prod_sums.get(id(values))
+        if found is None or found[0] is not values:
+            found = (values, node_sum(self.state.production.node, values, len(self.state.capacity)))
+            self._prod_sums[id(values)] = found
+        return found[1]
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -260,8 +272,8 @@ class Simulator:
         g = st.groups
         n = len(st.capacity)
         tasks = st.tasks
-        working = node_sum(st.production.node, prod_usage, n) + node_sum(g.node, tasks.usage[g.task], n, g.count)
-        reserved = node_sum(st.production.node, prod_r, n) + node_sum(g.node, g.reservations.value, n, g.count)
+        working = self._prod_sum(prod_usage) + node_sum(g.node, tasks.usage[g.task], n, g.count)
+        reserved = self._prod_sum(prod_r) + node_sum(g.node, g.reservations.value, n, g.count)
         policy = self.policy.eviction
         threshold = policy.evict_threshold_ratio * st.capacity
         for dim in (RAM, STORAGE):
@@ -324,7 +336,7 @@ class Simulator:
         g = st.groups
         n = len(st.capacity)
         tasks = st.tasks
-        working = node_sum(st.production.node, prod_usage, n)[:, RAM] + node_sum(
+        working = self._prod_sum(prod_usage)[:, RAM] + node_sum(
             g.node, tasks.usage[g.task], n, g.count)[:, RAM]
         over = np.flatnonzero(working > st.capacity[:, RAM] * (1 + 1e-9))
         if not len(over):
@@ -359,8 +371,8 @@ class Simulator:
         g = st.groups
         n = len(st.capacity)
         tasks = st.tasks
-        working = node_sum(st.production.node, prod_usage, n)[:, RAM] + node_sum(g.node, tasks.usage[g.task], n, g.count)[:, RAM]
-        reserved = node_sum(st.production.node, prod_r, n)[:, RAM] + node_sum(g.node, g.reservations.value, n, g.count)[:, RAM]
+        working = self._prod_sum(prod_usage)[:, RAM] + node_sum(g.node, tasks.usage[g.task], n, g.count)[:, RAM]
+        reserved = self._prod_sum(prod_r)[:, RAM] + node_sum(g.node, g.reservations.value, n, g.count)[:, RAM]
         cap = st.capacity[:, RAM]
         self.escalation.observe(now_s, (working >= self.policy.eviction.evict_threshold_ratio * cap) & (reserved > cap))
         stale_nodes = np.bincount(st.production.node[stale], minlength=n)[:n] > 0
@@ -390,7 +402,7 @@ class Simulator:
         n = len(st.capacity)
         tasks = st.tasks
         step_s = self.clock.step_s
-        prod_cpu = node_sum(st.production.node, prod_usage, n)[:, CPU]
+        prod_cpu = self._prod_sum(prod_usage)[:, CPU]
         demand = np.minimum(tasks.usage[g.task, CPU], tasks.limit[g.task, CPU])
         grant = share_compressible_cpu(np.maximum(0.0, st.capacity[:, CPU] - prod_cpu), g.node, g.count,
                                        tasks.request[g.task, CPU], demand)
@@ -417,10 +429,10 @@ class Simulator:
         tasks = st.tasks
         return StepRecord(
             step=step, time_s=now_s, capacity=st.capacity,
-            prod_request=node_sum(st.production.node, st.production.request, n),
-            prod_reservation=node_sum(st.production.node, prod_r, n),
-            prod_usage=node_sum(st.production.node, prod_usage, n),
-            prod_limit=node_sum(st.production.node, st.production.limit, n),
+            prod_request=self._prod_sum(st.production.request).copy(),
+            prod_reservation=self._prod_sum(prod_r).copy(),
+            prod_usage=self._prod_sum(prod_usage).copy(),
+            prod_limit=self._prod_sum(st.production.limit).copy(),
             batch_request=node_sum(g.node, tasks.request[g.task], n, g.count * weight),
             batch_reservation=node_sum(g.node, g.reservations.value, n, g.count * weight),
             batch_usage=node_sum(g.node, tasks.usage[g.task], n, g.count * weight),

@@ -123,6 +123,17 @@ class ClusterState:
             self.blueprint_ids = tuple(self.production.ids)
         if self.blueprint_node is None:
             self.blueprint_node = np.array(self.production.node, dtype=np.int64, copy=True)
+        self._verified: tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _production_unchanged(self) -> bool:
+        """True when the production set, placement, requests and capacity are those last found to
+        hold the blueprint (array comparisons in numpy: the check is incremental)."""
+        if self._verified is None:
+            return False
+        ids, node, request, capacity = self._verified
+        prod = self.production
+        return (ids is prod.ids and np.array_equal(node, prod.node) and np.array_equal(request, prod.request)
+                and np.array_equal(capacity, self.capacity))
 
     def batch_ledgers(self, prod_reservation: np.ndarray, batch_weight: np.ndarray | None = None) -> NodeLedgers:
         """Ledgers from the current state; ``batch_weight`` ``(G,)`` scales each group's
@@ -170,11 +181,23 @@ class ClusterState:
 
     def blueprint_violations(self) -> tuple[BlueprintViolation, ...]:
         """:func:`~kalena_engine.ledger.blueprint_violations` of the state now against the
-        blueprint recorded at construction (DESIGN §6)."""
-        return blueprint_violations(
+        blueprint recorded at construction (DESIGN §6).
+
+        Incremental: batch never enters this check, so once the production placement and
+        requests are found to hold the blueprint, a later call only compares them with that
+        verified copy and runs the full check again only when something changed.
+        """
+        if self._production_unchanged():
+            return ()
+        found = blueprint_violations(
             node_names=self.node_names, capacity=self.capacity, prod_ids=self.production.ids,
             prod_node=self.production.node, prod_request=self.production.request,
             blueprint_ids=self.blueprint_ids, blueprint_node=self.blueprint_node)
+        if not found:
+            prod = self.production
+            self._verified = (prod.ids, np.array(prod.node, copy=True), np.array(prod.request, copy=True),
+                              np.array(self.capacity, copy=True))
+        return found
 
     def check_invariants(self) -> None:
         """Blueprint fidelity and conservation of batch instances.

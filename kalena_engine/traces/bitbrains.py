@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from kalena_engine.errors import TraceError
-from kalena_engine.traces.anomalies import Anomalies, open_trace_text, sum_counts
+from kalena_engine.traces.anomalies import Anomalies, columnar_table, read_trace_bytes, sum_counts
 
 COLUMNS: tuple[str, ...] = (
     "Timestamp [ms]", "CPU cores", "CPU capacity provisioned [MHZ]", "CPU usage [MHZ]",
@@ -120,14 +120,13 @@ def read_vm_series(path: str | Path) -> VMSeries:
         TraceError: the file is missing, not gzip, corrupt, empty or has another header.
     """
     source = str(path)
-    with open_trace_text(source) as handle:
-        header = handle.readline()
-        body = handle.read()
+    content = read_trace_bytes(source)
+    header, body = _split_header(content)
     if tuple(cell.strip() for cell in header.split(";")) != COLUMNS:
         raise TraceError(f"unexpected header {header.strip()!r}" if header else "empty file",
                          source=source, line=1, accepted="; ".join(COLUMNS))
     anomalies = Anomalies("bitbrains")
-    values, rows_read, bad = _parse_rows(body)
+    values, rows_read, bad = _parse_columnar(body)
     finite_ts = np.isfinite(values[:, 0])
     anomalies.add("unparseable_row", bad + int((~finite_ts).sum()))
     values = values[finite_ts]
@@ -163,6 +162,31 @@ def read_vm_series(path: str | Path) -> VMSeries:
         Path(source).name.split(".")[0], timestamp, *columns, rows_read=rows_read,
         anomalies=anomalies.as_dict(),
     )
+
+
+def _split_header(content: bytes) -> tuple[str, bytes]:
+    """``(header line as text, the rest as bytes)``; the header ends at the first ``\\n`` or
+    ``\\r`` (as a text reader's line would)."""
+    ends = [i for i in (content.find(b"\n"), content.find(b"\r")) if i >= 0]
+    cut = min(ends) if ends else len(content)
+    return content[:cut + 1].decode("utf-8", errors="replace"), content[cut + 1:]
+
+
+def _parse_columnar(body: bytes) -> tuple[np.ndarray, int, int]:
+    """:func:`_parse_rows` of ``body``: pyarrow's CSV reader when every row is clean (the common
+    case, one C++ pass), else the row-by-row reader — the same values, counts and skips."""
+    if body.strip():
+        import_ok = True
+        try:
+            import pyarrow as pa
+        except ImportError:
+            import_ok = False
+        if import_ok:
+            table = columnar_table(body, [pa.float64()] * len(COLUMNS), delimiter=";", whitespace_ok=True)
+            if table is not None:
+                values = np.column_stack([column.to_numpy() for column in table.columns]).astype(np.float64, copy=False)
+                return values.reshape(-1, len(COLUMNS)), len(values), 0
+    return _parse_rows(body.decode("utf-8", errors="replace"))
 
 
 def _parse_rows(body: str) -> tuple[np.ndarray, int, int]:

@@ -59,6 +59,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from kalena_web.cli import bench_policy
 
     bench_policy.add_parsers(which)
+    from kalena_web.cli import bench_replay
+
+    bench_replay.add_parsers(which)
     return parser
 
 

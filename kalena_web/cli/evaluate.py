@@ -12,6 +12,7 @@ timelines; the output is the same whatever ``--jobs`` is.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -74,10 +75,18 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, hours: float) -> argpa
     return run
 
 
+def default_jobs() -> int:
+    """``--jobs`` by default: the cores this process may run on (at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def add_jobs_argument(run: argparse._ArgumentGroup, what: str) -> None:
     """``--jobs``: how many of the evaluation's ``what`` (settings, trials, policies) run at once."""
-    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=2,
-                     help=f"{what} run at once, one process each (default 2)")
+    run.add_argument("--jobs", type=number(minimum=1, integer=True), default=default_jobs(),
+                     help=f"{what} run at once, one process each (default: the machine's cores, {default_jobs()})")
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, *, summary: str,

@@ -16,9 +16,8 @@ from kalena_engine.policy import Policy
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import ReplayConfig
 from kalena_engine.replay.calibration import (
-    HALF_LIVES, KNEE_RATE, MARGINS, better_on_both_axes, calibration_document, frontier, grid_edges, knee, point,
-    setting_name,
-    sweep_configs,
+    HALF_LIVES, KNEE_RATE, MARGINS, WIDEN_ROUNDS, better_on_both_axes, calibration_document, frontier,
+    frontier_across_loads, grid_edges, knee, point, setting_name, sweep_configs, widen_grid,
 )
 from kalena_web.cli.argtypes import NON_NEGATIVE, SEED, number
 from kalena_web.cli.evaluate import add_jobs_argument, add_output_arguments, add_run_arguments, fail, policy_work
@@ -56,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="load factors, each a full sweep (default 1,4); the knee is taken on the first")
     run.add_argument("--knee-rate", type=NON_NEGATIVE, default=KNEE_RATE,
                      help="evictions per 100 batch pod-hours one more %% of reclaimed cpu may cost (default 0.5)")
+    run.add_argument("--widen-rounds", type=number(minimum=0, integer=True), default=WIDEN_ROUNDS,
+                     help=f"while the knee lies on the grid's edge, widen the grid that way and sweep the new settings, "
+                          f"at most this many times (default {WIDEN_ROUNDS}; 0: only warn)")
     run.add_argument("--seed", type=SEED, default=0, help="seed (the same for every setting: a paired comparison)")
     run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
     add_jobs_argument(run, "settings")
@@ -89,6 +91,31 @@ def format_points(points: list[dict[str, float]], chosen: dict[str, float], fron
                      f"{p['production_contention_core_hours']:,.1f}", f"{p['oom_kills']:.0f}", mark])
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def _per_load(results: dict[str, dict[str, object]], margins: tuple[float, ...], half_lives: tuple[float, ...],
+              load_factors: tuple[float, ...], rate: float) -> dict[str, dict[str, object]]:
+    """Per load factor: the grid's points, their frontier and knee."""
+    per_load: dict[str, dict[str, object]] = {}
+    for load in load_factors:
+        points = [point(mu, h, results[setting_name(mu, h, load)]["summary"]) for h in half_lives for mu in margins]
+        per_load[f"{load:g}"] = {"points": points, "frontier": frontier(points), "knee": knee(points, rate)}
+    return per_load
+
+
+def format_frontier(front: list[dict[str, object]]) -> str:
+    """The frontier as a table: μ, h and, per load factor, reclaimed cpu / evictions per 100 pod-h."""
+    if not front:
+        return "  (empty)"
+    loads = list(front[0]["loads"])
+    headers = ["μ", "h (s)"] + [f"×{load} reclaimed cpu / evictions" for load in loads]
+    rows = [[f"{f['margin_ratio']:g}", f"{f['half_life_s']:g}"]
+            + [f"{f['loads'][load]['reclaimed_fraction_cpu']:.2%} / {f['loads'][load]['batch_evictions_per_100_pod_hours']:.3f}"
+               if load in f["loads"] else "" for load in loads] for f in front]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines)
 
@@ -127,29 +154,39 @@ def handle(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _fail(str(exc))
     try:
-        configs = sweep_configs(base, args.margins, args.half_lives, args.load_factors)
+        sweep_configs(base, args.margins, args.half_lives, args.load_factors)
     except ValueError as exc:
         _fail(f"--margins/--half-lives/--load-factors: {exc}")
     started = time.perf_counter()
     inputs = load_inputs(args, progress=not args.no_progress)
     loaded = time.perf_counter() - started
-    print(f"calibration sweep: {len(args.margins)} margins × {len(args.half_lives)} half-lives × "
-          f"{len(args.load_factors)} load factors = {len(configs)} replays of {args.hours:g} h (seed {args.seed}, "
-          f"the same cycle for every setting), {args.jobs} at a time")
-    try:
-        results = run_parallel({n: policy_work(n, inputs, c) for n, c in configs.items()},
-                               {n: c.steps for n, c in configs.items()}, jobs=int(args.jobs),
-                               progress=not args.no_progress, what="setting")
-    except RuntimeError as exc:
-        _fail(str(exc))
-    per_load: dict[str, dict[str, object]] = {}
-    for load in args.load_factors:
-        points = [point(mu, h, results[setting_name(mu, h, load)]["summary"])
-                  for h in args.half_lives for mu in args.margins]
-        per_load[f"{load:g}"] = {"points": points, "frontier": frontier(points),
-                                 "knee": knee(points, float(args.knee_rate))}
+    margins, half_lives = tuple(args.margins), tuple(args.half_lives)
+    results: dict[str, dict[str, object]] = {}
+    widened: list[str] = []
+    rounds = 0
+    while True:
+        configs = {n: c for n, c in sweep_configs(base, margins, half_lives, args.load_factors).items() if n not in results}
+        print(f"calibration sweep{f' (widening round {rounds})' if rounds else ''}: {len(margins)} margins × "
+              f"{len(half_lives)} half-lives × {len(args.load_factors)} load factors — {len(configs)} new replays of "
+              f"{args.hours:g} h (seed {args.seed}, the same cycle for every setting), {args.jobs} at a time")
+        try:
+            results.update(run_parallel({n: policy_work(n, inputs, c) for n, c in configs.items()},
+                                        {n: c.steps for n, c in configs.items()}, jobs=int(args.jobs),
+                                        progress=not args.no_progress, what="setting"))
+        except RuntimeError as exc:
+            _fail(str(exc))
+        per_load = _per_load(results, margins, half_lives, args.load_factors, float(args.knee_rate))
+        chosen = per_load[f"{args.load_factors[0]:g}"]["knee"]
+        if rounds >= args.widen_rounds or not grid_edges(chosen, margins, half_lives):
+            break
+        wider_m, wider_h, said = widen_grid(chosen, margins, half_lives)
+        widened += said
+        if (wider_m, wider_h) == (margins, half_lives):
+            break
+        print("the knee lies on the grid's edge: " + "; ".join(said))
+        margins, half_lives = wider_m, wider_h
+        rounds += 1
     first = per_load[f"{args.load_factors[0]:g}"]
-    chosen = first["knee"]
     ship, why = verdict(per_load, chosen)
     wall = time.perf_counter() - started
     print(f"Kalena calibration: {args.hours:g} h, seed {args.seed}, {len(configs)} replays in {wall:.0f} s "
@@ -160,14 +197,23 @@ def handle(args: argparse.Namespace) -> int:
     print(f"\nknee (×{args.load_factors[0]:g}): μ {chosen['margin_ratio']:g}, h {chosen['half_life_s']:g} s — "
           f"reclaimed cpu {chosen['reclaimed_fraction_cpu']:.2%}, "
           f"{chosen['batch_evictions_per_100_pod_hours']:.3f} evictions/100 pod-h")
-    edges = grid_edges(chosen, tuple(args.margins), tuple(args.half_lives))
+    edges = grid_edges(chosen, margins, half_lives)
+    front = frontier_across_loads({load: result["points"] for load, result in per_load.items()})
+    print(f"\nfrontier (non-dominated at ×{args.load_factors[0]:g}) with every load factor's figures")
+    print(format_frontier(front))
     if edges:
-        print(f"warning: the knee lies on the swept grid's edge ({' and '.join(edges)}); the true knee may be "
-              "outside the grid — widen the sweep that way", file=sys.stderr)
+        print(f"warning: the knee lies on the swept grid's edge ({' and '.join(edges)}) after {rounds} widening "
+              f"round(s); the true knee may be outside the grid — widen the sweep that way", file=sys.stderr)
+    else:
+        print(f"the knee is interior to the swept grid{f' after {rounds} widening round(s)' if rounds else ''}: "
+              "the curve bends inside it, not at its edge")
     print(f"ship as default: {'yes' if ship else 'no'} — {why}")
     summary = {"load_factors": per_load, "knee": chosen, "knee_rate": float(args.knee_rate),
                "ship_knee_as_default": ship, "verdict": why, "knee_grid_edges": edges, "hours": float(args.hours), "seed": int(args.seed),
-               "margins": list(args.margins), "half_lives_s": list(args.half_lives),
+               "knee_interior": not edges, "widening_rounds": rounds, "widened": widened,
+               "frontier": front, "replays": len(results),
+               "requested_margins": list(args.margins), "requested_half_lives_s": list(args.half_lives),
+               "margins": list(margins), "half_lives_s": list(half_lives),
                "default": {"margin_ratio": Policy().estimator.margin_ratio, "half_life_s": Policy().estimator.half_life_s},
                "wall_seconds": round(wall, 1), "load_seconds": round(loaded, 1), "inputs": input_sources(args),
                "policy_name": document.metadata.name, "policy_version": document.metadata.version}
@@ -176,8 +222,8 @@ def handle(args: argparse.Namespace) -> int:
         print(line)
     if args.out:
         created = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        out_doc = calibration_document(document, first["points"], chosen, margins=args.margins,
-                                       half_lives=args.half_lives, created=created)
+        out_doc = calibration_document(document, first["points"], chosen, margins=margins,
+                                       half_lives=half_lives, created=created)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(dump_policy_text(out_doc))
         print(f"  calibration policy written to {args.out} (kalena replay --policy {args.out}; the console's "

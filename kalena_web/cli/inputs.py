@@ -16,6 +16,7 @@ from kalena_engine.traces.alibaba import read_batch_task
 from kalena_engine.traces.bitbrains import load_bitbrains
 from kalena_engine.traces.genai import load_memory_util
 from kalena_engine.traces.google import batch_tasks_from_events, production_peak_ratios, read_task_events, read_task_usage
+from kalena_web.cli import input_cache
 from kalena_web.cli.argtypes import POSITIVE
 from kalena_web.cli.paths import SAMPLE_DATA, data_path, data_root
 
@@ -59,6 +60,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                             "(GiB; default Alibaba 512, Google 64 — see docs/traces.md)")
     group.add_argument("--machine-cores", type=POSITIVE, default=None,
                        help="cores of the machine Google requests are normalised to (default 32)")
+    group.add_argument("--no-input-cache", action="store_true",
+                       help="read every file again and leave the parsed-input cache (<state>/cache/replay-inputs, "
+                            "keyed by the files' content) alone; the figures are the same either way")
 
 
 def warn_unresolved(workloads) -> None:
@@ -68,15 +72,57 @@ def warn_unresolved(workloads) -> None:
         print(f"kalena: warning: {unresolved} (the term is ignored for placement)", file=sys.stderr)
 
 
+def _batch_format(args: argparse.Namespace, batch_path: Path) -> str:
+    """``alibaba``, ``google`` or ``gpu-trace``: how the batch arrivals are read."""
+    if CLUSTERS.get(getattr(args, "cluster", "irina")) is not None:
+        return "gpu-trace"
+    if args.batch_format == "auto":
+        return "google" if "task_events" in Path(batch_path).name else "alibaba"
+    return args.batch_format
+
+
+def input_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """``(role, path)`` of every file or folder :func:`load_inputs` reads for ``args``."""
+    cluster = CLUSTERS.get(getattr(args, "cluster", "irina"))
+    files: list[tuple[str, Path]] = []
+    if cluster is None:
+        files += [(k, data_path(getattr(args, k))) for k in ("infra", "workloads", "blueprint")]
+    else:
+        files += [("cluster", data_path(cluster)), ("memory", data_path(GENAI_MEMORY))]
+    files += [("usage_dir", data_path(args.usage_dir)), ("google_events", data_path(args.google_events)),
+              ("google_usage", data_path(args.google_usage))]
+    if cluster is None:
+        files.append(("batch_trace", data_path(args.batch_trace)))
+    return files
+
+
 def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInputs:
-    """Read the IR files and traces named by ``args``.
+    """Read the IR files and traces named by ``args`` — from the parsed-input cache when none of
+    them changed since a command last read them (:mod:`kalena_web.cli.input_cache`; the result
+    is the same object either way), unless ``--no-input-cache``.
 
     Raises:
-        IRError, TraceError: a file is missing or malformed (nothing is half-loaded).
+        IRError, TraceError: a file is missing or malformed (nothing is half-loaded, nothing cached).
     """
     if data_root() == SAMPLE_DATA:
         print(f"kalena: ../shared/data not found and KALENA_DATA_DIR unset: using the bundled demo "
               f"sample {SAMPLE_DATA} (see its README)", file=sys.stderr)
+    if CLUSTERS.get(getattr(args, "cluster", "irina")) is None and args.blueprint == DEFAULTS["blueprint"] \
+            and args.workloads != DEFAULTS["workloads"]:
+        print(f"kalena: no --blueprint given: the workloads {args.workloads} are paired with the default "
+              f"blueprint {data_path(args.blueprint)} (made for {DEFAULTS['workloads']})", file=sys.stderr)
+    options = {"cluster": getattr(args, "cluster", "irina"), "batch_format": _batch_format(args, data_path(args.batch_trace)),
+               "machine_ram_gib": args.machine_ram_gib, "machine_cores": args.machine_cores,
+               "same_events": data_path(args.batch_trace) == data_path(args.google_events)}
+    use = not getattr(args, "no_input_cache", False)
+    key = input_cache.input_key(input_files(args), options) if use and input_cache.enabled() else ""
+    inputs, _ = input_cache.cached(key, lambda: _read_inputs(args, progress=progress), use=use)
+    warn_unresolved(inputs.workloads)
+    return inputs  # type: ignore[return-value]
+
+
+def _read_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInputs:
+    """Read every file named by ``args`` (no cache)."""
     steps = tqdm(total=5, desc="loading inputs", unit="file set", disable=not progress, leave=False)
     cluster = CLUSTERS.get(getattr(args, "cluster", "irina"))
     gpu_batch = None
@@ -84,10 +130,6 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     if cluster is None:
         infra = load_infrastructure(data_path(args.infra))
         workloads = load_workloads(data_path(args.workloads))
-        if args.blueprint == DEFAULTS["blueprint"] and args.workloads != DEFAULTS["workloads"]:
-            print(f"kalena: no --blueprint given: the workloads {args.workloads} are paired with the default "
-                  f"blueprint {data_path(args.blueprint)} (made for {DEFAULTS['workloads']})", file=sys.stderr)
-        warn_unresolved(workloads)
         blueprint = load_blueprint(data_path(args.blueprint), workloads)
     else:
         infra, workloads, gpu_batch, _ = load_gpu_cluster(data_path(cluster))
@@ -112,11 +154,7 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
     machine = {}
     if args.machine_ram_gib is not None:
         machine["machine_ram_bytes"] = args.machine_ram_gib * 2**30
-    fmt = args.batch_format
-    if gpu_batch is not None:
-        fmt = "gpu-trace"
-    elif fmt == "auto":
-        fmt = "google" if "task_events" in Path(batch_path).name else "alibaba"
+    fmt = _batch_format(args, batch_path)
     if fmt == "google":
         batch_events = events if batch_path == data_path(args.google_events) else read_task_events(batch_path)
         if args.machine_cores is not None:

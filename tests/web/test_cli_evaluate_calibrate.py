@@ -19,7 +19,7 @@ from tests.web.conftest import PASSWORD
 
 KALENA = [sys.executable, "-m", "kalena_web.cli"]
 SHORT = ["--hours", "0.5", "--margins", "1.0,1.15", "--half-lives", "300,600", "--load-factors", "1,4",
-         "--no-progress"]
+         "--no-progress", "--widen-rounds", "0"]
 
 
 def run(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -120,3 +120,36 @@ def test_bad_flags_are_refused_naming_the_flag(tmp_path: Path, data_dir: Path, a
     assert result.returncode == 2, result.stdout + result.stderr
     assert fragment in result.stderr, result.stderr
     assert not out.exists()
+
+
+def test_a_knee_on_the_edge_widens_the_grid_and_the_frontier_carries_every_load(tmp_path: Path, data_dir: Path) -> None:
+    out = tmp_path / "summary.json"
+    result = run("evaluate", "calibrate", "--hours", "0.25", "--margins", "1.2,1.3", "--half-lives", "600",
+                 "--load-factors", "1,4", "--widen-rounds", "2", "--jobs", "2", "--no-progress",
+                 "--summary-json", str(out), data_dir=data_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    knee = summary["knee"]
+    # every round widened the margins past the edge the knee was on, by the grid's gap (0.1)
+    assert summary["requested_margins"] == [1.2, 1.3]
+    added = sorted(set(summary["margins"]) - {1.2, 1.3})
+    assert len(added) == summary["widening_rounds"] == len(summary["widened"])
+    assert all(round(m * 10, 6) == round(m * 10) for m in added) and all(1.0 <= m <= 1.5 for m in added)
+    assert summary["half_lives_s"] == [600.0]  # one value: nothing to widen
+    assert summary["replays"] == len(summary["margins"]) * 2
+    assert summary["knee_interior"] == (not summary["knee_grid_edges"])
+    if summary["knee_interior"]:
+        assert min(summary["margins"]) < knee["margin_ratio"] < max(summary["margins"])
+        assert "the knee is interior to the swept grid" in result.stdout
+    else:
+        assert summary["widening_rounds"] == 2 or 1.0 in summary["margins"]
+        assert "warning: the knee lies on the swept grid's edge" in result.stderr
+    # the frontier (of ×1) with each point's ×1 and ×4 figures, in the JSON and printed
+    front = summary["frontier"]
+    assert [(f["margin_ratio"], f["half_life_s"]) for f in front] == [
+        (p["margin_ratio"], p["half_life_s"]) for p in summary["load_factors"]["1"]["frontier"]]
+    for f in front:
+        assert set(f["loads"]) == {"1", "4"}
+        at4 = {(p["margin_ratio"], p["half_life_s"]): p for p in summary["load_factors"]["4"]["points"]}
+        assert f["loads"]["4"] == at4[(f["margin_ratio"], f["half_life_s"])]
+    assert "frontier (non-dominated at ×1) with every load factor's figures" in result.stdout

@@ -122,3 +122,22 @@ def test_equivalence_classes_are_computed_once_per_class() -> None:
     assert result.placed == 50 and result.stats.classes == 1 and result.stats.units == 1
     naive = schedule_batch(snapshot(nodes), queue, FULL, rng=np.random.default_rng(0), naive=True)
     assert placements(naive) == placements(result) and naive.stats.units == 50
+
+
+@SETTINGS
+@given(cluster_st, st.integers(0, 3))
+def test_bindings_made_in_numpy_equal_the_per_run_loop(cluster, seed) -> None:
+    from kalena_engine.placement import scheduler
+
+    snap, queue = build(*cluster)
+    made = {}
+    for name, threshold in (("numpy", 0), ("loop", 10**9)):  # every unit in numpy, or none
+        previous = scheduler._VECTOR_RUNS
+        scheduler._VECTOR_RUNS = threshold
+        try:
+            result = schedule_batch(snap, queue, Policy(), rng=np.random.default_rng(seed))
+        finally:
+            scheduler._VECTOR_RUNS = previous
+        b = result.bindings
+        made[name] = (b.entry.tolist(), b.node.tolist(), b.count.tolist(), result.remaining.tolist())
+    assert made["numpy"] == made["loop"]

@@ -7,7 +7,8 @@ import pytest
 
 from kalena_engine.policy_file import PolicyDocument, dump_policy_text, parse_policy_text
 from kalena_engine.replay.calibration import (
-    better_on_both_axes, calibration_document, frontier, grid_edges, knee, sweep_configs,
+    better_on_both_axes, calibration_document, frontier, frontier_across_loads, grid_edges, knee, sweep_configs,
+    widen_grid,
 )
 from kalena_engine.replay.setup import ReplayConfig
 
@@ -68,3 +69,29 @@ def test_a_knee_on_the_grid_edge_is_named_by_flag_and_an_interior_one_is_not() -
         "the largest --margins value (1.3)", "the largest --half-lives value (1200)"]
     assert grid_edges(pt(1.0, 600, 0.1, 0.1), margins, half_lives) == ["the smallest --margins value (1)"]
     assert grid_edges(pt(1.0, 600, 0.1, 0.1), margins, (600.0,)) == ["the smallest --margins value (1)"]
+
+
+def test_widening_steps_past_the_edge_the_knee_is_on() -> None:
+    margins, lives = (1.0, 1.05, 1.1, 1.15, 1.25, 1.4), (300.0, 600.0, 1200.0)
+    # the outside check's case: the knee on the safest corner (μ 1.4, h 1200 s)
+    wider_m, wider_h, said = widen_grid(pt(1.4, 1200, 0.1, 0.1), margins, lives)
+    assert wider_m == (*margins, 1.55) and wider_h == (*lives, 2400.0) and len(said) == 2
+    # on the smallest half-life: halved; the smallest margin is the estimator's floor: not widened
+    wider_m, wider_h, said = widen_grid(pt(1.0, 300, 0.1, 0.1), margins, lives)
+    assert wider_m == margins and wider_h == (150.0, *lives)
+    assert any("smallest margin: not widened" in s for s in said)
+    # a smallest margin above the floor steps down by the gap, at most to the floor
+    assert widen_grid(pt(1.1, 600, 0.1, 0.1), (1.1, 1.2, 1.3), lives)[0] == (1.0, 1.1, 1.2, 1.3)
+    assert widen_grid(pt(1.05, 600, 0.1, 0.1), (1.05, 1.2), lives)[0] == (1.0, 1.05, 1.2)
+    # interior: unchanged, nothing said
+    assert widen_grid(pt(1.15, 600, 0.1, 0.1), margins, lives) == (margins, lives, [])
+    assert grid_edges(pt(1.15, 600, 0.1, 0.1), margins, lives) == []
+
+
+def test_the_frontier_across_loads_carries_each_points_figures_at_every_load() -> None:
+    at4 = [pt(p["margin_ratio"], p["half_life_s"], p["reclaimed_fraction_cpu"] * 2, p["batch_evictions_per_100_pod_hours"] * 3)
+           for p in POINTS]
+    front = frontier_across_loads({"1": POINTS, "4": at4})
+    assert [f["margin_ratio"] for f in front] == [1.4, 1.15, 1.0]  # the ×1 frontier, in its order
+    assert front[1]["loads"]["1"] == POINTS[1] and front[1]["loads"]["4"] == at4[1]
+    assert frontier_across_loads({}) == []
