@@ -237,10 +237,11 @@ def _or_empty(state: Reservations, like: PeakHistory) -> PeakHistory:
     if state.history is not None:
         return state.history
     n, dims = state.value.shape
-    k, c = like.peaks.shape[1], like.cost.shape[1]
+    k, c, h = like.peaks.shape[1], like.cost.shape[1], like.hours.shape[1]
     return PeakHistory(
         asym=state.value.copy(), bucket=np.full(n, -1, dtype=np.int64), open_peak=np.zeros((n, dims)),
         peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
+        hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), -1, dtype=np.int64),
         leaf=np.full((n, like.leaf.shape[1], dims), np.nan), forecast=np.full((n, c, dims), np.nan),
         cost=np.zeros((n, c, dims)), chosen=np.full((n, dims), -1, dtype=np.int64))
 

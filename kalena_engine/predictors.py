@@ -200,7 +200,10 @@ class PeakHistory:
         open_peak: ``(n, 8)`` peak usage in the open bucket so far.
         peaks: ``(n, K, 8)`` closed bucket peaks, bucket ``b`` in slot ``b mod K``.
         ids: ``(n, K)`` the bucket id each slot holds (−1 empty): a slot is read only for the id
-            wanted, so a gap in the samples reads as empty buckets.
+            wanted, so a gap in the samples reads as empty buckets. ``K`` = the window's buckets.
+        hours: ``(n, 24·D + 1, 8)`` hourly peaks of the last ``D`` days and the hour under way
+            (hour ``h`` in slot ``h mod (24·D + 1)``), folded from the buckets as they close.
+        hour_ids: ``(n, 24·D + 1)`` the hour id each slot holds (−1 empty).
         leaf: ``(n, 3, 8)`` the percentile, N-sigma and periodic forecasts (peak usage, no
             margin) made when the last bucket closed; ``nan`` = too little history.
         forecast: ``(n, c, 8)`` each candidate's reservation for the open bucket as it stood before
@@ -215,6 +218,8 @@ class PeakHistory:
     open_peak: np.ndarray
     peaks: np.ndarray
     ids: np.ndarray
+    hours: np.ndarray
+    hour_ids: np.ndarray
     leaf: np.ndarray
     forecast: np.ndarray
     cost: np.ndarray
@@ -234,18 +239,23 @@ LEAVES = ("percentile", "nsigma", "periodic")
 
 
 def ring_length(policy: EstimatorPolicy) -> int:
-    """Buckets the history keeps: the window, or ``periodic_days`` whole days if longer."""
-    per_hour = int(round(HOUR_S / policy.bucket_s))
-    return max(policy.window_buckets, policy.periodic_days * DAY_HOURS * per_hour)
+    """Buckets the history keeps: the window's."""
+    return policy.window_buckets
+
+
+def hour_ring_length(policy: EstimatorPolicy) -> int:
+    """Hours the history keeps: ``periodic_days`` whole days and the hour under way."""
+    return policy.periodic_days * DAY_HOURS + 1
 
 
 def empty_history(asym: np.ndarray, policy: EstimatorPolicy) -> PeakHistory:
     """History for workloads with no sample yet; ``asym`` is their current reservation."""
     n, dims = asym.shape
-    k, c = ring_length(policy), len(policy.members)
+    k, c, h = ring_length(policy), len(policy.members), hour_ring_length(policy)
     return PeakHistory(
         asym=np.array(asym, dtype=np.float64, copy=True), bucket=np.full(n, -1, dtype=np.int64),
         open_peak=np.zeros((n, dims)), peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
+        hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), -1, dtype=np.int64),
         leaf=np.full((n, len(LEAVES), dims), np.nan), forecast=np.full((n, c, dims), np.nan),
         cost=np.zeros((n, c, dims)), chosen=np.full((n, dims), -1, dtype=np.int64))
 
@@ -253,16 +263,17 @@ def empty_history(asym: np.ndarray, policy: EstimatorPolicy) -> PeakHistory:
 def fits(history: PeakHistory | None, n: int, policy: EstimatorPolicy) -> bool:
     """Whether ``history`` was built for ``n`` workloads and this policy's ring and members."""
     return (history is not None and len(history) == n and history.peaks.shape[1] == ring_length(policy)
+            and history.hours.shape[1] == hour_ring_length(policy)
             and history.cost.shape[1] == len(policy.members))
 
 
-def _gather(history: PeakHistory, rows: np.ndarray, first: np.ndarray, count: int) -> np.ndarray:
-    """``(r, count, 8)`` peaks of buckets ``first … first + count − 1`` per row (nan if absent)."""
-    k = history.peaks.shape[1]
+def _gather(peaks: np.ndarray, ids: np.ndarray, rows: np.ndarray, first: np.ndarray, count: int) -> np.ndarray:
+    """``(r, count, 8)`` peaks of ids ``first … first + count − 1`` per row (nan if absent)."""
+    k = peaks.shape[1]
     want = first[:, None] + np.arange(count)[None, :]
     slot = np.mod(want, k)
-    got = history.peaks[rows[:, None], slot]
-    held = history.ids[rows[:, None], slot] == want
+    got = peaks[rows[:, None], slot]
+    held = ids[rows[:, None], slot] == want
     return np.where(held[:, :, None], got, np.nan)
 
 
@@ -271,7 +282,7 @@ def leaf_forecasts(history: PeakHistory, rows: np.ndarray, policy: EstimatorPoli
     closed buckets before it; ``nan`` where a workload has less than ``min_history_s``."""
     b = history.bucket[rows]
     w = policy.window_buckets
-    recent = _gather(history, rows, b - w, w)
+    recent = _gather(history.peaks, history.ids, rows, b - w, w)
     need = policy.min_history_buckets
     out = np.full((len(rows), len(LEAVES), history.peaks.shape[2]), np.nan)
     wanted = set(policy.members) | {policy.predictor}
@@ -283,10 +294,7 @@ def leaf_forecasts(history: PeakHistory, rows: np.ndarray, policy: EstimatorPoli
         per_hour = int(round(HOUR_S / policy.bucket_s))
         hours = policy.periodic_days * DAY_HOURS
         hour_now = b // per_hour
-        series = _gather(history, rows, (hour_now - hours) * per_hour, hours * per_hour)
-        series = series.reshape(len(rows), hours, per_hour, -1)
-        with np.errstate(all="ignore"), _quiet():
-            hourly = np.nanmax(series, axis=2)
+        hourly = _gather(history.hours, history.hour_ids, rows, hour_now - hours, hours)
         # the forecast covers the open bucket and the next: when the next one starts a new hour,
         # that hour too (a daily rise is reserved one bucket before it arrives)
         last = ((b + 1) % per_hour == 0)[:, None]
@@ -308,17 +316,23 @@ def observe(history: PeakHistory, rows: np.ndarray, now_s: np.ndarray, usage: np
     open_peak = history.open_peak.copy()
     open_peak[rows[same]] = np.maximum(open_peak[rows[same]], usage[same])
     bucket = history.bucket.copy()
-    peaks, ids = history.peaks, history.ids
+    peaks, ids, hours, hour_ids = history.peaks, history.ids, history.hours, history.hour_ids
     closing = later & (b_old >= 0)
     if closing.any():
-        peaks, ids = peaks.copy(), ids.copy()
+        peaks, ids, hours, hour_ids = peaks.copy(), ids.copy(), hours.copy(), hour_ids.copy()
         c = rows[closing]
         slot = np.mod(b_old[closing], peaks.shape[1])
         peaks[c, slot] = open_peak[c]
         ids[c, slot] = b_old[closing]
+        hour = b_old[closing] // int(round(HOUR_S / policy.bucket_s))
+        h_slot = np.mod(hour, hours.shape[1])
+        same_hour = (hour_ids[c, h_slot] == hour)[:, None]
+        hours[c, h_slot] = np.where(same_hour, np.fmax(hours[c, h_slot], open_peak[c]), open_peak[c])
+        hour_ids[c, h_slot] = hour
     open_peak[rows[later]] = usage[later]
     bucket[rows[later]] = b_new[later]
-    return replace(history, bucket=bucket, open_peak=open_peak, peaks=peaks, ids=ids), later
+    return replace(history, bucket=bucket, open_peak=open_peak, peaks=peaks, ids=ids, hours=hours,
+                   hour_ids=hour_ids), later
 
 
 def serve(history: PeakHistory, rows: np.ndarray, target: np.ndarray, limit: np.ndarray, asym: np.ndarray,
@@ -371,3 +385,49 @@ def score_and_choose(history: PeakHistory, rows: np.ndarray, closed_peak: np.nda
     chosen = history.chosen.copy()
     chosen[rows] = choose(cost[rows], _chosen(chosen[rows], policy), policy.switch_margin_ratio)
     return replace(history, cost=cost, chosen=chosen)
+
+
+# -- the live path's storage: one workload's history as bytes -------------------------------------
+
+_PACK_VERSION = 2.0
+
+
+def pack_rows(history: PeakHistory, rows: np.ndarray) -> list[bytes]:
+    """Each of ``rows``' history as bytes (float64: a header ``[version, K, 24·D, c, leaves, dims]``,
+    then every field's row in :class:`PeakHistory` order), for the live estimation pass to store
+    beside the reservation; :func:`unpack_rows` reads it back."""
+    k, c = history.peaks.shape[1], history.cost.shape[1]
+    dims, leaves = history.asym.shape[1], history.leaf.shape[1]
+    header = np.array([_PACK_VERSION, k, history.hours.shape[1], c, leaves, dims], dtype=np.float64)
+    out = []
+    for i in np.asarray(rows, dtype=np.int64):
+        parts = [header] + [np.asarray(getattr(history, f.name)[i], dtype=np.float64).ravel()
+                            for f in fields(PeakHistory)]
+        out.append(np.concatenate(parts).tobytes())
+    return out
+
+
+def unpack_rows(blobs: list[bytes | None], asym: np.ndarray, policy: EstimatorPolicy) -> PeakHistory:
+    """:class:`PeakHistory` of ``n`` workloads from their stored bytes. A workload with none, or
+    whose bytes were written under another ring length, member list or layout (the policy
+    changed), starts empty with ``asym`` (its stored reservation) as the asymmetric track — too
+    little history: the asymmetric rule serves until it has some again."""
+    history = empty_history(asym, policy)
+    k, c = history.peaks.shape[1], history.cost.shape[1]
+    dims, leaves = history.asym.shape[1], history.leaf.shape[1]
+    want = np.array([_PACK_VERSION, k, history.hours.shape[1], c, leaves, dims], dtype=np.float64)
+    shapes = [(f.name, getattr(history, f.name).shape[1:]) for f in fields(PeakHistory)]
+    size = 6 + sum(int(np.prod(s)) for _, s in shapes)
+    arrays = {f.name: getattr(history, f.name) for f in fields(PeakHistory)}
+    for i, blob in enumerate(blobs):
+        if blob is None or len(blob) % 8:
+            continue
+        flat = np.frombuffer(bytes(blob), dtype=np.float64)
+        if flat.size != size or not np.array_equal(flat[:6], want):
+            continue
+        at = 6
+        for name, shape in shapes:
+            count = int(np.prod(shape))
+            arrays[name][i] = flat[at:at + count].reshape(shape)
+            at += count
+    return PeakHistory(**arrays)

@@ -175,3 +175,19 @@ def test_policy_file_selects_the_predictor_and_its_parameters() -> None:
         "    percentile: 95\n    n_sigma: 2\n    members: [percentile, nsigma]\n", source="p.yaml")
     est = doc.policy.estimator
     assert (est.predictor, est.percentile, est.n_sigma, est.members) == ("max", 95.0, 2.0, ("percentile", "nsigma"))
+
+
+def test_stored_history_reads_back_and_a_changed_policy_starts_empty() -> None:
+    from kalena_engine.predictors import empty_history, pack_rows, unpack_rows
+
+    policy = EstimatorPolicy(predictor="auto")
+    history = empty_history(np.ones((2, 8)), policy)
+    history.peaks[1, 5, CPU] = 7.0
+    history.chosen[1, CPU] = 2
+    history.bucket[1] = 99
+    blobs = pack_rows(history, np.array([0, 1]))
+    back = unpack_rows([None, blobs[1]], np.zeros((2, 8)), policy)
+    assert (back.peaks[1, 5, CPU], back.chosen[1, CPU], back.bucket[1]) == (7.0, 2, 99)
+    assert back.asym[0, CPU] == 0.0 and back.bucket[0] == -1          # no bytes: empty, stored r
+    other = unpack_rows([blobs[1]], np.full((1, 8), 3.0), EstimatorPolicy(predictor="auto", window_s=3600.0))
+    assert other.bucket[0] == -1 and other.asym[0, CPU] == 3.0         # another window: empty
