@@ -243,15 +243,26 @@ def ring_length(policy: EstimatorPolicy) -> int:
     return policy.window_buckets
 
 
+def in_use(policy: EstimatorPolicy) -> frozenset[str]:
+    """The members the policy's predictor reads: itself, or its ``members`` for ``max``/``auto``."""
+    return frozenset(policy.members) if policy.predictor in ("max", "auto") else frozenset({policy.predictor})
+
+
 def hour_ring_length(policy: EstimatorPolicy) -> int:
-    """Hours the history keeps: ``periodic_days`` whole days and the hour under way."""
-    return policy.periodic_days * DAY_HOURS + 1
+    """Hours the history keeps: ``periodic_days`` whole days and the hour under way, when the
+    periodic member is in use (else none)."""
+    return policy.periodic_days * DAY_HOURS + 1 if "periodic" in in_use(policy) else 0
+
+
+def candidates(policy: EstimatorPolicy) -> int:
+    """Candidates ``auto`` scores (none for another predictor)."""
+    return len(policy.members) if policy.predictor == "auto" else 0
 
 
 def empty_history(asym: np.ndarray, policy: EstimatorPolicy) -> PeakHistory:
     """History for workloads with no sample yet; ``asym`` is their current reservation."""
     n, dims = asym.shape
-    k, c, h = ring_length(policy), len(policy.members), hour_ring_length(policy)
+    k, c, h = ring_length(policy), candidates(policy), hour_ring_length(policy)
     return PeakHistory(
         asym=np.array(asym, dtype=np.float64, copy=True), bucket=np.full(n, -1, dtype=np.int64),
         open_peak=np.zeros((n, dims)), peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
@@ -264,7 +275,7 @@ def fits(history: PeakHistory | None, n: int, policy: EstimatorPolicy) -> bool:
     """Whether ``history`` was built for ``n`` workloads and this policy's ring and members."""
     return (history is not None and len(history) == n and history.peaks.shape[1] == ring_length(policy)
             and history.hours.shape[1] == hour_ring_length(policy)
-            and history.cost.shape[1] == len(policy.members))
+            and history.cost.shape[1] == candidates(policy))
 
 
 def _gather(peaks: np.ndarray, ids: np.ndarray, rows: np.ndarray, first: np.ndarray, count: int) -> np.ndarray:
@@ -285,7 +296,7 @@ def leaf_forecasts(history: PeakHistory, rows: np.ndarray, policy: EstimatorPoli
     recent = _gather(history.peaks, history.ids, rows, b - w, w)
     need = policy.min_history_buckets
     out = np.full((len(rows), len(LEAVES), history.peaks.shape[2]), np.nan)
-    wanted = set(policy.members) | {policy.predictor}
+    wanted = in_use(policy)
     if "percentile" in wanted:
         out[:, 0] = percentile_peak(recent, policy.percentile, need)
     if "nsigma" in wanted:
@@ -319,16 +330,18 @@ def observe(history: PeakHistory, rows: np.ndarray, now_s: np.ndarray, usage: np
     peaks, ids, hours, hour_ids = history.peaks, history.ids, history.hours, history.hour_ids
     closing = later & (b_old >= 0)
     if closing.any():
-        peaks, ids, hours, hour_ids = peaks.copy(), ids.copy(), hours.copy(), hour_ids.copy()
+        peaks, ids = peaks.copy(), ids.copy()
         c = rows[closing]
         slot = np.mod(b_old[closing], peaks.shape[1])
         peaks[c, slot] = open_peak[c]
         ids[c, slot] = b_old[closing]
-        hour = b_old[closing] // int(round(HOUR_S / policy.bucket_s))
-        h_slot = np.mod(hour, hours.shape[1])
-        same_hour = (hour_ids[c, h_slot] == hour)[:, None]
-        hours[c, h_slot] = np.where(same_hour, np.fmax(hours[c, h_slot], open_peak[c]), open_peak[c])
-        hour_ids[c, h_slot] = hour
+        if hours.shape[1]:
+            hours, hour_ids = hours.copy(), hour_ids.copy()
+            hour = b_old[closing] // int(round(HOUR_S / policy.bucket_s))
+            h_slot = np.mod(hour, hours.shape[1])
+            same_hour = (hour_ids[c, h_slot] == hour)[:, None]
+            hours[c, h_slot] = np.where(same_hour, np.fmax(hours[c, h_slot], open_peak[c]), open_peak[c])
+            hour_ids[c, h_slot] = hour
     open_peak[rows[later]] = usage[later]
     bucket[rows[later]] = b_new[later]
     return replace(history, bucket=bucket, open_peak=open_peak, peaks=peaks, ids=ids, hours=hours,
