@@ -66,9 +66,15 @@ def percentile_peak(peaks: np.ndarray, percentile: float, min_buckets: int = 1) 
     Worked example: peaks 1, 2, 3, 4, 10 cores, p = 90 → rank 0.9 · 4 = 3.6 → 4 + 0.6 · (10 − 4)
     = 7.6 cores; p = 50 → 3 cores.
     """
-    with np.errstate(all="ignore"), _quiet():
-        out = np.nanpercentile(peaks, percentile, axis=1)
-    return np.where(_enough(peaks, min_buckets), out, np.nan)
+    ordered = np.sort(peaks, axis=1)                               # nan sorts last
+    count = np.sum(~np.isnan(peaks), axis=1)                       # (n, 8)
+    rank = (percentile / 100.0) * np.maximum(count - 1, 0)
+    low = np.floor(rank).astype(np.int64)
+    high = np.minimum(low + 1, np.maximum(count - 1, 0))
+    below = np.take_along_axis(ordered, low[:, None, :], axis=1)[:, 0, :]
+    above = np.take_along_axis(ordered, high[:, None, :], axis=1)[:, 0, :]
+    out = below + (rank - low) * (above - below)                   # numpy's "linear" method
+    return np.where(_enough(peaks, min_buckets) & (count > 0), out, np.nan)
 
 
 def nsigma_peak(peaks: np.ndarray, n_sigma: float, min_buckets: int = 2) -> np.ndarray:

@@ -191,3 +191,11 @@ def test_stored_history_reads_back_and_a_changed_policy_starts_empty() -> None:
     assert back.asym[0, CPU] == 0.0 and back.bucket[0] == -1          # no bytes: empty, stored r
     other = unpack_rows([blobs[1]], np.full((1, 8), 3.0), EstimatorPolicy(predictor="auto", window_s=3600.0))
     assert other.bucket[0] == -1 and other.asym[0, CPU] == 3.0         # another window: empty
+
+
+def test_percentile_equals_numpys_on_windows_with_gaps() -> None:
+    rng = np.random.default_rng(1)
+    peaks = rng.random((50, 13, 8))
+    peaks[rng.random(peaks.shape) < 0.3] = np.nan
+    for p in (0.0, 37.5, 90.0, 99.0, 100.0):
+        np.testing.assert_allclose(percentile_peak(peaks, p), np.nanpercentile(peaks, p, axis=1), atol=1e-12)
