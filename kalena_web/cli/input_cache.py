@@ -18,7 +18,8 @@ The key is a SHA-256 over
 The cache is an optimisation only: an entry that cannot be read (truncated, another Python,
 unpicklable) is ignored and rewritten, ``KALENA_INPUT_CACHE=0`` or ``--no-input-cache`` turns it
 off, and deleting the folder changes no figure (tested). Entries are written whole or not at all
-(a temporary file renamed into place), so concurrent commands never see half an entry.
+(a temporary file renamed into place), so concurrent commands never see half an entry; the
+:data:`KEEP_ENTRIES` most recently used entries are kept, older ones removed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pathlib import Path
 READER_VERSION = "1"
 #: Environment switch: ``0`` disables the cache (reads every file, writes nothing).
 CACHE_ENV = "KALENA_INPUT_CACHE"
+#: Entries kept (the most recently used); an entry of the default inputs is ≈ 140 MB.
+KEEP_ENTRIES = 4
 _PROJECT = Path(__file__).resolve().parents[2]
 _READER_SOURCES = ("kalena_engine/traces", "kalena_engine/kuberina", "kalena_engine/replay/compaction.py",
                    "kalena_engine/replay/setup.py", "kalena_web/cli/inputs.py", "kalena_web/cli/input_cache.py")
@@ -111,7 +114,12 @@ def cached(key: str, build: Callable[[], object], *, use: bool = True) -> tuple[
     path = cache_dir() / f"{key}.pickle"
     try:
         with open(path, "rb") as handle:
-            return pickle.load(handle), "hit"
+            value = pickle.load(handle)
+        try:
+            os.utime(path)  # most recently used
+        except OSError:
+            pass
+        return value, "hit"
     except FileNotFoundError:
         pass
     except Exception:  # noqa: BLE001 - an unreadable entry is rebuilt; the cache is an optimisation only
@@ -123,9 +131,26 @@ def cached(key: str, build: Callable[[], object], *, use: bool = True) -> tuple[
         with open(partial, "wb") as handle:
             pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, path)
+        _prune(path.parent)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         try:
             partial.unlink(missing_ok=True)
         except (OSError, UnboundLocalError):
             pass
     return value, "miss"
+
+
+def _prune(folder: Path) -> None:
+    """Remove all but the :data:`KEEP_ENTRIES` most recently used entries of ``folder``."""
+    keep = KEEP_ENTRIES
+    entries = []
+    for entry in folder.glob("*.pickle"):
+        try:
+            entries.append((entry.stat().st_mtime, entry))
+        except OSError:
+            continue
+    for _, entry in sorted(entries, reverse=True)[keep:]:
+        try:
+            entry.unlink()
+        except OSError:
+            pass

@@ -67,3 +67,28 @@ def test_bench_preflight_prints_the_request_beside_the_engine(tmp_path: Path, da
     assert summary["preflight_request_s"] > 0 and summary["preflight_engine_s"] > 0
     assert set(summary["pages"]) == {"pre-flight POST", "policy", "history", "calibration", "export", "audit"}
     assert all(page["queries"] > 0 for page in summary["pages"].values())
+
+
+def test_bench_replay_times_cold_and_cached_runs_and_compares_their_summaries(tmp_path: Path, data_dir: Path) -> None:
+    out = tmp_path / "bench-replay.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "kalena_web.cli", "bench", "replay", "--hours", "0.1", "--repeat", "1",
+         "--summary-json", str(out)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "KALENA_DATA_DIR": str(data_dir)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "with the input cache" in result.stdout and "same summary cold and cached  yes" in result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["command"] == "kalena replay --hours 0.1 --no-progress"
+    assert summary["same_summary_cold_and_cached"] is True
+    for kind in ("cold", "cached"):
+        [run] = summary["runs"][kind]
+        assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0 and len(run["load_average_1m"]) == 2
+        assert summary[f"{kind}_cpu_seconds"] == run["cpu_seconds"]
+
+
+def test_bench_replay_refuses_a_bad_repeat(data_dir: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "bench", "replay", "--repeat", "0"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "KALENA_DATA_DIR": str(data_dir)})
+    assert result.returncode != 0 and "--repeat (0) must be ≥ 1" in result.stderr

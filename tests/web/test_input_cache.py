@@ -117,3 +117,14 @@ def test_the_state_folder_is_the_consoles(monkeypatch, tmp_path) -> None:
     assert input_cache.state_dir() == settings.VAR_DIR
     monkeypatch.setenv("KALENA_VAR_DIR", str(tmp_path))
     assert input_cache.cache_dir() == tmp_path / "cache" / "replay-inputs"
+
+
+def test_only_the_most_recently_used_entries_are_kept(state, monkeypatch) -> None:
+    monkeypatch.setattr(input_cache, "KEEP_ENTRIES", 2)
+    for key in ("a", "b", "c"):
+        assert input_cache.cached(key, lambda k=key: {"value": k}) == ({"value": key}, "miss")
+    kept = sorted(p.stem for p in entries(state))
+    assert kept == ["b", "c"]
+    assert input_cache.cached("b", lambda: {"value": "rebuilt"}) == ({"value": "b"}, "hit")
+    monkeypatch.setenv(input_cache.CACHE_ENV, "0")
+    assert input_cache.cached("b", lambda: {"value": "fresh"}) == ({"value": "fresh"}, "off")
