@@ -450,3 +450,38 @@ def unpack_rows(blobs: list[bytes | None], asym: np.ndarray, policy: EstimatorPo
             arrays[name][i] = flat[at:at + count].reshape(shape)
             at += count
     return PeakHistory(**arrays)
+
+
+def explain(history: PeakHistory | None, row: int, dim: int, policy: EstimatorPolicy) -> tuple[str, str]:
+    """Which member serves workload ``row`` in dimension ``dim`` and why, for the console:
+    ``(member, reason)``.
+
+    Examples: ``("asymmetric", "the policy's predictor")`` under the default;
+    ``("asymmetric", "too little history for percentile: 20 of 60 min")``;
+    ``("periodic", "auto: lowest recent cost (periodic 1.2, asymmetric 3.4, percentile 9.0)")``.
+    """
+    if policy.predictor == "asymmetric":
+        return "asymmetric", "the policy's predictor"
+    need_min = policy.min_history_buckets * policy.bucket_s / 60.0
+    if history is None or history.bucket[row] < 0:
+        return "asymmetric", f"too little history for {policy.predictor}: no sample yet"
+    first = history.bucket[row] - policy.window_buckets
+    held = history.ids[row]
+    have = int(np.sum((held >= 0) & (held >= first) & (held < history.bucket[row])))
+    leaf = history.leaf[row, :, dim]
+    usable = {name: not np.isnan(leaf[LEAVES.index(name)]) for name in LEAVES}
+    usable["asymmetric"] = True
+    if policy.predictor in LEAVES:
+        if usable[policy.predictor]:
+            return policy.predictor, "the policy's predictor"
+        return "asymmetric", (f"too little history for {policy.predictor}: {have * policy.bucket_s / 60.0:g} of "
+                              f"{need_min:g} min" + (" and a day of hours" if policy.predictor == "periodic" else ""))
+    ready = [m for m in policy.members if usable[m]]
+    if ready == ["asymmetric"] or not ready:
+        return "asymmetric", (f"too little history for {policy.predictor}: {have * policy.bucket_s / 60.0:g} of "
+                              f"{need_min:g} min")
+    if policy.predictor == "max":
+        return "max", "the highest of " + ", ".join(ready)
+    chosen = int(_chosen(history.chosen[row:row + 1, dim:dim + 1], policy)[0, 0])
+    costs = ", ".join(f"{m} {history.cost[row, i, dim]:.3g}" for i, m in enumerate(policy.members))
+    return policy.members[chosen], f"auto: lowest recent cost, with hysteresis ({costs})"

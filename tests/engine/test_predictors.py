@@ -199,3 +199,20 @@ def test_percentile_equals_numpys_on_windows_with_gaps() -> None:
     peaks[rng.random(peaks.shape) < 0.3] = np.nan
     for p in (0.0, 37.5, 90.0, 99.0, 100.0):
         np.testing.assert_allclose(percentile_peak(peaks, p), np.nanpercentile(peaks, p, axis=1), atol=1e-12)
+
+
+def test_explain_says_which_member_serves_and_why() -> None:
+    from kalena_engine.predictors import explain
+
+    assert explain(None, 0, CPU, EstimatorPolicy()) == ("asymmetric", "the policy's predictor")
+    policy = EstimatorPolicy(predictor="percentile", window_s=1800.0, min_history_s=600.0)
+    q = ir_vector(cpu=10.0)[None, :]
+    state = initial_reservations(q, np.zeros(1))
+    said = []
+    for i in range(12):                                              # 1-min samples: 5-min buckets close at 5, 10
+        state = update_reservations(state, request=q, limit=q, usage=q * 0.2, sampled=np.array([True]),
+                                    now_s=i * 60.0, start_s=np.zeros(1), grace_s=np.array([300.0]),
+                                    pinned=pinned_mask(np.array([False])), policy=policy)
+        said.append(explain(state.history, 0, CPU, policy))
+    assert said[6] == ("asymmetric", "too little history for percentile: 5 of 10 min")
+    assert said[11] == ("percentile", "the policy's predictor")
