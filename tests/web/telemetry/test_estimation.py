@@ -286,3 +286,30 @@ def test_a_peak_predictor_keeps_each_workloads_history_across_estimation_runs(ho
     np.testing.assert_allclose(stored.value[:2], expected.value[0, :2], rtol=1e-12)
     # the 90th percentile of the last ten 1-minute peaks, × μ: the early 0.9 burst has left the window
     assert stored.value[0] == pytest.approx(1.15 * np.percentile(usage[-11:-1, 0], 90), rel=1e-9)
+
+
+def test_the_node_page_says_which_predictor_serves_each_workload_and_why(homelab, client) -> None:
+    from django.contrib.auth.models import User
+
+    from kalena_engine.policy_file import PolicyDocument
+    from kalena_web.policy.services import policy_version_create
+
+    policy = Policy().with_estimator(predictor="percentile", bucket_s=60.0, window_s=600.0, min_history_s=300.0)
+    policy_version_create(cluster=homelab, document=PolicyDocument(policy=policy), user="op")
+    node = Node.objects.get(cluster=homelab, name="thinkcentre-beta")
+    pod = Workload.objects.get(node=node, name="database/postgres-0")
+    client.force_login(User.objects.create_user("op", password="x" * 12))
+
+    def predictor_cell() -> str:
+        page = client.get(f"/live/{homelab.name}/nodes/{node.name}/").content.decode()
+        row = page[page.index(f'data-workload="{pod.name}"'):]
+        return row[row.index("data-predictor="):row.index("</tr>")]
+
+    for seq in range(8):                                            # one sample a minute, a pass after each
+        t = T0 + 400.0 + 60.0 * seq
+        ingest(node, seq, [record(pod.name, t, cpu_mcpu=0.3 * pod.request[0], ram_bytes=0.5 * pod.request[1])],
+               now_s=t + 1)
+        estimation_run(shard=shard(node), now_s=t + 2)              # the cluster's saved policy
+        if seq == 2:
+            assert "too little history for percentile: 2 of 5 min" in predictor_cell()
+    assert 'data-predictor="percentile"' in predictor_cell()
