@@ -5,7 +5,7 @@ beside every figure (the figures of a shared machine mean little without it).
 
 Each run is a separate ``python -m kalena_web.cli …`` process (imports, input loading, the replay,
 the summary: what a user waits for). Wall is measured around the process; cpu is its user + system
-time from ``getrusage(RUSAGE_CHILDREN)``; peak RSS from the same. Cold runs use a fresh state
+time and its peak RSS from ``wait4``. Cold runs use a fresh state
 folder each (``KALENA_VAR_DIR`` in a temporary folder, removed afterwards); the cached runs reuse
 the folder the first cold run filled. The median of ``--repeat`` runs is reported, with every run
 in the JSON, and the cold and cached summaries are compared (they must be equal but for timing).
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -45,25 +44,28 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
 
 
 def timed_process(argv: list[str], *, env: dict[str, str]) -> dict[str, object]:
-    """Run ``python -m kalena_web.cli <argv>`` and measure it (module doc).
+    """Run ``python -m kalena_web.cli <argv>`` and measure it (module doc): wall around it, its own
+    cpu and peak RSS from ``wait4`` (that process and the children it waited for).
 
     Raises:
         RuntimeError: the command failed (its stderr's tail in the message).
     """
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kalena_web.cli", *argv], env=env, capture_output=True, text=True,
-                          check=False)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise RuntimeError(f"kalena {' '.join(argv)} exited {done.returncode}: {done.stderr[-2000:]}")
+    with tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        process = subprocess.Popen([sys.executable, "-m", "kalena_web.cli", *argv], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=err, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"kalena {' '.join(argv)} exited {process.returncode}: {err.read()[-2000:]}")
     return {
         "wall_seconds": round(wall, 2),
-        "cpu_seconds": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
-        "user_seconds": round(after.ru_utime - before.ru_utime, 2),
-        "peak_rss_mb": round(after.ru_maxrss / 1024, 1),  # the largest child so far (Linux: KiB)
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "user_seconds": round(usage.ru_utime, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),  # Linux: KiB
         "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 

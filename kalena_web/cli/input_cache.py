@@ -8,8 +8,8 @@ The key is a SHA-256 over
 
 * the **content** of every file read (the IR files, every file of the Bitbrains folder, the
   Google shards, the batch trace; the GPU trace's folder and the GenAI archive for
-  ``--cluster alibaba-gpu-2023``) — a renamed or touched file with the same bytes still hits,
-  any changed byte misses;
+  ``--cluster alibaba-gpu-2023``) and its path (the parsed objects name their file in later
+  messages) — a touched file with the same bytes still hits, any changed byte misses;
 * the **readers' version**: :data:`READER_VERSION` and the source text of the modules that
   parse the inputs (``kalena_engine/traces/``, ``kalena_engine/kuberina/``, the first-fit
   repack and this package's input loader), so a change to a reader invalidates every entry;
@@ -90,8 +90,8 @@ def input_key(files: Iterable[tuple[str, Path]], options: dict[str, object]) -> 
     digest = hashlib.sha256(reader_fingerprint().encode())
     digest.update(repr(sorted(options.items())).encode())
     for role, path in files:
-        digest.update(f"\0{role}\0".encode())
         path = Path(path)
+        digest.update(f"\0{role}\0{path}\0".encode())  # the path too: messages name the file as given
         if path.is_dir():
             for child in sorted(p for p in path.iterdir() if p.is_file()):
                 digest.update(child.name.encode() + b"\0")
