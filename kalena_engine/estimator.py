@@ -20,11 +20,13 @@ r(900) = 1.15 + (10 − 1.15) · 2^(−600/600) = 5.575 cores with samples every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kalena_engine import predictors
 from kalena_engine.policy import EstimatorPolicy
+from kalena_engine.predictors import PeakHistory
 from kalena_engine.resources import GPU
 
 
@@ -36,11 +38,16 @@ class Reservations:
         value: ``(n, 8)`` r after the last update, before the staleness read-out.
         updated_s: ``(n,)`` time of the last update (s).
         last_sample_s: ``(n,)`` time of the last usage sample (s); −inf if none yet.
+        history: usage-peak history the peak predictors read (:class:`~kalena_engine.predictors.
+            PeakHistory`); None while the policy's predictor is the asymmetric rule, which
+            needs none. A state without it under another predictor starts an empty one (too
+            little history: the asymmetric rule serves until the workload has some).
     """
 
     value: np.ndarray
     updated_s: np.ndarray
     last_sample_s: np.ndarray
+    history: PeakHistory | None = None
 
     def __len__(self) -> int:
         return self.value.shape[0]
@@ -128,16 +135,63 @@ def update_reservations(
     in_grace = (now - start_s[idx]) < grace_s[idx]
     dt = np.maximum(0.0, now - np.maximum(state.updated_s[idx], grace_end))
     decay = np.exp2(-dt / policy.half_life_s)[:, None]
+    history = None
+    if policy.predictor != "asymmetric":
+        history = state.history
+        if not predictors.fits(history, len(state), policy):
+            history = predictors.empty_history(state.value if history is None else history.asym, policy)
+        prev = history.asym[idx]
     new = np.where(target >= prev, target, target + (prev - target) * decay)
     new = np.where(in_grace[:, None], np.maximum(q, target), new)
     new = np.where(pinned[idx], q, new)
     value = state.value.copy()
-    value[idx] = new
+    if history is None:
+        value[idx] = new
+    else:
+        history, value[idx] = _predicted(history, idx, now, usage[idx], target, limit[idx], new,
+                                         in_grace[:, None] | pinned[idx], policy)
     updated = state.updated_s.copy()
     updated[idx] = now
     last = state.last_sample_s.copy()
     last[idx] = now
-    return Reservations(value=value, updated_s=updated, last_sample_s=last)
+    return Reservations(value=value, updated_s=updated, last_sample_s=last, history=history)
+
+
+def _predicted(history: PeakHistory, idx: np.ndarray, now: np.ndarray, usage: np.ndarray, target: np.ndarray,
+               limit: np.ndarray, asym: np.ndarray, held: np.ndarray,
+               policy: EstimatorPolicy) -> tuple[PeakHistory, np.ndarray]:
+    """The peak predictor's reservation for rows ``idx`` (DESIGN §5 predictors): the sample enters
+    the usage buckets; where it closes a bucket, ``auto`` scores its candidates on the closed
+    peak and every forecast is renewed; the reservation is the predictor's, bounded as the rule
+    is (``held``: in grace or pinned → the asymmetric rule's value, which is then ``max(q, τ)``
+    or ``q``)."""
+    previous = history.bucket[idx]
+    closed_peak = history.open_peak[idx]
+    held_before = history.asym[idx]
+    history = replace(history, asym=_set_rows(history.asym, idx, asym))
+    history, closed = predictors.observe(history, idx, now, usage, policy)
+    rows = idx[closed]
+    if len(rows):
+        if policy.predictor == "auto":
+            scored = closed & (previous >= 0)
+            history = predictors.score_and_choose(history, idx[scored], closed_peak[scored], policy)
+        leaf = history.leaf.copy()
+        leaf[rows] = predictors.leaf_forecasts(history, rows, policy)
+        history = replace(history, leaf=leaf)
+        if policy.predictor == "auto":
+            forecast = history.forecast.copy()
+            # what each candidate would have held before this sample: a forecast, not a reaction
+            forecast[rows] = predictors.serve(history, rows, np.zeros_like(target[closed]), limit[closed],
+                                              held_before[closed], policy)
+            history = replace(history, forecast=forecast)
+    value = predictors.served(history, idx, target, limit, asym, policy)
+    return history, np.where(held, asym, value)
+
+
+def _set_rows(array: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = array.copy()
+    out[rows] = values
+    return out
 
 
 def effective_reservations(state: Reservations, request: np.ndarray, now_s: float,
@@ -160,16 +214,36 @@ def stale_mask(state: Reservations, now_s: float, stale_ttl_s: float) -> np.ndar
 
 def take(state: Reservations, rows: np.ndarray) -> Reservations:
     """The sub-state for ``rows`` (an index array or bool mask), e.g. to drop ended workloads."""
-    return Reservations(state.value[rows], state.updated_s[rows], state.last_sample_s[rows])
+    history = None if state.history is None else state.history.take(rows)
+    return Reservations(state.value[rows], state.updated_s[rows], state.last_sample_s[rows], history)
 
 
 def concat(a: Reservations, b: Reservations) -> Reservations:
-    """``a`` followed by ``b`` (admitting new workloads)."""
+    """``a`` followed by ``b`` (admitting new workloads); a side without peak history gets an
+    empty one shaped like the other's."""
+    history = None
+    if a.history is not None or b.history is not None:
+        like = a.history if a.history is not None else b.history
+        history = _or_empty(a, like).concat(_or_empty(b, like))
     return Reservations(
         np.concatenate([a.value, b.value]),
         np.concatenate([a.updated_s, b.updated_s]),
         np.concatenate([a.last_sample_s, b.last_sample_s]),
+        history,
     )
+
+
+def _or_empty(state: Reservations, like: PeakHistory) -> PeakHistory:
+    if state.history is not None:
+        return state.history
+    n, dims = state.value.shape
+    k, c, h = like.peaks.shape[1], like.cost.shape[1], like.hours.shape[1]
+    return PeakHistory(
+        asym=state.value.copy(), bucket=np.full(n, -1, dtype=np.int64), open_peak=np.zeros((n, dims)),
+        peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
+        hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), -1, dtype=np.int64),
+        leaf=np.full((n, like.leaf.shape[1], dims), np.nan), forecast=np.full((n, c, dims), np.nan),
+        cost=np.zeros((n, c, dims)), chosen=np.full((n, dims), -1, dtype=np.int64))
 
 
 def apply_samples(

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from kalena_engine.escalation import EscalationPolicy
 from kalena_engine.placement.policy import PlacementPolicy
+from kalena_engine.predictors import MEMBERS, PREDICTORS
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,22 @@ class EstimatorPolicy:
         stale_min_s: floor of the staleness TTL (60 s); the TTL is
             ``max(stale_min_s, 3 × sampling interval)``.
         limit_ratio: L = limit_ratio × q for workloads that declare no limit (1.0).
+        predictor: the peak predictor serving the reservation (:data:`~kalena_engine.predictors.
+            PREDICTORS`): ``asymmetric`` (the rule above, the default), ``percentile``,
+            ``nsigma``, ``periodic``, ``max`` (of ``members``) or ``auto`` (per workload, among
+            ``members``, by recent cost).
+        bucket_s: width of a usage-peak bucket (300 s).
+        window_s: history the percentile and N-sigma members read (7200 s).
+        percentile: the percentile member's p (99).
+        n_sigma: the N-sigma member's N (3).
+        periodic_days: whole days the periodic member reads (3).
+        periodic_harmonics: daily harmonics it keeps, 1–12 (3).
+        min_history_s: less non-empty history than this → the asymmetric rule serves (3600 s).
+        members: the members ``max`` combines and ``auto`` chooses among.
+        under_cost_weight, over_cost_weight: ``auto``'s weights of under- and over-prediction
+            (10, 1).
+        cost_half_life_s: half-life of ``auto``'s cost memory (3600 s).
+        switch_margin_ratio: hysteresis: switch only to a candidate this much cheaper (0.2).
     """
 
     margin_ratio: float = 1.15
@@ -30,6 +49,41 @@ class EstimatorPolicy:
     grace_s: float = 300.0
     stale_min_s: float = 60.0
     limit_ratio: float = 1.0
+    predictor: str = "asymmetric"
+    bucket_s: float = 300.0
+    window_s: float = 7200.0
+    percentile: float = 99.0
+    n_sigma: float = 3.0
+    periodic_days: int = 3
+    periodic_harmonics: int = 3
+    min_history_s: float = 3600.0
+    members: tuple[str, ...] = ("asymmetric", "percentile", "nsigma", "periodic")
+    under_cost_weight: float = 10.0
+    over_cost_weight: float = 1.0
+    cost_half_life_s: float = 3600.0
+    switch_margin_ratio: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.predictor not in PREDICTORS:
+            raise ValueError(f"predictor {self.predictor!r} is unknown (accepted: {', '.join(PREDICTORS)})")
+        unknown = [m for m in self.members if m not in MEMBERS]
+        if unknown or not self.members:
+            raise ValueError(f"members {list(self.members)!r}: each must be one of {', '.join(MEMBERS)}")
+        if self.window_s < 2 * self.bucket_s:
+            raise ValueError(f"window_s {self.window_s:g} is shorter than two buckets (2 × bucket_s = "
+                             f"{2 * self.bucket_s:g})")
+        if self.bucket_s > 3600.0 or 3600.0 % self.bucket_s:
+            raise ValueError(f"bucket_s {self.bucket_s:g} must divide an hour")
+
+    @property
+    def window_buckets(self) -> int:
+        """Buckets the percentile and N-sigma members read."""
+        return int(round(self.window_s / self.bucket_s))
+
+    @property
+    def min_history_buckets(self) -> int:
+        """Non-empty buckets a workload needs before a predictor (not the asymmetric rule) serves."""
+        return max(1, int(np.ceil(self.min_history_s / self.bucket_s)))
 
     def stale_ttl_s(self, sampling_interval_s: float) -> float:
         """``T_stale = max(60 s, 3 × sampling interval)`` (DESIGN §5)."""

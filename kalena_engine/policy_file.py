@@ -14,7 +14,10 @@ Shape::
     kind: Policy
     metadata: {name, version, created, source, calibration: {sweep, points, knee}}
     spec:
-      estimator:  {margin_ratio, half_life_s, grace_s, stale_min_s, limit_ratio}
+      estimator:  {margin_ratio, half_life_s, grace_s, stale_min_s, limit_ratio,
+                   predictor, bucket_s, window_s, percentile, n_sigma, periodic_days,
+                   periodic_harmonics, min_history_s, members: [asymmetric, …],
+                   under_cost_weight, over_cost_weight, cost_half_life_s, switch_margin_ratio}
       eviction:   {evict_threshold_ratio, acute_ratio, …, cooldown_s}
       placement:  {weight_balance, …, slack_buckets: {cpu: 50, …}, balance_dims: [cpu, ram]}
       escalation: {not_converged_s, evictions, window_s, cooldown_s}
@@ -46,6 +49,7 @@ from kalena_engine.escalation import EscalationPolicy
 from kalena_engine.kuberina.yamlio import _kind, parse_yaml
 from kalena_engine.placement.policy import PlacementPolicy
 from kalena_engine.policy import EstimatorPolicy, EvictionPolicy, Policy
+from kalena_engine.predictors import MEMBERS, PREDICTORS
 from kalena_engine.resources import DIMS
 
 API_VERSION = "kalena.naughtian.io/v1"
@@ -92,6 +96,11 @@ RANGES: dict[str, dict[str, Range]] = {
     "estimator": {
         "margin_ratio": Range(1.0, 10.0), "half_life_s": _POSITIVE, "grace_s": _NON_NEGATIVE,
         "stale_min_s": _POSITIVE, "limit_ratio": Range(1.0, 100.0),
+        "bucket_s": Range(1.0, 3600.0), "window_s": Range(60.0, 7 * 86400.0), "percentile": Range(0.0, 100.0),
+        "n_sigma": Range(0.0, 10.0), "periodic_days": Range(1, 14, integer=True),
+        "periodic_harmonics": Range(1, 12, integer=True), "min_history_s": Range(0.0, 14 * 86400.0),
+        "under_cost_weight": _NON_NEGATIVE, "over_cost_weight": _NON_NEGATIVE, "cost_half_life_s": _POSITIVE,
+        "switch_margin_ratio": Range(0.0, 1.0, open_low=False),
     },
     "eviction": {
         "evict_threshold_ratio": _RATIO, "acute_ratio": _RATIO, "psi_some_avg10_pct": _PCT,
@@ -116,6 +125,8 @@ RANGES: dict[str, dict[str, Range]] = {
 }
 #: Placement fields that are not plain numbers in the file.
 _PLACEMENT_SPECIAL = ("balance_dims", "slack_buckets")
+#: Estimator fields that are not plain numbers: the predictor's name and the members' names.
+_ESTIMATOR_SPECIAL = ("predictor", "members")
 _SECTION_TYPES = {"estimator": EstimatorPolicy, "eviction": EvictionPolicy, "placement": PlacementPolicy,
                   "escalation": EscalationPolicy}
 
@@ -223,6 +234,12 @@ def _read_section(section: str, data: Any, at: _At) -> dict[str, Any]:
             out[key] = _read_dims(value, here)
         elif section == "placement" and key == "slack_buckets":
             out[key] = _read_buckets(value, here)
+        elif section == "estimator" and key == "predictor":
+            if value not in PREDICTORS:
+                raise here.error(f"unknown predictor {value!r}", accepted=", ".join(PREDICTORS))
+            out[key] = value
+        elif section == "estimator" and key == "members":
+            out[key] = _read_members(value, here)
         else:
             out[key] = here.number(value, RANGES[section][key])
     return out
@@ -237,6 +254,16 @@ def _read_dims(value: Any, at: _At) -> tuple[int, ...]:
             raise _At(at.source, f"{at.path}[{i}]", at.line).error(f"unknown dimension {name!r}", accepted=", ".join(DIMS))
         dims.append(DIMS.index(name))
     return tuple(dims)
+
+
+def _read_members(value: Any, at: _At) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise at.error(f"expected a non-empty list of predictor names, got {_kind(value)}", accepted=", ".join(MEMBERS))
+    for i, name in enumerate(value):
+        if name not in MEMBERS:
+            raise _At(at.source, f"{at.path}[{i}]", at.line).error(f"unknown predictor {name!r}",
+                                                                   accepted=", ".join(MEMBERS))
+    return tuple(value)
 
 
 def _read_buckets(value: Any, at: _At) -> tuple[float, ...]:
@@ -391,6 +418,8 @@ def _section_to_dict(section: str, value: Any) -> dict[str, Any]:
             out[key] = [DIMS[d] for d in item]
         elif key == "slack_buckets":
             out[key] = {DIMS[d]: float(w) for d, w in enumerate(item)}
+        elif key == "members":
+            out[key] = list(item)
         else:
             out[key] = item
     return out

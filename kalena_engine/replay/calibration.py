@@ -68,6 +68,7 @@ def point(margin: float, half_life_s: float, summary: dict[str, object]) -> dict
     row = {"margin_ratio": float(margin), "half_life_s": float(half_life_s)}
     row.update({k: float(summary[k]) for k in POINT_FIELDS})
     row["oom_kills"] = float(summary.get("oom_kills", 0))
+    row["production_cpu_core_hours"] = float(summary.get("production_cpu_core_hours", 0.0))
     return row
 
 
@@ -183,6 +184,79 @@ def frontier_across_loads(per_load: dict[str, list[dict[str, float]]]) -> list[d
         out.append({"margin_ratio": key[0], "half_life_s": key[1],
                     "loads": {load: by_load[load][key] for load in loads if key in by_load[load]}})
     return out
+
+
+#: The operator's declared tolerance (DESIGN §10): batch evictions per 100 batch pod-hours, and
+#: production contention as a share of production cpu core-hours, at every load factor swept.
+MAX_EVICTIONS_PER_100 = 0.1
+MAX_CONTENTION_SHARE = 0.0001
+#: When no setting is inside the tolerance: the fewest evictions among those within this share of
+#: the best harvest.
+NEAR_BEST_SHARE = 0.02
+
+
+def _key(p: dict[str, float]) -> tuple[float, float]:
+    return (p["margin_ratio"], p["half_life_s"])
+
+
+def contention_share(p: dict[str, float]) -> float:
+    """Production contention core-hours ÷ production cpu core-hours (0 when there was none)."""
+    used = float(p.get("production_cpu_core_hours", 0.0))
+    contention = float(p["production_contention_core_hours"])
+    return contention / used if used > 0 else (0.0 if contention == 0 else float("inf"))
+
+
+def shipped(per_load: dict[str, list[dict[str, float]]], *, max_evictions: float = MAX_EVICTIONS_PER_100,
+            max_contention_share: float = MAX_CONTENTION_SHARE,
+            near_best_share: float = NEAR_BEST_SHARE) -> tuple[dict[str, float], bool, str]:
+    """The setting to ship as the default: the operator's tolerance, not a tie-break (DESIGN §10).
+
+    A setting *qualifies* when at every load factor its batch evictions per 100 batch pod-hours
+    are ≤ ``max_evictions`` and its production contention is ≤ ``max_contention_share`` of
+    production cpu core-hours. Harvest = its reclaimed cpu fraction averaged over the load
+    factors. Ship the qualifying setting with the most harvest; when none qualifies, ship the one
+    with the fewest evictions (averaged over the load factors) among those whose harvest is within
+    ``near_best_share`` (relative) of the best, and say so.
+
+    Args:
+        per_load: ``{load factor: [point, …]}`` (:func:`point`), the same settings at each load.
+
+    Returns:
+        ``(the setting's point at the first load factor, qualified, why)``.
+
+    Raises:
+        ValueError: no setting swept at every load factor.
+
+    Example: ×1 and ×4 points for A (12 %, 0.05 ev) / (30 %, 0.09), B (13 %, 0.3) / (31 %, 0.5),
+    contention 0 → A ships (B is above 0.1 evictions). With A at 0.2 evictions at ×4 instead,
+    nothing qualifies; the best mean harvest is B's 22 %, A's 21 % is below 0.98 × 22 % = 21.56 %,
+    so B ships (the only one near the best) and the reason says no setting qualified.
+    """
+    loads = list(per_load)
+    if not loads:
+        raise ValueError("no calibration point")
+    keyed = [{_key(p): p for p in per_load[load]} for load in loads]
+    common = [k for k in keyed[0] if all(k in other for other in keyed[1:])]
+    if not common:
+        raise ValueError("no setting was swept at every load factor")
+    harvest = {k: sum(m[k]["reclaimed_fraction_cpu"] for m in keyed) / len(keyed) for k in common}
+    evictions = {k: sum(m[k]["batch_evictions_per_100_pod_hours"] for m in keyed) / len(keyed) for k in common}
+    ok = [k for k in common if all(m[k]["batch_evictions_per_100_pod_hours"] <= max_evictions
+                                   and contention_share(m[k]) <= max_contention_share for m in keyed)]
+    tolerance = (f"≤ {max_evictions:g} evictions/100 batch pod-h and contention ≤ {max_contention_share:.4%} of "
+                 f"production cpu at ×{', ×'.join(loads)}")
+    if ok:
+        best = max(ok, key=lambda k: (harvest[k], -evictions[k], k))
+        return keyed[0][best], True, (f"μ {best[0]:g}, h {best[1]:g} s: the most reclaimed cpu ({harvest[best]:.2%} "
+                                      f"mean over the load factors) of the {len(ok)} setting(s) within the tolerance "
+                                      f"({tolerance})")
+    top = max(harvest.values())
+    near = [k for k in common if harvest[k] >= (1.0 - near_best_share) * top]
+    best = min(near, key=lambda k: (evictions[k], -harvest[k], k))
+    return keyed[0][best], False, (f"no setting is within the tolerance ({tolerance}); shipping μ {best[0]:g}, "
+                                   f"h {best[1]:g} s, the fewest evictions ({evictions[best]:.3f}/100 pod-h mean) "
+                                   f"among the {len(near)} within {near_best_share:.0%} of the best harvest "
+                                   f"({top:.2%})")
 
 
 def better_on_both_axes(candidate: dict[str, float], reference: dict[str, float]) -> bool:

@@ -73,7 +73,7 @@ def estimator_policy(run: Run) -> EstimatorPolicy:
     """The estimator policy the run was replayed with (defaults for fields it did not store)."""
     stored = (run.config.get("policy") or {}).get("estimator") or {}
     known = {f.name for f in dataclasses.fields(EstimatorPolicy)}
-    return EstimatorPolicy(**{k: v for k, v in stored.items() if k in known})
+    return EstimatorPolicy(**{k: tuple(v) if k == "members" else v for k, v in stored.items() if k in known})
 
 
 @dataclass(frozen=True, eq=False)

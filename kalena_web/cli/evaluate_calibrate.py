@@ -16,8 +16,9 @@ from kalena_engine.policy import Policy
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import ReplayConfig
 from kalena_engine.replay.calibration import (
-    HALF_LIVES, KNEE_RATE, MARGINS, WIDEN_ROUNDS, better_on_both_axes, calibration_document, frontier,
-    frontier_across_loads, grid_edges, knee, point, setting_name, sweep_configs, widen_grid,
+    HALF_LIVES, KNEE_RATE, MARGINS, MAX_CONTENTION_SHARE, MAX_EVICTIONS_PER_100, WIDEN_ROUNDS, better_on_both_axes,
+    calibration_document, frontier, frontier_across_loads, grid_edges, knee, point, setting_name, shipped,
+    sweep_configs, widen_grid,
 )
 from kalena_web.cli.argtypes import NON_NEGATIVE, SEED, number
 from kalena_web.cli.evaluate import add_jobs_argument, add_output_arguments, add_run_arguments, fail, policy_work
@@ -55,6 +56,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="load factors, each a full sweep (default 1,4); the knee is taken on the first")
     run.add_argument("--knee-rate", type=NON_NEGATIVE, default=KNEE_RATE,
                      help="evictions per 100 batch pod-hours one more %% of reclaimed cpu may cost (default 0.5)")
+    run.add_argument("--max-evictions", type=NON_NEGATIVE, default=MAX_EVICTIONS_PER_100,
+                     help="the operator's tolerance: batch evictions per 100 batch pod-hours a shipped setting may "
+                          f"have at every load factor (default {MAX_EVICTIONS_PER_100:g})")
+    run.add_argument("--max-contention-share", type=NON_NEGATIVE, default=MAX_CONTENTION_SHARE,
+                     help="the operator's tolerance: production contention core-hours as a share of production cpu "
+                          f"core-hours, at every load factor (default {MAX_CONTENTION_SHARE:g} = 0.01 %%)")
     run.add_argument("--widen-rounds", type=number(minimum=0, integer=True), default=WIDEN_ROUNDS,
                      help=f"while the knee lies on the grid's edge, widen the grid that way and sweep the new settings, "
                           f"at most this many times (default {WIDEN_ROUNDS}; 0: only warn)")
@@ -208,7 +215,14 @@ def handle(args: argparse.Namespace) -> int:
         print(f"the knee is interior to the swept grid{f' after {rounds} widening round(s)' if rounds else ''}: "
               "the curve bends inside it, not at its edge")
     print(f"ship as default: {'yes' if ship else 'no'} — {why}")
-    summary = {"load_factors": per_load, "knee": chosen, "knee_rate": float(args.knee_rate),
+    to_ship, within, ship_why = shipped({load: result["points"] for load, result in per_load.items()},
+                                        max_evictions=float(args.max_evictions),
+                                        max_contention_share=float(args.max_contention_share))
+    print(f"shipped default (the operator's tolerance): {ship_why}")
+    summary = {"load_factors": per_load, "knee": chosen,
+               "shipped": {"setting": to_ship, "within_tolerance": within, "why": ship_why,
+                           "max_evictions_per_100_pod_hours": float(args.max_evictions),
+                           "max_contention_share": float(args.max_contention_share)}, "knee_rate": float(args.knee_rate),
                "ship_knee_as_default": ship, "verdict": why, "knee_grid_edges": edges, "hours": float(args.hours), "seed": int(args.seed),
                "knee_interior": not edges, "widening_rounds": rounds, "widened": widened,
                "frontier": front, "replays": len(results),

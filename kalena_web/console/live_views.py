@@ -27,6 +27,8 @@ from kalena_web.console.why import reduction_text, rejection_lines
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
 from kalena_web.control.schedules import PERIODS_S
+from kalena_web.ledger.estimation import live_policy
+from kalena_web.ledger.mappers import predictor_notes
 from kalena_web.replan.models import DriftCheck, ReplanRecommendation
 from kalena_web.replan.services import (
     BLUEPRINT_MAX_BYTES, RecommendationClosed, drift_coverage, recommendation_adopt, recommendation_decide,
@@ -136,9 +138,13 @@ def node(request: HttpRequest, cluster: str, node: str) -> HttpResponse:
     view = selectors.node_view(cluster=c, name=node)
     now = time.time()
     history = selectors.node_history(node=view.node, since_s=now - HISTORY_S)
+    workloads = selectors.node_workloads(node=view.node)
+    notes = predictor_notes(workloads, live_policy([view.node.id]).estimator)
+    for w in workloads:
+        w.predictor, w.predictor_why = notes.get(w.id, ("", ""))
     return render(request, "console/live_node.html", {
         "cluster": c, "view": view, "now_s": now, "figure": live_node_figure(history),
-        "points": len(history["times_s"]), "workloads": selectors.node_workloads(node=view.node),
+        "points": len(history["times_s"]), "workloads": workloads,
         "extras": selectors.node_extras(node=view.node),
         "evictions": EvictionRecord.objects.filter(node=view.node)[:20]})
 

@@ -8,7 +8,8 @@ PostgreSQL) and, **in one transaction**:
 1. locks the ledgers of their nodes (node id order), loads every workload placed there with
    its reservation;
 2. folds the samples with :func:`kalena_engine.estimator.apply_samples` (per workload in time
-   order; older than the workload's last sample, from another node, or from before the
+   order; under a peak predictor with each workload's stored usage history, written back with
+   the reservation; older than the workload's last sample, from another node, or from before the
    workload's start → not applied);
 3. writes the touched reservations, recomputes each node's ledger — production and batch
    Σ q and Σ r as the ledgers read them (a workload whose last sample is older than T_stale,
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from django.db import transaction
 
+from kalena_engine import predictors
 from kalena_engine.estimator import Reservations, apply_samples, effective_reservations, pinned_mask
 from kalena_engine.ledger import blueprint_violations
 from kalena_engine.mitigation.eviction import PressureSignal, pressure_fires
@@ -206,6 +208,10 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
                    LiveNodeLedger.objects.select_for_update().filter(node_id__in=node_ids).order_by("node_id")}
         samples = mappers.sample_arrays(estimation_io.load_samples(batch_ids))
         live = _load_live(list(ledgers), policy)
+        if policy.estimator.predictor != "asymmetric":          # the predictors read each workload's history
+            stored = estimation_io.load_histories(live.ids)
+            live = replace(live, state=replace(live.state, history=predictors.unpack_rows(
+                [stored.get(int(i)) for i in live.ids], live.state.value, policy.estimator)))
         kept, rows, unmeasured = mappers.estimator_inputs(live, samples)
         usage = np.nan_to_num(samples.usage[kept], nan=0.0)
         state, applied = apply_samples(
@@ -221,6 +227,9 @@ def estimation_run(*, shard: int, now_s: float | None = None, max_batches: int =
         estimation_io.write_reservations([
             (int(live.ids[i]), state.value[i], float(state.updated_s[i]), float(state.last_sample_s[i]), last_usage[i])
             for i in touched])
+        if state.history is not None and len(touched):
+            estimation_io.write_histories(list(zip((int(live.ids[i]) for i in touched),
+                                                   predictors.pack_rows(state.history, touched), strict=True)))
         ttl = _stale_ttls(ledgers, policy)
         result.points = _recompute(ledgers, live, state, last_usage, now_s=now, ttl=ttl, fresh_s=fresh_s)
         _observe_pressure(ledgers, batch_ids, policy)

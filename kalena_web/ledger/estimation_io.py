@@ -94,6 +94,22 @@ def write_reservations(rows: Sequence[tuple[int, Sequence[float], float, float, 
                                f"WHERE workload_id = %s", [(v, u, s, lu, w) for w, v, u, s, lu in dump])
 
 
+def load_histories(workload_ids: Sequence[int]) -> dict[int, bytes]:
+    """``{workload id: stored peak history}`` of those that have one."""
+    if not len(workload_ids):
+        return {}
+    return {w: bytes(h) for w, h in WorkloadReservation.objects.filter(
+        workload_id__in=[int(i) for i in workload_ids], history__isnull=False).values_list("workload_id", "history")}
+
+
+def write_histories(rows: Sequence[tuple[int, bytes]]) -> None:
+    """Store each ``(workload id, peak history bytes)``."""
+    table = WorkloadReservation._meta.db_table
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.executemany(f"UPDATE {table} SET history = %s WHERE workload_id = %s", [(h, w) for w, h in rows])
+
+
 def write_ledgers(ledgers: Sequence[LiveNodeLedger]) -> None:
     """Store the vectors, ``last_sample_s``, ``stale``, ``version``, ``updated_s`` and the blueprint
     check (``blueprint_violations``, ``blueprint_checked_s``) of ``ledgers``."""

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from kalena_engine import predictors
 from kalena_engine.estimator import Reservations, estimator_limit
 from kalena_engine.overrides import WorkloadOverrides, workload_overrides
-from kalena_engine.resources import N_DIMS
+from kalena_engine.policy import EstimatorPolicy
+from kalena_engine.resources import CPU, N_DIMS
 
 #: A text column of one JSON vector per row (``null`` element = +inf, a NULL row = none).
 _NULL_ROW = "[" + ",".join(["null"] * N_DIMS) + "]"
@@ -182,3 +184,20 @@ def estimator_inputs(live: LiveWorkloads, samples: SampleArrays) -> tuple[np.nda
              & (samples.ts >= live.start_s[rows]))
     kept = np.flatnonzero(known)
     return kept, rows[kept], np.isnan(samples.usage[kept])
+
+
+def predictor_notes(workloads: Sequence, policy: EstimatorPolicy) -> dict[int, tuple[str, str]]:
+    """``{workload id: (member, why)}`` — which peak predictor serves each workload's cpu
+    reservation and why (:func:`kalena_engine.predictors.explain`), from the history stored with
+    its reservation (workloads with ``reservation`` loaded; those without one are left out)."""
+    out: dict[int, tuple[str, str]] = {}
+    for w in workloads:
+        res = getattr(w, "reservation", None)
+        if res is None:
+            continue
+        history = None
+        if policy.predictor != "asymmetric":
+            history = predictors.unpack_rows([res.history], np.asarray([res.value], dtype=np.float64), policy)
+        out[w.id] = predictors.explain(history, 0, CPU, policy)
+    return out
+

@@ -54,7 +54,9 @@ class WorkloadReservation(models.Model):
 
     ``value`` is r after the last update (internal units); ``updated_s`` and ``last_sample_s``
     are Unix seconds (``last_sample_s`` None = never sampled: the ledgers read ``max(r, q)``);
-    ``last_usage`` is the newest sample's usage vector.
+    ``last_usage`` is the newest sample's usage vector; ``history`` the peak predictors' usage
+    history (:func:`kalena_engine.predictors.pack_rows`; null while the policy's predictor is the
+    asymmetric rule, which needs none).
     """
 
     workload = models.OneToOneField(Workload, on_delete=models.CASCADE, related_name="reservation")
@@ -62,6 +64,7 @@ class WorkloadReservation(models.Model):
     updated_s = models.FloatField()
     last_sample_s = models.FloatField(null=True, blank=True)
     last_usage = ResourceVectorField(null=True, blank=True)
+    history = models.BinaryField(null=True, blank=True)
 
 
 class LiveNodeLedger(models.Model):

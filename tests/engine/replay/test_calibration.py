@@ -95,3 +95,33 @@ def test_the_frontier_across_loads_carries_each_points_figures_at_every_load() -
     assert [f["margin_ratio"] for f in front] == [1.4, 1.15, 1.0]  # the ×1 frontier, in its order
     assert front[1]["loads"]["1"] == POINTS[1] and front[1]["loads"]["4"] == at4[1]
     assert frontier_across_loads({}) == []
+
+
+def _p(mu: float, x: float, e: float, contention: float = 0.0, prod: float = 1000.0) -> dict[str, float]:
+    return {"margin_ratio": mu, "half_life_s": 600.0, "reclaimed_fraction_cpu": x, "reclaimed_fraction_ram": 0.0,
+            "batch_evictions_per_100_pod_hours": e, "production_contention_core_hours": contention,
+            "oom_kills": 0.0, "production_cpu_core_hours": prod}
+
+
+def test_the_shipped_setting_is_the_most_harvest_inside_the_operators_tolerance() -> None:
+    from kalena_engine.replay.calibration import shipped
+
+    per_load = {"1": [_p(1.4, 0.12, 0.05), _p(1.15, 0.13, 0.3)], "4": [_p(1.4, 0.30, 0.09), _p(1.15, 0.31, 0.5)]}
+    chosen, qualified, why = shipped(per_load)
+    assert (chosen["margin_ratio"], qualified) == (1.4, True)
+    assert "within the tolerance" in why
+    # contention above 0.01 % of production cpu at ×4 disqualifies it even with few evictions
+    per_load["4"][0] = _p(1.4, 0.30, 0.09, contention=0.2)           # 0.02 % of 1000 core-h
+    chosen, qualified, why = shipped(per_load)
+    assert qualified is False and "no setting is within the tolerance" in why
+
+
+def test_when_none_qualifies_the_fewest_evictions_near_the_best_harvest_ships_and_says_so() -> None:
+    from kalena_engine.replay.calibration import shipped
+
+    per_load = {"1": [_p(1.4, 0.12, 0.05), _p(1.15, 0.13, 0.3), _p(1.25, 0.128, 0.15)],
+                "4": [_p(1.4, 0.30, 0.2), _p(1.15, 0.31, 0.5), _p(1.25, 0.308, 0.25)]}
+    chosen, qualified, why = shipped(per_load)
+    # best mean harvest 22 % (μ 1.15); μ 1.25 has 21.8 % ≥ 0.98 × 22 % and fewer evictions; μ 1.4 (21 %) is too far
+    assert (chosen["margin_ratio"], qualified) == (1.25, False)
+    assert "fewest evictions" in why and "within 2% of the best harvest" in why

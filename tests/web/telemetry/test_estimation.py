@@ -256,3 +256,60 @@ def test_a_report_of_the_node_alone_keeps_it_fresh(homelab) -> None:
     estimation_run(shard=shard(idle), now_s=T0 + 2)
     ledger = LiveNodeLedger.objects.get(node=idle)
     assert (ledger.stale, ledger.last_sample_s) == (False, T0 + 1)  # the report's time
+
+
+def test_a_peak_predictor_keeps_each_workloads_history_across_estimation_runs(homelab) -> None:
+    # Under a percentile predictor the live passes, one per batch, give the engine's fold of all
+    # the samples at once: the usage history is stored beside the reservation between passes.
+    policy = Policy().with_estimator(predictor="percentile", percentile=90.0, bucket_s=60.0, window_s=600.0,
+                                     min_history_s=120.0)
+    node = Node.objects.get(cluster=homelab, name="thinkcentre-beta")
+    pod = Workload.objects.get(node=node, name="database/postgres-0")
+    q = np.asarray(pod.request, dtype=np.float64)
+    cpu = [0.9, 0.2, 0.3, 0.8, 0.25, 0.2, 0.3, 0.2, 0.25, 0.2, 0.2, 0.3, 0.2, 0.25, 0.2, 0.2]
+    times = [T0 + 400.0 + 60.0 * k for k in range(len(cpu))]         # after grace, one a minute
+    for seq, (t, share) in enumerate(zip(times, cpu, strict=True)):
+        ingest(node, seq, [record(pod.name, t, cpu_mcpu=share * q[0], ram_bytes=0.5 * q[1])], now_s=t + 1)
+        estimation_run(shard=shard(node), now_s=t + 2, policy=policy)
+    usage = np.zeros((len(cpu), 8))
+    usage[:, 0] = np.array(cpu) * q[0]
+    usage[:, 1] = 0.5 * q[1]
+    pinned = np.zeros((1, 8), dtype=bool)
+    pinned[:, 2:] = True                                            # only cpu and ram measured
+    expected, _ = apply_samples(
+        Reservations(value=q[None, :].copy(), updated_s=np.array([T0 - 1000.0]), last_sample_s=np.array([-np.inf])),
+        workload=np.zeros(len(cpu), dtype=np.int64), time_s=np.array(times), usage=usage, request=q[None, :],
+        limit=np.array([pod.limit], dtype=np.float64), start_s=np.array([-np.inf]),
+        grace_s=np.array([policy.estimator.grace_s]), pinned=pinned, policy=policy.estimator)
+    stored = WorkloadReservation.objects.get(workload=pod)
+    assert stored.history is not None
+    np.testing.assert_allclose(stored.value[:2], expected.value[0, :2], rtol=1e-12)
+    # the 90th percentile of the last ten 1-minute peaks, × μ: the early 0.9 burst has left the window
+    assert stored.value[0] == pytest.approx(1.15 * np.percentile(usage[-11:-1, 0], 90), rel=1e-9)
+
+
+def test_the_node_page_says_which_predictor_serves_each_workload_and_why(homelab, client) -> None:
+    from django.contrib.auth.models import User
+
+    from kalena_engine.policy_file import PolicyDocument
+    from kalena_web.policy.services import policy_version_create
+
+    policy = Policy().with_estimator(predictor="percentile", bucket_s=60.0, window_s=600.0, min_history_s=300.0)
+    policy_version_create(cluster=homelab, document=PolicyDocument(policy=policy), user="op")
+    node = Node.objects.get(cluster=homelab, name="thinkcentre-beta")
+    pod = Workload.objects.get(node=node, name="database/postgres-0")
+    client.force_login(User.objects.create_user("op", password="x" * 12))
+
+    def predictor_cell() -> str:
+        page = client.get(f"/live/{homelab.name}/nodes/{node.name}/").content.decode()
+        row = page[page.index(f'data-workload="{pod.name}"'):]
+        return row[row.index("data-predictor="):row.index("</tr>")]
+
+    for seq in range(8):                                            # one sample a minute, a pass after each
+        t = T0 + 400.0 + 60.0 * seq
+        ingest(node, seq, [record(pod.name, t, cpu_mcpu=0.3 * pod.request[0], ram_bytes=0.5 * pod.request[1])],
+               now_s=t + 1)
+        estimation_run(shard=shard(node), now_s=t + 2)              # the cluster's saved policy
+        if seq == 2:
+            assert "too little history for percentile: 2 of 5 min" in predictor_cell()
+    assert 'data-predictor="percentile"' in predictor_cell()

@@ -1,0 +1,218 @@
+"""Peak predictors (DESIGN §5 predictors): each member's worked example, the bounds every
+member keeps, the policy keys that select them, and the per-workload choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kalena_engine.errors import PolicyError
+from kalena_engine.estimator import concat, initial_reservations, pinned_mask, take, update_reservations
+from kalena_engine.policy import EstimatorPolicy, Policy
+from kalena_engine.policy_file import parse_policy_text, policy_with_sections
+from kalena_engine.predictors import (
+    choose, max_peak, nsigma_peak, percentile_peak, periodic_peak, prediction_cost,
+)
+from kalena_engine.resources import CPU, ir_vector, to_ir
+
+PEAKS = np.array([1.0, 2.0, 3.0, 4.0, 10.0])[None, :, None]
+
+
+def _diurnal(days: int, spike_hour: int = 0, spikes: tuple[float, ...] = (2.0, 4.0)) -> np.ndarray:
+    hourly = np.ones((1, 24 * days, 1))
+    for d, value in enumerate(spikes):
+        hourly[0, 24 * d + spike_hour] = value
+    return hourly
+
+
+# The docstrings' worked examples, the same numbers.
+@pytest.mark.parametrize(("name", "compute", "expected"), [
+    ("percentile p90 of 1,2,3,4,10", lambda: percentile_peak(PEAKS, 90), 7.6),
+    ("percentile p50 of 1,2,3,4,10", lambda: percentile_peak(PEAKS, 50), 3.0),
+    ("2-sigma of 1,2,3,4,10", lambda: nsigma_peak(PEAKS, 2.0), 4 + 2 * np.sqrt(10)),
+    ("periodic, all 12 harmonics = same-hour mean", lambda: periodic_peak(_diurnal(2), 12), 3.0),
+    ("periodic, 1 harmonic", lambda: periodic_peak(_diurnal(2), 1), 52 / 48 + 2 * 4 / 48),
+    ("periodic, 3 harmonics", lambda: periodic_peak(_diurnal(2), 3), 52 / 48 + 6 * 4 / 48),
+    ("periodic, 1 harmonic, an hour ahead too", lambda: periodic_peak(_diurnal(2), 1, ahead=1), 1.25),
+    ("periodic, the hour ahead is the spike", lambda: periodic_peak(_diurnal(2, spike_hour=1), 12, ahead=1), 3.0),
+    ("max of 7.6, 10.325, nan", lambda: max_peak([np.array([[7.6]]), np.array([[10.325]]), np.array([[np.nan]])]),
+     10.325),
+    ("cost under-predicted 4 vs 5", lambda: prediction_cost(np.array(4.0), np.array(5.0), 10, 1), 10.0),
+    ("cost over-predicted 6 vs 5", lambda: prediction_cost(np.array(6.0), np.array(5.0), 10, 1), 1.0),
+])
+def test_worked_examples(name: str, compute, expected: float) -> None:
+    assert float(np.asarray(compute()).ravel()[0]) == pytest.approx(expected, abs=1e-3), name
+
+
+def test_too_little_history_is_nan_so_the_conservative_member_serves() -> None:
+    two = np.array([[5.0, np.nan, 6.0, np.nan]])[:, :, None]
+    assert np.isnan(percentile_peak(two, 99, min_buckets=3)).all()
+    assert np.isnan(nsigma_peak(two[:, :1], 3)).all()               # σ needs two buckets
+    half_day = np.full((1, 24, 1), np.nan)
+    half_day[0, :12] = 1.0
+    assert np.isnan(periodic_peak(half_day, 3)).all()              # fewer than 24 hours
+
+
+def test_vectorised_rows_are_independent() -> None:
+    peaks = np.stack([PEAKS[0], PEAKS[0] * 2, np.full_like(PEAKS[0], np.nan)])
+    out = percentile_peak(peaks, 90)
+    assert out[:, 0] == pytest.approx([7.6, 15.2, np.nan], nan_ok=True)
+
+
+def test_choose_switches_only_past_the_hysteresis() -> None:
+    cost = np.array([[10.0, 9.5, 3.0], [10.0, 9.5, 9.6]])[:, :, None]
+    current = np.zeros((2, 1), dtype=np.int64)
+    assert choose(cost, current, 0.1)[:, 0].tolist() == [2, 0]
+
+
+# -- inside the estimator: the bounds of DESIGN §5 hold for every predictor --------------------
+
+def _run(policy: EstimatorPolicy, usage: np.ndarray, step_s: float = 60.0, request: float = 10.0,
+         limit: float = 12.0) -> np.ndarray:
+    """cpu reservation (cores) after each sample of a single workload started at t = 0."""
+    q = ir_vector(cpu=request)[None, :]
+    L = ir_vector(cpu=limit)[None, :]
+    state = initial_reservations(q, np.zeros(1))
+    out = []
+    for i, u in enumerate(usage):
+        state = update_reservations(
+            state, request=q, limit=L, usage=ir_vector(cpu=float(u))[None, :], sampled=np.array([True]),
+            now_s=i * step_s, start_s=np.zeros(1), grace_s=np.array([policy.grace_s]),
+            pinned=pinned_mask(np.array([False])), policy=policy)
+        out.append(to_ir(state.value[0])[CPU])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("predictor", ["percentile", "nsigma", "periodic", "max", "auto"])
+def test_every_predictor_keeps_the_bounds(predictor: str) -> None:
+    policy = EstimatorPolicy(predictor=predictor, window_s=1800.0, min_history_s=600.0)
+    rng = np.random.default_rng(0)
+    usage = np.clip(2.0 + rng.normal(0.0, 0.3, 300), 0.0, None)   # 5 h of 1-min samples
+    usage[200] = 20.0                                              # one sample far above the limit
+    r = _run(policy, usage)
+    asym = _run(EstimatorPolicy(), usage)
+    assert (r[:5] >= 10.0).all()                                   # grace: never below the request
+    assert (r <= 12.0 + 1e-9).all()                                # never above the limit
+    assert r[200] == pytest.approx(12.0)                           # rise at once (to L here)
+    assert (r >= np.minimum(12.0, 1.15 * usage) - 1e-9).all()      # never below μ · usage
+    # too little history (two closed 5-min buckets, i.e. before t = 600 s): the asymmetric rule
+    np.testing.assert_allclose(r[:10], asym[:10])
+
+
+def test_percentile_predictor_releases_more_than_the_slow_decay_and_policy_round_trips() -> None:
+    usage = np.r_[np.full(60, 8.0), np.full(240, 2.0)]              # a burst, then steady 2 cores
+    pct = _run(EstimatorPolicy(predictor="percentile", percentile=95, window_s=1800.0, min_history_s=600.0),
+               usage)
+    asym = _run(EstimatorPolicy(), usage)
+    # 40 min after the burst ends the percentile window (30 min) no longer holds it
+    assert pct[100] == pytest.approx(1.15 * 2.0)
+    assert asym[100] > pct[100]
+
+
+def test_auto_picks_the_periodic_member_on_a_diurnal_workload() -> None:
+    t = np.arange((3 * 24 + 12) * 12) * 300.0                     # 3.5 days of 5-min samples
+    usage = 2.0 + 3.0 * (((t // 3600) % 24) >= 12)                # 2 cores until noon, 5 after
+    policy = EstimatorPolicy(predictor="auto", window_s=3600.0, min_history_s=1800.0, periodic_days=2,
+                             periodic_harmonics=12, members=("asymmetric", "percentile", "periodic"))
+    q = ir_vector(cpu=10.0)[None, :]
+    state = initial_reservations(q, np.zeros(1))
+    served = []
+    for ts, u in zip(t, usage, strict=True):
+        state = update_reservations(
+            state, request=q, limit=q, usage=ir_vector(cpu=float(u))[None, :], sampled=np.array([True]),
+            now_s=ts, start_s=np.zeros(1), grace_s=np.array([300.0]), pinned=pinned_mask(np.array([False])),
+            policy=policy)
+        served.append(to_ir(state.value[0])[CPU])
+    assert policy.members[int(state.history.chosen[0, CPU])] == "periodic"
+    day4 = 3 * 24 * 12
+    # 00:55 on day 4: the evening's 5 cores are gone; the look-back window would still hold them
+    assert served[day4 + 11] == pytest.approx(1.15 * 2.0)
+    # 11:55: the noon rise is reserved before it arrives (the next hour is covered)
+    assert served[-1] == pytest.approx(1.15 * 5.0)
+
+
+def test_take_and_concat_keep_each_workloads_history() -> None:
+    policy = EstimatorPolicy(predictor="percentile", window_s=1800.0, min_history_s=600.0)
+    q = np.stack([ir_vector(cpu=10.0), ir_vector(cpu=4.0)])
+    state = initial_reservations(q, np.zeros(2))
+    for i in range(40):
+        state = update_reservations(state, request=q, limit=q, usage=q * 0.1, sampled=np.ones(2, dtype=bool),
+                                    now_s=i * 60.0, start_s=np.zeros(2), grace_s=np.full(2, 300.0),
+                                    pinned=pinned_mask(np.zeros(2, dtype=bool)), policy=policy)
+    second = take(state, np.array([1]))
+    assert second.history.peaks.shape[0] == 1
+    np.testing.assert_array_equal(second.history.peaks[0], state.history.peaks[1])
+    joined = concat(second, initial_reservations(q[:1], np.zeros(1)))
+    assert len(joined.history) == 2 and np.isnan(joined.history.peaks[1]).all()
+
+
+def test_default_policy_carries_no_history() -> None:
+    q = ir_vector(cpu=10.0)[None, :]
+    state = update_reservations(initial_reservations(q, np.zeros(1)), request=q, limit=q, usage=q * 0.5,
+                                sampled=np.array([True]), now_s=10.0, start_s=np.zeros(1),
+                                grace_s=np.array([300.0]), pinned=pinned_mask(np.array([False])),
+                                policy=EstimatorPolicy())
+    assert state.history is None
+
+
+@pytest.mark.parametrize(("spec", "key"), [
+    ({"predictor": "oracle"}, "estimator.predictor"),
+    ({"window_s": 30}, "estimator.window_s"),
+    ({"window_s": 8 * 86400}, "estimator.window_s"),
+    ({"percentile": 101}, "estimator.percentile"),
+    ({"periodic_days": 0}, "estimator.periodic_days"),
+    ({"members": ["percentile", "magic"]}, "estimator.members[1]"),
+])
+def test_policy_refuses_unknown_predictor_or_out_of_range_window_naming_the_key(spec: dict, key: str) -> None:
+    with pytest.raises(PolicyError) as err:
+        policy_with_sections(Policy(), {"estimator": spec})
+    assert key in str(err.value)
+
+
+def test_policy_file_selects_the_predictor_and_its_parameters() -> None:
+    doc = parse_policy_text(
+        "apiVersion: kalena.naughtian.io/v1\nkind: Policy\nspec:\n  estimator:\n    predictor: max\n"
+        "    percentile: 95\n    n_sigma: 2\n    members: [percentile, nsigma]\n", source="p.yaml")
+    est = doc.policy.estimator
+    assert (est.predictor, est.percentile, est.n_sigma, est.members) == ("max", 95.0, 2.0, ("percentile", "nsigma"))
+
+
+def test_stored_history_reads_back_and_a_changed_policy_starts_empty() -> None:
+    from kalena_engine.predictors import empty_history, pack_rows, unpack_rows
+
+    policy = EstimatorPolicy(predictor="auto")
+    history = empty_history(np.ones((2, 8)), policy)
+    history.peaks[1, 5, CPU] = 7.0
+    history.chosen[1, CPU] = 2
+    history.bucket[1] = 99
+    blobs = pack_rows(history, np.array([0, 1]))
+    back = unpack_rows([None, blobs[1]], np.zeros((2, 8)), policy)
+    assert (back.peaks[1, 5, CPU], back.chosen[1, CPU], back.bucket[1]) == (7.0, 2, 99)
+    assert back.asym[0, CPU] == 0.0 and back.bucket[0] == -1          # no bytes: empty, stored r
+    other = unpack_rows([blobs[1]], np.full((1, 8), 3.0), EstimatorPolicy(predictor="auto", window_s=3600.0))
+    assert other.bucket[0] == -1 and other.asym[0, CPU] == 3.0         # another window: empty
+
+
+def test_percentile_equals_numpys_on_windows_with_gaps() -> None:
+    rng = np.random.default_rng(1)
+    peaks = rng.random((50, 13, 8))
+    peaks[rng.random(peaks.shape) < 0.3] = np.nan
+    for p in (0.0, 37.5, 90.0, 99.0, 100.0):
+        np.testing.assert_allclose(percentile_peak(peaks, p), np.nanpercentile(peaks, p, axis=1), atol=1e-12)
+
+
+def test_explain_says_which_member_serves_and_why() -> None:
+    from kalena_engine.predictors import explain
+
+    assert explain(None, 0, CPU, EstimatorPolicy()) == ("asymmetric", "the policy's predictor")
+    policy = EstimatorPolicy(predictor="percentile", window_s=1800.0, min_history_s=600.0)
+    q = ir_vector(cpu=10.0)[None, :]
+    state = initial_reservations(q, np.zeros(1))
+    said = []
+    for i in range(12):                                              # 1-min samples: 5-min buckets close at 5, 10
+        state = update_reservations(state, request=q, limit=q, usage=q * 0.2, sampled=np.array([True]),
+                                    now_s=i * 60.0, start_s=np.zeros(1), grace_s=np.array([300.0]),
+                                    pinned=pinned_mask(np.array([False])), policy=policy)
+        said.append(explain(state.history, 0, CPU, policy))
+    assert said[6] == ("asymmetric", "too little history for percentile: 5 of 10 min")
+    assert said[11] == ("percentile", "the policy's predictor")
