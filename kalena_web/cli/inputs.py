@@ -116,8 +116,9 @@ def load_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayInp
                "same_events": data_path(args.batch_trace) == data_path(args.google_events)}
     use = not getattr(args, "no_input_cache", False)
     key = input_cache.input_key(input_files(args), options) if use and input_cache.enabled() else ""
-    inputs, _ = input_cache.cached(key, lambda: _read_inputs(args, progress=progress), use=use)
-    warn_unresolved(inputs.workloads)
+    inputs, how = input_cache.cached(key, lambda: _read_inputs(args, progress=progress), use=use)
+    if how == "hit":   # a fresh read warned as it read the workloads (before a blueprint could refuse them)
+        warn_unresolved(inputs.workloads)
     return inputs  # type: ignore[return-value]
 
 
@@ -130,6 +131,7 @@ def _read_inputs(args: argparse.Namespace, *, progress: bool = True) -> ReplayIn
     if cluster is None:
         infra = load_infrastructure(data_path(args.infra))
         workloads = load_workloads(data_path(args.workloads))
+        warn_unresolved(workloads)
         blueprint = load_blueprint(data_path(args.blueprint), workloads)
     else:
         infra, workloads, gpu_batch, _ = load_gpu_cluster(data_path(cluster))

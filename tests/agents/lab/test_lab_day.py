@@ -209,6 +209,21 @@ def test_play_submits_the_schedule_and_kalena_binds_batch_in_reclaimed_capacity_
     assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in succeeded}.items() <= shown.items()
 
 
+def test_production_and_daemonset_pods_never_restart_over_the_day(lab) -> None:
+    """Usage that reaches a pod's limit in the trace runs at the limit: no OOM kill, no crash loop."""
+    restarted = []
+    for pod in lab.pods():
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(SLICE_LABEL) != lab.name or labels.get("kalena.naughtian.io/tier") == "batch":
+            continue
+        for c in pod["status"].get("containerStatuses") or []:
+            waiting = (c.get("state") or {}).get("waiting") or {}
+            if c.get("restartCount", 0) or waiting.get("reason") in ("CrashLoopBackOff", "StartError"):
+                restarted.append((pod["metadata"]["name"], c.get("restartCount"), waiting.get("reason"),
+                                  ((c.get("lastState") or {}).get("terminated") or {}).get("reason")))
+    assert restarted == []
+
+
 def test_down_leaves_nothing_behind(lab) -> None:
     state = lab.state
     down = lab.cli("down")
