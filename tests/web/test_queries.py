@@ -16,7 +16,8 @@ from kalena_web.ledger.models import NodeLedger
 pytestmark = pytest.mark.django_db
 
 #: Upper bounds per page (session and user lookups included).
-MAX_QUERIES = {"runs": 3, "overview": 8, "node": 8, "task": 7, "batch": 5, "compare": 4}
+# each budget includes the one query of the open re-plan banner every logged-in page renders
+MAX_QUERIES = {"runs": 4, "overview": 9, "node": 9, "task": 8, "batch": 6, "compare": 5}
 
 
 def _queries(client, url: str) -> int:
