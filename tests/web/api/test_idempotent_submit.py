@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
 from kalena_web.policy.models import AuditEntry
@@ -21,7 +21,11 @@ SPEC = {"name": "batch/retry-0", "owner": "nightly", "request": {"cpu": "250m", 
 @pytest.fixture
 def operator(live) -> Client:
     user = User.objects.create_user("op-retry", password="x" * 12)
-    user.groups.add(Group.objects.get(name="operator"))
+    # the role comes from a data migration; a transactional test run earlier empties the tables
+    # (the flush recreates permissions, not groups), so make sure it is there with its permission
+    group, _ = Group.objects.get_or_create(name="operator")
+    group.permissions.add(Permission.objects.get(content_type__app_label="scheduling", codename="operate_batch"))
+    user.groups.add(group)
     client = Client(raise_request_exception=False)
     client.force_login(user)
     return client
