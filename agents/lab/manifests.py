@@ -221,11 +221,14 @@ class _Deriver:
 
     def value(self, text: str) -> str:
         """A value with the network and path substitutions applied."""
-        text = _SVC.sub(self.service, text)
+        # the pod's own addresses first, as whole addresses: a Service's lab address (127.0.0.101 on
+        # the default subnet) must not be taken for the pod's 127.0.0.1
         for own in ("0.0.0.0", "127.0.0.1"):  # noqa: S104 - the pod's own addresses, named as written
-            if own in text:
-                text = text.replace(own, self.placement.address)
+            pattern = re.compile(r"(?<![\d.])" + re.escape(own) + r"(?![\d])")
+            if pattern.search(text):
+                text = pattern.sub(self.placement.address, text)
                 self.note(f"pod address {own} → {self.placement.address}")
+        text = _SVC.sub(self.service, text)
         for mount in sorted(self.mounts, key=len, reverse=True):
             if text == mount or text.startswith(mount + "/") or ("=" + mount) in text:
                 local = self.mounts[mount]
