@@ -88,7 +88,7 @@ class SchedulerCache:
     def _node_rows(self) -> list[NodeRow]:
         """Every node in row order, read whole only where its key moved (module doc)."""
         keys = selectors.node_row_keys(cluster=self.cluster)
-        moved = [node_id for node_id, key in keys if self._nodes.get(node_id, ("",))[0] != key]
+        moved = [node_id for node_id, key in keys if not key or self._nodes.get(node_id, ("",))[0] != key]
         if moved:
             fresh = {r.id: r for r in selectors.node_rows(cluster=self.cluster, ids=moved)}
             self.nodes_read += len(fresh)

@@ -49,10 +49,15 @@ _NODE_COLUMNS = ("id", "name", "zone", "rack", "labels", "taints", "takes_batch"
 def node_row_keys(*, cluster: Cluster) -> list[tuple[int, str]]:
     """``(node id, key)`` of every node of ``cluster`` in row order (1 query): the key is an MD5
     the database computes over every column :func:`node_rows` reads, so a node whose key is
-    unchanged reads as the same :class:`NodeRow` (the scheduler's cache re-reads only the others)."""
+    unchanged reads as the same :class:`NodeRow` (the scheduler's cache re-reads only the others).
+    On SQLite (the embedded default, for small clusters) the key is ``""`` — its parser cannot
+    take the nested concatenation of every column — and every node is read whole each pass."""
+    from django.db import connection
     from django.db.models import Value
     from django.db.models.functions import MD5, Coalesce, Concat
 
+    if connection.vendor != "postgresql":
+        return [(i, "") for i in Node.objects.filter(cluster=cluster).order_by("row").values_list("id", flat=True)]
     text = TextField()
     parts = []
     for column in _NODE_COLUMNS[1:]:
