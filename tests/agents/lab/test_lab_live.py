@@ -175,10 +175,11 @@ def test_batch_submitted_to_the_labs_console_runs_inside_the_node_it_was_bound_t
     env.update(lab["state"]["console"]["env"])
     submit = subprocess.run([sys.executable, "-m", "kalena_web.cli", "batch", "submit", lab["name"], "batch/sleeper-0",
                              "--request", "cpu=50m,ram=16Mi", "--limit", "cpu=100m,ram=32Mi", "--image",
-                             "kalena/busybox:test", "--command", "sleep 120"], cwd=PROJECT_ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+                             "kalena/busybox:test", "--command", "sleep 120", "-o", "json"], cwd=PROJECT_ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
     assert submit.returncode == 0, submit.stdout + submit.stderr
-    node = next(n for n in lab["state"]["nodes"] if f"bound on {n['name']}" in submit.stdout)
+    bound = json.loads(submit.stdout)["node"]     # the embedded console places it as the submit commits
+    node = next(n for n in lab["state"]["nodes"] if n["name"] == bound)
     client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=60)
 
     def running():
