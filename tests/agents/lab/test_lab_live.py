@@ -257,6 +257,18 @@ def test_a_nodes_agent_port_in_use_names_the_subnet_not_the_console_port(state_d
     assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
 
 
+def test_a_redis_that_does_not_answer_is_refused_before_anything_starts(state_dir: Path) -> None:
+    # else `up` says "up" while the workers and beat retry a broker that is not there
+    name = f"lt{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    result = kalena_lab("up", "--orchestrator", "kubernetes", "--no-slice", "--nodes", "1", "--cpu-m", "100",
+                        "--memory-mib", "64", "--name", name, "--redis-url", f"redis://127.0.0.1:{port}/0",
+                        "--state-dir", str(state_dir))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--redis-url: Redis at redis://127.0.0.1:{port}/0 does not answer" in result.stderr, result.stderr
+    assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
+
+
 def test_a_start_that_fails_half_way_stops_what_it_started(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
     (state_dir / "nodes").mkdir()

@@ -190,7 +190,7 @@ def test_kubernetes_mode_without_redis_or_kubectl_is_refused_before_anything_sta
                                operator=lambda env, name: None)
     assert refused.value.field == "--redis-url"
     with pytest.raises(LabError, match="Debian's kubectl is not at"):
-        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "s", database_url="", redis_url="redis://x/0",
+        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "s", database_url="", redis_url=os.environ.get("KALENA_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"),
                                operator=lambda env, name: None, kubectl_path=tmp_path / "no-kubectl")
     assert not (tmp_path / "s" / "lab.json").exists()
     assert not (Path("/sys/fs/cgroup/cpu") / plan.root).exists()
