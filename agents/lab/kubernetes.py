@@ -629,6 +629,7 @@ def _materialise(p: Process, api: str, tokens: dict[str, str]) -> None:
     for word in p.argv:
         value = word.partition("=")[2] or word
         if value.startswith(p.directory) and not Path(value).suffix and value not in p.files and \
+                not value.startswith(f"{p.directory}/fs/tmp/") and \
                 not Path(value).exists():
             Path(value).mkdir(parents=True, exist_ok=True)
     if "KUBECONFIG" in p.env:

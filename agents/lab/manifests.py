@@ -226,11 +226,19 @@ class _Deriver:
             if own in text:
                 text = text.replace(own, self.placement.address)
                 self.note(f"pod address {own} → {self.placement.address}")
+        written = text
         for mount in sorted(self.mounts, key=len, reverse=True):
             if text == mount or text.startswith(mount + "/") or ("=" + mount) in text:
                 local = self.mounts[mount]
                 text = text.replace(mount, local)
                 self.note(f"mount {mount} → {local}")
+        if text != written:
+            return text
+        flag, eq, path = text.rpartition("=") if text.startswith("--") else ("", "", text)
+        if path.startswith("/tmp/"):  # the image's own /tmp (e.g. beat's --schedule): the process's
+            local = self.placement.directory + "/fs" + path
+            self.note(f"image path {path} → {local}")
+            return flag + eq + local
         return text
 
     def where(self) -> str:
