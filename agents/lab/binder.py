@@ -10,6 +10,7 @@ server's Binding (``POST pods/<name>/binding``, as kube-scheduler binds):
 * any other production pod (a Deployment's replica, a bare pod) → among the nodes its
   ``nodeSelector`` / required node affinity allows, the one where the blueprint holds the most
   pods of its workload not yet bound there (``placement.json`` ``workloads[].nodes``);
+* a cordoned node (``kubectl cordon`` / ``drain``) gets no new pod: the pod stays Pending;
 * a pod the blueprint gives no node, batch (``schedulerName: kalena``: Kalena places it) and any
   pod outside the slice (no ``lab.kalena.naughtian.io/slice`` label naming the lab) is left alone.
 
@@ -55,12 +56,15 @@ def allowed_nodes(pod: dict[str, Any]) -> set[str] | None:
     return allowed
 
 
-def choose_nodes(pods: list[dict[str, Any]], placement: dict[str, Any], lab: str) -> list[tuple[dict, str]]:
+def choose_nodes(pods: list[dict[str, Any]], placement: dict[str, Any], lab: str,
+                 unschedulable: set[str] | frozenset[str] = frozenset()) -> list[tuple[dict, str]]:
     """The bindings to make: ``[(pod, node)]`` for every pending production pod of the slice.
 
     ``pods`` is the API server's pod list (every namespace); ``placement`` the slice's
-    ``placement.json``. Counts already bound are taken into account, so a pod replaced by its
-    controller goes back where the blueprint holds a place for it.
+    ``placement.json``; ``unschedulable`` the cordoned nodes (``spec.unschedulable``), which get no
+    new pod, as kube-scheduler's NodeUnschedulable filter (the pod stays Pending). Counts already
+    bound are taken into account, so a pod replaced by its controller goes back where the
+    blueprint holds a place for it.
     """
     want: dict[tuple[str, str], Counter] = {}
     kinds: dict[tuple[str, str], str] = {}
@@ -100,9 +104,9 @@ def choose_nodes(pods: list[dict[str, Any]], placement: dict[str, Any], lab: str
         if node is None:
             have = bound.setdefault(key, Counter())
             room = [(want[key][n] - have[n], n) for n in sorted(want[key]) if allowed is None or n in allowed]
-            room = [r for r in room if r[0] > 0]
+            room = [r for r in room if r[0] > 0 and r[1] not in unschedulable]
             node = max(room, key=lambda r: (r[0], [-ord(c) for c in r[1]]))[1] if room else None
-        if node is None or (allowed is not None and node not in allowed):
+        if node is None or node in unschedulable or (allowed is not None and node not in allowed):
             continue
         bound.setdefault(key, Counter())[node] += 1
         out.append((pod, node))
@@ -122,8 +126,10 @@ def _request(url: str, method: str = "GET", body: Any = None, token: str = "") -
 def bind_once(api: str, placement: dict[str, Any], lab: str, say=print) -> int:
     """List the pods, bind every pending production pod of the slice; returns how many were bound."""
     pods = _request(f"{api}/api/v1/pods").get("items") or []
+    cordoned = {(n.get("metadata") or {}).get("name") for n in _request(f"{api}/api/v1/nodes").get("items") or []
+                if (n.get("spec") or {}).get("unschedulable")}
     done = 0
-    for pod, node in choose_nodes(pods, placement, lab):
+    for pod, node in choose_nodes(pods, placement, lab, unschedulable=cordoned):
         meta = pod["metadata"]
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}

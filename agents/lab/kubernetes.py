@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from agents.lab import kubelets
 from agents.lab import nodes as machinery
 from agents.lab.budget import LabPlan
@@ -278,6 +280,18 @@ def preflight_kubernetes(plan: LabPlan, *, state_dir: Path, kubectl_path: Path) 
                        accepted="free ports (another --subnet, or stop what listens there)")
 
 
+def _redis_answers(redis_url: str) -> None:
+    """Refuse, before anything starts, a Redis that does not answer PING (else the lab comes up
+    with workers and beat retrying a broker that is not there). The message names the URL
+    without its credentials."""
+    try:
+        redis.Redis.from_url(redis_url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except (redis.RedisError, ValueError, OSError) as exc:
+        shown = re.sub(r"//[^/@]*@", "//", redis_url)
+        raise LabError(f"Redis at {shown} does not answer ({exc})", source="kalena lab up --orchestrator kubernetes",
+                       field="--redis-url", accepted="a reachable redis://HOST:PORT/DB") from None
+
+
 def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redis_url: str,
                       operator: Callable[[dict[str, str], str], None], manifests: Sequence[Path] = (),
                       deploy_files: Sequence[Path] = DEPLOY_FILES, admission_file: Path = ADMISSION_FILE,
@@ -297,6 +311,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
     if not redis_url:
         raise LabError("no Redis URL", source="kalena lab up --orchestrator kubernetes", field="--redis-url",
                        accepted="redis://HOST:PORT/DB (the control plane's workers and beat need a broker)")
+    _redis_answers(redis_url)
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     preflight_kubernetes(plan, state_dir=state_dir, kubectl_path=kubectl_path)
@@ -614,6 +629,7 @@ def _materialise(p: Process, api: str, tokens: dict[str, str]) -> None:
     for word in p.argv:
         value = word.partition("=")[2] or word
         if value.startswith(p.directory) and not Path(value).suffix and value not in p.files and \
+                not value.startswith(f"{p.directory}/fs/tmp/") and \
                 not Path(value).exists():
             Path(value).mkdir(parents=True, exist_ok=True)
     if "KUBECONFIG" in p.env:

@@ -79,9 +79,12 @@ def preflight(plan: LabPlan, *, state_dir: Path, console_port: int, orchestrator
     if orchestrator == "swarm":
         busy += [f"{n.address}:{swarm.SWARM_PORT} (swarm of {n.name})" for n in plan.nodes
                  if not port_free(n.address, swarm.SWARM_PORT)]
-    if busy:
-        raise LabError(f"port(s) in use: {', '.join(busy)}", source="kalena lab up", field="--console-port",
+    if busy == [f"{host}:{console_port} (console)"]:
+        raise LabError(f"port(s) in use: {busy[0]}", source="kalena lab up", field="--console-port",
                        accepted="free ports (stop what listens there, or choose another --console-port)")
+    if busy:  # a node's port: the subnet's addresses are taken (another lab on it?)
+        raise LabError(f"port(s) in use: {', '.join(busy)}", source="kalena lab up", field="--subnet",
+                       accepted="free ports (stop what listens there, or choose another --subnet)")
 
 
 def _node_record(node: NodePlan, state_dir: Path) -> dict[str, Any]:

@@ -229,11 +229,19 @@ class _Deriver:
                 text = pattern.sub(self.placement.address, text)
                 self.note(f"pod address {own} → {self.placement.address}")
         text = _SVC.sub(self.service, text)
+        written = text
         for mount in sorted(self.mounts, key=len, reverse=True):
             if text == mount or text.startswith(mount + "/") or ("=" + mount) in text:
                 local = self.mounts[mount]
                 text = text.replace(mount, local)
                 self.note(f"mount {mount} → {local}")
+        if text != written:
+            return text
+        flag, eq, path = text.rpartition("=") if text.startswith("--") else ("", "", text)
+        if path.startswith("/tmp/"):  # the image's own /tmp (e.g. beat's --schedule): the process's
+            local = self.placement.directory + "/fs" + path
+            self.note(f"image path {path} → {local}")
+            return flag + eq + local
         return text
 
     def where(self) -> str:

@@ -19,7 +19,8 @@ NOTICE_EVERY_S = 60.0  # at most one FailedScheduling event per pod per minute (
 def pending_message(record: Mapping[str, Any]) -> str:
     """kube-scheduler's FailedScheduling wording from a why-pending record:
     ``0/186 nodes are available: 150 Insufficient cpu slack, 36 node not ready.``"""
-    labels = {"no_nodes": "no nodes", "node_selector": "node(s) didn't match Pod's node affinity/selector"}
+    labels = {"no_nodes": "no nodes", "node_selector": "node(s) didn't match Pod's node affinity/selector",
+              "kubelet_allocatable": "node(s) whose published batch allocatable is not raised yet"}
     parts = []
     for reason, count in sorted((record.get("excluded") or {}).items(), key=lambda kv: (-kv[1], kv[0])):
         label = f"Insufficient {reason} slack" if reason in DIM_INDEX else labels.get(reason, reason.replace("_", " "))

@@ -175,3 +175,10 @@ def test_the_publish_loop_runs_only_for_kubernetes(live, api, settings, tmp_path
         k8s.Configuration.set_default(default)  # load_kube_config set the process-wide default
     assert PublishedBatch.objects.filter(node__cluster=live).count() == 3
     assert all("kalena.naughtian.io/batch-cpu" in api.get("nodes", n)["status"]["allocatable"] for n in NODES)
+
+
+def test_failed_scheduling_names_a_node_whose_published_allocatable_lags_in_words() -> None:
+    # `kubectl get events` shows this text: "1 kubelet allocatable" said nothing to an operator
+    record = {"nodes_total": 2, "excluded": {"cpu": 1, "kubelet_allocatable": 1}}
+    assert pending_message(record) == ("0/2 nodes are available: 1 Insufficient cpu slack, "
+                                       "1 node(s) whose published batch allocatable is not raised yet.")

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agents.orchestrators.kubernetes.batch_resources import QuantityError, cpu_mcpu, memory_bytes
+from agents.orchestrators.kubernetes.batch_resources import RESOURCES_ANNOTATION, QuantityError, cpu_mcpu, memory_bytes
 
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
@@ -279,6 +279,18 @@ def within_limit(argv: list[str], memory_limit_bytes: float | None) -> list[str]
     return argv
 
 
+def _enforced_memory_limit(pod: Mapping[str, Any], container: str) -> float | None:
+    """A converted batch pod's memory limit for ``container`` (bytes), from the
+    ``kalena.naughtian.io/resources`` annotation Kalena's webhook writes and its agent enforces on
+    the pod's cgroup; None when absent or unreadable (the kubelet itself sets no limit then)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(RESOURCES_ANNOTATION)
+    try:
+        limit = json.loads(str(raw))["containers"][container]["limits"]["memory"]
+        return float(memory_bytes(limit, field=f"metadata.annotations.{RESOURCES_ANNOTATION}"))
+    except (TypeError, ValueError, KeyError, QuantityError):
+        return None
+
+
 def pod_plan(pod: Mapping[str, Any], *, memory_capacity_bytes: float) -> PodPlan:
     """The pod's cgroup values and container plans (module doc for each formula).
 
@@ -295,7 +307,7 @@ def pod_plan(pod: Mapping[str, Any], *, memory_capacity_bytes: float) -> PodPlan
         cpu_limits.append(limits.get("cpu"))
         memory_limits.append(limits.get("memory"))
         image, argv = container_command(pod, c)
-        argv = within_limit(argv, limits.get("memory"))
+        argv = within_limit(argv, limits.get("memory") or _enforced_memory_limit(pod, str(c.get("name") or "")))
         plans.append(ContainerPlan(
             name=str(c.get("name") or f"c{i}"), image=image, command=argv,
             cpu_shares=cpu_shares(requests.get("cpu", 0.0)), cpu_quota_us=cpu_quota_us(limits.get("cpu")),

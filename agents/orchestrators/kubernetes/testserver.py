@@ -90,6 +90,7 @@ from agents.orchestrators.kubernetes.testdiscovery import (
     OPENAPI_V2_PROTOBUF, SCALABLE, VERSION, api_group_list, api_resource_list, api_versions, rescale, scale_of,
     table, wants_table,
 )
+from agents.orchestrators.kubernetes.testkubelet import qos_class
 from agents.orchestrators.kubernetes.testobjects import node, pod
 from agents.orchestrators.kubernetes.teststore import (
     RESOURCES, APIError, Store, apply_patch, disruptions_allowed, field_matcher, label_matcher, now_rfc3339,
@@ -303,7 +304,7 @@ class TestAPIServer:
         spec.setdefault("terminationGracePeriodSeconds", 30)
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
-        status.setdefault("qosClass", "Burstable")
+        status.setdefault("qosClass", qos_class(obj))  # as kube-apiserver, after the webhooks
         return self.store.create("pods", obj)
 
     def _bind(self, key: str, body: dict) -> dict:

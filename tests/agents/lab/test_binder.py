@@ -50,3 +50,12 @@ def test_a_pod_is_never_bound_to_a_node_its_affinity_excludes() -> None:
     got = choose_nodes([pod("shop", "web-a", "web", nodes=("l-1",)), pod("shop", "web-b", "web", nodes=("l-1",))],
                        PLACEMENT, "l")
     assert [node for _, node in got] == ["l-1"]
+
+
+def test_a_cordoned_node_gets_no_new_pod_so_a_drain_is_not_undone() -> None:
+    # kube-scheduler's NodeUnschedulable filter: `kubectl drain` cordons the node, evicts its pods,
+    # and their replacements must not come straight back to it.
+    pods = [pod("data", "redis-cache-2", "redis-cache"), pod("shop", "web-a", "web"), pod("shop", "web-b", "web"),
+            pod("shop", "web-c", "web")]
+    got = sorted((p["metadata"]["name"], node) for p, node in choose_nodes(pods, PLACEMENT, "l", unschedulable={"l-2"}))
+    assert got == [("web-a", "l-1")]   # l-1's one place; redis-cache-2 and the other replicas stay Pending

@@ -144,3 +144,20 @@ def test_a_series_is_held_below_the_containers_memory_limit_by_the_burners_own_o
     assert within_limit([BURNER, "work", "100", "64", "30"], 32 * 2**20) == [BURNER, "work", "100", "29", "30"]
     assert within_limit(series, None) == series                     # no limit: the series as written
     assert within_limit(["sleep", "5"], 2**20) == ["sleep", "5"]    # not the burner: unchanged
+
+
+def test_a_converted_batch_pods_work_is_held_below_the_limit_kalenas_agent_enforces() -> None:
+    # the webhook moves the pod's limits into kalena.naughtian.io/resources (the agent enforces
+    # them on the pod's cgroup); work holding exactly that limit was OOM-killed for the burner's pages
+    from agents.lab.kubelet.spec import BURNER_OVERHEAD_MIB, pod_plan
+
+    extended = {"kalena.naughtian.io/batch-cpu": "66", "kalena.naughtian.io/batch-memory": "99614720"}
+    pod = {"metadata": {"annotations": {
+        "lab.kalena.naughtian.io/work": '{"cpu_m":66,"memory_mib":95,"duration_s":10.0}',
+        "kalena.naughtian.io/resources": json.dumps({"containers": {"work": {
+            "limits": {"cpu": "66m", "memory": "95Mi"}, "requests": {"cpu": "66m", "memory": "95Mi"}}}})}},
+        "spec": {"containers": [{"name": "work", "image": "kalena/busybox:test",
+                                 "resources": {"requests": extended, "limits": extended}}]}}
+    plan = pod_plan(pod, memory_capacity_bytes=512 * 2**20)
+    assert plan.qos == "BestEffort" and plan.containers[0].memory_limit_bytes == 0   # the kubelet sets none
+    assert plan.containers[0].command[3] == str(95 - BURNER_OVERHEAD_MIB)

@@ -242,6 +242,34 @@ def test_a_port_in_use_is_refused_and_starts_nothing(state_dir: Path) -> None:
     assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
 
 
+def test_a_nodes_agent_port_in_use_names_the_subnet_not_the_console_port(state_dir: Path) -> None:
+    # another lab (or anything) on this subnet holds node 1's agent port: a new --console-port
+    # cannot help, another --subnet does
+    name = f"lt{uuid.uuid4().hex[:6]}"
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind((f"{SUBNET}.2", 9640))
+        busy.listen()
+        result = kalena_lab("up", "--nodes", "1", "--cpu-m", "100", "--memory-mib", "64", "--name", name,
+                            "--console-port", str(free_port()), "--state-dir", str(state_dir))
+    assert result.returncode == 2
+    assert f"--subnet: port(s) in use: {SUBNET}.2:9640 (agent of {name}-1)" in result.stderr, result.stderr
+    assert "another --subnet" in result.stderr and "--console-port" not in result.stderr
+    assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
+
+
+def test_a_redis_that_does_not_answer_is_refused_before_anything_starts(state_dir: Path) -> None:
+    # else `up` says "up" while the workers and beat retry a broker that is not there
+    name = f"lt{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    result = kalena_lab("up", "--orchestrator", "kubernetes", "--no-slice", "--nodes", "1", "--cpu-m", "100",
+                        "--memory-mib", "64", "--name", name, "--redis-url", f"redis://127.0.0.1:{port}/0",
+                        "--state-dir", str(state_dir))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--redis-url: Redis at redis://127.0.0.1:{port}/0 does not answer" in result.stderr, result.stderr
+    assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
+
+
 def test_a_start_that_fails_half_way_stops_what_it_started(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
     (state_dir / "nodes").mkdir()

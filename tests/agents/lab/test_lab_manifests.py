@@ -126,6 +126,15 @@ def test_every_container_arg_and_env_of_the_deploy_files_reaches_its_process_or_
     assert any("replicas 2 → 1" in i for i in console.ignored)
 
 
+def test_beats_schedule_file_under_the_images_tmp_is_the_processs_own(tmp_path) -> None:
+    # the files' `--schedule=/tmp/celerybeat-schedule` is the container's own /tmp: as written on
+    # the host, every lab on the machine (and anything else) would share one schedule file
+    control, _, _ = _derive(tmp_path, kube.DEPLOY_FILES)
+    beat = next(p for p in control if p.workload.endswith(" kalena/kalena-beat"))
+    assert f"--schedule={beat.directory}/fs/tmp/celerybeat-schedule" in beat.argv
+    assert any("/tmp/celerybeat-schedule →" in s for s in beat.substitutions)
+
+
 def test_a_value_changed_in_a_copy_of_the_files_changes_the_process_started_from_it(tmp_path) -> None:
     copies = []
     for f in kube.DEPLOY_FILES:
@@ -190,7 +199,7 @@ def test_kubernetes_mode_without_redis_or_kubectl_is_refused_before_anything_sta
                                operator=lambda env, name: None)
     assert refused.value.field == "--redis-url"
     with pytest.raises(LabError, match="Debian's kubectl is not at"):
-        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "s", database_url="", redis_url="redis://x/0",
+        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "s", database_url="", redis_url=os.environ.get("KALENA_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"),
                                operator=lambda env, name: None, kubectl_path=tmp_path / "no-kubectl")
     assert not (tmp_path / "s" / "lab.json").exists()
     assert not (Path("/sys/fs/cgroup/cpu") / plan.root).exists()

@@ -208,3 +208,21 @@ def test_drop_and_expire_end_open_watches(api, core) -> None:
     api.expire_watches()
     t.join(timeout=20)
     assert got == ["ADDED", 410]
+
+
+def test_a_created_pods_qos_class_is_the_api_servers_from_its_cpu_and_memory(api, core) -> None:
+    # kube-apiserver sets status.qosClass on create, after the mutating webhooks: `kubectl describe
+    # pod` shows it while the pod is Pending. A pod converted to Kalena's extended resources alone
+    # is BestEffort; requests equal to limits are Guaranteed.
+    def make(name: str, resources: dict) -> str:
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "batch"},
+                "spec": {"containers": [{"name": "c", "image": "busybox", "resources": resources}]}}
+        core.create_namespaced_pod("batch", body)
+        return core.read_namespaced_pod(name, "batch").status.qos_class
+
+    same = {"cpu": "38m", "memory": "18Mi"}
+    assert make("guaranteed", {"requests": same, "limits": same}) == "Guaranteed"
+    assert make("burstable", {"requests": {"cpu": "10m"}}) == "Burstable"
+    assert make("besteffort", {}) == "BestEffort"
+    extended = {"kalena.naughtian.io/batch-cpu": "50", "kalena.naughtian.io/batch-memory": "16777216"}
+    assert make("converted", {"requests": extended, "limits": extended}) == "BestEffort"
