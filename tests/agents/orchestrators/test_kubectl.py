@@ -290,8 +290,9 @@ def test_the_deploy_files_apply_except_what_is_not_an_api_object_or_is_cert_mana
     applied = kubectl("apply", "-f", str(ROOT / "deploy" / "kubernetes"), ok=False)
     refused = {line.rsplit('no matches for kind "', 1)[1].split('"', 1)[0]
                for line in applied.stderr.splitlines() if "no matches for kind" in line}
-    # configuration files of kube-apiserver and kube-scheduler, and cert-manager's custom resources
-    assert refused <= {"AdmissionConfiguration", "Config", "KubeSchedulerConfiguration", "Issuer", "Certificate"}
+    # configuration files of kube-apiserver and kube-scheduler, kustomize's, and cert-manager's custom resources
+    assert refused <= {"AdmissionConfiguration", "Config", "KubeSchedulerConfiguration", "Issuer", "Certificate",
+                       "Kustomization"}
     assert [line for line in applied.stderr.splitlines() if "no matches for kind" not in line] == []
     created = [line for line in applied.stdout.splitlines() if line.endswith(" created")]
     assert "namespace/kalena created" in created
