@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,10 @@ def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
                     help="kubernetes: the control plane's Redis (Celery broker, channel layer; default $REDIS_URL)")
     up.add_argument("--manifests", nargs="*", type=Path, default=[], metavar="FILE",
                     help="kubernetes: more manifests applied after the deploy files (production, batch)")
+    up.add_argument("--policy", type=Path, default=None, metavar="FILE",
+                    help="kubernetes: a policy file (docs/policy.md) saved as the live cluster's policy before "
+                         "anything is scheduled — a short day wants short time constants, e.g. "
+                         "`estimator: {grace_s: 10, half_life_s: 20}` (checked before anything starts)")
     day = up.add_argument_group("kubernetes: the slice the lab loads (docs/lab.md \"The slice in the lab\")")
     day.add_argument("--no-slice", action="store_true",
                      help="an empty lab: no blueprint slice, no production, no batch schedule")
@@ -78,12 +83,44 @@ def import_step(ir_dir: Path):
     return step
 
 
+def policy_step(step, policy_text: str, source: str):
+    """``step`` (the operator's step), then ``policy_text`` saved as the live cluster's policy
+    (a version by ``kalena lab``), in the migrated database, before the scheduler acts."""
+    def both(env: dict[str, str], cluster: str) -> None:
+        step(env, cluster)
+        code = ("import sys\nimport django\ndjango.setup()\n"
+                "from kalena_engine.policy_file import parse_policy_text\n"
+                "from kalena_web.inventory.models import Cluster\n"
+                "from kalena_web.policy.services import policy_version_create\n"
+                "policy_version_create(cluster=Cluster.objects.get(name=sys.argv[1]), "
+                "document=parse_policy_text(sys.argv[2], source=sys.argv[3]), user='kalena lab')\n")
+        done = subprocess.run([sys.executable, "-c", code, cluster, policy_text, source], env=env, cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            from agents.lab.errors import LabError
+
+            raise LabError(f"saving the policy failed: {done.stderr.strip()[-600:]}", source=source, field="--policy")
+        print(f"kalena lab: policy {source} saved as the cluster's policy", flush=True)
+    return both
+
+
 def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int:
     from agents.lab.errors import LabRunning
     from agents.lab.kubernetes import lab_down_kubernetes, lab_up_kubernetes
     from agents.lab.state import state_read
 
     operator = operator_step
+    policy_text = None
+    if getattr(args, "policy", None) is not None:   # refused before anything starts
+        from kalena_engine.errors import InputError
+        from kalena_engine.policy_file import parse_policy_text
+
+        try:
+            policy_text = args.policy.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read it ({exc.strerror})", source=str(args.policy), field="--policy",
+                             accepted="a readable policy file (docs/policy.md)") from None
+        parse_policy_text(policy_text, source=str(args.policy))
     slice_dir = None
     if not getattr(args, "no_slice", False):
         from agents.lab.day import render_for_lab
@@ -98,15 +135,23 @@ def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int
                                    options={k: getattr(args, k, None) for k in SLICE_OPTIONS}, data_root=data_root(),
                                    say=lambda line: print(line, flush=True))
         operator = import_step(slice_dir / "ir")
+    if policy_text is not None:
+        operator = policy_step(operator, policy_text, str(args.policy))
     database = args.database_url if args.database_url is not None else os.environ.get("DATABASE_URL", "")
     redis = args.redis_url if args.redis_url is not None else os.environ.get("REDIS_URL", "")
     print(f"kalena lab: Kubernetes mode, {len(plan.nodes)} node(s) × {plan.nodes[0].cpu_mcpu} m / "
           f"{plan.nodes[0].memory_bytes // 2**20} MiB of the budget {plan.cpu_budget_mcpu} m / "
           f"{plan.memory_budget_bytes // 2**20} MiB; state in {state_dir}", flush=True)
-    state = lab_up_kubernetes(plan, state_dir=state_dir, database_url=database, redis_url=redis,
-                              operator=operator, manifests=[m.resolve() for m in args.manifests],
-                              sampling_interval_s=args.sampling_interval_s,
-                              say=lambda line: print(line, flush=True))
+    try:
+        state = lab_up_kubernetes(plan, state_dir=state_dir, database_url=database, redis_url=redis,
+                                  operator=operator, manifests=[m.resolve() for m in args.manifests],
+                                  sampling_interval_s=args.sampling_interval_s,
+                                  say=lambda line: print(line, flush=True))
+    except BaseException:
+        # refused (a port in use, no Redis…) or rolled back: nothing of this `up` is left, its slice neither
+        if slice_dir is not None and state_read(state_dir) is None:
+            shutil.rmtree(slice_dir, ignore_errors=True)
+        raise
     if slice_dir is not None:
         from agents.lab.day import load_production
 

@@ -44,13 +44,6 @@ print(json.dumps([{"pod": r.pod, "identity": r.identity, "entry": r.workload.nam
                    "blueprint": r.blueprint_node.name if r.blueprint_node else None, "finding": r.finding}
                   for r in rows]))
 """
-POLICY_SCRIPT = ("import sys\nimport django\ndjango.setup()\n"
-                 "from kalena_engine.policy_file import parse_policy_text\n"
-                 "from kalena_web.inventory.models import Cluster\n"
-                 "from kalena_web.policy.services import policy_version_create\n"
-                 "policy_version_create(cluster=Cluster.objects.get(name=sys.argv[1]), "
-                 "document=parse_policy_text(sys.argv[2], source='lab test'), user='lab test')\n")
-
 
 def wait_for(predicate, timeout_s: float, every_s: float = 3.0):
     end = time.monotonic() + timeout_s
@@ -109,16 +102,18 @@ def lab(tmp_path_factory):
     redis = os.environ.get("KALENA_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
     name = "d" + uuid.uuid4().hex[:6]
     lab = Lab(name, tmp_path_factory.mktemp("dlab") / "lab")
+    policy = lab.state_dir.parent / "short-day-policy.yaml"
+    policy.write_text(POLICY)
     up = lab.cli("up", "--orchestrator", "kubernetes", "--nodes", "2", "--cpu-m", str(NODE_CPU_M), "--memory-mib",
                  str(NODE_MIB), "--name", name, "--subnet", SUBNET, "--redis-url", redis, "--database-url",
                  os.environ.get("DATABASE_URL", ""), "--sampling-interval-s", "2",
                  # a short day: 20 minutes of trace at 60× (20 s of wall time), few pods, little batch
                  "--speed", "60", "--hours", "0.34", "--load-factor", "0.3", "--max-pods-per-node", "12",
-                 "--max-batch-pods", "6")
+                 "--max-batch-pods", "6", "--policy", str(policy))
     lab.up = up
     try:
         assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
-        lab.console_script(POLICY_SCRIPT, "production", POLICY)
+        assert "saved as the cluster's policy" in up.stdout
         yield lab
     finally:
         if (lab.state_dir / "lab.json").exists() and not getattr(lab, "downed", False):
@@ -237,6 +232,19 @@ def test_down_leaves_nothing_behind(lab) -> None:
             *(n[k] for n in state["nodes"] for k in ("agent", "kubelet", "engine"))]
     assert any(p["name"] == "lab-production-binder" for p in state["processes"])
     assert not any(alive(ref) for ref in gone)
+
+
+def test_up_with_a_bad_policy_file_is_refused_naming_the_key_and_starts_nothing(tmp_path) -> None:
+    lab = Lab("dpolicy", tmp_path / "lab")
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("apiVersion: kalena.naughtian.io/v1\nkind: Policy\nspec:\n  estimator: {grace_s: -5}\n")
+    up = lab.cli("up", "--orchestrator", "kubernetes", "--nodes", "2", "--cpu-m", str(NODE_CPU_M), "--memory-mib",
+                 str(NODE_MIB), "--name", "dpolicy", "--subnet", SUBNET, "--redis-url", "redis://127.0.0.1:1/0",
+                 "--policy", str(bad), timeout_s=120)
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert str(bad) in up.stderr and "grace_s" in up.stderr
+    assert not (lab.state_dir / "lab.json").exists() and not (lab.state_dir / "slice").exists()
+    assert not (CGROUP / "cpu" / "kalena-dpolicy").exists()
 
 
 def test_up_with_a_missing_data_file_is_refused_naming_it_and_starts_nothing(tmp_path) -> None:

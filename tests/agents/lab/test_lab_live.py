@@ -270,6 +270,17 @@ def test_a_redis_that_does_not_answer_is_refused_before_anything_starts(state_di
     assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
 
 
+def test_a_refused_up_leaves_no_rendered_slice_behind(state_dir: Path) -> None:
+    name = f"lt{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    result = kalena_lab("up", "--orchestrator", "kubernetes", "--nodes", "2", "--cpu-m", "500", "--memory-mib", "512",
+                        "--name", name, "--redis-url", f"redis://127.0.0.1:{port}/0", "--max-pods-per-node", "12",
+                        "--max-batch-pods", "4", "--hours", "0.2", "--state-dir", str(state_dir))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--redis-url" in result.stderr
+    assert not (state_dir / "lab.json").exists() and not (state_dir / "slice").exists()
+
+
 def test_a_start_that_fails_half_way_stops_what_it_started(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
     (state_dir / "nodes").mkdir()
