@@ -207,3 +207,29 @@ def test_an_internal_error_leaves_the_pod_unchanged(monkeypatch):
     monkeypatch.setattr(admission, "decide", broken)
     response = review(json.dumps(admission_review(pod())).encode())["response"]
     assert response["allowed"] is True and "patch" not in response and "internal error" in response["warnings"][0]
+
+
+# LimitRange and ResourceQuota (docs/kubernetes-admission.md, "Namespaces with a LimitRange or a
+# ResourceQuota"): kube-apiserver runs LimitRanger's defaulting before the mutating webhooks and the
+# ResourceQuota check after them, so the webhook sees the LimitRange's defaults and the quota sees
+# the webhook's answer.
+
+def test_a_limitrange_default_is_what_the_webhook_moves_into_the_extended_resources():
+    # the pod as LimitRanger leaves it: defaultRequest cpu 100m / memory 128Mi, default cpu 500m / memory 256Mi
+    defaulted = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
+    out, _ = mutated(pod(resources=defaulted))
+    resources = out["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {BATCH_CPU: "100", BATCH_MEMORY: str(128 * 2**20)}
+    assert json.loads(out["metadata"]["annotations"][RESOURCES_ANNOTATION])["containers"]["main"] == defaulted
+
+
+def test_after_the_webhook_a_batch_pod_requests_nothing_a_cpu_or_memory_quota_counts():
+    out, _ = mutated(pod())
+    requested = set()
+    for c in out["spec"]["containers"]:
+        for kind in ("requests", "limits"):
+            requested |= {f"{kind}.{name}" for name in (c.get("resources") or {}).get(kind, {})}
+    # a quota on requests.cpu / limits.memory … refuses such a pod ("must specify …"); a quota on the
+    # extended resources counts it — the only requests it has are those
+    assert requested == {f"requests.{BATCH_CPU}", f"requests.{BATCH_MEMORY}", f"limits.{BATCH_CPU}",
+                         f"limits.{BATCH_MEMORY}"}
