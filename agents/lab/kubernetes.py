@@ -38,7 +38,7 @@ from agents.lab import kubelets
 from agents.lab import nodes as machinery
 from agents.lab.budget import LabPlan
 from agents.lab.errors import LabError
-from agents.lab.lab import _node_record, lab_down, port_free, preflight
+from agents.lab.lab import _node_record, lab_down, port_free, preflight, recorded
 from agents.lab.manifests import Cluster, Placement, Probe, Process, derive, secret_data
 from agents.lab.state import alive, process_ref, state_read, state_write, stop
 
@@ -680,11 +680,7 @@ def lab_down_kubernetes(state_dir: Path, *, say: Callable[[str], None] = print) 
     Raises:
         LabError: no lab is recorded there.
     """
-    state_dir = Path(state_dir).resolve()
-    state = state_read(state_dir)
-    if state is None:
-        raise LabError("no lab is recorded here", source=str(state_dir / "lab.json"), field="kalena lab down",
-                       accepted="the --state-dir a lab was started with")
+    state_dir, state = recorded(state_dir)
     for record in state["nodes"]:
         stop(record.get("agent"))
     for record in reversed(state.get("processes", [])):

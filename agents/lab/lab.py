@@ -226,6 +226,20 @@ def _wait_healthy(record: dict[str, Any], log: Path, timeout_s: float = 90.0) ->
                    source=f"node {record['name']}", field="agent")
 
 
+def recorded(state_dir: Path, action: str = "down") -> tuple[Path, dict[str, Any]]:
+    """``(resolved state_dir, its record)``.
+
+    Raises:
+        LabError: no lab is recorded there.
+    """
+    state_dir = Path(state_dir).resolve()
+    state = state_read(state_dir)
+    if state is None:
+        raise LabError("no lab is recorded here", source=str(state_dir / "lab.json"), field=f"kalena lab {action}",
+                       accepted="the --state-dir a lab was started with, or `kalena lab up`")
+    return state_dir, state
+
+
 def lab_down(state_dir: Path, *, say: Callable[[str], None] = print) -> list[str]:
     """Stop the lab recorded in ``state_dir``: agents, console, every engine's containers, the
     engines, stray shims, mounts, the nodes' cgroups and directories. Returns what is left
@@ -234,11 +248,7 @@ def lab_down(state_dir: Path, *, say: Callable[[str], None] = print) -> list[str
     Raises:
         LabError: no lab is recorded there.
     """
-    state_dir = Path(state_dir).resolve()
-    state = state_read(state_dir)
-    if state is None:
-        raise LabError("no lab is recorded here", source=str(state_dir / "lab.json"), field="kalena lab down",
-                       accepted="the --state-dir a lab was started with")
+    state_dir, state = recorded(state_dir)
     for record in state["nodes"]:
         stop(record.get("agent"))
         stop(record.get("kubelet"))

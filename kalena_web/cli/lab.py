@@ -155,15 +155,9 @@ def handle_up(args: argparse.Namespace) -> int:
 
 
 def _recorded(args: argparse.Namespace):
-    from agents.lab.errors import LabError
-    from agents.lab.state import state_read
+    from agents.lab.lab import recorded
 
-    state_dir = (args.state_dir or default_state_dir()).resolve()
-    state = state_read(state_dir)
-    if state is None:
-        raise LabError("no lab is recorded here", source=str(state_dir / "lab.json"), field=f"kalena lab {args.action}",
-                       accepted="the --state-dir a lab was started with, or `kalena lab up`")
-    return state_dir, state
+    return recorded(args.state_dir or default_state_dir(), args.action)
 
 
 def handle_status(args: argparse.Namespace) -> int:
