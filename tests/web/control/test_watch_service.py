@@ -5,7 +5,6 @@ engine socket), refuses an engine that does not answer before creating anything,
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -17,9 +16,10 @@ from agents.config import ConfigError, engine_node_name
 from kalena_web.cli import main as kalena
 from kalena_web.cli.benchenv import free_port
 from kalena_web.inventory.models import Cluster, Node
+from tests.agents.conftest import docker_socket
 from tests.web.telemetry.conftest import services, wait_until  # noqa: F401 - the fixture
 
-DOCKER = os.environ.get("KALENA_TEST_DOCKER_HOST", "unix:///work/main/var/dockerd/docker.sock")
+DOCKER = docker_socket()  # KALENA_TEST_DOCKER_HOST, else this checkout's var/dockerd engine
 
 
 def test_watch_refuses_an_engine_that_does_not_answer_and_creates_nothing(db, settings, tmp_path, capsys) -> None:
