@@ -147,32 +147,66 @@ def metric5(state: dict[str, Any], since_s: float, until_s: float) -> dict[str, 
             "latency_ms": {k: distribution(v) for k, v in sorted(by_action.items())}}
 
 
-def metric7(pods: dict[str, dict]) -> dict[str, Any]:
-    """Metric 7 from the sampler's pod lines (module doc)."""
-    inflation, rows = [], []
-    throttled_ns: dict[str, int] = {}
-    for pod in pods.values():
-        if pod.get("tier") != "batch":
-            continue
-        # a pod's containers and attempts (a requeued pod runs again) add up
-        key = f"{pod.get('uid') or pod.get('pod')}"
-        throttled_ns[key] = throttled_ns.get(key, 0) + (pod.get("throttled_ns") or 0)
+def _batch_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+    try:
+        return query(database_url(state), "SELECT b.uid, b.outcome, b.state, w.name, w.namespace FROM scheduling_batchpod b "
+                                          "JOIN inventory_workload w ON w.id = b.workload_id")
+    except Exception:  # noqa: BLE001 - no database (yet): exit codes alone decide
+        return []
+
+
+def metric7(pods: dict[str, dict], batch_rows: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Metric 7 from the sampler's pod lines (module doc). A container counts towards the
+    inflation when it completed its work: exit code 0, or — its engine removed it before the
+    sampler could ask (Docker mode) — it is the pod's last container and Kalena recorded the pod
+    ``succeeded`` (``batch_rows``: uid, name, namespace, outcome). A container stopped before
+    its work was done (exit 143: an eviction, its engine stopped) is counted apart."""
+    by_uid = {r["uid"]: r for r in batch_rows if r.get("uid")}
+    by_name = {}
+    for r in batch_rows:
+        by_name[r["name"]] = r
+        if r.get("namespace"):
+            by_name[f"{r['namespace']}/{r['name']}"] = r
+    batch = [p for p in pods.values() if p.get("tier") == "batch"]
+    last: dict[str, dict] = {}
+    for pod in batch:
+        key = str(pod.get("uid") or pod.get("pod"))
+        if key not in last or pod.get("last_seen", 0) > last[key].get("last_seen", 0):
+            last[key] = pod
+    inflation, rows, cut_short = [], [], 0
+    container_ns: dict[str, int] = {}
+    pod_ns: dict[str, int] = {}
+    for pod in batch:
+        key = str(pod.get("uid") or pod.get("pod"))
+        # a pod's containers and attempts (a requeued pod runs again) add up; the pod group's own count is cumulative
+        container_ns[key] = container_ns.get(key, 0) + (pod.get("throttled_ns") or 0)
+        if pod.get("pod_throttled_ns") is not None:
+            pod_ns[key] = max(pod_ns.get(key, 0), pod["pod_throttled_ns"])
         duration = pod.get("work_duration_s")
         if not pod.get("ended") or not duration:
             continue
+        if pod.get("exit_code") is not None:
+            succeeded = pod["exit_code"] == 0
+        else:
+            row = by_uid.get(pod.get("uid")) if pod.get("uid") else by_name.get(pod.get("pod"))
+            succeeded = bool(row) and row.get("outcome") == "succeeded" and last[key] is pod
         start = pod.get("started_at") or pod.get("first_seen")
         end = pod.get("finished_at") or pod.get("last_seen")
         if start is None or end is None or end <= start:
             continue
-        ratio = (end - start) / duration
-        inflation.append(ratio)
+        if not succeeded:
+            cut_short += 1
+        else:
+            inflation.append((end - start) / duration)
         rows.append({"pod": pod.get("pod"), "node": pod.get("node"), "wall_s": round(end - start, 3),
-                     "work_duration_s": duration, "inflation": round(ratio, 4),
-                     "throttled_s": round((pod.get("throttled_ns") or 0) / 1e9, 3),
+                     "work_duration_s": duration, "inflation": round((end - start) / duration, 4) if succeeded else None,
+                     "completed": succeeded, "throttled_s": round((pod.get("throttled_ns") or 0) / 1e9, 3),
                      "exit_code": pod.get("exit_code"), "timed_by": "engine" if pod.get("finished_at") else "sampler"})
+    throttled = [max(container_ns[k], pod_ns.get(k, 0)) / 1e9 for k in container_ns]
     return {"source": "the sampler's pod containers: engine StartedAt→FinishedAt ÷ the work contract's duration_s; "
-                      "cgroup cpu.stat throttled_time", "completion_inflation": distribution(inflation),
-            "throttled_s_per_pod": distribution([v / 1e9 for v in throttled_ns.values()]), "pods": rows}
+                      "cgroup cpu.stat throttled_time (the pod group's in Kubernetes mode)",
+            "completion_inflation": distribution(inflation), "stopped_before_done": cut_short,
+            "throttled_s_per_pod": distribution(throttled), "pods": rows}
 
 
 def collect(state: dict[str, Any], since_s: float, until_s: float) -> dict[str, Any]:
@@ -188,7 +222,7 @@ def collect(state: dict[str, Any], since_s: float, until_s: float) -> dict[str, 
         raise ValueError(f"until_s {until_s} is before since_s {since_s}")
     ticks, pods = read_metrics(state_dir_of(state) / "metrics.jsonl", since_s, until_s)
     return {"window": {"since_s": since_s, "until_s": until_s, "ticks": len(ticks)},
-            "metric4": metric4(ticks), "metric5": metric5(state, since_s, until_s), "metric7": metric7(pods)}
+            "metric4": metric4(ticks), "metric5": metric5(state, since_s, until_s), "metric7": metric7(pods, _batch_rows(state))}
 
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:
@@ -218,4 +252,5 @@ def format_metrics(report: dict[str, Any]) -> str:
                        ("throttled_s_per_pod", "cumulative throttled time per batch pod (s)")):
         d = m7[key]
         lines.append(f"  {title}: n={d['count']}  " + "  ".join(f"p{q} {_fmt(d[f'p{q}'], '.2f')}" for q in QUANTILES))
+    lines.append(f"  batch containers stopped before their work was done (not in the inflation): {m7['stopped_before_done']}")
     return "\n".join(lines)

@@ -24,9 +24,10 @@ when it has ended:
 
     {"type": "pod", "t", "node", "container_id", "pod", "uid", "tier", "container",
      "first_seen", "last_seen", "started_at", "finished_at", "exit_code", "ended",
-     "throttled_ns", "nr_throttled", "cpu_ns", "work_duration_s"}
+     "throttled_ns", "nr_throttled", "pod_throttled_ns", "cpu_ns", "work_duration_s"}
 
 ``throttled_ns`` / ``nr_throttled`` are the container group's v1 ``cpu.stat`` (``throttled_time``,
+``pod_throttled_ns`` the pod group's in Kubernetes mode, where the kubelet double sets the pod's limit;
 cumulative: the unified tree has no cpu controller on this host, so there is no
 ``throttled_usec`` there), ``cpu_ns`` its ``cpuacct.usage``; ``started_at`` / ``finished_at``
 the engine's nanosecond timestamps (``docker inspect``), else first/last seen;
@@ -56,6 +57,7 @@ WORK = "lab.kalena.naughtian.io/work"
 SAMPLER = "lab-sampler"
 METRICS_FILE = "metrics.jsonl"
 POD_EVERY_S = 10.0
+FINISH_WAIT_S = 120.0
 REFRESH_S = 5.0
 
 
@@ -129,6 +131,7 @@ class Sampler:
         self.meta: dict[str, dict[str, Any]] = {}          # container id → labels, node (engine list)
         self.api_pods: dict[str, dict[str, Any]] = {}      # uid → pod object
         self.refreshed = -1e18
+        self.finishing: dict[str, dict[str, Any]] = {}   # ended, their engine not asked yet
 
     # -- who is who -----------------------------------------------------------------------------
 
@@ -224,6 +227,8 @@ class Sampler:
                     if wait > 0 and (slices <= 0 or wait / slices > LONG_WAIT_NS):
                         agg["long_wait_ns"] += wait
                 cpu_stat = _cpu_stat(group)
+                # Kubernetes mode: the pod's own group (pod<uid>) holds the pod's limit, as the kubelet sets it
+                pod_stat = _cpu_stat(group.parent) if group.parent.name.startswith("pod") else {}
                 pod = self.pods.get(cid)
                 if pod is None:
                     pod = self.pods[cid] = {"type": "pod", "node": name, "container_id": cid, **who,
@@ -232,6 +237,7 @@ class Sampler:
                 elif pod["tier"] == "unknown" and who["tier"] != "unknown":
                     pod.update(who)
                 pod.update(last_seen=now_s, throttled_ns=cpu_stat.get("throttled_time", 0),
+                           pod_throttled_ns=pod_stat.get("throttled_time"),
                            nr_throttled=cpu_stat.get("nr_throttled", 0),
                            cpu_ns=_int(CGROUP / "cpuacct" / group.relative_to(CGROUP / "cpu") / "cpuacct.usage"))
                 if now_s - pod["_written"] >= POD_EVERY_S:
@@ -248,9 +254,12 @@ class Sampler:
         for key in [k for k in self.prev_thread if k.split(":", 1)[0] not in seen]:
             del self.prev_thread[key]
         for cid in [c for c in self.pods if c not in seen]:
-            pod = self.pods.pop(cid)
-            self._finish(pod)
-            lines.append(self._pod_line(pod, now_s))
+            self.finishing[cid] = self.pods.pop(cid)
+        for cid, pod in list(self.finishing.items()):
+            # the engine may be down (an engine-stop fault): ask again next tick, for up to FINISH_WAIT_S
+            if self._finish(pod) or now_s - pod["last_seen"] > FINISH_WAIT_S:
+                del self.finishing[cid]
+                lines.append(self._pod_line(pod, now_s))
         lines.insert(0, {"type": "tick", "t": round(now_s, 3), "dt": round(dt_all, 3) if dt_all else None,
                          "nodes": nodes})
         return lines
@@ -259,26 +268,32 @@ class Sampler:
         pod["_written"] = now_s
         return {k: v for k, v in pod.items() if not k.startswith("_")} | {"t": round(now_s, 3)}
 
-    def _finish(self, pod: dict[str, Any]) -> None:
-        """The container's group is gone: ask its engine when it started and finished."""
+    def _finish(self, pod: dict[str, Any]) -> bool:
+        """The container's group is gone: ask its engine when it started and finished and how it
+        exited. Returns False when the engine did not answer (ask again later)."""
+        from docker.errors import NotFound
+
         from agents.lab import nodes as machinery
 
         pod["ended"] = True
         record = next((r for r in self.state["nodes"] if r["name"] == pod["node"]), None)
         if record is None:
-            return
+            return True
         try:
             client = machinery.engine_client(f"unix://{record['socket']}", timeout_s=5)
             try:
                 inspect = client.api.inspect_container(pod["container_id"])
             finally:
                 client.close()
-        except Exception:  # noqa: BLE001 - removed already, or the engine is down: first/last seen stand
-            return
+        except NotFound:          # removed already (Docker mode's watch removes ended containers)
+            return True
+        except Exception:  # noqa: BLE001 - the engine is down: first/last seen stand unless it answers later
+            return False
         st = inspect.get("State") or {}
         pod["started_at"] = _docker_time(st.get("StartedAt"))
         pod["finished_at"] = _docker_time(st.get("FinishedAt"))
         pod["exit_code"] = st.get("ExitCode")
+        return True
 
     def run(self, state_dir: Path, *, stop_after_s: float | None = None) -> None:
         from agents.lab.state import state_read
@@ -294,7 +309,7 @@ class Sampler:
                 f.flush()
                 next_at += self.interval_s
                 time.sleep(max(0.0, next_at - time.monotonic()))
-            for pod in list(self.pods.values()):   # stopping: what ran until now, marked not ended
+            for pod in list(self.pods.values()) + list(self.finishing.values()):   # stopping: what is known
                 f.write(json.dumps(self._pod_line(pod, time.time()), separators=(",", ":")) + "\n")
 
 
