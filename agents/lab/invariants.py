@@ -241,10 +241,11 @@ def _docker_pods(rows: list[dict[str, Any]], containers: list[dict[str, Any]], *
     running = _running_by_pod(containers, WORKLOAD_LABEL)
     lost, double = [], []
     for row in rows:
-        names = {row["name"], f"{row['namespace']}/{row['name']}" if row.get("namespace") else row["name"]}
+        # Kalena's workload label: the name as submitted (``namespace/pod``)
+        key = row["name"] if "/" in row["name"] or not row.get("namespace") else f"{row['namespace']}/{row['name']}"
+        names = {key, row["name"]}
         mine = [c for n in names for c in by_workload.get(n, [])]
         live = [c for n in names for c in running.get(n, [])]
-        key = next(iter(sorted(names)))
         if row["state"] == "bound" and not mine and (row.get("bound_s") or 0) < now_s - settle_s:
             lost.append({"pod": key, "node": row.get("node"),
                          "why": f"bound {now_s - (row.get('bound_s') or now_s):.0f} s ago and no container on any "
