@@ -121,6 +121,8 @@ class MitigationLoop(CpuActions, MemoryActions):
             start = event.detected_mono if event is not None else applied.started_mono
             result = {"ok": applied.ok, "error": applied.error, "writes": [list(w) for w in applied.writes],
                       "latency_ms": round((applied.finished_mono - start) * 1000.0, 3), "dry_run": applied.dry_run}
+            if event is not None:   # the signal's own time: a timeline places signal and action (metric 5)
+                result["detected_s"] = round(event.detected_s, 3)
         message = protocol.action_message(node=self.settings.node_name, ts=now_s, action=action, reason=reason,
                                           workload=workload, trigger=trigger, numbers=numbers, result=result)
         self.actions.append(message)

@@ -423,7 +423,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
             _materialise(p, api_url, tokens)
             record = next(r for r in state["nodes"] if r["name"] == p.node)
             log = logs / f"agent-{p.node}.log"
-            record.update(agent_argv=p.argv, agent_substitutions=p.substitutions, agent_ignored=p.ignored,
+            record.update(agent_argv=p.argv, agent_env=p.env, agent_substitutions=p.substitutions, agent_ignored=p.ignored,
                           agent_probes={k: v.__dict__ for k, v in p.probes.items()})
             proc = _start(p.argv, p.env, log)
             record["agent"] = process_ref(proc.pid)

@@ -132,7 +132,8 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
                    "host_cores": plan.host_cores, "host_memory_bytes": plan.host_memory_bytes},
         "console": {"url": f"http://{host}:{console_port}/", "address": host, "port": console_port, "process": None,
                     "log": str(logs / "console.log"), "link_url": f"ws://{host}:{console_port}/agent/v1/ws"},
-        "nodes": [_node_record(n, state_dir) for n in plan.nodes], "logs": str(logs), "orchestrator": orchestrator}
+        "nodes": [_node_record(n, state_dir) for n in plan.nodes], "logs": str(logs), "orchestrator": orchestrator,
+        "sampling_interval_s": sampling_interval_s, "processes": []}
     state["console"]["env"] = {k: v for k, v in console.serve_env().items()
                                if k in ("KALENA_DB_PATH", "KALENA_ORCHESTRATOR", "KALENA_DOCKER_ENGINES")}
     state_write(state_dir, state)
@@ -170,12 +171,13 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
             token_file = directory / "agent.token"
             token_file.touch(mode=0o600)
             token_file.write_text(tokens[node.name] + "\n")
+            argv = machinery.agent_argv(node, directory=directory, link_url=state["console"]["link_url"],
+                                        token_file=token_file, sampling_interval_s=sampling_interval_s)
             with open(logs / f"agent-{node.name}.log", "ab") as log:
-                agent = subprocess.Popen(
-                    machinery.agent_argv(node, directory=directory, link_url=state["console"]["link_url"],
-                                         token_file=token_file, sampling_interval_s=sampling_interval_s),
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                agent = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
             record["agent"] = process_ref(agent.pid)
+            record["agent_argv"] = argv   # `kalena lab fault agent-restart` starts it again so
             state_write(state_dir, state)
         for record in state["nodes"]:
             _wait_healthy(record, logs / f"agent-{record['name']}.log")
@@ -249,6 +251,9 @@ def lab_down(state_dir: Path, *, say: Callable[[str], None] = print) -> list[str
         LabError: no lab is recorded there.
     """
     state_dir, state = recorded(state_dir)
+    if state.get("orchestrator") != "kubernetes":   # the lab's own processes (the sampler); Kubernetes mode's
+        for record in reversed(state.get("processes", [])):   # are stopped by lab_down_kubernetes first
+            stop(record.get("process"))
     for record in state["nodes"]:
         stop(record.get("agent"))
         stop(record.get("kubelet"))
@@ -286,6 +291,7 @@ def leftovers(state: dict[str, Any]) -> list[str]:
     """Everything of ``state``'s lab still present: processes, shims, cgroups, mounts, sockets, ports."""
     out = []
     named = [("console", state["console"].get("process"))]
+    named += [(r["name"], r.get("process")) for r in state.get("processes", [])]
     named += [(f"{kind} of {r['name']}", r.get(kind)) for r in state["nodes"] for kind in ("engine", "agent", "kubelet")]
     out += [f"{what} (pid {ref['pid']})" for what, ref in named if alive(ref)]
     for r in state["nodes"]:

@@ -63,7 +63,8 @@ Agent → server
                        # evict: dimension, capacity, working_set, ledger_before, ledger_after,
                        #   usage, reservation, limit, acute, grace_s
      "result": {"ok": true, "error": null, "writes": [[target, text], …],
-                "latency_ms": 1.2 | null, "dry_run": false}}
+                "latency_ms": 1.2 | null, "dry_run": false,
+                "detected_s": 1.7e9}}   # only when a pressure signal triggered it: its Unix time
 
 ``gap`` — the bounded buffer overflowed and dropped the oldest sample batches::
 

@@ -67,15 +67,44 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                             "the Alibaba 2018 trace at a load factor over the lab's slack, time "
                                             "compressed k times: Kubernetes manifests, Docker container specs, the "
                                             "slice's Kuberina IR, the batch schedule and a summary (docs/lab.md).")
+    fault = actions.add_parser(
+        "fault", help="inject one fault into the running lab and wait until it has recovered",
+        description="agent-restart: SIGKILL a node's agent and start it again; leader-kill: SIGKILL the scheduler "
+                    "Lease holder (Docker mode: the console, which runs the scheduling loops) and start it again; "
+                    "engine-stop: stop a node's Docker engine for --for seconds and start it again; db-restart: the "
+                    "lab's PostgreSQL database refuses connections for --for seconds with every open one terminated. "
+                    "Appends one JSON line to <state dir>/faults.jsonl; exit 0 recovered, 1 not (naming what), 2 "
+                    "bad input (docs/lab.md \"Faults\").")
+    fault.add_argument("kind", metavar="KIND", help="agent-restart, leader-kill, engine-stop or db-restart")
+    fault.add_argument("--node", default=None, help="the node (agent-restart, engine-stop; default the first)")
+    fault.add_argument("--for", dest="for_s", type=float, default=None,
+                       help="seconds the engine stays stopped / the database refuses connections (10 / 5)")
+    fault.add_argument("--timeout-s", type=float, default=240.0, help="how long to wait for recovery (240)")
+    check = actions.add_parser("check", help="the invariants: batch pods lost, double-bound, production evictions",
+                               description="From the orchestrator, the nodes' engines and Kalena's database: batch "
+                                           "pods lost (neither running, pending, completed nor failed with a "
+                                           "record), bound twice, and production pods evicted; exit 1 if any.")
+    check.add_argument("--json", action="store_true", help="the report as JSON")
+    metrics = actions.add_parser("metrics", help="the proposal's live metrics 4, 5 and 7 from the lab's sampler",
+                                 description="Metric 4 (share of runnable time waiting > 5 ms by node cpu "
+                                             "utilisation, from schedstat), metric 5 (pressure signal → throttle or "
+                                             "eviction latency) and metric 7 (batch completion-time inflation and "
+                                             "throttled time per batch pod) over the last --since seconds.")
+    metrics.add_argument("--since", type=float, default=None,
+                         help="seconds back from now (default: since the lab started)")
+    metrics.add_argument("-o", "--output", choices=("table", "json"), default="table")
     lab_slice.add_arguments(sliced)
     sliced.set_defaults(handler=lab_slice.handle_slice)
-    for p in (up, status, down, play):
+    for p in (up, status, down, play, fault, check, metrics):
         p.add_argument("--state-dir", type=Path, default=None, help="the lab's state folder (<state dir>/lab)")
     status.add_argument("--json", action="store_true", help="the report as JSON")
     up.set_defaults(handler=handle_up)
     status.set_defaults(handler=handle_status)
     down.set_defaults(handler=handle_down)
     play.set_defaults(handler=handle_play)
+    fault.set_defaults(handler=handle_fault)
+    check.set_defaults(handler=handle_check)
+    metrics.set_defaults(handler=handle_metrics)
     return parser
 
 
@@ -149,6 +178,10 @@ def handle_up(args: argparse.Namespace) -> int:
     state = lab_up(plan, state_dir=state_dir, console=console, console_port=args.console_port,
                    sampling_interval_s=args.sampling_interval_s, say=lambda line: print(line, flush=True),
                    orchestrator=args.orchestrator, managers=args.managers)
+    from agents.lab.sampler import sampler_start
+
+    sampler = sampler_start(state_dir)
+    print(f"kalena lab: sampler pid {sampler['process']['pid']} writing {state_dir / 'metrics.jsonl'}")
     print(f"kalena lab: up — {len(state['nodes'])} nodes, console {state['console']['url']}; "
           f"`kalena lab status` / `kalena lab down`")
     return 0
@@ -195,4 +228,40 @@ def handle_play(args: argparse.Namespace) -> int:
 
     state_dir, _ = _recorded(args)
     play(state_dir, say=lambda line: print(line, flush=True))
+    return 0
+
+
+def handle_fault(args: argparse.Namespace) -> int:
+    from agents.lab.faults import run_fault
+
+    record = run_fault(args.state_dir or default_state_dir(), args.kind, node=args.node, for_s=args.for_s,
+                       timeout_s=args.timeout_s, say=lambda line: print(line, flush=True))
+    took = record["ended_at"] - record["started_at"]
+    where = f" on {record['node']}" if record["node"] else ""
+    print(f"kalena lab fault {record['kind']}{where}: {'recovered' if record['recovered'] else 'NOT recovered'} "
+          f"after {took:.1f} s — {record['detail']}")
+    return 0 if record["recovered"] else 1
+
+
+def handle_check(args: argparse.Namespace) -> int:
+    from agents.lab.invariants import check, format_check, violations
+
+    _, state = _recorded(args)
+    report = check(state)
+    print(json.dumps(report, indent=2) if args.json else format_check(report))
+    return 1 if violations(report) else 0
+
+
+def handle_metrics(args: argparse.Namespace) -> int:
+    from agents.lab.errors import LabError
+    from agents.lab.livemetrics import collect, format_metrics
+
+    _, state = _recorded(args)
+    if args.since is not None and not args.since > 0:
+        raise LabError(f"--since {args.since} is not a positive number of seconds", source="kalena lab metrics",
+                       field="--since", accepted="seconds back from now, > 0")
+    until = time.time()
+    since = until - args.since if args.since is not None else float(state.get("started_s") or 0.0)
+    report = collect(state, since, until)
+    print(json.dumps(report, indent=2) if args.output == "json" else format_metrics(report))
     return 0

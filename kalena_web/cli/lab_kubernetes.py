@@ -163,6 +163,10 @@ def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int
             raise
         print("kalena lab: the day's batch is `kalena lab play` (batch-schedule.json, "
               f"{slice_dir / 'batch-schedule.json'})", flush=True)
+    from agents.lab.sampler import sampler_start
+
+    sampler = sampler_start(state_dir)
+    print(f"kalena lab: sampler pid {sampler['process']['pid']} writing {state_dir / 'metrics.jsonl'}", flush=True)
     print(f"kalena lab: up — {len(state['nodes'])} nodes, API server {state['apiserver']['url']}, console "
           f"{state['console']['url']}; kubectl: KUBECONFIG={state['kubeconfig']}; `kalena lab status` / `kalena lab down`")
     return 0

@@ -6,7 +6,7 @@
  *       starts over after the last step, 0 holds the last step. Runs until killed.
  *   burner work CPU_M MEMORY_MIB DURATION_S
  *       holds MEMORY_MIB and burns at CPU_M until CPU_M/1000 * DURATION_S cpu-seconds are done
- *       (a throttled container takes longer), then exits 0.
+ *       (a throttled container takes longer), then exits 0; stopped (SIGTERM) before that, exits 143.
  *
  * CPU: every 100 ms period each worker thread spins until its own cpu time in the period reaches
  * its share of the target (thread cpu clock, so time spent throttled or preempted is not counted
@@ -113,7 +113,10 @@ static void start_workers(long max_mcpu) {
     }
 }
 
-static void on_term(int sig) { (void)sig; _exit(0); }
+/* A series (production) stops cleanly on SIGTERM; unfinished work reports it was stopped, as a
+ * program killed by SIGTERM does (128 + 15): a stopped batch pod is Failed, never Succeeded. */
+static volatile int work_mode;
+static void on_term(int sig) { (void)sig; _exit(work_mode ? 143 : 0); }
 
 static int usage(void) {
     fprintf(stderr, "usage: burner series STEP_S REPEAT CPU_M,... MEMORY_MIB,...\n"
@@ -149,6 +152,7 @@ int main(int argc, char **argv) {
         }
     }
     if (argc == 5 && strcmp(argv[1], "work") == 0) {
+        work_mode = 1;
         long mcpu = atol(argv[2]), mib = atol(argv[3]);
         double duration = atof(argv[4]);
         if (mcpu < 0 || mib < 0 || duration < 0) return usage();
