@@ -200,6 +200,27 @@ def read_faults(state_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def save_day(path: Path, day: dict[str, Any]) -> None:
+    """Write the collected day as JSON (paths as text)."""
+    path.write_text(json.dumps({**day, "slice_dir": str(day["slice_dir"])}), encoding="utf-8")
+
+
+def load_day(path: Path) -> dict[str, Any]:
+    """A day written by :func:`save_day`.
+
+    Raises:
+        LabError: the file is missing or not a saved day.
+    """
+    try:
+        day = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LabError(f"cannot read a saved day ({exc})", source=str(path), field="--from-day") from None
+    if not isinstance(day, dict) or "slice_dir" not in day or "console" not in day:
+        raise LabError("not a day saved by `kalena lab run`", source=str(path), field="--from-day")
+    day["slice_dir"] = Path(day["slice_dir"])
+    return day
+
+
 def run_day(*, state_dir: Path, up_args: list[str], faults: str = "none", keep: bool = False,
             say: Callable[[str], None] = print, settle_s: float = 0.0) -> dict[str, Any]:
     """Steps 1–3 and 5 of the module doc; returns ``{"state", "console", "sampler", "faults",
@@ -264,11 +285,15 @@ def run_day(*, state_dir: Path, up_args: list[str], faults: str = "none", keep: 
             lm = None
         if lm is not None:
             livemetrics = lm.collect(state, play_start, day_end)
-        return {"state": state, "console": console, "samples": sampler.samples, "oom": sampler.oom,
+        day = {"state": state, "console": console, "samples": sampler.samples, "oom": sampler.oom,
                 "faults": read_faults(state_dir), "fault_errors": fault_errors, "play_start_s": play_start,
                 "day_s": day_s, "slice_dir": slice_dir, "slice_summary": summary,
                 "compression": json.loads((slice_dir / "compression.json").read_text()),
                 "livemetrics": livemetrics, "pods": pods}
+        save_day(state_dir / "run-day.json", day)
+        say(f"run: the day's raw figures saved to {state_dir / 'run-day.json'} (`kalena lab run --from-day` "
+            "recomputes the comparison from them)")
+        return day
     finally:
         sampler.stop.set()
         if not keep:

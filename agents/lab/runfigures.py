@@ -226,7 +226,17 @@ def compare(live: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
                      "in_band": in_band, "gate": gate,
                      "explanation": "" if in_band else EXPLAIN.get(key, "")})
     failed = [r["figure"] for r in rows if r["gate"] is False]
-    return {"rows": rows, "gates_failed": failed, "gates_passed": not failed, "band": list(BAND)}
+    per_node = []
+    for node in sorted(set(live.get("psi_events_by_node") or {}) | set(replay.get("throttle_node_steps_by_node") or {})):
+        per_node.append({
+            "node": node, "psi_events": (live.get("psi_events_by_node") or {}).get(node),
+            "throttle_actions": (live.get("throttle_actions_by_node") or {}).get(node),
+            "waited_node_steps": (live.get("production_waited_node_steps_by_node") or {}).get(node),
+            "host_saturated_node_steps": (live.get("host_saturated_node_steps_by_node") or {}).get(node),
+            "kernel_oom_kills": (live.get("kernel_oom_kills_by_node") or {}).get(node, 0),
+            "replay_contention_node_steps": (replay.get("throttle_node_steps_by_node") or {}).get(node)})
+    return {"rows": rows, "per_node": per_node, "gates_failed": failed, "gates_passed": not failed,
+            "band": list(BAND)}
 
 
 def format_table(comparison: dict[str, Any]) -> str:
@@ -243,6 +253,17 @@ def format_table(comparison: dict[str, Any]) -> str:
         lines.append(f"{r['figure']:38} {fmt(r['live']):>12} {fmt(r['replay']):>12} {fmt(r['ratio']):>12}  {gate}{band}")
         if r["explanation"] and not r["in_band"]:
             lines.append(f"    why: {r['explanation']}")
+    if comparison.get("per_node"):
+        lines.append("")
+        lines.append(f"{'node':14} {'PSI events':>10} {'throttles':>10} {'waited steps':>13} {'of which host':>14} "
+                     f"{'kernel OOM':>10} {'replay contention steps':>24}")
+        for r in comparison["per_node"]:
+            lines.append(f"{r['node']:14} {fmt(r['psi_events']):>10} {fmt(r['throttle_actions']):>10} "
+                         f"{fmt(r['waited_node_steps']):>13} {fmt(r['host_saturated_node_steps']):>14} "
+                         f"{fmt(r['kernel_oom_kills']):>10} {fmt(r['replay_contention_node_steps']):>24}")
+        lines.append("  waited: node cpu PSI some ≥ 1 % of the step; of which host: the host's cpu PSI some ≥ 50 % "
+                     "then (host saturation, not the node)")
+        lines.append("")
     verdict = ("gates: all passed" if comparison["gates_passed"]
                else f"gates FAILED: {', '.join(comparison['gates_failed'])} (exit status 1)")
     lines.append(verdict)

@@ -27,7 +27,7 @@ and running 200 s.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +38,7 @@ from kalena_engine.kuberina import Blueprint, Infrastructure, Workloads
 from kalena_engine.labslice.usage import replay_by_template, template_rows
 from kalena_engine.policy import Policy
 from kalena_engine.replay.setup import Replay, ReplayConfig, ReplayInputs, build_replay
+from kalena_engine.replay.usage import ProductionUsage
 from kalena_engine.resources import CPU, N_DIMS, RAM
 from kalena_engine.traces.batch import BatchTasks
 from kalena_engine.traces.bitbrains import BitbrainsSet
@@ -105,12 +106,62 @@ def slice_replay_inputs(*, infra: Infrastructure, workloads: Workloads, blueprin
     return inputs, config
 
 
-def build_slice_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
+def build_slice_replay(inputs: ReplayInputs, config: ReplayConfig, *,
+                       offsets: Callable[[tuple[str, ...]], np.ndarray] | None = None) -> Replay:
     """:func:`build_replay`, then every production pod driven as the lab drives it (its
-    declaration's replica 0's series, :func:`replay_by_template`)."""
+    declaration's replica 0's series, :func:`replay_by_template`), each started ``offsets(ids)``
+    steps into its series when given (:func:`with_phases`, :func:`series_offsets`)."""
     replay = build_replay(inputs, config)
     ids = set(replay.simulator.state.production.ids)
     placed = [p for p in inputs.workloads.pods if p.id in ids]
     rows = template_rows([f"{p.namespace}/{p.declaration}" for p in placed])
     replay.simulator.usage = replay_by_template(replay.simulator.usage, rows)
+    if offsets is not None:
+        replay.simulator.usage = with_phases(replay.simulator.usage, offsets(replay.simulator.state.production.ids))
     return replay
+
+
+def with_phases(usage: ProductionUsage, offsets: np.ndarray) -> ProductionUsage:
+    """``usage`` with pod ``p``'s series started ``offsets[p]`` steps in (wrapping round, as the
+    burner repeats its series): the lab's production containers start during ``up``, before the
+    day's step 0, so at the day's step ``s`` a container is at step ``(s + offset) mod steps`` of
+    its series. Each pod gets its own column of held shapes. Example: a pod whose container
+    started 3 steps before the play is at series step 3 at the day's step 0.
+
+    Raises:
+        InputError: ``offsets`` is not one integer per pod.
+    """
+    offsets = np.asarray(offsets)
+    p = len(usage.vm_of_pod)
+    if offsets.shape != (p,) or not np.issubdtype(offsets.dtype, np.integer):
+        raise InputError(f"offsets of shape {offsets.shape} ({offsets.dtype})", source="lab run", field="offsets",
+                         accepted=f"({p},) integers, one per production pod")
+    steps = usage.shapes.shape[0]
+    rows = (np.arange(steps)[:, None] + offsets[None, :]) % steps          # (s, p)
+    shapes = usage.shapes[rows, usage.vm_of_pod[None, :]]                  # (s, p, 6)
+    ages = usage.sample_age_s[rows, usage.vm_of_pod[None, :]]              # (s, p)
+    return replace(usage, shapes=shapes, sample_age_s=ages, vm_of_pod=np.arange(p),
+                   vm_ids=tuple(usage.vm_ids[v] for v in usage.vm_of_pod.tolist()))
+
+
+def series_offsets(production_ids: Sequence[str], declaration_of: Mapping[str, tuple[str, str]],
+                   node_of: Mapping[str, str], started_s: Mapping[tuple[str, str, str], list[float]], *,
+                   day_start_s: float, step_wall_s: float, steps: int) -> np.ndarray:
+    """Per production pod, how many steps into its series its container was at the day's start.
+
+    ``declaration_of[pod]`` = ``(namespace, declaration)``, ``node_of[pod]`` its lab node;
+    ``started_s[(namespace, declaration, node)]``: the start times (Unix s) of the live
+    containers of that declaration on that node — replicas of one template on one node are
+    interchangeable, so they pair with the slice's pods in order. A pod with no live start
+    gets 0. Example: a container started 13 s before the day at 1 s steps → 13.
+    """
+    taken: dict[tuple[str, str, str], int] = {}
+    out = np.zeros(len(production_ids), dtype=np.int64)
+    for i, pod in enumerate(production_ids):
+        key = (*declaration_of[pod], node_of[pod])
+        j = taken.get(key, 0)
+        starts = sorted(started_s.get(key, []))
+        if j < len(starts):
+            out[i] = int(max(0.0, day_start_s - starts[j]) // step_wall_s) % steps
+        taken[key] = j + 1
+    return out

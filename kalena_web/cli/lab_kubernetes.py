@@ -36,9 +36,9 @@ def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument("--manifests", nargs="*", type=Path, default=[], metavar="FILE",
                     help="kubernetes: more manifests applied after the deploy files (production, batch)")
     up.add_argument("--policy", type=Path, default=None, metavar="FILE",
-                    help="kubernetes: a policy file (docs/policy.md) saved as the live cluster's policy before "
-                         "anything is scheduled — a short day wants short time constants, e.g. "
-                         "`estimator: {grace_s: 10, half_life_s: 20}` (checked before anything starts)")
+                    help="kubernetes: a policy file (docs/policy.md) on the trace's clock, checked before anything "
+                         "starts; with a slice every time constant is divided by --speed (floored, printed) and the "
+                         "result saved as the live cluster's policy before anything is scheduled")
     day = up.add_argument_group("kubernetes: the slice the lab loads (docs/lab.md \"The slice in the lab\")")
     day.add_argument("--no-slice", action="store_true",
                      help="an empty lab: no blueprint slice, no production, no batch schedule")

@@ -40,6 +40,9 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--keep", action="store_true", help="leave the lab up after the day")
     run.add_argument("--no-persist", action="store_true", help="do not persist the replay as a console run")
     run.add_argument("--run-name", default=None, help="the persisted run's name (lab-<name>-<UTC time>)")
+    run.add_argument("--from-day", type=Path, default=None, metavar="run-day.json",
+                     help="no lab: recompute the replay and the comparison from a day a previous run saved "
+                          "(<state dir>/run-day.json; its slice folder must still exist)")
 
 
 def up_arguments(args: argparse.Namespace) -> list[str]:
@@ -79,9 +82,35 @@ def replay_of_day(day: dict):
         bitbrains=load_bitbrains(Path(paths["usage_dir"])), peak_ratios=ratios,
         arrivals=json.loads((slice_dir / "batch-schedule.json").read_text())["arrivals"],
         slice_config=summary["config"], policy=policy_on_clock(scaled, day["compression"]["clocks"]))
-    replay = build_slice_replay(inputs, config)
+    replay = build_slice_replay(inputs, config, offsets=lambda ids: _offsets(day, workloads, inputs, config, ids))
     observer = ReplayObserver(list(replay.simulator.state.node_names))
     return inputs, config, replay, observer
+
+
+def live_starts(pods: list[dict]) -> dict[tuple[str, str, str], list[float]]:
+    """Start times (Unix s) of the live production containers, by (namespace, app, node)."""
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        start = (pod.get("status") or {}).get("startTime")
+        if labels.get("kalena.naughtian.io/tier") != "service" or not start or not pod["spec"].get("nodeName"):
+            continue
+        key = (pod["metadata"]["namespace"], labels.get("app", ""), pod["spec"]["nodeName"])
+        out.setdefault(key, []).append(datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp())
+    return out
+
+
+def _offsets(day: dict, workloads, inputs, config, ids):
+    """Each production pod's step in its series at the day's start (the containers started
+    during ``up``, before the play): :func:`kalena_engine.labslice.replay.series_offsets`."""
+    from kalena_engine.labslice.replay import series_offsets
+
+    by_id = {p.id: p for p in workloads.pods}
+    node_of = {pod: node for pod, node in inputs.blueprint.assignment.items()}
+    speed = float(day["slice_summary"]["config"]["speed"])
+    return series_offsets(ids, {i: (by_id[i].namespace, by_id[i].declaration) for i in ids}, node_of,
+                          live_starts(day.get("pods") or []), day_start_s=float(day["play_start_s"]),
+                          step_wall_s=config.step_s / speed, steps=config.steps)
 
 
 def handle_run(args: argparse.Namespace) -> int:
@@ -92,7 +121,12 @@ def handle_run(args: argparse.Namespace) -> int:
     state_dir = (args.state_dir or default_state_dir()).resolve()
     say = lambda line: print(line, flush=True)  # noqa: E731
     started = time.time()
-    day = run_day(state_dir=state_dir, up_args=up_arguments(args), faults=args.faults, keep=args.keep, say=say)
+    if args.from_day is not None:
+        from agents.lab.run import load_day
+
+        day = load_day(args.from_day)
+    else:
+        day = run_day(state_dir=state_dir, up_args=up_arguments(args), faults=args.faults, keep=args.keep, say=say)
     say("run: replaying the same slice on the simulated clock")
     inputs, config, replay, observer = replay_of_day(day)
     run_name = None
@@ -127,16 +161,23 @@ def handle_run(args: argparse.Namespace) -> int:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(html_report(report), encoding="utf-8")
     print(format_table(comparison))
+    for e in live["why_evicted"]:
+        print(f"  evicted (live) t={e['t_s'] / 3600:.2f} h {e['node']} {e['workload']} ({e['tier']}): {e['reason']} "
+              f"{json.dumps(e.get('numbers'), separators=(',', ':'))[:200]}")
+    for e in rep["why_evicted"]:
+        print(f"  evicted (replay) t={e['t_s'] / 3600:.2f} h × {e['count']} {e['kind']}: {e['reason']} "
+              f"{json.dumps(finite(e.get('detail')), separators=(',', ':'), default=str)[:200]}")
     print(f"kalena lab run: summary {args.summary_json}" + (f", report {args.report}" if args.report else "")
           + (f", console run '{run_name}' (/runs/{run_name}/)" if run_name else ""))
     return 0 if comparison["gates_passed"] else 1
 
 
 def _persist(args, day, inputs, config, replay, observer):
-    from kalena_web.archive.services import run_persist
     from kalena_web.cli.persist import django_setup
 
     django_setup()
+    from kalena_web.archive.services import run_persist
+
     name = args.run_name or f"lab-{args.name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
     sources = {"lab_run": str(day["slice_dir"].parent), "slice": str(day["slice_dir"]),
                **{k: str(v) for k, v in day["slice_summary"]["inputs"].items()}}

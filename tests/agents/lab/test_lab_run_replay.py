@@ -112,3 +112,23 @@ def test_gates_fail_on_a_production_eviction_or_a_reclaimed_ratio_out_of_band() 
     bad = compare({**live, "reclaimed_fraction_cpu": 0.05, "production_evictions": 1}, replay)
     assert set(bad["gates_failed"]) == {"reclaimed_fraction_cpu", "production_evictions"}
     assert "gates FAILED" in format_table(bad) and "reclaimed_fraction_cpu" in format_table(bad)
+
+
+def test_a_pod_started_before_the_day_is_replayed_from_where_its_container_was(day) -> None:
+    from kalena_engine.labslice.replay import series_offsets, with_phases
+
+    usage = day["replay"].simulator.usage
+    p = len(usage.vm_of_pod)
+    offsets = np.arange(p, dtype=np.int64) % 5
+    shifted = with_phases(usage, offsets)
+    steps = usage.shapes.shape[0]
+    for s in (0, 3, steps - 1):
+        expected = np.stack([usage.usage_at((s + int(offsets[i])) % steps)[i] for i in range(p)])
+        assert np.allclose(shifted.usage_at(s), expected)
+    with pytest.raises(InputError, match="offsets"):
+        with_phases(usage, np.zeros(p + 1, dtype=np.int64))
+    # two replicas of one template on one node pair with the two live containers in start order
+    got = series_offsets(["a-0", "a-1", "b-0"], {"a-0": ("ns", "a"), "a-1": ("ns", "a"), "b-0": ("ns", "b")},
+                         {"a-0": "n1", "a-1": "n1", "b-0": "n2"}, {("ns", "a", "n1"): [107.0, 100.0]},
+                         day_start_s=113.0, step_wall_s=3.0, steps=4)
+    assert got.tolist() == [(13 // 3) % 4, (6 // 3) % 4, 0]
