@@ -247,6 +247,10 @@ def run_day(*, state_dir: Path, up_args: list[str], faults: str = "none", keep: 
     summary = json.loads((slice_dir / "summary.json").read_text())
     speed = float(summary["config"]["speed"])
     day_s = float(summary["config"]["hours"]) * 3600.0 / speed
+    b = summary["batch"]
+    say(f"run: batch sampled to load factor {b['load_factor']:g} over the lab's slack ({summary['slack']['m_s']:,.0f} "
+        f"m·s of wall time): measured {b['measured_load_factor']:.3f}, {b['arrivals']} arrivals, {b['pods']} pods; "
+        f"durations floored at {b['min_wall_s']:g} s of wall time ({b['floored_tasks']} of the window's tasks floored)")
     sampler = Sampler(state)
     sampler.start()
     fault_errors: list[str] = []
