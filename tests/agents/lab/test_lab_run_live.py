@@ -23,7 +23,8 @@ from agents.lab.kubernetes import KUBECTL
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 SUBNET = os.environ.get("KALENA_TEST_LAB_SUBNET", "127.0.0")
-FIGURES = {"reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_pod_hours", "batch_evicted",
+FIGURES = {"reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_pod_hours", "batch_placed", "batch_completed",
+           "run_time_inflation_p50", "batch_evicted",
            "batch_evictions_per_100_pod_hours", "production_evictions", "production_oom_kills", "blueprint_findings",
            "production_waited_node_steps"}
 
