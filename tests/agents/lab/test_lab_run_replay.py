@@ -132,3 +132,46 @@ def test_a_pod_started_before_the_day_is_replayed_from_where_its_container_was(d
                          {"a-0": "n1", "a-1": "n1", "b-0": "n2"}, {("ns", "a", "n1"): [107.0, 100.0]},
                          day_start_s=113.0, step_wall_s=3.0, steps=4)
     assert got.tolist() == [(13 // 3) % 4, (6 // 3) % 4, 0]
+
+
+def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_faults(tmp_path) -> None:
+    from agents.lab.run import read_faults
+    from agents.lab.runfigures import html_report, live_figures
+
+    # one node of C = 100 m / 100 MiB with production requesting 80 m / 50 MiB; at k = 10, steps of
+    # 60 s (6 s wall), 10 steps. A batch pod of 40 m / 10 MiB runs the day's first half (30 s wall):
+    # X = 80 + 40 − 100 = 20 m over Σq = 120 m for 5 of 10 steps → 20/120 × 0.5; memory never reclaimed.
+    (tmp_path / "batch-schedule.json").write_text(json.dumps({"arrivals": [
+        {"name": "job-a", "duration_s": 10.0}]}))
+    t0 = 1000.0
+    day = {"slice_summary": {"config": {"speed": 10.0}}, "play_start_s": t0, "slice_dir": str(tmp_path),
+           "console": {"nodes": [{"name": "n1", "blueprint_violations": []}],
+                       "batch_pods": [{"name": "batch/job-a-x1", "bound_s": t0, "ended_s": t0 + 30.0,
+                                       "outcome": "succeeded", "node": "n1", "request": [40.0, 10 * 2**20]}],
+                       "events": [{"ts": t0 + 12.0, "node": "n1", "action": "evict", "reason": "memory_pressure",
+                                   "workload": "batch/job-b", "tier": "batch", "trigger_source": "psi",
+                                   "trigger_resource": "memory", "numbers": {"working_set": 1}},
+                                  {"ts": t0 + 13.0, "node": "n1", "action": "throttle", "reason": "cpu_budget",
+                                   "workload": "batch/job-a-x1", "tier": "batch", "trigger_source": "periodic"}]},
+           "samples": [], "oom": {"n1": {"kubepods/podx": 2}}}
+    live = live_figures(day, node_names=["n1"], capacity=np.array([[100.0, 100 * 2**20]]),
+                        prod_request=np.array([[80.0, 50 * 2**20]]), step_s=60.0, steps=10)
+    assert live["reclaimed_fraction_cpu"] == pytest.approx(20 / 120 * 0.5, abs=1e-6)
+    assert live["reclaimed_fraction_ram"] == 0.0
+    assert live["batch_pod_hours"] == pytest.approx(30 * 10 / 3600, abs=1e-3)          # simulated hours
+    assert live["batch_evicted"] == 1 and live["production_evictions"] == 0
+    assert live["batch_evictions_per_100_pod_hours"] == pytest.approx(100 / (300 / 3600), rel=1e-2)
+    assert live["psi_events_by_node"] == {"n1": 1} and live["throttle_actions_by_node"] == {"n1": 1}
+    assert live["kernel_oom_kills_by_node"] == {"n1": 2}
+    assert live["run_time_inflation_p50"] == 3.0 and live["batch_completed"] == 1
+    assert live["why_evicted"][0]["reason"] == "memory_pressure" and live["why_evicted"][0]["t_s"] == 120.0
+    # faults.jsonl onto the timeline (a malformed line is kept, named unreadable)
+    (tmp_path / "faults.jsonl").write_text(json.dumps({"kind": "engine-stop", "node": "n1", "started_at": t0 + 20,
+                                                       "ended_at": t0 + 26, "recovered": True, "detail": ""})
+                                           + "\nnot json\n")
+    faults = read_faults(tmp_path)
+    assert [f["kind"] for f in faults] == ["engine-stop", "unreadable"]
+    replay = {"timeline": {"time_s": [0.0], "reclaimed_cpu_m_by_node": {"n1": [20.0]}}}
+    page = html_report({"lab": "t", "comparison": compare(live, {"reclaimed_fraction_cpu": 0.1}), "live": live,
+                        "replay": replay, "faults": faults, "play_start_s": t0, "speed": 10.0, "compression": {}})
+    assert "engine-stop" in page and "n1: reclaimed cpu" in page
