@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -69,3 +70,5 @@ def test_a_short_day_runs_end_to_end_beside_its_replay(tmp_path) -> None:
         if (state_dir / "lab.json").exists():
             subprocess.run([sys.executable, "-m", "kalena_web.cli", "lab", "down", "--state-dir", str(state_dir)],
                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+        if not (state_dir / "lab.json").exists():
+            shutil.rmtree(state_dir, ignore_errors=True)
