@@ -296,11 +296,12 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
                       operator: Callable[[dict[str, str], str], None], manifests: Sequence[Path] = (),
                       deploy_files: Sequence[Path] = DEPLOY_FILES, admission_file: Path = ADMISSION_FILE,
                       kubectl_path: Path = KUBECTL, replicas_cap: int = 1, sampling_interval_s: float = 2.0,
-                      say: Callable[[str], None] = print) -> dict[str, Any]:
+                      agent_flags: Sequence[str] = (), say: Callable[[str], None] = print) -> dict[str, Any]:
     """Start the Kubernetes-mode lab (see module doc); returns the state record.
 
     ``operator(env, cluster)`` creates the live cluster ``cluster`` in the database ``env`` names
-    (after the migration Job). ``manifests`` are applied after the deploy files (a slice's
+    (after the migration Job). ``agent_flags`` are appended to every agent's args (the day's
+    time compression: its clocks ÷ the speed). ``manifests`` are applied after the deploy files (a slice's
     production, a test's Deployment and Job). ``redis_url`` is the Celery broker and channel
     layer of the control plane (required: workers and beat are separate processes).
 
@@ -382,7 +383,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         tokens = _tokens(api_url, plan, kdir)
         apply_manifests(state, manifests)
         # -- the control plane, from the applied objects
-        cluster = _cluster(api_url, addresses, tokens, plan)
+        cluster = _cluster(api_url, addresses, tokens, plan, agent_flags)
         procs = control_plane_processes(api_url, cluster, kdir, replicas_cap=replicas_cap)
         agents = agent_processes(api_url, cluster, state["nodes"])
         for p in procs:
@@ -574,7 +575,8 @@ def _projected(kdir: Path, tokens: dict[str, str]) -> Callable[[str, str, str], 
     return mint
 
 
-def _cluster(api: str, workloads: dict[str, dict[str, Any]], tokens: dict[str, str], plan: LabPlan) -> Cluster:
+def _cluster(api: str, workloads: dict[str, dict[str, Any]], tokens: dict[str, str], plan: LabPlan,
+             agent_flags: Sequence[str] = ()) -> Cluster:
     config_maps = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": dict(c.get("data") or {})
                    for c in _items(api, "/api/v1/configmaps")}
     secrets_ = {f"{s['metadata']['namespace']}/{s['metadata']['name']}": secret_data(s)
@@ -582,7 +584,7 @@ def _cluster(api: str, workloads: dict[str, dict[str, Any]], tokens: dict[str, s
     services = {f"{s['metadata']['namespace']}/{s['metadata']['name']}": s for s in _items(api, "/api/v1/services")}
     return Cluster(config_maps=config_maps, secrets=secrets_, services=services, workloads=workloads, api_url=api,
                    tokens=tokens, projected_token=lambda *a: "", host_cpu_mcpu=plan.host_cores * 1000,
-                   host_memory_bytes=plan.host_memory_bytes)
+                   host_memory_bytes=plan.host_memory_bytes, agent_flags=tuple(agent_flags))
 
 
 def control_plane_processes(api: str, cluster: Cluster, kdir: Path, *, replicas_cap: int = 1) -> list[Process]:

@@ -131,6 +131,9 @@ class Cluster:
     kubelet_scheme: str = "http"
     kubelet_port: int = 10250
     kubelet_cgroup_driver: str = "cgroupfs"   # the kubelet double's (agents.lab.kubelet: cgroupfs naming)
+    #: the agents' clocks divided by the lab's speed (``--sampling-interval-s=1`` …; a day's time
+    #: compression, kalena_engine.labslice.compression), appended to the agent's args
+    agent_flags: tuple[str, ...] = ()
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -509,6 +512,9 @@ def _node_flags(argv: list[str], d: _Deriver, node: Mapping[str, Any], cluster: 
             out.append(f"--kubelet-url={new}")
         else:
             out.append(word)
+    for flag in cluster.agent_flags:
+        out.append(flag)
+        d.note(f"{flag} (the day's time compression: the agent's clock ÷ the speed, floored)")
     return out
 
 

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from kalena_web.cli import lab_slice
+from kalena_web.cli import lab_run, lab_slice
 from kalena_web.cli.argtypes import port
 from kalena_web.cli.lab_kubernetes import add_kubernetes_arguments
 from kalena_web.cli.paths import PROJECT_ROOT
@@ -94,8 +94,16 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                          help="seconds back from now (default: since the lab started)")
     metrics.add_argument("-o", "--output", choices=("table", "json"), default="table")
     lab_slice.add_arguments(sliced)
+    run = actions.add_parser("run", help="a lab day (Kubernetes mode, with its slice) measured against its replay",
+                             description="Brings a lab up with the slice and the scaled policy, plays the day, "
+                                         "collects the live figures, replays exactly the same slice on the simulated "
+                                         "clock and prints each figure beside the replay's with live ÷ replay; "
+                                         "summary JSON, an HTML report, the replay persisted as a lab run. Exit "
+                                         "status 1 when a gate fails (docs/lab.md \"A measured day\").")
+    lab_run.add_arguments(run)
+    run.set_defaults(handler=lab_run.handle_run)
     sliced.set_defaults(handler=lab_slice.handle_slice)
-    for p in (up, status, down, play, fault, check, metrics):
+    for p in (up, status, down, play, fault, check, metrics, run):
         p.add_argument("--state-dir", type=Path, default=None, help="the lab's state folder (<state dir>/lab)")
     status.add_argument("--json", action="store_true", help="the report as JSON")
     up.set_defaults(handler=handle_up)

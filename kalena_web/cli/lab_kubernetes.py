@@ -36,9 +36,9 @@ def add_kubernetes_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument("--manifests", nargs="*", type=Path, default=[], metavar="FILE",
                     help="kubernetes: more manifests applied after the deploy files (production, batch)")
     up.add_argument("--policy", type=Path, default=None, metavar="FILE",
-                    help="kubernetes: a policy file (docs/policy.md) saved as the live cluster's policy before "
-                         "anything is scheduled — a short day wants short time constants, e.g. "
-                         "`estimator: {grace_s: 10, half_life_s: 20}` (checked before anything starts)")
+                    help="kubernetes: a policy file (docs/policy.md) on the trace's clock, checked before anything "
+                         "starts; with a slice every time constant is divided by --speed (floored, printed) and the "
+                         "result saved as the live cluster's policy before anything is scheduled")
     day = up.add_argument_group("kubernetes: the slice the lab loads (docs/lab.md \"The slice in the lab\")")
     day.add_argument("--no-slice", action="store_true",
                      help="an empty lab: no blueprint slice, no production, no batch schedule")
@@ -83,6 +83,30 @@ def import_step(ir_dir: Path):
     return step
 
 
+def compress_day(args: argparse.Namespace, policy_text: str | None, slice_dir: Path) -> dict:
+    """The day's time compression (docs/lab.md "Time compression"): the operator's policy (or
+    the default) with every time constant ÷ the slice's speed, floored; the agents' clocks and
+    the pods' grace likewise. Printed, written to ``<slice>/compression.json`` and
+    ``<slice>/policy-scaled.yaml`` (the live cluster's first policy) and returned as
+    ``{"policy_text", "agent_flags", "compression"}``."""
+    from kalena_engine.labslice.compression import compress, format_clocks
+    from kalena_engine.policy_file import PolicyDocument, PolicyMetadata, dump_policy_text, parse_policy_text
+
+    speed = float(args.speed) if getattr(args, "speed", None) is not None else 10.0
+    document = parse_policy_text(policy_text, source=str(args.policy)) if policy_text is not None else PolicyDocument()
+    compression = compress(document.policy, speed)
+    meta = PolicyMetadata(name=f"{document.metadata.name}-x{speed:g}", version=1,
+                          source=f"kalena lab: {args.policy if policy_text is not None else 'the default policy'} "
+                                 f"with every time constant ÷ {speed:g} (floored)")
+    text = dump_policy_text(PolicyDocument(policy=compression.policy, metadata=meta))
+    (slice_dir / "policy-scaled.yaml").write_text(text, encoding="utf-8")
+    (slice_dir / "compression.json").write_text(json.dumps(compression.to_dict(), indent=2), encoding="utf-8")
+    print(format_clocks(compression), flush=True)
+    print(f"kalena lab: the scaled policy ({slice_dir / 'policy-scaled.yaml'}) is the live cluster's first policy; "
+          f"agents run with {' '.join(compression.agent_flags())}", flush=True)
+    return {"policy_text": text, "agent_flags": compression.agent_flags(), "compression": compression}
+
+
 def policy_step(step, policy_text: str, source: str):
     """``step`` (the operator's step), then ``policy_text`` saved as the live cluster's policy
     (a version by ``kalena lab``), in the migrated database, before the scheduler acts."""
@@ -111,6 +135,7 @@ def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int
 
     operator = operator_step
     policy_text = None
+    agent_flags: tuple[str, ...] = ()
     if getattr(args, "policy", None) is not None:   # refused before anything starts
         from kalena_engine.errors import InputError
         from kalena_engine.policy_file import parse_policy_text
@@ -135,6 +160,10 @@ def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int
                                    options={k: getattr(args, k, None) for k in SLICE_OPTIONS}, data_root=data_root(),
                                    say=lambda line: print(line, flush=True))
         operator = import_step(slice_dir / "ir")
+        compression = compress_day(args, policy_text, slice_dir)
+        policy_text = compression["policy_text"]
+        args.policy = args.policy or Path("<default policy>")
+        agent_flags = compression["agent_flags"]
     if policy_text is not None:
         operator = policy_step(operator, policy_text, str(args.policy))
     database = args.database_url if args.database_url is not None else os.environ.get("DATABASE_URL", "")
@@ -145,7 +174,7 @@ def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int
     try:
         state = lab_up_kubernetes(plan, state_dir=state_dir, database_url=database, redis_url=redis,
                                   operator=operator, manifests=[m.resolve() for m in args.manifests],
-                                  sampling_interval_s=args.sampling_interval_s,
+                                  sampling_interval_s=args.sampling_interval_s, agent_flags=agent_flags,
                                   say=lambda line: print(line, flush=True))
     except BaseException:
         # refused (a port in use, no Redis…) or rolled back: nothing of this `up` is left, its slice neither

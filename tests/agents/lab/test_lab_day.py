@@ -31,7 +31,7 @@ SUBNET = os.environ.get("KALENA_TEST_LAB_SUBNET", "127.0.0")
 NODE_CPU_M, NODE_MIB = 500, 512
 AGENT_CPU_M = 100      # the agent DaemonSet's request (deploy/agent/daemonset.yaml), on every node
 SLICE_LABEL = "lab.kalena.naughtian.io/slice"
-# the user's policy for a short lab: production's startup grace and decay in seconds, not minutes
+# the user's policy on the trace's clock; `up` divides it by the speed (floored at 2 s of wall time)
 POLICY = "apiVersion: kalena.naughtian.io/v1\nkind: Policy\nspec:\n  estimator: {grace_s: 10, half_life_s: 20}\n"
 LEDGER = """import json, sys
 import django

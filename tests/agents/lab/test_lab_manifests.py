@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SUBNET = os.environ.get("KALENA_TEST_LAB_SUBNET", "127.0.0")
 
 
-def _derive(tmp_path: Path, files) -> tuple[list, list, dict]:
+def _derive(tmp_path: Path, files, agent_flags: tuple[str, ...] = ()) -> tuple[list, list, dict]:
     """Apply ``files`` to a fresh test API server with kubectl, play cert-manager and the
     operator as the lab does, and derive the control plane's and the agents' processes."""
     if not os.access(kube.KUBECTL, os.X_OK):
@@ -42,7 +42,7 @@ def _derive(tmp_path: Path, files) -> tuple[list, list, dict]:
             "stringData": {"DATABASE_URL": "sqlite:///x", "REDIS_URL": "redis://r/0", "KALENA_SECRET_KEY": "k",
                            "KALENA_METRICS_TOKEN": "m"}})
         tokens = kube._tokens(api.url, plan, kdir)
-        cluster = kube._cluster(api.url, workloads, tokens, plan)
+        cluster = kube._cluster(api.url, workloads, tokens, plan, agent_flags)
         control = kube.control_plane_processes(api.url, cluster, kdir)
         nodes = [kube._node_record(n, tmp_path) for n in plan.nodes]
         agents = kube.agent_processes(api.url, cluster, nodes)
@@ -203,3 +203,20 @@ def test_kubernetes_mode_without_redis_or_kubectl_is_refused_before_anything_sta
                                operator=lambda env, name: None, kubectl_path=tmp_path / "no-kubectl")
     assert not (tmp_path / "s" / "lab.json").exists()
     assert not (Path("/sys/fs/cgroup/cpu") / plan.root).exists()
+
+
+def test_a_compressed_day_runs_every_agent_on_its_compressed_clocks_and_records_the_substitution(tmp_path) -> None:
+    from kalena_engine.labslice.compression import compress
+    from kalena_engine.policy import Policy
+
+    flags = compress(Policy(), 20).agent_flags()
+    control, agents, _ = _derive(tmp_path, kube.DEPLOY_FILES, flags)
+    assert agents
+    for agent in agents:
+        assert set(flags) <= set(agent.argv), agent.argv
+        assert any("time compression" in line for line in agent.substitutions)
+        flags_of = dict(w.split("=", 1) for w in agent.argv if w.startswith("--") and "=" in w)   # the last one wins
+        settings = {k: float(flags_of[k]) for k in ("--sampling-interval-s", "--mitigation-interval-s",
+                                                     "--psi-window-s")}
+        assert settings == {"--sampling-interval-s": 1.0, "--mitigation-interval-s": 1.0, "--psi-window-s": 2.0}
+    assert not any(f in p.argv for p in control for f in flags)     # the control plane's processes are not agents

@@ -1,0 +1,305 @@
+"""``kalena lab run``: a lab day measured against its replay (docs/lab.md "A measured day").
+
+1. **Up.** ``kalena lab up --orchestrator kubernetes`` with the slice and the day's options, as
+   a subprocess: the run always starts its own lab (a lab already recorded in the state folder
+   is refused), so the scaled policy is the live cluster's first version and the day starts
+   with nothing else on the nodes.
+2. **Play and watch.** ``kalena lab play`` (a subprocess; its lines are the progress), while a
+   sampler reads, every second: each node's PSI (``unified/<node>/cpu.pressure``,
+   ``memory.pressure``), the host's (``/proc/pressure/cpu``), and every memory cgroup's
+   ``oom_kill`` count under the node (``memory.oom_control``: cgroup v1 counts an OOM kill only
+   in the group where it happened, so the whole subtree is walked and each group's highest count
+   kept). With ``--faults default`` the faults are run at 20/40/60/80 % of the day with
+   ``kalena lab fault`` (another command's; its lines in ``faults.jsonl`` go onto the timeline).
+   The day lasts ``hours · 3600 / k`` s of wall time from the play's start.
+3. **Collect** from the lab's own database (a script run with the console's environment): batch
+   pods (bound, ended, outcome, node, request), the agents' actions (evictions with their why,
+   throttles, PSI-triggered actions), the nodes' ledgers and blueprint-check findings.
+4. **Replay** the same slice (:mod:`kalena_engine.labslice.replay`) on the simulated clock with
+   the scaled policy on that clock, and compare figure by figure (:mod:`agents.lab.runfigures`).
+5. **Down** unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agents.lab.errors import LabError
+from agents.lab.state import state_read
+
+ROOT = Path(__file__).resolve().parents[2]
+CGROUP = Path("/sys/fs/cgroup")
+FAULT_PLAN = (("agent-restart", 0.2, None), ("leader-kill", 0.4, None), ("engine-stop", 0.6, "hour"),
+              ("db-restart", 0.8, None))
+
+COLLECT = r"""
+import json, sys
+import django
+django.setup()
+from kalena_web.inventory.models import Node
+from kalena_web.ledger.models import LiveNodeLedger
+from kalena_web.scheduling.models import BatchPod
+from kalena_web.telemetry.models import MitigationEvent
+cluster = sys.argv[1]
+def vec(v):
+    return [float(x) for x in v] if v is not None else None
+nodes = []
+for n in Node.objects.filter(cluster__name=cluster).order_by("row"):
+    led = LiveNodeLedger.objects.filter(node=n).first()
+    nodes.append({"name": n.name, "capacity": vec(led.capacity) if led else vec(n.capacity),
+                  "prod_request": vec(led.prod_request) if led else None,
+                  "blueprint_violations": (led.blueprint_violations or []) if led else []})
+pods = [{"name": p.workload.name, "state": p.state, "outcome": p.outcome, "reason": p.reason,
+         "bound_s": p.bound_s, "ended_s": p.ended_s, "admitted_s": p.admitted_s,
+         "node": p.ran_on or (p.workload.node.name if p.workload.node_id else ""),
+         "request": vec(p.workload.request)}
+        for p in BatchPod.objects.filter(cluster__name=cluster).select_related("workload", "workload__node")]
+events = [{"ts": e.ts, "node": e.node.name, "action": e.action, "reason": e.reason, "workload": e.workload_name,
+           "tier": e.tier, "priority": e.priority, "trigger_source": e.trigger_source,
+           "trigger_resource": e.trigger_resource, "numbers": e.numbers, "ok": e.result_ok}
+          for e in MitigationEvent.objects.filter(node__cluster__name=cluster).select_related("node").order_by("ts")]
+print(json.dumps({"nodes": nodes, "batch_pods": pods, "events": events}))
+"""
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kalena_web.cli", "lab", *args]
+
+
+def _stream(argv: list[str], say: Callable[[str], None], prefix: str, timeout_s: float) -> int:
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    end = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        say(f"{prefix}{line.rstrip()}")
+        if time.monotonic() > end:
+            proc.kill()
+            raise LabError(f"{' '.join(argv[3:5])} did not finish within {timeout_s:.0f} s", source="kalena lab run",
+                           field=argv[4] if len(argv) > 4 else "lab")
+    return proc.wait()
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _psi(path: Path) -> dict[str, float] | None:
+    """``{"avg10", "total_us"}`` of a ``*.pressure`` file's ``some`` line, or None."""
+    text = _read(path)
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some "):
+            fields = dict(f.split("=", 1) for f in line.split()[1:])
+            return {"avg10": float(fields["avg10"]), "total_us": float(fields["total"])}
+    return None
+
+
+class Sampler(threading.Thread):
+    """Every ``every_s``: node and host PSI, every memory group's oom_kill under each node."""
+
+    def __init__(self, state: dict[str, Any], every_s: float = 1.0, root: Path = CGROUP) -> None:
+        super().__init__(daemon=True)
+        self.state, self.every_s, self.root = state, every_s, root
+        self.samples: list[dict[str, Any]] = []
+        self.oom: dict[str, dict[str, int]] = {}     # node → {group path: highest oom_kill}
+        self.stop = threading.Event()
+
+    def _oom(self, node: str, group: str) -> None:
+        base = self.root / "memory" / group
+        seen = self.oom.setdefault(node, {})
+        for dirpath, _dirs, files in os.walk(base):
+            if "memory.oom_control" in files:
+                text = _read(Path(dirpath) / "memory.oom_control") or ""
+                for line in text.splitlines():
+                    if line.startswith("oom_kill "):
+                        count = int(line.split()[1])
+                        if count:
+                            rel = os.path.relpath(dirpath, base)
+                            seen[rel] = max(seen.get(rel, 0), count)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.time()
+            row: dict[str, Any] = {"ts": now, "host_cpu": _psi(Path("/proc/pressure/cpu")), "nodes": {}}
+            for node in self.state["nodes"]:
+                group = node["cgroup"] if "cgroup" in node else f"{self.state['cgroup_root']}/{node['name']}"
+                row["nodes"][node["name"]] = {"cpu": _psi(self.root / "unified" / group / "cpu.pressure"),
+                                              "memory": _psi(self.root / "unified" / group / "memory.pressure")}
+                try:
+                    self._oom(node["name"], group)
+                except OSError:
+                    pass
+            self.samples.append(row)
+            self.stop.wait(self.every_s)
+
+
+def collect_console(state: dict[str, Any]) -> dict[str, Any]:
+    """The lab database's batch pods, agents' actions and ledgers (module doc, step 3).
+
+    Raises:
+        LabError: the script failed (its error quoted).
+    """
+    console = next((p for p in state["processes"] if p["name"] == "kalena-console"), None)
+    if console is None:
+        raise LabError("no console process is recorded", source="lab.json", field="processes")
+    script = Path(state["directory"]) / "collect-run.py"
+    script.write_text(COLLECT)
+    cluster = console["env"].get("KALENA_AGENT_TOKENREVIEW_CLUSTER") or "lab"
+    done = subprocess.run([sys.executable, str(script), cluster], env=console["env"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise LabError(f"collecting the day failed: {done.stderr.strip()[-800:]}", source=str(script), field="console")
+    return json.loads(done.stdout)
+
+
+def _run_faults(state_dir: Path, day_s: float, speed: float, play_start: float, say: Callable[[str], None],
+                errors: list[str]) -> None:
+    for kind, share, length in FAULT_PLAN:
+        wait = play_start + share * day_s - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        argv = _cli("fault", kind, "--state-dir", str(state_dir))
+        if length == "hour":
+            argv += ["--for", f"{3600.0 / speed:g}"]
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        line = (done.stdout.strip() or done.stderr.strip()).splitlines()[-1:] or [""]
+        say(f"run: fault {kind} at {share:.0%} of the day: exit {done.returncode} {line[0]}")
+        if done.returncode != 0:
+            errors.append(f"{kind}: exit {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
+
+
+def fault_command_exists() -> bool:
+    """Whether ``kalena lab fault`` is registered (another change provides it)."""
+    done = subprocess.run(_cli("fault", "--help"), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode == 0
+
+
+def read_faults(state_dir: Path) -> list[dict[str, Any]]:
+    """``<state dir>/faults.jsonl`` rows (none when missing); a malformed line is kept as
+    ``{"kind": "unreadable", "detail": line}``."""
+    path = state_dir / "faults.jsonl"
+    out = []
+    for line in (_read(path) or "").splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"kind": "unreadable", "detail": line[:200]})
+    return out
+
+
+def save_day(path: Path, day: dict[str, Any]) -> None:
+    """Write the collected day as JSON (paths as text)."""
+    path.write_text(json.dumps({**day, "slice_dir": str(day["slice_dir"])}), encoding="utf-8")
+
+
+def load_day(path: Path) -> dict[str, Any]:
+    """A day written by :func:`save_day`.
+
+    Raises:
+        LabError: the file is missing or not a saved day.
+    """
+    try:
+        day = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LabError(f"cannot read a saved day ({exc})", source=str(path), field="--from-day") from None
+    if not isinstance(day, dict) or "slice_dir" not in day or "console" not in day:
+        raise LabError("not a day saved by `kalena lab run`", source=str(path), field="--from-day")
+    day["slice_dir"] = Path(day["slice_dir"])
+    return day
+
+
+def run_day(*, state_dir: Path, up_args: list[str], faults: str = "none", keep: bool = False,
+            say: Callable[[str], None] = print, settle_s: float = 0.0) -> dict[str, Any]:
+    """Steps 1–3 and 5 of the module doc; returns ``{"state", "console", "sampler", "faults",
+    "play_start_s", "day_s", "slice_dir", "compression", "livemetrics"}`` for the comparison.
+
+    Raises:
+        LabError: a lab already recorded, ``up`` or ``play`` failed, or ``--faults default``
+            without ``kalena lab fault``.
+    """
+    state_dir = Path(state_dir).resolve()
+    if state_read(state_dir) is not None:
+        raise LabError(f"a lab is already recorded in {state_dir}", source=str(state_dir / "lab.json"),
+                       field="kalena lab run", accepted="`kalena lab down` first (run starts its own lab)")
+    if faults == "default" and not fault_command_exists():
+        raise LabError("`kalena lab fault` does not exist in this checkout", source="kalena lab run",
+                       field="--faults default", accepted="--faults none, or a checkout with `kalena lab fault`")
+    say("run: bringing the lab up")
+    code = _stream(_cli("up", "--orchestrator", "kubernetes", "--state-dir", str(state_dir), *up_args), say, "  up: ",
+                   timeout_s=1800)
+    if code != 0:
+        raise LabError(f"`kalena lab up` exited {code} (its lines above)", source="kalena lab run", field="up")
+    state = state_read(state_dir)
+    slice_dir = Path(state["slice"]["directory"])
+    summary = json.loads((slice_dir / "summary.json").read_text())
+    speed = float(summary["config"]["speed"])
+    day_s = float(summary["config"]["hours"]) * 3600.0 / speed
+    b = summary["batch"]
+    say(f"run: batch sampled to load factor {b['load_factor']:g} over the lab's slack ({summary['slack']['m_s']:,.0f} "
+        f"m·s of wall time): measured {b['measured_load_factor']:.3f}, {b['arrivals']} arrivals, {b['pods']} pods; "
+        f"durations floored at {b['min_wall_s']:g} s of wall time ({b['floored_tasks']} of the window's tasks floored)")
+    sampler = Sampler(state)
+    sampler.start()
+    fault_errors: list[str] = []
+    try:
+        if settle_s > 0:
+            time.sleep(settle_s)
+        play_start = time.time()
+        fault_thread = None
+        if faults == "default":
+            fault_thread = threading.Thread(target=_run_faults, args=(state_dir, day_s, speed, play_start, say,
+                                                                       fault_errors), daemon=True)
+            fault_thread.start()
+        say(f"run: playing the day: {day_s:.0f} s of wall time ({summary['config']['hours']:g} h at {speed:g}×)")
+        code = _stream(_cli("play", "--state-dir", str(state_dir)), say, "  ", timeout_s=day_s + 600)
+        if code != 0:
+            raise LabError(f"`kalena lab play` exited {code}", source="kalena lab run", field="play")
+        state = state_read(state_dir)
+        play_start = float((state.get("play") or {}).get("started_s") or play_start)
+        while time.time() < play_start + day_s:
+            left = play_start + day_s - time.time()
+            say(f"run: the day runs {left:.0f} s more (t+{time.time() - play_start:.0f} s of {day_s:.0f} s)")
+            time.sleep(min(30.0, max(0.5, left)))
+        if fault_thread is not None:
+            fault_thread.join(timeout=3600.0 / speed + 300)
+        day_end = play_start + day_s
+        sampler.stop.set()
+        sampler.join(timeout=10)
+        console = collect_console(state)
+        from agents.lab.kubernetes import kubectl
+
+        pods = json.loads(kubectl(state, "get", "pods", "-A", "-o", "json", timeout_s=120).stdout)["items"]
+        livemetrics = None
+        try:
+            from agents.lab import livemetrics as lm   # another change provides it
+        except ImportError:
+            lm = None
+        if lm is not None:
+            livemetrics = lm.collect(state, play_start, day_end)
+        day = {"state": state, "console": console, "samples": sampler.samples, "oom": sampler.oom,
+                "faults": read_faults(state_dir), "fault_errors": fault_errors, "play_start_s": play_start,
+                "day_s": day_s, "slice_dir": slice_dir, "slice_summary": summary,
+                "compression": json.loads((slice_dir / "compression.json").read_text()),
+                "livemetrics": livemetrics, "pods": pods}
+        save_day(state_dir / "run-day.json", day)
+        say(f"run: the day's raw figures saved to {state_dir / 'run-day.json'} (`kalena lab run --from-day` "
+            "recomputes the comparison from them)")
+        return day
+    finally:
+        sampler.stop.set()
+        if not keep:
+            say("run: taking the lab down (--keep keeps it)")
+            _stream(_cli("down", "--state-dir", str(state_dir)), say, "  down: ", timeout_s=600)

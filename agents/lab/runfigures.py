@@ -1,0 +1,378 @@
+"""The figures of a measured lab day and of its replay, side by side (docs/lab.md "A measured
+day"). Pure but for reading the slice's files: a day collected by :func:`agents.lab.run.run_day`
+in, figures, ratios, gates, a table and an HTML report out.
+
+Every live figure is on the *simulated* clock (wall seconds × k), as the replay's are.
+
+* ``reclaimed_fraction_cpu`` / ``_ram``: Σ_n X_n / Σ_n Σ_w q_w (DESIGN §6) averaged over the
+  day's steps, live from the batch pods' bound → ended intervals (the lab database) over the
+  slice's production requests and post-Phase-0 capacities — the replay's own node table;
+* ``batch_pod_hours``: Σ running batch pods × time (simulated hours);
+* ``batch_evictions_per_100_pod_hours``: the agents' ``evict`` actions on batch × 100 / pod-hours;
+* ``production_evictions``: ``evict`` actions on service pods;
+* ``production_oom_kills``: service containers the kubelet double saw ``OOMKilled`` (the
+  kernel's own count per node, from each memory group's ``oom_kill``, beside it);
+* ``blueprint_findings``: the last blueprint check's findings on every node (the replay: the
+  blueprint verification's hard findings);
+* ``psi_events`` / ``throttle_actions`` per node: the agents' actions triggered by PSI, and
+  their ``throttle`` / ``cpu_weight`` / ``starvation_cap`` actions (the replay has no PSI: its
+  node-steps of throttled contention stand beside);
+* ``production_waited_node_steps``: node-steps where the node's cpu PSI ``some`` stall grew by
+  ≥ 1 % of the step (``unified/<node>/cpu.pressure``), and of those the steps where the host's
+  ``/proc/pressure/cpu`` ``some`` share was ≥ 50 % (host saturation, flagged apart); the replay's
+  ``production_contention_node_steps`` beside;
+* ``why_evicted``: every eviction with its node, workload, reason and numbers.
+
+Gates: production evictions 0 in both; reclaimed cpu and batch evictions per 100 pod-hours
+live ÷ replay within 0.8–1.25 (both 0 passes; a live figure over a replay 0 fails).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+BAND = (0.8, 1.25)
+WAIT_SHARE = 0.01
+HOST_SATURATED = 0.5
+THROTTLES = ("throttle", "cpu_weight", "starvation_cap")
+GATED = ("reclaimed_fraction_cpu", "batch_evictions_per_100_pod_hours")
+EXPLAIN = {
+    "reclaimed_fraction_ram": "memory is not the constraining dimension: batch is placed by cpu slack, and the "
+                              "live ledgers read working sets the replay's memory series only approximate",
+    "batch_pod_hours": "live pods start after the webhook, the scheduler pass and the kubelet double's container "
+                       "start (seconds of wall time, × k simulated); throttled pods run longer live",
+    "production_waited_node_steps": "the node's PSI counts every task of the node (batch included) and the lab's "
+                                    "processes share the host's cores; the replay counts only production usage that "
+                                    "does not fit beside admitted batch",
+    "batch_evicted": "evictions are rare events: a handful either way moves the ratio far",
+}
+
+
+def explain(key: str, live: dict[str, Any], replay: dict[str, Any]) -> str:
+    """Why ``key`` left the band, with the day's own numbers where they say it."""
+    host = live.get("host_cpu_psi_some_avg10_mean")
+    infl = live.get("run_time_inflation_p50")
+    slow = (f"live batch pods ran {infl:g}× their duration (p50; the replay {replay.get('run_time_inflation_p50')}) "
+            f"with the host's cpu PSI some at {host:g} % on average — the machine, not the node, was short of cpu"
+            if infl and host is not None else "")
+    if key in ("batch_pod_hours", "batch_placed", "batch_completed", "run_time_inflation_p50", "reclaimed_fraction_ram") \
+            and slow:
+        tail = {"batch_pod_hours": ": each pod held its place longer, so more pod-hours for less work",
+                "batch_placed": ": pods held reclaimed capacity longer, so fewer new ones fit",
+                "batch_completed": ": fewer pods finished within the day",
+                "reclaimed_fraction_ram": ": the pods that did run held their memory requests longer",
+                "run_time_inflation_p50": ""}[key]
+        return slow + tail
+    if key == "production_waited_node_steps":
+        sat = sum((live.get("host_saturated_node_steps_by_node") or {}).values())
+        return (f"{sat} of {live.get(key)} node-steps had the host's cpu saturated (PSI some ≥ 50 %): the lab's "
+                "processes share the machine's cores. " + EXPLAIN[key])
+    return EXPLAIN.get(key, "")
+
+
+def ratio(live: float | None, replay: float | None) -> float | None:
+    """live ÷ replay; 1.0 when both are 0; None when only the replay is 0 or either is missing."""
+    if live is None or replay is None:
+        return None
+    if replay == 0:
+        return 1.0 if live == 0 else None
+    return live / replay
+
+
+def step_grid(start_s: float, steps: int, step_wall_s: float) -> np.ndarray:
+    """``(steps,)`` wall times of the day's steps."""
+    return start_s + np.arange(steps) * step_wall_s
+
+
+def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.ndarray, prod_request: np.ndarray,
+                 step_s: float, steps: int, pods: list[dict] | None = None) -> dict[str, Any]:
+    """The live day's figures (module doc). ``capacity`` / ``prod_request``: ``(n, 2)`` cpu mcpu
+    and memory bytes per node in ``node_names`` order (the replay's node table); ``pods``: the
+    final ``kubectl get pods -A`` items (production OOMs)."""
+    speed = float(day["slice_summary"]["config"]["speed"])
+    step_wall = step_s / speed
+    t0 = float(day["play_start_s"])
+    t_end = t0 + steps * step_wall
+    times = step_grid(t0, steps, step_wall)
+    index = {n: i for i, n in enumerate(node_names)}
+    n = len(node_names)
+    batch_req = np.zeros((steps, n, 2))
+    pod_hours = 0.0
+    for p in day["console"]["batch_pods"]:
+        if p.get("bound_s") is None or p.get("node") not in index or not p.get("request"):
+            continue
+        start = max(float(p["bound_s"]), t0)
+        end = min(float(p["ended_s"]) if p.get("ended_s") else t_end, t_end)
+        if end <= start:
+            continue
+        pod_hours += (end - start) * speed / 3600.0
+        live = (times + step_wall > start) & (times < end)
+        batch_req[live, index[p["node"]], 0] += float(p["request"][0])
+        batch_req[live, index[p["node"]], 1] += float(p["request"][1])
+    total = prod_request[None, :, :] + batch_req
+    reclaimed = np.maximum(0.0, total - capacity[None, :, :])
+    frac = {}
+    for d, name in ((0, "cpu"), (1, "ram")):
+        den = total[:, :, d].sum(axis=1)
+        frac[name] = float(np.mean(np.where(den > 0, reclaimed[:, :, d].sum(axis=1) / np.where(den > 0, den, 1), 0.0)))
+    events = [e for e in day["console"]["events"] if t0 <= float(e["ts"]) <= t_end + 60]
+    evictions = [e for e in events if e["action"] == "evict"]
+    batch_ev = [e for e in evictions if e.get("tier") != "service"]
+    prod_ev = [e for e in evictions if e.get("tier") == "service"]
+    psi_events = {name: 0 for name in node_names}
+    throttles = {name: 0 for name in node_names}
+    for e in events:
+        if e["node"] in psi_events and e.get("trigger_source") == "psi":
+            psi_events[e["node"]] += 1
+        if e["node"] in throttles and e["action"] in THROTTLES:
+            throttles[e["node"]] += 1
+    waited, saturated = _waited(day["samples"], node_names, times, step_wall)
+    prod_oom = 0
+    for pod in pods or []:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("kalena.naughtian.io/tier") != "service":
+            continue
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            for st in (c.get("lastState") or {}, c.get("state") or {}):
+                if (st.get("terminated") or {}).get("reason") == "OOMKilled":
+                    prod_oom += 1
+    findings = sum(len(nd.get("blueprint_violations") or []) for nd in day["console"]["nodes"])
+    durations = _durations(day)
+    inflation = sorted((float(p["ended_s"]) - float(p["bound_s"])) / durations[p["name"]]
+                       for p in day["console"]["batch_pods"]
+                       if p.get("bound_s") and p.get("ended_s") and p.get("outcome") == "succeeded"
+                       and durations.get(p["name"]))
+    host = [s["host_cpu"]["avg10"] for s in day["samples"] if s.get("host_cpu") and t0 <= s["ts"] <= t_end]
+    return {
+        "reclaimed_fraction_cpu": round(frac["cpu"], 6), "reclaimed_fraction_ram": round(frac["ram"], 6),
+        "batch_pod_hours": round(pod_hours, 3), "batch_evicted": len(batch_ev),
+        "batch_evictions_per_100_pod_hours": round(100.0 * len(batch_ev) / pod_hours, 4) if pod_hours > 0 else 0.0,
+        "production_evictions": len(prod_ev), "production_oom_kills": prod_oom,
+        "batch_placed": sum(1 for p in day["console"]["batch_pods"] if p.get("bound_s") and t0 <= float(p["bound_s"]) <= t_end),
+        "batch_completed": sum(1 for p in day["console"]["batch_pods"] if p.get("outcome") == "succeeded"
+                               and p.get("ended_s") and float(p["ended_s"]) <= t_end),
+        "run_time_inflation_p50": round(float(np.median(inflation)), 3) if inflation else None,
+        "host_cpu_psi_some_avg10_mean": round(float(np.mean(host)), 1) if host else None,
+        "kernel_oom_kills_by_node": {k: sum(v.values()) for k, v in (day.get("oom") or {}).items()},
+        "blueprint_findings": findings,
+        "psi_events_by_node": psi_events, "throttle_actions_by_node": throttles,
+        "production_waited_node_steps": int(sum(waited.values())),
+        "production_waited_node_steps_by_node": waited,
+        "host_saturated_node_steps_by_node": saturated,
+        "why_evicted": [{"t_s": round((float(e["ts"]) - t0) * speed, 1), "node": e["node"], "workload": e["workload"],
+                         "tier": e.get("tier"), "reason": e["reason"], "trigger": e.get("trigger_resource"),
+                         "numbers": e.get("numbers")} for e in evictions],
+        "timeline": {"time_s": [round((t - t0) * speed, 1) for t in times.tolist()],
+                     "reclaimed_cpu_m_by_node": {name: reclaimed[:, i, 0].round(1).tolist()
+                                                 for i, name in enumerate(node_names)}},
+    }
+
+
+def _durations(day: dict[str, Any]) -> dict[str, float]:
+    """Batch pod name → its undisturbed wall duration, from the schedule (a pod is named after its
+    arrival: the bare pod itself, or ``<job>-<suffix>``)."""
+    from pathlib import Path
+
+    path = Path(day["slice_dir"]) / "batch-schedule.json"
+    try:
+        arrivals = json.loads(path.read_text())["arrivals"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    names = sorted(((a["name"], float(a["duration_s"])) for a in arrivals), key=lambda x: -len(x[0]))
+    out = {}
+    for p in day["console"]["batch_pods"]:
+        base = p["name"].split("/")[-1]
+        for name, duration in names:
+            if base == name or base.startswith(name + "-"):
+                out[p["name"]] = duration
+                break
+    return out
+
+
+def _waited(samples: list[dict], node_names: list[str], times: np.ndarray, step_wall: float):
+    waited = {n: 0 for n in node_names}
+    saturated = {n: 0 for n in node_names}
+    if not samples:
+        return waited, saturated
+    ts = np.array([s["ts"] for s in samples])
+    for t in times.tolist():
+        a = int(np.searchsorted(ts, t))
+        b = int(np.searchsorted(ts, t + step_wall)) - 1
+        if a >= len(samples) or b <= a:
+            continue
+        span = (ts[b] - ts[a]) * 1e6
+        host_a, host_b = samples[a].get("host_cpu"), samples[b].get("host_cpu")
+        host_share = (host_b["total_us"] - host_a["total_us"]) / span if host_a and host_b and span > 0 else 0.0
+        for name in node_names:
+            na = (samples[a]["nodes"].get(name) or {}).get("cpu")
+            nb = (samples[b]["nodes"].get(name) or {}).get("cpu")
+            if na and nb and span > 0 and (nb["total_us"] - na["total_us"]) / span >= WAIT_SHARE:
+                waited[name] += 1
+                if host_share >= HOST_SATURATED:
+                    saturated[name] += 1
+    return waited, saturated
+
+
+class ReplayObserver:
+    """Per-step replay figures the accumulator does not keep: reclaimed cpu and contention per
+    node, and every eviction's why."""
+
+    def __init__(self, node_names: list[str]) -> None:
+        self.node_names = node_names
+        self.time_s: list[float] = []
+        self.reclaimed: list[list[float]] = []
+        self.contention_steps = {n: 0 for n in node_names}
+        self.why: list[dict[str, Any]] = []
+
+    def __call__(self, record) -> None:
+        request = record.prod_request + record.batch_request
+        x = np.maximum(0.0, request[:, 0] - record.capacity[:, 0])
+        self.time_s.append(float(record.time_s))
+        self.reclaimed.append(x.round(1).tolist())
+        if record.contention_mcpu is not None:
+            for i, name in enumerate(self.node_names):
+                if record.contention_mcpu[i] > 1e-6:
+                    self.contention_steps[name] += 1
+        for e in record.events:
+            if e.kind in ("evicted", "production_evicted"):
+                self.why.append({"t_s": float(record.time_s), "kind": e.kind, "count": e.count, "reason": e.reason,
+                                 "detail": e.detail})
+
+
+def replay_figures(summary: dict[str, Any], observer: ReplayObserver) -> dict[str, Any]:
+    """The replay's figures under the live figures' names."""
+    return {
+        "reclaimed_fraction_cpu": summary["reclaimed_fraction_cpu"], "reclaimed_fraction_ram": summary["reclaimed_fraction_ram"],
+        "batch_pod_hours": summary["batch_pod_hours"], "batch_evicted": summary["batch_evicted"],
+        "batch_evictions_per_100_pod_hours": summary["batch_evictions_per_100_pod_hours"],
+        "production_evictions": summary["production_evictions"], "production_oom_kills": summary["production_oom_kills"],
+        "batch_placed": summary["batch_placed"], "batch_completed": summary["batch_completed"],
+        "run_time_inflation_p50": summary.get("completion_inflation_p50"),
+        "blueprint_findings": summary.get("blueprint_violations", 0),
+        "production_waited_node_steps": summary["production_contention_node_steps"],
+        "production_waited_node_steps_by_node": observer.contention_steps,
+        "throttle_node_steps_by_node": observer.contention_steps,
+        "why_evicted": observer.why,
+        "timeline": {"time_s": observer.time_s,
+                     "reclaimed_cpu_m_by_node": {n: [row[i] for row in observer.reclaimed]
+                                                 for i, n in enumerate(observer.node_names)}},
+    }
+
+
+def compare(live: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
+    """Rows ``{figure, live, replay, ratio, in_band, gate, explanation}`` and the gates' verdict."""
+    rows = []
+    for key in ("reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_pod_hours", "batch_placed",
+                "batch_completed", "run_time_inflation_p50", "batch_evicted",
+                "batch_evictions_per_100_pod_hours", "production_evictions", "production_oom_kills",
+                "blueprint_findings", "production_waited_node_steps"):
+        lv, rv = live.get(key), replay.get(key)
+        r = ratio(lv, rv)
+        in_band = r is not None and BAND[0] <= r <= BAND[1]
+        gate = None
+        if key == "production_evictions":
+            gate = lv == 0 and rv == 0
+        elif key in GATED:
+            gate = in_band
+        rows.append({"figure": key, "live": lv, "replay": rv, "ratio": None if r is None else round(r, 3),
+                     "in_band": in_band, "gate": gate,
+                     "explanation": "" if in_band else explain(key, live, replay)})
+    failed = [r["figure"] for r in rows if r["gate"] is False]
+    per_node = []
+    for node in sorted(set(live.get("psi_events_by_node") or {}) | set(replay.get("throttle_node_steps_by_node") or {})):
+        per_node.append({
+            "node": node, "psi_events": (live.get("psi_events_by_node") or {}).get(node),
+            "throttle_actions": (live.get("throttle_actions_by_node") or {}).get(node),
+            "waited_node_steps": (live.get("production_waited_node_steps_by_node") or {}).get(node),
+            "host_saturated_node_steps": (live.get("host_saturated_node_steps_by_node") or {}).get(node),
+            "kernel_oom_kills": (live.get("kernel_oom_kills_by_node") or {}).get(node, 0),
+            "replay_contention_node_steps": (replay.get("throttle_node_steps_by_node") or {}).get(node)})
+    return {"rows": rows, "per_node": per_node, "gates_failed": failed, "gates_passed": not failed,
+            "band": list(BAND)}
+
+
+def format_table(comparison: dict[str, Any]) -> str:
+    """The printed table: one figure a line, live, replay, ratio, gate."""
+    def fmt(v):
+        if v is None:
+            return "—"
+        return f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"
+    lines = [f"{'figure':38} {'live':>12} {'replay':>12} {'live÷replay':>12}  gate",
+             "-" * 86]
+    for r in comparison["rows"]:
+        gate = {True: "PASS", False: "FAIL", None: ""}[r["gate"]]
+        band = "" if r["in_band"] or r["gate"] is not None else "  out of band"
+        lines.append(f"{r['figure']:38} {fmt(r['live']):>12} {fmt(r['replay']):>12} {fmt(r['ratio']):>12}  {gate}{band}")
+        if r["explanation"] and not r["in_band"]:
+            lines.append(f"    why: {r['explanation']}")
+    if comparison.get("per_node"):
+        lines.append("")
+        lines.append(f"{'node':14} {'PSI events':>10} {'throttles':>10} {'waited steps':>13} {'of which host':>14} "
+                     f"{'kernel OOM':>10} {'replay contention steps':>24}")
+        for r in comparison["per_node"]:
+            lines.append(f"{r['node']:14} {fmt(r['psi_events']):>10} {fmt(r['throttle_actions']):>10} "
+                         f"{fmt(r['waited_node_steps']):>13} {fmt(r['host_saturated_node_steps']):>14} "
+                         f"{fmt(r['kernel_oom_kills']):>10} {fmt(r['replay_contention_node_steps']):>24}")
+        lines.append("  waited: node cpu PSI some ≥ 1 % of the step; of which host: the host's cpu PSI some ≥ 50 % "
+                     "then (host saturation, not the node)")
+        lines.append("")
+    verdict = ("gates: all passed" if comparison["gates_passed"]
+               else f"gates FAILED: {', '.join(comparison['gates_failed'])} (exit status 1)")
+    lines.append(verdict)
+    return "\n".join(lines)
+
+
+def html_report(report: dict[str, Any]) -> str:
+    """A self-contained HTML page: the table, the compression, and per node a timeline of
+    reclaimed cpu (live and replay) with the faults and evictions marked."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    parts = [f"<h1>Lab day vs replay — {html.escape(report['lab'])}</h1>",
+             f"<pre>{html.escape(format_table(report['comparison']))}</pre>"]
+    live_t = report["live"]["timeline"]
+    rep_t = report["replay"]["timeline"]
+    for i, node in enumerate(live_t["reclaimed_cpu_m_by_node"]):
+        fig = go.Figure()
+        fig.add_scatter(x=[t / 3600 for t in live_t["time_s"]], y=live_t["reclaimed_cpu_m_by_node"][node],
+                        name="live reclaimed cpu (m)", mode="lines")
+        if node in rep_t["reclaimed_cpu_m_by_node"]:
+            fig.add_scatter(x=[t / 3600 for t in rep_t["time_s"]], y=rep_t["reclaimed_cpu_m_by_node"][node],
+                            name="replay reclaimed cpu (m)", mode="lines")
+        for e in report["live"]["why_evicted"]:
+            if e["node"] == node:
+                fig.add_vline(x=e["t_s"] / 3600, line_dash="dot", line_color="red")
+        for f in report.get("faults") or []:
+            if f.get("started_at") is None:
+                continue
+            x0 = (float(f["started_at"]) - report["play_start_s"]) * report["speed"] / 3600
+            x1 = (float(f.get("ended_at") or f["started_at"]) - report["play_start_s"]) * report["speed"] / 3600
+            if not f.get("node") or f.get("node") == node:
+                fig.add_vrect(x0=x0, x1=max(x1, x0 + 0.002), fillcolor="orange", opacity=0.25, line_width=0,
+                              annotation_text=str(f.get("kind")), annotation_position="top left")
+        fig.update_layout(title=f"{node}: reclaimed cpu in use (red dotted: evictions; orange: faults)",
+                          xaxis_title="simulated time (h)", yaxis_title="m", template="plotly_white", height=360)
+        parts.append(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False))
+    parts.append("<h2>Time compression</h2><pre>" + html.escape(json.dumps(report["compression"], indent=1)) + "</pre>")
+    parts.append("<h2>Why evicted (live)</h2><pre>" + html.escape(json.dumps(report["live"]["why_evicted"], indent=1))
+                 + "</pre>")
+    return "<!doctype html><html><head><meta charset='utf-8'><title>kalena lab run</title></head><body>" + \
+        "\n".join(parts) + "</body></html>"
+
+
+def finite(x: Any) -> Any:
+    """JSON-safe copy (NaN/inf → None, numpy → Python)."""
+    if isinstance(x, dict):
+        return {str(k): finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return None if not math.isfinite(float(x)) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x

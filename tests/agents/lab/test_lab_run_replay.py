@@ -1,0 +1,177 @@
+"""The replay of a lab day (kalena_engine.labslice.replay): a rendered slice's own files — its IR,
+its batch schedule, its scaled policy — replayed on the simulated clock hold exactly the lab's
+nodes, production, series and batch; and the live ÷ replay comparison's gates
+(agents.lab.runfigures)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agents.lab.runfigures import compare, format_table
+from agents.lab.slice import SliceConfig, render_slice, resolve_inputs, write_slice
+from kalena_engine.errors import InputError
+from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads, phase0_capacity
+from kalena_engine.labslice.compression import compress, simulated_policy
+from kalena_engine.labslice.replay import build_slice_replay, schedule_tasks, slice_replay_inputs
+from kalena_engine.policy import Policy
+from kalena_engine.traces.bitbrains import load_bitbrains
+from kalena_engine.traces.google import production_peak_ratios, read_task_events, read_task_usage
+
+CONFIG = SliceConfig(nodes=2, cpu_m=300, memory_mib=384, speed=20.0, hours=0.5, max_pods_per_node=12,
+                     max_batch_pods=30, lab_name="t")
+
+
+@pytest.fixture(scope="module")
+def day(data_dir, tmp_path_factory):
+    inputs = resolve_inputs(data_dir, {})
+    out = tmp_path_factory.mktemp("slice") / "out"
+    write_slice(render_slice(CONFIG, inputs), out)
+    workloads = load_workloads(out / "ir/workloads.yaml")
+    infra = load_infrastructure(out / "ir/infra.yaml")
+    ratios = production_peak_ratios(read_task_events(inputs["google_events"]),
+                                    read_task_usage(inputs["google_usage"])).ratios
+    compression = compress(Policy(), CONFIG.speed)
+    arrivals = json.loads((out / "batch-schedule.json").read_text())["arrivals"]
+    summary = json.loads((out / "summary.json").read_text())
+    replay_inputs, config = slice_replay_inputs(
+        infra=infra, workloads=workloads, blueprint=load_blueprint(out / "ir/blueprint.yaml", workloads),
+        bitbrains=load_bitbrains(inputs["usage_dir"]), peak_ratios=ratios, arrivals=arrivals,
+        slice_config=summary["config"], policy=simulated_policy(compression))
+    return {"out": out, "infra": infra, "workloads": workloads, "arrivals": arrivals, "inputs": replay_inputs,
+            "config": config, "replay": build_slice_replay(replay_inputs, config), "compression": compression}
+
+
+def test_the_replay_holds_the_labs_nodes_production_and_capacities(day) -> None:
+    state = day["replay"].simulator.state
+    placement = json.loads((day["out"] / "placement.json").read_text())
+    assert list(state.node_names) == sorted(placement["nodes"])
+    assert np.array_equal(state.capacity, phase0_capacity(day["infra"]))
+    assert sorted(state.production.ids) == sorted(placement["pods"])
+    # the day's window, on the simulated clock
+    assert day["config"].hours == CONFIG.hours and day["config"].step_s == CONFIG.step_s
+    assert day["config"].load_factor == 1.0          # the sample is already at its load factor
+
+
+def test_every_pod_follows_the_series_its_container_follows(day) -> None:
+    usage = day["replay"].simulator.usage
+    ids = day["replay"].simulator.state.production.ids
+    docs = {}
+    import yaml
+    for doc in yaml.safe_load_all((day["out"] / "kubernetes/production.yaml").read_text()):
+        if doc and doc["kind"] in ("Deployment", "StatefulSet", "Pod"):
+            meta = doc["metadata"] if doc["kind"] == "Pod" else doc["spec"]["template"]["metadata"]
+            docs[(doc["metadata"]["namespace"], (doc["metadata"].get("labels") or {}).get("app"))] = json.loads(
+                meta["annotations"]["lab.kalena.naughtian.io/usage"])
+    by_id = {p.id: p for p in day["workloads"].pods}
+    for step in (0, 7, 29):
+        u, _ = usage.clipped_usage_at(step)
+        for row, pod_id in enumerate(ids):
+            pod = by_id[pod_id]
+            assert docs[(pod.namespace, pod.declaration)]["cpu_m"][step] == round(u[row, 0]), (pod_id, step)
+
+
+def test_the_batch_is_the_schedule_on_the_simulated_clock(day) -> None:
+    tasks = day["inputs"].batch
+    arrivals = day["arrivals"]
+    assert len(tasks) == len(arrivals) and arrivals
+    k, offset = CONFIG.speed, CONFIG.batch_offset_s
+    for i, a in enumerate(arrivals):
+        assert tasks.task_id[i] == a["name"] and tasks.instances[i] == a["pods"]
+        assert tasks.arrival_s[i] == pytest.approx(offset + a["at_s"] * k)
+        assert tasks.duration_s[i] == pytest.approx(a["duration_s"] * k)          # floored wall duration × k
+        assert tasks.request[i, 0] == a["cpu_m"] and tasks.request[i, 1] == a["memory_mib"] * 2**20
+    table = day["replay"].simulator.state.tasks
+    assert int(table.instances.sum()) == sum(a["pods"] for a in arrivals)
+
+
+def test_the_replay_runs_the_scaled_policy_on_the_simulated_clock_and_places_the_batch(day) -> None:
+    policy = day["config"].policy
+    assert policy.estimator.half_life_s == 600 and policy.estimator.stale_min_s == 200   # floor 10 s × 20
+    summary = day["replay"].run()
+    assert summary["batch_submitted"] == sum(a["pods"] for a in day["arrivals"])
+    assert summary["batch_pod_hours"] > 0 and summary["production_evictions"] == 0
+
+
+def test_a_schedule_row_without_a_key_is_refused_naming_it() -> None:
+    with pytest.raises(InputError, match=r"arrivals\[0\]"):
+        schedule_tasks([{"at_s": 1.0, "name": "a", "pods": 1, "cpu_m": 5, "memory_mib": 4}], speed=10,
+                       batch_offset_s=0.0)
+    with pytest.raises(InputError, match="duration_s"):
+        schedule_tasks([{"at_s": 1.0, "name": "a", "pods": 1, "cpu_m": 5, "memory_mib": 4, "duration_s": 0}],
+                       speed=10, batch_offset_s=0.0)
+
+
+def test_gates_fail_on_a_production_eviction_or_a_reclaimed_ratio_out_of_band() -> None:
+    live = {"reclaimed_fraction_cpu": 0.10, "batch_evictions_per_100_pod_hours": 0.0, "production_evictions": 0}
+    replay = {"reclaimed_fraction_cpu": 0.11, "batch_evictions_per_100_pod_hours": 0.0, "production_evictions": 0}
+    ok = compare(live, replay)
+    assert ok["gates_passed"], ok
+    bad = compare({**live, "reclaimed_fraction_cpu": 0.05, "production_evictions": 1}, replay)
+    assert set(bad["gates_failed"]) == {"reclaimed_fraction_cpu", "production_evictions"}
+    assert "gates FAILED" in format_table(bad) and "reclaimed_fraction_cpu" in format_table(bad)
+
+
+def test_a_pod_started_before_the_day_is_replayed_from_where_its_container_was(day) -> None:
+    from kalena_engine.labslice.replay import series_offsets, with_phases
+
+    usage = day["replay"].simulator.usage
+    p = len(usage.vm_of_pod)
+    offsets = np.arange(p, dtype=np.int64) % 5
+    shifted = with_phases(usage, offsets)
+    steps = usage.shapes.shape[0]
+    for s in (0, 3, steps - 1):
+        expected = np.stack([usage.usage_at((s + int(offsets[i])) % steps)[i] for i in range(p)])
+        assert np.allclose(shifted.usage_at(s), expected)
+    with pytest.raises(InputError, match="offsets"):
+        with_phases(usage, np.zeros(p + 1, dtype=np.int64))
+    # two replicas of one template on one node pair with the two live containers in start order
+    got = series_offsets(["a-0", "a-1", "b-0"], {"a-0": ("ns", "a"), "a-1": ("ns", "a"), "b-0": ("ns", "b")},
+                         {"a-0": "n1", "a-1": "n1", "b-0": "n2"}, {("ns", "a", "n1"): [107.0, 100.0]},
+                         day_start_s=113.0, step_wall_s=3.0, steps=4)
+    assert got.tolist() == [(13 // 3) % 4, (6 // 3) % 4, 0]
+
+
+def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_faults(tmp_path) -> None:
+    from agents.lab.run import read_faults
+    from agents.lab.runfigures import html_report, live_figures
+
+    # one node of C = 100 m / 100 MiB with production requesting 80 m / 50 MiB; at k = 10, steps of
+    # 60 s (6 s wall), 10 steps. A batch pod of 40 m / 10 MiB runs the day's first half (30 s wall):
+    # X = 80 + 40 − 100 = 20 m over Σq = 120 m for 5 of 10 steps → 20/120 × 0.5; memory never reclaimed.
+    (tmp_path / "batch-schedule.json").write_text(json.dumps({"arrivals": [
+        {"name": "job-a", "duration_s": 10.0}]}))
+    t0 = 1000.0
+    day = {"slice_summary": {"config": {"speed": 10.0}}, "play_start_s": t0, "slice_dir": str(tmp_path),
+           "console": {"nodes": [{"name": "n1", "blueprint_violations": []}],
+                       "batch_pods": [{"name": "batch/job-a-x1", "bound_s": t0, "ended_s": t0 + 30.0,
+                                       "outcome": "succeeded", "node": "n1", "request": [40.0, 10 * 2**20]}],
+                       "events": [{"ts": t0 + 12.0, "node": "n1", "action": "evict", "reason": "memory_pressure",
+                                   "workload": "batch/job-b", "tier": "batch", "trigger_source": "psi",
+                                   "trigger_resource": "memory", "numbers": {"working_set": 1}},
+                                  {"ts": t0 + 13.0, "node": "n1", "action": "throttle", "reason": "cpu_budget",
+                                   "workload": "batch/job-a-x1", "tier": "batch", "trigger_source": "periodic"}]},
+           "samples": [], "oom": {"n1": {"kubepods/podx": 2}}}
+    live = live_figures(day, node_names=["n1"], capacity=np.array([[100.0, 100 * 2**20]]),
+                        prod_request=np.array([[80.0, 50 * 2**20]]), step_s=60.0, steps=10)
+    assert live["reclaimed_fraction_cpu"] == pytest.approx(20 / 120 * 0.5, abs=1e-6)
+    assert live["reclaimed_fraction_ram"] == 0.0
+    assert live["batch_pod_hours"] == pytest.approx(30 * 10 / 3600, abs=1e-3)          # simulated hours
+    assert live["batch_evicted"] == 1 and live["production_evictions"] == 0
+    assert live["batch_evictions_per_100_pod_hours"] == pytest.approx(100 / (300 / 3600), rel=1e-2)
+    assert live["psi_events_by_node"] == {"n1": 1} and live["throttle_actions_by_node"] == {"n1": 1}
+    assert live["kernel_oom_kills_by_node"] == {"n1": 2}
+    assert live["run_time_inflation_p50"] == 3.0 and live["batch_completed"] == 1
+    assert live["why_evicted"][0]["reason"] == "memory_pressure" and live["why_evicted"][0]["t_s"] == 120.0
+    # faults.jsonl onto the timeline (a malformed line is kept, named unreadable)
+    (tmp_path / "faults.jsonl").write_text(json.dumps({"kind": "engine-stop", "node": "n1", "started_at": t0 + 20,
+                                                       "ended_at": t0 + 26, "recovered": True, "detail": ""})
+                                           + "\nnot json\n")
+    faults = read_faults(tmp_path)
+    assert [f["kind"] for f in faults] == ["engine-stop", "unreadable"]
+    replay = {"timeline": {"time_s": [0.0], "reclaimed_cpu_m_by_node": {"n1": [20.0]}}}
+    page = html_report({"lab": "t", "comparison": compare(live, {"reclaimed_fraction_cpu": 0.1}), "live": live,
+                        "replay": replay, "faults": faults, "play_start_s": t0, "speed": 10.0, "compression": {}})
+    assert "engine-stop" in page and "n1: reclaimed cpu" in page
