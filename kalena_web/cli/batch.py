@@ -8,8 +8,11 @@ sentences, why pending and why evicted in words.
 Exit status: 0 done, 1 not found (no such cluster or pod), 2 refused (the message names the
 field and what is accepted; nothing changed).
 
-Every heavy import (Django, numpy, the REST schemas) happens inside the handler that needs it,
-so ``kalena batch`` pays for nothing else at start-up.
+Two paths, the same output: with ``--server URL`` (or ``KALENA_SERVER``) and an API token, a thin
+HTTP client of that console's REST API (:mod:`kalena_web.cli.remote`: standard library only, a
+fraction of a second a call); without, the database directly (Django set up in this process,
+seconds a call). Every heavy import (Django, numpy, the REST schemas) happens inside the
+database path's handlers, so ``kalena batch`` pays for nothing else at start-up.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from kalena_engine.errors import InputError
 from kalena_web.cli.output import add_output_flag, age, dump, quantity, table
+from kalena_web.cli import remote
 from kalena_web.cli.persist import django_setup
 
 
@@ -51,11 +55,13 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     get.add_argument("name", nargs="?", help="one pod (namespace/pod); default: every pod in --state")
     get.add_argument("--state", default="", help=f"{STATES_HELP} (default: every state but deleted)")
     add_output_flag(get)
+    remote.add_flags(get)
     get.set_defaults(handler=handle_get, default_state="")
     ls = actions.add_parser("list", help="batch pods in one state, oldest first (get with --state pending)")
     ls.add_argument("cluster")
     ls.add_argument("--state", default="pending", help=STATES_HELP)
     add_output_flag(ls)
+    remote.add_flags(ls)
     ls.set_defaults(handler=handle_get, name=None, default_state="pending")
     for verb, help_ in (("describe", "one pod in words: state, node, times, why pending, why evicted"),
                         ("show", "the same as describe")):
@@ -64,6 +70,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
         show.add_argument("name")
         show.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
         show.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
+        remote.add_flags(show)
         show.set_defaults(handler=handle_describe)
     sub = actions.add_parser("submit", help="queue a batch pod",
                              description="Queue NAME (namespace/pod) with its request, limit, priority, labels, "
@@ -80,6 +87,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     sub.add_argument("--gang", default="")
     sub.add_argument("--min-member", type=int)
     add_output_flag(sub)
+    remote.add_flags(sub)
     sub.add_argument("--command", default="", help="the container's command, split like a shell: "
                                                    "--command \"sh -c 'sleep 60'\" (Docker, Swarm)")
     sub.set_defaults(handler=handle_submit)
@@ -88,11 +96,13 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     done.add_argument("cluster")
     done.add_argument("name")
     add_output_flag(done)
+    remote.add_flags(done)
     done.set_defaults(handler=handle_complete)
     delete = actions.add_parser("delete", help="delete a pod (a running one is stopped first)")
     delete.add_argument("cluster")
     delete.add_argument("name")
     add_output_flag(delete)
+    remote.add_flags(delete)
     delete.set_defaults(handler=handle_delete)
     return parser
 
@@ -175,6 +185,8 @@ def _print(pod, fmt: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def handle_get(args: argparse.Namespace) -> int:
+    if remote.server(args):
+        return remote.batch_get(args)
     django_setup()
     from kalena_web.scheduling.models import BatchPod
 
@@ -214,6 +226,8 @@ def _utc(unix_s: float | None) -> str:
 
 
 def handle_describe(args: argparse.Namespace) -> int:
+    if remote.server(args):
+        return remote.batch_describe(args)
     django_setup()
     from kalena_web.archive.models import EvictionRecord
 
@@ -276,6 +290,13 @@ def handle_submit(args: argparse.Namespace) -> int:
         raise BatchCommandError(f"not JSON ({exc.msg})", field="--constraints") from None
     if not isinstance(constraints, dict):
         raise BatchCommandError("constraints are a JSON object", field="--constraints")
+    if remote.server(args):
+        limit = _block_arg(args.limit, "limit")
+        body = {"name": args.name, "owner": args.owner, "request": _block_arg(args.request, "request"),
+                "priority": args.priority, "labels": labels, "constraints": constraints, "image": args.image,
+                "command": command, "gang": args.gang, **({"limit": limit} if limit is not None else {}),
+                **({"min_member": args.min_member} if args.min_member is not None else {})}
+        return remote.batch_submit(args, body)
     django_setup()
     from django.conf import settings
 
@@ -295,6 +316,8 @@ def handle_submit(args: argparse.Namespace) -> int:
 
 
 def handle_complete(args: argparse.Namespace) -> int:
+    if remote.server(args):
+        return remote.batch_complete(args)
     django_setup()
     from django.conf import settings
 
@@ -308,6 +331,8 @@ def handle_complete(args: argparse.Namespace) -> int:
 
 
 def handle_delete(args: argparse.Namespace) -> int:
+    if remote.server(args):
+        return remote.batch_delete(args)
     django_setup()
     from kalena_web.control.orchestrators import orchestrator_for
     from kalena_web.scheduling import services

@@ -62,6 +62,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from kalena_web.cli import bench_replay
 
     bench_replay.add_parsers(which)
+    from kalena_web.cli import bench_cli
+
+    bench_cli.add_parsers(which)
     return parser
 
 

@@ -11,6 +11,7 @@ import argparse
 import time
 
 from kalena_web.cli.batch import GIB, BatchNotFound
+from kalena_web.cli import remote
 from kalena_web.cli.output import add_output_flag, age, dump, quantity, table
 from kalena_web.cli.persist import django_setup
 
@@ -22,6 +23,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     nodes = kinds.add_parser("nodes", aliases=["node", "no"], help="nodes with slack, headroom, batch and telemetry")
     nodes.add_argument("cluster")
     add_output_flag(nodes)
+    remote.add_flags(nodes)
     nodes.set_defaults(handler=handle_nodes)
     return parser
 
@@ -44,6 +46,8 @@ def _row(node, now_s: float) -> dict:  # type: ignore[no-untyped-def]
 
 
 def handle_nodes(args: argparse.Namespace) -> int:
+    if remote.server(args):
+        return remote.get_nodes(args)
     django_setup()
     from django.db.models import Count, Q
 
@@ -56,10 +60,15 @@ def handle_nodes(args: argparse.Namespace) -> int:
     nodes = (Node.objects.filter(cluster=cluster).select_related("live_ledger", "condition").order_by("name")
              .annotate(batch_pods=Count("production", filter=Q(production__kind="batch"))))
     now = time.time()
-    rows = [_row(n, now) for n in nodes]
-    if args.output in ("json", "yaml"):
-        dump(rows, args.output)
-        return 0
+    print_nodes([_row(n, now) for n in nodes], args.output)
+    return 0
+
+
+def print_nodes(rows: list[dict], output: str) -> None:
+    """The node rows (``_row``'s keys; cpu in cores, ram in GiB) as ``output`` says."""
+    if output in ("json", "yaml"):
+        dump(rows, output)
+        return
 
     def pair(key: str):
         return lambda r: f"{quantity(r[key]['cpu'])} / {quantity(r[key]['ram'])}Gi"
@@ -69,8 +78,7 @@ def handle_nodes(args: argparse.Namespace) -> int:
             ("CPU SLACK", lambda r: quantity(r["slack"]["cpu"])), ("RAM SLACK", lambda r: quantity(r["slack"]["ram"], "Gi")),
             ("CAPACITY", pair("capacity")), ("BATCH", lambda r: r["batch_pods"]),
             ("LAST SAMPLE", lambda r: age(r["age_s"]) + " ago" if r["age_s"] is not None else "never")]
-    if args.output == "wide":
+    if output == "wide":
         cols += [("HEADROOM", pair("headroom")), ("REQUESTS", pair("requests")),
                  ("RESERVATIONS", pair("reservations")), ("USAGE", pair("usage"))]
     table(rows, cols)
-    return 0

@@ -12,16 +12,15 @@ Examples::
 from __future__ import annotations
 
 import math
-
-import numpy as np
-
-from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL, format_quantity
+import numbers
 
 GIB = float(2**30)
 
 
 def _is_number(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float | np.floating | np.integer)
+    # numbers.Real covers numpy's floating and integer scalars without importing numpy here (the
+    # command line's thin client formats why-pending records with this module)
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
 
 
 def _number(value: float, decimals: int) -> str:
@@ -78,13 +77,19 @@ def gib(value_bytes: float | None, decimals: int = 2) -> str:
 
 def in_ir(dim: str, value: float) -> float:
     """One internal-unit value in the IR unit of ``dim`` (cores, GiB, devices, MB/s)."""
+    from kalena_engine.resources import DIM_INDEX, IR_TO_INTERNAL
+
     return value / IR_TO_INTERNAL[DIM_INDEX[dim]]
 
 
 def quantity(dim: str, value: float | None) -> str:
     """A value with its IR unit, e.g. ``("ram", 2**30)`` → ``"1 GiB"`` (engine formatting); a
     missing value (``None``, or the empty string a template gives for a key a record lacks) → ``"–"``."""
-    return format_quantity(dim, value) if _is_number(value) else "–"
+    if not _is_number(value):
+        return "–"
+    from kalena_engine.resources import format_quantity
+
+    return format_quantity(dim, value)
 
 
 def pct(ratio: float | None, decimals: int = 1) -> str:

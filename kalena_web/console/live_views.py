@@ -227,3 +227,19 @@ def decide(request: HttpRequest, cluster: str, rec_id: int) -> HttpResponse:
     except KalenaError as exc:
         return error_page(request, 400, str(exc))
     return redirect("console:live_replan", cluster=c.name)
+
+
+@require_GET
+@live_page
+def waste(request: HttpRequest, cluster: str) -> HttpResponse:
+    """Per namespace and workload: request vs usage vs reservation, and the core-hours reclaimed
+    from it over ``?window=`` (1h, 6h, 24h or 7d; default 24h). Math in :mod:`kalena_web.console.waste`."""
+    from kalena_web.console.waste import WINDOWS_S, waste as waste_view
+
+    c = selectors.live_cluster_get(name=cluster)
+    window = request.GET.get("window", "24h")
+    if window not in WINDOWS_S:
+        raise BadParameter(f"window: {window!r} is not offered (accepted: {', '.join(WINDOWS_S)})")
+    view = waste_view(c, window_s=WINDOWS_S[window])
+    return render(request, "console/live_waste.html", {"cluster": c, "window": window, "windows": list(WINDOWS_S),
+                                                       **view})

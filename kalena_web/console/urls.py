@@ -32,6 +32,7 @@ urlpatterns = [
     path("tokens/revoke", live_actions.api_token_revoke, name="api_token_revoke"),
     path("live/<str:cluster>/batch/<path:name>/", live_views.batch_pod, name="live_batch_pod"),
     path("live/<str:cluster>/evictions/", live_views.evictions, name="live_evictions"),
+    path("live/<str:cluster>/waste/", live_views.waste, name="live_waste"),
     path("live/<str:cluster>/replan/", live_views.recommendations, name="live_replan"),
     path("live/<str:cluster>/replan/<int:rec_id>/decision", live_views.decide, name="live_decide"),
 ]
