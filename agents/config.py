@@ -143,7 +143,7 @@ def parse_capacity(text: str | None, reserved: str | None, proc_root: str) -> np
 
 
 def load_policy(path: str | None, overrides: Mapping[tuple[str, str], Any]) -> Policy:
-    """The policy from a policy file (DESIGN §10: YAML or JSON, ``apiVersion:
+    """The policy from a policy file (docs/design.md §10: YAML or JSON, ``apiVersion:
     kalena.naughtian.io/v1``, ``kind: Policy``, ``spec`` {estimator, eviction, …}), with the flag
     values ``overrides`` ((section, key) → value, None = not given) on top. Both are read by the
     engine's parser (:mod:`kalena_engine.policy_file`), the only one.
@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--psi-cpu-threshold-ms", type=float, default=150.0)
     add("--psi-memory-threshold-ms", type=float, default=150.0)
     add("--acute-grace-s", type=float, default=2.0)
-    add("--policy-file", help="policy file (DESIGN §10: YAML or JSON, kind: Policy; `kalena` console export)")
+    add("--policy-file", help="policy file (docs/design.md §10: YAML or JSON, kind: Policy; `kalena` console export)")
     add("--min-run-time-s", type=float, help="T_min (eviction.min_run_time_s)")
     add("--evict-threshold-ratio", type=float, help="eviction.evict_threshold_ratio")
     add("--link-url", help="ws:// or wss:// URL of the console's agent endpoint (none: no link)")

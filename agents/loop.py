@@ -1,4 +1,4 @@
-"""The local mitigation loop: collectors → engine decisions → the enforcer (DESIGN §7).
+"""The local mitigation loop: collectors → engine decisions → the enforcer (docs/design.md §7).
 
 Two entry points, both on the loop's single thread:
 

@@ -1,4 +1,4 @@
-"""CPU actions of the mitigation loop (DESIGN §7): the batch budget as CFS quotas, the batch
+"""CPU actions of the mitigation loop (docs/design.md §7): the batch budget as CFS quotas, the batch
 cpu weight while a service is contended, and anti-starvation caps on services above their own
 request (held for the window). Decisions come from :mod:`kalena_engine.mitigation`; writes go through the
 enforcer; this mixin only wires them (see :class:`agents.loop.MitigationLoop`)."""
@@ -87,7 +87,7 @@ class CpuActions:
         return out
 
     def _starvation(self: MitigationLoop, now_s: float) -> list[dict[str, Any]]:
-        """Anti-starvation (DESIGN §7): throttled *time* per batch over the rolling window; caps on
+        """Anti-starvation (docs/design.md §7): throttled *time* per batch over the rolling window; caps on
         services above their request, held for the window before the next decision."""
         policy = self.settings.policy.eviction
         window = policy.starvation_window_s

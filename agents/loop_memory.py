@@ -1,4 +1,4 @@
-"""Memory actions of the mitigation loop (DESIGN §7): batch memory caps, eviction on the
+"""Memory actions of the mitigation loop (docs/design.md §7): batch memory caps, eviction on the
 reservation ledger, SIGKILL after the grace, and the end of evicted workloads. Decisions come
 from :mod:`kalena_engine.mitigation`; writes go through the enforcer; this mixin only wires them
 (see :class:`agents.loop.MitigationLoop`)."""

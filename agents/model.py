@@ -32,7 +32,7 @@ class Workload:
             64-hex container id (Docker), or the id given in the workloads file.
         name: display name.
         kind: ``process`` | ``docker`` | ``kubernetes`` — how the enforcer evicts it.
-        tier: ``service`` | ``batch`` | ``daemonset`` (DESIGN §4).
+        tier: ``service`` | ``batch`` | ``daemonset`` (docs/design.md §4).
         priority: batch eviction order (``kalena.naughtian.io/priority``), ≥ 0.
         request: ``(8,)`` requests, internal units (0 where not declared).
         limit: ``(8,)`` declared limits, internal units (+inf where not declared).
@@ -42,7 +42,7 @@ class Workload:
         slack_cpu, slack_memory: ``kalena.naughtian.io/slack-cpu|slack-memory`` allowed.
         reclaim_disabled: ``kalena.naughtian.io/reclaim: disabled`` (reservation pinned).
         startup_grace_s: ``kalena.naughtian.io/startup-grace-s`` — this workload's startup grace
-            g (s) in place of the policy's; None when it sets none (DESIGN §5).
+            g (s) in place of the policy's; None when it sets none (docs/design.md §5).
         terminating: the orchestrator is already deleting it (credited, never chosen again).
         runtime_ref: what the enforcer addresses: container id, ``namespace/pod``, or ``""``.
         source: discovery source, for messages (``file:/etc/…``, ``docker``, ``kubelet``).
@@ -68,7 +68,7 @@ class Workload:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def limit_or_request(self, limit_ratio: float = 1.0) -> np.ndarray:
-        """``L`` (DESIGN §5, §7) of this workload: :func:`kalena_engine.estimator.estimator_limit`
+        """``L`` (docs/design.md §5, §7) of this workload: :func:`kalena_engine.estimator.estimator_limit`
         (the declared limit, else ``limit_ratio × q``)."""
         return estimator_limit(self.limit, self.request, limit_ratio)
 

@@ -18,7 +18,7 @@ class LoopSettings:
     Attributes:
         node_name: reported to the control plane.
         capacity: ``(8,)`` post-Phase-0 capacity C_n, internal units (+inf = unconstrained).
-        policy: engine policy (DESIGN §5, §7 defaults); replaced at run time by ``policy`` messages.
+        policy: engine policy (docs/design.md §5, §7 defaults); replaced at run time by ``policy`` messages.
         sampling_interval_s: how often a ``samples`` batch is reported; T_stale = max(60 s, 3 ×).
         mitigation_interval_s: the periodic tick (collect, decide, enforce), 1 s by default.
         discovery_interval_s: how often Docker/kubelet are asked for their workloads.
@@ -37,7 +37,7 @@ class LoopSettings:
         quota_hysteresis_ratio: a batch quota is rewritten when it rises by more than this share,
             or reaches the workload's limit (any decrease is written at once).
         max_psi_triggers: per-workload cpu triggers (beyond this, those services are polled).
-        enforce_memory_caps: write batch memory caps (DESIGN §7).
+        enforce_memory_caps: write batch memory caps (docs/design.md §7).
     """
 
     node_name: str
@@ -61,5 +61,5 @@ class LoopSettings:
 
     @property
     def stale_ttl_s(self) -> float:
-        """T_stale = max(60 s, 3 × sampling interval) (DESIGN §5)."""
+        """T_stale = max(60 s, 3 × sampling interval) (docs/design.md §5)."""
         return self.policy.estimator.stale_ttl_s(self.sampling_interval_s)

@@ -1,5 +1,5 @@
 """The workloads the agent tracks, their per-workload mitigation state, and the reservation
-estimator rows aligned with them (:mod:`kalena_engine.estimator`, DESIGN §5)."""
+estimator rows aligned with them (:mod:`kalena_engine.estimator`, docs/design.md §5)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class WorkloadTable:
 
     def sync(self, workloads: list[Workload], now_s: float) -> tuple[list[str], list[str]]:
         """Make the table hold exactly ``workloads``: new ones start at ``r = q`` (charged their
-        full request, DESIGN §6), vanished ones leave at once. Returns ``(added, removed)``."""
+        full request, docs/design.md §6), vanished ones leave at once. Returns ``(added, removed)``."""
         wanted = {w.id: w for w in workloads}
         removed = [i for i in self.ids if i not in wanted]
         if removed:
@@ -102,7 +102,7 @@ class WorkloadTable:
         return np.array([self.by_id[i].workload.limit for i in self.ids]).reshape(-1, N_DIMS)
 
     def estimator_limit(self, policy: EstimatorPolicy) -> np.ndarray:
-        """``(n, 8)`` L of every row (declared, else ``limit_ratio × q``; DESIGN §5)."""
+        """``(n, 8)`` L of every row (declared, else ``limit_ratio × q``; docs/design.md §5)."""
         return estimator.estimator_limit(self.declared_limit(), self.request(), policy.limit_ratio)
 
     def update_estimator(self, samples: dict[str, UsageSample], policy: EstimatorPolicy) -> None:

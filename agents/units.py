@@ -1,4 +1,4 @@
-"""Every unit conversion the agent makes, in one place (DESIGN §2 internal units).
+"""Every unit conversion the agent makes, in one place (docs/design.md §2 internal units).
 
 Internal units: cpu in millicores (mcpu), memory and storage in bytes, GPUs in devices, disk
 and network in bytes per second. Telemetry arrives in many units; these functions are the
@@ -37,7 +37,7 @@ from kalena_engine.resources import CPU, DISK_READ, DISK_WRITE, GPU, NET_IN, NET
 NS_PER_S = 1e9
 US_PER_S = 1e6
 MCPU_PER_CORE = 1000.0
-#: The CFS period Kalena writes (DESIGN §7), µs.
+#: The CFS period Kalena writes (docs/design.md §7), µs.
 DEFAULT_CFS_PERIOD_US = 100_000
 
 
@@ -105,7 +105,7 @@ def bytes_per_s(delta_bytes: float, delta_s: float) -> float:
 
 
 def working_set_bytes(usage_bytes: float, inactive_file_bytes: float) -> float:
-    """Memory working set = usage − inactive file cache, floored at 0 (DESIGN §5; the cAdvisor and
+    """Memory working set = usage − inactive file cache, floored at 0 (docs/design.md §5; the cAdvisor and
     kubelet definition). Example: usage 300 MiB with 100 MiB inactive file → 200 MiB."""
     return max(0.0, float(usage_bytes) - float(inactive_file_bytes))
 

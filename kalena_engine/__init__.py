@@ -1,1 +1,1 @@
-"""Kalena engine: pure Python + numpy (DESIGN §1). No Django, network, clock or environment."""
+"""Kalena engine: pure Python + numpy (docs/design.md §1). No Django, network, clock or environment."""

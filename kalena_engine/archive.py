@@ -1,4 +1,4 @@
-"""Usage-archive statistics (DESIGN §3 export, §8 archive loop, §10 drift): downsampling of
+"""Usage-archive statistics (docs/design.md §3 export, §8 archive loop, §10 drift): downsampling of
 irregular sample series and the per-workload statistics the export and drift read.
 
 Downsampling keeps, per bucket of ``width_s`` seconds, the mean, the maximum and the sample
@@ -72,7 +72,7 @@ def downsample(times_s: np.ndarray, values: np.ndarray, width_s: float,
 class ObservedStats:
     """Per-workload statistics over a window, each ``(8,)`` in internal units.
 
-    Reservation percentiles exclude the startup grace window (DESIGN §3, §10).
+    Reservation percentiles exclude the startup grace window (docs/design.md §3, §10).
     """
 
     window_s: float
@@ -99,7 +99,7 @@ def reservation_percentiles(reservation: np.ndarray) -> tuple[np.ndarray, np.nda
 def observed_stats(*, times_s: np.ndarray, reservation: np.ndarray, usage: np.ndarray,
                    request: np.ndarray, limit: np.ndarray, start_s: float, grace_s: float,
                    window_s: float) -> ObservedStats | None:
-    """Statistics of one workload's samples (DESIGN §3 export).
+    """Statistics of one workload's samples (docs/design.md §3 export).
 
     Args:
         times_s: ``(m,)`` sample times.

@@ -1,4 +1,4 @@
-"""Drift between what production asked for and what it steadily needs (DESIGN §10).
+"""Drift between what production asked for and what it steadily needs (docs/design.md §10).
 
 The steady-state reservation ``r̃_p`` is the p95 of workload p's reservation over the window,
 startup grace excluded (:func:`kalena_engine.archive.observed_stats`). Per dimension::

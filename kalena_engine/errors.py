@@ -59,7 +59,7 @@ class TraceError(InputError):
 
 
 class PolicyError(InputError):
-    """A policy document (DESIGN §10 policy file) is malformed: unknown key, wrong type or a
+    """A policy document (docs/design.md §10 policy file) is malformed: unknown key, wrong type or a
     value out of range. ``field`` is the dotted key, ``accepted`` the range or the keys."""
 
 

@@ -1,4 +1,4 @@
-"""Escalation decisions (DESIGN §8): when node-local mitigation is not enough.
+"""Escalation decisions (docs/design.md §8): when node-local mitigation is not enough.
 
 A node is escalated — its batch drained through the orchestrator and the node marked
 slack-ineligible for ``cooldown_s`` — when either

@@ -1,4 +1,4 @@
-"""Reservation estimator (DESIGN §5; Borg, Verma et al. EuroSys 2015 §5.5), vectorised over
+"""Reservation estimator (docs/design.md §5; Borg, Verma et al. EuroSys 2015 §5.5), vectorised over
 all workloads and dimensions.
 
 For workload w and dimension d with request ``q``, limit ``L`` and a usage sample ``u`` at
@@ -55,7 +55,7 @@ class Reservations:
 
 def initial_reservations(request: np.ndarray, tracked_s: np.ndarray) -> Reservations:
     """State for workloads the estimator starts tracking: ``r = q`` (a new workload is charged
-    its full request, DESIGN §6; a running one Kalena has no history for is treated the same),
+    its full request, docs/design.md §6; a running one Kalena has no history for is treated the same),
     with no sample yet.
 
     Args:
@@ -72,10 +72,10 @@ def initial_reservations(request: np.ndarray, tracked_s: np.ndarray) -> Reservat
 
 
 def estimator_limit(declared_limit: np.ndarray, request: np.ndarray, limit_ratio: float) -> np.ndarray:
-    """``L`` (DESIGN §5): the declared limit, or ``limit_ratio × q`` where none is declared (+inf).
+    """``L`` (docs/design.md §5): the declared limit, or ``limit_ratio × q`` where none is declared (+inf).
 
     The one definition of L: the estimator caps ``τ`` at it and the agent's limit-breach
-    override (DESIGN §7) evicts a workload using more than it, so the override also protects
+    override (docs/design.md §7) evicts a workload using more than it, so the override also protects
     workloads that declare no limit. Shapes ``(…, 8)``, internal units. Example: q = 1 GiB, no
     limit, ratio 1.25 → L = 1.25 GiB; declared 2 GiB → L = 2 GiB whatever the ratio.
     """
@@ -108,7 +108,7 @@ def update_reservations(
     pinned: np.ndarray,
     policy: EstimatorPolicy,
 ) -> Reservations:
-    """Apply one usage sample per workload where ``sampled`` is true (DESIGN §5 formula).
+    """Apply one usage sample per workload where ``sampled`` is true (docs/design.md §5 formula).
 
     Args:
         state: previous :class:`Reservations` (n workloads).
@@ -160,7 +160,7 @@ def update_reservations(
 def _predicted(history: PeakHistory, idx: np.ndarray, now: np.ndarray, usage: np.ndarray, target: np.ndarray,
                limit: np.ndarray, asym: np.ndarray, held: np.ndarray,
                policy: EstimatorPolicy) -> tuple[PeakHistory, np.ndarray]:
-    """The peak predictor's reservation for rows ``idx`` (DESIGN §5 predictors): the sample enters
+    """The peak predictor's reservation for rows ``idx`` (docs/design.md §5 predictors): the sample enters
     the usage buckets; where it closes a bucket, ``auto`` scores its candidates on the closed
     peak and every forecast is renewed; the reservation is the predictor's, bounded as the rule
     is (``held``: in grace or pinned → the asymmetric rule's value, which is then ``max(q, τ)``
@@ -274,7 +274,7 @@ def apply_samples(
         request, limit, start_s, grace_s, pinned: per workload, as in
             :func:`update_reservations`.
         unmeasured: optional ``(m, 8)`` bool, dimensions a sample did not measure: for that
-            update they are pinned at the request, as the agent does (DESIGN §5; the agent's
+            update they are pinned at the request, as the agent does (docs/design.md §5; the agent's
             ``update_estimator``).
 
     Returns:

@@ -1,10 +1,10 @@
-"""Export back to Kuberina, in two parts (DESIGN §3).
+"""Export back to Kuberina, in two parts (docs/design.md §3).
 
 (a) Into the IR itself: per production declaration an IR v1 ``observed:`` block with exactly
 its fields — ``window``, ``p50``, ``p95``, ``p99``, ``peak`` (resource blocks in IR units, from
 reservations outside the startup grace window) and ``exceeded_request_fraction`` — so the planner
 reads it unchanged. ``window`` is written as a string in seconds (``"86400s"``): the IR types it
-as a string kept verbatim, and DESIGN §3 fixes the unit.
+as a string kept verbatim, and docs/design.md §3 fixes the unit.
 
 (b) A Kalena report beside it (JSON, same resource-block shape) for what the IR has no field
 for: per workload ``declared_request``, ``observed_peak``, ``exceeded_limit_events``; per node

@@ -1,4 +1,4 @@
-"""Request and reservation ledgers, slack, headroom and reclaimed capacity (DESIGN §6).
+"""Request and reservation ledgers, slack, headroom and reclaimed capacity (docs/design.md §6).
 
 Per node n and dimension d, with production set P_n, batch set B_n and post-Phase-0 capacity
 C_n (all ``(n_nodes, 8)``)::
@@ -94,7 +94,7 @@ class NodeLedgers:
 
 
 def slack_of(capacity: np.ndarray, reservation: np.ndarray, request: np.ndarray) -> np.ndarray:
-    """Slack (DESIGN §6) from ``(…, 8)`` capacity, Σ r and Σ q: ``C − Σ r`` on every dimension
+    """Slack (docs/design.md §6) from ``(…, 8)`` capacity, Σ r and Σ q: ``C − Σ r`` on every dimension
     but GPU, where it is ``C − Σ q`` (GPU is never reclaimed). Example: C = (4 cores, …, 1 GPU),
     Σ r = (2.5, …, 0), Σ q = (3, …, 1) → cpu 1.5, GPU 0."""
     slack = capacity - reservation
@@ -133,13 +133,13 @@ def ledgers(capacity: np.ndarray, *, prod_node: np.ndarray, prod_request: np.nda
 
 def fits(request: np.ndarray, slack: np.ndarray) -> np.ndarray:
     """``(n_nodes,)`` bool: one workload of ``request`` ``(8,)`` fits every dimension of
-    ``slack`` ``(n_nodes, 8)`` (reservation ledger admission, DESIGN §6)."""
+    ``slack`` ``(n_nodes, 8)`` (reservation ledger admission, docs/design.md §6)."""
     return np.all(request <= slack + LEDGER_RTOL * np.abs(slack) + 1e-9, axis=1)
 
 
 @dataclass(frozen=True)
 class BlueprintViolation:
-    """One way a node's state without batch differs from the blueprint (DESIGN §6 invariant).
+    """One way a node's state without batch differs from the blueprint (docs/design.md §6 invariant).
 
     ``kind``: ``missing`` (the blueprint placed these production pods here and they are not),
     ``extra`` (production pods here the blueprint did not place here) or ``over_capacity``
@@ -170,7 +170,7 @@ def blueprint_violations(*, node_names: Sequence[str], capacity: np.ndarray, pro
                          prod_node: np.ndarray, prod_request: np.ndarray, blueprint_ids: Sequence[str] | None,
                          blueprint_node: np.ndarray | None,
                          explained: Sequence[str] = ()) -> tuple[BlueprintViolation, ...]:
-    """Blueprint fidelity (DESIGN §6): with every batch workload removed, each node holds exactly
+    """Blueprint fidelity (docs/design.md §6): with every batch workload removed, each node holds exactly
     the blueprint's production set and its request ledger fits, ``Σ_{p∈P_n} q_p ≤ C_n``.
 
     Args:
@@ -181,7 +181,7 @@ def blueprint_violations(*, node_names: Sequence[str], capacity: np.ndarray, pro
         blueprint_ids, blueprint_node: the blueprint's production pods and ``(b,)`` node rows;
             ``None`` checks the request ledger only (no blueprint recorded).
         explained: production ids the orchestrator runs that map to no blueprint pod, already
-            explained (production identity's ``extra``, DESIGN §15): never an ``extra``
+            explained (production identity's ``extra``, docs/design.md §15): never an ``extra``
             violation, still in the request ledger.
 
     Returns:

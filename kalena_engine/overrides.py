@@ -1,4 +1,4 @@
-"""Per-workload overrides from labels and annotations (DESIGN §4, §5) — the one reading of them
+"""Per-workload overrides from labels and annotations (docs/design.md §4, §5) — the one reading of them
 that the node agent (its local estimate) and the control plane (estimation loop, pre-flight)
 both use.
 
@@ -6,10 +6,10 @@ both use.
 key                                      value                        effect
 =======================================  ===========================  =============================
 ``kalena.naughtian.io/reclaim``          ``disabled`` | ``enabled``   ``disabled`` pins r at q
-                                                                      (DESIGN §4)
+                                                                      (docs/design.md §4)
 ``kalena.naughtian.io/startup-grace-s``  seconds ≥ 0, e.g. ``"900"``  replaces the policy's startup
                                                                       grace g for this workload
-                                                                      (DESIGN §5)
+                                                                      (docs/design.md §5)
 =======================================  ===========================  =============================
 
 Kubernetes carries them as annotations (a label is read too); Docker has only labels.

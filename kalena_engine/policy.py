@@ -17,7 +17,7 @@ from kalena_engine.predictors import MEMBERS, PREDICTORS
 
 @dataclass(frozen=True)
 class EstimatorPolicy:
-    """Reservation estimator parameters (DESIGN §5).
+    """Reservation estimator parameters (docs/design.md §5).
 
     Attributes:
         margin_ratio: μ, the safety margin on usage (1.15).
@@ -86,13 +86,13 @@ class EstimatorPolicy:
         return max(1, int(np.ceil(self.min_history_s / self.bucket_s)))
 
     def stale_ttl_s(self, sampling_interval_s: float) -> float:
-        """``T_stale = max(60 s, 3 × sampling interval)`` (DESIGN §5)."""
+        """``T_stale = max(60 s, 3 × sampling interval)`` (docs/design.md §5)."""
         return max(self.stale_min_s, 3.0 * sampling_interval_s)
 
 
 @dataclass(frozen=True)
 class EvictionPolicy:
-    """Node-local mitigation parameters (DESIGN §7).
+    """Node-local mitigation parameters (docs/design.md §7).
 
     Attributes:
         evict_threshold_ratio: working set ≥ this × C starts eviction (0.95) when Σr > C.
@@ -141,5 +141,5 @@ class Policy:
         return replace(self, placement=replace(self.placement, **changes))
 
     def with_escalation(self, **changes: float) -> Policy:
-        """A copy with escalation fields replaced (DESIGN §8)."""
+        """A copy with escalation fields replaced (docs/design.md §8)."""
         return replace(self, escalation=replace(self.escalation, **changes))

@@ -1,4 +1,4 @@
-"""The policy file (DESIGN §10): the one exchange format for :class:`~kalena_engine.policy.Policy`
+"""The policy file (docs/design.md §10): the one exchange format for :class:`~kalena_engine.policy.Policy`
 — console import/export, ``kalena replay --policy``, ``kalena evaluate`` input and output,
 agents. This module is the only parser; one pure function maps each way:
 
@@ -133,7 +133,7 @@ _SECTION_TYPES = {"estimator": EstimatorPolicy, "eviction": EvictionPolicy, "pla
 
 @dataclass(frozen=True)
 class CalibrationPoint:
-    """One point of a calibration sweep (DESIGN §10)."""
+    """One point of a calibration sweep (docs/design.md §10)."""
 
     margin_ratio: float
     half_life_s: float

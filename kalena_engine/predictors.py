@@ -1,4 +1,4 @@
-"""Peak predictors over each workload's own usage history, vectorised over workloads (DESIGN §5).
+"""Peak predictors over each workload's own usage history, vectorised over workloads (docs/design.md §5).
 
 The reservation estimator (:mod:`kalena_engine.estimator`) serves one member of a family. Every
 member below is a pure function of per-bucket usage *peaks*: the usage of workload ``w`` in

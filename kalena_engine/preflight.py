@@ -1,4 +1,4 @@
-"""Pre-flight of a policy change (DESIGN §10: "which batch workloads would this change evict
+"""Pre-flight of a policy change (docs/design.md §10: "which batch workloads would this change evict
 now?"): the live cluster's ledgers recomputed under a proposed :class:`~kalena_engine.policy.Policy`
 beside the current one, before anything is saved.
 
@@ -11,9 +11,9 @@ Three answers, each from the engine's own functions:
   current policy would not also choose are flagged ``new``.
 * **slack** per node — now (as the ledgers read it today), after the change now, and once the
   change has settled (every decay finished: ``r = τ = min(L, μ·u)``, or ``max(q, τ)`` in grace,
-  ``q`` when pinned; DESIGN §5). ``S = C − Σ r`` (GPU: ``C − Σ q``; :func:`~kalena_engine.ledger.slack_of`).
+  ``q`` when pinned; docs/design.md §5). ``S = C − Σ r`` (GPU: ``C − Σ q``; :func:`~kalena_engine.ledger.slack_of`).
 * **placeable** — the pending batch pods the scheduler itself
-  (:func:`~kalena_engine.placement.schedule_batch`, DESIGN §9) places on the scheduling pass's
+  (:func:`~kalena_engine.placement.schedule_batch`, docs/design.md §9) places on the scheduling pass's
   own snapshot with its slack replaced by the settled slack under each policy: every filter
   applies (node readiness and telemetry freshness, batch node set and escalation cooldown,
   eviction cooldown, nodeSelector, taints, anti-affinity, spread, the policy's namespace caps,
@@ -43,7 +43,7 @@ from kalena_engine.resources import DIMS, RAM, STORAGE
 @dataclass(frozen=True, eq=False)
 class PreflightCluster:
     """The live cluster as the pre-flight reads it: ``m`` nodes, ``n`` running workloads and
-    the pending batch queue; vectors ``(…, 8)`` in internal units (DESIGN §2).
+    the pending batch queue; vectors ``(…, 8)`` in internal units (docs/design.md §2).
 
     Attributes:
         node_names: ``(m,)`` names; ``capacity``: ``(m, 8)``.
@@ -184,7 +184,7 @@ def _stale(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarra
 
 
 def _stale_read(cluster: PreflightCluster, value: np.ndarray, policy: Policy, now_s: float) -> np.ndarray:
-    """Stale telemetry never creates slack: stale rows read ``max(r, q)`` (DESIGN §5)."""
+    """Stale telemetry never creates slack: stale rows read ``max(r, q)`` (docs/design.md §5)."""
     stale = _stale(cluster, policy, now_s)
     return np.where(stale[:, None], np.maximum(value, cluster.request), value) if stale.any() else value
 

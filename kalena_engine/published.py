@@ -1,4 +1,4 @@
-"""Published batch capacity (DESIGN §14): the extended resources a Kubernetes node advertises
+"""Published batch capacity (docs/design.md §14): the extended resources a Kubernetes node advertises
 so the kubelet admits batch pods that run in reclaimed capacity (Koordinator's batch resource
 model; case C10).
 
@@ -6,7 +6,7 @@ Per node n, on cpu and ram only (Kalena's extended resources
 ``kalena.naughtian.io/batch-cpu`` in millicores and ``kalena.naughtian.io/batch-memory`` in
 bytes)::
 
-    room_n    = S_n + Σ_{b∈B_n} q_b                  reservation-ledger room for batch (DESIGN §6)
+    room_n    = S_n + Σ_{b∈B_n} q_b                  reservation-ledger room for batch (docs/design.md §6)
     floor_n   = Σ_{b admitted, non-terminal on n} q_b   what the kubelet has admitted and still
                                                      counts (terminating pods too: it counts a
                                                      pod until it is terminal)

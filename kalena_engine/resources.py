@@ -1,4 +1,4 @@
-"""Resource vectors and units (DESIGN §2).
+"""Resource vectors and units (docs/design.md §2).
 
 Every resource quantity in Kalena is a float64 numpy array whose last axis has the eight
 dimensions below, in this order. Internal units are chosen so that nothing needs a scale

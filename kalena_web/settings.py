@@ -296,7 +296,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 LOGGING = logging_config(fmt=os.environ.get("KALENA_LOG_FORMAT", "json"), level=os.environ.get("KALENA_LOG_LEVEL", "WARNING"))
 
-# --- Control plane (DESIGN §1, §8): Celery loops, Channels, locks -------------------------------
+# --- Control plane (docs/design.md §1, §8): Celery loops, Channels, locks -------------------------------
 # Embedded default (REDIS_URL unset): in-memory channel layer, Celery tasks run eagerly in the
 # calling process and the periodic loops run on a thread of the serving process
 # (kalena_web.control.embedded); locks live in the process-local cache. Production (REDIS_URL
@@ -353,7 +353,7 @@ KALENA_FORWARDED_EVICT_TIMEOUT_S = float(os.environ.get("KALENA_FORWARDED_EVICT_
 # docker/swarm: engines as nodes, "[node=]unix:///path,[node=]tcp://host:2376" (docs/docker.md)
 KALENA_DOCKER_ENGINES = os.environ.get("KALENA_DOCKER_ENGINES", "")
 KALENA_METRICS_TOKEN = os.environ.get("KALENA_METRICS_TOKEN", "")  # set: /metrics needs this bearer token
-# Drift (DESIGN §10): window of the steady-state reservation and the recommendation threshold.
+# Drift (docs/design.md §10): window of the steady-state reservation and the recommendation threshold.
 KALENA_DRIFT_WINDOW_S = float(os.environ.get("KALENA_DRIFT_WINDOW_S", "86400"))
 KALENA_DRIFT_THRESHOLD = float(os.environ.get("KALENA_DRIFT_THRESHOLD", "0.25"))
 # share (0–1) of the blueprint's production pods that must have steady samples before drift
@@ -391,7 +391,7 @@ KALENA_ESTIMATION_MAX_BATCHES = int(os.environ.get("KALENA_ESTIMATION_MAX_BATCHE
 KALENA_ESTIMATION_BUDGET_S = float(os.environ.get("KALENA_ESTIMATION_BUDGET_S", "5"))
 
 # Kubernetes admission webhook (docs/kubernetes-admission.md):
-#   KALENA_ADMISSION_INFER_JOBS=1: Job/CronJob pods without a tier label are batch (DESIGN §4).
+#   KALENA_ADMISSION_INFER_JOBS=1: Job/CronJob pods without a tier label are batch (docs/design.md §4).
 #   KALENA_ADMISSION_EXTENDER_MODE=1: kube-scheduler keeps batch; schedulerName is left alone.
 KALENA_ADMISSION_INFER_JOBS = _flag("KALENA_ADMISSION_INFER_JOBS")
 KALENA_ADMISSION_EXTENDER_MODE = _flag("KALENA_ADMISSION_EXTENDER_MODE")

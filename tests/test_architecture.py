@@ -1,4 +1,4 @@
-"""The engine stays pure (STYLE.md): no Django, Celery, Channels, Kubernetes or Docker
+"""The engine stays pure: no Django, Celery, Channels, Kubernetes or Docker
 imports (import-linter contract in pyproject.toml), and no clock, environment or global
 randomness reads."""
 

@@ -222,7 +222,7 @@ class CgroupV1(CgroupFs):
 
     def memory_limit_writes(self, rel: str, high_bytes: float | None, max_bytes: float | None) -> list[tuple[Path, str]]:
         """v1 has no ``memory.high``: the cap is ``memory.limit_in_bytes`` = the smaller of the two
-        (DESIGN §7; TESTBED: soft limits do nothing without swap)."""
+        (docs/design.md §7; TESTBED: soft limits do nothing without swap)."""
         values = [v for v in (high_bytes, max_bytes) if v is not None]
         cap = min(values) if values else None
         return [(self.group_dir(rel, "memory") / "memory.limit_in_bytes", "-1" if cap is None else str(int(cap)))]

@@ -12,7 +12,7 @@ docs/api_v2.md; structs in ``info/v1/container.go`` and ``info/v2/container.go``
 
 cpu comes from ``cpu_inst`` when present, else from the last two stats' cumulative usage;
 io and network rates from the last two stats. The sample's time is the last stat's
-``timestamp``, so a cAdvisor that stopped updating yields old samples (DESIGN §5 staleness).
+``timestamp``, so a cAdvisor that stopped updating yields old samples (docs/design.md §5 staleness).
 """
 
 from __future__ import annotations

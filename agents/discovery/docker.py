@@ -53,7 +53,7 @@ def workload_from_inspect(attrs: dict[str, Any], *, cgroup: str, errors: list[st
     labels = {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
     # a container Kalena started reports under the control plane's name for the pod (its
     # workload label, ``namespace/pod``), whatever the container is called (one identity
-    # from submission to samples and evictions, DESIGN §14)
+    # from submission to samples and evictions, docs/design.md §14)
     name = labels.get(ID_LABEL) or str(attrs.get("Name", "")).lstrip("/") or cid[:12]
     source = f"docker:{name}"
     kind = classify(labels, labels, source=source, errors=errors)

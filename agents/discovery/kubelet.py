@@ -3,7 +3,7 @@
 Per pod (fields of ``core/v1`` ``Pod``):
 
 * skipped when ``status.phase`` is ``Succeeded`` or ``Failed`` — terminated workloads never
-  count (case C3); ``Pending`` pods count at their request (in flight, DESIGN §6);
+  count (case C3); ``Pending`` pods count at their request (in flight, docs/design.md §6);
 * identity ``metadata.namespace/metadata.name``; ``metadata.deletionTimestamp`` set → terminating
   (credited, never chosen again — case C4);
 * tier from ``metadata.labels``, priority and switches from ``metadata.annotations``;
@@ -11,7 +11,7 @@ Per pod (fields of ``core/v1`` ``Pod``):
   is on and no tier label is set;
 * requests/limits: the Kubernetes effective pod rule — ``max(Σ containers, max(initContainers))``
   per resource, plus ``spec.overhead``; a limit is declared only if every container declares it;
-  a batch pod converted by Kalena's admission webhook (DESIGN §14) has no cpu/memory left — its
+  a batch pod converted by Kalena's admission webhook (docs/design.md §14) has no cpu/memory left — its
   real cpu/memory request and limit come from the ``kalena.naughtian.io/resources`` annotation
   (a ``null`` limit = none declared), and those are what the enforcer writes (the kubelet sees
   the pod as BestEffort and enforces nothing);

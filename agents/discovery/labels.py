@@ -1,4 +1,4 @@
-"""Workload classification from labels and annotations (DESIGN §4).
+"""Workload classification from labels and annotations (docs/design.md §4).
 
 =====================================  ==========  =========================================
 key                                    where       values (default)
@@ -11,7 +11,7 @@ key                                    where       values (default)
 ``kalena.naughtian.io/startup-grace-s``  annotation  seconds ≥ 0: this workload's startup grace
 =====================================  ==========  =========================================
 
-The per-workload overrides (reclaim, startup grace; DESIGN §4, §5) are read by
+The per-workload overrides (reclaim, startup grace; docs/design.md §4, §5) are read by
 :func:`kalena_engine.overrides.workload_overrides` — the control plane's reading too — from the
 annotations over the labels.
 

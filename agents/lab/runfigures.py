@@ -4,7 +4,7 @@ in, figures, ratios, gates, a table and an HTML report out.
 
 Every live figure is on the *simulated* clock (wall seconds × k), as the replay's are.
 
-* ``reclaimed_fraction_cpu`` / ``_ram``: Σ_n X_n / Σ_n Σ_w q_w (DESIGN §6) averaged over the
+* ``reclaimed_fraction_cpu`` / ``_ram``: Σ_n X_n / Σ_n Σ_w q_w (docs/design.md §6) averaged over the
   day's steps, live from the batch pods' bound → ended intervals (the lab database) over the
   slice's production requests and post-Phase-0 capacities — the replay's own node table;
 * ``batch_pod_hours``: Σ running batch pods × time (simulated hours);

@@ -11,7 +11,7 @@ node (``"<node>:<epoch>:<seq>"``: a boot id drawn each time the agent's buffer i
 sequence number; never reused, even when the buffer's file is lost); the agent keeps it in its on-disk
 buffer until the server's ``ack`` for that ``batch_id`` arrives and resends it after a
 reconnect, so **the server must de-duplicate on (node, batch_id)**. Numbers are in Kalena's
-internal units (DESIGN §2) with the unit in the key; ``null`` means not measured; times are
+internal units (docs/design.md §2) with the unit in the key; ``null`` means not measured; times are
 Unix seconds (float). Every message has ``"type"`` and ``"v": 1``.
 
 Agent → server
@@ -37,7 +37,7 @@ Agent → server
         "usage":       {<usage vector>},          # measured; memory = working set
         "request":     {<usage vector>},
         "limit":       {<usage vector>},          # null where none is declared
-        "reservation": {<usage vector>},          # the agent's local estimate (DESIGN §5)
+        "reservation": {<usage vector>},          # the agent's local estimate (docs/design.md §5)
         "memory_usage_bytes": … | null,           # raw usage incl. page cache
         "cpu_throttling": {"nr_periods": …, "nr_throttled": …, "throttled_time_us": …} | null,
         "psi": {"cpu": <psi>, "memory": <psi>, "io": <psi>} | null}]}
@@ -78,7 +78,7 @@ Server → agent
 agent deletes it from its buffer.
 
 ``policy`` — optional run-time policy update: the ``estimator`` and ``eviction`` sections of a
-policy file's ``spec`` (any subset of their keys, DESIGN §10), and the cluster's policy
+policy file's ``spec`` (any subset of their keys, docs/design.md §10), and the cluster's policy
 ``version`` it carries (the control plane sends the whole estimator and eviction sections of its
 current version after each ``hello`` and whenever a new version is saved). The engine's policy
 parser (:func:`kalena_engine.policy_file.policy_with_sections`) reads them: an unknown key, a

@@ -1,4 +1,4 @@
-"""Orchestrator port and adapters (STYLE.md "ports and adapters"): one protocol, with an
+"""Orchestrator port and adapters (ports and adapters): one protocol, with an
 in-memory fake, Kubernetes, standalone Docker and Docker Swarm implementations."""
 
 from agents.orchestrators.base import (

@@ -1,8 +1,8 @@
 """The orchestrator port: what Kalena's control plane asks of Kubernetes, Docker or Swarm.
 
 Kalena binds pending batch to the node the scheduler chose, evicts batch (graceful stop), and
-drains a node's batch on escalation (DESIGN §8). Everything else — admission, restarts, images —
-stays the orchestrator's. Labels and annotations follow DESIGN §4:
+drains a node's batch on escalation (docs/design.md §8). Everything else — admission, restarts, images —
+stays the orchestrator's. Labels and annotations follow docs/design.md §4:
 ``kalena.naughtian.io/tier`` (service | batch; unlabelled = service) and
 ``kalena.naughtian.io/priority``.
 """
@@ -132,7 +132,7 @@ class Orchestrator(Protocol):
         """
 
     def watch(self, stop: threading.Event) -> Iterator[WatchEvent]:
-        """The watch part of the port (DESIGN §14): the orchestrator's current state as events
+        """The watch part of the port (docs/design.md §14): the orchestrator's current state as events
         (``NodeSeen``, ``PodPending``, ``PodRunning``, ``ProductionSeen`` …) followed by
         ``Resynced``, then every change as it happens, until ``stop`` is set. A watcher re-lists
         on its own when it must (another ``Resynced`` follows) and reconnects with backoff; it
@@ -143,7 +143,7 @@ class Orchestrator(Protocol):
 
 
 def drain_batch(orchestrator: Orchestrator, node: str, *, grace_s: float, reason: str) -> list[str]:
-    """Evict every batch workload on ``node`` (escalation, DESIGN §8); returns their ids.
+    """Evict every batch workload on ``node`` (escalation, docs/design.md §8); returns their ids.
 
     Service workloads and DaemonSets are never touched.
     """
@@ -156,13 +156,13 @@ def drain_batch(orchestrator: Orchestrator, node: str, *, grace_s: float, reason
 
 
 def tier_of(labels: Mapping[str, str] | None) -> str:
-    """DESIGN §4: the tier label, ``service`` when absent or unknown."""
+    """docs/design.md §4: the tier label, ``service`` when absent or unknown."""
     value = (labels or {}).get(TIER_LABEL, "service")
     return value if value in ("service", "batch") else "service"
 
 
 def priority_of(annotations: Mapping[str, str] | None) -> int:
-    """DESIGN §4: the non-negative priority annotation; 0 when absent or malformed."""
+    """docs/design.md §4: the non-negative priority annotation; 0 when absent or malformed."""
     raw = (annotations or {}).get(PRIORITY_ANNOTATION, "0")
     try:
         return max(0, int(raw))

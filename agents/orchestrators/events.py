@@ -1,17 +1,16 @@
-"""The watch part of the orchestrator port (DESIGN §14): Kalena's own small events.
+"""The watch part of the orchestrator port (docs/design.md §14): Kalena's own small events.
 
 A watcher (Kubernetes list+watch, the Docker engine's events API, Swarm tasks, the fake) turns
 its orchestrator's stream into these frozen dataclasses, keeping resourceVersion or event-time
 bookkeeping to itself; the control plane's reconciler applies each one through services,
 idempotently (the same event twice changes nothing). The watcher knows the orchestrator and not
-Django; the reconciler knows Django and not the orchestrator (STYLE.md "Growing the
-orchestrator side").
+Django; the reconciler knows Django and not the orchestrator.
 
 Common fields:
     at_s: the orchestrator's time of the change, Unix seconds (a pod's creation or a container
         event's ``time``); the watcher's receive time only when the orchestrator gives none.
     ref: ``namespace/name`` (Kubernetes) or Kalena's workload id label (Docker, Swarm).
-Vectors are 8-tuples in DESIGN §2's order and internal units (mcpu, bytes, devices, bytes,
+Vectors are 8-tuples in docs/design.md §2's order and internal units (mcpu, bytes, devices, bytes,
 bytes/s × 4).
 """
 
@@ -33,7 +32,7 @@ class NodeSeen:
     ``ready``: its Ready condition (Kubernetes) or the engine answering (Docker);
     ``schedulable``: not cordoned (``spec.unschedulable`` false, Swarm availability active);
     ``allocatable``: 8-vector, internal units; ``taints``: ``{"key", "value", "effect"}`` dicts;
-    ``images``: image names present on the node (image locality, DESIGN §9).
+    ``images``: image names present on the node (image locality, docs/design.md §9).
     """
 
     name: str
@@ -61,8 +60,8 @@ class NodeGone:
 class PodPending:
     """A batch pod waiting for Kalena to place it (Kubernetes: ``schedulerName: kalena`` and no
     node). ``owner`` is ``Kind/name`` of the controlling owner (``Job/train``), ``""`` for a bare
-    pod: cooldowns and pairing blacklists key on it (DESIGN §14). ``gang`` is the gang name or
-    ``""``; ``priority`` the Kalena priority (DESIGN §4).
+    pod: cooldowns and pairing blacklists key on it (docs/design.md §14). ``gang`` is the gang name or
+    ``""``; ``priority`` the Kalena priority (docs/design.md §4).
 
     Added with defaults (placement needs them): ``image`` (the first container's image, image
     locality), ``constraints`` (the REST API's constraint shape: ``node_selector``,
@@ -93,7 +92,7 @@ class PodRunning:
     kubelet admitted it: Kubernetes ``phase: Running``, or ``Pending`` with ``status.startTime``,
     which the kubelet sets when it acknowledges the pod; Docker and Swarm report only started
     containers, always admitted). A bound pod the node has not admitted yet holds its request in
-    Kalena's ledger but does not raise the published batch floor (DESIGN §14)."""
+    Kalena's ledger but does not raise the published batch floor (docs/design.md §14)."""
 
     ref: str
     node: str
@@ -117,7 +116,7 @@ class PodFinished:
 @dataclass(frozen=True)
 class PodRefused:
     """The node refused the pod at admission (Kubernetes ``reason: OutOfcpu`` …): never a
-    completion; the owner's replacement is a new pod (DESIGN §14, case C11)."""
+    completion; the owner's replacement is a new pod (docs/design.md §14, case C11)."""
 
     ref: str
     node: str
@@ -140,9 +139,9 @@ class ProductionSeen:
 
     ``anti_affinity``: the pod's required pod anti-affinity terms in the constraint shape
     (``{"labelSelector": {matchLabels, matchExpressions}, "topologyKey": …, "namespaces": […]}``,
-    ``namespaces`` empty = every namespace): binding on batch (DESIGN §9).
+    ``namespaces`` empty = every namespace): binding on batch (docs/design.md §9).
 
-    Added with defaults (production identity, DESIGN §15, and the per-workload overrides):
+    Added with defaults (production identity, docs/design.md §15, and the per-workload overrides):
     ``owner`` (``Kind/name`` of the controlling owner reference, ``""`` for none),
     ``owner_error`` (why the owner references could not be read: the pod is then an explained
     ``extra``), ``annotations`` (``kalena.naughtian.io/reclaim``, ``…/startup-grace-s`` are read

@@ -1,4 +1,4 @@
-"""Kuberina interop: IR readers, Phase 0 and blueprint verification (DESIGN §3)."""
+"""Kuberina interop: IR readers, Phase 0 and blueprint verification (docs/design.md §3)."""
 
 from kalena_engine.kuberina.blueprint import load_blueprint, parse_blueprint
 from kalena_engine.kuberina.infra import load_infrastructure, parse_infrastructure

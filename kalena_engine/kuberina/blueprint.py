@@ -1,4 +1,4 @@
-"""Reader for the Kuberina blueprint (solution) document (IR v1 §4, DESIGN §3)."""
+"""Reader for the Kuberina blueprint (solution) document (IR v1 §4, docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def parse_resource_block(raw: Any, where: Where, *, capacity: bool) -> np.ndarra
 
     Omitted dimensions are 0 for demand. For a node's allocatable (``capacity=True``) omitted
     cpu, ram and gpu are 0 and omitted storage, disk and network are unconstrained (+inf):
-    DESIGN §3 resolves the upstream inconsistency this way (the solver's rule for cpu/ram/gpu,
+    docs/design.md §3 resolves the upstream inconsistency this way (the solver's rule for cpu/ram/gpu,
     the spec's for the rest).
 
     Raises:

@@ -1,12 +1,12 @@
-"""Production identity (DESIGN §15): which blueprint entry a live production pod is.
+"""Production identity (docs/design.md §15): which blueprint entry a live production pod is.
 
 The blueprint names pods as the IR unrolls them (``shop/web-0000``, ``shop/db-0`` when a
-declaration has one replica, DESIGN §3); a live cluster names them as their controllers do
+declaration has one replica, docs/design.md §3); a live cluster names them as their controllers do
 (``shop/web-7d9c5b6f4-x2k9q``, ``shop/db-1``). A live pod is joined to an entry by owner and
 replica, in this order:
 
 1. **DaemonSet** owner → ``daemonset``: never an entry. A DaemonSet the infrastructure's Phase 0
-   knows is never charged (Phase 0 already took it out of the node's capacity, DESIGN §3); one
+   knows is never charged (Phase 0 already took it out of the node's capacity, docs/design.md §3); one
    it does not know (added after import) is an ``extra`` (:func:`daemonset_extra`).
 2. **Forge label** ``kalena.naughtian.io/blueprint-pod: <namespace>/<pod>`` → that entry (a
    forge that renders a blueprint writes it; it wins over every rule below).
@@ -404,7 +404,7 @@ def interchangeable_declarations(pods: Sequence) -> set[tuple[str, str]]:
 def renumbered_replicas(groups: Sequence[str], planned: Sequence[str], seen: Sequence[str]) -> list[str]:
     """A new blueprint's node per pod, with the nodes of interchangeable replicas renumbered so
     that a live pod keeps a replica where it runs when the blueprint puts one of its declaration
-    there (DESIGN §15: a live pod holds *a* replica of its declaration by owner and replica, so
+    there (docs/design.md §15: a live pod holds *a* replica of its declaration by owner and replica, so
     a re-plan that only renumbers replicas between nodes moves no one).
 
     Args:

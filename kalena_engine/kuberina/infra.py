@@ -1,4 +1,4 @@
-"""Reader for the Kuberina infrastructure document (IR v1 §2, DESIGN §3)."""
+"""Reader for the Kuberina infrastructure document (IR v1 §2, docs/design.md §3)."""
 
 from __future__ import annotations
 

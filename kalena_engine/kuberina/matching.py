@@ -1,4 +1,4 @@
-"""Label selectors, taints and tolerations (DESIGN §3) — shared by Phase 0, blueprint
+"""Label selectors, taints and tolerations (docs/design.md §3) — shared by Phase 0, blueprint
 verification and batch placement."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kuberina Phase 0: the post-DaemonSet capacity that every Kalena ledger uses (DESIGN §3)."""
+"""Kuberina Phase 0: the post-DaemonSet capacity that every Kalena ledger uses (docs/design.md §3)."""
 
 from __future__ import annotations
 

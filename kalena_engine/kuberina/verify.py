@@ -1,4 +1,4 @@
-"""Blueprint verification (DESIGN §3): hard violations make a blueprint invalid; soft ones
+"""Blueprint verification (docs/design.md §3): hard violations make a blueprint invalid; soft ones
 (affinity, anti-affinity, topology spread — name-based and same-node in Kuberina) are reported
 separately and never do.
 

@@ -1,4 +1,4 @@
-"""Reader for the Kuberina workloads document (IR v1 §3, DESIGN §3).
+"""Reader for the Kuberina workloads document (IR v1 §3, docs/design.md §3).
 
 Three shapes are accepted and give the same :class:`Workloads`:
 
@@ -230,7 +230,7 @@ def _join_legacy(drafts: list[_Draft], legacy: list[_Draft]) -> None:
 
 
 class _TargetResolver:
-    """Resolve affinity targets (DESIGN §3), in order: a bare unrolled pod name, ``ns/pod``,
+    """Resolve affinity targets (docs/design.md §3), in order: a bare unrolled pod name, ``ns/pod``,
     a unique bare declaration name (all its replicas), ``ns/declaration``."""
 
     def __init__(self, drafts: list[_Draft]) -> None:

@@ -1,4 +1,4 @@
-"""The lab's slice of a real cluster (DESIGN §15): a few blueprint nodes mapped onto the lab's
+"""The lab's slice of a real cluster (docs/design.md §15): a few blueprint nodes mapped onto the lab's
 nodes, their production pods scaled to the lab's capacity with usage from real series, and batch
 sampled from a real trace at a stated load factor over the lab's slack. Pure: inputs loaded by
 the caller, numbers and frozen dataclasses out; :mod:`agents.lab.slice` renders them."""

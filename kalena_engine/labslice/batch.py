@@ -1,5 +1,5 @@
 """Batch of the lab's slice: tasks of a real batch trace sampled to a stated load factor over the
-lab's slack, time compressed by ``k`` (DESIGN §11 demand, §15).
+lab's slack, time compressed by ``k`` (docs/design.md §11 demand, §15).
 
 1. **Window.** The trace's tasks arriving in ``[offset, offset + hours · 3600)`` (trace s).
 2. **Scale.** An instance keeps its share of a node: cpu × ``s_cpu`` (m), memory × ``s_ram``

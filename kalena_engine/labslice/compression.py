@@ -1,4 +1,4 @@
-"""Time compression of a lab day (DESIGN §15): at ``k``× every trace clock *and* every time
+"""Time compression of a lab day (docs/design.md §15): at ``k``× every trace clock *and* every time
 constant of the policy, the agents' sampling intervals and the pods' termination grace are
 divided by ``k``, floored where the machine cannot go lower. Pure: a :class:`Policy` and ``k``
 in, a scaled :class:`Policy` and one row per constant out.

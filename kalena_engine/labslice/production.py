@@ -1,4 +1,4 @@
-"""Production of the lab's slice: which blueprint nodes, which pods, at what scale (DESIGN §15).
+"""Production of the lab's slice: which blueprint nodes, which pods, at what scale (docs/design.md §15).
 
 **Nodes.** The lab has ``n`` identical nodes (``<lab>-1`` … ``<lab>-n``, each ``cpu_m`` /
 ``memory_mib``). The slice takes ``n`` of the blueprint's *active* nodes (nodes with production

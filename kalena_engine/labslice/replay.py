@@ -1,6 +1,6 @@
 """The replay of a lab day: the same slice, the same production series, the same sampled batch
 and the same scaled policy, on the simulated (trace) clock — Kalena's Fauxmaster for the live day
-(DESIGN §11, §15). Pure: the slice's files parsed by the caller, a :class:`ReplayInputs` and
+(docs/design.md §11, §15). Pure: the slice's files parsed by the caller, a :class:`ReplayInputs` and
 :class:`ReplayConfig` out.
 
 What the lab ran, and how the replay holds it:

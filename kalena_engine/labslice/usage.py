@@ -1,4 +1,4 @@
-"""Usage series of the slice's production pods and the lab's slack (DESIGN §11 peak mapping,
+"""Usage series of the slice's production pods and the lab's slack (docs/design.md §11 peak mapping,
 time compressed by ``k``).
 
 The series are the replay's own: :func:`kalena_engine.replay.usage.build_production_usage` with

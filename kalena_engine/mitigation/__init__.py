@@ -1,4 +1,4 @@
-"""Node-local mitigation decisions (DESIGN §7): pure functions the agent's enforcer and the
+"""Node-local mitigation decisions (docs/design.md §7): pure functions the agent's enforcer and the
 simulator both call. Nothing here writes a cgroup file or signals a process."""
 
 from kalena_engine.mitigation.cpu import (

@@ -1,11 +1,11 @@
-"""CPU mitigation decisions around the batch budget (DESIGN §7): what each service claims, the
+"""CPU mitigation decisions around the batch budget (docs/design.md §7): what each service claims, the
 whole batch throttle plan, and anti-starvation.
 
 **Service claims.** The budget subtracts each service's reservation computed from fresh
 samples. A service that is stalled on cpu (its cpu pressure fired, or its PSI ``some`` shows it
 waiting) cannot show its demand in its usage — usage under contention is what it *got* — so
 until it is seen uncontended its claim is ``max(r, q)``: production never loses what it asked
-for (DESIGN §1). Otherwise the claim is ``r``.
+for (docs/design.md §1). Otherwise the claim is ``r``.
 
 **Plan.** ``B = max(min_batch_cpu · n_batch, C − Σ claims)`` split by
 :func:`~kalena_engine.mitigation.throttle.batch_cpu_shares`. Worked example (case C6): C = 4,
@@ -127,7 +127,7 @@ def throttled_window_ratio(throttled_us: float, span_s: float, window_s: float) 
 def plan_starvation_relief(batch_throttled_ratio: np.ndarray, service_usage_mcpu: np.ndarray,
                            service_request_mcpu: np.ndarray, service_contended: np.ndarray | None = None,
                            service_cap_mcpu: np.ndarray | None = None, *, policy: EvictionPolicy) -> StarvationPlan:
-    """Anti-starvation caps (module docstring, DESIGN §7).
+    """Anti-starvation caps (module docstring, docs/design.md §7).
 
     Args:
         batch_throttled_ratio: ``(k,)`` throttled time over the rolling window per batch row

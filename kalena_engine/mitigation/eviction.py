@@ -1,4 +1,4 @@
-"""Eviction planning for non-compressible pressure (ram, storage) — DESIGN §7.
+"""Eviction planning for non-compressible pressure (ram, storage) — docs/design.md §7.
 
 One quantity decides both start and stop: the node's reservation ledger on the pressured
 dimension, recomputed from the freshest samples, ``Σ r``.
@@ -152,7 +152,7 @@ class LedgerFreshness:
 
 def ledger_freshness(node_age_s: float, sample_age_s: np.ndarray, live: np.ndarray,
                      stale_ttl_s: float) -> LedgerFreshness:
-    """Which inputs an eviction decision may rest on (DESIGN §5, §7; case C1).
+    """Which inputs an eviction decision may rest on (docs/design.md §5, §7; case C1).
 
     A live workload whose last sample is older than ``T_stale`` is held: it counts in the
     ledger at ``max(r, q)`` and is never a victim. The decision's sample age is the oldest of

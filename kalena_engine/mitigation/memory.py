@@ -1,4 +1,4 @@
-"""Batch memory caps (DESIGN §7, §4 ``slack-memory``).
+"""Batch memory caps (docs/design.md §7, §4 ``slack-memory``).
 
 A batch workload may use idle memory beyond its request only when ``slack-memory: allow``;
 otherwise its soft cap is its request. The hard cap is its declared limit::

@@ -1,4 +1,4 @@
-"""CPU throttling of batch under compressible pressure — DESIGN §7.
+"""CPU throttling of batch under compressible pressure — docs/design.md §7.
 
 Budget for all batch on a node (service reservations from fresh samples)::
 
@@ -9,7 +9,7 @@ limit, and written as a CFS quota ``share × cfs_period_us`` (period 100,000 µs
 declares no limit is capped at B when ``slack-cpu: allow`` (the default) lets it use idle
 capacity, and at its request when ``slack-cpu: deny``.
 
-This reconciles DESIGN §7 ("capped at its own limit, or at B when slack-cpu is allowed") with
+This reconciles docs/design.md §7 ("capped at its own limit, or at B when slack-cpu is allowed") with
 case C6, whose batch pod has slack-cpu allowed *and* a 1-core limit and whose quota must stop at
 that limit (100,000 µs): a declared limit always binds; slack-cpu decides only where none is
 declared.
@@ -38,7 +38,7 @@ class CpuShare:
 
 def batch_cpu_budget_mcpu(capacity_mcpu: float, service_reservation_mcpu: float, n_batch: int,
                           min_batch_cpu_mcpu: float) -> float:
-    """``B = max(min_batch_cpu · n_batch, C_cpu − Σ_service r_s)`` in mcpu (DESIGN §7)."""
+    """``B = max(min_batch_cpu · n_batch, C_cpu − Σ_service r_s)`` in mcpu (docs/design.md §7)."""
     return max(min_batch_cpu_mcpu * max(n_batch, 1), capacity_mcpu - service_reservation_mcpu)
 
 

@@ -1,4 +1,4 @@
-"""Batch placement into the reservation ledger (DESIGN §6, §9).
+"""Batch placement into the reservation ledger (docs/design.md §6, §9).
 
 Entry point (the control plane's scheduling loop and the replay share it)::
 

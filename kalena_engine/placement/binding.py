@@ -1,4 +1,4 @@
-"""Binding with optimistic concurrency (DESIGN §9; Omega, Schwarzkopf et al. EuroSys 2013):
+"""Binding with optimistic concurrency (docs/design.md §9; Omega, Schwarzkopf et al. EuroSys 2013):
 a pass decides against a snapshot of the reservation ledger; the bind step accepts a placement
 only while its node's ledger version is still the one the pass read. A placement whose node
 moved meanwhile (another scheduler bound there, the estimator rewrote the node's slack) is

@@ -1,4 +1,4 @@
-"""Why pending (DESIGN §9): a structured record for every batch entry a pass left unplaced.
+"""Why pending (docs/design.md §9): a structured record for every batch entry a pass left unplaced.
 
 Computed from the state at the end of the pass (slack with every placement of the pass
 debited). For each node the first rule filter it fails is charged (kube-scheduler's

@@ -1,4 +1,4 @@
-"""Batch placement filters (DESIGN §9): small named plugins, each a vectorised ``(n,)`` pass
+"""Batch placement filters (docs/design.md §9): small named plugins, each a vectorised ``(n,)`` pass
 mask over nodes and the typed reasons for the nodes it rejects.
 
 Filter order (why-pending charges each node to the first filter it fails, kube-scheduler
@@ -62,7 +62,7 @@ class PassView(Protocol):
 
 def fits(request: np.ndarray, slack: np.ndarray) -> np.ndarray:
     """``(m,)`` bool: ``q_d ≤ S_d`` on every dimension (reservation ledger admission,
-    DESIGN §6), with :data:`LEDGER_RTOL` relative tolerance for float sums."""
+    docs/design.md §6), with :data:`LEDGER_RTOL` relative tolerance for float sums."""
     return np.all(request <= slack + LEDGER_RTOL * np.abs(slack) + 1e-9, axis=-1)
 
 
@@ -148,7 +148,7 @@ class CooldownFilter:
 
 
 class NodeSelectorFilter:
-    """Every nodeSelector ``key: value`` pair must be a node label (DESIGN §3), and a required
+    """Every nodeSelector ``key: value`` pair must be a node label (docs/design.md §3), and a required
     node affinity must match (any of its terms) — kube-scheduler's NodeAffinity plugin reads
     both, and the kubelet refuses a pod on a node that matches neither."""
 
@@ -224,7 +224,7 @@ def _blocker_rejections(blockers, view: PassView, rows: np.ndarray, rejection) -
     return out
 
 class ProductionAntiAffinityFilter:
-    """Production anti-affinity binds batch (DESIGN §9): a resident production pod's required
+    """Production anti-affinity binds batch (docs/design.md §9): a resident production pod's required
     term — a label selector in its topology domain, or a Kuberina name list naming one of the
     template's pods (same node) — that matches the batch pod rejects the node."""
 

@@ -1,4 +1,4 @@
-"""Gangs (DESIGN §9): all-or-nothing within one pass.
+"""Gangs (docs/design.md §9): all-or-nothing within one pass.
 
 A gang's entries are placed inside a transaction: every debit records the node's slack row
 before it, and a gang that ends below ``min_member`` pods is rolled back — rows restored

@@ -1,4 +1,4 @@
-"""The slack a scheduling pass reads (DESIGN §6): the reservation ledger of the workloads that
+"""The slack a scheduling pass reads (docs/design.md §6): the reservation ledger of the workloads that
 count, by lifecycle phase.
 
 ==========  =====================================================================

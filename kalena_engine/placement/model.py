@@ -1,4 +1,4 @@
-"""What the batch scheduler reads and writes (DESIGN §9): the node table, one pass's cluster
+"""What the batch scheduler reads and writes (docs/design.md §9): the node table, one pass's cluster
 snapshot, pending batch as equivalence classes, and bindings.
 
 Everything is struct-of-arrays over ``n`` nodes (rows of :class:`NodeTable`) and ``k`` pending
@@ -22,12 +22,12 @@ from kalena_engine.placement.selectors import (
 )
 from kalena_engine.resources import N_DIMS
 
-#: Annotation carrying a batch workload's gang size (all-or-nothing, DESIGN §9).
+#: Annotation carrying a batch workload's gang size (all-or-nothing, docs/design.md §9).
 MIN_MEMBER_ANNOTATION = "kalena.naughtian.io/min-member"
 
 
 def gang_pass_minimum(*, min_member: int | None, members: int, running: int = 0) -> int:
-    """Pods of a gang one pass must place, or place none (DESIGN §9: all-or-nothing).
+    """Pods of a gang one pass must place, or place none (docs/design.md §9: all-or-nothing).
 
     ``min_member`` defaults to the gang's size ``members`` (every pod, as IR v1 ``groups``
     default ``min_members`` to their member count); members already ``running`` count toward it,
@@ -166,7 +166,7 @@ class BatchTemplate:
         owner: the workload group — equivalence classes and the eviction cooldown key on it.
         namespace: for the per-namespace running-batch cap and anti-affinity namespaces.
         labels: pod labels (production anti-affinity terms and spread selectors match them).
-        node_selector, tolerations: Kubernetes semantics (DESIGN §3).
+        node_selector, tolerations: Kubernetes semantics (docs/design.md §3).
         node_affinity: a required node affinity (``nodeSelectorTerms``, ORed), read with the
             nodeSelector: the kubelet refuses a pod on a node that matches neither.
         anti_affinity: the pod's own required anti-affinity terms (against every resident pod).
@@ -331,7 +331,7 @@ class BatchResidents:
 @dataclass(frozen=True, eq=False)
 class Evictions:
     """Recent batch evictions: ``(c,)`` owner, node row and time (s). A (owner, node) pair
-    evicted at ``t`` is closed to that owner until ``t + cooldown_s`` (DESIGN §9)."""
+    evicted at ``t`` is closed to that owner until ``t + cooldown_s`` (docs/design.md §9)."""
 
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -342,7 +342,7 @@ class Evictions:
 class KubeletRoom:
     """What the orchestrator's node-side admission still admits (Kubernetes: the kubelet checks
     Σ requests ≤ allocatable of the published extended resources, counting a terminating pod
-    until it is terminal — DESIGN §14, case C11).
+    until it is terminal — docs/design.md §14, case C11).
 
     Attributes:
         room: ``(n, 8)`` published allocatable − Σ requests of bound non-terminal batch pods,
@@ -366,7 +366,7 @@ class ClusterSnapshot:
             :func:`kalena_engine.placement.ledger_view.reservation_slack`).
         version: ``(n,)`` int64 ledger version of each node when read; a binding is accepted
             only while its node still has this version (optimistic concurrency).
-        ready, telemetry_fresh, slack_eligible: node conditions (DESIGN §8, §9).
+        ready, telemetry_fresh, slack_eligible: node conditions (docs/design.md §8, §9).
         has_production, has_batch: the node hosts service-tier / batch pods (co-location).
         volatility: ``(n,)`` σ of the node's production reservation over capacity (ratio).
         images: image name → ``(n,)`` bool, nodes with the image cached.

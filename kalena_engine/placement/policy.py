@@ -1,4 +1,4 @@
-"""Batch placement policy (DESIGN §9): score weights, cache bucket widths, sampling, caps.
+"""Batch placement policy (docs/design.md §9): score weights, cache bucket widths, sampling, caps.
 
 One frozen value, part of :class:`kalena_engine.policy.Policy` (``policy.placement``); the
 console edits it at run time. The eviction cooldown per (workload group, node) is

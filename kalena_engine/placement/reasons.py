@@ -1,4 +1,4 @@
-"""Why a node was rejected for a batch workload, as data (STYLE: reasons are values, rendered
+"""Why a node was rejected for a batch workload, as data (reasons are values, rendered
 by the console, never strings assembled late).
 
 Every reason has a ``kind`` — the key under which why-pending counts excluded nodes — and
@@ -134,7 +134,7 @@ class UntoleratedTaint(Rejection):
 @dataclass(frozen=True)
 class AntiAffinity(Rejection):
     """Resident production pod ``pod`` has a required anti-affinity ``rule`` that matches the
-    batch pod, on this node's ``topology_key`` domain (DESIGN §9: binding on batch)."""
+    batch pod, on this node's ``topology_key`` domain (docs/design.md §9: binding on batch)."""
 
     kind: ClassVar[str] = PRODUCTION_ANTI_AFFINITY
     pod: str
@@ -198,7 +198,7 @@ class StaleBinding(Rejection):
 @dataclass(frozen=True)
 class KubeletAdmission(Rejection):
     """The reservation ledger has room but the node's own admission would refuse the pod
-    (``Σ requests + requested > published allocatable`` on ``dim``, internal units; DESIGN §14).
+    (``Σ requests + requested > published allocatable`` on ``dim``, internal units; docs/design.md §14).
     ``releasing`` names the terminating pods the kubelet still counts and ``releasing_amount``
     their total on ``dim`` (case C11): kind ``releasing`` then, else ``kubelet_allocatable``
     (the published value has not been raised yet)."""

@@ -1,4 +1,4 @@
-"""The batch scheduler: one pass places pending batch into reservation-ledger slack (DESIGN §9).
+"""The batch scheduler: one pass places pending batch into reservation-ledger slack (docs/design.md §9).
 
 This is the one code path the control plane's scheduling loop and the replay share::
 

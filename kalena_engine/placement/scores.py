@@ -1,4 +1,4 @@
-"""Batch placement scores (DESIGN §9): each 0–100, combined as a weighted mean with weights
+"""Batch placement scores (docs/design.md §9): each 0–100, combined as a weighted mean with weights
 from :class:`~kalena_engine.placement.policy.PlacementPolicy`::
 
     score_n = (w_b·balance + w_c·colocation + w_i·image + w_v·volatility) / (w_b + w_c + w_i + w_v)

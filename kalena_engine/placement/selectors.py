@@ -1,5 +1,5 @@
 """Kubernetes label selectors, pod anti-affinity terms and topology spread constraints, as
-batch placement reads them (DESIGN §3, §9).
+batch placement reads them (docs/design.md §3, §9).
 
 A :class:`LabelSelector` is Kubernetes' ``metav1.LabelSelector``: every ``matchLabels`` pair
 and every ``matchExpressions`` requirement must hold (operators ``In``, ``NotIn``, ``Exists``,
@@ -228,7 +228,7 @@ def anti_affinity_terms_of(raw: Sequence[Any] | None, field: str) -> tuple[AntiA
     ``topologyKey`` absent: ``kubernetes.io/hostname``; ``namespaces`` absent or empty: every
     namespace; a term without a ``labelSelector`` key is read as the selector itself (the REST
     API's short form ``{"matchLabels": …}``). Both the batch pod's own terms and a resident
-    production pod's (DESIGN §9) are read here.
+    production pod's (docs/design.md §9) are read here.
 
     Example: ``[{"labelSelector": {"matchLabels": {"app": "noisy"}}, "namespaces": ["web"]}]``
     → one term ``app=noisy @ kubernetes.io/hostname`` matching pods labelled ``app=noisy`` in

@@ -1,5 +1,5 @@
 """One pod against every node, without placing it: the scheduler extender's filter and
-prioritize answers (DESIGN §14), from the same filters, ledgers and scores as a pass.
+prioritize answers (docs/design.md §14), from the same filters, ledgers and scores as a pass.
 
 For each node the first filter it fails gives its reason (kube-scheduler's ``FailedNodes``
 accounting, as why-pending charges nodes); a node passing every rule fails on the reservation

@@ -1,4 +1,4 @@
-"""Node volatility for the volatility penalty (DESIGN §9): how much a node's production
+"""Node volatility for the volatility penalty (docs/design.md §9): how much a node's production
 reservation moves, as a fraction of its capacity.
 
 An exponentially weighted mean and variance per node and dimension, with half-life ``h``

@@ -176,7 +176,7 @@ def alibaba_queue(inputs: ReplayInputs, m_pending: int, rng: np.random.Generator
 
 
 def placement_quality(case: BenchCase, bindings: Bindings) -> dict[str, float]:
-    """Placed and pending pods and the reclaimed fraction after binding (DESIGN §6):
+    """Placed and pending pods and the reclaimed fraction after binding (docs/design.md §6):
     ``Σ_n max(0, Σ q_prod + Σ q_batch − C) / Σ_n (Σ q_prod + Σ q_batch)`` on cpu and ram."""
     n = len(case.snapshot.nodes)
     batch = np.zeros((n, 8))

@@ -1,4 +1,4 @@
-"""Calibration (Borg §5.5 / Fig. 12; DESIGN §10; proposal §6.4): the estimator's margin ``μ``
+"""Calibration (Borg §5.5 / Fig. 12; docs/design.md §10; proposal §6.4): the estimator's margin ``μ``
 and half-life ``h`` swept on the same replay — same inputs, seed and full diurnal cycle for
 every setting, a paired comparison (what Borg's A/B/A/B weeks approximate on a live cell) —
 giving the *safety curve*: reclaimed cpu against batch evictions per 100 batch pod-hours,
@@ -30,7 +30,7 @@ from kalena_engine.replay.setup import ReplayConfig
 KNEE_RATE = 0.5
 MARGINS = (1.0, 1.05, 1.1, 1.15, 1.25, 1.4)
 HALF_LIVES = (300.0, 600.0, 1200.0)
-#: Summary fields a point carries (DESIGN §10's point keys, plus OOM kills).
+#: Summary fields a point carries (docs/design.md §10's point keys, plus OOM kills).
 POINT_FIELDS = ("reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_evictions_per_100_pod_hours",
                 "production_contention_core_hours")
 
@@ -121,7 +121,7 @@ def grid_edges(chosen: dict[str, float], margins: tuple[float, ...], half_lives:
     return edges
 
 
-#: The estimator's smallest margin ratio (DESIGN §5: μ ≥ 1): a sweep cannot widen below it.
+#: The estimator's smallest margin ratio (docs/design.md §5: μ ≥ 1): a sweep cannot widen below it.
 MARGIN_FLOOR = 1.0
 #: Widening rounds ``evaluate calibrate`` runs by default before it reports a knee still on an edge.
 WIDEN_ROUNDS = 3
@@ -186,7 +186,7 @@ def frontier_across_loads(per_load: dict[str, list[dict[str, float]]]) -> list[d
     return out
 
 
-#: The operator's declared tolerance (DESIGN §10): batch evictions per 100 batch pod-hours, and
+#: The operator's declared tolerance (docs/design.md §10): batch evictions per 100 batch pod-hours, and
 #: production contention as a share of production cpu core-hours, at every load factor swept.
 MAX_EVICTIONS_PER_100 = 0.1
 MAX_CONTENTION_SHARE = 0.0001
@@ -209,7 +209,7 @@ def contention_share(p: dict[str, float]) -> float:
 def shipped(per_load: dict[str, list[dict[str, float]]], *, max_evictions: float = MAX_EVICTIONS_PER_100,
             max_contention_share: float = MAX_CONTENTION_SHARE,
             near_best_share: float = NEAR_BEST_SHARE) -> tuple[dict[str, float], bool, str]:
-    """The setting to ship as the default: the operator's tolerance, not a tie-break (DESIGN §10).
+    """The setting to ship as the default: the operator's tolerance, not a tie-break (docs/design.md §10).
 
     A setting *qualifies* when at every load factor its batch evictions per 100 batch pod-hours
     are ≤ ``max_evictions`` and its production contention is ≤ ``max_contention_share`` of

@@ -1,4 +1,4 @@
-"""Cluster compaction (Borg §5.1; DESIGN §11; proposal §6.2): the smallest cluster that still
+"""Cluster compaction (Borg §5.1; docs/design.md §11; proposal §6.2): the smallest cluster that still
 fits the workload, with reclamation on (the ``kalena`` rule) and off (``none``: production
 reserves its request).
 

@@ -1,9 +1,9 @@
-"""What running batch actually gets in a replay step (DESIGN §11): cpu is compressible,
+"""What running batch actually gets in a replay step (docs/design.md §11): cpu is compressible,
 memory is not.
 
 **CPU.** On each node production cpu usage is served first; the rest ``B = max(0, C − Σ u_prod)``
 is shared among the batch instances in proportion to their requests, each capped at its
-demand ``d = min(usage, limit)`` — the agent's throttle (DESIGN §7) with the replay's exact
+demand ``d = min(usage, limit)`` — the agent's throttle (docs/design.md §7) with the replay's exact
 usage in place of the reservations. Water-filling: find the level λ with
 ``Σ_i min(λ · q_i, d_i) = B``; instance i gets ``g_i = min(λ · q_i, d_i)`` (λ = ∞ when the
 demand fits). A throttled instance progresses at ``g / d`` of its undisturbed rate.
@@ -15,7 +15,7 @@ A's 4 cores of request → λ = 0.5 → A gets 1 core each (rate 0.5), B its 1 c
 
 **Memory.** A node whose working set ``Σ u`` still exceeds C after node-local eviction is an
 OOM kill: the kernel's OOM killer takes batch first (on Kubernetes batch pods are BestEffort,
-``oom_score_adj`` 1000, DESIGN §14), the largest per-instance usage first, until the rest fits;
+``oom_score_adj`` 1000, docs/design.md §14), the largest per-instance usage first, until the rest fits;
 only then production (largest usage first). :func:`oom_victims` returns those kills.
 """
 

@@ -1,8 +1,8 @@
-"""Escalation in a replay (DESIGN §8): the bookkeeping the live loop keeps per node
+"""Escalation in a replay (docs/design.md §8): the bookkeeping the live loop keeps per node
 (``NodeCondition.pressure_since_s``, recent eviction times, the slack-ineligible cooldown),
 with the live loop's decision, :func:`kalena_engine.escalation.decide_escalation`.
 
-An eviction time is one node-local mitigation round that evicted (DESIGN §8: a node "that
+An eviction time is one node-local mitigation round that evicted (docs/design.md §8: a node "that
 evicted k times"), however many pods the round took — one spike that needs four small pods
 gone is mitigation converging, not a storm; drains by escalation itself do not count. (The
 live loop, ``kalena_web.control.escalation``, counts one eviction record per pod.) A node's pressure

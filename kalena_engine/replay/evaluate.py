@@ -1,5 +1,5 @@
 """``kalena evaluate policies``, the pure half: one replay configuration per reservation rule
-(same inputs, seed, scheduler and node-local mitigation; only the rule swapped, DESIGN §11),
+(same inputs, seed, scheduler and node-local mitigation; only the rule swapped, docs/design.md §11),
 then the comparison — harvest against the two oracles and the table an operator reads.
 
 Harvest ratio of a policy against an oracle, per dimension::

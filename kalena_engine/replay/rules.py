@@ -1,11 +1,11 @@
 """Reservation rules: what a replay reserves for production, the one thing ``kalena evaluate
-policies`` swaps (DESIGN §11). Everything else — the estimator run, the ledgers, the batch
+policies`` swaps (docs/design.md §11). Everything else — the estimator run, the ledgers, the batch
 scheduler, node-local eviction, OOM, compressible cpu, escalation — is the same simulator.
 
 Each rule maps one step's inputs (:class:`RuleInputs`) to the ``(p, 8)`` production
-reservations the ledgers read. GPU always reads the request (never reclaimed, DESIGN §6).
+reservations the ledgers read. GPU always reads the request (never reclaimed, docs/design.md §6).
 
-* ``kalena`` — the engine's estimator (DESIGN §5), as the live control plane runs it.
+* ``kalena`` — the engine's estimator (docs/design.md §5), as the live control plane runs it.
 * ``none`` — no reclamation: ``r = q``.
 * ``koordinator`` — Koordinator's slo-controller BatchResource plugin with the ``usage``
   policy and the published defaults of its ``colocation-config`` (see :class:`KoordinatorRule`).
@@ -13,7 +13,7 @@ reservations the ledgers read. GPU always reads the request (never reclaimed, DE
 * ``oracle-60m`` — each production reservation is its maximum usage over the next 60 min,
   no margin: the zero-contention reference for batch that stays up to an hour.
 * ``oracle-exact`` — the usage of the step being decided exactly (the replay holds a step's
-  sample over the step that follows it, DESIGN §5): the physical limit of harvest — nothing
+  sample over the step that follows it, docs/design.md §5): the physical limit of harvest — nothing
   causal reclaims more without contention at the moment it places.
 
 Under every rule but ``kalena``, batch reservations stay at their requests (the baselines
@@ -77,7 +77,7 @@ class RuleContext:
 
 
 class KalenaRule:
-    """DESIGN §5: the estimator's reservations, unchanged."""
+    """docs/design.md §5: the estimator's reservations, unchanged."""
 
     name = "kalena"
     pins_batch = False

@@ -1,5 +1,5 @@
 """Assemble a replay from loaded inputs: blueprint → production set, Bitbrains → usage,
-batch trace → task table, then run it and summarise (DESIGN §11)."""
+batch trace → task table, then run it and summarise (docs/design.md §11)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class ReplayConfig:
     """How to replay. Times in seconds; ``hours`` of simulated time in ``step_s`` steps.
 
     Attributes:
-        usage_mapping: ``peak`` (default) or ``raw`` (DESIGN §11).
+        usage_mapping: ``peak`` (default) or ``raw`` (docs/design.md §11).
         batch_offset_s: trace time that replay time 0 maps to for batch arrivals (86,400 s).
         usage_offset_s: time after the usage source's earliest start that replay time 0 maps
             to (0 s; ``kalena evaluate compaction`` moves both offsets to its window).

@@ -1,4 +1,4 @@
-"""The replay simulator: the engine's own functions driven by an injected clock (DESIGN §11,
+"""The replay simulator: the engine's own functions driven by an injected clock (docs/design.md §11,
 Borg's Fauxmaster idea); enforcement is stubbed, everything else is the production code path.
 
 Each step at replay time ``t``:
@@ -13,11 +13,11 @@ Each step at replay time ``t``:
    plane's code path, through :class:`~kalena_engine.replay.scheduling.ReplayScheduler`):
    filters, scores, in-flight placements debiting at once, bound with a version check;
 6. on a node whose working set on ram (or storage) reaches the eviction threshold while
-   ``Σ r > C``, batch is evicted by DESIGN §7's ordering and stop rule and requeued from
+   ``Σ r > C``, batch is evicted by docs/design.md §7's ordering and stop rule and requeued from
    scratch. Production is never evicted;
 7. memory still above capacity is an OOM kill (batch first, :mod:`.compressible`); killed
    batch is requeued;
-8. escalation (DESIGN §8, :mod:`.escalation`): a node whose pressure did not converge or that
+8. escalation (docs/design.md §8, :mod:`.escalation`): a node whose pressure did not converge or that
    evicted too often is drained and takes no batch for the cooldown;
 9. compressible cpu for the step that follows: production usage first, the rest shared among
    batch by request, each capped at its demand; throttled batch progresses at ``g / d`` and
@@ -366,7 +366,7 @@ class Simulator:
 
     def _escalate(self, now_s: float, prod_r: np.ndarray, prod_usage: np.ndarray, stale: np.ndarray,
                   events: list[BatchEvent]) -> None:
-        """DESIGN §8 with the live loop's decision (module doc, step 8)."""
+        """docs/design.md §8 with the live loop's decision (module doc, step 8)."""
         st = self.state
         g = st.groups
         n = len(st.capacity)

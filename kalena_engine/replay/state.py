@@ -3,7 +3,7 @@
 Batch pods of one task are identical, so the state keeps them as *groups* — (task, node,
 count, start, end) rows — never as one Python object per pod (a busy Alibaba day has ~10⁶
 instances). Every ledger is recomputed from these arrays, so batch can always be removed and
-the blueprint state restored exactly (DESIGN §6 invariant).
+the blueprint state restored exactly (docs/design.md §6 invariant).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class BatchGroups:
     """Running batch: ``G`` rows of identical instances of one task on one node.
 
     ``end_s`` is the projected end at the group's current progress rate (a throttled group
-    finishes later, DESIGN §11); ``remaining_s`` is the undisturbed work left at the next step.
+    finishes later, docs/design.md §11); ``remaining_s`` is the undisturbed work left at the next step.
     """
 
     task: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -78,7 +78,7 @@ class BatchGroups:
 
     def append(self, *, task: np.ndarray, node: np.ndarray, count: np.ndarray, start_s: float,
                duration_s: np.ndarray, request: np.ndarray) -> None:
-        """Admit new groups; each starts with ``r = q`` (DESIGN §6)."""
+        """Admit new groups; each starts with ``r = q`` (docs/design.md §6)."""
         starts = np.full(len(task), float(start_s))
         self.task = np.concatenate([self.task, task])
         self.node = np.concatenate([self.node, node])
@@ -181,7 +181,7 @@ class ClusterState:
 
     def blueprint_violations(self) -> tuple[BlueprintViolation, ...]:
         """:func:`~kalena_engine.ledger.blueprint_violations` of the state now against the
-        blueprint recorded at construction (DESIGN §6).
+        blueprint recorded at construction (docs/design.md §6).
 
         Incremental: batch never enters this check, so once the production placement and
         requests are found to hold the blueprint, a later call only compares them with that

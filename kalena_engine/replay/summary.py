@@ -2,13 +2,13 @@
 
 Fractions are 0–1 and averaged over steps unless a name says otherwise:
 
-* ``reclaimed_fraction_{cpu,ram}`` = Σ_n X_n / Σ_n Σ_w q_w (DESIGN §6) — the share of all
+* ``reclaimed_fraction_{cpu,ram}`` = Σ_n X_n / Σ_n Σ_w q_w (docs/design.md §6) — the share of all
   running requests that only fits because of reclamation (Borg reports ~20 % in a median cell);
 * ``usage_fill_*`` = Σ u / Σ C and ``slack_fill_*`` = (Σ C − Σ r) / Σ C over the nodes batch
   may use (the blueprint's active nodes by default);
 * ``clipped_fraction_*`` = production pod-steps whose mapped usage was clipped at the limit.
 
-Co-location costs (DESIGN §11), summed over the run:
+Co-location costs (docs/design.md §11), summed over the run:
 
 * ``batch_pod_hours`` = Σ running batch instances × step (time-weighted), and
   ``batch_evictions_per_100_pod_hours`` = 100 · batch_evicted / batch_pod_hours;
@@ -24,7 +24,7 @@ Co-location costs (DESIGN §11), summed over the run:
   (they differ by groups that end within a step: the grant is shared for the whole step); with
   ``--batch-usage-ratio`` < 1 it counts the admitted request, throttling only the demand;
 * ``oom_kills`` (``oom_kills_by_tier``: batch, service): memory above capacity after eviction;
-* ``escalations`` (``escalations_by_reason``): nodes drained by DESIGN §8.
+* ``escalations`` (``escalations_by_reason``): nodes drained by docs/design.md §8.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Production usage for a replay: Bitbrains VM series mapped onto blueprint pods (DESIGN §11).
+"""Production usage for a replay: Bitbrains VM series mapped onto blueprint pods (docs/design.md §11).
 
 Each production pod is driven by one Bitbrains VM (drawn with the replay's seed from the VMs
 that cover the window) and, for the ``peak`` mapping, one real production peak-to-request

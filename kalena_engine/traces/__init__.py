@@ -1,4 +1,4 @@
-"""Readers for the real cluster traces in ``data/traces`` (DESIGN §11; docs/traces.md).
+"""Readers for the real cluster traces in ``data/traces`` (docs/design.md §11; docs/traces.md).
 
 Bitbrains VM series give production usage shapes; Alibaba 2018 ``batch_task`` and Google 2011
 ``task_events`` give batch arrival streams (:class:`BatchTasks`); the Google usage/events join

@@ -1,4 +1,4 @@
-"""Reader for Alibaba cluster-trace-v2018 ``batch_task`` (DESIGN §11, traces/README.md).
+"""Reader for Alibaba cluster-trace-v2018 ``batch_task`` (docs/design.md §11, traces/README.md).
 
 Mapping onto Kalena: one task row is ``instance_num`` identical **batch**-tier pods that arrive
 at ``start_time`` and each run ``end_time − start_time`` seconds. The trace has no priorities

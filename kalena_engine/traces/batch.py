@@ -1,4 +1,4 @@
-"""The common batch-arrival table every batch trace is read into (DESIGN §11).
+"""The common batch-arrival table every batch trace is read into (docs/design.md §11).
 
 One row per *task*; a task's ``instances`` are identical batch pods that arrive together. Kept
 as struct-of-arrays so a busy Alibaba day (~900,000 instances) costs a few numpy arrays, not

@@ -1,4 +1,4 @@
-"""Reader for the GWA-T-12 Bitbrains "Rnd" VM series, July 2013 (DESIGN §11, traces/README.md).
+"""Reader for the GWA-T-12 Bitbrains "Rnd" VM series, July 2013 (docs/design.md §11, traces/README.md).
 
 One file per VM, nominally one row per 300 s, fields separated by ``;`` and a tab. Provisioned
 CPU and memory are the VM's size (treated as its request/limit); usage over provisioned is the
@@ -249,7 +249,7 @@ def usage_ratio_series(vm: VMSeries) -> np.ndarray:
     """``(m, 6)`` float64 per sample: cpu and ram usage / provisioned (ratios, may exceed 1),
     then disk_read, disk_write, net_in, net_out in bytes/s (KiB/s × 1024).
 
-    The replay maps this onto a pod's request (DESIGN §11); disk and net have no provisioned
+    The replay maps this onto a pod's request (docs/design.md §11); disk and net have no provisioned
     value, so they are scaled there by the VM's own peak. Example: cpu 87.78 MHz of
     5,852 MHz → 0.015; disk read 160.87 KiB/s → 164,727 B/s.
     """

@@ -1,10 +1,10 @@
-"""Readers for the Google cluster-usage trace 2011 (clusterdata-2011-2; DESIGN §11).
+"""Readers for the Google cluster-usage trace 2011 (clusterdata-2011-2; docs/design.md §11).
 
 Two tables are read: ``task_events`` (no header; 13 columns in ``schema.csv`` order) and
 ``task_usage`` (a header row added upstream). From them this module derives
 
 - the production peak-to-request ratios the replay's ``peak`` usage mapping draws from
-  (:func:`production_peak_ratios`, the SUBMIT-row join of DESIGN §11), and
+  (:func:`production_peak_ratios`, the SUBMIT-row join of docs/design.md §11), and
 - a batch arrival stream (:func:`batch_tasks_from_events`).
 
 Units in the files: times in µs (the trace starts at 600 s); CPU request and rates in cores
@@ -104,7 +104,7 @@ class TaskUsage:
 
 @dataclass(frozen=True, eq=False)
 class PeakRatios:
-    """Production peak-to-request ratios from the SUBMIT-row join (DESIGN §11).
+    """Production peak-to-request ratios from the SUBMIT-row join (docs/design.md §11).
 
     ``ratios`` is ``(m, 2)`` float64 ``[cpu, ram]`` in ``[0, 1]``; ``job_id``, ``task_index``,
     ``priority`` ``(m,)`` identify each row. Counts: ``usage_rows`` read, ``joined`` (key has a
@@ -295,7 +295,7 @@ def production_peak_ratios(events: TaskEvents, usage: TaskUsage, *,
     Each usage row joins on (job ID, task index) to a SUBMIT (event type 0): the latest at or
     before the usage window's start, else the task's first. Rows whose SUBMIT has CPU and
     memory requests count as ``with_requests``; of those, priority ≥ ``min_priority`` with both
-    requests > 0 are production. Ratios (DESIGN §11):
+    requests > 0 are production. Ratios (docs/design.md §11):
     ``cpu = min(max_cpu_rate / cpu_request, 1)``, ``ram = min(max_memory / mem_request, 1)``.
     Example: max_cpu_rate 0.0397, cpu_request 0.125 → 0.318; max_memory 0.0679, mem_request
     0.0596 → 1.14, capped to 1. Production rows with an empty max value are dropped and counted

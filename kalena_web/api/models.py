@@ -1,4 +1,4 @@
-"""API tokens: how scripts and automation call the REST API as a user (DESIGN §12)."""
+"""API tokens: how scripts and automation call the REST API as a user (docs/design.md §12)."""
 
 from __future__ import annotations
 

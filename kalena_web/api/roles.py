@@ -1,4 +1,4 @@
-"""Roles (DESIGN §12): Django groups holding Kalena's permissions.
+"""Roles (docs/design.md §12): Django groups holding Kalena's permissions.
 
 ``viewer`` reads everything; ``operator`` also submits, completes and deletes batch,
 creates and revokes agent tokens and tunes policy (``policy/0002``); ``approver`` also approves or rejects re-plan

@@ -1,4 +1,4 @@
-"""Agent eviction actions → why-evicted records (DESIGN §9), and the evicted batch requeued.
+"""Agent eviction actions → why-evicted records (docs/design.md §9), and the evicted batch requeued.
 
 For every ``evict`` action an agent reported (its :class:`MitigationEvent`), one
 :class:`EvictionRecord` with: the node condition from the agent's numbers (dimension, working
@@ -103,7 +103,7 @@ def _by_name(cluster: Cluster, name: str, *, node_id: int) -> Workload | None:
     """The report's workload by its name (``namespace/pod``) when ingest could not resolve it on
     the node (the victim had already left the node's inventory when its report was stored):
     only one on no node or on the reporting node — a node's agent never names another node's
-    workload into a why-evicted record (DESIGN §12; ingest refuses such a report outright)."""
+    workload into a why-evicted record (docs/design.md §12; ingest refuses such a report outright)."""
     if not name:
         return None
     return (Workload.objects.filter(cluster=cluster, name=name)

@@ -1,4 +1,4 @@
-"""The live usage archive (DESIGN §8 archive loop): 1-minute rollups of every node's ledgers
+"""The live usage archive (docs/design.md §8 archive loop): 1-minute rollups of every node's ledgers
 and every workload's samples, folded into 1-hour rollups, with retention, and each node's
 production volatility for the scheduler.
 
@@ -135,7 +135,7 @@ VOLATILITY_HALF_LIVES = 4.0
 
 def node_volatility(*, cluster: Cluster, now_s: float, policy: PlacementPolicy | None = None) -> None:
     """Each node's production-reservation volatility → ``NodeCondition.volatility`` (the
-    scheduler's penalty, DESIGN §9), with the engine's
+    scheduler's penalty, docs/design.md §9), with the engine's
     :class:`~kalena_engine.placement.VolatilityTracker` — the same exponentially weighted σ the
     replay's scheduler uses (half-life ``volatility_half_life_s``, 1 h by default).
 

@@ -92,7 +92,7 @@ class RunningBatch:
 
 def running_batch_from_rows(rows: Sequence[BatchPlacement]) -> RunningBatch:
     """Placements (with ``workload`` loaded) → :class:`RunningBatch`; each starts at ``r = q``
-    (DESIGN §6), exactly as the engine admitted it."""
+    (docs/design.md §6), exactly as the engine admitted it."""
     request = vectors(p.workload.request for p in rows)
     start = np.array([p.start_s for p in rows], dtype=np.float64)
     duration = np.array([p.workload.duration_s or 0.0 for p in rows], dtype=np.float64)

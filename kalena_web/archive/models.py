@@ -167,11 +167,11 @@ class TaskOutcome(models.Model):
         indexes = [models.Index(fields=["run", "evicted"], name="archive_outcome_evicted")]
 
 
-# --- The live usage archive (DESIGN §3 export, §8 archive loop, §9 why-evicted) ------------------
+# --- The live usage archive (docs/design.md §3 export, §8 archive loop, §9 why-evicted) ------------------
 
 
 class EvictionRecord(models.Model):
-    """Why one live workload was evicted (DESIGN §9 "why evicted").
+    """Why one live workload was evicted (docs/design.md §9 "why evicted").
 
     ``cause``: ``limit_breach`` | ``priority`` (the agent's local mitigation) or ``escalation``
     (a drain). ``detail`` holds the node condition (dimension, working set, capacity, Σ r before

@@ -283,7 +283,7 @@ class RunRecorder:
         projected = {(int(t), int(n), float(s)): float(e) for t, n, s, e in zip(
             g.task.tolist(), g.node.tolist(), g.start_s.tolist(), g.end_s.tolist(), strict=True) if np.isfinite(e)}
         for (t, n), segments in self._open.items():
-            # still running: end_s is the engine's projected end (a throttled group's moves out, DESIGN §11)
+            # still running: end_s is the engine's projected end (a throttled group's moves out, docs/design.md §11)
             rows += [BatchPlacement(run=self.run, workload=self.inv.tasks[t], node=self.inv.nodes[n], count=c,
                                     start_s=start, end_s=projected.get((int(t), int(n), float(start))),
                                     end_kind=BatchPlacement.RUNNING)

@@ -167,7 +167,7 @@ def _shown_end(end_s: float, planned_end_s: float) -> float:
 
 def node_batch_at(*, run: Run, node: Node, step: int) -> list[BatchAt]:
     """Batch running on the node at ``step`` (one query); reservations from the engine's
-    estimator for each group since its placement (DESIGN §5), largest cpu request first."""
+    estimator for each group since its placement (docs/design.md §5), largest cpu request first."""
     now_s = run.start_s + step * run.step_s
     rows = list(BatchPlacement.objects.filter(node=node, start_s__lte=now_s)
                 .filter(Q(end_s__gt=now_s) | Q(end_s__isnull=True))
@@ -182,7 +182,7 @@ def node_batch_at(*, run: Run, node: Node, step: int) -> list[BatchAt]:
         now_s=now_s, start_s=rb.start_s, grace_s=np.full(b, policy.grace_s), pinned=pinned_mask(np.zeros(b, dtype=bool)),
         policy=policy,
     )
-    # a throttled group ends later than planned (DESIGN §11): a completed row's end is the real one, a
+    # a throttled group ends later than planned (docs/design.md §11): a completed row's end is the real one, a
     # row still running at the run's end holds the engine's projected end, an evicted one ran past this step
     ends = np.array([np.inf if r.end_kind == BatchPlacement.EVICTED else
                      (r.end_s if r.end_s is not None else rb.planned_end_s[i])

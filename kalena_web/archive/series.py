@@ -6,7 +6,7 @@ that chunk, C order, zlib-compressed. A 24 h Irina run at 60 s steps is ≈ 8 MB
 and ≈ 46 MB of per-pod series after compression; reading one node's whole run is a handful of
 rows and a few milliseconds of decompression.
 
-Layouts (internal units: mcpu, bytes, bytes/s — DESIGN §2):
+Layouts (internal units: mcpu, bytes, bytes/s — docs/design.md §2):
 
 * node chunk ``(steps, len(NODE_SERIES), 8)``: capacity and the production / batch aggregates
   of request, reservation, usage and limit on the node, all 8 dimensions. Batch terms are
@@ -35,7 +35,7 @@ WORKLOAD_SERIES: tuple[str, ...] = ("usage", "reservation")
 WORKLOAD_DIMS: tuple[int, ...] = (CPU, RAM)
 
 CLUSTER_SERIES: tuple[str, ...] = (
-    "reclaimed_cpu", "reclaimed_ram",            # Σ_n X_n over all nodes (DESIGN §6)
+    "reclaimed_cpu", "reclaimed_ram",            # Σ_n X_n over all nodes (docs/design.md §6)
     "request_cpu", "request_ram",                # Σ_n Σ_w q_w over all nodes (production + batch)
     "capacity_cpu", "capacity_ram",              # Σ C over the nodes taking batch
     "reservation_cpu", "reservation_ram",        # Σ r over the nodes taking batch

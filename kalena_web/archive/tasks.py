@@ -1,4 +1,4 @@
-"""Archive loop task (DESIGN §8: periodic rollups, retention)."""
+"""Archive loop task (docs/design.md §8: periodic rollups, retention)."""
 
 from __future__ import annotations
 

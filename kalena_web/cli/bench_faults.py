@@ -34,7 +34,7 @@ under a second of backlog), ``samples_per_write`` (group commits meanwhile), ``c
 used meanwhile by Daphne, the workers and this process's agents), ``machine_busy_pct`` and
 ``load_1m``. The floor: 0 lost, 0 double, 0 mismatched, ``recovery_s`` and ``applied_s`` ≤ 30.
 
-The ``worker-kill`` row also measures how soon the control loops resume (DESIGN §12): it kills
+The ``worker-kill`` row also measures how soon the control loops resume (docs/design.md §12): it kills
 the workers while one of them is inside a scheduling pass (its lock ``scheduling:<cluster>``
 held in Redis; it waits up to 30 s for that), lists the loop locks held at that moment
 (``locks_held_at_kill``) and reports ``loop_gap_s``: for scheduling, escalation and the

@@ -1,7 +1,7 @@
 """``kalena evaluate policies``: the same replay — inputs, seed, scheduler, node-local
 mitigation — once per reservation rule (Kalena, no reclamation, Koordinator, VPA and two
 oracles), in parallel processes, with progress, a printed table, ``--summary-json`` and a
-self-contained HTML report (DESIGN §11; docs/evaluation.md).
+self-contained HTML report (docs/design.md §11; docs/evaluation.md).
 
 Processes: the inputs are loaded once, then each policy runs in its own forked process (the
 loaded inputs are inherited, not copied through a pipe); at most ``--jobs`` run at a time, so
@@ -34,7 +34,7 @@ PROGRESS_EVERY_STEPS = 20
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "evaluate", help="compare Kalena with baselines and oracles on the same replay",
-        description="Evaluation harnesses (DESIGN §11).",
+        description="Evaluation harnesses (docs/design.md §11).",
     )
     sub = parser.add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
     policies = sub.add_parser(

@@ -1,5 +1,5 @@
 """``kalena evaluate calibrate``: the margin × half-life sweep on the same full diurnal cycle,
-the safety curve and its knee, written as a calibration policy file (DESIGN §10; Borg
+the safety curve and its knee, written as a calibration policy file (docs/design.md §10; Borg
 Fig. 12; docs/evaluation.md). Settings run in parallel processes (the policy evaluation's
 machinery); the knee is compared with the shipped default at every load factor swept.
 """

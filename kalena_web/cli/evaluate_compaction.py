@@ -1,5 +1,5 @@
 """``kalena evaluate compaction``: the smallest cluster that fits the workload with reclamation
-on and off, over 11 seeds in parallel processes (Borg §5.1; DESIGN §11; docs/evaluation.md).
+on and off, over 11 seeds in parallel processes (Borg §5.1; docs/design.md §11; docs/evaluation.md).
 
 Production is repacked by first-fit decreasing, which is *not Kuberina's solver*: its node
 counts are not comparable with Kuberina's 152 active Irina nodes. The window defaults to the

@@ -88,7 +88,7 @@ def render_report(summaries: dict[str, dict[str, object]], timelines: dict[str, 
                   *, title: str) -> str:
     """The policy evaluation's HTML text (see module doc)."""
     figures = [
-        ("reclaimed-cpu", _over_time(timelines, "reclaimed_cores", "Reclaimed cpu in use (Σ X_n, DESIGN §6)", "cores")),
+        ("reclaimed-cpu", _over_time(timelines, "reclaimed_cores", "Reclaimed cpu in use (Σ X_n, docs/design.md §6)", "cores")),
         ("reclaimed-ram", _over_time(timelines, "reclaimed_ram_gib", "Reclaimed ram in use", "GiB")),
         ("evictions-harvest", _evictions_vs_harvest(summaries)),
         ("throttled", _over_time(timelines, "throttled_cores", "Batch cpu throttled (demand − granted)", "cores")),

@@ -1,4 +1,4 @@
-"""``kalena export CLUSTER --out DIR``: the two-part export back to Kuberina (DESIGN §3)."""
+"""``kalena export CLUSTER --out DIR``: the two-part export back to Kuberina (docs/design.md §3)."""
 
 from __future__ import annotations
 

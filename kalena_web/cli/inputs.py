@@ -67,7 +67,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 def warn_unresolved(workloads) -> None:
     """Print every affinity / anti-affinity target of ``workloads`` that matched no pod or
-    declaration, one line each naming the file and the pod (DESIGN §3), to stderr."""
+    declaration, one line each naming the file and the pod (docs/design.md §3), to stderr."""
     for unresolved in workloads.unresolved:
         print(f"kalena: warning: {unresolved} (the term is ignored for placement)", file=sys.stderr)
 

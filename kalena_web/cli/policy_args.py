@@ -15,7 +15,7 @@ from kalena_engine.policy_file import (
     API_VERSION, KIND, PolicyDocument, parse_policy_text, policy_from_document, policy_to_document,
 )
 
-#: (flag, spec section, field) — the values an operator sweeps (DESIGN §10 calibration).
+#: (flag, spec section, field) — the values an operator sweeps (docs/design.md §10 calibration).
 OVERRIDES: tuple[tuple[str, str, str], ...] = (
     ("margin-ratio", "estimator", "margin_ratio"),
     ("half-life-s", "estimator", "half_life_s"),
@@ -34,7 +34,7 @@ def _number(text: str) -> float:
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """``--policy`` and one flag per :data:`OVERRIDES` entry."""
-    group = parser.add_argument_group("policy (DESIGN §10 policy file; flags override the file)")
+    group = parser.add_argument_group("policy (docs/design.md §10 policy file; flags override the file)")
     group.add_argument("--policy", type=Path, metavar="FILE",
                        help="policy file (YAML or JSON, apiVersion kalena.naughtian.io/v1, kind Policy)")
     for flag, section, key in OVERRIDES:

@@ -1,5 +1,5 @@
 """``kalena user add NAME --role R`` and ``kalena api-token create|list|revoke``: console
-logins with their role (viewer, operator, approver; DESIGN §12) and API tokens for automation."""
+logins with their role (viewer, operator, approver; docs/design.md §12) and API tokens for automation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``kalena watch``: observe the orchestrator (DESIGN §14) — its own process in production.
+"""``kalena watch``: observe the orchestrator (docs/design.md §14) — its own process in production.
 
 Dispatches on ``KALENA_ORCHESTRATOR``; each orchestrator adds its entry to :data:`STARTERS`
 (``name → start(cluster, args) -> handle with .stop()``):

@@ -1,4 +1,4 @@
-"""Whose request it is: the client's address, behind a reverse proxy too (DESIGN §12).
+"""Whose request it is: the client's address, behind a reverse proxy too (docs/design.md §12).
 
 Behind a proxy every request's peer is the proxy. The proxy names the client in a header
 (``KALENA_TRUSTED_PROXY_HEADER``, e.g. ``X-Forwarded-For: <client>, <proxy 1>``, each proxy

@@ -178,7 +178,7 @@ def node_figure(ts: NodeTimeSeries, *, hours: float, at_s: float | None = None,
 
 def reclaimed_figure(times_s: np.ndarray, cluster: dict[str, np.ndarray], *, hours: float) -> str:
     """Reclaimed capacity in use over time as a share of all running requests (Σ_n X_n / Σ q,
-    DESIGN §6 — the headline's quantity), cpu and ram on one axis; the hover gives cores / GiB."""
+    docs/design.md §6 — the headline's quantity), cpu and ram on one axis; the hover gives cores / GiB."""
     timing = _timing(times_s)
     traces = []
     for dim, scale, unit, colour in (("cpu", 1000.0, "cores", COLOURS["reservation"]), ("ram", GIB, "GiB", COLOURS["usage"])):

@@ -1,4 +1,4 @@
-"""Numbers for operators: internal units (mcpu, bytes — DESIGN §2) shown in Kuberina IR units
+"""Numbers for operators: internal units (mcpu, bytes — docs/design.md §2) shown in Kuberina IR units
 (cores, GiB), shares as percentages, replay times as clock times.
 
 Examples::

@@ -1,4 +1,4 @@
-"""Login throttling that no anonymous client can turn against real accounts (DESIGN §12).
+"""Login throttling that no anonymous client can turn against real accounts (docs/design.md §12).
 
 Failed logins are counted per client address (:func:`~kalena_web.console.clients.request_client_address`:
 the peer, or behind a trusted proxy the client it names; an IPv6 client by its /64, which it can

@@ -127,7 +127,7 @@ def node_story(ts: NodeTimeSeries, ledger) -> list[Figure]:
 
 @dataclass(frozen=True)
 class EvictionWhy:
-    """Why a batch group was evicted: a one-line ``lead`` and the numbers (DESIGN §7)."""
+    """Why a batch group was evicted: a one-line ``lead`` and the numbers (docs/design.md §7)."""
 
     lead: str
     numbers: str

@@ -1,1 +1,1 @@
-"""Control: the live control plane's node conditions, loop locks and schedules (DESIGN §8)."""
+"""Control: the live control plane's node conditions, loop locks and schedules (docs/design.md §8)."""

@@ -1,4 +1,4 @@
-"""Escalation (DESIGN §8) and the node-pressure bookkeeping it reads.
+"""Escalation (docs/design.md §8) and the node-pressure bookkeeping it reads.
 
 * :func:`node_pressure_observe` — called for every node-level reading an agent reports: keeps
   ``NodeCondition.pressure_since_s``, the start of the node's current unbroken episode of

@@ -1,4 +1,4 @@
-"""Probes (DESIGN §12; Kubernetes' ``/livez`` and ``/readyz`` conventions).
+"""Probes (docs/design.md §12; Kubernetes' ``/livez`` and ``/readyz`` conventions).
 
 ``/livez``: the process answers — no dependency is consulted, so an outage of the database or
 Redis never restarts a console pod. ``/readyz``: the database answers, every migration is

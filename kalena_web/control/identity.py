@@ -1,4 +1,4 @@
-"""Rows → the engine's production identity types (DESIGN §15), and the override keys a live pod
+"""Rows → the engine's production identity types (docs/design.md §15), and the override keys a live pod
 carries (the only place the control plane reads them from a watch event).
 
 :func:`entries_for` loads the blueprint entries a live pod may claim (its own name, its forge
@@ -20,7 +20,7 @@ from kalena_web.inventory.models import Cluster, Workload
 
 def live_overrides(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | None) -> dict[str, str]:
     """The per-workload override keys (:data:`kalena_engine.overrides.KEYS`: reclaim, startup
-    grace) a live pod sets, read from its annotations over its labels (DESIGN §4: Kubernetes
+    grace) a live pod sets, read from its annotations over its labels (docs/design.md §4: Kubernetes
     carries them as annotations, a label is read too). Example: label ``reclaim: enabled``,
     annotation ``reclaim: disabled`` → ``{"kalena.naughtian.io/reclaim": "disabled"}``."""
     out: dict[str, str] = {}

@@ -20,7 +20,7 @@ in the pool), and retries evictions a
 PodDisruptionBudget refused (:func:`~kalena_web.control.escalation.eviction_retries_run`), and
 every 5 s moves the watch's counters into ``/metrics/cluster`` (:class:`~kalena_web.control.watching.WatchCounters`).
 
-Every pass decides with the cluster's current policy version (DESIGN §15), re-read at the start
+Every pass decides with the cluster's current policy version (docs/design.md §15), re-read at the start
 of the pass (:func:`~kalena_web.policy.services.policy_apply`: one query of the version number
 while it is unchanged), so a version saved in the console — namespace caps, weights, the
 eviction cooldown — takes effect on the next pass; the version applied is recorded for the

@@ -1,4 +1,4 @@
-"""Loop locks with a TTL (DESIGN §8, §12): estimation holds one per node shard; scheduling,
+"""Loop locks with a TTL (docs/design.md §8, §12): estimation holds one per node shard; scheduling,
 escalation, the batch-capacity publisher, archive and drift one per cluster
 (:func:`kalena_web.control.loops.run_for_clusters`, TTL ``KALENA_LOOP_LOCK_TTL_S``, 5 s).
 

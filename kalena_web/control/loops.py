@@ -1,7 +1,7 @@
 """Running a control loop body once per live cluster under its lock, recording each run.
 
 Every loop task is thin: ``run_for_clusters(loop, body)`` takes the per-cluster lock
-``<loop>:<cluster id>`` (DESIGN §8, §12), calls ``body(cluster, now_s)`` and records a
+``<loop>:<cluster id>`` (docs/design.md §8, §12), calls ``body(cluster, now_s)`` and records a
 :class:`~kalena_web.control.models.LoopRun` with what it returned. A run whose lock is held
 elsewhere is recorded as ``skipped``; an exception is recorded as ``failed`` and re-raised
 (Celery retries by redelivery; the body must be idempotent).

@@ -108,7 +108,7 @@ class ClusterCollector:
         last = GaugeMetricFamily("kalena_node_last_sample_timestamp_seconds",
                                  "Unix time of the node's freshest sample (absent before the first)", labels=labels)
         blueprint = GaugeMetricFamily("kalena_node_blueprint_violations", "Blueprint check of the last estimation "
-                                      "pass (DESIGN §6): ways removing all batch would not leave the blueprint's "
+                                      "pass (docs/design.md §6): ways removing all batch would not leave the blueprint's "
                                       "production set within capacity on the node (0 = holds; any other value is a bug)",
                                       labels=[*labels, "kind"])
         nodes = Node.objects.filter(cluster__kind=Cluster.LIVE).select_related("cluster", "live_ledger", "condition")

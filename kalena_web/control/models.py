@@ -1,4 +1,4 @@
-"""Live node conditions and the control loops' bookkeeping (DESIGN §8)."""
+"""Live node conditions and the control loops' bookkeeping (docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class NodeCondition(models.Model):
     σ of the node's production reservation over capacity in the last hour (the archive loop
     keeps it; the scheduler's volatility penalty reads it).
 
-    From the orchestrator's watch (DESIGN §14; all default to "takes batch" for a cluster no
+    From the orchestrator's watch (docs/design.md §14; all default to "takes batch" for a cluster no
     watch feeds): ``ready`` (Kubernetes' Ready condition), ``schedulable`` (not cordoned),
     ``gone`` (the node left the cluster), ``images`` (image name → size in bytes cached on the
     node: the image-locality score), ``seen_s`` (the orchestrator's time of the last change).
@@ -52,7 +52,7 @@ class LoopRun(models.Model):
 
 
 class Escalation(models.Model):
-    """One escalation (DESIGN §8): the node's batch was drained and the node made
+    """One escalation (docs/design.md §8): the node's batch was drained and the node made
     slack-ineligible until ``until_s``. ``reason``: ``not_converged`` | ``eviction_storm``."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="escalations")
@@ -84,8 +84,8 @@ class MetricSeries(models.Model):
     buckets = models.JSONField(default=list)
 class ProductionPlacement(models.Model):
     """A live production pod's claim on a workload, and where it actually runs, as the
-    orchestrator's watch reports it, against where the blueprint put it (DESIGN §14: fidelity
-    and drift live; DESIGN §15: production identity).
+    orchestrator's watch reports it, against where the blueprint put it (docs/design.md §14: fidelity
+    and drift live; docs/design.md §15: production identity).
 
     ``pod`` is the live pod (``namespace/name`` as its controller named it) holding
     ``workload``: a blueprint entry (``identity`` ``mapped`` or ``moved``) or, for a pod that
@@ -127,7 +127,7 @@ class ProductionPlacement(models.Model):
 
 
 class EvictionRetry(models.Model):
-    """An eviction the orchestrator refused for now (a PodDisruptionBudget's 429, DESIGN §14):
+    """An eviction the orchestrator refused for now (a PodDisruptionBudget's 429, docs/design.md §14):
     the pod still runs and keeps its reservation; the drain retries it with backoff at
     ``next_s`` (Unix s). ``refusal`` is the orchestrator's message (it names the budget)."""
 

@@ -1,8 +1,7 @@
-"""The reconciler: applies the orchestrator's watch events (DESIGN §14) to a live cluster.
+"""The reconciler: applies the orchestrator's watch events (docs/design.md §14) to a live cluster.
 
 A watcher (``orchestrator.watch(stop)``, :mod:`agents.orchestrators.events`) knows its
-orchestrator and not Django; this module knows Django and not the orchestrator (STYLE.md
-"Growing the orchestrator side"). Each event goes through the services of the app that owns
+orchestrator and not Django; this module knows Django and not the orchestrator. Each event goes through the services of the app that owns
 the rows, idempotently — the same event twice changes nothing:
 
 * ``NodeSeen`` → :func:`~kalena_web.control.services.node_observe` (ready, cordon, allocatable,
@@ -15,7 +14,7 @@ the rows, idempotently — the same event twice changes nothing:
   once; a refusal (``OutOf…``) is never a completion; a pod the orchestrator evicted closes its
   owner × node pair for the eviction cooldown (owner-keyed: the replacement is a new pod).
 * ``ProductionSeen`` → the pod joined to its blueprint entry by owner and replica (production
-  identity, DESIGN §15; the claim persists) and its real placement against the blueprint
+  identity, docs/design.md §15; the claim persists) and its real placement against the blueprint
   (fidelity findings); a pod that maps to no entry is an explained ``extra``, charged once.
 * Pods Kalena started itself (Docker, Swarm) follow :mod:`kalena_web.control.started`: only
   their current placement's events count, an eviction requeues them.

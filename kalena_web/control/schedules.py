@@ -1,4 +1,4 @@
-"""Every periodic schedule of the control plane, in one place (DESIGN §8).
+"""Every periodic schedule of the control plane, in one place (docs/design.md §8).
 
 Celery beat reads :func:`beat_schedule`; the embedded runner (:mod:`kalena_web.control.embedded`)
 runs the same table on a thread. Estimation is also triggered by every stored sample batch; its

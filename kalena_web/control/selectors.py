@@ -52,7 +52,7 @@ class NodeView:
     ineligible_reason: str
     pressure_since_s: float | None
     batch_pods: int
-    #: the last estimation pass's blueprint check (DESIGN §6): violation dicts, empty = holds
+    #: the last estimation pass's blueprint check (docs/design.md §6): violation dicts, empty = holds
     blueprint_violations: tuple[dict, ...] = ()
     blueprint_checked_s: float | None = None
 
@@ -149,7 +149,7 @@ def node_workloads(*, node: Node) -> list[Workload]:
 
 def node_extras(*, node: Node) -> list:
     """Live production pods on the node that map to no blueprint entry (production identity,
-    DESIGN §15), each charged once at its request, with the reason (1 query)."""
+    docs/design.md §15), each charged once at its request, with the reason (1 query)."""
     from kalena_web.control.models import ProductionPlacement
 
     return list(ProductionPlacement.objects.filter(seen_node=node, identity=ProductionPlacement.EXTRA,
@@ -175,7 +175,7 @@ def cluster_events(*, cluster: Cluster, limit: int = 20) -> dict[str, list]:
 
 def fidelity_findings(*, cluster: Cluster, limit: int | None = None) -> list:
     """Production pods the orchestrator reports running where the blueprint did not put them
-    (DESIGN §14), newest first (1 query)."""
+    (docs/design.md §14), newest first (1 query)."""
     from kalena_web.control.models import ProductionPlacement
 
     rows = (ProductionPlacement.objects.filter(workload__cluster=cluster, finding=True)

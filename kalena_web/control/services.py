@@ -51,7 +51,7 @@ def live_cluster_import(*, name: str, infra: Infrastructure, workloads: Workload
 
     Raises:
         ClusterExists: a live cluster called ``name`` exists.
-        BlueprintRefused: the blueprint has hard violations (DESIGN §3) — listed by kind.
+        BlueprintRefused: the blueprint has hard violations (docs/design.md §3) — listed by kind.
     """
     policy = policy or Policy()
     if not isinstance(name, str) or not re.fullmatch(RUN_NAME_PATTERN, name):
@@ -210,7 +210,7 @@ def scheduling_pass_metrics_record(*, cluster: Cluster, report: object, started_
                  .values_list("queued_s", flat=True)]
     metric_observe(name="kalena_scheduling_bind_latency_seconds", labels={"cluster": cluster.name},
                    values_s=[max(0.0, v) for v in latencies])
-# -- nodes and production pods the orchestrator's watch reports (DESIGN §14) ----------------------
+# -- nodes and production pods the orchestrator's watch reports (docs/design.md §14) ----------------------
 
 
 class ObservationRejected(InputError):
@@ -220,7 +220,7 @@ class ObservationRejected(InputError):
 def _observed_vector(values, field_name: str) -> list[float]:
     items = list(values)
     if len(items) != 8:
-        raise ObservationRejected(f"{len(items)} values", field=field_name, accepted="an 8-vector (DESIGN §2)")
+        raise ObservationRejected(f"{len(items)} values", field=field_name, accepted="an 8-vector (docs/design.md §2)")
     out = []
     for i, v in enumerate(items):
         if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0:
@@ -298,8 +298,8 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
                        now_s: float, annotations=None, owner: str = "", owner_error: str = "",
                        start_s: float = 0.0, anti_affinity=()) -> bool:
     """A service-tier pod and where it actually runs, joined to its blueprint entry by owner and
-    replica (DESIGN §15, :mod:`kalena_engine.kuberina.identity`) and checked against the blueprint
-    (DESIGN §14).
+    replica (docs/design.md §15, :mod:`kalena_engine.kuberina.identity`) and checked against the blueprint
+    (docs/design.md §14).
 
     The pod's claim on an entry is persisted (:class:`ProductionPlacement` ``pod``) and kept on
     every later report, restart or re-list. A pod on the node the blueprint put its entry
@@ -307,7 +307,7 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     finding, and the entry's request and reservation move to the node it runs on. A pod that
     maps to no entry (``extra``) is charged once, as production at ``r = q`` on its node until
     it reports, with the reason recorded. ``start_s`` (the pod's start, 0 = unknown) becomes the
-    workload's start, so the startup grace g runs from it (DESIGN §5); a new pod on an entry
+    workload's start, so the startup grace g runs from it (docs/design.md §5); a new pod on an entry
     starts its reservation afresh at the request. A DaemonSet's pod changes nothing when the
     infrastructure's Phase 0 knows its DaemonSet (:func:`in_phase0`: already out of the node's
     capacity); any other DaemonSet's pod is an explained extra, charged once on its node
@@ -315,7 +315,7 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
     are read from ``annotations`` over ``labels``. ``anti_affinity``: the pod's required
     anti-affinity terms (constraint shape, ``{labelSelector, topologyKey, namespaces}``), kept in
     the claimed workload's ``constraints.anti_affinity_terms``: the scheduler keeps matching batch
-    out of the pod's topology domain (DESIGN §9). ``node_name`` ``""`` (not placed yet: a pod's
+    out of the pod's topology domain (docs/design.md §9). ``node_name`` ``""`` (not placed yet: a pod's
     node never changes once bound, so an unscheduled report under a known name is the pod
     re-created by its controller, e.g. a StatefulSet's ``db-1``): a pod with no node holds no
     node's resources. A claim holder keeps its entry (the pod will be placed again) and the
@@ -445,7 +445,7 @@ def _reservation_of(workload: Workload):
 
 def _start(workload: Workload, start_s: float | None, now_s: float) -> bool:
     """A pod with a new start on ``workload``: the start is recorded (the startup grace runs
-    from it) and the reservation starts afresh at the request (DESIGN §6: a new workload is
+    from it) and the reservation starts afresh at the request (docs/design.md §6: a new workload is
     charged its full request). Returns whether it changed anything."""
     if start_s is None or workload.start_s == start_s:
         return False

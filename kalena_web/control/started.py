@@ -2,7 +2,7 @@
 or REST, ``BatchPod.source == "rest"``), for the reconciler (:mod:`kalena_web.control.reconciler`).
 
 On Kubernetes a pod object is the orchestrator's and an evicted one is terminal; on Docker and
-Swarm Kalena is the pod's owner, so (DESIGN §14):
+Swarm Kalena is the pod's owner, so (docs/design.md §14):
 
 * only the *current placement* counts: an event naming another node than the one the pod is
   bound to now, or arriving while the pod is pending again, is about an earlier placement and

@@ -1,4 +1,4 @@
-"""Control loop tasks (DESIGN §8): escalation."""
+"""Control loop tasks (docs/design.md §8): escalation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``ResourceVectorField``: one 8-dimension resource vector (DESIGN §2) in internal units.
+"""``ResourceVectorField``: one 8-dimension resource vector (docs/design.md §2) in internal units.
 
 Stored as a JSON list of eight numbers in the canonical order (cpu mcpu, ram bytes, gpu devices,
 storage bytes, disk read/write and net in/out bytes/s). JSON has no infinity and PostgreSQL's

@@ -2,7 +2,7 @@
 
 A replay run records its own :class:`Cluster` (its nodes and workloads as the replay saw them),
 so runs on different infrastructure files coexist and deleting a run removes exactly its
-inventory. Vectors are in internal units (mcpu, bytes; DESIGN §2).
+inventory. Vectors are in internal units (mcpu, bytes; docs/design.md §2).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Cluster(models.Model):
     ``name`` is the infrastructure's name (e.g. ``irina-186-3d``); ``sources`` maps input kind
     (infra, workloads, blueprint, usage_dir, batch_trace) to the file it came from.
     ``daemonsets``: the names of the DaemonSets the infrastructure's Phase 0 deducted from every
-    node's capacity (DESIGN §3) — their pods are never charged; a DaemonSet pod of any other
+    node's capacity (docs/design.md §3) — their pods are never charged; a DaemonSet pod of any other
     DaemonSet is an explained extra. ``[]`` for a cluster whose nodes come from the watch (no
     Phase 0); None for a live cluster imported before they were kept (every DaemonSet counted
     as deducted, as then).
@@ -54,7 +54,7 @@ class Node(models.Model):
     """One node. ``row`` is its position in the engine's node axis (``(n, 8)`` arrays).
 
     ``allocatable`` is what the infrastructure file declares; ``capacity`` is post-Phase-0
-    ``C_n`` (allocatable minus DaemonSets), the only capacity any ledger uses (DESIGN §3).
+    ``C_n`` (allocatable minus DaemonSets), the only capacity any ledger uses (docs/design.md §3).
     ``active``: the blueprint placed production here; ``takes_batch``: batch may be placed here.
     """
 
@@ -88,7 +88,7 @@ class Workload(models.Model):
     the declaration or job. ``row`` is the position in the engine's production-pod or task
     axis. Vectors are per instance: ``request``, ``limit`` and, for batch (whose usage the trace
     does not record and the replay models as a fraction of the request), ``usage``.
-    Live clusters also keep ``labels`` (DESIGN §4: tier, priority, slack-cpu, …), placement
+    Live clusters also keep ``labels`` (docs/design.md §4: tier, priority, slack-cpu, …), placement
     ``constraints`` (``anti_affinity``: Kuberina pod ids; ``anti_affinity_terms``: required
     pod anti-affinity label-selector terms, a production pod's as the watch read them; for batch
     also ``node_selector``, ``tolerations``, ``spread``) and ``start_s`` (Unix seconds; None =

@@ -1,4 +1,4 @@
-"""One credential per node without a Secret holding every node's token (DESIGN §12, §14): on
+"""One credential per node without a Secret holding every node's token (docs/design.md §12, §14): on
 Kubernetes an agent presents its pod's projected service-account token (audience ``kalena``), the
 console asks the API server who it is (TokenReview), and the token is accepted for the node the
 API server names — ``authentication.kubernetes.io/node-name``, which kube-apiserver adds to the

@@ -1,4 +1,4 @@
-"""The hooks listener (DESIGN §12, §14): the admission webhook and the scheduler extender on their
+"""The hooks listener (docs/design.md §12, §14): the admission webhook and the scheduler extender on their
 own mutual-TLS port, never on the console's.
 
 ``kalena serve --tls-port`` runs one Daphne server with two kinds of listener. The console's plain

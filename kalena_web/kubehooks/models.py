@@ -1,4 +1,4 @@
-"""What each Kubernetes node publishes for batch (DESIGN §14): the extended resources
+"""What each Kubernetes node publishes for batch (docs/design.md §14): the extended resources
 ``kalena.naughtian.io/batch-cpu`` / ``batch-memory`` last patched into its status, and when
 they last changed (the lazy-raise clock of :func:`kalena_engine.published.publish_batch`)."""
 

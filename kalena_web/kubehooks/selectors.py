@@ -64,13 +64,13 @@ def describe(reason: Mapping[str, Any]) -> str:
     return f"{kind}" + (f" ({details})" if details else "")
 
 
-# -- the kubelet's admission room (DESIGN §14, case C11) ------------------------------------------
+# -- the kubelet's admission room (docs/design.md §14, case C11) ------------------------------------------
 
 def held_by_node(*, cluster: Cluster, admitted_only: bool = False,
                  ) -> tuple[dict[int, np.ndarray], dict[int, list[tuple[str, tuple]]]]:
     """``(held, releasing)`` per node id: ``held`` Σ requests (8-vector) of the batch pods the
     kubelet counts there — bound pods (``admitted_only``: only those the kubelet has admitted,
-    ``BatchPod.admitted_s`` set — the published floor of DESIGN §14: a pod bound but not yet
+    ``BatchPod.admitted_s`` set — the published floor of docs/design.md §14: a pod bound but not yet
     admitted, which the kubelet may still refuse, never raises what a node publishes), and
     watched pods Kalena saw evicted whose object is not gone yet (terminating: the kubelet
     counts them until they are terminal); ``releasing`` those terminating pods as

@@ -128,7 +128,7 @@ def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orche
     return batch_pod
 
 
-# -- published batch capacity (DESIGN §14) ---------------------------------------------------------
+# -- published batch capacity (docs/design.md §14) ---------------------------------------------------------
 
 def batch_capacity_publish(*, cluster: Cluster, orchestrator: Orchestrator, now_s: float,
                            buckets: tuple[float, float], raise_interval_s: float = 30.0) -> int:

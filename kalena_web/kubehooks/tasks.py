@@ -1,4 +1,4 @@
-"""Published batch capacity loop (DESIGN §14): every few seconds, each live cluster's nodes get
+"""Published batch capacity loop (docs/design.md §14): every few seconds, each live cluster's nodes get
 their ``kalena.naughtian.io/batch-cpu`` / ``batch-memory`` patched when the decision changed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The webhook and extender views (DESIGN §12, §14), routed only on the hooks listener
+"""The webhook and extender views (docs/design.md §12, §14), routed only on the hooks listener
 (:mod:`kalena_web.kubehooks.listener`: mutual TLS, so every caller here presented a client
 certificate the configured CA signed; the console's port routes none of them).
 
@@ -126,7 +126,7 @@ def _checked_args(request: HttpRequest) -> extender.ExtenderArgs:
 
 def _extender_policy(cluster: Cluster) -> Policy:
     """The policy the extender decides with (filter, prioritize and the bind's filter check): the
-    cluster's current version (DESIGN §15), recorded as the extender's."""
+    cluster's current version (docs/design.md §15), recorded as the extender's."""
     return policy_apply(cluster_id=cluster.id, part=PolicyApplied.EXTENDER, now_s=time.time()).policy
 
 

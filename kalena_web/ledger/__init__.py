@@ -1,1 +1,1 @@
-"""Ledger: per-node request/reservation ledgers, slack, headroom and reclaimed capacity (DESIGN §6)."""
+"""Ledger: per-node request/reservation ledgers, slack, headroom and reclaimed capacity (docs/design.md §6)."""

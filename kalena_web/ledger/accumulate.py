@@ -1,6 +1,6 @@
 """Per-node ledger figures accumulated over a run, chunk by chunk (pure numpy; no Django).
 
-The formulas are the engine's (:class:`kalena_engine.ledger.NodeLedgers`, DESIGN §6): slack
+The formulas are the engine's (:class:`kalena_engine.ledger.NodeLedgers`, docs/design.md §6): slack
 ``S = C − Σ r``, headroom ``H = C − Σ_{p∈P} q_p``, reclaimed ``X = max(0, Σ q − C)``. This
 module only reduces them over time: mean and minimum slack, mean and peak usage, mean
 reservation, reclaimed and batch request, minimum headroom — for cpu and ram.

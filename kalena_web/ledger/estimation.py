@@ -1,4 +1,4 @@
-"""Live estimation (DESIGN §5, §6, §8): stored samples → workload reservations → node ledgers.
+"""Live estimation (docs/design.md §5, §6, §8): stored samples → workload reservations → node ledgers.
 
 Work queue: every stored ``samples`` batch (:class:`~kalena_web.telemetry.models.IngestBatch`)
 with ``estimation_run`` NULL, per node shard (``shard_of(node name, KALENA_ESTIMATION_SHARDS)``).
@@ -15,7 +15,7 @@ PostgreSQL) and, **in one transaction**:
    Σ q and Σ r as the ledgers read them (a workload whose last sample is older than T_stale,
    or that never reported, reads ``max(r, q)``), Σ usage, ``version + 1``, ``stale`` when the
    node's freshest batch is older than T_stale = max(60 s, 3 × the agent's sampling interval);
-   and checks the blueprint on that state (DESIGN §6): with every batch workload removed, each
+   and checks the blueprint on that state (docs/design.md §6): with every batch workload removed, each
    node holds exactly the blueprint's production set (recorded at import) and ``Σ q ≤ C``; what
    fails is stored on the ledger (``blueprint_violations``), logged as an error, shown on the
    console and exported as ``kalena_node_blueprint_violations``;
@@ -74,7 +74,7 @@ class EstimationResult:
 
 
 def live_policy(node_ids: Iterable[int] = ()) -> Policy:
-    """The policy in force for the cluster of ``node_ids`` (its current version, DESIGN §10;
+    """The policy in force for the cluster of ``node_ids`` (its current version, docs/design.md §10;
     the engine defaults when none is saved or no node is given). The nodes must belong to one
     cluster: :func:`estimation_run` takes one cluster's batches per run."""
     from kalena_web.policy.selectors import current_policy, node_clusters
@@ -97,8 +97,8 @@ def _load_live(node_ids: list[int], policy: Policy) -> mappers.LiveWorkloads:
 
 def _blueprint_check(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, *, now_s: float) -> None:
     """Remove all batch from ``live`` and check each node of ``ledgers`` against the blueprint
-    (:func:`kalena_engine.ledger.blueprint_violations`, DESIGN §6): its production set is the
-    blueprint's (live pods that map to no entry are explained extras, DESIGN §15: shown on the
+    (:func:`kalena_engine.ledger.blueprint_violations`, docs/design.md §6): its production set is the
+    blueprint's (live pods that map to no entry are explained extras, docs/design.md §15: shown on the
     node page, not violations) and ``Σ q ≤ C``. Sets ``blueprint_violations`` (workload and node names) and
     ``blueprint_checked_s``; a violation is logged as an error."""
     order = list(ledgers)

@@ -1,4 +1,4 @@
-"""Publishing live ledger changes to console pages over Channels (DESIGN §1: the node page's
+"""Publishing live ledger changes to console pages over Channels (docs/design.md §1: the node page's
 four-series chart updates as samples arrive).
 
 The estimation loop calls :func:`publish_node_ledgers` after the commit that changed the

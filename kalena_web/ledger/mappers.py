@@ -1,4 +1,4 @@
-"""The only place live ledger rows become engine types (estimation, DESIGN §5–§6).
+"""The only place live ledger rows become engine types (estimation, docs/design.md §5–§6).
 
 Rows → :class:`LiveWorkloads`: the workloads placed on a set of nodes, with their estimator
 state as a :class:`kalena_engine.estimator.Reservations` and per-workload request, limit,
@@ -62,7 +62,7 @@ class LiveWorkloads:
         ids, node_ids: ``(n,)`` int64 workload and node ids.
         batch: ``(n,)`` bool, batch tier (else production).
         request, limit: ``(n, 8)``; ``limit`` is L for the estimator (declared, else
-            ``limit_ratio × q``, DESIGN §5).
+            ``limit_ratio × q``, docs/design.md §5).
         start_s: ``(n,)`` start (s); ``-inf`` when running since before Kalena saw it (no grace).
         reclaim_disabled: ``(n,)`` bool (``kalena.naughtian.io/reclaim: disabled``).
         state: the estimator state; ``last_sample_s`` is ``-inf`` for never-sampled workloads.

@@ -1,5 +1,5 @@
 """Ledger models: each node's request and reservation ledgers over a run, reduced to the
-figures an operator sorts and compares by (DESIGN §6).
+figures an operator sorts and compares by (docs/design.md §6).
 
 Per node ``n``, dimension ``d`` and step ``t``: slack ``S = C − Σ r``, headroom
 ``H = C − Σ_{p∈P} q_p``, reclaimed in use ``X = max(0, Σ q − C)``; usage ``Σ u`` and
@@ -50,7 +50,7 @@ class NodeLedger(models.Model):
 
 
 class WorkloadReservation(models.Model):
-    """The live estimator state of one workload (DESIGN §5), updated by the estimation loop.
+    """The live estimator state of one workload (docs/design.md §5), updated by the estimation loop.
 
     ``value`` is r after the last update (internal units); ``updated_s`` and ``last_sample_s``
     are Unix seconds (``last_sample_s`` None = never sampled: the ledgers read ``max(r, q)``);
@@ -68,10 +68,10 @@ class WorkloadReservation(models.Model):
 
 
 class LiveNodeLedger(models.Model):
-    """One live node's ledgers as of ``updated_s`` (DESIGN §6), vectors in internal units.
+    """One live node's ledgers as of ``updated_s`` (docs/design.md §6), vectors in internal units.
 
     ``version`` increases with every change; a binding computed against an older version is
-    stale (optimistic concurrency, DESIGN §9). ``stale`` is set when the node's freshest sample
+    stale (optimistic concurrency, docs/design.md §9). ``stale`` is set when the node's freshest sample
     is older than T_stale: its reservations then read ``max(r, q)`` and it takes no new batch.
     ``blueprint_violations`` is what the last estimation pass found when it removed all batch
     (:func:`kalena_engine.ledger.blueprint_violations`); any row there is a bug, surfaced loudly.
@@ -91,14 +91,14 @@ class LiveNodeLedger(models.Model):
     #: ids of the production workloads the blueprint placed on this node (recorded at import;
     #: None: not recorded, only the request ledger is checked)
     blueprint_workloads = models.JSONField(null=True, blank=True)
-    #: the last estimation pass's blueprint check (DESIGN §6): ``BlueprintViolation.to_dict()``
+    #: the last estimation pass's blueprint check (docs/design.md §6): ``BlueprintViolation.to_dict()``
     #: rows with workload names, empty when removing all batch leaves the blueprint state
     blueprint_violations = models.JSONField(default=list, blank=True)
     blueprint_checked_s = models.FloatField(null=True, blank=True)
 
 
 class EstimationRun(models.Model):
-    """One estimation run over one node shard (DESIGN §8; :mod:`kalena_web.ledger.estimation`).
+    """One estimation run over one node shard (docs/design.md §8; :mod:`kalena_web.ledger.estimation`).
 
     It consumed ``batches`` stored sample batches (``samples`` samples, ids
     ``first_sample_id``–``last_sample_id``; ``applied`` of them moved a reservation — the rest

@@ -1,4 +1,4 @@
-"""Estimation tasks (DESIGN §8), thin: take ids, call :mod:`kalena_web.ledger.estimation`.
+"""Estimation tasks (docs/design.md §8), thin: take ids, call :mod:`kalena_web.ledger.estimation`.
 
 * ``kalena.ledger.estimate(shard)`` — drain one node shard's pending sample batches under the
   Redis lock ``estimation:<shard>`` (TTL ``KALENA_ESTIMATION_LOCK_TTL_S``, 6 s, renewed while

@@ -1,4 +1,4 @@
-"""Who is acting, for the audit log (DESIGN §12): a console or API request's user, else the
+"""Who is acting, for the audit log (docs/design.md §12): a console or API request's user, else the
 process's own actor (a loop, an agent, the command line).
 
 :class:`AuditActorMiddleware` keeps the current request in a context variable; :func:`audit`

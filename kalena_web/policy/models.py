@@ -1,4 +1,4 @@
-"""Policy as versioned data per live cluster, and the audit log (DESIGN §10, §12).
+"""Policy as versioned data per live cluster, and the audit log (docs/design.md §10, §12).
 
 :class:`PolicyVersion` holds one whole policy file (``document``, the mapping of
 :func:`kalena_engine.policy_file.policy_to_document`); versions count from 1 per cluster and
@@ -70,7 +70,7 @@ class AuditEntry(models.Model):
 
 class CalibrationImport(models.Model):
     """A calibration result imported for a cluster: one policy file whose metadata carries the
-    sweep, its points and the knee (DESIGN §10), kept as the file mapping."""
+    sweep, its points and the knee (docs/design.md §10), kept as the file mapping."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="calibrations")
     document = models.JSONField()

@@ -1,6 +1,6 @@
 """Policy and audit reads.
 
-:func:`current_policy` is what every live decision uses (DESIGN §15: the scheduling passes —
+:func:`current_policy` is what every live decision uses (docs/design.md §15: the scheduling passes —
 Docker, Swarm, REST and the Kubernetes Lease holder —, the scheduler extender, the batch-capacity
 publisher, escalation, estimation and the pre-flight); a long-running loop re-reads it every pass
 through :func:`current_policy_refreshed` (one indexed query of the version number, the document

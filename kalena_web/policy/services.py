@@ -40,7 +40,7 @@ def policy_version_create(*, cluster: Cluster, document: PolicyDocument, user: s
                           note: str = "", action: str = "policy.change") -> PolicyVersion:
     """Store ``document`` (already parsed by the engine) as the cluster's next version and audit
     the change with the changed keys before and after. The live loops and the agents pick it up
-    on their next pass (DESIGN §10)."""
+    on their next pass (docs/design.md §10)."""
     with transaction.atomic():
         Cluster.objects.select_for_update().filter(id=cluster.id).first()
         previous = PolicyVersion.objects.filter(cluster=cluster).order_by("-version").first()

@@ -1,2 +1,2 @@
 """Re-plan: drift between requests and steady reservations, recommendations a human approves
-(DESIGN §10), and the two-part export back to Kuberina (DESIGN §3)."""
+(docs/design.md §10), and the two-part export back to Kuberina (docs/design.md §3)."""

@@ -1,4 +1,4 @@
-"""Re-plan recommendations (DESIGN §10): Kalena recommends, a human approves; Kalena never
+"""Re-plan recommendations (docs/design.md §10): Kalena recommends, a human approves; Kalena never
 re-plans by itself."""
 
 from __future__ import annotations

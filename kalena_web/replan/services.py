@@ -1,4 +1,4 @@
-"""Export back to Kuberina (DESIGN §3), the drift loop and recommendation decisions (§10).
+"""Export back to Kuberina (docs/design.md §3), the drift loop and recommendation decisions (§10).
 
 Statistics come from the live archive's 1-minute workload rollups over the window, startup
 grace excluded: per production declaration (and, for the legacy per-pod ``pods:`` list, per
@@ -265,7 +265,7 @@ def live_cluster_blueprint_replace(*, name: str, infra, workloads, blueprint, no
     ``cluster.replace_blueprint``.
 
     Replicas of one declaration are interchangeable (a live pod holds *a* replica of its
-    declaration, DESIGN §15): within a declaration the new blueprint's nodes are renumbered so
+    declaration, docs/design.md §15): within a declaration the new blueprint's nodes are renumbered so
     that a pod running where the new blueprint puts one of its declaration keeps its entry there
     (:func:`kalena_engine.kuberina.identity.renumbered_replicas`) — a re-plan that only renumbers
     replicas between nodes moves no one. A declaration is taken as written when a live pod holds

@@ -1,4 +1,4 @@
-"""Drift loop task (DESIGN §8: minutes to hours)."""
+"""Drift loop task (docs/design.md §8: minutes to hours)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Scheduling: live batch pods, the scheduling loop and why-pending (DESIGN §9)."""
+"""Scheduling: live batch pods, the scheduling loop and why-pending (docs/design.md §9)."""

@@ -44,7 +44,7 @@ class BatchNotStopped(InputError):
 
 def vector8(values: Sequence[float], field_name: str) -> list[float]:
     if len(values) != N_DIMS:
-        raise BatchRejected(f"{len(values)} values", field=field_name, accepted=f"an {N_DIMS}-vector (DESIGN §2)")
+        raise BatchRejected(f"{len(values)} values", field=field_name, accepted=f"an {N_DIMS}-vector (docs/design.md §2)")
     out = []
     for i, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:

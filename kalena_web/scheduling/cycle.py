@@ -1,5 +1,5 @@
 """The scheduling cycle: one pass takes a snapshot of the cache, asks the engine, assumes its
-decisions and hands them to the binder (kube-scheduler's ``schedule_one.go``), DESIGN §9.
+decisions and hands them to the binder (kube-scheduler's ``schedule_one.go``), docs/design.md §9.
 
 The same cycle runs for every orchestrator: the Lease holder of ``kalena watch`` (Kubernetes,
 :mod:`kalena_web.control.leading`) keeps its :class:`~kalena_web.scheduling.cache.SchedulerCache`
@@ -61,7 +61,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
                     rng: np.random.Generator, keep_going: Callable[[], bool] | None = None,
                     cache: SchedulerCache | None = None, binder: BindingPool | None = None,
                     max_pods: int | None = None) -> PassReport:
-    """Place pending batch into reservation-ledger slack (DESIGN §9).
+    """Place pending batch into reservation-ledger slack (docs/design.md §9).
 
     Applies the binding answers that came back since the last pass, takes the cache's next
     snapshot and decides with the engine's scheduler; then *assumes* every decision in one

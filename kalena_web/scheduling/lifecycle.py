@@ -1,5 +1,5 @@
 """A batch pod's life after it was queued: requeued, dropped, evicted, finished or gone — each
-leaves the node's ledger at once (DESIGN §9, §14). The watch's reconciler, the escalation loop,
+leaves the node's ledger at once (docs/design.md §9, §14). The watch's reconciler, the escalation loop,
 the archive's eviction records and the binder call these."""
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED
 
 def batch_evicted(*, pod: BatchPod, now_s: float, reason: str) -> None:
     """A bound pod was evicted (by an agent, a drain, the orchestrator). A submitted pod is
-    requeued from scratch; a watched pod object is terminal (DESIGN §14: its owner's
+    requeued from scratch; a watched pod object is terminal (docs/design.md §14: its owner's
     replacement is a new pod the watch queues) and leaves every ledger and the queue."""
     if pod.source == BatchPod.WATCH:
         batch_finish(pod=pod, now_s=now_s, outcome="evicted", reason=reason)

@@ -1,4 +1,4 @@
-"""Live batch pods and their why-pending records (DESIGN §9).
+"""Live batch pods and their why-pending records (docs/design.md §9).
 
 A batch pod's identity, request, limit, priority and labels are its inventory
 :class:`~kalena_web.inventory.models.Workload` (kind ``batch``, one pod per row); its node is
@@ -22,7 +22,7 @@ class BatchPod(models.Model):
     version the binding was accepted against.
 
     ``source``: ``rest`` (submitted through the API; an evicted one is requeued) or ``watch``
-    (a pod object the orchestrator's watch reported, DESIGN §14: it is never requeued — its
+    (a pod object the orchestrator's watch reported, docs/design.md §14: it is never requeued — its
     owner's replacement is a new pod — and never taken through the REST submit path).
     ``gone``: the orchestrator no longer holds the object. ``reason``: the orchestrator's words
     for the last change (``Completed``, ``OutOfcpu``, a refused binding). ``grace_s``: the
@@ -64,7 +64,7 @@ class BatchPod(models.Model):
     uid = models.CharField(max_length=64, blank=True, default="")
     #: when the watch first saw the node accept it (Kubernetes: the kubelet admitted it —
     #: ``Running``, or ``Pending`` with ``status.startTime``); None while only bound. Only
-    #: admitted pods raise the published batch floor (DESIGN §14)
+    #: admitted pods raise the published batch floor (docs/design.md §14)
     admitted_s = models.FloatField(null=True, blank=True)
 
     class Meta:

@@ -1,4 +1,4 @@
-"""Pods the orchestrator's watch reports (DESIGN §14), applied by
+"""Pods the orchestrator's watch reports (docs/design.md §14), applied by
 :mod:`kalena_web.control.reconciler`: queued when pending, noted or adopted when running."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The cycle's decisions written as the record: a node's ledger debited and its pods bound, in
-one transaction per pass with one statement per table (DESIGN §9 optimistic concurrency: a
+one transaction per pass with one statement per table (docs/design.md §9 optimistic concurrency: a
 node whose ledger version moved since the snapshot accepts nothing)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def assume_in_ledger(groups: Sequence[tuple[int, int, Sequence]], *, now_s: floa
     """Write a pass's decisions as the record, in one transaction with one statement per table:
     for each ``(node id, ledger version read, pods)`` — pods with ``id``, ``workload_id`` and
     ``request`` (an 8-vector), e.g. :class:`~kalena_web.scheduling.queue.QueuedPod` — the
-    node accepts iff its ledger version is still the one the pass read (DESIGN §9 optimistic
+    node accepts iff its ledger version is still the one the pass read (docs/design.md §9 optimistic
     concurrency); its pods still pending are bound (a pod that left the queue since the
     snapshot — ended, gone, adopted — is skipped), its ledger debited at their requests
     (``batch_request`` and ``batch_reservation``: in flight) and its version bumped once.

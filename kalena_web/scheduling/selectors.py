@@ -110,7 +110,7 @@ def production_fingerprint(*, cluster: Cluster) -> tuple:
 
 def production_pods(*, cluster: Cluster, row_of_node: dict[int, int], cache: dict | None = None) -> ProductionPods:
     """Resident production pods with their labels, required anti-affinity terms (label selectors
-    the watch read, DESIGN §9) and Kuberina anti-affinity name lists (1 query).
+    the watch read, docs/design.md §9) and Kuberina anti-affinity name lists (1 query).
 
     ``cache`` (a dict the caller keeps between passes, e.g. the lease-holding scheduler's):
     reused while :func:`production_fingerprint` and the node rows are unchanged (then 1

@@ -1,5 +1,5 @@
 """Scheduling writes by hand: submit batch (REST, ``kalena batch submit``, the console), complete
-and delete it (DESIGN §9).
+and delete it (docs/design.md §9).
 
 The live scheduler is a house of its own (kube-scheduler's split): :mod:`.queue` (pending pods
 in order), :mod:`.cache` (nodes, residents and assumed pods between passes), :mod:`.cycle`
@@ -56,7 +56,7 @@ def batch_submit_allowed(*, name: str, orchestrator_kind: str) -> None:
     """
     if orchestrator_kind == "kubernetes":
         raise BatchConflict(f"{name!r} was not queued: on Kubernetes, Kalena takes batch pods from the watch — "
-                            "create the pod with schedulerName: kalena (DESIGN §14); the REST submit path is for "
+                            "create the pod with schedulerName: kalena (docs/design.md §14); the REST submit path is for "
                             "Docker and automation", field="name")
 
 

@@ -1,4 +1,4 @@
-"""Scheduling loop task (DESIGN §8: event-driven and every few seconds)."""
+"""Scheduling loop task (docs/design.md §8: event-driven and every few seconds)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ REQUEST_TTL_S = 2.0  # submissions within this long share one event-driven pass
 
 
 def scheduling_request(*, cluster_id: int) -> bool:
-    """Queue one scheduling pass for the cluster now (DESIGN §8: event-driven, beside the
+    """Queue one scheduling pass for the cluster now (docs/design.md §8: event-driven, beside the
     periodic pass) unless one was queued in the last ``REQUEST_TTL_S``; returns whether it
     queued one."""
     if not cache.add(f"kalena:scheduling:requested:{cluster_id}", 1, timeout=REQUEST_TTL_S):

@@ -1,4 +1,4 @@
-"""Why pending: the record kept for every pod a pass leaves in the queue (DESIGN §9) and the
+"""Why pending: the record kept for every pod a pass leaves in the queue (docs/design.md §9) and the
 orchestrator's notice of it (kube-scheduler's ``FailedScheduling``, at most once a minute)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from kalena_engine.resources import DIM_INDEX
 from kalena_web.scheduling.models import BatchPod, WhyPending
 
 
-NOTICE_EVERY_S = 60.0  # at most one FailedScheduling event per pod per minute (DESIGN §14)
+NOTICE_EVERY_S = 60.0  # at most one FailedScheduling event per pod per minute (docs/design.md §14)
 
 
 def pending_message(record: Mapping[str, Any]) -> str:

@@ -1,1 +1,1 @@
-"""Telemetry: node agents' tokens, the WebSocket ingest of their samples and actions (DESIGN §1, §12)."""
+"""Telemetry: node agents' tokens, the WebSocket ingest of their samples and actions (docs/design.md §1, §12)."""

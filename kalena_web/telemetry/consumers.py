@@ -26,7 +26,7 @@ the report came) is kept by name as before.
 A revoked token's open connections are closed (4401) within ``TokenWatch.check_s``. Agent
 connections use no channel layer: nothing is sent to them from elsewhere.
 
-Policy (DESIGN §10): after the ``hello`` the agent gets its cluster's current policy version
+Policy (docs/design.md §10): after the ``hello`` the agent gets its cluster's current policy version
 (``policy`` message) and, within ``TokenWatch.check_s`` of a save, every newer one; the version
 the agent reports applying (``policy_version`` of its ``hello``/``samples``) is recorded on its
 :class:`~kalena_web.telemetry.models.AgentStatus` whenever it changes.

@@ -1,4 +1,4 @@
-"""What node agents send, as stored (protocol: :mod:`agents.link.protocol`; DESIGN §1, §12).
+"""What node agents send, as stored (protocol: :mod:`agents.link.protocol`; docs/design.md §1, §12).
 
 * :class:`AgentToken` — a node's bearer token, stored as a SHA-256 digest only.
 * :class:`AgentStatus` — one row per node: the agent's last ``hello``, connection state and
@@ -26,7 +26,7 @@ from django.db import models
 
 from kalena_web.inventory.models import Node, Workload
 
-#: Sample usage columns, in the canonical order of DESIGN §2 (= the protocol's usage keys).
+#: Sample usage columns, in the canonical order of docs/design.md §2 (= the protocol's usage keys).
 USAGE_COLUMNS = ("cpu_mcpu", "ram_bytes", "gpu_devices", "storage_bytes", "disk_read_bps", "disk_write_bps",
                  "net_in_bps", "net_out_bps")
 #: PSI columns: ``psi_<resource>_<some|full>_avg10`` in percent.

@@ -112,7 +112,7 @@ def workload_elsewhere(*, node_id: int, names: list[str]) -> tuple[str, str] | N
     on *another* node now; None when none is (on no node, on this one, or unknown).
 
     Used for what an agent names but its own node's view does not hold (a node's agent reports
-    and acts only on its own node's workloads, DESIGN §12)."""
+    and acts only on its own node's workloads, docs/design.md §12)."""
     wanted = [n for n in dict.fromkeys(names) if n]
     if not wanted:
         return None

@@ -132,7 +132,7 @@ def refused_connection_record(*, reason: str, node_id: int | None, peer: str, de
 
 def foreign_workload_refused(*, node_id: int, node_name: str, action: str, workload: str, on_node: str,
                              peer: str, client_address: str, token_id: int) -> None:
-    """A node's agent named a workload of another node in an ``action`` (refused: DESIGN §12):
+    """A node's agent named a workload of another node in an ``action`` (refused: docs/design.md §12):
     counted in ``kalena_link_refusals_total{cluster, node, reason="foreign_workload"}`` and
     audited (``link.refused``: who — the node's agent and its token —, from where — the client
     address and the connection's peer —, what it named and where that workload is)."""

@@ -1,4 +1,4 @@
-"""Checking what an agent sends, one sample at a time (DESIGN §12: bad input changes nothing).
+"""Checking what an agent sends, one sample at a time (docs/design.md §12: bad input changes nothing).
 
 The message envelope and each sample record are checked against the wire schema with the
 protocol's own validator (:func:`agents.link.protocol.validate_agent_message`); then every

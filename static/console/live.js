@@ -1,5 +1,5 @@
 /* Kalena console: live node chart. The page's chart (drawn by console.js) is extended with every
- * ledger point the server publishes for this node over ws(s)://HOST/ws/nodes/ID/ (DESIGN §1).
+ * ledger point the server publishes for this node over ws(s)://HOST/ws/nodes/ID/ (docs/design.md §1).
  * Trace order: cpu capacity, limits, requests, reservations, usage, then the same for ram.
  * Reconnects with a growing delay; <div data-live-status> says what the socket is doing.
  */

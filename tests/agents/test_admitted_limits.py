@@ -122,7 +122,7 @@ def test_without_a_limit_the_quota_is_the_slack_budget_or_the_request(tmp_path, 
     group = run_node(tmp_path, json_server, batch, messages)
     quota = int((group / "cpu.max").read_text().split()[0])
     budget = [m["numbers"]["budget_mcpu"] for m in messages if m.get("action") == "throttle"][-1]
-    if slack_cpu == "allow":  # no declared limit: capped at the batch budget B = C − Σ service r (DESIGN §7)
+    if slack_cpu == "allow":  # no declared limit: capped at the batch budget B = C − Σ service r (docs/design.md §7)
         assert quota == round(budget / 1000 * 100_000) and 680_000 < quota <= 685_000
     else:                     # slack-cpu denied: capped at its request
         assert quota == 400_000

@@ -1,4 +1,4 @@
-"""Collectors only read, the engine only decides, one enforcer changes things (STYLE.md): no
+"""Collectors only read, the engine only decides, one enforcer changes things: no
 agent module other than agents/enforcer.py writes files, signals processes or makes a mutating
 Docker call. Exceptions, each for a reason: agents/bench/ stands in for a container runtime
 (creates groups, starts processes); agents/runner.py appends the operator's actions log;

@@ -1,4 +1,4 @@
-"""Discovery: tier/priority/annotations (DESIGN §4) from the workloads file and kubelet pods;
+"""Discovery: tier/priority/annotations (docs/design.md §4) from the workloads file and kubelet pods;
 bad metadata is reported with the workload and key and changes nothing else."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pure decisions the agent added to kalena_engine.mitigation (DESIGN §7), with the
+"""The pure decisions the agent added to kalena_engine.mitigation (docs/design.md §7), with the
 numbers of the docstrings' worked examples and case C6."""
 
 from __future__ import annotations

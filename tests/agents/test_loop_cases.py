@@ -391,7 +391,7 @@ def test_an_agent_without_workloads_still_reports_its_node(rig) -> None:
 
 
 def test_the_agent_estimate_honours_the_startup_grace_override(rig) -> None:
-    """DESIGN §5: ``kalena.naughtian.io/startup-grace-s`` replaces the policy's grace g for one
+    """docs/design.md §5: ``kalena.naughtian.io/startup-grace-s`` replaces the policy's grace g for one
     workload, in the agent's own estimate as in the control plane's (one reading:
     :func:`kalena_engine.overrides.workload_overrides`)."""
     start = T0 - 60.0          # 60 s old at the first tick: inside the policy's 300 s grace

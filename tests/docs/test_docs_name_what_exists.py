@@ -132,6 +132,23 @@ def test_the_design_doc_exists_and_no_doc_cites_files_outside_the_repository() -
     assert not outside, "docs cite files outside the repository:\n" + "\n".join(outside)
 
 
+def test_no_docstring_or_page_cites_the_design_by_a_file_outside_the_repository() -> None:
+    """Code, templates and scripts cite the design as docs/design.md §N, never DESIGN §N or STYLE.md."""
+    outside = []
+    for top in ("agents", "kalena_engine", "kalena_web", "templates", "static", "deploy", "scripts"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if not path.is_file() or path.suffix not in (".py", ".html", ".js", ".c", ".yaml", ".yml", ".sh", ""):
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                if re.search(r"\bDESIGN §|\bSTYLE\.md\b|\bDESIGN\.md\b", line):
+                    outside.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not outside, "code cites files outside the repository:\n" + "\n".join(outside)
+
+
 @pytest.mark.parametrize("line", ["`kalena batch get home --no-such-flag`", "`kalena nosuch`", "`kalena lab upp`"])
 def test_the_check_catches_what_it_is_for(tmp_path: Path, line: str) -> None:
     doc = tmp_path / "doc.md"

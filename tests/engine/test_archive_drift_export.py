@@ -1,4 +1,4 @@
-"""Archive statistics, drift (DESIGN §10), escalation (§8) and the two-part export (§3)."""
+"""Archive statistics, drift (docs/design.md §10), escalation (§8) and the two-part export (§3)."""
 
 from __future__ import annotations
 

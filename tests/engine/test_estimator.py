@@ -1,4 +1,4 @@
-"""Reservation estimator (DESIGN §5), including case C5 with its exact numbers."""
+"""Reservation estimator (docs/design.md §5), including case C5 with its exact numbers."""
 
 from __future__ import annotations
 

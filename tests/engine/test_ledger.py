@@ -1,4 +1,4 @@
-"""Ledgers, slack, headroom and reclaimed capacity (DESIGN §6), including case C3."""
+"""Ledgers, slack, headroom and reclaimed capacity (docs/design.md §6), including case C3."""
 
 from __future__ import annotations
 

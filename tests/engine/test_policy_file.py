@@ -1,4 +1,4 @@
-"""The policy file (DESIGN §10): one parser, one mapping each way, every refusal naming the file,
+"""The policy file (docs/design.md §10): one parser, one mapping each way, every refusal naming the file,
 line, key and what is accepted."""
 
 from __future__ import annotations

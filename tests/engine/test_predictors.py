@@ -1,4 +1,4 @@
-"""Peak predictors (DESIGN §5 predictors): each member's worked example, the bounds every
+"""Peak predictors (docs/design.md §5 predictors): each member's worked example, the bounds every
 member keeps, the policy keys that select them, and the per-workload choice."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_choose_switches_only_past_the_hysteresis() -> None:
     assert choose(cost, current, 0.1)[:, 0].tolist() == [2, 0]
 
 
-# -- inside the estimator: the bounds of DESIGN §5 hold for every predictor --------------------
+# -- inside the estimator: the bounds of docs/design.md §5 hold for every predictor --------------------
 
 def _run(policy: EstimatorPolicy, usage: np.ndarray, step_s: float = 60.0, request: float = 10.0,
          limit: float = 12.0) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Published batch capacity (DESIGN §14) and kubelet admission room in placement (cases C10, C11)."""
+"""Published batch capacity (docs/design.md §14) and kubelet admission room in placement (cases C10, C11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A small live cluster for production identity (DESIGN §15): two nodes, a Deployment-style
+"""A small live cluster for production identity (docs/design.md §15): two nodes, a Deployment-style
 declaration ``web`` (3 replicas), a StatefulSet-style ``db`` (2) and ``cache`` (1), and a
 DaemonSet in Phase 0. kube-a holds web-0000, web-0001, db-0000 and cache-0: 6 + 6 + 12 + 18 = 42
 cores of production requests; kube-b holds web-0002 and db-0001: 6 + 12 = 18 cores."""

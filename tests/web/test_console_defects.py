@@ -96,7 +96,7 @@ def test_a_node_no_agent_reported_from_says_so(client, live, django_user_model) 
 
 def test_ir_without_a_blueprint_names_the_one_used_and_refuses_a_mismatch(data_dir) -> None:
     """issue 16: homelab without --blueprint was paired with Irina's and exited 0 with 2,724 violations;
-    its unresolved anti-affinity target was only counted (DESIGN §3 wants file and pod)."""
+    its unresolved anti-affinity target was only counted (docs/design.md §3 wants file and pod)."""
     import os
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""Published batch capacity on a live cluster (DESIGN §14): the 5 s loop patches each node's
+"""Published batch capacity on a live cluster (docs/design.md §14): the 5 s loop patches each node's
 status through the real client on the test API server, lowered at once and raised lazily; and
 case C11 in the control plane: a node still releasing an evicted pod takes no batch beyond what
 it publishes, why-pending names it releasing the victim, and the pod binds once the victim is gone."""

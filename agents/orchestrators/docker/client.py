@@ -392,7 +392,7 @@ class SwarmOrchestrator:
 
     def __init__(self, client: docker.DockerClient | Engine, *, engines: Sequence[Engine] = (),
                  lost_after_s: float | None = None, reschedule_nodes_per_s: float | None = None) -> None:
-        #: the watcher's node-loss grace and rescheduling rate (None: Lifecycle's defaults, DESIGN §14)
+        #: the watcher's node-loss grace and rescheduling rate (None: Lifecycle's defaults, docs/design.md §14)
         self.lost_after_s, self.reschedule_nodes_per_s = lost_after_s, reschedule_nodes_per_s
         self.engine = client if isinstance(client, Engine) else Engine.of_client(client)
         self.client = self.engine.client

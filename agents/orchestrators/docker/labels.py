@@ -1,6 +1,6 @@
 """Kalena's container labels ⇄ a batch pod's identity and request (pure: no engine calls).
 
-One identity for a batch pod from submission to samples, evictions and why-evicted (DESIGN §14):
+One identity for a batch pod from submission to samples, evictions and why-evicted (docs/design.md §14):
 the control plane's name ``namespace/pod`` travels in ``kalena.naughtian.io/workload`` on every
 container (standalone) or task container (Swarm ``container_labels``) Kalena starts, so the node
 agent reports samples and evictions under that name and the watcher names events with it.
@@ -60,7 +60,7 @@ class PodIdentity:
         ref: ``namespace/pod`` (the control plane's name).
         attempt: which placement (0 = the first).
         tier: ``batch`` | ``service``.
-        priority: Kalena priority (DESIGN §4).
+        priority: Kalena priority (docs/design.md §4).
         request_mcpu, request_bytes: the pod's request (0 when the label is absent).
         grace_s: stop grace, None when not labelled.
     """

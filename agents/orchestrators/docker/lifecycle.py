@@ -1,4 +1,4 @@
-"""Engine JSON → Kalena's watch events (DESIGN §14), for every engine at once (pure: no I/O).
+"""Engine JSON → Kalena's watch events (docs/design.md §14), for every engine at once (pure: no I/O).
 
 :class:`Lifecycle` is the watcher's store (client-go's Reflector store): it is fed each engine's
 re-list (``docker inspect`` of every Kalena container, :meth:`Lifecycle.resync`) and then its
@@ -20,7 +20,7 @@ other containers (production)   ``ProductionSeen`` while running (ref: workload 
                                 housekeeping: nothing is emitted)
 engine unreachable              ``NodeSeen(ready=False)``; after ``lost_after_s`` its pods
                                 finish ``evicted`` / ``NodeLost``, one node per
-                                ``1 / reschedule_nodes_per_s`` seconds (DESIGN §14: 0.1/s)
+                                ``1 / reschedule_nodes_per_s`` seconds (docs/design.md §14: 0.1/s)
 ==============================  ==========================================================
 
 Identity: a pod's ref is its ``kalena.naughtian.io/workload`` label; a pod has one *current*
@@ -46,7 +46,7 @@ from agents.orchestrators.events import (
     NodeSeen, PodFinished, PodGone, PodRunning, ProductionSeen, Resynced, WatchEvent,
 )
 
-#: Kubernetes' default node-eviction rate (``--node-eviction-rate``), DESIGN §14.
+#: Kubernetes' default node-eviction rate (``--node-eviction-rate``), docs/design.md §14.
 RESCHEDULE_NODES_PER_S = 0.1
 #: How long an engine may be unreachable before its pods are rescheduled (kube-controller-manager's
 #: ``--node-monitor-grace-period`` default, 40 s).
@@ -209,7 +209,7 @@ class Lifecycle:
 
     def production_seen(self, node: str, attrs: Mapping[str, Any], *, at_s: float) -> list[WatchEvent]:
         """A running container that is not Kalena batch is production on its node (service tier,
-        DESIGN §14 ``ProductionSeen``): its ref is its workload label, else ``<node>/<container
+        docs/design.md §14 ``ProductionSeen``): its ref is its workload label, else ``<node>/<container
         name>``; requests and limits as the agent reads them (labels, HostConfig)."""
         from agents.discovery.docker import workload_from_inspect
         from agents.errors import DiscoveryError

@@ -1,5 +1,5 @@
 """The Swarm watcher: every node's lifecycle from the managers, and each engine's own events
-where Kalena can reach it (DESIGN §14).
+where Kalena can reach it (docs/design.md §14).
 
 Threads:
 
@@ -19,7 +19,7 @@ Threads:
   its stream is up the engine is its node's source; when it drops, the task list takes over.
 * **timer** — a node the managers report down (or not ready) for ``lost_after_s`` has its pods
   finish ``evicted`` / ``NodeLost``, no faster than ``reschedule_nodes_per_s`` nodes per second
-  (DESIGN §14's 0.1/s): :meth:`Lifecycle.due
+  (docs/design.md §14's 0.1/s): :meth:`Lifecycle.due
   <agents.orchestrators.docker.lifecycle.Lifecycle.due>`, the same store and rate the standalone
   engines use.
 

@@ -1,4 +1,4 @@
-"""The standalone Docker watcher: each engine's events API drives the lifecycle (DESIGN §14);
+"""The standalone Docker watcher: each engine's events API drives the lifecycle (docs/design.md §14);
 Swarm's is :mod:`agents.orchestrators.docker.swarm_watch`.
 
 One thread per engine: connect → the node is seen (``NodeSeen``) → open the events stream from

@@ -1,4 +1,4 @@
-"""The mutating admission webhook's decisions (DESIGN §14, §4): AdmissionReview v1 in, AdmissionReview
+"""The mutating admission webhook's decisions (docs/design.md §14, §4): AdmissionReview v1 in, AdmissionReview
 v1 out. Pure — no I/O, no clock; the Django view over TLS is a thin shell around :func:`review`.
 
 Pods (``CREATE``): a batch pod — label ``kalena.naughtian.io/tier: batch``, or (inference on)
@@ -52,7 +52,7 @@ MAX_BODY_BYTES = 6 * 2**20
 
 @dataclass(frozen=True)
 class AdmissionConfig:
-    """Operator switches: ``infer_jobs`` (DESIGN §4: Job/CronJob pods without a tier label are
+    """Operator switches: ``infer_jobs`` (docs/design.md §4: Job/CronJob pods without a tier label are
     batch), ``extender_mode`` (kube-scheduler keeps batch: leave ``schedulerName`` alone),
     ``scheduler_name`` (``kalena``)."""
 
@@ -122,7 +122,7 @@ def decide(request: Mapping[str, Any], config: AdmissionConfig) -> tuple[list[di
 
 
 def is_batch(labels: Mapping[str, str], meta: Mapping[str, Any], config: AdmissionConfig) -> tuple[bool, bool]:
-    """``(batch, inferred)``: DESIGN §4 — the tier label, else Job ownership when inference is on."""
+    """``(batch, inferred)``: docs/design.md §4 — the tier label, else Job ownership when inference is on."""
     tier = labels.get(TIER)
     if tier is not None:
         return tier.strip().lower() == "batch", False

@@ -1,4 +1,4 @@
-"""Kalena's batch resource model on Kubernetes (DESIGN §14; Koordinator's batch-cpu/batch-memory):
+"""Kalena's batch resource model on Kubernetes (docs/design.md §14; Koordinator's batch-cpu/batch-memory):
 names, the annotation that carries a batch pod's original cpu/memory, and Kubernetes quantity
 rules. Pure (no API calls).
 
@@ -130,7 +130,7 @@ def read_annotation(annotations: Mapping[str, str] | None) -> PodResources | Non
 
 
 def pod_values(pod: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """``(requests, limits)`` 8-vectors (internal units, DESIGN §2) of a pod in API JSON; a limit
+    """``(requests, limits)`` 8-vectors (internal units, docs/design.md §2) of a pod in API JSON; a limit
     is NaN where undefined (some container declares none).
 
     cpu/memory come from the ``kalena.naughtian.io/resources`` annotation when the webhook
@@ -174,7 +174,7 @@ def pod_values(pod: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
 
 def pod_vectors(pod: Mapping) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """:func:`pod_values` with an undefined limit read as the request (DESIGN §5: ``L = q``
+    """:func:`pod_values` with an undefined limit read as the request (docs/design.md §5: ``L = q``
     without a declared limit) and never below it."""
     requests, limits = pod_values(pod)
     return requests, tuple(r if math.isnan(v) else max(v, r) for v, r in zip(limits, requests, strict=True))

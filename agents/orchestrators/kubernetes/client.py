@@ -126,7 +126,7 @@ class KubernetesOrchestrator:
 
     def publish_batch_capacity(self, node: str, *, cpu_mcpu: int, memory_bytes: int) -> None:
         """Patch the node's status (capacity and allocatable) with Kalena's extended resources
-        ``kalena.naughtian.io/batch-cpu`` (millicores) and ``batch-memory`` (bytes), DESIGN §14 —
+        ``kalena.naughtian.io/batch-cpu`` (millicores) and ``batch-memory`` (bytes), docs/design.md §14 —
         a JSON patch on ``nodes/status``, the documented way to advertise extended resources.
 
         Raises:

@@ -1,6 +1,6 @@
 """kube-scheduler extender wire format (k8s.io/kube-scheduler/extender/v1), pure: parse
 ``ExtenderArgs`` / ``ExtenderBindingArgs``, build ``ExtenderFilterResult``, ``HostPriorityList``
-and ``ExtenderBindingResult``. For sites that keep kube-scheduler for batch (DESIGN §14); the
+and ``ExtenderBindingResult``. For sites that keep kube-scheduler for batch (docs/design.md §14); the
 thin views in :mod:`kalena_web.kubehooks` answer from Kalena's ledgers.
 
 kube-scheduler encodes these Go structs without JSON tags, so keys arrive capitalised

@@ -1,4 +1,4 @@
-"""One active scheduler per cluster through a ``coordination.k8s.io/v1`` Lease (DESIGN §14).
+"""One active scheduler per cluster through a ``coordination.k8s.io/v1`` Lease (docs/design.md §14).
 
 client-go's leader election, in small (its Python port in ``kubernetes.leaderelection`` has no
 request timeouts and no way to ask "may I still act?", which a scheduling pass needs):

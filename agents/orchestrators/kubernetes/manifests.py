@@ -1,4 +1,4 @@
-"""Kubernetes-shaped cluster import (DESIGN §3, §14): Node, Deployment, StatefulSet, ReplicaSet and
+"""Kubernetes-shaped cluster import (docs/design.md §3, §14): Node, Deployment, StatefulSet, ReplicaSet and
 DaemonSet manifests → Kalena's Kuberina types (:class:`Infrastructure`, :class:`Workloads`), with
 Kubernetes' rules, not the IR's. Pure (parses documents; the CLI reads the files).
 
@@ -8,7 +8,7 @@ Kubernetes rules applied here:
   suffixes and exponents (``16000m``, ``2Ti``, ``1e3``), cpu rounded up to millicores;
 * a pod's request sums its containers (init containers by the max rule); a container with only a
   limit requests its limit; a container without a limit leaves the pod's limit undefined
-  (``PodSpec.limits`` None — Kalena then uses ``L = q × limit_ratio``, DESIGN §5);
+  (``PodSpec.limits`` None — Kalena then uses ``L = q × limit_ratio``, docs/design.md §5);
 * node capacity is ``status.allocatable`` (``status.capacity`` when absent); an absent
   ``nvidia.com/gpu`` is 0 devices, an absent ``ephemeral-storage`` unconstrained; the ``pods``
   count is not a Kalena dimension and is ignored;

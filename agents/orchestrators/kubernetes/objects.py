@@ -4,7 +4,7 @@ No I/O. Shapes from the Kubernetes API reference (workload-resources/pod-v1,
 cluster-resources/node-v1). Units: cpu → millicores, memory and ephemeral-storage → bytes
 (quantities parsed by the client library's ``kubernetes.utils.parse_quantity``).
 
-Which pods become which events (DESIGN §14):
+Which pods become which events (docs/design.md §14):
 
 * DaemonSet pods: production (below), with their ``DaemonSet/<name>`` controller: the control
   plane leaves those of a DaemonSet the infrastructure's Phase 0 deducted uncharged and charges
@@ -209,7 +209,7 @@ def pod_resources(pod: Mapping, kind: str = "requests") -> Vector:
     if converted is not None:
         if kind == "requests":
             out[0], out[1] = float(converted.request_mcpu), float(converted.request_bytes)
-        else:  # an undefined limit is the request (DESIGN §5: L = q)
+        else:  # an undefined limit is the request (docs/design.md §5: L = q)
             out[0] = float(converted.request_mcpu if converted.limit_mcpu is None else converted.limit_mcpu)
             out[1] = float(converted.request_bytes if converted.limit_bytes is None else converted.limit_bytes)
     return tuple(out)  # type: ignore[return-value]
@@ -298,7 +298,7 @@ def _required_anti_affinity(spec: Mapping) -> list:
 
 def production_anti_affinity(spec: Mapping, namespace: str, name: str) -> tuple[dict, ...]:
     """A production pod's required pod anti-affinity terms → the constraint shape
-    (``{labelSelector, topologyKey, namespaces}``), which binds batch (DESIGN §9).
+    (``{labelSelector, topologyKey, namespaces}``), which binds batch (docs/design.md §9).
 
     Namespaces as Kubernetes reads a term: neither ``namespaces`` nor ``namespaceSelector`` →
     the pod's own namespace; ``namespaces`` listed → those; a ``namespaceSelector`` → every

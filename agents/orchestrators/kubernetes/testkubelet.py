@@ -1,6 +1,6 @@
 """Part 2's extensions of :class:`~agents.orchestrators.kubernetes.testserver.TestAPIServer` (hooks
 and routes on the one test server, never a second one): what kube-apiserver and the kubelet do
-that Kalena's batch admission depends on (DESIGN §14).
+that Kalena's batch admission depends on (docs/design.md §14).
 
 * :class:`MutatingWebhook` — a ``pod_create_hooks`` entry doing what kube-apiserver does for one
   webhook of a MutatingWebhookConfiguration: ``objectSelector`` on the pod's labels, an

@@ -1,4 +1,4 @@
-"""The Kubernetes watcher: list + watch of pods and nodes → Kalena's watch events (DESIGN §14).
+"""The Kubernetes watcher: list + watch of pods and nodes → Kalena's watch events (docs/design.md §14).
 
 A reflector per resource (client-go's Reflector, in small): list, emit every item, remember
 the list's ``resourceVersion``, then watch from it, advancing the version with every event and

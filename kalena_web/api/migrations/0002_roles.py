@@ -1,4 +1,4 @@
-"""Create the viewer, operator and approver groups (DESIGN §12)."""
+"""Create the viewer, operator and approver groups (docs/design.md §12)."""
 
 from django.contrib.auth.management import create_permissions
 from django.db import migrations

@@ -1,4 +1,4 @@
-"""The blueprint check on live state (DESIGN §6): each node's blueprint production set, and the
+"""The blueprint check on live state (docs/design.md §6): each node's blueprint production set, and the
 last estimation pass's findings. Existing ledgers record the production placed on them now."""
 
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-"""One contract suite for every orchestrator adapter (STYLE.md ports and adapters): the fake,
+"""One contract suite for every orchestrator adapter (ports and adapters): the fake,
 Kubernetes, standalone Docker and Docker Swarm (the last two on the real private engine and a real
 single-node Swarm that scripts/services starts).
 

@@ -1,7 +1,7 @@
 """The pure Docker modules on real engine JSON: labels ⇄ identity and request, the engines list,
 engine events and re-lists → watch events (nothing missed or doubled across re-lists and a
 control-plane restart, older attempts never touch the current one, lost engines rescheduled at
-the DESIGN §14 rate), and Swarm task states → Kalena's lifecycle.
+the docs/design.md §14 rate), and Swarm task states → Kalena's lifecycle.
 
 ``fixtures/docker_engine_lifecycle.json`` was recorded from the private engine of
 scripts/services (see its ``_recorded``): four pods bound with DockerOrchestrator — one exits 0,

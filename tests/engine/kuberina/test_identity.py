@@ -1,4 +1,4 @@
-"""Production identity (DESIGN §15): live pods, read from pod JSON shaped as real controllers
+"""Production identity (docs/design.md §15): live pods, read from pod JSON shaped as real controllers
 make it, map to blueprint entries by owner and replica — never twice, never by a guess."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_one_pod_maps_by_owner_and_replica(pod_json, outcome, entry, reason) -> 
 
 def test_a_daemonset_pod_maps_to_no_entry_and_is_extra_when_phase0_does_not_know_it() -> None:
     """The watch reports a DaemonSet's pod with its DaemonSet owner; the engine recognises it and
-    maps it to no entry (Phase 0 took a known DaemonSet out of the node's capacity, DESIGN §3);
+    maps it to no entry (Phase 0 took a known DaemonSet out of the node's capacity, docs/design.md §3);
     one Phase 0 does not know becomes an explained extra."""
     pod_json = daemonset_pod("kube-system", "fluentd", "8x2kq", "n1")
     (seen,) = pod_events("ADDED", pod_json)

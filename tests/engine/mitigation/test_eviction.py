@@ -1,4 +1,4 @@
-"""Eviction planning (DESIGN §7), including case C4 with its exact numbers."""
+"""Eviction planning (docs/design.md §7), including case C4 with its exact numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CPU throttle budget (DESIGN §7), case C6's exact quota."""
+"""CPU throttle budget (docs/design.md §7), case C6's exact quota."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Required anti-affinity terms in the constraint shape → engine terms
 (``kalena_engine.placement.selectors.anti_affinity_terms_of``): the one reader of a batch pod's
-own terms and of a resident production pod's (DESIGN §9), table-driven."""
+own terms and of a resident production pod's (docs/design.md §9), table-driven."""
 
 from __future__ import annotations
 

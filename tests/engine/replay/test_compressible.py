@@ -1,4 +1,4 @@
-"""Compressible cpu in the replay (DESIGN §11): production first, the rest water-filled among
+"""Compressible cpu in the replay (docs/design.md §11): production first, the rest water-filled among
 batch by request, each capped at its demand; memory above capacity is an OOM kill, batch first."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What co-location costs in the replay (DESIGN §11, issue 13): throttled batch finishes later,
+"""What co-location costs in the replay (docs/design.md §11, issue 13): throttled batch finishes later,
 production contention, OOM kills by tier, escalation drains — and the summary fields that
 report them."""
 
@@ -44,7 +44,7 @@ def test_throttled_batch_finishes_later_and_the_summary_says_by_how_much() -> No
     assert summary["throttled_batch_core_hours"] == pytest.approx(0.6)
     assert summary["production_contention_core_hours"] == pytest.approx(0.6)
     assert summary["production_contention_node_steps"] == 18
-    # 6 pods × 1380 s = 2.3 pod-hours, no eviction; cpu contention is never an eviction (DESIGN §7)
+    # 6 pods × 1380 s = 2.3 pod-hours, no eviction; cpu contention is never an eviction (docs/design.md §7)
     assert summary["batch_pod_hours"] == pytest.approx(2.3)
     assert summary["batch_evicted"] == 0 and summary["batch_evictions_per_100_pod_hours"] == 0.0
     assert summary["production_evictions"] == 0 and summary["oom_kills"] == 0

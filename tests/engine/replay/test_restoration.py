@@ -1,4 +1,4 @@
-"""DESIGN §6 invariant on the replay's mutable state: after any sequence of samples,
+"""docs/design.md §6 invariant on the replay's mutable state: after any sequence of samples,
 placements, completions and evictions, removing every batch workload — through the same
 eviction path the simulator uses — leaves exactly the blueprint's production set and request
 ledger, and the running ledgers lose every trace of batch. And the check itself compares the

@@ -81,7 +81,7 @@ def test_real_production_peak_ratios(events, usage) -> None:
     got = production_peak_ratios(events, usage)
     # Independent check (a throwaway csv-module script with a dict of SUBMITs per (job, task)):
     # every usage row's key has a SUBMIT; 9,891 of those SUBMITs have requests and 8,179 are
-    # priority ≥ 9 with both requests > 0, as the README and DESIGN §11 state. Of the 8,179, max_cpu_rate exceeds the CPU request in 6,209
+    # priority ≥ 9 with both requests > 0, as the README and docs/design.md §11 state. Of the 8,179, max_cpu_rate exceeds the CPU request in 6,209
     # rows and max_memory exceeds the memory request in 4,772 — both ratios are capped at 1.
     assert (got.usage_rows, got.joined, got.with_requests, got.production) == (
         10_000, 10_000, 9_891, 8_179)

@@ -1,4 +1,4 @@
-"""Escalation (DESIGN §8): eviction storms and non-converging pressure drain a node's batch
+"""Escalation (docs/design.md §8): eviction storms and non-converging pressure drain a node's batch
 through the orchestrator port and make it slack-ineligible; stale telemetry never escalates."""
 
 from __future__ import annotations

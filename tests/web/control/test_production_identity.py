@@ -1,4 +1,4 @@
-"""Production identity in the control plane (DESIGN §15, §5, §4): pods read from pod JSON shaped
+"""Production identity in the control plane (docs/design.md §15, §5, §4): pods read from pod JSON shaped
 as real controllers make it, through the watch's translation and the reconciler — a pod's start
 time is its workload's start (startup grace from the real start), its annotations' overrides
 take effect as the labels' do, samples under its live name land on its entry, a moved pod is a

@@ -1,4 +1,4 @@
-"""The reconciler applies watch events (DESIGN §14) through services, idempotently: each case
+"""The reconciler applies watch events (docs/design.md §14) through services, idempotently: each case
 applies its events, then applies the last one again and checks that nothing changed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Production identity under interleavings a real cluster produces (DESIGN §15: nothing charged
+"""Production identity under interleavings a real cluster produces (docs/design.md §15: nothing charged
 twice): a pod seen first without an owner and then adopted by its ReplicaSet, pods re-created
 under their names on another node while unwatched, a Resynced that drops a claim holder while an
 extra waits, pods past the blueprint's replicas; and override annotations added to and removed

@@ -1,4 +1,4 @@
-"""Production identity where a real cluster's order of events is not the tidy one (DESIGN §15:
+"""Production identity where a real cluster's order of events is not the tidy one (docs/design.md §15:
 nothing accepted is lost, nothing charged twice): a pod reported on a node the control plane has
 not seen yet, a claim holder re-created unscheduled, a DaemonSet the infrastructure's Phase 0
 does not know. Pods are created through the test API server with the real ``kubernetes`` client

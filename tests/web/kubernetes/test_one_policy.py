@@ -1,4 +1,4 @@
-"""One policy everywhere (DESIGN §15): a version saved in the console is what the Kubernetes
+"""One policy everywhere (docs/design.md §15): a version saved in the console is what the Kubernetes
 Lease holder's scheduler, the scheduler extender and the batch-capacity publisher decide with on
 their next pass, and the policy page shows which version each part applies. Driven through the
 test API server with the real ``kubernetes`` client and pods shaped as the Job controller makes

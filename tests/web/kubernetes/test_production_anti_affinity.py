@@ -1,4 +1,4 @@
-"""A production pod's required pod anti-affinity binds batch live (DESIGN §9): the watch reads
+"""A production pod's required pod anti-affinity binds batch live (docs/design.md §9): the watch reads
 it from the Deployment's pod, the control plane keeps it, and the Kubernetes scheduler keeps
 matching batch pods out of the production pod's topology domain and says why. End to end
 against the test API server with the real ``kubernetes`` client, as

@@ -1,4 +1,4 @@
-"""Production identity end to end (DESIGN §15): a cluster imported from a small blueprint, its
+"""Production identity end to end (docs/design.md §15): a cluster imported from a small blueprint, its
 production created through the test API server with the real ``kubernetes`` client as the
 controllers make it (a Deployment's ReplicaSet pods with ``pod-template-hash``, StatefulSet
 ordinals, a DaemonSet, a Job, a bare pod; the kubelet reports ``status.startTime``), watched and

@@ -1,4 +1,4 @@
-"""Re-plan adoption against a live Kubernetes-shaped cluster (DESIGN §15): Kuberina's new
+"""Re-plan adoption against a live Kubernetes-shaped cluster (docs/design.md §15): Kuberina's new
 blueprint for the same pods is loaded while Deployment pods hold their entries by owner and
 replica. Replicas of one declaration are interchangeable — a live pod holds *a* replica of its
 declaration on its node — so a re-plan that only renumbers replicas between nodes leaves every

@@ -2,7 +2,7 @@
 real ``kubernetes`` client: the Binding carries the pod's uid (a pod deleted and re-created under
 its name between decision and bind is not bound with the old decision), Kalena's Events carry
 ``involvedObject.uid`` (what ``kubectl describe pod`` selects them by), and the published batch
-floor counts only pods the kubelet admitted (DESIGN §14)."""
+floor counts only pods the kubelet admitted (docs/design.md §14)."""
 
 from __future__ import annotations
 

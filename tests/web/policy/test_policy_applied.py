@@ -1,4 +1,4 @@
-"""Which policy version each live part applies (DESIGN §15): the record the policy page reads,
+"""Which policy version each live part applies (docs/design.md §15): the record the policy page reads,
 written cheaply enough for every pass and every extender call, and the Docker/Swarm/REST
 scheduling loop deciding with (and recording) the version saved in the console."""
 

@@ -1,4 +1,4 @@
-"""Drift (DESIGN §10) and the two-part export (DESIGN §3) from the live archive's rollups."""
+"""Drift (docs/design.md §10) and the two-part export (docs/design.md §3) from the live archive's rollups."""
 
 from __future__ import annotations
 

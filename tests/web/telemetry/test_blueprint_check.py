@@ -1,4 +1,4 @@
-"""The blueprint check on live state (DESIGN §6): every estimation pass removes all batch from
+"""The blueprint check on live state (docs/design.md §6): every estimation pass removes all batch from
 the nodes it touches and checks that each keeps exactly the blueprint's production set (as
 imported) with Σ q ≤ C; what fails is stored on the ledger, shown on the console (cluster and
 node pages) and exported in ``/metrics`` as ``kalena_node_blueprint_violations``."""

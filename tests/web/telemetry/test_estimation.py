@@ -1,5 +1,5 @@
 """Live estimation: stored samples fold into the same reservations the engine computes, node
-ledgers read them as DESIGN §6 says, a batch is applied exactly once however often a run is
+ledgers read them as docs/design.md §6 says, a batch is applied exactly once however often a run is
 repeated, and case C1 (stale telemetry) with its exact numbers.
 
 Samples go in through the real ingest path (checks → entries → the group write) without the

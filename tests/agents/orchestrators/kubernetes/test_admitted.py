@@ -1,4 +1,4 @@
-"""When the kubelet has admitted a bound batch pod (DESIGN §14's published floor counts only
+"""When the kubelet has admitted a bound batch pod (docs/design.md §14's published floor counts only
 those), read from pod JSON as the API server holds it at each step."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the watch tells the control plane about a production pod (DESIGN §14, §15): its
+"""What the watch tells the control plane about a production pod (docs/design.md §14, §15): its
 controller, labels, annotations and start, read from pod JSON shaped as the controllers make it;
 owner references it cannot read make an explained extra, never a skipped pod."""
 
