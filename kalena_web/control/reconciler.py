@@ -78,6 +78,10 @@ class Reconciler:
     clock: Callable[[], float] = time.time
     counts: dict[str, Counter] = field(default_factory=dict)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
+    #: told of what the watch changed, as it is applied (the scheduler's cache,
+    #: :meth:`~kalena_web.scheduling.cache.SchedulerCache.watch_feed`): ``("queued", [BatchPod])``
+    #: for pods queued in bulk, ``("running", [ref])`` for pods the watch reports on a node
+    listeners: list[Callable[[str, list], object]] = field(default_factory=list, repr=False)
     _seen: dict[tuple, object] = field(default_factory=dict, repr=False)
     #: node name → {pod ref → the last ProductionSeen refused because the node was unknown}
     _awaiting: dict[str, dict[str, ProductionSeen]] = field(default_factory=dict, repr=False)
@@ -158,6 +162,11 @@ class Reconciler:
             i = j
         return out
 
+    def _tell(self, kind: str, items: list) -> None:
+        if items:
+            for listener in self.listeners:
+                listener(kind, items)
+
     def _cached(self, event) -> bool:
         return self._seen.get((type(event), _ref_of(event))) == _cache_form(event)
 
@@ -186,10 +195,12 @@ class Reconciler:
         for e in todo:
             if e.ref in production:
                 results[id(e)] = self._reject("PodPending", e.ref, f"{e.ref!r} is a production pod of the blueprint")
-        answers = observe.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), pods=[dict(
+        created: list[BatchPod] = []
+        answers = observe.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), created=created, pods=[dict(
             ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels, priority=e.priority, owner=e.owner,
             gang=e.gang, min_member=e.min_member, image=e.image, constraints=e.constraints, grace_s=e.grace_s,
             uid=e.uid, at_s=e.at_s) for e in batch])
+        self._tell("queued", created)
         for e, answer in zip(batch, answers, strict=True):
             if isinstance(answer, InputError):
                 results[id(e)] = self._reject("PodPending", e.ref, str(answer))
@@ -226,6 +237,7 @@ class Reconciler:
             reports=[(e.ref, node_ids[e.node], e.at_s, e.admitted) for e in known])
         results = {id(e): (UNKNOWN if a is None else CHANGED if a else UNCHANGED)
                    for e, a in zip(known, answers, strict=True)}
+        self._tell("running", [e.ref for e, a in zip(known, answers, strict=True) if a is not None])
         return [self._tally(e, results.get(id(e), UNCHANGED if self._cached(e) else UNKNOWN)) for e in run]
 
     def run(self, events: Iterable[WatchEvent], *, batch: int = 500, stop: threading.Event | None = None) -> None:
@@ -306,6 +318,7 @@ class Reconciler:
         node_id = Node.objects.filter(cluster=self.cluster, name=e.node).values_list("id", flat=True).first()
         if pod is None or node_id is None:
             return UNKNOWN
+        self._tell("running", [e.ref])
         return CHANGED if observe.batch_observe_running(pod=pod, node_id=node_id, at_s=e.at_s, now_s=self.clock(),
                                                            admitted=e.admitted) else UNCHANGED
 

@@ -162,13 +162,14 @@ def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: fl
 
 
 def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,
-                               ) -> list[bool | BatchRejected]:
+                               created: list | None = None) -> list[bool | BatchRejected]:
     """:func:`batch_observe_pending` for many pods (keyword dicts of its arguments) with a fixed
     number of queries for the common cases — names Kalena does not hold yet, created in bulk, and
     watched pods it holds already (a re-list repeats every pending pod: valid, they change
     nothing); the others (gone, or submitted through REST) go one by one. Returns, per pod,
     whether it changed anything or the :class:`BatchRejected` that refused it (nothing stored
-    for that pod)."""
+    for that pod). ``created``: gets the :class:`BatchPod` rows created in bulk (ids set, their
+    ``workload`` loaded) — what the watch feeds the scheduler's cache."""
     out: list[bool | BatchRejected] = [False] * len(pods)
     names = [p.get("ref") for p in pods]
     held = {row[0]: row[1:] for row in Workload.objects.filter(  # (source, gone, state, running_s, submitted_s, uid)
@@ -204,12 +205,14 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
                     labels={**dict(p.get("labels") or {}), "kalena.naughtian.io/tier": "batch"},
                     constraints=dict(p.get("constraints") or {})))
             Workload.objects.bulk_create(workloads, batch_size=1000)
-            BatchPod.objects.bulk_create([
+            made = BatchPod.objects.bulk_create([
                 BatchPod(cluster=cluster, workload=w, image=pods[i].get("image", ""), gang=pods[i].get("gang", ""),
                          min_member=pods[i].get("min_member"), submitted_s=pods[i].get("at_s") or now_s,
                          queued_s=pods[i].get("at_s") or now_s, source=BatchPod.WATCH,
                          grace_s=float(pods[i].get("grace_s", 30.0)), uid=pods[i].get("uid") or "")
                 for w, i in zip(workloads, fresh, strict=True)], batch_size=1000)
+        if created is not None:
+            created += made
         for i in fresh:
             out[i] = True
     fresh_set = set(fresh)
