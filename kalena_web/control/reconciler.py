@@ -3,7 +3,8 @@
 A watcher (``orchestrator.watch(stop)``, :mod:`agents.orchestrators.events`) knows its
 orchestrator and not Django; this module knows Django and not the orchestrator (STYLE.md
 "Growing the orchestrator side"). Each event goes through the services of the app that owns
-the rows, idempotently — the same event twice changes nothing:
+the rows, idempotently — the same event twice changes nothing (a ``NodeSeen`` that differs only in when it was seen is
+the same):
 
 * ``NodeSeen`` → :func:`~kalena_web.control.services.node_observe` (ready, cordon, allocatable,
   labels, taints, images: all read by the next scheduling pass); ``NodeGone`` → the node takes no
@@ -34,6 +35,7 @@ field, and changes nothing; it never stops the watcher.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -143,6 +145,7 @@ class Reconciler:
     def apply_many(self, events: list[WatchEvent]) -> list[str]:
         """Apply events in order, as :meth:`apply` would, with runs of consecutive ``PodPending``
         or ``PodRunning`` events applied in bulk (a fixed number of queries per run)."""
+        events, order = _grouped(events)
         out: list[str] = []
         i = 0
         while i < len(events):
@@ -160,7 +163,12 @@ class Reconciler:
             else:
                 out += [self.apply(e) for e in run]
             i = j
-        return out
+        if order is None:
+            return out
+        back = [""] * len(out)
+        for k, original in enumerate(order):
+            back[original] = out[k]
+        return back
 
     def _tell(self, kind: str, items: list) -> None:
         if items:
@@ -387,10 +395,11 @@ class Reconciler:
         for ref in [ref for kept in self._awaiting.values() for ref in kept if ref not in e.pods]:
             self._await_drop(ref)
         changed = started.relisted(self.cluster, pods=e.pods, nodes=e.nodes, at_s=e.at_s, now_s=now)
-        held = BatchPod.objects.filter(cluster=self.cluster, source=BatchPod.WATCH, gone=False).select_related("workload")
-        for pod in held:
-            if pod.workload.name not in e.pods:
-                changed |= lifecycle.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
+        absent = [pod_id for pod_id, name in BatchPod.objects.filter(
+            cluster=self.cluster, source=BatchPod.WATCH, gone=False).values_list("id", "workload__name")
+            if name not in e.pods]  # names only: whole rows for the absent ones alone
+        for pod in BatchPod.objects.filter(id__in=absent).select_related("workload").order_by("id"):
+            changed |= lifecycle.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
         observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).exclude(pod="").values_list(
             "pod", flat=True)
         for ref in list(observed):
@@ -410,6 +419,34 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
 }
 
 
+def _grouped(events: list[WatchEvent]) -> tuple[list[WatchEvent], list[int] | None]:
+    """``events`` with the ``PodPending`` and ``PodRunning`` events between two events of
+    other kinds grouped by kind (pending first), when no pod appears twice among them — events
+    of distinct pods are independent, so their order does not matter — and the original index
+    of each (None: the order is unchanged). A re-list or a burst interleaves the two kinds:
+    grouped, each kind is applied in bulk rather than one event at a time."""
+    order: list[int] = []
+    segment: list[int] = []
+
+    def close() -> None:
+        refs = [_ref_of(events[k]) for k in segment]
+        if len(set(refs)) == len(refs):
+            segment.sort(key=lambda k: type(events[k]) is not PodPending)
+        order.extend(segment)
+        segment.clear()
+
+    for k, e in enumerate(events):
+        if type(e) in (PodPending, PodRunning):
+            segment.append(k)
+        else:
+            close()
+            order.append(k)
+    close()
+    if order == list(range(len(events))):
+        return events, None
+    return [events[k] for k in order], order
+
+
 _CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
 _EXCLUSIVE = {PodPending: PodRunning, PodRunning: PodPending}
 
@@ -421,6 +458,8 @@ def _cache_form(event: WatchEvent) -> object:
     Running one change nothing twice)."""
     if isinstance(event, PodRunning):
         return (event.ref, event.node, event.admitted)
+    if isinstance(event, NodeSeen):  # when it was seen changes nothing for an unchanged node
+        return dataclasses.replace(event, at_s=0.0)
     return event
 
 
