@@ -17,7 +17,9 @@ further call is made and the pods not yet bound go back to the queue together.
 
 from __future__ import annotations
 
+import collections
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -58,6 +60,9 @@ class BindingPool:
         self._pool: ThreadPoolExecutor | None = None
         self._stopped = threading.Event()
         self._waiting: list[tuple[QueuedPod, Future | Exception | None]] = []
+        self._answered: collections.deque = collections.deque()  # futures done, as their threads finish
+        self._unanswered = 0  # futures not answered yet
+        self._pending_ids: set[int] = set()  # pods whose answer has not been applied
 
     def may_call(self) -> bool:
         return not self._stopped.is_set() and (self.keep_going is None or self.keep_going())
@@ -70,32 +75,39 @@ class BindingPool:
     @property
     def in_flight(self) -> set[int]:
         """Pod ids whose answer has not been applied yet."""
-        return {pod.id for pod, _ in self._waiting}
+        return set(self._pending_ids)
 
     def submit(self, calls: Sequence[tuple[QueuedPod, str]]) -> None:
         """Ask for ``(pod, node name)`` bindings (pods already assumed in the record)."""
+        self._pending_ids.update(pod.id for pod, _ in calls)
         if self.workers <= 1:
             self._waiting += [(pod, bind_call(self.orchestrator, pod, name, self.may_call)) for pod, name in calls]
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kalena-bind")
-        self._waiting += [(pod, self._pool.submit(bind_call, self.orchestrator, pod, name, self.may_call))
-                          for pod, name in calls]
+        for pod, name in calls:
+            future = self._pool.submit(bind_call, self.orchestrator, pod, name, self.may_call)
+            self._unanswered += 1
+            future.add_done_callback(lambda f, pod=pod: self._answered.append((pod, f)))
 
     def collect(self, *, now_s: float, report, wait: bool = False) -> int:
-        """Apply the answers that came back (every one with ``wait``) in this thread, in
-        submission order of those applied; returns how many were applied. ``report`` (a
+        """Apply the answers that came back (every one with ``wait``) in this thread, in the
+        order they came back (each pool thread hands its answer over as it finishes: nothing is
+        scanned); returns how many were applied. ``report`` (a
         :class:`~kalena_web.scheduling.cycle.PassReport`) counts them."""
-        done, keep, lapsed = [], [], []
-        for pod, answer in self._waiting:
-            if isinstance(answer, Future):
-                if not wait and not answer.done():
-                    keep.append((pod, answer))
-                    continue
-                answer = answer.result()
+        done, lapsed = [], []
+        for pod, answer in self._waiting:  # answers made in the caller's thread (no pool)
             done.append((pod, answer))
-        self._waiting = keep
+        self._waiting = []
+        while self._unanswered and (wait or self._answered):  # the pool's, in the order they came back
+            if not self._answered:
+                time.sleep(0.001)
+                continue
+            pod, future = self._answered.popleft()
+            self._unanswered -= 1
+            done.append((pod, future.result()))
         for pod, answer in done:
+            self._pending_ids.discard(pod.id)
             if isinstance(answer, LeaseLapsed):
                 lapsed.append(pod)
             else:
