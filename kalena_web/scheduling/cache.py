@@ -176,11 +176,23 @@ class SchedulerCache:
 
     # -- assume, confirm, forget --------------------------------------------------------------
 
-    def assume(self, pods: list[tuple[QueuedPod, str]], *, now_s: float | None = None) -> None:
+    def assume(self, pods: list[tuple[QueuedPod, str]], *, now_s: float | None = None,
+               node_ids: dict[str, int] | None = None) -> None:
         """``(pod, node name)`` pairs the cycle wrote as bound: they leave the queue and are in
         flight until the watch reports them on a node (:meth:`confirm`) or their binding fails
-        (:meth:`forget`)."""
+        (:meth:`forget`). With ``node_ids`` (node name → id) they are residents of their nodes
+        at once, from the rows the queue holds (the next snapshot reads none of them whole)."""
         at = time.time() if now_s is None else now_s
+        for pod, node in pods:
+            row = self.queue.row(pod.id)
+            if node_ids is None or row is None or node not in node_ids:
+                continue
+            self._residents[pod.id] = _Resident(
+                template_key=(row.owner, row.namespace, repr(sorted((row.labels or {}).items())),
+                              repr(row.constraints or {})),
+                template=template_of(owner=row.owner, namespace=row.namespace, labels=row.labels or {},
+                                     constraints=row.constraints or {}, min_member=None, member_id=row.name),
+                node_id=node_ids[node])
         self.queue.assumed(pod.id for pod, _ in pods)
         for pod, node in pods:
             self.in_flight[pod.id] = (pod, node, at)

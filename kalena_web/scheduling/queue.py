@@ -108,6 +108,11 @@ class PendingQueue:
         return [dataclasses.replace(row, gang_running=self._gangs.get(row.gang, 0)) if row.gang else row
                 for _, row, _ in ordered]
 
+    def row(self, pod_id: int) -> PendingRow | None:
+        """The held row of ``pod_id`` (None: not held)."""
+        held = self._held.get(pod_id)
+        return held[1] if held is not None else None
+
     def pods(self, ids: Iterable[int]) -> list[QueuedPod]:
         """The held pods of ``ids`` (ids not held are skipped)."""
         return [self._held[i][2] for i in ids if i in self._held]
