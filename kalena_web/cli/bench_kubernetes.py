@@ -265,8 +265,15 @@ def handle(args: argparse.Namespace) -> int:
             killed = True
             print(f"  {n} bound: leader kalena-a killed (lease left to expire)")
         if killed and gap_s is None and b.elector.acquired_at is not None:
-            gap_s = b.elector.acquired_at - a.elector._renewed_at
-            print(f"  kalena-b took the lease after a {gap_s:.1f} s gap")
+            renewed = a.elector._renewed_at
+            if renewed is None or b.elector.acquired_at < renewed:
+                # the leader had lost its lease (a renewal missed under load) before the kill and
+                # the standby leads already: no failover gap to take out of the rate
+                gap_s = 0.0
+                print("  kalena-b was leading already (kalena-a lost its lease before the kill): gap 0")
+            else:
+                gap_s = b.elector.acquired_at - renewed
+                print(f"  kalena-b took the lease after a {gap_s:.1f} s gap")
         if n >= args.pods and not creating:
             break
         if time.monotonic() - last_print > 10:

@@ -134,10 +134,10 @@ class ClusterScheduler:
     # -- the loop -------------------------------------------------------------------------------
 
     def _start_watch(self) -> None:
-        reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set())
         self.cache = SchedulerCache(cluster=self.cluster)
-        self.binder = BindingPool(self.orchestrator, keep_going=self.may_act,
-                                  on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
+        reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(),
+                                listeners=[self.cache.watch_feed])
+        self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer)
         self._synced = False
         self._watch_started = time.monotonic()
         self.watch = watch_start(cluster=self.cluster, orchestrator=self.orchestrator, reconciler=reconciler)
@@ -259,8 +259,7 @@ class ClusterScheduler:
         now = time.time() if now_s is None else now_s
         if self.cache is None:  # a pass asked for outside the loop (tests, benchmarks): a term of its own
             self.cache = SchedulerCache(cluster=self.cluster)
-            self.binder = BindingPool(self.orchestrator, keep_going=self.may_act,
-                                      on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
+            self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer)
         policy = self.pass_policy(now)
         evictions_record(cluster=self.cluster, now_s=now)
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)

@@ -1,8 +1,9 @@
 """The reconciler: applies the orchestrator's watch events (docs/design.md §14) to a live cluster.
 
 A watcher (``orchestrator.watch(stop)``, :mod:`agents.orchestrators.events`) knows its
-orchestrator and not Django; this module knows Django and not the orchestrator. Each event goes through the services of the app that owns
-the rows, idempotently — the same event twice changes nothing:
+orchestrator and not Django; this module knows Django and not the orchestrator. Each event
+goes through the services of the app that owns the rows, idempotently — the same event twice
+changes nothing (a ``NodeSeen`` that differs only in when it was seen is the same):
 
 * ``NodeSeen`` → :func:`~kalena_web.control.services.node_observe` (ready, cordon, allocatable,
   labels, taints, images: all read by the next scheduling pass); ``NodeGone`` → the node takes no
@@ -33,6 +34,7 @@ field, and changes nothing; it never stops the watcher.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -77,6 +79,10 @@ class Reconciler:
     clock: Callable[[], float] = time.time
     counts: dict[str, Counter] = field(default_factory=dict)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
+    #: told of what the watch changed, as it is applied (the scheduler's cache,
+    #: :meth:`~kalena_web.scheduling.cache.SchedulerCache.watch_feed`): ``("queued", [BatchPod])``
+    #: for pods queued in bulk, ``("running", [ref])`` for pods the watch reports on a node
+    listeners: list[Callable[[str, list], object]] = field(default_factory=list, repr=False)
     _seen: dict[tuple, object] = field(default_factory=dict, repr=False)
     #: node name → {pod ref → the last ProductionSeen refused because the node was unknown}
     _awaiting: dict[str, dict[str, ProductionSeen]] = field(default_factory=dict, repr=False)
@@ -138,6 +144,7 @@ class Reconciler:
     def apply_many(self, events: list[WatchEvent]) -> list[str]:
         """Apply events in order, as :meth:`apply` would, with runs of consecutive ``PodPending``
         or ``PodRunning`` events applied in bulk (a fixed number of queries per run)."""
+        events, order = _grouped(events)
         out: list[str] = []
         i = 0
         while i < len(events):
@@ -155,7 +162,17 @@ class Reconciler:
             else:
                 out += [self.apply(e) for e in run]
             i = j
-        return out
+        if order is None:
+            return out
+        back = [""] * len(out)
+        for k, original in enumerate(order):
+            back[original] = out[k]
+        return back
+
+    def _tell(self, kind: str, items: list) -> None:
+        if items:
+            for listener in self.listeners:
+                listener(kind, items)
 
     def _cached(self, event) -> bool:
         return self._seen.get((type(event), _ref_of(event))) == _cache_form(event)
@@ -185,10 +202,12 @@ class Reconciler:
         for e in todo:
             if e.ref in production:
                 results[id(e)] = self._reject("PodPending", e.ref, f"{e.ref!r} is a production pod of the blueprint")
-        answers = observe.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), pods=[dict(
+        created: list[BatchPod] = []
+        answers = observe.batch_observe_pending_many(cluster=self.cluster, now_s=self.clock(), created=created, pods=[dict(
             ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels, priority=e.priority, owner=e.owner,
             gang=e.gang, min_member=e.min_member, image=e.image, constraints=e.constraints, grace_s=e.grace_s,
             uid=e.uid, at_s=e.at_s) for e in batch])
+        self._tell("queued", created)
         for e, answer in zip(batch, answers, strict=True):
             if isinstance(answer, InputError):
                 results[id(e)] = self._reject("PodPending", e.ref, str(answer))
@@ -225,6 +244,7 @@ class Reconciler:
             reports=[(e.ref, node_ids[e.node], e.at_s, e.admitted) for e in known])
         results = {id(e): (UNKNOWN if a is None else CHANGED if a else UNCHANGED)
                    for e, a in zip(known, answers, strict=True)}
+        self._tell("running", [e.ref for e, a in zip(known, answers, strict=True) if a is not None])
         return [self._tally(e, results.get(id(e), UNCHANGED if self._cached(e) else UNKNOWN)) for e in run]
 
     def run(self, events: Iterable[WatchEvent], *, batch: int = 500, stop: threading.Event | None = None) -> None:
@@ -305,6 +325,7 @@ class Reconciler:
         node_id = Node.objects.filter(cluster=self.cluster, name=e.node).values_list("id", flat=True).first()
         if pod is None or node_id is None:
             return UNKNOWN
+        self._tell("running", [e.ref])
         return CHANGED if observe.batch_observe_running(pod=pod, node_id=node_id, at_s=e.at_s, now_s=self.clock(),
                                                            admitted=e.admitted) else UNCHANGED
 
@@ -373,10 +394,11 @@ class Reconciler:
         for ref in [ref for kept in self._awaiting.values() for ref in kept if ref not in e.pods]:
             self._await_drop(ref)
         changed = started.relisted(self.cluster, pods=e.pods, nodes=e.nodes, at_s=e.at_s, now_s=now)
-        held = BatchPod.objects.filter(cluster=self.cluster, source=BatchPod.WATCH, gone=False).select_related("workload")
-        for pod in held:
-            if pod.workload.name not in e.pods:
-                changed |= lifecycle.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
+        absent = [pod_id for pod_id, name in BatchPod.objects.filter(
+            cluster=self.cluster, source=BatchPod.WATCH, gone=False).values_list("id", "workload__name")
+            if name not in e.pods]  # names only: whole rows for the absent ones alone
+        for pod in BatchPod.objects.filter(id__in=absent).select_related("workload").order_by("id"):
+            changed |= lifecycle.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
         observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).exclude(pod="").values_list(
             "pod", flat=True)
         for ref in list(observed):
@@ -396,6 +418,34 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
 }
 
 
+def _grouped(events: list[WatchEvent]) -> tuple[list[WatchEvent], list[int] | None]:
+    """``events`` with the ``PodPending`` and ``PodRunning`` events between two events of
+    other kinds grouped by kind (pending first), when no pod appears twice among them — events
+    of distinct pods are independent, so their order does not matter — and the original index
+    of each (None: the order is unchanged). A re-list or a burst interleaves the two kinds:
+    grouped, each kind is applied in bulk rather than one event at a time."""
+    order: list[int] = []
+    segment: list[int] = []
+
+    def close() -> None:
+        refs = [_ref_of(events[k]) for k in segment]
+        if len(set(refs)) == len(refs):
+            segment.sort(key=lambda k: type(events[k]) is not PodPending)
+        order.extend(segment)
+        segment.clear()
+
+    for k, e in enumerate(events):
+        if type(e) in (PodPending, PodRunning):
+            segment.append(k)
+        else:
+            close()
+            order.append(k)
+    close()
+    if order == list(range(len(events))):
+        return events, None
+    return [events[k] for k in order], order
+
+
 _CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
 _EXCLUSIVE = {PodPending: PodRunning, PodRunning: PodPending}
 
@@ -407,6 +457,8 @@ def _cache_form(event: WatchEvent) -> object:
     Running one change nothing twice)."""
     if isinstance(event, PodRunning):
         return (event.ref, event.node, event.admitted)
+    if isinstance(event, NodeSeen):  # when it was seen changes nothing for an unchanged node
+        return dataclasses.replace(event, at_s=0.0)
     return event
 
 

@@ -87,8 +87,8 @@ def gone(pod: BatchPod, *, now_s: float) -> bool:
 def relisted(cluster: Cluster, *, pods: frozenset[str], nodes: frozenset[str], at_s: float, now_s: float) -> bool:
     """Apply ``Resynced``: a pod bound (long enough ago) on a ready listed node whose container
     the list does not hold is requeued."""
-    ready = set(NodeCondition.objects.filter(node__cluster=cluster, ready=True, gone=False, node__name__in=nodes)
-                .values_list("node__name", flat=True))
+    ready = set(NodeCondition.objects.filter(node__cluster=cluster, ready=True, gone=False)
+                .values_list("node__name", flat=True)) & set(nodes)  # (a list of thousands of names as parameters costs more)
     changed = False
     for pod in (BatchPod.objects.filter(cluster=cluster, source=BatchPod.REST, state=BatchPod.BOUND,
                                         bound_s__lt=at_s - RELIST_GRACE_S).select_related("workload__node")):

@@ -17,9 +17,11 @@ further call is made and the pods not yet bound go back to the queue together.
 
 from __future__ import annotations
 
+import collections
+import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from agents.orchestrators import BindingUncertain, Orchestrator, OrchestratorError, StaleBinding
 from kalena_web.scheduling.lifecycle import batch_drop, batch_requeue, batch_requeue_many
@@ -55,9 +57,13 @@ class BindingPool:
                  on_answer: Callable[[int, bool], object] | None = None) -> None:
         self.orchestrator, self.keep_going, self.on_answer = orchestrator, keep_going, on_answer
         self.workers = int(getattr(orchestrator, "bind_concurrency", 1) or 1)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: list[threading.Thread] | None = None
         self._stopped = threading.Event()
-        self._waiting: list[tuple[QueuedPod, Future | Exception | None]] = []
+        self._waiting: list[tuple[QueuedPod, Exception | None]] = []
+        self._answered: collections.deque = collections.deque()  # (pod, answer) as the pool threads finish
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()  # (pod, node name) for the pool threads
+        self._unanswered = 0  # calls asked of the pool whose answer has not come back
+        self._pending_ids: set[int] = set()  # pods whose answer has not been applied
 
     def may_call(self) -> bool:
         return not self._stopped.is_set() and (self.keep_going is None or self.keep_going())
@@ -70,32 +76,52 @@ class BindingPool:
     @property
     def in_flight(self) -> set[int]:
         """Pod ids whose answer has not been applied yet."""
-        return {pod.id for pod, _ in self._waiting}
+        return set(self._pending_ids)
 
     def submit(self, calls: Sequence[tuple[QueuedPod, str]]) -> None:
         """Ask for ``(pod, node name)`` bindings (pods already assumed in the record)."""
+        self._pending_ids.update(pod.id for pod, _ in calls)
         if self.workers <= 1:
             self._waiting += [(pod, bind_call(self.orchestrator, pod, name, self.may_call)) for pod, name in calls]
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kalena-bind")
-        self._waiting += [(pod, self._pool.submit(bind_call, self.orchestrator, pod, name, self.may_call))
-                          for pod, name in calls]
+            self._pool = [threading.Thread(target=self._work, name=f"kalena-bind-{i}", daemon=True)
+                          for i in range(self.workers)]
+            for thread in self._pool:
+                thread.start()
+        for pod, name in calls:
+            self._unanswered += 1
+            self._calls.put((pod, name))
+
+    def _work(self) -> None:
+        """A pool thread: makes the calls in the order they were asked for, each answer handed
+        over to :meth:`collect` as it comes (None in the queue: the pool closes)."""
+        while (call := self._calls.get()) is not None:
+            pod, name = call
+            try:
+                answer = bind_call(self.orchestrator, pod, name, self.may_call)
+            except Exception as exc:  # noqa: BLE001 - an unexpected failure is that pod's refusal
+                answer = OrchestratorError(f"bind {pod.name}: {type(exc).__name__}: {exc}")
+            self._answered.append((pod, answer))
 
     def collect(self, *, now_s: float, report, wait: bool = False) -> int:
-        """Apply the answers that came back (every one with ``wait``) in this thread, in
-        submission order of those applied; returns how many were applied. ``report`` (a
+        """Apply the answers that came back (every one with ``wait``) in this thread, in the
+        order they came back (each pool thread hands its answer over as it finishes: nothing is
+        scanned); returns how many were applied. ``report`` (a
         :class:`~kalena_web.scheduling.cycle.PassReport`) counts them."""
-        done, keep, lapsed = [], [], []
-        for pod, answer in self._waiting:
-            if isinstance(answer, Future):
-                if not wait and not answer.done():
-                    keep.append((pod, answer))
-                    continue
-                answer = answer.result()
+        done, lapsed = [], []
+        for pod, answer in self._waiting:  # answers made in the caller's thread (no pool)
             done.append((pod, answer))
-        self._waiting = keep
+        self._waiting = []
+        while self._unanswered and (wait or self._answered):  # the pool's, in the order they came back
+            if not self._answered:
+                time.sleep(0.001)
+                continue
+            pod, answer = self._answered.popleft()
+            self._unanswered -= 1
+            done.append((pod, answer))
         for pod, answer in done:
+            self._pending_ids.discard(pod.id)
             if isinstance(answer, LeaseLapsed):
                 lapsed.append(pod)
             else:
@@ -116,7 +142,10 @@ class BindingPool:
             self.collect(now_s=now_s, report=report, wait=True)
         finally:
             if self._pool is not None:
-                self._pool.shutdown(wait=True)
+                for _ in self._pool:
+                    self._calls.put(None)
+                for thread in self._pool:
+                    thread.join()
                 self._pool = None
 
 

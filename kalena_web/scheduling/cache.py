@@ -25,7 +25,7 @@ watch's list has just reconciled) before any decision.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +36,11 @@ from kalena_web.scheduling import selectors
 from kalena_web.scheduling.mappers import NodeRow, PendingRow, template_of
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.queue import PendingQueue, QueuedPod
+
+
+#: seconds an assumption the binder reported bound waits for the watch's confirmation before
+#: the cache lets it go (kube-scheduler's assumed-pod TTL; the record keeps the binding)
+ASSUMED_TTL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -72,10 +77,42 @@ class SchedulerCache:
     _nodes: dict[int, tuple[str, NodeRow]] = field(default_factory=dict)
     nodes_read: int = 0  # node rows read whole since the cache was made (tests and benchmarks)
     _production: dict = field(default_factory=dict)
+    _inbox: deque = field(default_factory=deque)
+    _flying_names: dict[str, int] = field(default_factory=dict)  # in-flight pod name → id
+    #: pod ids the binder answered "bound" for whose confirmation by the watch is awaited
+    bound_unconfirmed: set[int] = field(default_factory=set)
+    confirmed: int = 0  # assumptions the watch confirmed (tests and benchmarks)
+
+    def watch_feed(self, kind: str, items: list) -> None:
+        """What the watch applied (a :attr:`~kalena_web.control.reconciler.Reconciler.listeners`
+        callback, on the watch's thread): ``("queued", [BatchPod])`` — pods queued, handed to the
+        queue whole; ``("running", [ref])`` — pods reported on a node, which confirms their
+        assumption. Kept in a thread-safe inbox the scheduler's thread drains at its next
+        snapshot (or :meth:`drain`)."""
+        self._inbox.append((kind, list(items)))
+
+    def drain(self, now_s: float | None = None) -> None:
+        """Apply the watch's inbox (:meth:`watch_feed`) in the order it came; with ``now_s``,
+        bound assumptions the watch has not confirmed within :data:`ASSUMED_TTL_S` expire (the
+        record settles them: :func:`~kalena_web.scheduling.lifecycle.batch_unconfirmed`), as
+        kube-scheduler's assumed pods expire."""
+        if now_s is not None:
+            for pod_id in [i for i in self.bound_unconfirmed if self.in_flight[i][2] < now_s - ASSUMED_TTL_S]:
+                self.confirm(pod_id)
+        while self._inbox:
+            kind, items = self._inbox.popleft()
+            if kind == "queued":
+                self.queue.feed(items)
+            elif kind == "running":
+                for ref in items:
+                    pod_id = self._flying_names.pop(ref, None)
+                    if pod_id is not None:
+                        self.confirm(pod_id)
 
     def snapshot(self, *, now_s: float, cooldown_s: float, kubelet: bool = True) -> Snapshot:
         """The next snapshot (module doc). No pending pod: no node is read (``cluster`` None)."""
         self.generation += 1
+        self.drain(now_s)
         self.queue.sync(cluster=self.cluster)
         pending = self.queue.rows()
         if not pending:
@@ -139,22 +176,57 @@ class SchedulerCache:
 
     # -- assume, confirm, forget --------------------------------------------------------------
 
-    def assume(self, pods: list[tuple[QueuedPod, str]], *, now_s: float | None = None) -> None:
+    def assume(self, pods: list[tuple[QueuedPod, str]], *, now_s: float | None = None,
+               node_ids: dict[str, int] | None = None) -> None:
         """``(pod, node name)`` pairs the cycle wrote as bound: they leave the queue and are in
-        flight until the binder's answer."""
+        flight until the watch reports them on a node (:meth:`confirm`) or their binding fails
+        (:meth:`forget`). With ``node_ids`` (node name → id) they are residents of their nodes
+        at once, from the rows the queue holds (the next snapshot reads none of them whole)."""
         at = time.time() if now_s is None else now_s
+        for pod, node in pods:
+            row = self.queue.row(pod.id)
+            if node_ids is None or row is None or node not in node_ids:
+                continue
+            self._residents[pod.id] = _Resident(
+                template_key=(row.owner, row.namespace, repr(sorted((row.labels or {}).items())),
+                              repr(row.constraints or {})),
+                template=template_of(owner=row.owner, namespace=row.namespace, labels=row.labels or {},
+                                     constraints=row.constraints or {}, min_member=None, member_id=row.name),
+                node_id=node_ids[node])
         self.queue.assumed(pod.id for pod, _ in pods)
         for pod, node in pods:
             self.in_flight[pod.id] = (pod, node, at)
+            self._flying_names[pod.name] = pod.id
+
+    def bound(self, pod_id: int) -> None:
+        """The orchestrator accepted the binding: the assumption stays until the watch confirms
+        it (kube-scheduler's FinishBinding)."""
+        if pod_id in self.in_flight:
+            self.bound_unconfirmed.add(pod_id)
 
     def confirm(self, pod_id: int) -> None:
-        """The orchestrator accepted the binding (the watch will report the pod on its node)."""
-        self.in_flight.pop(pod_id, None)
+        """The watch reported the pod on its node: the assumption is the record's fact."""
+        held = self.in_flight.pop(pod_id, None)
+        self.bound_unconfirmed.discard(pod_id)
+        if held is not None:
+            self._flying_names.pop(held[0].name, None)
+            self.confirmed += 1
 
     def forget(self, pod_id: int) -> None:
         """The binding failed or was refused: the lifecycle gave the pod back to the record's
         queue and its room back to the node; the next sync reads it as pending again."""
-        self.in_flight.pop(pod_id, None)
+        held = self.in_flight.pop(pod_id, None)
+        self.bound_unconfirmed.discard(pod_id)
+        if held is not None:
+            self._flying_names.pop(held[0].name, None)
+
+    def answer(self, pod_id: int, bound: bool) -> None:
+        """The binder's answer for an assumed pod (:class:`~kalena_web.scheduling.binder.BindingPool`'s
+        ``on_answer``): bound waits for the watch's confirmation, refused forgets."""
+        if bound:
+            self.bound(pod_id)
+        else:
+            self.forget(pod_id)
 
 
 def residents_of(cache: SchedulerCache) -> int:

@@ -123,7 +123,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             report.stale = sum(len(pods) for pods in by_node.values()) - sum(len(p) for p in accepted.values())
             calls = [(pod, name_of[node_id]) for node_id, pods in accepted.items() for pod in pods]
             report.assumed = len(calls)
-            cache.assume(calls, now_s=now_s)
+            cache.assume(calls, now_s=now_s, node_ids={rows[r].name: rows[r].id for r in by_node})
             mark = _phase(report, "ledger", mark)
             binder.submit(calls)
             if own_binder:

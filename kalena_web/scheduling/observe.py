@@ -162,13 +162,14 @@ def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: fl
 
 
 def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, Any]], now_s: float,
-                               ) -> list[bool | BatchRejected]:
+                               created: list | None = None) -> list[bool | BatchRejected]:
     """:func:`batch_observe_pending` for many pods (keyword dicts of its arguments) with a fixed
     number of queries for the common cases — names Kalena does not hold yet, created in bulk, and
     watched pods it holds already (a re-list repeats every pending pod: valid, they change
     nothing); the others (gone, or submitted through REST) go one by one. Returns, per pod,
     whether it changed anything or the :class:`BatchRejected` that refused it (nothing stored
-    for that pod)."""
+    for that pod). ``created``: gets the :class:`BatchPod` rows created in bulk (ids set, their
+    ``workload`` loaded) — what the watch feeds the scheduler's cache."""
     out: list[bool | BatchRejected] = [False] * len(pods)
     names = [p.get("ref") for p in pods]
     held = {row[0]: row[1:] for row in Workload.objects.filter(  # (source, gone, state, running_s, submitted_s, uid)
@@ -204,12 +205,14 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
                     labels={**dict(p.get("labels") or {}), "kalena.naughtian.io/tier": "batch"},
                     constraints=dict(p.get("constraints") or {})))
             Workload.objects.bulk_create(workloads, batch_size=1000)
-            BatchPod.objects.bulk_create([
+            made = BatchPod.objects.bulk_create([
                 BatchPod(cluster=cluster, workload=w, image=pods[i].get("image", ""), gang=pods[i].get("gang", ""),
                          min_member=pods[i].get("min_member"), submitted_s=pods[i].get("at_s") or now_s,
                          queued_s=pods[i].get("at_s") or now_s, source=BatchPod.WATCH,
                          grace_s=float(pods[i].get("grace_s", 30.0)), uid=pods[i].get("uid") or "")
                 for w, i in zip(workloads, fresh, strict=True)], batch_size=1000)
+        if created is not None:
+            created += made
         for i in fresh:
             out[i] = True
     fresh_set = set(fresh)
@@ -240,22 +243,25 @@ def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str,
     """:func:`batch_observe_running` for many ``(ref, node_id, at_s, admitted)``: the common
     case (bound there, running or admission not yet noted) in one update; the rest one by one.
     Returns per report whether it changed anything, None for a pod Kalena does not hold."""
-    pods = {p.workload.name: p for p in BatchPod.objects.filter(
-        cluster=cluster, workload__name__in=[r[0] for r in reports]).select_related("workload")}
+    # key columns only (no model instance per pod): the common case needs nothing more
+    held = {row[0]: row[1:] for row in BatchPod.objects.filter(
+        cluster=cluster, workload__name__in=[r[0] for r in reports]).values_list(
+        "workload__name", "id", "state", "workload__node_id", "gone", "running_s", "admitted_s")}
     out: list[bool | None] = [None] * len(reports)
     quick: dict[int, tuple[float | None, float | None]] = {}
     for i, (ref, node_id, at_s, admitted) in enumerate(reports):
-        pod = pods.get(ref)
-        if pod is None:
+        if ref not in held:
             continue
-        if pod.state == BatchPod.BOUND and pod.workload.node_id == node_id and not pod.gone:
-            running_s, admitted_s = quick.get(pod.id, (pod.running_s, pod.admitted_s))
+        pod_id, state, on_node, gone, pod_running_s, pod_admitted_s = held[ref]
+        if state == BatchPod.BOUND and on_node == node_id and not gone:
+            running_s, admitted_s = quick.get(pod_id, (pod_running_s, pod_admitted_s))
             new = (running_s if running_s is not None else at_s or now_s,
                    admitted_s if admitted_s is not None or not admitted else now_s)
             out[i] = new != (running_s, admitted_s)
             if out[i]:
-                quick[pod.id] = new
+                quick[pod_id] = new
             continue
+        pod = BatchPod.objects.select_related("workload").get(id=pod_id)
         out[i] = batch_observe_running(pod=pod, node_id=node_id, at_s=at_s, now_s=now_s, admitted=admitted)
     if quick:
         update_by_id(BatchPod._meta.db_table, [("running_s", "float"), ("admitted_s", "float")],

@@ -2,10 +2,12 @@
 (kube-scheduler's ``internal/queue``).
 
 The database is the record of which pods are pending (the watch's reconciler and the REST
-submit path queue them there; the lifecycle puts requeued pods back there). Each pass the
-queue syncs with it by a key-only read — ``(id, queued_s, requeues)`` of every pending pod —
-and reads whole rows (labels, constraints, requests: the costly JSON) only for the pods it
-does not hold yet or whose key moved (queued again). A pod a pass assumed on a node leaves the
+submit path queue them there; the lifecycle puts requeued pods back there). The watch hands
+the pods it queued to the queue whole (:meth:`PendingQueue.feed`, through the cache's inbox);
+each pass the queue syncs with the record by a key-only read — ``(id, queued_s, requeues,
+uid, source)`` of every pending pod — and reads whole rows (labels, constraints, requests: the
+costly JSON) only for the pods it does not hold yet or whose key moved (submitted through
+REST, queued again). A pod a pass assumed on a node leaves the
 queue at once; one whose binding failed comes back through the record at the next sync.
 """
 
@@ -68,6 +70,7 @@ class PendingQueue:
         self._held: dict[int, tuple[tuple, PendingRow, QueuedPod]] = {}
         self._gangs: dict[str, int] = {}
         self.full_reads = 0  # rows read whole since the queue was made (a figure for tests and benchmarks)
+        self.fed = 0  # pods the watch handed over whole (:meth:`feed`), likewise
 
     def __len__(self) -> int:
         return len(self._held)
@@ -88,12 +91,27 @@ class PendingQueue:
         self._gangs = dict(BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND).exclude(gang="")
                            .values("gang").annotate(n=Count("id")).values_list("gang", "n"))
 
+    def feed(self, pods: Iterable[BatchPod]) -> None:
+        """Hold pods the watch has just queued in the record (their ``workload`` loaded), so
+        the next :meth:`sync` finds them held under the key it reads and reads no row whole."""
+        for p in pods:
+            if p.id is None or p.state != BatchPod.PENDING:
+                continue
+            row, pod = _queued(p)
+            self._held[p.id] = ((p.queued_s, p.requeues, p.uid, p.source), row, pod)
+            self.fed += 1
+
     def rows(self) -> list[PendingRow]:
         """The pending pods in queue order (``queued_s``, then id), each with how many pods of
         its gang are bound."""
         ordered = sorted(self._held.values(), key=lambda held: (held[1].queued_s, held[1].pod_id))
         return [dataclasses.replace(row, gang_running=self._gangs.get(row.gang, 0)) if row.gang else row
                 for _, row, _ in ordered]
+
+    def row(self, pod_id: int) -> PendingRow | None:
+        """The held row of ``pod_id`` (None: not held)."""
+        held = self._held.get(pod_id)
+        return held[1] if held is not None else None
 
     def pods(self, ids: Iterable[int]) -> list[QueuedPod]:
         """The held pods of ``ids`` (ids not held are skipped)."""

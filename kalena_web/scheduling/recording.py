@@ -5,19 +5,29 @@ node whose ledger version moved since the snapshot accepts nothing)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from django.db import transaction
 
 from kalena_web.inventory.models import Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
-from kalena_web.scheduling.bulk import update_by_id
+from kalena_web.scheduling.bulk import insert_rows, update_by_id
 from kalena_web.scheduling.models import BatchPod, WhyPending
 
 
 #: rows per statement: one statement per table for a pass of up to this many pods (PostgreSQL
 #: takes at most 65,535 parameters; the widest statement here has 4 per row)
 ROWS_PER_STATEMENT = 10_000
+
+
+@dataclass
+class _Ledger:
+    id: int
+    node_id: int
+    version: int
+    batch_request: list
+    batch_reservation: list
 
 
 def assume_in_ledger(groups: Sequence[tuple[int, int, Sequence]], *, now_s: float) -> dict[int, list]:
@@ -33,8 +43,9 @@ def assume_in_ledger(groups: Sequence[tuple[int, int, Sequence]], *, now_s: floa
     if not groups:
         return {}
     with transaction.atomic():
-        ledgers = {led.node_id: led for led in LiveNodeLedger.objects.select_for_update().filter(
-            node_id__in=[g[0] for g in groups]).order_by("node_id")}
+        ledgers = {row[1]: _Ledger(*row) for row in LiveNodeLedger.objects.select_for_update().filter(
+            node_id__in=[g[0] for g in groups]).order_by("node_id").values_list(
+            "id", "node_id", "version", "batch_request", "batch_reservation")}
         still = set(BatchPod.objects.select_for_update().filter(
             id__in=[p.id for g in groups for p in g[2]], state=BatchPod.PENDING).order_by("id").values_list("id", flat=True))
         accepted: dict[int, list] = {}
@@ -52,8 +63,7 @@ def assume_in_ledger(groups: Sequence[tuple[int, int, Sequence]], *, now_s: floa
             accepted[node_id] = pods
             for pod in pods:
                 workloads.append((pod.workload_id, node_id, now_s))
-                reservations.append(WorkloadReservation(workload_id=pod.workload_id, value=list(pod.request),
-                                                        updated_s=now_s, last_sample_s=None))
+                reservations.append((pod.workload_id, pod.request, now_s))
                 bound.append((pod.id, BatchPod.BOUND, now_s, ledger.version))
         if not accepted:
             return accepted
@@ -64,7 +74,8 @@ def assume_in_ledger(groups: Sequence[tuple[int, int, Sequence]], *, now_s: floa
         update_by_id(Workload._meta.db_table, [("node_id", "int"), ("start_s", "float")], workloads, chunk=rows)
         ids = [w[0] for w in workloads]
         WorkloadReservation.objects.filter(workload_id__in=ids).delete()
-        WorkloadReservation.objects.bulk_create(reservations, batch_size=rows)
+        insert_rows(WorkloadReservation._meta.db_table, [("workload_id", "int"), ("value", "vector"),
+                                                         ("updated_s", "float")], reservations, chunk=rows)
         update_by_id(BatchPod._meta.db_table, [("state", "text"), ("bound_s", "float"), ("bound_version", "int")],
                      bound, chunk=rows)
         WhyPending.objects.filter(pod_id__in=[b[0] for b in bound]).delete()

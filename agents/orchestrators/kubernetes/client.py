@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
@@ -41,6 +42,9 @@ from agents.orchestrators.kubernetes.watch import KubernetesWatcher, WatchExpire
 
 log = logging.getLogger(__name__)
 COMPONENT = "kalena"
+#: distinct (pod, reason, message) Events remembered for counting repeats (client-go's
+#: EventCorrelator keeps an LRU cache of 4,096)
+EVENT_SERIES = 4096
 
 
 class LeaseConflict(OrchestratorError):
@@ -81,6 +85,8 @@ class KubernetesOrchestrator:
         self.identity = identity
         self.events_sent = 0
         self.events_dropped = 0
+        self.events_aggregated = 0  # repeats counted on an Event already sent instead of a new one
+        self._series: dict[tuple, tuple[str, int]] = {}  # (pod, reason, message, type, uid) → (Event name, count)
         self.watchers: list[KubernetesWatcher] = []
         self._events: queue.Queue = queue.Queue(maxsize=event_queue)
         self._sender: threading.Thread | None = None
@@ -177,7 +183,7 @@ class KubernetesOrchestrator:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         try:
-            self._raw(self.core.create_namespaced_pod_binding, spec.name, spec.namespace, body)
+            self._post(f"/api/v1/namespaces/{spec.namespace}/pods/{spec.name}/binding", body)
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise StaleBinding(f"bind {spec.id} to {node}: {exc.status} {_reason(exc)}") from None
@@ -404,24 +410,58 @@ class KubernetesOrchestrator:
                 self._sender.start()
 
     def _send_events(self) -> None:
+        """The event thread: drains the queue in batches (off every decision path) and sends
+        each queued Event — a repeat of one already sent (same pod, reason, type and message,
+        within the last :data:`EVENT_SERIES` distinct ones) raises that Event's ``count`` and
+        ``lastTimestamp`` instead of creating another (kube-scheduler's broadcaster: its
+        EventCorrelator counts repeats), and identical Events waiting together are sent once
+        with their count."""
         while True:
             try:
-                item = self._events.get(timeout=5.0)
+                batch = [self._events.get(timeout=5.0)]
             except queue.Empty:
                 return
-            try:
+            while len(batch) < 1000:
+                try:
+                    batch.append(self._events.get_nowait())
+                except queue.Empty:
+                    break
+            repeats: dict[tuple, int] = {}
+            for item in batch:
                 if item[0] == "event":
-                    self._post_event(*item[1:])
-                else:
-                    self._patch_unschedulable(*item[1:])
-                self.events_sent += 1
-            except Exception as exc:  # noqa: BLE001 - an Event is best effort; the pod's state is not
-                log.info("kubernetes event for %s not sent: %s", item[1], exc)
-            finally:
-                self._events.task_done()
+                    repeats[item[1:]] = repeats.get(item[1:], 0) + 1
+            for item in batch:
+                try:
+                    if item[0] != "event":
+                        self._patch_unschedulable(*item[1:])
+                    elif item[1:] in repeats:
+                        self._post_event(*item[1:], times=repeats.pop(item[1:]))
+                    else:
+                        self.events_aggregated += 1  # counted in the first one's Event
+                    self.events_sent += 1
+                except Exception as exc:  # noqa: BLE001 - an Event is best effort; the pod's state is not
+                    log.info("kubernetes event for %s not sent: %s", item[1], exc)
+                finally:
+                    self._events.task_done()
 
-    def _post_event(self, workload_id: str, reason: str, message: str, type_: str, uid: str = "") -> None:
+    def _post_event(self, workload_id: str, reason: str, message: str, type_: str, uid: str = "",
+                    times: int = 1) -> None:
         namespace, name = workload_id.split("/", 1)
+        key = (workload_id, reason, message, type_, uid)
+        now = _now_rfc3339()
+        seen = self._series.pop(key, None)
+        if seen is not None:  # a repeat: count it on the Event already there (gone meanwhile: a new one)
+            event_name, count = seen
+            try:
+                self._raw(self.core.patch_namespaced_event, event_name, namespace,
+                          {"count": count + times, "lastTimestamp": now},
+                          _content_type="application/strategic-merge-patch+json")
+                self._series[key] = (event_name, count + times)
+                self.events_aggregated += times
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
         if not uid:  # not known from the decision or the watch: the pod as it is now (gone: none)
             try:
                 uid = str(((self._raw(self.core.read_namespaced_pod, name, namespace)).get("metadata") or {})
@@ -431,14 +471,18 @@ class KubernetesOrchestrator:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
         if uid:
             involved["uid"] = uid
-        now = _now_rfc3339()
         body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.", "namespace": namespace},
                 "involvedObject": involved,
-                "reason": reason, "message": message[:1024], "type": type_, "count": 1,
+                "reason": reason, "message": message[:1024], "type": type_, "count": times,
                 "firstTimestamp": now, "lastTimestamp": now, "eventTime": _now_rfc3339(micro=True),
                 "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
                 "reportingInstance": self.identity, "action": "Scheduling" if reason != "Evicted" else "Evicting"}
-        self._raw(self.core.create_namespaced_event, namespace, body)
+        created = self._post(f"/api/v1/namespaces/{namespace}/events", body)
+        event_name = str((created.get("metadata") or {}).get("name") or "")
+        if reason != "Scheduled" and event_name:  # a pod is scheduled once: only Events that may repeat are kept
+            self._series[key] = (event_name, times)
+            while len(self._series) > EVENT_SERIES:
+                self._series.pop(next(iter(self._series)))
 
     def _patch_unschedulable(self, workload_id: str, message: str, version: str) -> None:
         namespace, name = workload_id.split("/", 1)
@@ -456,6 +500,30 @@ class KubernetesOrchestrator:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
+    def _post(self, path: str, body: dict) -> dict:
+        """POST ``body`` (JSON) to ``path`` over the client's keep-alive connection pool, with
+        the client's headers and credentials but without its generated call machinery (request
+        validation and serialisation, per call: the Binding and Event calls are made once per
+        pod). Same timeout, deadline and errors as :meth:`_raw`.
+
+        Raises:
+            ApiException: the API refused (non-2xx). TimeoutError: no whole answer within the timeout.
+        """
+        client = self.api_client
+        headers = {"Accept": "application/json", "Content-Type": "application/json",
+                   "User-Agent": client.user_agent, **client.default_headers}
+        client.update_params_for_auth(headers, [], ["BearerToken"], path, "POST", body)
+        deadline = time.monotonic() + self.timeout_s
+        resp = client.rest_client.pool_manager.request(
+            "POST", client.configuration.host + path, body=json.dumps(body, separators=(",", ":")),
+            headers=headers, timeout=urllib3.Timeout(total=self.timeout_s), preload_content=False)
+        data = self._read_answer(resp, deadline)
+        if not 200 <= resp.status <= 299:
+            exc = ApiException(status=resp.status, reason=resp.reason)
+            exc.body = data.decode("utf-8", "replace")
+            raise exc
+        return json.loads(data) if data else {}
+
     def _raw(self, method, *args, **kwargs) -> dict:
         """Call ``method`` with a timeout and raw content; read, release and parse the answer.
         urllib3's timeout bounds each socket read, so the body is also read against one deadline,
@@ -467,6 +535,12 @@ class KubernetesOrchestrator:
         """
         deadline = time.monotonic() + self.timeout_s
         resp = method(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+        data = self._read_answer(resp, deadline)
+        return json.loads(data) if data else {}
+
+    def _read_answer(self, resp, deadline: float) -> bytes:
+        """Read ``resp``'s whole body against ``deadline`` (module doc of :meth:`_raw`) and
+        release its connection to the pool."""
         chunks = []
         try:
             while chunk := resp.read1(64 * 1024):  # what one socket read gave: the deadline is checked after each
@@ -478,8 +552,7 @@ class KubernetesOrchestrator:
             raise
         finally:
             resp.release_conn()
-        data = b"".join(chunks)
-        return json.loads(data) if data else {}
+        return b"".join(chunks)
 
 
 #: The message of the apiserver's ResourceVersionTooLarge error (a 504 Timeout Status)

@@ -77,6 +77,8 @@ class KubernetesWatcher:
         #: ``namespace/name`` → ``metadata.uid`` of each pod last seen (its Events' ``involvedObject.uid``)
         self.uids: dict[str, str] = {}
         self.malformed: Counter = Counter()
+        #: (resource, namespace, name) → (resourceVersion, uid, events) of the last translation
+        self._translated: dict[tuple, tuple] = {}
         self.lists: Counter = Counter()
         self.expired: Counter = Counter()
         self.reconnects: Counter = Counter()
@@ -85,6 +87,51 @@ class KubernetesWatcher:
     # -- translating ----------------------------------------------------------------------------
 
     def _translate(self, resource: str, event_type: str, obj: dict) -> list[WatchEvent]:
+        """``obj`` as Kalena's events. An object at the same ``resourceVersion`` as when it was
+        last translated (a re-list repeats every object) gives the same events without being
+        read again (the informer's indexer holds it as it was)."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        key = (resource, meta.get("namespace") or "", meta.get("name") or "") if isinstance(meta, dict) else None
+        if event_type != "DELETED" and version and key is not None:
+            memo = self._translated.get(key)
+            if memo is not None and memo[0] == version and memo[1] == meta.get("uid"):
+                events = memo[2]
+                self._note(resource, event_type, obj, events)
+                return list(events)
+        events = self._translate_fresh(resource, event_type, obj)
+        if key is not None:
+            if event_type == "DELETED":
+                self._translated.pop(key, None)
+            elif version and events:
+                self._translated[key] = (version, meta.get("uid"), tuple(events))
+        return events
+
+    def _note(self, resource: str, event_type: str, obj: dict, events) -> None:
+        """The bookkeeping :meth:`_translate_fresh` does for a well-formed object."""
+        if resource == "nodes":
+            with self._lock:
+                for e in events:
+                    if isinstance(e, NodeGone):
+                        self.nodes.discard(e.name)
+                    else:
+                        self.nodes.add(e.name)
+            return
+        meta = obj["metadata"]
+        ref = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+        with self._lock:
+            self.pods.add(ref)
+        uid = meta.get("uid")
+        if uid:
+            self.uids[ref] = str(uid)
+        else:
+            self.uids.pop(ref, None)
+        if any(isinstance(e, PodPending) for e in events):
+            self.pending_versions[ref] = str(meta.get("resourceVersion"))
+        else:
+            self.pending_versions.pop(ref, None)
+
+    def _translate_fresh(self, resource: str, event_type: str, obj: dict) -> list[WatchEvent]:
         try:
             if resource == "nodes":
                 name = str(_metadata(obj).get("name") or "")

@@ -115,7 +115,8 @@ def test_the_queue_reads_a_pod_whole_once_until_it_is_queued_again(live) -> None
     orch = FakeOrchestrator(node_names=NODES)
     cache = SchedulerCache(cluster=live)
     run(live, orch, cache=cache)
-    assert cache.queue.full_reads == 2 and residents_of(cache) == 0
+    # the bound pod is a resident of its node from the moment it was assumed (no read of it whole)
+    assert cache.queue.full_reads == 2 and residents_of(cache) == 1
     again = run(live, orch, cache=cache, now_s=1002.0)
     assert again.pending == 1 and again.placed == 0 and cache.queue.full_reads == 2  # nothing new read whole
     bound = BatchPod.objects.get(workload__name="batch/job-3-0")
@@ -202,3 +203,29 @@ def test_the_cache_reads_a_node_whole_again_only_when_its_row_changed(live) -> N
     assert all(np.array_equal(a.batch_request, b.batch_request) and np.array_equal(a.capacity, b.capacity)
                for a, b in zip(snap.rows, full, strict=True))
     assert [r.ready for r in snap.rows if r.name == "thinkcentre-beta"] == [False]
+
+
+def test_the_watch_feeds_the_cache_queued_pods_whole_and_confirms_what_it_assumed(live) -> None:
+    """The reconciler hands the pods it queued to the cache (no row read whole by the queue)
+    and its PodRunning reports confirm the assumptions; a binding refused forgets the pod."""
+    from agents.orchestrators.events import PodPending, PodRunning
+    from kalena_web.control.reconciler import Reconciler
+
+    v = ir_vector(cpu=0.5, ram=0.5)
+    cache = SchedulerCache(cluster=live)
+    rec = Reconciler(cluster=live, clock=lambda: 1000.0, listeners=[cache.watch_feed])
+    rec.apply_many([PodPending(f"batch/w-{i}", tuple(v), tuple(v), owner="job-w", at_s=999.0, uid=f"u{i}")
+                    for i in range(3)])
+    orch = GatedOrchestrator(refuse={"batch/w-2"})
+    binder = BindingPool(orch, on_answer=cache.answer)
+    report = run(live, orch, cache=cache, binder=binder)
+    assert report.assumed == 3 and cache.queue.fed == 3 and cache.queue.full_reads == 0
+    orch.gate.set()
+    binder.close(now_s=1002.0, report=report)
+    # bound ones wait for the watch; the refused one (409: a watched pod, dropped) is forgotten
+    assert set(cache.in_flight) == set(cache.bound_unconfirmed) and len(cache.in_flight) == 2
+    node = {pod.name: n for pod, n, _ in cache.in_flight.values()}
+    rec.apply_many([PodRunning(name, n, at_s=1003.0) for name, n in node.items()])
+    cache.drain()
+    assert not cache.in_flight and cache.confirmed == 2
+    assert BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND, running_s__isnull=False).count() == 2

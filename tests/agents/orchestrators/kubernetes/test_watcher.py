@@ -266,3 +266,24 @@ def test_a_fractional_lease_duration_never_lets_two_candidates_act_at_once(api) 
         assert not (a.is_leader() and b.is_leader()), t
     now[0] = 11.0
     assert b.try_acquire_or_renew() and not a.is_leader()
+
+
+def test_a_repeated_failed_scheduling_is_counted_on_the_event_already_sent(api) -> None:
+    """kube-scheduler's broadcaster counts repeats: the same FailedScheduling for the same pod
+    raises the first Event's count (one Event object, ``kubectl describe`` shows ``x3``); a new
+    message is an Event of its own, and every pod gets its own Scheduled."""
+    api.create_pod(pod("batch", "p", tier="batch"))
+    orch = orchestrator(api)
+    why = "0/1 nodes are available: 1 Insufficient cpu slack."
+    for _ in range(3):
+        orch.note_pending("batch/p", why)
+        assert orch.flush_events(10.0)
+    orch.note_pending("batch/p", "0/1 nodes are available: 1 node not ready.")
+    orch.bind(BatchSpec(id="batch/p", request_mcpu=500, request_bytes=2**30), "n1")
+    assert orch.flush_events(10.0)
+    events, _ = api.store.list("events")
+    failed = sorted((e["message"], e["count"]) for e in events if e["reason"] == "FailedScheduling")
+    assert failed == [("0/1 nodes are available: 1 Insufficient cpu slack.", 3),
+                      ("0/1 nodes are available: 1 node not ready.", 1)]
+    assert [e["involvedObject"]["name"] for e in events if e["reason"] == "Scheduled"] == ["p"]
+    assert orch.events_aggregated == 2
