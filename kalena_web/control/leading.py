@@ -97,6 +97,8 @@ class ClusterScheduler:
         self._threads: list[threading.Thread] = []
         self.counters = WatchCounters(cluster)
         self._counters_at = -COUNTERS_PERIOD_S
+        #: issue 32: a sharded instance's view (:class:`~kalena_web.control.sharding.ShardedScheduler`)
+        self.shard = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -221,6 +223,8 @@ class ClusterScheduler:
         for pod in batch_unconfirmed(cluster=self.cluster, now_s=now):
             if pod.id in in_pool:
                 continue  # its call has not been answered yet
+            if self.shard is not None and not self.shard.owns_pod(pod.workload.name, pod.gang):
+                continue  # issue 32: another shard's pod (its binding is that shard's to settle)
             if not self.may_act():
                 break
             try:
@@ -262,12 +266,15 @@ class ClusterScheduler:
             self.binder = BindingPool(self.orchestrator, keep_going=self.may_act,
                                       on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
         policy = self.pass_policy(now)
-        evictions_record(cluster=self.cluster, now_s=now)
+        cluster_wide = self.shard is None or self.shard.owns_vnode(0)  # issue 32: one shard runs these
+        if cluster_wide:
+            evictions_record(cluster=self.cluster, now_s=now)
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
-        eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
+        if cluster_wide:
+            eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=policy, now_s=now,
                                  rng=self.rng, keep_going=self.may_act, cache=self.cache, binder=self.binder,
-                                 max_pods=None if wait_for_bindings else PASS_PODS)
+                                 max_pods=None if wait_for_bindings else PASS_PODS, shard=self.shard)
         if report.deferred:
             self.wake.set()  # the rest of the queue: decided by the next pass at once
         if wait_for_bindings:
