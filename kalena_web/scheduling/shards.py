@@ -189,6 +189,8 @@ class ShareMember:
     locked: dict[int, str] = field(default_factory=dict)  # acting vnode → resourceVersion to sync past
     rounds: int = 0
     moves: list[tuple[float, frozenset[int], frozenset[int]]] = field(default_factory=list)  # (t, gained, lost)
+    #: every round: (wall time, round, live members, acting vnodes) — tests and benchmarks
+    history: list[tuple[float, int, tuple[str, ...], frozenset[int]]] = field(default_factory=list)
     _renewed_at: float | None = None
     _written: frozenset[int] = frozenset()
     _written_rv: str = ""
@@ -333,6 +335,9 @@ class ShareMember:
         self._written_rv = str((written.get("metadata") or {}).get("resourceVersion") or "")
         self.members = tuple(members)
         self.rounds += 1
+        self.history.append((time.time(), self.rounds, self.members, self.acting))
+        if len(self.history) > 10_000:
+            del self.history[:5_000]
         return True
 
     def release(self) -> None:
