@@ -155,6 +155,7 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
                    help="N ≥ 1: N sharded instances (kalena watch --shards), each in its own process, one killed "
                         "at two thirds when N ≥ 2 (docs/scheduler.md \"Sharding\"); 0 (default): a leader and a "
                         "standby")
+    p.add_argument("--no-kill", action="store_true", help="with --shards: kill no instance")
     p.set_defaults(handler=handle)
 
 

@@ -53,17 +53,33 @@ def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple
                          rng=np.random.default_rng(seed))
     s.start()
     conn.send(os.getpid())
+
+    def threads_cpu() -> dict[str, float]:
+        """CPU seconds per thread kind (a thread's name up to its first digit or dash-number)."""
+        import re
+        import threading
+
+        out: dict[str, float] = {}
+        for t in threading.enumerate():
+            try:
+                cpu = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            except (OSError, TypeError, AttributeError):
+                continue
+            kind = re.sub(r"[-_]?\d+(_\d+)?$", "", t.name)
+            out[kind] = round(out.get(kind, 0.0) + cpu, 2)
+        return out
     while True:
         command = conn.recv()
         if command == "status":
             conn.send(dict(active=sorted(member.active()), placed=s.stats.placed, cpu_s=time.process_time(),
-                           decided=dict(s.shard.decided)))
+                           decided=dict(s.shard.decided), threads=threads_cpu()))
         elif command == "stop":
             orch.flush_events(timeout_s=60.0)
+            threads = threads_cpu()  # before stop: the threads are gone after it
             s.stop()
             conn.send(dict(placed=s.stats.placed, cpu_s=time.process_time(), decided=dict(s.shard.decided),
                            phase_s=dict(s.stats.phase_s), passes=s.stats.passes, syncs=len(s.syncs),
-                           events_sent=orch.events_sent))
+                           events_sent=orch.events_sent, threads=threads))
             return
 
 
@@ -114,6 +130,7 @@ def run(args, api, cluster, t0: float) -> dict:
     print(f"  {args.shards} sharded instance(s) acting on all {VNODES} vnodes ({time.monotonic() - t0:.1f} s since "
           f"start; pids {', '.join(str(x.pid) for x in instances)})")
     cpu0 = {x.identity: x.ask("status")["cpu_s"] for x in instances}
+    threads0 = {x.identity: x.last.get("threads", {}) for x in instances}
     rng = np.random.default_rng(args.seed)
     job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
     job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
@@ -127,7 +144,7 @@ def run(args, api, cluster, t0: float) -> dict:
     cpu_at_kill: dict[str, float] = {}
     while time.monotonic() < end:
         n, creating = api.ask("progress")
-        if args.shards >= 2 and killed is None and n >= 2 * args.pods / 3:
+        if args.shards >= 2 and not args.no_kill and killed is None and n >= 2 * args.pods / 3:
             killed = instances[-1]
             killed.ask("status")
             cpu_at_kill[killed.identity] = killed.last["cpu_s"]
@@ -160,7 +177,9 @@ def run(args, api, cluster, t0: float) -> dict:
         cpu = max(1e-9, f["cpu_s"] - cpu0[x.identity])
         per[x.identity] = {"pods_bound": f["placed"], "cpu_s": round(cpu, 1),
                            "pods_per_cpu_s": round(f["placed"] / cpu, 1), "decided": f.get("decided"),
-                           "killed": x is killed}
+                           "killed": x is killed, "phase_s": f.get("phase_s"),
+                           "thread_cpu_s": {k: round(v - threads0[x.identity].get(k, 0.0), 2)
+                                            for k, v in (f.get("threads") or {}).items()}}
     figures["shards"] = args.shards
     figures["instances"] = per
     rates = [v["pods_per_cpu_s"] for v in per.values() if not v["killed"]]
@@ -182,4 +201,7 @@ def table(figures: dict) -> str:
         d = v.get("decided") or {}
         lines.append(f"  {name:<12} {v['pods_bound']:>7} {v['cpu_s']:>7} {v['pods_per_cpu_s']:>11} "
                      f"{d.get('own', 0):>7} {d.get('spill', 0):>6}{'  (killed)' if v['killed'] else ''}")
+        top = sorted((v.get("thread_cpu_s") or {}).items(), key=lambda kv: -kv[1])[:6]
+        if top:
+            lines.append("      cpu s by thread: " + ", ".join(f"{k} {t:g}" for k, t in top))
     return "\n".join(lines)

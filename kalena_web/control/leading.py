@@ -210,7 +210,7 @@ class ClusterScheduler:
         stopped scheduler binds nothing more, as kube-scheduler's cancelled context)."""
         return not self._stop.is_set() and self.elector.is_leader()
 
-    def _settle_unconfirmed(self, now: float) -> int:
+    def _settle_unconfirmed(self, now: float, older_than_s: float | None = None) -> int:
         """Bindings the watch has not confirmed after 30 s: ask the API where each pod is —
         bound (the watch is behind: confirm it there), pending (the call never landed: queue it
         again), gone (leave every ledger). Returns how many were queued again."""
@@ -220,7 +220,8 @@ class ClusterScheduler:
 
         requeued = 0
         in_pool = self.binder.in_flight if self.binder is not None else set()
-        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now):
+        kw = {} if older_than_s is None else {"older_than_s": older_than_s}
+        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now, **kw):
             if pod.id in in_pool:
                 continue  # its call has not been answered yet
             if self.shard is not None and not self.shard.owns_pod(pod.workload.name, pod.gang):

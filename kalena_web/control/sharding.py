@@ -64,6 +64,7 @@ class ShardedScheduler(ClusterScheduler):
         self._published_at = -PUBLISH_PERIOD_S
         #: (wall time, vnodes) of each sync: when a gained share was unlocked
         self.syncs: list[tuple[float, frozenset[int]]] = []
+        self._handovers: list[float] = []  # monotonic times from which gained shares' bindings are settled
 
     def owns(self, kind: str, ref: str) -> bool:
         return vnode_of(ref, self.member.vnodes) in self.member.watched()
@@ -102,8 +103,22 @@ class ShardedScheduler(ClusterScheduler):
         mine = [e for e in events if vnode_of(getattr(e, "ref", None) or getattr(e, "name", ""), n) in wanted]
         self.watch.reconciler.apply_many(mine)
         self.member.synced(wanted, versions[0])
+        # the old owner stopped acting before this instance confirmed the share; a call it had
+        # started lands within its request timeout: settle its unconfirmed bindings after that
+        self._handovers.append(time.monotonic() + float(getattr(self.orchestrator, "timeout_s", 10.0)))
         self.syncs.append((time.time(), wanted))
         return len(wanted)
+
+    def _settle_unconfirmed(self, now: float, older_than_s: float | None = None) -> int:
+        """As the single scheduler, and for a while after a share was gained, sooner: the pods
+        the old owner bound in the record whose binding never reached the API are asked about
+        (and requeued) once the old owner's last call has had its request timeout to land —
+        not after the 30 s of the unconfirmed check. Calls still in this instance's pool are
+        never asked about."""
+        timeout = float(getattr(self.orchestrator, "timeout_s", 10.0))
+        fast = any(due <= time.monotonic() <= due + 30.0 for due in self._handovers)
+        self._handovers = [due for due in self._handovers if time.monotonic() <= due + 30.0]
+        return super()._settle_unconfirmed(now, older_than_s=timeout if fast else older_than_s)
 
     def run_pass(self, now_s: float | None = None, *, wait_for_bindings: bool = True):
         self.sync_shares()
