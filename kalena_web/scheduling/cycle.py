@@ -101,8 +101,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             _phase(report, "read", mark)
             return report
         rows = snap.rows
-        considered = _first_pods(snap.pending, max_pods)
-        report.deferred = len(snap.pending) - len(considered)
+        queue_rows = snap.pending if shard is None else shard.mine(snap.pending)  # issue 32: the shard's pods
+        considered = _first_pods(queue_rows, max_pods)
+        report.deferred = len(queue_rows) - len(considered)
         if shard is None:
             _, image_sizes = mappers.node_images(rows)
             pending, pods_of_entry = mappers.pending_batch(considered, image_sizes)

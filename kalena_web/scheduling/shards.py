@@ -426,6 +426,7 @@ class ShardView:
     locked: Callable[[], Iterable[int]] = lambda: ()
     vnodes: int = VNODES
     _node_vnode: dict[str, int] = field(default_factory=dict)
+    _pod_vnode: dict[tuple[str, str], int] = field(default_factory=dict)
     #: pods decided per phase since made: ``own`` (on own nodes) and ``spill`` (the whole cluster)
     decided: dict[str, int] = field(default_factory=lambda: {"own": 0, "spill": 0})
     #: pod name → the vnode it was decided under, for the last pass (binding fence)
@@ -443,6 +444,20 @@ class ShardView:
     def owns_pod(self, name: str, gang: str = "", active: frozenset[int] | None = None) -> bool:
         return pod_vnode(name, gang, self.vnodes) in (self.active() if active is None else active)
 
+    def pod_v(self, name: str, gang: str = "") -> int:
+        key = (name, gang)
+        v = self._pod_vnode.get(key)
+        if v is None:
+            if len(self._pod_vnode) > 500_000:
+                self._pod_vnode.clear()
+            v = self._pod_vnode[key] = pod_vnode(name, gang, self.vnodes)
+        return v
+
+    def mine(self, rows: Sequence) -> list:
+        """The pending rows hashed to the active vnodes (queue order kept)."""
+        active = self.active()
+        return [r for r in rows if self.pod_v(r.name, r.gang) in active]
+
     def decide(self, snap, considered: Sequence, policy, rng) -> tuple[ShardedResult, list[list[int]]]:
         """Decide ``considered`` (pending rows in queue order) as this shard: the rows whose
         vnode is active, on own nodes, then the rest of them on the whole cluster except the
@@ -452,10 +467,10 @@ class ShardView:
         from kalena_web.scheduling import mappers
 
         active = self.active()
-        mine = [r for r in considered if pod_vnode(r.name, r.gang, self.vnodes) in active]
+        mine = [r for r in considered if self.pod_v(r.name, r.gang) in active]
         if len(self.decided_vnode) > 200_000:
             self.decided_vnode.clear()
-        self.decided_vnode.update((r.name, pod_vnode(r.name, r.gang, self.vnodes)) for r in mine)
+        self.decided_vnode.update((r.name, self.pod_v(r.name, r.gang)) for r in mine)
         empty = _Bindings(*(np.zeros(0, dtype=np.int64) for _ in range(4)))
         if not mine:
             return ShardedResult(bindings=empty, records=()), []
