@@ -151,6 +151,11 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
     p.add_argument("--database-url", default=DEFAULT_DB, help=f"PostgreSQL database to (re)create ({DEFAULT_DB})")
     p.add_argument("--keep-db", action="store_true", help="keep the database afterwards")
     p.add_argument("--summary-json", type=Path, help="also write the figures to this JSON file")
+    p.add_argument("--shards", type=int, default=0,
+                   help="N ≥ 1: N sharded instances (kalena watch --shards), each in its own process, one killed "
+                        "at two thirds when N ≥ 2 (docs/scheduler.md \"Sharding\"); 0 (default): a leader and a "
+                        "standby")
+    p.add_argument("--no-kill", action="store_true", help="with --shards: kill no instance")
     p.set_defaults(handler=handle)
 
 
@@ -216,6 +221,8 @@ def handle(args: argparse.Namespace) -> int:
     setup_s = time.monotonic() - t0
     print(f"  setup: cluster imported and {args.nodes} nodes registered in {setup_s:.1f} s "
           f"(test API server in its own process, pid {api.process.pid})")
+    if args.shards:
+        return _sharded(args, api, cluster, t0, setup_s)
 
     def candidate(identity: str) -> ClusterScheduler:
         configuration = k8s.Configuration(host=api.url)
@@ -314,6 +321,65 @@ def handle(args: argparse.Namespace) -> int:
 
         benchenv.drop_database(args.database_url)
     return 0
+
+
+def _sharded(args, api, cluster, t0: float, setup_s: float) -> int:
+    from kalena_web.cli import bench_shards
+
+    if args.shards < 1:
+        raise SystemExit("--shards: need N ≥ 1")
+    try:
+        figures = bench_shards.run(args, api, cluster, t0)
+    finally:
+        api.stop()
+    figures["setup_s"] = round(setup_s, 1)
+    figures["cpus"] = os.cpu_count()
+    figures["load_average_1m"] = round(os.getloadavg()[0], 1)
+    for key, value in figures.items():
+        if key != "instances":
+            print(f"  {key}: {value}")
+    print(bench_shards.table(figures))
+    if args.summary_json:
+        args.summary_json.write_text(json.dumps(figures, indent=2))
+    if not args.keep_db:
+        from django.db import connections
+
+        connections.close_all()
+        from kalena_web.cli import benchenv
+
+        benchenv.drop_database(args.database_url)
+    return 0
+
+
+def _figures_common(args, server: dict, started_wall, events_done, gap_s, cluster) -> dict:
+    """The figures of both modes: rate, created → bound percentiles, lost, double-bound."""
+    import numpy as np
+
+    from kalena_web.scheduling.models import BatchPod
+
+    created_at, bound_at = server["created_at"], server["bound_at"]
+    latencies = [(bound_at[k] - created_at[k]) * 1000.0 for k in bound_at if k in created_at]
+    bound_n = len(latencies)
+    last = max(max(bound_at.values()) if bound_at else started_wall, events_done)
+    first = min(created_at.values()) if created_at else started_wall
+    span = max(1e-9, last - first - (gap_s or 0.0))
+    states = dict(BatchPod.objects.filter(cluster=cluster).values_list("workload__name", "state"))
+    lost = [k for k in created_at if k not in bound_at and states.get(k) != "pending"]
+    first_target: dict[str, str] = {}
+    differing = 0
+    for path, target in server["bindings"]:
+        if path in first_target and first_target[path] != target:
+            differing += 1
+        first_target.setdefault(path, target)
+    return {
+        "nodes": args.nodes, "pods": args.pods, "arrival_rate": args.arrival_rate or "all at once",
+        "pods_bound": bound_n, "pods_bound_per_s": round(bound_n / span, 1),
+        "created_to_bound_p50_ms": round(float(np.percentile(latencies, 50)), 1) if latencies else None,
+        "created_to_bound_p99_ms": round(float(np.percentile(latencies, 99)), 1) if latencies else None,
+        "pods_lost": len(lost), "pods_double_bound": server["conflicts"] + differing,
+        "api_server_cpu_s": round(server["cpu_s"], 1),
+        "api_calls": server["calls"],
+    }
 
 
 def _figures(args, server: dict, started_wall, events_done, gap_s, BatchPod, cluster, a, b) -> dict:

@@ -6,7 +6,10 @@ Dispatches on ``KALENA_ORCHESTRATOR``; each orchestrator adds its entry to :data
 * ``kubernetes``: a candidate for the cluster's ``coordination.k8s.io`` Lease; while it leads it
   list+watches pods and nodes into the reconciler and runs the scheduling passes
   (:class:`~kalena_web.control.leading.ClusterScheduler`). ``kalena serve`` starts the same
-  on a thread when ``KALENA_ORCHESTRATOR=kubernetes``.
+  on a thread when ``KALENA_ORCHESTRATOR=kubernetes``. With ``--shards`` (or
+  ``KALENA_WATCH_SHARDS=1``) every instance schedules a share of the cluster instead — a Lease
+  per instance, nodes and pods hashed to 256 virtual nodes shared out by consistent hashing
+  (:class:`~kalena_web.control.sharding.ShardedScheduler`, docs/scheduler.md "Sharding").
 * ``docker`` / ``swarm``: every engine of ``KALENA_DOCKER_ENGINES`` (Swarm: also the managers'
   node and task lists) — the engines' events API, re-listed on every (re)connect — into the reconciler
   (:func:`start_docker`); ``kalena serve`` runs it on a thread when the orchestrator is docker or
@@ -46,6 +49,11 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (client-go default 10)")
     parser.add_argument("--retry-period", type=float, default=2.0, help="seconds (client-go default 2)")
     parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds per API call")
+    parser.add_argument("--shards", action="store_true", default=os.environ.get("KALENA_WATCH_SHARDS", "") == "1",
+                        help="Kubernetes: schedule a share of the cluster beside every other instance started with "
+                             "--shards (a Lease per instance, kalena-shard-CLUSTER-IDENTITY in --lease-namespace; "
+                             "nodes and pods hashed to 256 virtual nodes shared out by consistent hashing) instead "
+                             "of one leader for the whole cluster (env KALENA_WATCH_SHARDS=1)")
     parser.set_defaults(handler=handle)
     return parser
 
@@ -86,6 +94,16 @@ def start_kubernetes(cluster, args: argparse.Namespace):
         raise InputError(str(exc), field="KALENA_ORCHESTRATOR=kubernetes",
                          accepted="an in-cluster service account, KUBECONFIG or ~/.kube/config") from None
     orchestrator = KubernetesOrchestrator(api_client, request_timeout_s=args.request_timeout, identity=identity)
+    if getattr(args, "shards", False):
+        from kalena_web.control.sharding import ShardedScheduler
+        from kalena_web.scheduling.shards import ShareMember
+
+        member = ShareMember(orchestrator, cluster=cluster.name, identity=identity, namespace=args.lease_namespace,
+                             lease_duration_s=args.lease_duration, renew_deadline_s=args.renew_deadline,
+                             retry_period_s=args.retry_period)
+        scheduler = ShardedScheduler(cluster=cluster, orchestrator=orchestrator, member=member)
+        scheduler.start()
+        return scheduler
     elector = LeaderElector(orchestrator, identity=identity, namespace=args.lease_namespace, name=args.lease_name,
                             lease_duration_s=args.lease_duration, renew_deadline_s=args.renew_deadline,
                             retry_period_s=args.retry_period)

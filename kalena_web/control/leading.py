@@ -97,6 +97,8 @@ class ClusterScheduler:
         self._threads: list[threading.Thread] = []
         self.counters = WatchCounters(cluster)
         self._counters_at = -COUNTERS_PERIOD_S
+        #: issue 32: a sharded instance's view (:class:`~kalena_web.control.sharding.ShardedScheduler`)
+        self.shard = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -208,7 +210,7 @@ class ClusterScheduler:
         stopped scheduler binds nothing more, as kube-scheduler's cancelled context)."""
         return not self._stop.is_set() and self.elector.is_leader()
 
-    def _settle_unconfirmed(self, now: float) -> int:
+    def _settle_unconfirmed(self, now: float, older_than_s: float | None = None) -> int:
         """Bindings the watch has not confirmed after 30 s: ask the API where each pod is —
         bound (the watch is behind: confirm it there), pending (the call never landed: queue it
         again), gone (leave every ledger). Returns how many were queued again."""
@@ -218,9 +220,12 @@ class ClusterScheduler:
 
         requeued = 0
         in_pool = self.binder.in_flight if self.binder is not None else set()
-        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now):
+        kw = {} if older_than_s is None else {"older_than_s": older_than_s}
+        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now, **kw):
             if pod.id in in_pool:
                 continue  # its call has not been answered yet
+            if self.shard is not None and not self.shard.owns_pod(pod.workload.name, pod.gang):
+                continue  # issue 32: another shard's pod (its binding is that shard's to settle)
             if not self.may_act():
                 break
             try:
@@ -261,12 +266,15 @@ class ClusterScheduler:
             self.cache = SchedulerCache(cluster=self.cluster)
             self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer)
         policy = self.pass_policy(now)
-        evictions_record(cluster=self.cluster, now_s=now)
+        cluster_wide = self.shard is None or self.shard.owns_vnode(0)  # issue 32: one shard runs these
+        if cluster_wide:
+            evictions_record(cluster=self.cluster, now_s=now)
         self.stats.requeued_unconfirmed += self._settle_unconfirmed(now)
-        eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
+        if cluster_wide:
+            eviction_retries_run(cluster=self.cluster, orchestrator=self.orchestrator, now_s=now)
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=policy, now_s=now,
                                  rng=self.rng, keep_going=self.may_act, cache=self.cache, binder=self.binder,
-                                 max_pods=None if wait_for_bindings else PASS_PODS)
+                                 max_pods=None if wait_for_bindings else PASS_PODS, shard=self.shard)
         if report.deferred:
             self.wake.set()  # the rest of the queue: decided by the next pass at once
         if wait_for_bindings:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -99,5 +98,10 @@ class _Renewal:
 
 
 def shard_of(node_name: str, shards: int) -> int:
-    """Stable node → shard mapping (CRC-32: the same in every process and on every machine)."""
-    return zlib.crc32(node_name.encode()) % max(1, shards)
+    """Stable node → shard mapping, the same in every process and on every machine: the node's
+    virtual node (:func:`kalena_web.scheduling.shards.vnode_of`, the map the sharded schedulers
+    share out) modulo ``shards`` — with a ``shards`` that divides 256 (the default 16 does) an
+    estimation shard is a whole set of vnodes, so the estimation loop follows the same map."""
+    from kalena_web.scheduling.shards import vnode_of
+
+    return vnode_of(node_name) % max(1, shards)

@@ -72,6 +72,9 @@ class Reconciler:
     pass, :func:`kalena_web.scheduling.tasks.scheduling_request`); ``clock`` gives ``now_s``.
     ``counts`` tallies outcomes per event kind (``{"PodPending": Counter({"changed": 3})}``);
     ``rejected`` keeps the last rejections as ``(kind, ref, message)``.
+    ``owns(kind, ref)`` (``kind`` ``pod`` or ``node``; None: everything): a sharded scheduler's
+    share (issue 32, :mod:`kalena_web.scheduling.shards`) — :meth:`run` applies only the events
+    of the objects it owns, and a ``Resynced`` marks gone only those.
     """
 
     cluster: Cluster
@@ -86,6 +89,7 @@ class Reconciler:
     _seen: dict[tuple, object] = field(default_factory=dict, repr=False)
     #: node name → {pod ref → the last ProductionSeen refused because the node was unknown}
     _awaiting: dict[str, dict[str, ProductionSeen]] = field(default_factory=dict, repr=False)
+    owns: Callable[[str, str], bool] | None = None
 
     def apply(self, event: WatchEvent) -> str:
         """Apply one event; returns ``changed`` | ``unchanged`` | ``unknown`` (names a pod or node
@@ -276,6 +280,10 @@ class Reconciler:
                     chunk.append(waiting.get_nowait())
                 except queue.Empty:
                     break
+            if self.owns is not None:  # issue 32: a shard applies its own objects' events
+                chunk = [e for e in chunk if _owned(self.owns, e)]
+                if not chunk:
+                    continue
             close_old_connections()
             try:
                 self.apply_many(chunk)
@@ -394,19 +402,20 @@ class Reconciler:
         for ref in [ref for kept in self._awaiting.values() for ref in kept if ref not in e.pods]:
             self._await_drop(ref)
         changed = started.relisted(self.cluster, pods=e.pods, nodes=e.nodes, at_s=e.at_s, now_s=now)
-        absent = [pod_id for pod_id, name in BatchPod.objects.filter(
+        absent = [(pod_id, name) for pod_id, name in BatchPod.objects.filter(
             cluster=self.cluster, source=BatchPod.WATCH, gone=False).values_list("id", "workload__name")
             if name not in e.pods]  # names only: whole rows for the absent ones alone
-        for pod in BatchPod.objects.filter(id__in=absent).select_related("workload").order_by("id"):
+        mine = [pod_id for pod_id, name in absent if self.owns is None or self.owns("pod", name)]
+        for pod in BatchPod.objects.filter(id__in=mine).select_related("workload").order_by("id"):
             changed |= lifecycle.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
         observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).exclude(pod="").values_list(
             "pod", flat=True)
         for ref in list(observed):
-            if ref not in e.pods:
+            if ref not in e.pods and (self.owns is None or self.owns("pod", ref)):
                 changed |= control.production_gone(cluster=self.cluster, ref=ref, now_s=now)
         for name in NodeCondition.objects.filter(node__cluster=self.cluster, gone=False).values_list("node__name",
                                                                                                     flat=True):
-            if name not in e.nodes:
+            if name not in e.nodes and (self.owns is None or self.owns("node", name)):
                 changed |= control.node_gone(cluster=self.cluster, name=name, at_s=e.at_s, now_s=now)
         return CHANGED if changed else UNCHANGED
 
@@ -467,6 +476,16 @@ def _images_of(e: NodeSeen) -> dict[str, float]:
     for name in e.images:
         images.setdefault(name, 0.0)
     return images
+
+
+def _owned(owns: Callable[[str, str], bool], event: object) -> bool:
+    """Whether a sharded reconciler applies ``event``: a node's by its name, a pod's by its ref;
+    ``Resynced`` always (it marks gone only what is owned)."""
+    if isinstance(event, Resynced):
+        return True
+    if isinstance(event, NodeSeen | NodeGone):
+        return owns("node", event.name)
+    return owns("pod", _ref_of(event))
 
 
 def _ref_of(event: object) -> str:

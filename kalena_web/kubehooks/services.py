@@ -5,6 +5,8 @@ orchestrator's Binding subresource — and the record of every refused call to t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from agents.discovery.labels import TIER
 from agents.orchestrators import Orchestrator, OrchestratorError
 from agents.orchestrators.kubernetes.batch_resources import pod_vectors
@@ -131,13 +133,15 @@ def extender_bind(*, cluster: Cluster, binding: BindingArgs, orchestrator: Orche
 # -- published batch capacity (docs/design.md §14) ---------------------------------------------------------
 
 def batch_capacity_publish(*, cluster: Cluster, orchestrator: Orchestrator, now_s: float,
-                           buckets: tuple[float, float], raise_interval_s: float = 30.0) -> int:
+                           buckets: tuple[float, float], raise_interval_s: float = 30.0,
+                           node_names: Iterable[str] | None = None) -> int:
     """Decide every node's published ``batch-cpu`` / ``batch-memory`` from its live reservation
     ledger (:func:`kalena_engine.published.publish_batch`: room = S + Σ batch requests, never below
     what admitted, non-terminal batch pods hold — a pod only bound, not yet admitted by the
     kubelet, does not raise it — lowered at once, raised lazily) and patch the nodes whose value
     changed. An orchestrator without the method (Docker, the fake) publishes nothing. A refused
-    patch keeps the old value stored (it is tried again next time). Returns the nodes patched."""
+    patch keeps the old value stored (it is tried again next time). ``node_names``: only these
+    nodes (a sharded scheduler's share, issue 32); None: every node. Returns the nodes patched."""
     import numpy as np
 
     from kalena_engine.ledger import NodeLedgers
@@ -148,7 +152,10 @@ def batch_capacity_publish(*, cluster: Cluster, orchestrator: Orchestrator, now_
     publish = getattr(orchestrator, "publish_batch_capacity", None)
     if publish is None:
         return 0
-    ledgers = list(LiveNodeLedger.objects.filter(node__cluster=cluster).select_related("node").order_by("node__row"))
+    ledgers = LiveNodeLedger.objects.filter(node__cluster=cluster).select_related("node").order_by("node__row")
+    if node_names is not None:
+        ledgers = ledgers.filter(node__name__in=list(node_names))
+    ledgers = list(ledgers)
     if not ledgers:
         return 0
 

@@ -26,6 +26,7 @@ from kalena_web.scheduling.binder import BindingPool
 from kalena_web.scheduling.cache import SchedulerCache
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.recording import assume_in_ledger
+from kalena_web.scheduling.shards import assume_whole
 from kalena_web.scheduling.whypending import pending_notice, why_pending_record
 
 #: pods one pass of a long-lived scheduler decides at most (whole gangs beyond it): its decisions
@@ -60,7 +61,7 @@ class PassReport:
 def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Policy, now_s: float,
                     rng: np.random.Generator, keep_going: Callable[[], bool] | None = None,
                     cache: SchedulerCache | None = None, binder: BindingPool | None = None,
-                    max_pods: int | None = None) -> PassReport:
+                    max_pods: int | None = None, shard=None) -> PassReport:
     """Place pending batch into reservation-ledger slack (docs/design.md §9).
 
     Applies the binding answers that came back since the last pass, takes the cache's next
@@ -77,6 +78,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     ``max_pods``: a pass decides at most this many pods, the first in queue order, with every
     pod of a gang among them (a gang is placed whole or not at all); the rest are ``deferred``
     to the next pass, which the caller runs at once (the binder works meanwhile).
+    ``shard``: a sharded instance's :class:`~kalena_web.scheduling.shards.ShardView` (issue 32):
+    only the pods hashed to its active vnodes are decided, on its own nodes first, and a gang is
+    assumed whole or not at all; None decides every pod on every node.
     ``keep_going`` (e.g. "this scheduler still holds its Lease") is asked before the decisions
     are assumed and before every binding call: once it answers False nothing more is bound and
     the rest goes back to the queue, so no pass outlives the right to bind.
@@ -97,12 +101,17 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             _phase(report, "read", mark)
             return report
         rows = snap.rows
-        considered = _first_pods(snap.pending, max_pods)
-        report.deferred = len(snap.pending) - len(considered)
-        _, image_sizes = mappers.node_images(rows)
-        pending, pods_of_entry = mappers.pending_batch(considered, image_sizes)
-        mark = _phase(report, "read", mark)
-        result = schedule_batch(snap.cluster, pending, policy, rng=rng)
+        queue_rows = snap.pending if shard is None else shard.mine(snap.pending)  # issue 32: the shard's pods
+        considered = _first_pods(queue_rows, max_pods)
+        report.deferred = len(queue_rows) - len(considered)
+        if shard is None:
+            _, image_sizes = mappers.node_images(rows)
+            pending, pods_of_entry = mappers.pending_batch(considered, image_sizes)
+            mark = _phase(report, "read", mark)
+            result = schedule_batch(snap.cluster, pending, policy, rng=rng)
+        else:  # issue 32 (sharding): the shard's pods, own nodes first (kalena_web.scheduling.shards)
+            mark = _phase(report, "read", mark)
+            result, pods_of_entry = shard.decide(snap, considered, policy, rng)
         mark = _phase(report, "engine", mark)
         queued = cache.queue.by_id()
         taken = [0] * len(pods_of_entry)
@@ -118,7 +127,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
         if by_node and keep_going is not None and not keep_going():
             report.stopped_early = True  # the lease lapsed while deciding: nothing is assumed
         elif by_node:
-            accepted = assume_in_ledger([(rows[r].id, version_of[r], pods) for r, pods in by_node.items()], now_s=now_s)
+            groups = [(rows[r].id, version_of[r], pods) for r, pods in by_node.items()]
+            accepted = (assume_in_ledger(groups, now_s=now_s) if shard is None  # issue 32: a gang whole
+                        else assume_whole(groups, now_s=now_s, gang_of=shard.gangs_of(considered)))
             name_of = {rows[r].id: rows[r].name for r in by_node}
             report.stale = sum(len(pods) for pods in by_node.values()) - sum(len(p) for p in accepted.values())
             calls = [(pod, name_of[node_id]) for node_id, pods in accepted.items() for pod in pods]

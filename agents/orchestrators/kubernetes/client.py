@@ -361,6 +361,21 @@ class KubernetesOrchestrator:
         except Exception as exc:  # noqa: BLE001 - a timeout is a failed renewal, not a crash of the elector
             raise OrchestratorError(f"read lease {namespace}/{name}: {type(exc).__name__}: {exc}") from None
 
+    def lease_list(self, namespace: str, label_selector: str = "") -> list[dict]:
+        """The Leases of ``namespace`` matching ``label_selector`` (the sharded schedulers'
+        membership, :mod:`kalena_web.scheduling.shards`).
+
+        Raises:
+            OrchestratorError: the API refused or did not answer in time.
+        """
+        try:
+            body = self._raw(self.coordination.list_namespaced_lease, namespace, label_selector=label_selector)
+        except ApiException as exc:
+            raise OrchestratorError(f"list leases in {namespace}: {exc.status} {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - a timeout is a missed round, not a crash
+            raise OrchestratorError(f"list leases in {namespace}: {type(exc).__name__}: {exc}") from None
+        return list(body.get("items") or [])
+
     def lease_write(self, namespace: str, lease: dict, *, create: bool) -> dict:
         """Create the Lease or replace it (optimistic: its ``metadata.resourceVersion``).
 

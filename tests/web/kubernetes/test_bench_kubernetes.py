@@ -47,3 +47,23 @@ def test_short_bench_binds_every_pod_once_and_tears_down_cleanly(tmp_path: Path,
     assert summary["watch_410_expired"] >= 1
     errors = [line for line in result.stderr.splitlines() if '"level": "ERROR"' in line]
     assert not errors, errors[:3]
+
+
+def test_short_sharded_bench_loses_nothing_through_a_killed_instance(tmp_path: Path, data_dir: Path) -> None:
+    """``--shards 2``: two instances in processes of their own, one SIGKILLed at two thirds; the
+    survivor takes its share and every pod is bound once (issue 32)."""
+    out = tmp_path / "shards.json"
+    env = {**os.environ, "KALENA_DATA_DIR": str(data_dir)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "kalena_web.cli", "bench", "kubernetes", "--shards", "2", "--nodes", "60", "--pods",
+         "90", "--jobs", "5", "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5",
+         "--timeout", "300", "--database-url", _bench_database_url() + "_s", "--summary-json", str(out)],
+        capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "instance kalena-1 killed" in result.stdout and "pods/cpu s" in result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["pods_bound"] == 90 and summary["pods_lost"] == 0 and summary["pods_double_bound"] == 0
+    assert summary["reassignment_s"] is not None       # the killed share was acted on again
+    assert set(summary["instances"]) == {"kalena-0", "kalena-1"}
+    assert summary["instances"]["kalena-1"]["killed"] and summary["per_instance_pods_per_cpu_s_mean"] > 0

@@ -26,6 +26,7 @@ from agents.orchestrators.kubernetes.testkubelet import token_reviews
 from agents.orchestrators.kubernetes.testserver import TestAPIServer, node, pod
 from kalena_web.control.leading import ClusterScheduler
 from kalena_web.kubehooks.services import batch_capacity_publish
+from kalena_web.scheduling.shards import ShareMember
 from kalena_web.scheduling.models import BatchPod
 from tests.agents.conftest import json_server, make_v2_tree  # noqa: F401 (json_server: a fixture)
 from tests.agents.orchestrators.kubernetes.test_agent_evictions import workload
@@ -79,6 +80,9 @@ def test_control_plane_rbac_is_exactly_what_it_calls(live, api_server):
                  "PodScheduled=False")
         orch.evict("batch/fits-0", grace_s=0, reason="rbac")       # escalation drain / eviction retries
         orch.pod("batch/huge-0")                                    # the extender's bind reads the pod
+        member = ShareMember(orch, cluster=live.name, identity="kalena-rbac", lease_duration_s=2.0,
+                             renew_deadline_s=1.5, retry_period_s=0.2)
+        assert member.step() and member.step()                      # a sharded instance: list, create, update
     finally:
         s.stop()
     need = required(api.request_log)

@@ -1,0 +1,207 @@
+"""``kalena bench kubernetes --shards N``: N sharded scheduler instances (issue 32), each in a
+process of its own (so each one's CPU is its process's), against the test API server in another.
+
+The cluster, the API server and the pods are those of ``kalena bench kubernetes``. The N
+instances (:class:`~kalena_web.control.sharding.ShardedScheduler`, each with its own client,
+watch, reconciler, share Lease and database connections) start together; the pods are created
+once every vnode is acted on. With N ≥ 2, when two thirds of the pods are bound the last
+instance is killed (SIGKILL: its Lease is left to expire) and the survivors take its share.
+
+Figures (besides the single-scheduler run's ``pods_bound_per_s``, created → bound p50/p99,
+``pods_lost``, ``pods_double_bound``): per instance the pods it bound, its process's CPU
+seconds while the pods were bound, ``pods_per_cpu_s``, and the pods decided on its own nodes
+and on the whole cluster (``own`` / ``spill``); ``per_instance_pods_per_cpu_s_mean``;
+``reassignment_s`` = the kill → every vnode acted on again (a lease duration of it is the
+dead Lease's expiry, ``reassignment_after_expiry_s`` the rest: membership rounds and the
+re-list that unlocks the moved share).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from kalena_web.scheduling.shards import VNODES
+
+
+def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple[float, float, float],
+              seed: int) -> None:
+    """One sharded instance in its own process (spawned: a clean interpreter)."""
+    os.environ.update(DATABASE_URL=database_url, DJANGO_SETTINGS_MODULE="kalena_web.settings",
+                      KALENA_ORCHESTRATOR="kubernetes")
+    os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    import numpy as np
+    from kubernetes import client as k8s
+
+    from agents.orchestrators.kubernetes import KubernetesOrchestrator
+    from kalena_web.control.orchestrators import BIND_POOL
+    from kalena_web.control.sharding import ShardedScheduler
+    from kalena_web.inventory.models import Cluster
+    from kalena_web.scheduling.shards import ShareMember
+
+    cluster = Cluster.objects.get(name="bench-kubernetes")
+    configuration = k8s.Configuration(host=api_url)
+    configuration.connection_pool_maxsize = BIND_POOL
+    orch = KubernetesOrchestrator(k8s.ApiClient(configuration), request_timeout_s=10.0, identity=identity)
+    member = ShareMember(orch, cluster=cluster.name, identity=identity, lease_duration_s=lease[0],
+                         renew_deadline_s=lease[1], retry_period_s=lease[2])
+    s = ShardedScheduler(cluster=cluster, orchestrator=orch, member=member, pass_period_s=1.0,
+                         rng=np.random.default_rng(seed))
+    s.start()
+    conn.send(os.getpid())
+
+    def threads_cpu() -> dict[str, float]:
+        """CPU seconds per thread kind (a thread's name up to its first digit or dash-number)."""
+        import re
+        import threading
+
+        out: dict[str, float] = {}
+        for t in threading.enumerate():
+            try:
+                cpu = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            except (OSError, TypeError, AttributeError):
+                continue
+            kind = re.sub(r"[-_]?\d+(_\d+)?$", "", t.name)
+            out[kind] = round(out.get(kind, 0.0) + cpu, 2)
+        return out
+    while True:
+        command = conn.recv()
+        if command == "status":
+            conn.send(dict(active=sorted(member.active()), placed=s.stats.placed, cpu_s=time.process_time(),
+                           decided=dict(s.shard.decided), threads=threads_cpu()))
+        elif command == "stop":
+            orch.flush_events(timeout_s=60.0)
+            threads = threads_cpu()  # before stop: the threads are gone after it
+            s.stop()
+            conn.send(dict(placed=s.stats.placed, cpu_s=time.process_time(), decided=dict(s.shard.decided),
+                           phase_s=dict(s.stats.phase_s), passes=s.stats.passes, syncs=len(s.syncs),
+                           events_sent=orch.events_sent, threads=threads))
+            return
+
+
+class _Instance:
+    def __init__(self, ctx, database_url: str, api_url: str, identity: str, lease, seed: int) -> None:
+        self.identity = identity
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_instance, args=(child, database_url, api_url, identity, lease, seed),
+                                   name=identity, daemon=True)
+        self.process.start()
+        self.pid = self._conn.recv()
+        self.killed_at: float | None = None
+        self.last: dict = {}
+
+    def ask(self, command: str) -> dict:
+        self._conn.send(command)
+        self.last = self._conn.recv()
+        return self.last
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.killed_at = time.time()
+        self.process.join(timeout=10)
+
+
+def run(args, api, cluster, t0: float) -> dict:
+    """The sharded run (module doc); returns the figures."""
+    import multiprocessing
+
+    import numpy as np
+    from django.db import connections
+
+    from kalena_web.cli.bench_kubernetes import _figures_common
+
+    connections.close_all()
+    ctx = multiprocessing.get_context("spawn")
+    lease = (args.lease_duration, args.renew_deadline, args.retry_period)
+    instances = [_Instance(ctx, args.database_url, api.url, f"kalena-{i}", lease, args.seed + i)
+                 for i in range(args.shards)]
+    deadline = time.monotonic() + 180
+    while True:
+        union = set().union(*(set(x.ask("status")["active"]) for x in instances))
+        if len(union) == VNODES:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the {args.shards} instances never shared out the vnodes ({len(union)} acted on)")
+        time.sleep(0.2)
+    print(f"  {args.shards} sharded instance(s) acting on all {VNODES} vnodes ({time.monotonic() - t0:.1f} s since "
+          f"start; pids {', '.join(str(x.pid) for x in instances)})")
+    cpu0 = {x.identity: x.ask("status")["cpu_s"] for x in instances}
+    threads0 = {x.identity: x.last.get("threads", {}) for x in instances}
+    rng = np.random.default_rng(args.seed)
+    job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
+    job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
+    cpus, mems = job_cpu[np.arange(args.pods) % args.jobs], job_mem[np.arange(args.pods) % args.jobs]
+    api.ask("pods", args.pods, args.jobs, [int(c) for c in cpus], [int(m) for m in mems], args.arrival_rate)
+    started_wall = time.time()
+    killed: _Instance | None = None
+    rehomed_at: float | None = None
+    end = time.monotonic() + args.timeout
+    last_print = 0.0
+    cpu_at_kill: dict[str, float] = {}
+    while time.monotonic() < end:
+        n, creating = api.ask("progress")
+        if args.shards >= 2 and not args.no_kill and killed is None and n >= 2 * args.pods / 3:
+            killed = instances[-1]
+            killed.ask("status")
+            cpu_at_kill[killed.identity] = killed.last["cpu_s"]
+            killed.kill()
+            print(f"  {n} bound: instance {killed.identity} killed (SIGKILL; its Lease left to expire)")
+        live = [x for x in instances if x is not killed]
+        if killed is not None and rehomed_at is None:
+            union = set().union(*(set(x.ask("status")["active"]) for x in live))
+            if len(union) == VNODES:
+                rehomed_at = time.time()
+                print(f"  its share acted on again {rehomed_at - killed.killed_at:.1f} s after the kill")
+        if n >= args.pods and not creating and (killed is None or rehomed_at is not None):
+            break
+        if time.monotonic() - last_print > 10:
+            print(f"  … {n}/{args.pods} bound")
+            last_print = time.monotonic()
+        time.sleep(0.1)
+    finals = {}
+    for x in instances:
+        if x is killed:
+            finals[x.identity] = {**x.last, "cpu_s": cpu_at_kill[x.identity]}
+        else:
+            finals[x.identity] = x.ask("stop")
+    events_done = time.time()
+    server = api.ask("results")
+    figures = _figures_common(args, server, started_wall, events_done, 0.0, cluster)
+    per = {}
+    for x in instances:
+        f = finals[x.identity]
+        cpu = max(1e-9, f["cpu_s"] - cpu0[x.identity])
+        per[x.identity] = {"pods_bound": f["placed"], "cpu_s": round(cpu, 1),
+                           "pods_per_cpu_s": round(f["placed"] / cpu, 1), "decided": f.get("decided"),
+                           "killed": x is killed, "phase_s": f.get("phase_s"),
+                           "thread_cpu_s": {k: round(v - threads0[x.identity].get(k, 0.0), 2)
+                                            for k, v in (f.get("threads") or {}).items()}}
+    figures["shards"] = args.shards
+    figures["instances"] = per
+    rates = [v["pods_per_cpu_s"] for v in per.values() if not v["killed"]]
+    figures["per_instance_pods_per_cpu_s_mean"] = round(float(np.mean(rates)), 1) if rates else None
+    figures["scheduler_cpu_s_total"] = round(sum(v["cpu_s"] for v in per.values()), 1)
+    figures["pods_bound_per_scheduler_cpu_s"] = round(figures["pods_bound"] / max(1e-9, figures["scheduler_cpu_s_total"]), 1)
+    if killed is not None and rehomed_at is not None:
+        figures["reassignment_s"] = round(rehomed_at - killed.killed_at, 2)
+        figures["reassignment_after_expiry_s"] = round(rehomed_at - killed.killed_at - args.lease_duration, 2)
+    else:
+        figures["reassignment_s"] = None
+    return figures
+
+
+def table(figures: dict) -> str:
+    """The per-instance table printed after the figures."""
+    lines = [f"  {'instance':<12} {'bound':>7} {'cpu s':>7} {'pods/cpu s':>11} {'own':>7} {'spill':>6}"]
+    for name, v in figures["instances"].items():
+        d = v.get("decided") or {}
+        lines.append(f"  {name:<12} {v['pods_bound']:>7} {v['cpu_s']:>7} {v['pods_per_cpu_s']:>11} "
+                     f"{d.get('own', 0):>7} {d.get('spill', 0):>6}{'  (killed)' if v['killed'] else ''}")
+        top = sorted((v.get("thread_cpu_s") or {}).items(), key=lambda kv: -kv[1])[:6]
+        if top:
+            lines.append("      cpu s by thread: " + ", ".join(f"{k} {t:g}" for k, t in top))
+    return "\n".join(lines)
