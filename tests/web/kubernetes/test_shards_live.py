@@ -168,11 +168,9 @@ def test_three_instances_one_killed_one_added_lose_nothing_and_bind_nothing_twic
     for name, target in zip(pinned, moved_nodes, strict=True):
         assert api.get("pods", f"batch/{name}")["spec"]["nodeName"] == target
     assert c.member.rounds == c_rounds                                                                     # dead
-    # every moved vnode acting again within one lease period of rounds: d, from its start; the
-    # survivors, from the round they first saw c's Lease expired
-    full = after.vnodes_of("kalena-d")
-    assert next(r for _, r, _, acting in d.member.history if full <= acting) <= ROUNDS_PER_LEASE
-    for s in (a, b):
+    # every moved vnode acting again within one lease period of rounds, counted from the round each
+    # instance first saw c's Lease expired (c's share cannot move before: its Lease still claims it)
+    for s in (a, b, d):
         gone = next(r for _, r, members, _ in s.member.history if "kalena-c" not in members and r > 1)
         mine = after.vnodes_of(s.member.identity)
         took = next(r for _, r, _, acting in s.member.history if r >= gone and mine <= acting)
