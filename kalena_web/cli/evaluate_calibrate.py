@@ -236,6 +236,20 @@ def format_shipped(rows: dict[str, dict[str, object]]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *body])
 
 
+def _check_window(inputs, base: ReplayConfig) -> None:
+    """Refuse, naming the flags, a usage window no production usage series covers (before any
+    replay starts, as ``kalena replay`` does in its one process)."""
+    usage = inputs.bitbrains
+    start = usage.earliest_start_s() + base.usage_offset_s
+    if usage.covering(start, start + base.hours * 3600.0, tolerance_s=base.coverage_tolerance_s):
+        return
+    ends = [float(vm.timestamp_s[-1]) for vm in usage.series if len(vm)]
+    span_h = (max(ends) - usage.earliest_start_s()) / 3600.0 if ends else 0.0
+    _fail(f"--usage-offset-h/--hours: no production usage series covers {base.hours:g} h from "
+          f"{base.usage_offset_s / 3600.0:g} h into {usage.directory} (its series span {span_h:.1f} h from its "
+          f"start; accepted: --usage-offset-h + --hours within that)")
+
+
 def handle(args: argparse.Namespace) -> int:
     for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html), ("--out", args.out)):
         summary_path_check(path, flag, COMMAND)
@@ -255,6 +269,7 @@ def handle(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     inputs = load_inputs(args, progress=not args.no_progress)
     loaded = time.perf_counter() - started
+    _check_window(inputs, base)
     margins, half_lives = tuple(args.margins), tuple(args.half_lives)
     results: dict[str, dict[str, object]] = {}
     widened: list[str] = []
