@@ -217,7 +217,7 @@ def safety_curve_figure(points: list[dict[str, object]], baselines: dict[str, di
                   annotation_text=f"tolerance {max_evictions:g} evictions/100 pod-h", annotation_position="top right")
     fig.update_layout(title=f"Safety curve at ×{load}: reclaimed cpu against batch evictions", template="plotly_white",
                       xaxis_title="batch evictions per 100 batch pod-hours",
-                      yaxis_title="reclaimed fraction of cpu requests (%)", height=520, legend={"orientation": "h"})
+                      yaxis_title="reclaimed fraction of cpu requests (%)", height=560, legend={"orientation": "h", "y": -0.22})
     return fig
 
 

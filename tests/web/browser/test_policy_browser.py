@@ -188,6 +188,7 @@ def test_the_calibration_frontier_in_a_browser(live_server, chromium, django_use
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(_sweep_file()))
     page = chromium.new_page(viewport={"width": 1440, "height": 1100})
+    page.set_default_timeout(120_000)  # a shared machine's live server can take long to answer
     try:
         page.goto(f"{live_server.url}/policy/home/calibration/")
         page.fill("#id_username", "olga")
