@@ -58,6 +58,12 @@ SECTIONS = ("estimator", "eviction", "placement", "escalation", "namespaces")
 CALIBRATION_POINT_KEYS = ("margin_ratio", "half_life_s", "reclaimed_fraction_cpu", "reclaimed_fraction_ram",
                           "batch_evictions_per_100_pod_hours", "production_contention_core_hours")
 SWEEP_KEYS = ("margin_ratio", "half_life_s")
+#: Optional keys of a calibration point: the predictor variant (text, ``asymmetric`` when
+#: omitted), the load factor it was measured at (1), OOM kills and production cpu core-hours (the
+#: contention share's denominator).
+CALIBRATION_POINT_EXTRA = ("predictor", "load_factor", "oom_kills", "production_cpu_core_hours")
+#: ``metadata.calibration.tolerance``: the operator's tolerance the shipped setting was chosen by.
+TOLERANCE_KEYS = ("max_evictions_per_100_pod_hours", "max_contention_share")
 
 
 @dataclass(frozen=True)
@@ -141,15 +147,24 @@ class CalibrationPoint:
     reclaimed_fraction_ram: float
     batch_evictions_per_100_pod_hours: float
     production_contention_core_hours: float
+    predictor: str = "asymmetric"
+    load_factor: float = 1.0
+    oom_kills: float = 0.0
+    production_cpu_core_hours: float = 0.0
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """``sweep``: the values swept per parameter; ``knee``: the chosen setting."""
+    """``sweep``: the values swept per parameter (``predictor``: the variants' labels);
+    ``knee``: the knee's μ and h; ``shipped``: the setting the operator's tolerance picks
+    (``predictor``, ``margin_ratio``, ``half_life_s``, ``qualified`` 1/0); ``tolerance``: that
+    tolerance (:data:`TOLERANCE_KEYS`)."""
 
-    sweep: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    sweep: tuple[tuple[str, tuple[float | str, ...]], ...] = ()
     points: tuple[CalibrationPoint, ...] = ()
     knee: tuple[tuple[str, float], ...] = ()
+    shipped: tuple[tuple[str, float | str], ...] = ()
+    tolerance: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -300,17 +315,28 @@ def _read_metadata(data: Any, at: _At) -> PolicyMetadata:
     return PolicyMetadata(**out)
 
 
+def _read_predictor_label(value: Any, at: _At) -> str:
+    label = at.text(value)
+    if label.split(":", 1)[0] not in PREDICTORS:
+        raise at.error(f"unknown predictor {label!r}", accepted=", ".join(PREDICTORS))
+    return label
+
+
 def _read_calibration(data: Any, at: _At) -> Calibration:
-    body = at.mapping(data, ("sweep", "points", "knee"))
-    sweep: list[tuple[str, tuple[float, ...]]] = []
+    body = at.mapping(data, ("sweep", "points", "knee", "shipped", "tolerance"))
+    sweep: list[tuple[str, tuple[float | str, ...]]] = []
     if "sweep" in body:
         here = at.key(body, "sweep")
-        values = here.mapping(body["sweep"], SWEEP_KEYS)
+        values = here.mapping(body["sweep"], (*SWEEP_KEYS, "predictor"))
         for name, listed in values.items():
             item = here.key(values, name)
             if not isinstance(listed, list) or not listed:
-                raise item.error(f"expected a non-empty list of numbers, got {_kind(listed)}")
-            sweep.append((name, tuple(float(item.number(v, _POSITIVE)) for v in listed)))
+                raise item.error(f"expected a non-empty list of {'predictors' if name == 'predictor' else 'numbers'}, "
+                                 f"got {_kind(listed)}")
+            if name == "predictor":
+                sweep.append((name, tuple(_read_predictor_label(v, item) for v in listed)))
+            else:
+                sweep.append((name, tuple(float(item.number(v, _POSITIVE)) for v in listed)))
     points = []
     if "points" in body:
         here = at.key(body, "points")
@@ -318,18 +344,36 @@ def _read_calibration(data: Any, at: _At) -> Calibration:
             raise here.error(f"expected a list of points, got {_kind(body['points'])}")
         for i, point in enumerate(body["points"]):
             p_at = _At(here.source, f"{here.path}[{i}]", (getattr(body["points"], "item_lines", None) or [here.line] * (i + 1))[i])
-            row = p_at.mapping(point, CALIBRATION_POINT_KEYS)
+            row = p_at.mapping(point, (*CALIBRATION_POINT_KEYS, *CALIBRATION_POINT_EXTRA))
             missing = [k for k in CALIBRATION_POINT_KEYS if k not in row]
             if missing:
                 raise p_at.error(f"missing {', '.join(missing)}", accepted=", ".join(CALIBRATION_POINT_KEYS))
-            points.append(CalibrationPoint(**{k: float(p_at.key(row, k).number(row[k], _NON_NEGATIVE))
-                                              for k in CALIBRATION_POINT_KEYS}))
+            fields_ = {k: float(p_at.key(row, k).number(row[k], _NON_NEGATIVE))
+                       for k in (*CALIBRATION_POINT_KEYS, *CALIBRATION_POINT_EXTRA[1:]) if k in row}
+            if "predictor" in row:
+                fields_["predictor"] = _read_predictor_label(row["predictor"], p_at.key(row, "predictor"))
+            points.append(CalibrationPoint(**fields_))
     knee: list[tuple[str, float]] = []
     if "knee" in body:
         here = at.key(body, "knee")
         chosen = here.mapping(body["knee"], SWEEP_KEYS)
         knee = [(k, float(here.key(chosen, k).number(v, _POSITIVE))) for k, v in chosen.items()]
-    return Calibration(sweep=tuple(sweep), points=tuple(points), knee=tuple(knee))
+    shipped: list[tuple[str, float | str]] = []
+    if "shipped" in body:
+        here = at.key(body, "shipped")
+        chosen = here.mapping(body["shipped"], (*SWEEP_KEYS, "predictor", "qualified"))
+        for k, v in chosen.items():
+            if k == "predictor":
+                shipped.append((k, _read_predictor_label(v, here.key(chosen, k))))
+            else:
+                shipped.append((k, float(here.key(chosen, k).number(v, _NON_NEGATIVE if k == "qualified" else _POSITIVE))))
+    tolerance: list[tuple[str, float]] = []
+    if "tolerance" in body:
+        here = at.key(body, "tolerance")
+        given = here.mapping(body["tolerance"], TOLERANCE_KEYS)
+        tolerance = [(k, float(here.key(given, k).number(v, _NON_NEGATIVE))) for k, v in given.items()]
+    return Calibration(sweep=tuple(sweep), points=tuple(points), knee=tuple(knee), shipped=tuple(shipped),
+                       tolerance=tuple(tolerance))
 
 
 def _apply_spec(policy: Policy, spec: Mapping[str, Any], spec_at: _At) -> Policy:
@@ -440,9 +484,15 @@ def policy_to_document(document: PolicyDocument) -> dict[str, Any]:
         cal = meta.calibration
         metadata["calibration"] = {
             "sweep": {k: list(v) for k, v in cal.sweep},
-            "points": [{k: getattr(p, k) for k in CALIBRATION_POINT_KEYS} for p in cal.points],
+            "points": [{**{k: getattr(p, k) for k in CALIBRATION_POINT_KEYS},
+                        **{k: getattr(p, k) for k in CALIBRATION_POINT_EXTRA
+                           if getattr(p, k) != getattr(CalibrationPoint, k)}} for p in cal.points],
             "knee": dict(cal.knee),
         }
+        if cal.shipped:
+            metadata["calibration"]["shipped"] = dict(cal.shipped)
+        if cal.tolerance:
+            metadata["calibration"]["tolerance"] = dict(cal.tolerance)
     policy = document.policy
     spec = {section: _section_to_dict(section, getattr(policy, section))
             for section in ("estimator", "eviction", "placement", "escalation")}

@@ -19,9 +19,10 @@ steps cost 0.2 then 1.3 → knee (12 %, 0.6).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
-from kalena_engine.policy import Policy
+from kalena_engine.policy import EstimatorPolicy, Policy
+from kalena_engine.predictors import MEMBERS, PREDICTORS
 from kalena_engine.policy_file import Calibration, CalibrationPoint, PolicyDocument, PolicyMetadata
 from kalena_engine.replay.setup import ReplayConfig
 
@@ -35,37 +36,144 @@ POINT_FIELDS = ("reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_evict
                 "production_contention_core_hours")
 
 
-def setting_name(margin: float, half_life_s: float, load_factor: float) -> str:
-    """A sweep setting's display name, e.g. ``μ1.15 h600 ×1``."""
-    return f"μ{margin:g} h{half_life_s:g} ×{load_factor:g}"
+#: The estimator's predictor the sweep runs when none is named: Kalena's asymmetric rule.
+ASYMMETRIC = "asymmetric"
+#: Estimator fields a predictor variant may set (``--predictors nsigma:n_sigma=2:window_s=3600``);
+#: μ and h are swept on their own axes.
+VARIANT_KEYS = tuple(f.name for f in fields(EstimatorPolicy)
+                     if f.name not in ("grace_s", "stale_min_s", "limit_ratio", "predictor"))
+#: Keys a variant may *pin*: that variant is run at this μ or h only, not across the axis.
+PINS = ("margin_ratio", "half_life_s")
+#: The predictors (and parameters) ``kalena evaluate calibrate`` sweeps by default beside μ × h:
+#: Kalena's asymmetric rule, Borg's RC-like percentile at p99 and p95, N-sigma at N 3 and 5, the
+#: max of those two members, and the per-workload choice (Autopilot). The periodic member needs
+#: whole earlier days of history (``periodic_days``), which a 24-h replay starting from nothing
+#: does not have (it would serve the asymmetric rule all day), so it is swept only when named.
+PREDICTOR_VARIANTS = ("asymmetric", "percentile", "percentile:percentile=95", "nsigma", "nsigma:n_sigma=5",
+                      "max:members=percentile+nsigma", "auto")
+
+
+def parse_variant(text: str) -> tuple[str, tuple[tuple[str, object], ...]]:
+    """A predictor variant ``name[:key=value…]`` as ``(label, ((key, value), …))``, ``members``
+    values joined by ``+``; the label is the canonical text (keys in the order given). A
+    ``margin_ratio`` or ``half_life_s`` key *pins* that axis for the variant (:data:`PINS`).
+
+    Raises:
+        ValueError: an unknown predictor or key, or a value the estimator refuses — naming it.
+
+    Example: ``"nsigma:n_sigma=5"`` → ``("nsigma:n_sigma=5", (("predictor", "nsigma"), ("n_sigma", 5.0)))``.
+    """
+    name, *pairs = [part.strip() for part in text.strip().split(":")]
+    if name not in PREDICTORS:
+        raise ValueError(f"predictor {name!r} is unknown (accepted: {', '.join(PREDICTORS)})")
+    params: list[tuple[str, object]] = [("predictor", name)]
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in VARIANT_KEYS:
+            raise ValueError(f"{text!r}: {key or pair!r} is not a predictor key (accepted: key=value with key one of "
+                             f"{', '.join(VARIANT_KEYS)})")
+        if key == "members":
+            members = tuple(m.strip() for m in value.split("+") if m.strip())
+            unknown = [m for m in members if m not in MEMBERS]
+            if unknown or not members:
+                raise ValueError(f"{text!r}: members {value!r}: each must be one of {', '.join(MEMBERS)} (joined by +)")
+            params.append((key, members))
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"{text!r}: {key} {value!r} is not a number") from None
+        kind = type(getattr(EstimatorPolicy(), key))
+        if key in PINS and not number > 0:
+            raise ValueError(f"{text!r}: {key} {value!r} must be positive")
+        params.append((key, int(number) if kind is int else number))
+    try:
+        estimator = replace(EstimatorPolicy(), **dict(params))
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
+    _check_ranges(estimator, text)
+    label = ":".join([name] + [f"{k}={'+'.join(v) if isinstance(v, tuple) else f'{v:g}'}" for k, v in params[1:]])
+    return label, tuple(params)
+
+
+def _check_ranges(estimator: EstimatorPolicy, text: str) -> None:
+    """The policy file's ranges for the predictor keys (the one parser's, docs/design.md §10)."""
+    from kalena_engine.errors import PolicyError
+    from kalena_engine.policy_file import PolicyDocument, dump_policy_text, parse_policy_text
+
+    try:
+        parse_policy_text(dump_policy_text(PolicyDocument(policy=Policy(estimator=estimator))), source="--predictors")
+    except (PolicyError, ValueError) as exc:
+        problem = str(exc).split(": ", 1)[-1] if str(exc).startswith("--predictors:") else str(exc)
+        raise ValueError(f"{text!r}: {problem}") from None
+
+
+def setting_name(margin: float, half_life_s: float, load_factor: float, predictor: str = ASYMMETRIC) -> str:
+    """A sweep setting's display name, e.g. ``μ1.15 h600 ×1`` (the asymmetric rule) or
+    ``nsigma μ1.15 h600 ×4``."""
+    head = "" if predictor == ASYMMETRIC else f"{predictor} "
+    return f"{head}μ{margin:g} h{half_life_s:g} ×{load_factor:g}"
 
 
 def sweep_configs(base: ReplayConfig, margins: tuple[float, ...], half_lives: tuple[float, ...],
-                  load_factors: tuple[float, ...]) -> dict[str, ReplayConfig]:
-    """One Kalena-rule replay per (load factor, μ, h), identical but for those.
+                  load_factors: tuple[float, ...], predictors: tuple[str, ...] = (ASYMMETRIC,),
+                  ) -> dict[str, ReplayConfig]:
+    """One Kalena-rule replay per (load factor, predictor variant, μ, h), identical but for those.
+
+    ``predictors`` are variant texts (:func:`parse_variant`); every other estimator field is the
+    base policy's.
 
     Raises:
-        ValueError: an empty or repeated list, or a value the estimator refuses.
+        ValueError: an empty or repeated list, an unknown predictor or key, or a value the
+            estimator refuses.
     """
+    parsed = [parse_variant(p) for p in predictors]
+    labels = [label for label, _ in parsed]
     for label, values in (("margins", margins), ("half-lives", half_lives), ("load factors", load_factors)):
         if not values:
             raise ValueError(f"no {label} to sweep")
         if len(set(values)) != len(values):
             raise ValueError(f"a value is named twice in the {label} {', '.join(f'{v:g}' for v in values)}")
+    if not labels:
+        raise ValueError("no predictors to sweep")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"a predictor is named twice in {', '.join(labels)}")
     out = {}
     for load in load_factors:
-        for h in half_lives:
-            for mu in margins:
-                estimator = replace(base.policy.estimator, margin_ratio=float(mu), half_life_s=float(h))
-                policy = replace(base.policy, estimator=estimator)
-                out[setting_name(mu, h, load)] = replace(base, policy=policy, load_factor=float(load),
-                                                         reservation_rule="kalena")
+        for label, params in parsed:
+            for mu, h in variant_grid(params, margins, half_lives):
+                values = {**dict(params), "margin_ratio": float(mu), "half_life_s": float(h)}
+                policy = replace(base.policy, estimator=replace(base.policy.estimator, **values))
+                out[setting_name(mu, h, load, label)] = replace(base, policy=policy, load_factor=float(load),
+                                                                reservation_rule="kalena")
     return out
 
 
-def point(margin: float, half_life_s: float, summary: dict[str, object]) -> dict[str, float]:
-    """A calibration point: the setting and :data:`POINT_FIELDS` (plus ``oom_kills``)."""
-    row = {"margin_ratio": float(margin), "half_life_s": float(half_life_s)}
+def variant_grid(params: tuple[tuple[str, object], ...] | str, margins: tuple[float, ...],
+                 half_lives: tuple[float, ...]) -> list[tuple[float, float]]:
+    """The (μ, h) settings a variant runs at: the grid's, but a pinned axis (:data:`PINS`) at its
+    one value. ``params`` may be the variant's text."""
+    if isinstance(params, str):
+        params = parse_variant(params)[1]
+    given = dict(params)
+    ms = (float(given["margin_ratio"]),) if "margin_ratio" in given else margins
+    hs = (float(given["half_life_s"]),) if "half_life_s" in given else half_lives
+    return [(mu, h) for h in hs for mu in ms]
+
+
+def variant_estimator(estimator: EstimatorPolicy, setting: dict[str, object]) -> EstimatorPolicy:
+    """``estimator`` with a point's predictor variant, μ and h."""
+    _, params = parse_variant(str(setting.get("predictor", ASYMMETRIC)))
+    return replace(estimator, **{**dict(params), "margin_ratio": float(setting["margin_ratio"]),
+                                 "half_life_s": float(setting["half_life_s"])})
+
+
+def point(margin: float, half_life_s: float, summary: dict[str, object],
+          predictor: str = ASYMMETRIC) -> dict[str, float]:
+    """A calibration point: the setting (``predictor`` label, μ, h) and :data:`POINT_FIELDS`
+    (plus ``oom_kills`` and ``production_cpu_core_hours``)."""
+    row = {"predictor": predictor, "margin_ratio": float(margin), "half_life_s": float(half_life_s)}
     row.update({k: float(summary[k]) for k in POINT_FIELDS})
     row["oom_kills"] = float(summary.get("oom_kills", 0))
     row["production_cpu_core_hours"] = float(summary.get("production_cpu_core_hours", 0.0))
@@ -82,7 +190,7 @@ def frontier(points: list[dict[str, float]]) -> list[dict[str, float]]:
     """The points no other point beats (module doc), by increasing reclaimed cpu."""
     front = [p for p in points if not any(_dominated(p, q) for q in points)]
     return sorted(front, key=lambda p: (p["reclaimed_fraction_cpu"], -p["batch_evictions_per_100_pod_hours"],
-                                        p["margin_ratio"], p["half_life_s"]))
+                                        _key(p)))
 
 
 def knee(points: list[dict[str, float]], rate: float = KNEE_RATE) -> dict[str, float]:
@@ -177,11 +285,11 @@ def frontier_across_loads(per_load: dict[str, list[dict[str, float]]]) -> list[d
     loads = list(per_load)
     if not loads:
         return []
-    by_load = {load: {(p["margin_ratio"], p["half_life_s"]): p for p in points} for load, points in per_load.items()}
+    by_load = {load: {_key(p): p for p in points} for load, points in per_load.items()}
     out = []
     for p in frontier(per_load[loads[0]]):
-        key = (p["margin_ratio"], p["half_life_s"])
-        out.append({"margin_ratio": key[0], "half_life_s": key[1],
+        key = _key(p)
+        out.append({"predictor": key[0], "margin_ratio": key[1], "half_life_s": key[2],
                     "loads": {load: by_load[load][key] for load in loads if key in by_load[load]}})
     return out
 
@@ -195,8 +303,15 @@ MAX_CONTENTION_SHARE = 0.0001
 NEAR_BEST_SHARE = 0.02
 
 
-def _key(p: dict[str, float]) -> tuple[float, float]:
-    return (p["margin_ratio"], p["half_life_s"])
+def _key(p: dict[str, object]) -> tuple[str, float, float]:
+    """A setting's identity: (predictor variant, μ, h)."""
+    return (str(p.get("predictor", ASYMMETRIC)), float(p["margin_ratio"]), float(p["half_life_s"]))
+
+
+def describe(p: dict[str, object]) -> str:
+    """A setting as text: ``μ 1.3, h 1200 s`` (the asymmetric rule) or ``nsigma, μ 1.15, h 600 s``."""
+    predictor, mu, h = _key(p)
+    return f"{'' if predictor == ASYMMETRIC else predictor + ', '}μ {mu:g}, h {h:g} s"
 
 
 def contention_share(p: dict[str, float]) -> float:
@@ -246,15 +361,15 @@ def shipped(per_load: dict[str, list[dict[str, float]]], *, max_evictions: float
     tolerance = (f"≤ {max_evictions:g} evictions/100 batch pod-h and contention ≤ {max_contention_share:.4%} of "
                  f"production cpu at ×{', ×'.join(loads)}")
     if ok:
-        best = max(ok, key=lambda k: (harvest[k], -evictions[k], k))
-        return keyed[0][best], True, (f"μ {best[0]:g}, h {best[1]:g} s: the most reclaimed cpu ({harvest[best]:.2%} "
+        best = max(ok, key=lambda k: (harvest[k], -evictions[k], k[1], k[2]))
+        return keyed[0][best], True, (f"{describe(keyed[0][best])}: the most reclaimed cpu ({harvest[best]:.2%} "
                                       f"mean over the load factors) of the {len(ok)} setting(s) within the tolerance "
                                       f"({tolerance})")
     top = max(harvest.values())
     near = [k for k in common if harvest[k] >= (1.0 - near_best_share) * top]
-    best = min(near, key=lambda k: (evictions[k], -harvest[k], k))
-    return keyed[0][best], False, (f"no setting is within the tolerance ({tolerance}); shipping μ {best[0]:g}, "
-                                   f"h {best[1]:g} s, the fewest evictions ({evictions[best]:.3f}/100 pod-h mean) "
+    best = min(near, key=lambda k: (evictions[k], -harvest[k], k[1], k[2]))
+    return keyed[0][best], False, (f"no setting is within the tolerance ({tolerance}); shipping "
+                                   f"{describe(keyed[0][best])}, the fewest evictions ({evictions[best]:.3f}/100 pod-h mean) "
                                    f"among the {len(near)} within {near_best_share:.0%} of the best harvest "
                                    f"({top:.2%})")
 
@@ -264,16 +379,45 @@ def better_on_both_axes(candidate: dict[str, float], reference: dict[str, float]
     return _dominated(reference, candidate)
 
 
-def calibration_document(document: PolicyDocument, points: list[dict[str, float]], chosen: dict[str, float],
-                         *, margins: tuple[float, ...], half_lives: tuple[float, ...], created: str) -> PolicyDocument:
-    """The policy file of a calibration: ``document``'s policy with the knee's ``μ`` and ``h``,
-    ``metadata.source`` ``calibration`` and ``metadata.calibration`` (sweep, points, knee)."""
-    estimator = replace(document.policy.estimator, margin_ratio=chosen["margin_ratio"], half_life_s=chosen["half_life_s"])
+def calibration_document(document: PolicyDocument, per_load: dict[str, dict[str, object]] | list[dict[str, float]],
+                         chosen: dict[str, float], to_ship: dict[str, object] | None = None, within: bool = True, *,
+                         margins: tuple[float, ...], half_lives: tuple[float, ...], created: str,
+                         predictors: tuple[str, ...] = (), max_evictions: float = MAX_EVICTIONS_PER_100,
+                         max_contention_share: float = MAX_CONTENTION_SHARE) -> PolicyDocument:
+    """The policy file of a calibration: ``document``'s policy with the shipped setting's
+    predictor variant, ``μ`` and ``h`` (the knee's when ``to_ship`` is None), ``metadata.source``
+    ``calibration`` and ``metadata.calibration`` (sweep, every load factor's points with their
+    ``load_factor`` and ``predictor``, the knee, the shipped setting and the tolerance).
+
+    ``per_load``: ``{load: {"points": [...]}}`` (the sweep's summary) or one load's point list.
+    """
+    if isinstance(per_load, list):
+        per_load = {"1": {"points": per_load}}
+    setting = to_ship if to_ship is not None else chosen
+    estimator = variant_estimator(document.policy.estimator, setting)
     policy: Policy = replace(document.policy, estimator=estimator)
+    sweep = [("margin_ratio", tuple(float(m) for m in margins)), ("half_life_s", tuple(float(h) for h in half_lives))]
+    if predictors:
+        sweep.append(("predictor", tuple(predictors)))
+    points = []
+    for load, result in per_load.items():
+        for p in result["points"]:
+            points.append(CalibrationPoint(
+                **{k: p[k] for k in ("margin_ratio", "half_life_s", *POINT_FIELDS)},
+                predictor=str(p.get("predictor", ASYMMETRIC)), load_factor=float(load),
+                oom_kills=float(p.get("oom_kills", 0.0)),
+                production_cpu_core_hours=float(p.get("production_cpu_core_hours", 0.0))))
+    shipped_at: tuple = ()
+    if to_ship is not None:
+        shipped_at = (("predictor", str(to_ship.get("predictor", ASYMMETRIC))),
+                      ("margin_ratio", float(to_ship["margin_ratio"])), ("half_life_s", float(to_ship["half_life_s"])),
+                      ("qualified", 1.0 if within else 0.0))
     calibration = Calibration(
-        sweep=(("margin_ratio", tuple(float(m) for m in margins)), ("half_life_s", tuple(float(h) for h in half_lives))),
-        points=tuple(CalibrationPoint(**{k: p[k] for k in ("margin_ratio", "half_life_s", *POINT_FIELDS)}) for p in points),
+        sweep=tuple(sweep), points=tuple(points),
         knee=(("margin_ratio", chosen["margin_ratio"]), ("half_life_s", chosen["half_life_s"])),
+        shipped=shipped_at,
+        tolerance=(("max_evictions_per_100_pod_hours", float(max_evictions)),
+                   ("max_contention_share", float(max_contention_share))) if to_ship is not None else (),
     )
     metadata = PolicyMetadata(name=f"{document.metadata.name}-calibrated" if document.metadata.name else "calibrated",
                               version=1, created=created, source="calibration", calibration=calibration,

@@ -103,3 +103,65 @@ def format_markdown_table(summaries: dict[str, dict[str, object]]) -> str:
             cells.append("—" if value is None else fmt.format(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _q(summary: dict[str, object], *path: str) -> object:
+    node: object = summary
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+#: Columns of the metrics 6–8 table (proposal §6.3): (header, path into the summary, format).
+PROPOSAL_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("over-est area cpu", ("overestimation_area_cpu",), "{:.3f}"),
+    ("over-est area ram", ("overestimation_area_ram",), "{:.3f}"),
+    ("under-est area cpu", ("underestimation_area_cpu",), "{:.4f}"),
+    ("r/q cpu p50", ("reservation_accuracy", "cpu", "reservation_over_request", "quantiles", "p50"), "{:.2f}"),
+    ("u/q cpu p50", ("reservation_accuracy", "cpu", "usage_over_request", "quantiles", "p50"), "{:.2f}"),
+    ("u/q cpu p99", ("reservation_accuracy", "cpu", "usage_over_request", "quantiles", "p99"), "{:.2f}"),
+    ("inflation p50/p90/p99", (), ""),
+    ("throttled s p50/p99/max", (), ""),
+    ("slowed share", ("batch_forward_progress", "slowed_share"), "{:.2%}"),
+    ("reserve yield cpu", ("pareto_reserve_yield_cpu",), "{:.1%}"),
+    ("reserve yield ram", ("pareto_reserve_yield_ram",), "{:.1%}"),
+    ("per-node cpu p10/p50/p90", (), ""),
+)
+
+
+def _triple(summary: dict[str, object], path: tuple[str, ...], keys: tuple[str, ...], fmt: str) -> str:
+    quantiles = _q(summary, *path)
+    if not isinstance(quantiles, dict) or not quantiles:
+        return "—"
+    return "/".join(fmt.format(quantiles[k]) if k in quantiles else "—" for k in keys)
+
+
+def format_proposal_table(summaries: dict[str, dict[str, object]]) -> str:
+    """The proposal's metrics 6–8 (:mod:`~kalena_engine.replay.proposal_metrics`) as a
+    fixed-width table, one row per run: reservation accuracy (over/under-estimation areas, r/q
+    and u/q medians), batch forward progress (inflation and throttled seconds per completed
+    instance), Pareto-reserve yield (cluster and per-node quantiles)."""
+    headers = ["policy"] + [h for h, _, _ in PROPOSAL_COLUMNS]
+    rows = []
+    for name, summary in summaries.items():
+        cells = [name]
+        for header, path, fmt in PROPOSAL_COLUMNS:
+            if header.startswith("inflation"):
+                cells.append(_triple(summary, ("batch_forward_progress", "completion_inflation", "quantiles"),
+                                     ("p50", "p90", "p99"), "{:.3f}"))
+            elif header.startswith("throttled"):
+                cells.append(_triple(summary, ("batch_forward_progress", "throttled_seconds", "quantiles"),
+                                     ("p50", "p99", "p100"), "{:,.0f}"))
+            elif header.startswith("per-node"):
+                cells.append(_triple(summary, ("pareto_reserve_yield", "cpu", "per_node"), ("p10", "p50", "p90"),
+                                     "{:.2f}"))
+            else:
+                value = _q(summary, *path)
+                cells.append("—" if value is None else fmt.format(value))
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)

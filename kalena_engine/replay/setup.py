@@ -224,7 +224,8 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         "data_anomalies": dict(sorted(inputs.anomalies.items())),
     }
     return Replay(simulator=simulator, accumulator=SummaryAccumulator(target=eligible, production_pods=len(pods),
-                                                                      step_s=config.step_s),
+                                                                      step_s=config.step_s,
+                                                                      pod_request=state.production.request),
                   verification=verification, facts=facts)
 
 

@@ -74,7 +74,8 @@ class BatchEvent:
     ``kind``: ``submitted`` | ``placed`` | ``evicted`` | ``completed`` | ``oom_killed`` |
     ``production_evicted`` | ``production_oom_killed`` | ``escalated``. For ``evicted``,
     ``reason`` is ``limit_breach``, ``priority`` or ``escalation`` and ``detail`` carries the
-    numbers; ``completed`` carries ``start_s`` and ``inflation`` (actual ÷ undisturbed run time).
+    numbers; ``completed`` carries ``start_s``, ``inflation`` (actual ÷ undisturbed run time) and
+``throttled_s`` (actual − undisturbed run seconds: what compressible cpu cost it).
     """
 
     time_s: float
@@ -211,7 +212,8 @@ class Simulator:
             run_s = float(g.end_s[row] - g.start_s[row])
             inflation = run_s / float(duration[task]) if duration[task] > 0 else 1.0
             events.append(BatchEvent(float(g.end_s[row]), "completed", task, int(g.count[row]), int(g.node[row]),
-                                     detail={"start_s": float(g.start_s[row]), "inflation": inflation}))
+                                     detail={"start_s": float(g.start_s[row]), "inflation": inflation,
+                                             "throttled_s": max(0.0, run_s - float(duration[task]))}))
         np.add.at(self.state.completed, g.task[done], g.count[done])
         g.keep(~done)
 

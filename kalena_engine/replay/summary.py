@@ -25,6 +25,10 @@ Co-location costs (docs/design.md §11), summed over the run:
   ``--batch-usage-ratio`` < 1 it counts the admitted request, throttling only the demand;
 * ``oom_kills`` (``oom_kills_by_tier``: batch, service): memory above capacity after eviction;
 * ``escalations`` (``escalations_by_reason``): nodes drained by docs/design.md §8.
+
+The proposal's metrics 6–8 — ``reservation_accuracy``, ``batch_forward_progress``,
+``pareto_reserve_yield`` and their flat headline keys — are
+:mod:`kalena_engine.replay.proposal_metrics`'s (``pod_request`` gives metric 6 its requests).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kalena_engine.ledger import reclaimed_in_use
+from kalena_engine.replay.proposal_metrics import ProposalMetrics
 from kalena_engine.replay.simulator import StepRecord
 from kalena_engine.resources import CPU, RAM
 
@@ -52,6 +57,8 @@ class SummaryAccumulator:
     target: np.ndarray
     production_pods: int
     step_s: float = 60.0
+    pod_request: np.ndarray | None = None   # (p, 8) production requests per pod (metric 6)
+    proposal: ProposalMetrics | None = None
     steps: int = 0
     sums: Counter = field(default_factory=Counter)
     counts: Counter = field(default_factory=Counter)
@@ -69,6 +76,14 @@ class SummaryAccumulator:
 
     def add(self, record: StepRecord) -> None:
         """Fold one step in."""
+        if self.proposal is None:
+            request = self.pod_request if self.pod_request is not None else np.zeros((0, record.capacity.shape[1]))
+            self.proposal = ProposalMetrics(pod_request=request, target=self.target, step_s=self.step_s)
+        done = [(float(e.detail["inflation"]), float(e.detail.get("throttled_s", 0.0)), e.count)
+                for e in record.events if e.kind == "completed" and e.detail and "inflation" in e.detail]
+        self.proposal.add(time_s=record.time_s, pod_reservation=record.pod_reservation, pod_usage=record.pod_usage,
+                          capacity=record.capacity, prod_request=record.prod_request,
+                          batch_request=record.batch_request, completed=done)
         self.steps += 1
         cap = record.capacity
         t = self.target
@@ -170,6 +185,8 @@ class SummaryAccumulator:
         out["escalations_by_reason"] = dict(self.escalations_by_reason)
         for q in (50, 99):
             out[f"completion_inflation_p{q}"] = round(weighted_percentile(self.inflation, self.inflation_count, q), 4)
+        if self.proposal is not None:
+            out.update(self.proposal.summary())
         return out
 
 

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import MAPPINGS, NODE_SETS, ReplayConfig, ReplayInputs, build_replay
-from kalena_engine.replay.evaluate import format_table, policy_configs, with_harvest_ratios
+from kalena_engine.replay.evaluate import format_proposal_table, format_table, policy_configs, with_harvest_ratios
 from kalena_engine.replay.rules import RULES
 from kalena_web.cli.argtypes import NON_NEGATIVE, POSITIVE, SEED, number
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
@@ -181,6 +181,8 @@ def handle(args: argparse.Namespace) -> int:
     print(f"Kalena policy evaluation: {args.hours:g} h, load factor ×{args.load_factor:g}, seed {args.seed}, "
           f"{len(configs)} policies in {wall:.0f} s (inputs {loaded:.0f} s)")
     print(format_table(summaries))
+    print("\nmetrics 6–8 (proposal §6.3): reservation accuracy, batch forward progress, Pareto-reserve yield")
+    print(format_proposal_table(summaries))
     line = write_summary(summaries, args.summary_json)
     if line:
         print(line)

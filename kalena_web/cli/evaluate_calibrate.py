@@ -1,7 +1,9 @@
-"""``kalena evaluate calibrate``: the margin × half-life sweep on the same full diurnal cycle,
-the safety curve and its knee, written as a calibration policy file (docs/design.md §10; Borg
-Fig. 12; docs/evaluation.md). Settings run in parallel processes (the policy evaluation's
-machinery); the knee is compared with the shipped default at every load factor swept.
+"""``kalena evaluate calibrate``: the predictor × margin × half-life sweep on the same full
+diurnal cycle, the safety curve, its knee and the setting the operator's tolerance ships,
+written as a calibration policy file (docs/design.md §10; Borg Fig. 12; docs/evaluation.md). Settings
+run in parallel processes (the policy evaluation's machinery); the baselines (``oracle-60m``
+first) run beside them at every load factor, so each setting's harvest reads against the
+oracle's.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ import sys
 import time
 from typing import NoReturn
 
+from dataclasses import replace
+
 from kalena_engine.policy import Policy
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import ReplayConfig
 from kalena_engine.replay.calibration import (
-    HALF_LIVES, KNEE_RATE, MARGINS, MAX_CONTENTION_SHARE, MAX_EVICTIONS_PER_100, WIDEN_ROUNDS, better_on_both_axes,
-    calibration_document, frontier, frontier_across_loads, grid_edges, knee, point, setting_name, shipped,
-    sweep_configs, widen_grid,
+    ASYMMETRIC, HALF_LIVES, KNEE_RATE, MARGINS, MAX_CONTENTION_SHARE, MAX_EVICTIONS_PER_100, PREDICTOR_VARIANTS,
+    WIDEN_ROUNDS, _key, calibration_document, contention_share, describe, frontier, frontier_across_loads,
+    grid_edges, knee, parse_variant, point, variant_grid, setting_name, shipped, sweep_configs, variant_estimator, widen_grid,
 )
+from kalena_engine.replay.evaluate import policy_configs
+from kalena_engine.replay.rules import RULES
 from kalena_web.cli.argtypes import NON_NEGATIVE, SEED, number
 from kalena_web.cli.evaluate import add_jobs_argument, add_output_arguments, add_run_arguments, fail, policy_work
 from kalena_web.cli.inputs import add_input_arguments, load_inputs
@@ -39,6 +45,34 @@ def numbers_list(flag: str, minimum: float):
     return parse
 
 
+def predictors_list(text: str) -> tuple[str, ...]:
+    """``--predictors``: comma-separated variants ``name[:key=value…]``, each checked now."""
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not parts:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of predictors")
+    try:
+        return tuple(parse_variant(p)[0] for p in parts)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def baselines_list(text: str) -> tuple[str, ...]:
+    """``--baselines``: comma-separated reservation rules other than ``kalena`` (may be empty)."""
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in parts if p not in RULES or p == "kalena"]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad)}: each must be one of "
+                                         f"{', '.join(r for r in RULES if r != 'kalena')}")
+    if len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(f"a baseline is named twice in {text!r}")
+    return parts
+
+
+#: Baselines run beside the sweep at every load factor: the oracle the harvest is read against,
+#: and the peers the safety curve shows (docs/design.md §11).
+BASELINES = ("oracle-60m", "vpa", "koordinator")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "calibrate", help="margin × half-life sweep: the safety curve, its knee, a calibration policy file",
@@ -52,6 +86,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help=f"margin ratios μ to sweep (default {','.join(f'{m:g}' for m in MARGINS)})")
     run.add_argument("--half-lives", type=numbers_list("--half-lives", 1.0), default=HALF_LIVES,
                      help=f"half-lives h (s) to sweep (default {','.join(f'{h:g}' for h in HALF_LIVES)})")
+    run.add_argument("--predictors", type=predictors_list, default=PREDICTOR_VARIANTS,
+                     help="predictor variants to sweep, each name[:key=value…] with keys of spec.estimator "
+                          "(members joined by +), e.g. nsigma:n_sigma=5:window_s=3600 "
+                          f"(default {','.join(PREDICTOR_VARIANTS)})")
+    run.add_argument("--baselines", type=baselines_list, default=BASELINES,
+                     help="reservation rules run beside the sweep at every load factor, drawn on the safety curve; "
+                          f"oracle-60m gives each setting's harvest ratio (default {','.join(BASELINES)}; '' for none)")
+    run.add_argument("--usage-offset-h", type=NON_NEGATIVE, default=0.0,
+                     help="hours after the usage series' start that replay time 0 maps to (another window of the "
+                          "series, e.g. 168 for the next week; default 0)")
     run.add_argument("--load-factors", type=numbers_list("--load-factors", 1e-9), default=(1.0, 4.0),
                      help="load factors, each a full sweep (default 1,4); the knee is taken on the first")
     run.add_argument("--knee-rate", type=NON_NEGATIVE, default=KNEE_RATE,
@@ -80,45 +124,69 @@ def _fail(message: str) -> NoReturn:
 
 
 def format_points(points: list[dict[str, float]], chosen: dict[str, float], front: list[dict[str, float]],
-                  own_knee: dict[str, float] | None = None, load: str = "") -> str:
-    """One load factor's points as a table; ``chosen`` (the knee taken on the first load factor, the
-    one written and compared) is marked ``knee`` at every load, this load's own knee (when it is
-    another setting) ``knee of ×<load>``, other frontier points ``frontier``."""
-    headers = ["μ", "h (s)", "reclaimed cpu", "reclaimed ram", "evictions /100 pod-h", "prod contention core-h",
-               "OOM kills", ""]
-    on_front = {(p["margin_ratio"], p["half_life_s"]) for p in front}
+                  own_knee: dict[str, float] | None = None, load: str = "",
+                  to_ship: dict[str, object] | None = None, oracle: float | None = None) -> str:
+    """One load factor's points as a table; ``chosen`` (the knee taken on the first load factor)
+    is marked ``knee`` at every load, this load's own knee (when it is another setting) ``knee of
+    ×<load>``, the setting the tolerance ships ``shipped``, other frontier points ``frontier``;
+    ``oracle`` (oracle-60m's reclaimed cpu at this load) adds the harvest ratio."""
+    headers = ["predictor", "μ", "h (s)", "reclaimed cpu", "÷ oracle-60m", "reclaimed ram", "evictions /100 pod-h",
+               "prod contention core-h", "share", "OOM kills", ""]
+    on_front = {_key(p) for p in front}
     rows = []
     for p in points:
-        key = (p["margin_ratio"], p["half_life_s"])
-        own = own_knee is not None and key == (own_knee["margin_ratio"], own_knee["half_life_s"])
-        mark = ("knee" if key == (chosen["margin_ratio"], chosen["half_life_s"]) else f"knee of ×{load}" if own
-                else "frontier" if key in on_front else "")
-        rows.append([f"{p['margin_ratio']:g}", f"{p['half_life_s']:g}", f"{p['reclaimed_fraction_cpu']:.2%}",
+        key = _key(p)
+        marks = []
+        if to_ship is not None and key == _key(to_ship):
+            marks.append("shipped")
+        if key == _key(chosen):
+            marks.append("knee")
+        elif own_knee is not None and key == _key(own_knee):
+            marks.append(f"knee of ×{load}")
+        if not marks and key in on_front:
+            marks.append("frontier")
+        ratio = f"{p['reclaimed_fraction_cpu'] / oracle:.3f}" if oracle else "—"
+        rows.append([key[0], f"{key[1]:g}", f"{key[2]:g}", f"{p['reclaimed_fraction_cpu']:.2%}", ratio,
                      f"{p['reclaimed_fraction_ram']:.2%}", f"{p['batch_evictions_per_100_pod_hours']:.3f}",
-                     f"{p['production_contention_core_hours']:,.1f}", f"{p['oom_kills']:.0f}", mark])
+                     f"{p['production_contention_core_hours']:,.1f}", f"{contention_share(p):.4%}",
+                     f"{p['oom_kills']:.0f}", ", ".join(marks)])
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines)
 
 
-def _per_load(results: dict[str, dict[str, object]], margins: tuple[float, ...], half_lives: tuple[float, ...],
-              load_factors: tuple[float, ...], rate: float) -> dict[str, dict[str, object]]:
-    """Per load factor: the grid's points, their frontier and knee."""
+def _per_load(results: dict[str, dict[str, object]], predictors: tuple[str, ...], margins: tuple[float, ...],
+              half_lives: tuple[float, ...], load_factors: tuple[float, ...], rate: float,
+              baselines: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    """Per load factor: the grid's points, their frontier and knee, and the baselines' points."""
     per_load: dict[str, dict[str, object]] = {}
     for load in load_factors:
-        points = [point(mu, h, results[setting_name(mu, h, load)]["summary"]) for h in half_lives for mu in margins]
-        per_load[f"{load:g}"] = {"points": points, "frontier": frontier(points), "knee": knee(points, rate)}
+        points = [point(mu, h, results[setting_name(mu, h, load, v)]["summary"], v)
+                  for v in predictors for mu, h in variant_grid(v, margins, half_lives)]
+        base = {rule: point(0.0, 0.0, results[baseline_name(rule, load)]["summary"], ASYMMETRIC)
+                for rule in baselines}
+        for rule, row in base.items():
+            row.pop("margin_ratio"), row.pop("half_life_s")
+            row["predictor"] = rule
+        per_load[f"{load:g}"] = {"points": points, "frontier": frontier(points), "knee": knee(points, rate),
+                                 "baselines": base}
     return per_load
 
 
+def baseline_name(rule: str, load: float) -> str:
+    """A baseline replay's name in the sweep, e.g. ``oracle-60m ×4``."""
+    return f"{rule} ×{load:g}"
+
+
 def format_frontier(front: list[dict[str, object]]) -> str:
-    """The frontier as a table: μ, h and, per load factor, reclaimed cpu / evictions per 100 pod-h."""
+    """The frontier as a table: predictor, μ, h and, per load factor, reclaimed cpu / evictions
+    per 100 pod-h."""
     if not front:
         return "  (empty)"
     loads = list(front[0]["loads"])
-    headers = ["μ", "h (s)"] + [f"×{load} reclaimed cpu / evictions" for load in loads]
-    rows = [[f"{f['margin_ratio']:g}", f"{f['half_life_s']:g}"]
+    headers = ["predictor", "μ", "h (s)"] + [f"×{load} reclaimed cpu / evictions" for load in loads]
+    rows = [[str(f["predictor"]), f"{f['margin_ratio']:g}", f"{f['half_life_s']:g}"]
             + [f"{f['loads'][load]['reclaimed_fraction_cpu']:.2%} / {f['loads'][load]['batch_evictions_per_100_pod_hours']:.3f}"
                if load in f["loads"] else "" for load in loads] for f in front]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
@@ -127,28 +195,59 @@ def format_frontier(front: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def verdict(per_load: dict[str, dict[str, object]], chosen: dict[str, float]) -> tuple[bool | None, str]:
-    """Ship the knee as the default only if it beats the shipped default on both axes at every
-    load factor swept; otherwise say why the default stays."""
-    default = Policy().estimator
-    key = (default.margin_ratio, default.half_life_s)
-    if (chosen["margin_ratio"], chosen["half_life_s"]) == key:
-        return False, f"the knee is the shipped default (μ {key[0]:g}, h {key[1]:g} s): nothing to change"
-    reasons = []
+def verdict(to_ship: dict[str, object], base: Policy) -> tuple[bool, str]:
+    """Whether the setting the tolerance picks differs from the default the sweep started from
+    (``base``, the shipped :class:`Policy` unless ``--policy`` says otherwise), and a sentence."""
+    default = base.estimator
+    chosen = variant_estimator(default, to_ship)
+    if chosen == default:
+        return False, f"the rule's setting ({describe(to_ship)}) is the default already: nothing to change"
+    return True, (f"change the default from {describe({'predictor': default.predictor, 'margin_ratio': default.margin_ratio, 'half_life_s': default.half_life_s})} "
+                  f"to {describe(to_ship)}")
+
+
+def shipped_rows(per_load: dict[str, dict[str, object]], to_ship: dict[str, object]) -> dict[str, dict[str, object]]:
+    """The shipped setting's figures at every load factor (issue table): reclaimed cpu, its ratio
+    to oracle-60m (None without that baseline), evictions per 100 batch pod-hours, production
+    contention core-hours and share, OOM kills."""
+    out = {}
     for load, result in per_load.items():
-        by_key = {(p["margin_ratio"], p["half_life_s"]): p for p in result["points"]}
-        if key not in by_key:
-            return None, f"the shipped default (μ {key[0]:g}, h {key[1]:g} s) was not swept: no comparison"
-        knee_here = by_key[(chosen["margin_ratio"], chosen["half_life_s"])]
-        ref = by_key[key]
-        if not better_on_both_axes(knee_here, ref):
-            reasons.append(
-                f"at ×{load} the knee reclaims {knee_here['reclaimed_fraction_cpu']:.2%} with "
-                f"{knee_here['batch_evictions_per_100_pod_hours']:.3f} evictions/100 pod-h against the default's "
-                f"{ref['reclaimed_fraction_cpu']:.2%} with {ref['batch_evictions_per_100_pod_hours']:.3f}")
-    if reasons:
-        return False, "the default stays: the knee is not better on both axes — " + "; ".join(reasons)
-    return True, "the knee is better than the shipped default on both axes at every load factor swept"
+        p = next(q for q in result["points"] if _key(q) == _key(to_ship))
+        oracle = result["baselines"].get("oracle-60m")
+        ratio = (p["reclaimed_fraction_cpu"] / oracle["reclaimed_fraction_cpu"]
+                 if oracle and oracle["reclaimed_fraction_cpu"] > 0 else None)
+        out[load] = {"reclaimed_fraction_cpu": p["reclaimed_fraction_cpu"],
+                     "harvest_ratio_vs_oracle_60m": None if ratio is None else round(ratio, 4),
+                     "batch_evictions_per_100_pod_hours": p["batch_evictions_per_100_pod_hours"],
+                     "production_contention_core_hours": p["production_contention_core_hours"],
+                     "production_contention_share": contention_share(p), "oom_kills": p["oom_kills"]}
+    return out
+
+
+def format_shipped(rows: dict[str, dict[str, object]]) -> str:
+    """The shipped setting's table, one row per load factor."""
+    headers = ["load", "reclaimed cpu", "÷ oracle-60m", "evictions /100 pod-h", "prod contention core-h",
+               "contention share", "OOM kills"]
+    body = [[f"×{load}", f"{r['reclaimed_fraction_cpu']:.2%}",
+             "—" if r["harvest_ratio_vs_oracle_60m"] is None else f"{r['harvest_ratio_vs_oracle_60m']:.3f}",
+             f"{r['batch_evictions_per_100_pod_hours']:.3f}", f"{r['production_contention_core_hours']:,.1f}",
+             f"{r['production_contention_share']:.4%}", f"{r['oom_kills']:.0f}"] for load, r in rows.items()]
+    widths = [max(len(r[i]) for r in [headers, *body]) for i in range(len(headers))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *body])
+
+
+def _check_window(inputs, base: ReplayConfig) -> None:
+    """Refuse, naming the flags, a usage window no production usage series covers (before any
+    replay starts, as ``kalena replay`` does in its one process)."""
+    usage = inputs.bitbrains
+    start = usage.earliest_start_s() + base.usage_offset_s
+    if usage.covering(start, start + base.hours * 3600.0, tolerance_s=base.coverage_tolerance_s):
+        return
+    ends = [float(vm.timestamp_s[-1]) for vm in usage.series if len(vm)]
+    span_h = (max(ends) - usage.earliest_start_s()) / 3600.0 if ends else 0.0
+    _fail(f"--usage-offset-h/--hours: no production usage series covers {base.hours:g} h from "
+          f"{base.usage_offset_s / 3600.0:g} h into {usage.directory} (its series span {span_h:.1f} h from its "
+          f"start; accepted: --usage-offset-h + --hours within that)")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -157,32 +256,43 @@ def handle(args: argparse.Namespace) -> int:
     document = policy_or_exit(args, COMMAND)
     try:
         base = ReplayConfig(hours=args.hours, step_s=args.step, seed=args.seed, usage_mapping=args.usage_mapping,
-                            batch_offset_s=args.offset, batch_usage_ratio=args.batch_usage_ratio, policy=document.policy)
+                            batch_offset_s=args.offset, batch_usage_ratio=args.batch_usage_ratio, policy=document.policy,
+                            usage_offset_s=args.usage_offset_h * 3600.0)
     except ValueError as exc:
         _fail(str(exc))
+    predictors = tuple(args.predictors)
+    baselines = tuple(args.baselines)
     try:
-        sweep_configs(base, args.margins, args.half_lives, args.load_factors)
+        sweep_configs(base, args.margins, args.half_lives, args.load_factors, predictors)
     except ValueError as exc:
-        _fail(f"--margins/--half-lives/--load-factors: {exc}")
+        _fail(f"--predictors/--margins/--half-lives/--load-factors: {exc}")
     started = time.perf_counter()
     inputs = load_inputs(args, progress=not args.no_progress)
     loaded = time.perf_counter() - started
+    _check_window(inputs, base)
     margins, half_lives = tuple(args.margins), tuple(args.half_lives)
     results: dict[str, dict[str, object]] = {}
     widened: list[str] = []
     rounds = 0
     while True:
-        configs = {n: c for n, c in sweep_configs(base, margins, half_lives, args.load_factors).items() if n not in results}
-        print(f"calibration sweep{f' (widening round {rounds})' if rounds else ''}: {len(margins)} margins × "
-              f"{len(half_lives)} half-lives × {len(args.load_factors)} load factors — {len(configs)} new replays of "
-              f"{args.hours:g} h (seed {args.seed}, the same cycle for every setting), {args.jobs} at a time")
+        configs = {n: c for n, c in sweep_configs(base, margins, half_lives, args.load_factors, predictors).items()
+                   if n not in results}
+        for load in args.load_factors:
+            for rule, config in policy_configs(replace(base, load_factor=float(load)), baselines).items():
+                if baseline_name(rule, load) not in results:
+                    configs[baseline_name(rule, load)] = config
+        print(f"calibration sweep{f' (widening round {rounds})' if rounds else ''}: {len(predictors)} predictors × "
+              f"{len(margins)} margins × {len(half_lives)} half-lives × {len(args.load_factors)} load factors"
+              f"{f' and {len(baselines)} baselines per load factor' if baselines else ''} — {len(configs)} new "
+              f"replays of {args.hours:g} h (seed {args.seed}, the same cycle for every setting), {args.jobs} at a time")
         try:
             results.update(run_parallel({n: policy_work(n, inputs, c) for n, c in configs.items()},
                                         {n: c.steps for n, c in configs.items()}, jobs=int(args.jobs),
                                         progress=not args.no_progress, what="setting"))
         except RuntimeError as exc:
             _fail(str(exc))
-        per_load = _per_load(results, margins, half_lives, args.load_factors, float(args.knee_rate))
+        per_load = _per_load(results, predictors, margins, half_lives, args.load_factors, float(args.knee_rate),
+                             baselines)
         chosen = per_load[f"{args.load_factors[0]:g}"]["knee"]
         if rounds >= args.widen_rounds or not grid_edges(chosen, margins, half_lives):
             break
@@ -193,15 +303,26 @@ def handle(args: argparse.Namespace) -> int:
         print("the knee lies on the grid's edge: " + "; ".join(said))
         margins, half_lives = wider_m, wider_h
         rounds += 1
-    first = per_load[f"{args.load_factors[0]:g}"]
-    ship, why = verdict(per_load, chosen)
+    to_ship, within, ship_why = shipped({load: result["points"] for load, result in per_load.items()},
+                                        max_evictions=float(args.max_evictions),
+                                        max_contention_share=float(args.max_contention_share))
+    change, why = verdict(to_ship, document.policy)
     wall = time.perf_counter() - started
-    print(f"Kalena calibration: {args.hours:g} h, seed {args.seed}, {len(configs)} replays in {wall:.0f} s "
-          f"(inputs {loaded:.0f} s); knee rate {args.knee_rate:g} evictions/100 pod-h per % of reclaimed cpu")
+    sources = input_sources(args)
+    print(f"Kalena calibration: {args.hours:g} h from {args.usage_offset_h:g} h into the usage series, seed "
+          f"{args.seed}, {len(results)} replays in {wall:.0f} s (inputs {loaded:.0f} s); knee rate {args.knee_rate:g} "
+          f"evictions/100 pod-h per % of reclaimed cpu")
+    print(f"usage source: {sources.get('usage_dir') or sources.get('cluster') or '—'}")
     for load, result in per_load.items():
+        oracle = result["baselines"].get("oracle-60m")
         print(f"\nload ×{load}")
-        print(format_points(result["points"], chosen, result["frontier"], result["knee"], f"{load}"))
-    print(f"\nknee (×{args.load_factors[0]:g}): μ {chosen['margin_ratio']:g}, h {chosen['half_life_s']:g} s — "
+        print(format_points(result["points"], chosen, result["frontier"], result["knee"], f"{load}", to_ship,
+                            oracle["reclaimed_fraction_cpu"] if oracle else None))
+        for rule, b in result["baselines"].items():
+            print(f"  baseline {rule}: reclaimed cpu {b['reclaimed_fraction_cpu']:.2%}, "
+                  f"{b['batch_evictions_per_100_pod_hours']:.3f} evictions/100 pod-h, contention "
+                  f"{b['production_contention_core_hours']:,.1f} core-h ({contention_share(b):.4%})")
+    print(f"\nknee (×{args.load_factors[0]:g}): {describe(chosen)} — "
           f"reclaimed cpu {chosen['reclaimed_fraction_cpu']:.2%}, "
           f"{chosen['batch_evictions_per_100_pod_hours']:.3f} evictions/100 pod-h")
     edges = grid_edges(chosen, margins, half_lives)
@@ -214,37 +335,44 @@ def handle(args: argparse.Namespace) -> int:
     else:
         print(f"the knee is interior to the swept grid{f' after {rounds} widening round(s)' if rounds else ''}: "
               "the curve bends inside it, not at its edge")
-    print(f"ship as default: {'yes' if ship else 'no'} — {why}")
-    to_ship, within, ship_why = shipped({load: result["points"] for load, result in per_load.items()},
-                                        max_evictions=float(args.max_evictions),
-                                        max_contention_share=float(args.max_contention_share))
-    print(f"shipped default (the operator's tolerance): {ship_why}")
+    print(f"\nshipped default (the operator's tolerance): {ship_why}")
+    rows = shipped_rows(per_load, to_ship)
+    print(format_shipped(rows))
+    if not within:
+        print("warning: no setting is within the operator's tolerance at every load factor — the shipped setting is "
+              "the fallback (the fewest evictions near the best harvest)", file=sys.stderr)
+    print(f"ship as default: {'yes' if change else 'no'} — {why}")
     summary = {"load_factors": per_load, "knee": chosen,
-               "shipped": {"setting": to_ship, "within_tolerance": within, "why": ship_why,
+               "shipped": {"setting": to_ship, "within_tolerance": within, "why": ship_why, "loads": rows,
                            "max_evictions_per_100_pod_hours": float(args.max_evictions),
                            "max_contention_share": float(args.max_contention_share)}, "knee_rate": float(args.knee_rate),
-               "ship_knee_as_default": ship, "verdict": why, "knee_grid_edges": edges, "hours": float(args.hours), "seed": int(args.seed),
+               "change_default": change, "verdict": why, "knee_grid_edges": edges, "hours": float(args.hours),
+               "seed": int(args.seed), "usage_offset_h": float(args.usage_offset_h),
                "knee_interior": not edges, "widening_rounds": rounds, "widened": widened,
-               "frontier": front, "replays": len(results),
+               "frontier": front, "replays": len(results), "predictors": list(predictors), "baselines": list(baselines),
                "requested_margins": list(args.margins), "requested_half_lives_s": list(args.half_lives),
                "margins": list(margins), "half_lives_s": list(half_lives),
-               "default": {"margin_ratio": Policy().estimator.margin_ratio, "half_life_s": Policy().estimator.half_life_s},
-               "wall_seconds": round(wall, 1), "load_seconds": round(loaded, 1), "inputs": input_sources(args),
+               "default": {"predictor": document.policy.estimator.predictor,
+                           "margin_ratio": document.policy.estimator.margin_ratio,
+                           "half_life_s": document.policy.estimator.half_life_s},
+               "wall_seconds": round(wall, 1), "load_seconds": round(loaded, 1), "inputs": sources,
                "policy_name": document.metadata.name, "policy_version": document.metadata.version}
     line = write_summary(summary, args.summary_json)
     if line:
         print(line)
     if args.out:
         created = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        out_doc = calibration_document(document, first["points"], chosen, margins=margins,
-                                       half_lives=half_lives, created=created)
+        out_doc = calibration_document(document, per_load, chosen, to_ship, within, margins=margins,
+                                       half_lives=half_lives, predictors=predictors, created=created,
+                                       max_evictions=float(args.max_evictions),
+                                       max_contention_share=float(args.max_contention_share))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(dump_policy_text(out_doc))
-        print(f"  calibration policy written to {args.out} (kalena replay --policy {args.out}; the console's "
-              "calibration page imports it)")
+        print(f"  calibration policy (the shipped setting) written to {args.out} (kalena replay --policy {args.out}; "
+              "the console's calibration page imports it)")
     if args.report_html:
         from kalena_web.cli.evaluate_report import write_calibration_report  # plotly: import on demand
 
         print(write_calibration_report(args.report_html, summary, title=(
-            f"Kalena calibration — μ × h sweep, {args.hours:g} h, seed {args.seed}")))
+            f"Kalena calibration — predictor × μ × h sweep, {args.hours:g} h, seed {args.seed}")))
     return 0

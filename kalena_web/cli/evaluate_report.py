@@ -3,8 +3,9 @@ evaluation's: one self-contained file (Plotly's script
 inlined, no network), deterministic for a seed (fixed element ids).
 
 Charts: reclaimed cpu and ram in use over time per policy; evictions against harvest (each
-policy a point; marker size is production contention); throttled batch cpu over time; and the
-comparison table.
+policy a point; marker size is production contention); throttled batch cpu over time; the
+proposal's metrics 6–8 per policy (reservation/request and usage/request CDFs, throttled time
+and inflation CDFs, Pareto-reserve yield by hour); and the comparison table.
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ def render_report(summaries: dict[str, dict[str, object]], timelines: dict[str, 
         ("evictions-harvest", _evictions_vs_harvest(summaries)),
         ("throttled", _over_time(timelines, "throttled_cores", "Batch cpu throttled (demand − granted)", "cores")),
     ]
+    from kalena_web.console.proposal_figures import proposal_figures  # metrics 6–8, as the run page draws them
+
+    figures += [(f"metrics-{key}", fig) for key, fig in proposal_figures(summaries)]
     return render_page(title, "Same inputs, seed and scheduler for every policy; only the production reservation rule "
                               "differs (docs/evaluation.md). Oracles are dotted.", _table(summaries), figures)
 
@@ -162,58 +166,140 @@ def write_compaction_report(path: Path, summary: dict[str, object], *, title: st
     return write_page(path, render_compaction_report(summary, title=title))
 
 
+PREDICTOR_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+                     "#ff7f0e", "#7f7f7f")
+
+
+def safety_curve_figure(points: list[dict[str, object]], baselines: dict[str, dict[str, object]],
+                        shipped: dict[str, object] | None, *, max_evictions: float, load: str) -> go.Figure:
+    """One load factor's safety curve as a frontier: every setting a point coloured by predictor
+    (dominated ones hollow and apart), the frontier a line through its points sorted by
+    evictions, the baselines as labelled squares, the shipped setting a large diamond and the
+    eviction tolerance a dashed vertical line."""
+    from kalena_engine.replay.calibration import _key, describe, frontier
+
+    front = frontier(points)
+    on_front = {_key(p) for p in front}
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=[p["batch_evictions_per_100_pod_hours"] for p in sorted(front, key=lambda p: p["batch_evictions_per_100_pod_hours"])],
+        y=[100 * p["reclaimed_fraction_cpu"] for p in sorted(front, key=lambda p: p["batch_evictions_per_100_pod_hours"])],
+        mode="lines", name="frontier (non-dominated, by evictions)", line={"color": "#111827", "width": 2}))
+    predictors = list(dict.fromkeys(str(p.get("predictor", "asymmetric")) for p in points))
+    for i, name in enumerate(predictors):
+        colour = PREDICTOR_COLOURS[i % len(PREDICTOR_COLOURS)]
+        for dominated in (False, True):
+            rows = [p for p in points if str(p.get("predictor", "asymmetric")) == name
+                    and (_key(p) not in on_front) == dominated]
+            if not rows:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[p["batch_evictions_per_100_pod_hours"] for p in rows], y=[100 * p["reclaimed_fraction_cpu"] for p in rows],
+                mode="markers", name=f"{name}{' (dominated)' if dominated else ''}", legendgroup=name,
+                text=[describe(p) for p in rows],
+                marker={"color": "white" if dominated else colour, "size": 9 if dominated else 11,
+                        "line": {"color": colour, "width": 2}, "symbol": "circle"},
+                hovertemplate="%{text}<br>evictions/100 pod-h %{x:.3f}<br>reclaimed cpu %{y:.2f} %<extra></extra>"))
+    for rule, b in baselines.items():
+        fig.add_trace(go.Scatter(
+            x=[b["batch_evictions_per_100_pod_hours"]], y=[100 * b["reclaimed_fraction_cpu"]], mode="markers+text",
+            name=rule, text=[rule], textposition="bottom center",
+            marker={"symbol": "square", "size": 12, "color": COLOURS.get(rule, "#7f7f7f")},
+            hovertemplate=f"{rule}<br>evictions/100 pod-h %{{x:.3f}}<br>reclaimed cpu %{{y:.2f}} %<extra></extra>"))
+    if shipped is not None:
+        here = [p for p in points if _key(p) == _key(shipped)]
+        if here:
+            fig.add_trace(go.Scatter(
+                x=[here[0]["batch_evictions_per_100_pod_hours"]], y=[100 * here[0]["reclaimed_fraction_cpu"]],
+                mode="markers", name=f"shipped: {describe(shipped)}",
+                marker={"symbol": "diamond", "size": 20, "color": "#f59e0b", "line": {"width": 2, "color": "#111827"}}))
+    fig.add_vline(x=max_evictions, line_dash="dash", line_color="#dc2626",
+                  annotation_text=f"tolerance {max_evictions:g} evictions/100 pod-h", annotation_position="top right")
+    fig.update_layout(title=f"Safety curve at ×{load}: reclaimed cpu against batch evictions", template="plotly_white",
+                      xaxis_title="batch evictions per 100 batch pod-hours",
+                      yaxis_title="reclaimed fraction of cpu requests (%)", height=560, legend={"orientation": "h", "y": -0.22})
+    return fig
+
+
+def contention_figure(points: list[dict[str, object]], baselines: dict[str, dict[str, object]],
+                      shipped: dict[str, object] | None, *, max_share: float, load: str) -> go.Figure:
+    """Production contention (share of production cpu core-hours) against reclaimed cpu, the
+    tolerance a dashed horizontal line."""
+    from kalena_engine.replay.calibration import _key, contention_share, describe
+
+    fig = go.Figure()
+    predictors = list(dict.fromkeys(str(p.get("predictor", "asymmetric")) for p in points))
+    for i, name in enumerate(predictors):
+        rows = [p for p in points if str(p.get("predictor", "asymmetric")) == name]
+        fig.add_trace(go.Scatter(
+            x=[100 * p["reclaimed_fraction_cpu"] for p in rows], y=[100 * contention_share(p) for p in rows],
+            mode="markers", name=name, text=[describe(p) for p in rows],
+            marker={"color": PREDICTOR_COLOURS[i % len(PREDICTOR_COLOURS)], "size": 10},
+            hovertemplate="%{text}<br>reclaimed cpu %{x:.2f} %<br>contention %{y:.4f} %<extra></extra>"))
+    for rule, b in baselines.items():
+        fig.add_trace(go.Scatter(x=[100 * b["reclaimed_fraction_cpu"]], y=[100 * contention_share(b)],
+                                 mode="markers+text", name=rule, text=[rule], textposition="bottom center",
+                                 marker={"symbol": "square", "size": 12, "color": COLOURS.get(rule, "#7f7f7f")}))
+    if shipped is not None:
+        here = [p for p in points if _key(p) == _key(shipped)]
+        if here:
+            fig.add_trace(go.Scatter(x=[100 * here[0]["reclaimed_fraction_cpu"]], y=[100 * contention_share(here[0])],
+                                     mode="markers", name="shipped",
+                                     marker={"symbol": "diamond", "size": 20, "color": "#f59e0b",
+                                             "line": {"width": 2, "color": "#111827"}}))
+    fig.add_hline(y=100 * max_share, line_dash="dash", line_color="#dc2626",
+                  annotation_text=f"tolerance {100 * max_share:g} % of production cpu")
+    fig.update_layout(title=f"Production contention against reclaimed cpu at ×{load}", template="plotly_white",
+                      xaxis_title="reclaimed fraction of cpu requests (%)",
+                      yaxis_title="production contention (% of production cpu core-hours)", height=440,
+                      legend={"orientation": "h"})
+    return fig
+
+
 def render_calibration_report(summary: dict[str, object], *, title: str) -> str:
-    """The calibration report: the safety curve per load factor (every setting a point, the
-    frontier a line, the knee a star, the shipped default a diamond) and production
-    contention against reclaimed cpu."""
-    default = summary["default"]
-    curve, contention = go.Figure(), go.Figure()
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
-    for i, (load, result) in enumerate(summary["load_factors"].items()):
-        colour = palette[i % len(palette)]
-        pts = result["points"]
-        labels = [f"μ {p['margin_ratio']:g}, h {p['half_life_s']:g} s" for p in pts]
-        curve.add_trace(go.Scatter(
-            x=[p["batch_evictions_per_100_pod_hours"] for p in pts], y=[100 * p["reclaimed_fraction_cpu"] for p in pts],
-            mode="markers", name=f"×{load} settings", text=labels, marker={"color": colour, "size": 9, "opacity": 0.6},
-            hovertemplate="%{text}<br>evictions/100 pod-h %{x:.3f}<br>reclaimed cpu %{y:.2f} %<extra></extra>"))
-        front = result["frontier"]
-        curve.add_trace(go.Scatter(x=[p["batch_evictions_per_100_pod_hours"] for p in front],
-                                   y=[100 * p["reclaimed_fraction_cpu"] for p in front], mode="lines",
-                                   name=f"×{load} frontier", line={"color": colour}))
-        k = summary["knee"]
-        here = [p for p in pts if (p["margin_ratio"], p["half_life_s"]) == (k["margin_ratio"], k["half_life_s"])]
-        ref = [p for p in pts if (p["margin_ratio"], p["half_life_s"]) == (default["margin_ratio"], default["half_life_s"])]
-        for rows, symbol, name in ((here, "star", "at the knee setting"), (ref, "diamond", "shipped default")):
-            if rows:
-                curve.add_trace(go.Scatter(
-                    x=[rows[0]["batch_evictions_per_100_pod_hours"]], y=[100 * rows[0]["reclaimed_fraction_cpu"]],
-                    mode="markers", name=f"×{load} {name} (μ {rows[0]['margin_ratio']:g}, h {rows[0]['half_life_s']:g} s)",
-                    marker={"color": colour, "size": 18, "symbol": symbol, "line": {"width": 1, "color": "#222"}}))
-        contention.add_trace(go.Scatter(
-            x=[100 * p["reclaimed_fraction_cpu"] for p in pts], y=[p["production_contention_core_hours"] for p in pts],
-            mode="markers", name=f"×{load}", text=labels, marker={"color": colour, "size": 9},
-            hovertemplate="%{text}<br>reclaimed cpu %{x:.2f} %<br>contention %{y:.1f} core-h<extra></extra>"))
-    curve.update_layout(title="Safety curve: reclaimed cpu against batch evictions", template="plotly_white",
-                        xaxis_title="batch evictions per 100 batch pod-hours",
-                        yaxis_title="reclaimed fraction of cpu requests (%)", height=500, legend={"orientation": "h"})
-    contention.update_layout(title="Production contention against reclaimed cpu", template="plotly_white",
-                             xaxis_title="reclaimed fraction of cpu requests (%)",
-                             yaxis_title="production contention (core-hours)", height=440, legend={"orientation": "h"})
+    """The calibration report: per load factor, the safety curve as a frontier (every setting
+    and baseline a point, dominated settings hollow, the shipped setting a diamond, the eviction
+    tolerance a line) and production contention against reclaimed cpu (its tolerance a line);
+    the shipped setting's table and every point's."""
+    from kalena_engine.replay.calibration import contention_share, describe
+
+    ship = summary["shipped"]
+    charts = []
+    for load, result in summary["load_factors"].items():
+        baselines = result.get("baselines", {})
+        charts.append((f"safety-curve-x{load}", safety_curve_figure(
+            result["points"], baselines, ship["setting"], max_evictions=float(ship["max_evictions_per_100_pod_hours"]),
+            load=load)))
+        charts.append((f"contention-x{load}", contention_figure(
+            result["points"], baselines, ship["setting"], max_share=float(ship["max_contention_share"]), load=load)))
     rows = []
     for load, result in summary["load_factors"].items():
-        for p in result["points"]:
-            rows.append([f"×{load}", f"{p['margin_ratio']:g}", f"{p['half_life_s']:g}",
-                         f"{p['reclaimed_fraction_cpu']:.2%}", f"{p['reclaimed_fraction_ram']:.2%}",
-                         f"{p['batch_evictions_per_100_pod_hours']:.3f}", f"{p['production_contention_core_hours']:,.1f}"])
-    table = html_table(["load", "μ", "h (s)", "reclaimed cpu", "reclaimed ram", "evictions /100 pod-h",
-                        "prod contention core-h"], rows)
+        oracle = result.get("baselines", {}).get("oracle-60m")
+        for p in [*result["points"], *result.get("baselines", {}).values()]:
+            ratio = (f"{p['reclaimed_fraction_cpu'] / oracle['reclaimed_fraction_cpu']:.3f}"
+                     if oracle and oracle["reclaimed_fraction_cpu"] > 0 else "—")
+            rows.append([f"×{load}", str(p.get("predictor", "asymmetric")),
+                         f"{p['margin_ratio']:g}" if "margin_ratio" in p else "", f"{p['half_life_s']:g}" if "half_life_s" in p else "",
+                         f"{p['reclaimed_fraction_cpu']:.2%}", ratio, f"{p['reclaimed_fraction_ram']:.2%}",
+                         f"{p['batch_evictions_per_100_pod_hours']:.3f}", f"{p['production_contention_core_hours']:,.1f}",
+                         f"{contention_share(p):.4%}", f"{p['oom_kills']:.0f}"])
+    table = html_table(["load", "predictor / policy", "μ", "h (s)", "reclaimed cpu", "÷ oracle-60m", "reclaimed ram",
+                        "evictions /100 pod-h", "prod contention core-h", "share", "OOM kills"], rows)
+    shipped_rows = [[f"×{load}", f"{r['reclaimed_fraction_cpu']:.2%}",
+                     "—" if r["harvest_ratio_vs_oracle_60m"] is None else f"{r['harvest_ratio_vs_oracle_60m']:.3f}",
+                     f"{r['batch_evictions_per_100_pod_hours']:.3f}", f"{r['production_contention_core_hours']:,.1f}",
+                     f"{r['production_contention_share']:.4%}", f"{r['oom_kills']:.0f}"]
+                    for load, r in ship.get("loads", {}).items()]
+    shipped_table = html_table(["load", "reclaimed cpu", "÷ oracle-60m", "evictions /100 pod-h", "prod contention core-h",
+                                "contention share", "OOM kills"], shipped_rows)
     k = summary["knee"]
-    intro = (f"Every setting replays the same {summary['hours']:g} h (seed {summary['seed']}). Knee: the last frontier "
-             f"point reached while one more % of reclaimed cpu costs at most {summary['knee_rate']:g} evictions per "
-             f"100 batch pod-hours — μ {k['margin_ratio']:g}, h {k['half_life_s']:g} s. Ship as default: "
-             f"{'yes' if summary['ship_knee_as_default'] else 'no'} — {html.escape(str(summary['verdict']))}.")
-    return render_page(title, intro, table, [("safety-curve", curve), ("contention", contention)])
+    intro = (f"Every setting replays the same {summary['hours']:g} h (seed {summary['seed']}, usage from "
+             f"{html.escape(str(summary.get('inputs', {}).get('usage_dir', '')))}, "
+             f"{summary.get('usage_offset_h', 0):g} h into it). <b>Shipped (the operator's tolerance):</b> "
+             f"{html.escape(describe(ship['setting']))} — {html.escape(str(ship['why']))}. Knee (rate "
+             f"{summary['knee_rate']:g}): {html.escape(describe(k))}. {html.escape(str(summary['verdict']))}."
+             f"</p>{shipped_table}<p>")
+    return render_page(title, intro, table, charts)
 
 
 def write_calibration_report(path: Path, summary: dict[str, object], *, title: str) -> str:

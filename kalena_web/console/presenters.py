@@ -236,3 +236,46 @@ def compare_rows(runs) -> list[tuple[str, list[str]]]:
             return "–"
         return pct(value) if kind == "pct" else integer(value) if kind == "int" else f"{value:,.1f}"
     return [(label, [fmt(kind, r.summary.get(key)) for r in runs]) for key, label, kind in COMPARE_ROWS]
+
+
+def proposal_rows(summary: dict) -> list[tuple[str, str, str]]:
+    """The proposal's metrics 6–8 (§6.3) as ``(metric, value, what it means)`` rows for the run
+    page; empty for a run persisted before the replay recorded them."""
+    s = summary
+    acc, prog, res = s.get("reservation_accuracy"), s.get("batch_forward_progress"), s.get("pareto_reserve_yield")
+    if not (acc and prog and res):
+        return []
+
+    def q(d: dict, key: str, fmt: str = "{:.2f}") -> str:
+        value = (d or {}).get("quantiles", {}).get(key) if "quantiles" in (d or {}) else (d or {}).get(key)
+        return "–" if value is None else fmt.format(value)
+
+    cpu, ram = acc.get("cpu", {}), acc.get("ram", {})
+    t, f = prog.get("throttled_seconds", {}), prog.get("completion_inflation", {})
+    return [
+        ("6 · over-estimation area", f"cpu {cpu.get('overestimation_area', 0):.3f} · ram {ram.get('overestimation_area', 0):.3f}",
+         "Σ max(0, reservation − usage) ÷ Σ request over production pod-steps (0 = reservations equal usage)"),
+        ("6 · under-estimation area", f"cpu {cpu.get('underestimation_area', 0):.4f} · ram {ram.get('underestimation_area', 0):.4f}",
+         "Σ max(0, usage − reservation) ÷ Σ request: usage the reservation did not cover"),
+        ("6 · reservation / request (cpu)",
+         f"p10 {q(cpu.get('reservation_over_request'), 'p10')} · p50 {q(cpu.get('reservation_over_request'), 'p50')} · "
+         f"p90 {q(cpu.get('reservation_over_request'), 'p90')}", "what the ledgers reserved, per pod-step"),
+        ("6 · usage / request (cpu)",
+         f"p10 {q(cpu.get('usage_over_request'), 'p10')} · p50 {q(cpu.get('usage_over_request'), 'p50')} · "
+         f"p90 {q(cpu.get('usage_over_request'), 'p90')}", "what production used, per pod-step"),
+        ("7 · completion-time inflation",
+         f"p50 {q(f, 'p50', '{:.3f}')} · p90 {q(f, 'p90', '{:.3f}')} · p99 {q(f, 'p99', '{:.3f}')} · max {q(f, 'p100', '{:.3f}')}",
+         f"actual ÷ undisturbed run time over {prog.get('completed_instances', 0):,} completed batch instances"),
+        ("7 · throttled time per instance",
+         f"p50 {q(t, 'p50', '{:,.0f}')} s · p99 {q(t, 'p99', '{:,.0f}')} s · max {q(t, 'p100', '{:,.0f}')} s",
+         f"{prog.get('slowed_share', 0):.2%} of completed instances were slowed at all; "
+         f"{prog.get('throttled_seconds_total', 0) / 3600.0:,.1f} instance-hours in all"),
+        ("8 · Pareto-reserve yield",
+         f"cpu {res.get('cpu', {}).get('cluster', 0):.1%} · ram {res.get('ram', {}).get('cluster', 0):.1%}",
+         "share of the headroom C − Σ production requests (Kuberina's reserve) batch occupied over the run"),
+        ("8 · per node (cpu)",
+         f"p10 {q(res.get('cpu', {}).get('per_node', {}), 'p10', '{:.0%}')} · p50 "
+         f"{q(res.get('cpu', {}).get('per_node', {}), 'p50', '{:.0%}')} · p90 "
+         f"{q(res.get('cpu', {}).get('per_node', {}), 'p90', '{:.0%}')}",
+         f"over the {res.get('cpu', {}).get('nodes', 0)} batch nodes with headroom"),
+    ]

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET
 from kalena_web.archive import selectors
 from kalena_web.archive.errors import NotFound
 from kalena_web.archive.mappers import times_of
-from kalena_web.console import figures, params, presenters
+from kalena_web.console import figures, params, presenters, proposal_figures
 from kalena_web.console.listing import ListSpec, listing
 from kalena_web.console.why import reduction_text, rejection_lines
 from kalena_web.ledger import selectors as ledger_selectors
@@ -102,6 +102,9 @@ def overview(request: HttpRequest, run: str) -> HttpResponse:
         "sort": sort, "descending": descending, "sort_value": sort_value, "sort_label": SORTS[sort].label,
         "evictions": selectors.recent_evictions(run=the_run),
         "other_runs": [name for name in selectors.run_names() if name != the_run.name],
+        "proposal": presenters.proposal_rows(the_run.summary),
+        "proposal_figures": [(key, figures._to_json(fig))
+                             for key, fig in proposal_figures.proposal_figures({the_run.name: the_run.summary})],
     })
 
 

@@ -99,13 +99,18 @@ def _message(exc: PolicyError) -> str:
 
 #: placement keys of the policy file that the form does not show (carried in ``carried``)
 CARRIED = ("balance_dims", "slack_buckets")
+#: estimator keys of the policy file that the form does not show (text, not numbers): carried
+#: under ``estimator`` in the same field, so a calibration point's predictor reaches Save.
+CARRIED_ESTIMATOR = ("predictor", "members")
 
 
 def carried_text(document: PolicyDocument) -> str:
     """The page's hidden ``carried`` field: the :data:`CARRIED` keys of ``document`` as JSON,
     e.g. ``{"balance_dims": ["cpu", "ram"], "slack_buckets": {"cpu": 1000.0, …}}``."""
-    placement = policy_to_document(document)["spec"]["placement"]
-    return json.dumps({key: placement[key] for key in CARRIED}, sort_keys=True)
+    spec = policy_to_document(document)["spec"]
+    carried: dict[str, Any] = {key: spec["placement"][key] for key in CARRIED}
+    carried["estimator"] = {key: spec["estimator"][key] for key in CARRIED_ESTIMATOR}
+    return json.dumps(carried, sort_keys=True)
 
 
 def carried_base(text: str, *, base: PolicyDocument) -> PolicyDocument:
@@ -122,12 +127,16 @@ def carried_base(text: str, *, base: PolicyDocument) -> PolicyDocument:
         carried = json.loads(text)
     except ValueError:
         carried = None
-    if not isinstance(carried, dict) or set(carried) - set(CARRIED):
-        names = ", ".join(CARRIED)
-        raise PolicyError(f"the carried placement keys are not a JSON object of {names}", source="draft",
-                          field="carried", accepted=f"a JSON object with keys among {names}")
+    estimator = carried.pop("estimator", {}) if isinstance(carried, dict) else None
+    if (not isinstance(carried, dict) or set(carried) - set(CARRIED) or not isinstance(estimator, dict)
+            or set(estimator) - set(CARRIED_ESTIMATOR)):
+        names = ", ".join([*CARRIED, "estimator"])
+        raise PolicyError(f"the carried keys are not a JSON object of {names}", source="draft",
+                          field="carried", accepted=f"a JSON object with keys among {names} "
+                                                    f"(estimator: {', '.join(CARRIED_ESTIMATOR)})")
     mapping = policy_to_document(base)
     mapping["spec"]["placement"].update(carried)
+    mapping["spec"]["estimator"].update(estimator)
     return policy_from_document(mapping, source="draft")
 
 

@@ -71,33 +71,94 @@ def preflight_slack_rows(preflight: Preflight) -> SafeString:
          gib(n.ram_after_bytes), gib(n.ram_settled_bytes)) for n in preflight.nodes))
 
 
+def _point_dict(p) -> dict[str, object]:
+    return {"predictor": p.predictor, "margin_ratio": p.margin_ratio, "half_life_s": p.half_life_s,
+            "reclaimed_fraction_cpu": p.reclaimed_fraction_cpu,
+            "batch_evictions_per_100_pod_hours": p.batch_evictions_per_100_pod_hours}
+
+
+def calibration_rows(calibration: Calibration) -> list[dict[str, object]]:
+    """The calibration's points for the page's table, by load factor, frontier points first by
+    evictions then the dominated ones: each with ``index`` (its place in the file, for
+    ``?point=``), ``on_frontier``, ``shipped`` and ``contention_share``."""
+    from kalena_engine.replay.calibration import _key, frontier
+
+    shipped = dict(calibration.shipped)
+    shipped_key = (_key({k: v for k, v in shipped.items() if k != "qualified"}) if shipped else None)
+    by_load: dict[float, list[tuple[int, object]]] = {}
+    for i, p in enumerate(calibration.points):
+        by_load.setdefault(p.load_factor, []).append((i, p))
+    rows = []
+    for load in sorted(by_load):
+        pairs = by_load[load]
+        front = {_key(q) for q in frontier([_point_dict(p) for _, p in pairs])}
+        for i, p in pairs:
+            key = _key(_point_dict(p))
+            rows.append({"index": i, "point": p, "load_factor": load, "on_frontier": key in front,
+                         "shipped": key == shipped_key,
+                         "contention_share": (p.production_contention_core_hours / p.production_cpu_core_hours
+                                              if p.production_cpu_core_hours > 0 else None)})
+    return sorted(rows, key=lambda r: (r["load_factor"], not r["on_frontier"],
+                                       r["point"].batch_evictions_per_100_pod_hours, r["index"]))
+
+
 def calibration_figure(calibration: Calibration, current: Policy) -> str:
-    """The safety curve (Borg Fig. 12): reclaimed fraction (cpu, ram) against batch evictions per
-    100 pod-hours, one point per swept setting labelled μ/h, the knee and the current policy
-    marked."""
-    points = sorted(calibration.points, key=lambda p: (p.margin_ratio, p.half_life_s))
-    labels = [f"μ {p.margin_ratio:g} · h {p.half_life_s:g} s" for p in points]
-    x = [p.batch_evictions_per_100_pod_hours for p in points]
+    """The safety curve (Borg Fig. 12) as a frontier, per load factor: reclaimed cpu against
+    batch evictions per 100 pod-hours; the non-dominated settings joined by a line sorted by
+    evictions, dominated settings apart (hollow), the shipped setting (a diamond), the current
+    policy (when swept) and the knee (of the first load factor) marked, and the eviction
+    tolerance a dashed vertical line."""
+    from kalena_engine.replay.calibration import _key
+
+    rows = calibration_rows(calibration)
+    loads = list(dict.fromkeys(r["load_factor"] for r in rows))
+    colours = ("#2563eb", "#ea580c", "#0d9488", "#7c3aed")
     fig = go.Figure()
-    fig.add_trace(go.Scatter(name="reclaimed cpu", x=x, y=[p.reclaimed_fraction_cpu * 100 for p in points],
-                             mode="lines+markers", text=labels, hovertemplate="%{text}<br>%{y:.1f} %<extra></extra>",
-                             line=dict(color="#2563eb")))
-    fig.add_trace(go.Scatter(name="reclaimed ram", x=x, y=[p.reclaimed_fraction_ram * 100 for p in points],
-                             mode="lines+markers", text=labels, hovertemplate="%{text}<br>%{y:.1f} %<extra></extra>",
-                             line=dict(color="#ea580c")))
+    est = current.estimator
+    current_key = (est.predictor, est.margin_ratio, est.half_life_s)
     knee = dict(calibration.knee)
-    for name, values, colour, symbol in (
-            ("knee", knee, "#dc2626", "star"),
-            ("current policy", {"margin_ratio": current.estimator.margin_ratio,
-                                "half_life_s": current.estimator.half_life_s}, "#111827", "diamond")):
-        match = [p for p in points if all(abs(getattr(p, k) - v) < 1e-9 for k, v in values.items())]
-        if match:
-            p = match[0]
-            fig.add_trace(go.Scatter(name=f"{name} (μ {p.margin_ratio:g}, h {p.half_life_s:g} s)",
-                                     x=[p.batch_evictions_per_100_pod_hours], y=[p.reclaimed_fraction_cpu * 100],
-                                     mode="markers", marker=dict(size=16, color=colour, symbol=symbol)))
-    fig.update_layout(height=420, margin=dict(l=60, r=20, t=30, b=60), font=FONT, paper_bgcolor="white",
-                      plot_bgcolor="white", legend=dict(orientation="h", y=1.1),
+    for j, load in enumerate(loads):
+        colour = colours[j % len(colours)]
+        here = [r for r in rows if r["load_factor"] == load]
+        front = sorted((r for r in here if r["on_frontier"]), key=lambda r: r["point"].batch_evictions_per_100_pod_hours)
+        apart = [r for r in here if not r["on_frontier"]]
+        for group, name, marker, mode in (
+                (front, f"×{load:g} frontier", dict(size=9, color=colour), "lines+markers"),
+                (apart, f"×{load:g} dominated", dict(size=8, color="white", line=dict(color=colour, width=1.5)),
+                 "markers")):
+            if not group:
+                continue
+            fig.add_trace(go.Scatter(
+                name=name, x=[r["point"].batch_evictions_per_100_pod_hours for r in group],
+                y=[r["point"].reclaimed_fraction_cpu * 100 for r in group], mode=mode, marker=marker,
+                line=dict(color=colour, width=2), text=[_label(r["point"]) for r in group],
+                hovertemplate="%{text}<br>%{x:.3f} evictions / 100 pod-h<br>%{y:.2f} % reclaimed cpu<extra></extra>"))
+        marks = [("shipped", [r for r in here if r["shipped"]], "#f59e0b", "diamond", 18),
+                 ("current policy", [r for r in here if _key(_point_dict(r["point"])) == current_key], "#111827",
+                  "x", 14)]
+        if j == 0 and knee:
+            marks.append(("knee", [r for r in here if r["point"].predictor == "asymmetric"
+                                   and all(abs(getattr(r["point"], k) - v) < 1e-9 for k, v in knee.items())],
+                          "#dc2626", "star", 14))
+        for label, match, mcolour, symbol, size in marks:
+            if match:
+                p = match[0]["point"]
+                fig.add_trace(go.Scatter(
+                    name=f"×{load:g} {label} ({_label(p)})", x=[p.batch_evictions_per_100_pod_hours],
+                    y=[p.reclaimed_fraction_cpu * 100], mode="markers",
+                    marker=dict(size=size, color=mcolour, symbol=symbol, line=dict(color="#111827", width=1))))
+    tolerance = dict(calibration.tolerance)
+    if "max_evictions_per_100_pod_hours" in tolerance:
+        limit = tolerance["max_evictions_per_100_pod_hours"]
+        fig.add_vline(x=limit, line_dash="dash", line_color="#dc2626",
+                      annotation_text=f"tolerance {limit:g} evictions / 100 pod-h", annotation_position="top right")
+    fig.update_layout(height=460, margin=dict(l=60, r=20, t=40, b=60), font=FONT, paper_bgcolor="white",
+                      plot_bgcolor="white", legend=dict(orientation="h", y=-0.2),
                       xaxis=_axis(title="batch evictions per 100 pod-hours", rangemode="tozero"),
-                      yaxis=_axis(title="reclaimed fraction (%)", rangemode="tozero"))
+                      yaxis=_axis(title="reclaimed cpu (% of requests)"))
     return _to_json(fig)
+
+
+def _label(p) -> str:
+    head = "" if p.predictor == "asymmetric" else f"{p.predictor} · "
+    return f"{head}μ {p.margin_ratio:g} · h {p.half_life_s:g} s"

@@ -16,7 +16,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from kalena_engine.errors import PolicyError
-from kalena_engine.policy_file import PolicyDocument, dump_policy_text, parse_policy_text
+from kalena_engine.policy_file import (
+    PolicyDocument, dump_policy_text, parse_policy_text, policy_from_document, policy_to_document,
+)
+from kalena_engine.replay.calibration import parse_variant
 from kalena_engine.preflight import policy_preflight
 from kalena_web.console.live_views import live_page
 from kalena_web.console.views import error_page
@@ -79,15 +82,28 @@ def policy(request: HttpRequest, cluster: str) -> HttpResponse:
             return error_page(request, 404, f"no calibration {calibration_id!r} for {c.name!r}")
         imported = mappers.calibration_document(row)
         cal = imported.metadata.calibration
-        knee = dict(cal.knee) if cal and cal.knee else {  # no knee: the file's own μ and h
-            "margin_ratio": imported.policy.estimator.margin_ratio, "half_life_s": imported.policy.estimator.half_life_s}
-        posted = {f.name: f.value for f in drafts.form_fields(selectors.current_policy(cluster_id=c.id).document)}
-        posted.update({f"estimator.{k}": f"{v:g}" for k, v in knee.items()})
-        draft = drafts.draft_read(posted, base=selectors.current_policy(cluster_id=c.id).document)
+        try:
+            setting, what = _calibration_setting(imported, request.GET.get("point"))
+        except ValueError as exc:
+            return error_page(request, 400, str(exc))
+        base = selectors.current_policy(cluster_id=c.id).document
+        try:
+            _, params = parse_variant(str(setting.pop("predictor", "")) or base.policy.estimator.predictor)
+        except ValueError as exc:
+            return error_page(request, 400, f"calibration {row.filename or row.id}: {exc}")
+        values = dict(params)
+        mapping = policy_to_document(base)
+        mapping["spec"]["estimator"].update({"predictor": values.pop("predictor")})
+        if "members" in values:
+            mapping["spec"]["estimator"]["members"] = list(values.pop("members"))
+        base = policy_from_document(mapping, source="calibration")
+        posted = {f.name: f.value for f in drafts.form_fields(base)}
+        posted.update({f"estimator.{k}": f"{float(v):g}" for k, v in {**values, **setting}.items()})
+        draft = drafts.draft_read(posted, base=base)
         if draft.document is None:
             return _policy_page(request, c, draft=draft, status=400)
         return _policy_page(request, c, draft=draft, preflight=_preflight(c, draft.document),
-                            origin=f"calibration {row.filename or row.id} knee")
+                            origin=f"calibration {row.filename or row.id} {what}")
     if not request.user.has_perm(TUNE):
         return error_page(request, 403, "tuning policy needs the operator or approver role")
     current = selectors.current_policy(cluster_id=c.id)
@@ -196,6 +212,31 @@ def rollback(request: HttpRequest, cluster: str, version: int) -> HttpResponse:
     return redirect(f"/policy/{c.name}/history/?saved={row.version}")
 
 
+def _calibration_setting(imported, point: str | None) -> tuple[dict[str, object], str]:
+    """The setting a calibration proposes: point ``point`` (its index in the file's points) when
+    given, else the shipped setting, else the knee, else the file's own μ and h; with a phrase
+    naming it.
+
+    Raises:
+        ValueError: ``point`` is not an index of the file's points.
+    """
+    cal = imported.metadata.calibration
+    if point is not None:
+        points = cal.points if cal else ()
+        if not point.isdigit() or int(point) >= len(points):
+            raise ValueError(f"point {point!r} is not one of the calibration's {len(points)} points (0–{len(points) - 1})")
+        p = points[int(point)]
+        return ({"predictor": p.predictor, "margin_ratio": p.margin_ratio, "half_life_s": p.half_life_s},
+                f"point {int(point)} ({p.predictor}, μ {p.margin_ratio:g}, h {p.half_life_s:g} s)")
+    if cal and cal.shipped:
+        shipped = {k: v for k, v in cal.shipped if k != "qualified"}
+        return shipped, "shipped setting"
+    if cal and cal.knee:
+        return dict(cal.knee), "knee"
+    return ({"margin_ratio": imported.policy.estimator.margin_ratio, "half_life_s": imported.policy.estimator.half_life_s},
+            "values")
+
+
 @require_http_methods(["GET", "POST"])
 @live_page
 def calibration(request: HttpRequest, cluster: str) -> HttpResponse:
@@ -220,7 +261,9 @@ def calibration(request: HttpRequest, cluster: str) -> HttpResponse:
     current = selectors.current_policy(cluster_id=c.id)
     return render(request, "policy/calibration.html", {
         "cluster": c, "row": row, "document": document, "calibration": cal, "current": current,
-        "knee": dict(cal.knee) if cal else {}, "points": sorted(cal.points, key=lambda p: (p.margin_ratio, p.half_life_s)) if cal else [],
+        "knee": dict(cal.knee) if cal else {}, "shipped": dict(cal.shipped) if cal else {},
+        "tolerance": dict(cal.tolerance) if cal else {},
+        "points": figures.calibration_rows(cal) if cal else [],
         "figure": figures.calibration_figure(cal, current.policy) if cal and cal.points else None,
         "message": message, "can_tune": request.user.has_perm(TUNE)}, status=status)
 

@@ -19,6 +19,7 @@ from tests.web.conftest import PASSWORD
 
 KALENA = [sys.executable, "-m", "kalena_web.cli"]
 SHORT = ["--hours", "0.5", "--margins", "1.0,1.15", "--half-lives", "300,600", "--load-factors", "1,4",
+         "--predictors", "asymmetric,nsigma:margin_ratio=1.15:half_life_s=600", "--baselines", "oracle-60m",
          "--no-progress", "--widen-rounds", "0"]
 
 
@@ -46,15 +47,26 @@ def test_points_knee_and_verdict(calibration) -> None:
     summary = json.loads((folder / "summary.json").read_text())
     assert set(summary["load_factors"]) == {"1", "4"}
     for result_at in summary["load_factors"].values():
-        assert len(result_at["points"]) == 4
-        keys = {(p["margin_ratio"], p["half_life_s"]) for p in result_at["points"]}
-        assert keys == {(m, h) for m in (1.0, 1.15) for h in (300.0, 600.0)}
+        # the asymmetric rule across μ × h, the pinned N-sigma variant at its one setting
+        assert len(result_at["points"]) == 5
+        keys = {(p["predictor"], p["margin_ratio"], p["half_life_s"]) for p in result_at["points"]}
+        assert keys == {("asymmetric", m, h) for m in (1.0, 1.15) for h in (300.0, 600.0)} | {
+            ("nsigma:margin_ratio=1.15:half_life_s=600", 1.15, 600.0)}
         assert result_at["knee"] in result_at["frontier"]
+        assert set(result_at["baselines"]) == {"oracle-60m"}
     knee = summary["knee"]
     assert knee == summary["load_factors"]["1"]["knee"]
-    assert isinstance(summary["ship_knee_as_default"], bool) and summary["verdict"]
-    assert f"knee (×1): μ {knee['margin_ratio']:g}, h {knee['half_life_s']:g} s" in result.stdout
+    assert isinstance(summary["change_default"], bool) and summary["verdict"]
+    assert "knee (×1): " in result.stdout and f"μ {knee['margin_ratio']:g}, h {knee['half_life_s']:g} s" in result.stdout
     assert "ship as default: " in result.stdout
+    # the operator's tolerance picks the shipped setting; its table has every load's figures
+    ship = summary["shipped"]
+    assert ship["setting"] in summary["load_factors"]["1"]["points"]
+    assert set(ship["loads"]) == {"1", "4"}
+    for load, row in ship["loads"].items():
+        oracle = summary["load_factors"][load]["baselines"]["oracle-60m"]["reclaimed_fraction_cpu"]
+        assert row["harvest_ratio_vs_oracle_60m"] == pytest.approx(row["reclaimed_fraction_cpu"] / oracle, abs=1e-4)
+    assert "shipped default (the operator's tolerance): " in result.stdout
     # on a 2 × 2 grid every setting is on an edge: the knee's edges are named, flag by flag
     assert summary["knee_grid_edges"] and all(e.split(" value")[0].split()[-1] in ("--margins", "--half-lives")
                                               for e in summary["knee_grid_edges"])
@@ -68,8 +80,13 @@ def test_the_policy_file_holds_the_knee_and_loads_with_replay(calibration, data_
     assert doc.metadata.source == "calibration"
     assert dict(doc.metadata.calibration.knee) == {"margin_ratio": summary["knee"]["margin_ratio"],
                                                    "half_life_s": summary["knee"]["half_life_s"]}
-    assert doc.policy.estimator.margin_ratio == summary["knee"]["margin_ratio"]
-    assert len(doc.metadata.calibration.points) == 4
+    # the file's policy is the shipped setting (predictor variant, μ, h); every load's points are kept
+    ship = summary["shipped"]["setting"]
+    assert doc.policy.estimator.margin_ratio == ship["margin_ratio"]
+    assert doc.policy.estimator.predictor == ship["predictor"].split(":")[0]
+    assert dict(doc.metadata.calibration.shipped)["predictor"] == ship["predictor"]
+    assert len(doc.metadata.calibration.points) == 10
+    assert {p.load_factor for p in doc.metadata.calibration.points} == {1.0, 4.0}
     replayed = run("replay", "--policy", str(folder / "cal.yaml"), "--hours", "0.1", "--no-progress",
                    "--summary-json", str(tmp_path / "replay.json"), data_dir=data_dir)
     assert replayed.returncode == 0, replayed.stderr[-2000:]
@@ -91,7 +108,8 @@ def test_the_console_calibration_page_imports_it(calibration, client, django_use
     page = client.get("/policy/home/calibration/")
     knee = summary["knee"]
     names = [t["name"] for t in json.loads(page.context["figure"])["data"]]
-    assert f"knee (μ {knee['margin_ratio']:g}, h {knee['half_life_s']:g} s)" in names
+    assert f"×1 knee (μ {knee['margin_ratio']:g} · h {knee['half_life_s']:g} s)" in names
+    assert any(n.startswith("×1 shipped (") for n in names) and any(n.startswith("×4 shipped (") for n in names)
     assert CalibrationImport.objects.count() == 1
 
 
@@ -104,7 +122,7 @@ def test_results_do_not_depend_on_jobs_and_the_report_is_self_contained(calibrat
     html = (two / "report.html").read_text()
     assert html == (one / "report.html").read_text()
     assert "<script src=" not in html
-    for div in ("safety-curve", "contention"):
+    for div in ("safety-curve-x1", "safety-curve-x4", "contention-x1", "contention-x4"):
         assert f'id="{div}"' in html
 
 
@@ -113,7 +131,16 @@ def test_results_do_not_depend_on_jobs_and_the_report_is_self_contained(calibrat
     (["--margins", "1.1,1.1"], "--margins/--half-lives/--load-factors: a value is named twice"),
     (["--half-lives", "x"], "argument --half-lives: 'x' is not a number"),
     (["--knee-rate", "-1"], "argument --knee-rate: -1 is not a finite number ≥ 0"),
-], ids=["margin", "repeat", "half-life", "rate"])
+    (["--predictors", "asymmetric,oracle"], "argument --predictors: predictor 'oracle' is unknown"),
+    (["--predictors", "nsigma:window_s=60"], "argument --predictors: 'nsigma:window_s=60': window_s 60 is shorter"),
+    (["--predictors", "percentile:percentile=101"],
+     "'percentile:percentile=101': spec.estimator.percentile: 101.0 is out of range (accepted: a number in [0, 100])"),
+    (["--predictors", "nsigma:sigma=2"], "'sigma' is not a predictor key"),
+    (["--baselines", "kalena"], "argument --baselines: kalena: each must be one of"),
+    (["--usage-offset-h", "5000", "--predictors", "asymmetric", "--margins", "1.15", "--half-lives", "600",
+      "--load-factors", "1", "--baselines", ""],
+     "--usage-offset-h/--hours: no production usage series covers 0.1 h from 5000 h"),
+], ids=["margin", "repeat", "half-life", "rate", "predictor", "window", "percentile", "key", "baseline", "offset"])
 def test_bad_flags_are_refused_naming_the_flag(tmp_path: Path, data_dir: Path, args, fragment) -> None:
     out = tmp_path / "cal.yaml"
     result = run("evaluate", "calibrate", "--hours", "0.1", "--no-progress", "--out", str(out), *args, data_dir=data_dir)
@@ -125,6 +152,7 @@ def test_bad_flags_are_refused_naming_the_flag(tmp_path: Path, data_dir: Path, a
 def test_a_knee_on_the_edge_widens_the_grid_and_the_frontier_carries_every_load(tmp_path: Path, data_dir: Path) -> None:
     out = tmp_path / "summary.json"
     result = run("evaluate", "calibrate", "--hours", "0.25", "--margins", "1.2,1.3", "--half-lives", "600",
+                 "--predictors", "asymmetric", "--baselines", "",
                  "--load-factors", "1,4", "--widen-rounds", "2", "--jobs", "2", "--no-progress",
                  "--summary-json", str(out), data_dir=data_dir)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -55,6 +55,24 @@ def test_runs_list_shows_every_run_with_its_headline(console, recorded) -> None:
         assert integer(captured.summary["batch_submitted"]) in page
 
 
+def test_overview_shows_metrics_6_to_8_from_the_summary(console, recorded) -> None:
+    page = console.get("/runs/t-main/").content.decode()
+    summary = recorded.main.summary
+    section = text(page[page.index('id="proposal-metrics"'):page.index('id="nodes-table"')])
+    acc = summary["reservation_accuracy"]
+    assert f"cpu {acc['cpu']['overestimation_area']:.3f} · ram {acc['ram']['overestimation_area']:.3f}" in section
+    reserve = summary["pareto_reserve_yield"]
+    assert f"cpu {reserve['cpu']['cluster']:.1%} · ram {reserve['ram']['cluster']:.1%}" in section
+    assert f"over {summary['batch_forward_progress']['completed_instances']:,} completed batch instances" in section
+    # the charts: the r/q and u/q CDFs as the summary holds them, the hourly yield
+    accuracy = traces(figure(page, "fig-accuracy"))
+    name = next(n for n in accuracy if n.startswith("cpu: reservation / request"))
+    assert list(accuracy[name]["x"]) == acc["cpu"]["reservation_over_request"]["ratio"]
+    assert list(accuracy[name]["y"]) == acc["cpu"]["reservation_over_request"]["cdf"]
+    reserve_traces = traces(figure(page, "fig-reserve"))
+    assert any(n.startswith("cpu (day: ") for n in reserve_traces)
+
+
 def test_overview_shows_the_summary_headline_chart_and_nodes(console, recorded) -> None:
     page = console.get("/runs/t-main/").content.decode()
     summary = recorded.main.summary

@@ -125,3 +125,68 @@ def test_when_none_qualifies_the_fewest_evictions_near_the_best_harvest_ships_an
     # best mean harvest 22 % (μ 1.15); μ 1.25 has 21.8 % ≥ 0.98 × 22 % and fewer evictions; μ 1.4 (21 %) is too far
     assert (chosen["margin_ratio"], qualified) == (1.25, False)
     assert "fewest evictions" in why and "within 2% of the best harvest" in why
+
+
+def test_predictor_variants_are_parsed_checked_and_pinned() -> None:
+    from kalena_engine.replay.calibration import parse_variant, variant_grid
+
+    label, params = parse_variant("max:members=percentile+nsigma:margin_ratio=1")
+    assert label == "max:members=percentile+nsigma:margin_ratio=1"
+    assert dict(params) == {"predictor": "max", "members": ("percentile", "nsigma"), "margin_ratio": 1.0}
+    # a pinned axis runs at its one value; the other axis is the grid's
+    assert variant_grid(params, (1.0, 1.3), (600.0, 1200.0)) == [(1.0, 600.0), (1.0, 1200.0)]
+    assert variant_grid("nsigma", (1.0, 1.3), (600.0,)) == [(1.0, 600.0), (1.3, 600.0)]
+    for text, fragment in (("oracle", "predictor 'oracle' is unknown"),
+                           ("nsigma:window_s=60", "window_s 60 is shorter than two buckets"),
+                           ("percentile:percentile=101", "spec.estimator.percentile: 101.0 is out of range"),
+                           ("nsigma:sigma=2", "'sigma' is not a predictor key"),
+                           ("max:members=percentile+oracle", "each must be one of")):
+        with pytest.raises(ValueError, match=fragment):
+            parse_variant(text)
+
+
+def test_the_sweep_crosses_variants_with_the_grid_and_the_file_carries_the_shipped_setting() -> None:
+    from kalena_engine.replay.calibration import point, shipped
+
+    configs = sweep_configs(ReplayConfig(hours=1), (1.0, 1.3), (600.0,), (1.0, 4.0),
+                            ("asymmetric", "nsigma:n_sigma=5:half_life_s=1200"))
+    assert len(configs) == 2 * (2 + 2)
+    nsigma = configs["nsigma:n_sigma=5:half_life_s=1200 μ1.3 h1200 ×4"].policy.estimator
+    assert (nsigma.predictor, nsigma.n_sigma, nsigma.margin_ratio, nsigma.half_life_s) == ("nsigma", 5.0, 1.3, 1200.0)
+    with pytest.raises(ValueError, match="named twice"):
+        sweep_configs(ReplayConfig(hours=1), (1.0,), (600.0,), (1.0,), ("nsigma", "nsigma"))
+    summary = {"reclaimed_fraction_cpu": 0.1, "reclaimed_fraction_ram": 0.05, "batch_evictions_per_100_pod_hours": 0.05,
+               "production_contention_core_hours": 0.0, "production_cpu_core_hours": 1000.0}
+    per_load = {load: {"points": [point(1.0, 1200.0, summary, "nsigma:n_sigma=5:half_life_s=1200"),
+                                  point(1.3, 600.0, {**summary, "batch_evictions_per_100_pod_hours": 0.5})]}
+                for load in ("1", "4")}
+    chosen, within, _ = shipped({k: v["points"] for k, v in per_load.items()})
+    assert within and chosen["predictor"] == "nsigma:n_sigma=5:half_life_s=1200"
+    doc = calibration_document(PolicyDocument(), per_load, knee(per_load["1"]["points"]), chosen, within,
+                               margins=(1.0, 1.3), half_lives=(600.0,), predictors=("asymmetric", chosen["predictor"]),
+                               created="2026-12-02T00:00:00Z")
+    back = parse_policy_text(dump_policy_text(doc), source="cal.yaml")
+    assert back == doc
+    est = back.policy.estimator
+    assert (est.predictor, est.n_sigma, est.margin_ratio, est.half_life_s) == ("nsigma", 5.0, 1.0, 1200.0)
+    cal = back.metadata.calibration
+    assert dict(cal.shipped)["predictor"] == "nsigma:n_sigma=5:half_life_s=1200" and dict(cal.shipped)["qualified"] == 1
+    assert dict(cal.tolerance) == {"max_evictions_per_100_pod_hours": 0.1, "max_contention_share": 0.0001}
+    assert sorted({(p.load_factor, p.predictor) for p in cal.points}) == [
+        (1.0, "asymmetric"), (1.0, "nsigma:n_sigma=5:half_life_s=1200"),
+        (4.0, "asymmetric"), (4.0, "nsigma:n_sigma=5:half_life_s=1200")]
+
+
+def test_a_calibration_point_naming_an_unknown_predictor_is_refused_naming_the_key() -> None:
+    from kalena_engine.errors import PolicyError
+
+    text = """apiVersion: kalena.naughtian.io/v1
+kind: Policy
+metadata:
+  calibration:
+    points:
+    - {predictor: oracle, margin_ratio: 1, half_life_s: 600, reclaimed_fraction_cpu: 0.1, reclaimed_fraction_ram: 0,
+       batch_evictions_per_100_pod_hours: 0, production_contention_core_hours: 0}
+"""
+    with pytest.raises(PolicyError, match=r"metadata\.calibration\.points\[0\]\.predictor: unknown predictor 'oracle'"):
+        parse_policy_text(text, source="cal.yaml")

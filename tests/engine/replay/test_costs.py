@@ -48,6 +48,14 @@ def test_throttled_batch_finishes_later_and_the_summary_says_by_how_much() -> No
     assert summary["batch_pod_hours"] == pytest.approx(2.3)
     assert summary["batch_evicted"] == 0 and summary["batch_evictions_per_100_pod_hours"] == 0.0
     assert summary["production_evictions"] == 0 and summary["oom_kills"] == 0
+    # metric 7: each of the 6 pods lost 2280 − 2100 = 180 s to the throttle — every completed pod was slowed
+    assert done.detail["throttled_s"] == pytest.approx(180.0)
+    progress = summary["batch_forward_progress"]
+    assert progress["completed_instances"] == 6 and progress["slowed_share"] == 1.0
+    assert progress["throttled_seconds"]["quantiles"]["p50"] == pytest.approx(180.0)
+    assert summary["throttled_seconds_p99"] == pytest.approx(180.0)
+    # metric 8: while they ran the 6 pods held 12 of the node's 16 − 6 = 10 cores of headroom (all of it)
+    assert max(summary["pareto_reserve_yield"]["cpu"]["hourly"]["yield"]) > 0
 
 
 def test_an_unthrottled_run_has_no_inflation() -> None:

@@ -122,7 +122,7 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         page.wait_for_selector("#calibration-chart")
         page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
         traces = page.eval_on_selector("#calibration-chart", "gd => gd._fullData.map(t => t.name)")
-        assert "knee (μ 1.2, h 600 s)" in traces and "current policy (μ 1.3, h 600 s)" in traces
+        assert "×1 knee (μ 1.2 · h 600 s)" in traces and "×1 current policy (μ 1.3 · h 600 s)" in traces
         page.screenshot(path=str(artifacts / "policy-calibration.png"), full_page=True)
         page.click("#propose")
         page.wait_for_selector("#preflight")
@@ -147,5 +147,71 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
             "policy.rollback"]
         for name in ("refused", "preflight", "audit", "calibration", "history"):
             assert (artifacts / f"policy-{name}.png").stat().st_size > 20_000
+    finally:
+        page.close()
+
+
+def _sweep_file() -> dict:
+    """A calibration of two predictors at ×1 and ×4, with the shipped setting and the tolerance
+    (the shape ``kalena evaluate calibrate --out`` writes)."""
+    rows = []
+    for load, scale in ((1.0, 1.0), (4.0, 2.1)):
+        for predictor, settings in (
+                ("asymmetric", ((1.15, 600.0, 0.135, 0.72, 17.6), (1.3, 1200.0, 0.132, 0.13, 6.8),
+                                (1.45, 2400.0, 0.128, 0.05, 2.0), (1.0, 300.0, 0.138, 1.49, 85.9))),
+                ("nsigma", ((1.0, 1200.0, 0.131, 0.04, 1.1), (1.15, 1200.0, 0.118, 0.03, 0.4))),
+                ("auto", ((1.3, 1200.0, 0.126, 0.35, 9.0),))):
+            for mu, h, x, e, c in settings:
+                rows.append({"predictor": predictor, "load_factor": load, "margin_ratio": mu, "half_life_s": h,
+                             "reclaimed_fraction_cpu": x * scale, "reclaimed_fraction_ram": x * scale / 4,
+                             "batch_evictions_per_100_pod_hours": e * (1.2 if load == 4 else 1.0),
+                             "production_contention_core_hours": c * scale, "production_cpu_core_hours": 56_900.0})
+    return {"apiVersion": "kalena.naughtian.io/v1", "kind": "Policy",
+            "metadata": {"name": "sweep", "cluster": "home", "source": "calibration", "calibration": {
+                "sweep": {"margin_ratio": [1.0, 1.15, 1.3, 1.45], "half_life_s": [300.0, 600.0, 1200.0, 2400.0],
+                          "predictor": ["asymmetric", "nsigma", "auto"]},
+                "points": rows, "knee": {"margin_ratio": 1.3, "half_life_s": 1200.0},
+                "shipped": {"predictor": "nsigma", "margin_ratio": 1.0, "half_life_s": 1200.0, "qualified": 1},
+                "tolerance": {"max_evictions_per_100_pod_hours": 0.1, "max_contention_share": 0.0001}}}}
+
+
+def test_the_calibration_frontier_in_a_browser(live_server, chromium, django_user_model, artifacts, kuberina_dir,
+                                               tmp_path) -> None:
+    """The safety curve as a frontier: per load a line through the non-dominated settings sorted
+    by evictions, dominated settings apart, the shipped setting and the tolerance line marked; a
+    point proposed from the table opens its pre-flight with its predictor. Screenshot:
+    artifacts/browser/policy-calibration-frontier.png."""
+    import_homelab(kuberina_dir, tmp_path, now_s=time.time() - 600)
+    group, _ = Group.objects.get_or_create(name="operator")
+    group.permissions.add(Permission.objects.get(codename="tune_policy"))
+    django_user_model.objects.create_user(username="olga", password=PASSWORD).groups.add(group)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(_sweep_file()))
+    page = chromium.new_page(viewport={"width": 1440, "height": 1100})
+    page.set_default_timeout(120_000)  # a shared machine's live server can take long to answer
+    try:
+        page.goto(f"{live_server.url}/policy/home/calibration/")
+        page.fill("#id_username", "olga")
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(r"/policy/home/calibration/$"))
+        page.set_input_files("input[name=file]", str(path))
+        page.click("#import-calibration")
+        page.wait_for_selector("#calibration-chart")
+        page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
+        traces = page.eval_on_selector("#calibration-chart", "gd => gd._fullData.map(t => [t.name, Array.from(t.x)])")
+        named = dict(traces)
+        assert named["×1 frontier"] == sorted(named["×1 frontier"])
+        assert len(named["×1 frontier"]) + len(named["×1 dominated"]) == 7
+        assert "×1 shipped (nsigma · μ 1 · h 1200 s)" in named and "×4 shipped (nsigma · μ 1 · h 1200 s)" in named
+        assert page.eval_on_selector("#calibration-chart", "gd => gd._fullLayout.shapes.map(s => s.x0)") == [0.1]
+        assert page.inner_text("#shipped-setting") == "nsigma, μ 1.0, h 1200.0 s"
+        page.screenshot(path=str(artifacts / "policy-calibration-frontier.png"), full_page=True)
+        page.click("tr[data-point] >> text=propose")  # the first row: ×1's frontier point with the fewest evictions
+        page.wait_for_selector("#preflight")
+        carried = json.loads(page.input_value("input[name=carried]"))
+        assert carried["estimator"]["predictor"] == "nsigma"
+        assert page.input_value("#f-estimator\\.margin_ratio") == "1.15"   # nsigma μ 1.15: 0.03 evictions
+        assert (artifacts / "policy-calibration-frontier.png").stat().st_size > 20_000
     finally:
         page.close()

@@ -175,13 +175,65 @@ def test_calibration_page_shows_the_curve_and_proposes_the_knee(tuner, live) -> 
     page = tuner.get("/policy/home/calibration/")
     figure = json.loads(page.context["figure"])
     names = [t["name"] for t in figure["data"]]
-    assert "knee (μ 1.3, h 600 s)" in names and "current policy (μ 1.15, h 600 s)" in names
+    # the labels name the load factor and the setting (the file may hold several loads and predictors)
+    assert "×1 knee (μ 1.3 · h 600 s)" in names and "×1 current policy (μ 1.15 · h 600 s)" in names
     row = CalibrationImport.objects.get()
     proposed = tuner.get(f"/policy/home/?calibration={row.id}")
     assert proposed.status_code == 200 and proposed.context["preflight"] is not None
     values = {f.name: f.value for s in proposed.context["sections"].values() for f in s}
     assert values["estimator.margin_ratio"] == "1.3"
     assert AuditEntry.objects.get().action == "calibration.import"
+
+
+SWEEP = {
+    "apiVersion": "kalena.naughtian.io/v1", "kind": "Policy",
+    "metadata": {"name": "sweep", "cluster": "home", "source": "calibration", "calibration": {
+        "sweep": {"margin_ratio": [1.0, 1.3], "half_life_s": [1200.0], "predictor": ["asymmetric", "nsigma"]},
+        "points": [{"predictor": pr, "load_factor": load, "margin_ratio": m, "half_life_s": 1200.0,
+                    "reclaimed_fraction_cpu": r, "reclaimed_fraction_ram": r / 2, "batch_evictions_per_100_pod_hours": e,
+                    "production_contention_core_hours": c, "production_cpu_core_hours": 1000.0}
+                   for pr, load, m, r, e, c in (
+                       ("asymmetric", 1, 1.0, 0.14, 0.9, 2.0), ("asymmetric", 1, 1.3, 0.135, 0.3, 0.5),
+                       ("nsigma", 1, 1.0, 0.13, 0.05, 0.05), ("nsigma", 1, 1.3, 0.11, 0.08, 0.0),  # the last: dominated
+                       ("asymmetric", 4, 1.0, 0.30, 1.5, 4.0), ("asymmetric", 4, 1.3, 0.27, 0.5, 1.0),
+                       ("nsigma", 4, 1.0, 0.29, 0.09, 0.08), ("nsigma", 4, 1.3, 0.25, 0.07, 0.0))],
+        "knee": {"margin_ratio": 1.3, "half_life_s": 1200.0},
+        "shipped": {"predictor": "nsigma", "margin_ratio": 1.0, "half_life_s": 1200.0, "qualified": 1},
+        "tolerance": {"max_evictions_per_100_pod_hours": 0.1, "max_contention_share": 0.0001}}},
+}
+
+
+def test_the_calibration_page_draws_the_frontier_and_moves_along_it(tuner, live) -> None:
+    assert tuner.post("/policy/home/calibration/", {
+        "file": SimpleUploadedFile("sweep.json", json.dumps(SWEEP).encode())}).status_code == 302
+    page = tuner.get("/policy/home/calibration/")
+    figure = json.loads(page.context["figure"])
+    traces = {t["name"]: t for t in figure["data"]}
+    # ×1: the frontier runs through the non-dominated settings sorted by evictions; nsigma μ 1.3 lies apart
+    front = traces["×1 frontier"]
+    assert list(front["x"]) == sorted(front["x"]) == [0.05, 0.3, 0.9]
+    assert list(traces["×1 dominated"]["x"]) == [0.08]
+    assert "×1 shipped (nsigma · μ 1 · h 1200 s)" in traces and "×4 shipped (nsigma · μ 1 · h 1200 s)" in traces
+    # the eviction tolerance is a vertical line at 0.1
+    assert [shape["x0"] for shape in figure["layout"]["shapes"]] == [0.1]
+    text = page.content.decode()
+    assert 'id="shipped-setting">nsigma, μ 1.0, h 1200.0 s' in text
+    rows = page.context["points"]
+    assert [r["on_frontier"] for r in rows if r["load_factor"] == 1] == [True, True, True, False]
+    # moving along the curve: propose the asymmetric μ 1.3 point at ×1 — its predictor comes with it
+    index = next(r["index"] for r in rows if r["load_factor"] == 1 and r["point"].predictor == "asymmetric"
+                 and r["point"].margin_ratio == 1.3)
+    proposed = tuner.get(f"/policy/home/?calibration={CalibrationImport.objects.get().id}&point={index}")
+    assert proposed.status_code == 200 and proposed.context["preflight"] is not None
+    values = {f.name: f.value for s in proposed.context["sections"].values() for f in s}
+    assert values["estimator.margin_ratio"] == "1.3" and values["estimator.half_life_s"] == "1200"
+    assert json.loads(proposed.context["carried"])["estimator"]["predictor"] == "asymmetric"
+    # the default proposal is the shipped setting, predictor included
+    shipped = tuner.get(f"/policy/home/?calibration={CalibrationImport.objects.get().id}")
+    assert json.loads(shipped.context["carried"])["estimator"]["predictor"] == "nsigma"
+    assert {f.name: f.value for s in shipped.context["sections"].values() for f in s}["estimator.margin_ratio"] == "1"
+    bad = tuner.get(f"/policy/home/?calibration={CalibrationImport.objects.get().id}&point=99")
+    assert bad.status_code == 400 and "is not one of the calibration" in bad.content.decode() and "8 points (0–7)" in bad.content.decode()
 
 
 def test_audit_api_filters(tuner, live) -> None:
