@@ -166,18 +166,27 @@ def collect_console(state: dict[str, Any]) -> dict[str, Any]:
 
 def _run_faults(state_dir: Path, day_s: float, speed: float, play_start: float, say: Callable[[str], None],
                 errors: list[str]) -> None:
-    for kind, share, length in FAULT_PLAN:
+    """Each fault of :data:`FAULT_PLAN` at its own share of the day, on its own thread: a long one
+    (the engine stopped for a simulated hour) does not push the next one later."""
+    def one(kind: str, share: float, length: str) -> None:
         wait = play_start + share * day_s - time.time()
         if wait > 0:
             time.sleep(wait)
         argv = _cli("fault", kind, "--state-dir", str(state_dir))
         if length == "hour":
             argv += ["--for", f"{3600.0 / speed:g}"]
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600 + 3600.0 / speed,
+                              check=False)
         line = (done.stdout.strip() or done.stderr.strip()).splitlines()[-1:] or [""]
         say(f"run: fault {kind} at {share:.0%} of the day: exit {done.returncode} {line[0]}")
         if done.returncode != 0:
             errors.append(f"{kind}: exit {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
+
+    threads = [threading.Thread(target=one, args=plan, daemon=True) for plan in FAULT_PLAN]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def fault_command_exists() -> bool:
@@ -289,7 +298,13 @@ def run_day(*, state_dir: Path, up_args: list[str], faults: str = "none", keep: 
             lm = None
         if lm is not None:
             livemetrics = lm.collect(state, play_start, day_end)
-        day = {"state": state, "console": console, "samples": sampler.samples, "oom": sampler.oom,
+        from agents.lab import invariants
+
+        checked = invariants.check(state)
+        say(f"run: after the day: {checked['counts']['lost']} batch pod(s) lost, {checked['counts']['double_bound']} "
+            f"double-bound, {checked['counts']['production_evictions']} production eviction(s) "
+            f"(of {checked['batch_pods']} batch pods; `kalena lab check`)")
+        day = {"state": state, "console": console, "invariants": checked, "samples": sampler.samples, "oom": sampler.oom,
                 "faults": read_faults(state_dir), "fault_errors": fault_errors, "play_start_s": play_start,
                 "day_s": day_s, "slice_dir": slice_dir, "slice_summary": summary,
                 "compression": json.loads((slice_dir / "compression.json").read_text()),

@@ -160,6 +160,7 @@ def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.nda
         "host_cpu_psi_some_avg10_mean": round(float(np.mean(host)), 1) if host else None,
         "kernel_oom_kills_by_node": {k: sum(v.values()) for k, v in (day.get("oom") or {}).items()},
         "blueprint_findings": findings,
+        "invariants": day.get("invariants"),
         "psi_events_by_node": psi_events, "throttle_actions_by_node": throttles,
         "production_waited_node_steps": int(sum(waited.values())),
         "production_waited_node_steps_by_node": waited,
@@ -282,6 +283,13 @@ def compare(live: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
         rows.append({"figure": key, "live": lv, "replay": rv, "ratio": None if r is None else round(r, 3),
                      "in_band": in_band, "gate": gate,
                      "explanation": "" if in_band else explain(key, live, replay)})
+    invariants = live.get("invariants")
+    if invariants is not None:  # the lab's own record after the day (agents.lab.invariants): no replay figure
+        for key in ("lost", "double_bound"):
+            value = (invariants.get("counts") or {}).get(key)
+            rows.append({"figure": f"batch_pods_{key}", "live": value, "replay": None, "ratio": None,
+                         "in_band": True, "gate": value == 0,
+                         "explanation": "; ".join(str(x) for x in (invariants.get(key) or [])[:5])})
     failed = [r["figure"] for r in rows if r["gate"] is False]
     per_node = []
     for node in sorted(set(live.get("psi_events_by_node") or {}) | set(replay.get("throttle_node_steps_by_node") or {})):

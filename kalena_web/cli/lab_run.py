@@ -126,6 +126,10 @@ def handle_run(args: argparse.Namespace) -> int:
 
         day = load_day(args.from_day)
     else:
+        if not args.no_persist:  # refused before the day, not after it (the day's figures are kept either way)
+            from kalena_web.cli.persist import django_setup
+
+            django_setup()
         day = run_day(state_dir=state_dir, up_args=up_arguments(args), faults=args.faults, keep=args.keep, say=say)
     say("run: replaying the same slice on the simulated clock")
     inputs, config, replay, observer = replay_of_day(day)

@@ -27,7 +27,7 @@ SUBNET = os.environ.get("KALENA_TEST_LAB_SUBNET", "127.0.0")
 FIGURES = {"reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_pod_hours", "batch_placed", "batch_completed",
            "run_time_inflation_p50", "batch_evicted",
            "batch_evictions_per_100_pod_hours", "production_evictions", "production_oom_kills", "blueprint_findings",
-           "production_waited_node_steps"}
+           "production_waited_node_steps", "batch_pods_lost", "batch_pods_double_bound"}
 
 
 def test_a_short_day_runs_end_to_end_beside_its_replay(tmp_path) -> None:

@@ -114,6 +114,16 @@ def test_gates_fail_on_a_production_eviction_or_a_reclaimed_ratio_out_of_band() 
     assert "gates FAILED" in format_table(bad) and "reclaimed_fraction_cpu" in format_table(bad)
 
 
+def test_a_batch_pod_lost_or_bound_twice_after_the_day_fails_its_gate_and_is_named() -> None:
+    figures = {"reclaimed_fraction_cpu": 0.10, "batch_evictions_per_100_pod_hours": 0.0, "production_evictions": 0}
+    clean = {"counts": {"lost": 0, "double_bound": 0, "production_evictions": 0}, "lost": [], "double_bound": []}
+    assert compare({**figures, "invariants": clean}, figures)["gates_passed"]
+    lost = {**clean, "counts": {**clean["counts"], "lost": 1}, "lost": [{"pod": "batch/j-1", "state": "bound"}]}
+    out = compare({**figures, "invariants": lost}, figures)
+    assert out["gates_failed"] == ["batch_pods_lost"]
+    assert "batch/j-1" in next(r["explanation"] for r in out["rows"] if r["figure"] == "batch_pods_lost")
+
+
 def test_a_pod_started_before_the_day_is_replayed_from_where_its_container_was(day) -> None:
     from kalena_engine.labslice.replay import series_offsets, with_phases
 
