@@ -152,7 +152,8 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
         if orchestrator == "swarm":
             state["swarm"] = {"forming": True}
             state_write(state_dir, state)
-            state["swarm"] = swarm.swarm_form(state["nodes"], managers=managers, say=say)
+            state["swarm"] = swarm.swarm_form(state["nodes"], managers=managers, links=state_dir / "swarm-nodes",
+                                              say=say)
             state_write(state_dir, state)
         console.prepare(cluster=plan.name)
         env = console.serve_env()
@@ -278,6 +279,7 @@ def lab_down(state_dir: Path, *, say: Callable[[str], None] = print) -> list[str
     if not left:
         (state_dir / "lab.json").unlink(missing_ok=True)
         shutil.rmtree(state_dir / "nodes", ignore_errors=True)
+        shutil.rmtree(state_dir / "swarm-nodes", ignore_errors=True)   # the Swarm's node-ID links
         shutil.rmtree(state_dir / "console", ignore_errors=True)  # the lab's own database: a fresh one each up
     return left
 

@@ -28,4 +28,9 @@ def test_every_printed_substitution_is_a_variable_of_both_stacks() -> None:
         assert f"KALENA_DOCKER_SOCK=/lab/n{i}/docker.sock" in line and f"KALENA_NODE_CGROUP=kalena-lab/n{i}" in line
         assert f"KALENA_CONSOLE_ADDRESS=127.0.25.{i + 2}" in line
     assert any("dnsrr" in x for x in lines)
+    # the Swarm's per-node socket: one value for every node, a Swarm template over node-ID links
+    state["swarm"]["node_links"] = "/lab/swarm-nodes"
+    (swarm,) = [x for x in stack_substitutions(state) if x.startswith("stacks on the Swarm, every node:")]
+    assert "KALENA_DOCKER_SOCK=/lab/swarm-nodes/{{.Node.ID}}/docker.sock" in swarm
+    assert "KALENA_NODE_CGROUP=@parent" in swarm
     assert not any("dnsrr" in x for x in stack_substitutions({**state, "swarm": None}))
