@@ -137,6 +137,37 @@ def own_parent_cgroup(text: str, *, source: str = "/proc/self/cgroup") -> str:
     return parent
 
 
+#: ``--health-address`` host: this node's Swarm address (``docker info`` ``Swarm.NodeAddr``)
+NODE_ADDRESS = "@node"
+
+
+def resolve_health_address(address: str, docker_host: str | None) -> str:
+    """``@node:PORT`` → ``<the node's Swarm address>:PORT``, asking the engine at
+    ``docker_host`` (``GET /info`` ``Swarm.NodeAddr``): agents on the host network of nodes
+    that share one network namespace (``kalena lab``) each listen on their own node's address;
+    on separate machines it is the node's own address. Any other address is returned as is.
+
+    Raises:
+        ConfigError: the engine does not answer, or is in no swarm (no node address).
+    """
+    host, _, port = address.rpartition(":")
+    if host != NODE_ADDRESS:
+        return address
+    import docker
+
+    where = docker_host or "unix:///var/run/docker.sock"
+    try:
+        info = docker.DockerClient(base_url=where, timeout=10).info()
+    except Exception as exc:  # noqa: BLE001 - any failure means the engine did not answer
+        raise ConfigError(f"the engine at {where} does not answer: {exc}", source="--health-address",
+                          field=NODE_ADDRESS) from None
+    node_address = (info.get("Swarm") or {}).get("NodeAddr")
+    if not node_address:
+        raise ConfigError(f"the engine at {where} is in no swarm: it has no node address", source="--health-address",
+                          field=NODE_ADDRESS, accepted="HOST:PORT on a standalone engine")
+    return f"{node_address}:{port}"
+
+
 def _env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
 
@@ -269,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add("--health-address", default="127.0.0.1:9640",
         help="HOST:PORT serving /healthz and /metrics (0.0.0.0:PORT for a kubelet probe on a hostNetwork pod; "
-             "'off' serves nothing)")
+             f"{NODE_ADDRESS}:PORT: the node's Swarm address, asked of the engine — agents of several nodes sharing "
+             "one network; 'off' serves nothing)")
     return parser
 
 
@@ -382,7 +414,8 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         link_token_file=args.link_token_file, join_secret_file=args.join_secret_file,
         state_dir=args.state_dir, buffer_max_bytes=args.buffer_max_bytes, dry_run=args.dry_run,
         actions_log=args.actions_log, duration_s=args.duration_s, log_level=args.log_level,
-        health_address=_health_address(args.health_address))
+        health_address=resolve_health_address(_health_address(args.health_address),
+                                              args.docker_host or environ.get("DOCKER_HOST")))
 
 
 def engine_node_name(docker_host: str) -> str:
