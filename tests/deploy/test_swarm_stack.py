@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from kalena_web.cli.benchenv import free_port
-from tests.deploy.test_compose_stack import DOCKER, IMAGES, IMAGES_HOST, SUBNET, images_built, wait_until
+from tests.deploy.test_compose_stack import (
+    CGROUP, DOCKER, IMAGES, IMAGES_HOST, NODE_CPU_SHARES, SUBNET, images_built, wait_until,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.cgroup]
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +57,7 @@ def substitutions(status: str) -> dict[str, str]:
     images, the first node's cgroup root, and the Swarm's own lines (every node, the agents)."""
     env: dict[str, str] = {}
     for line in status.splitlines():
-        if line.startswith(("stacks: images", "stacks on the Swarm")):
+        if line.strip().startswith(("stacks: images", "stacks on the Swarm")):
             env.update(re.findall(r"\b(KALENA_[A-Z_]+)=(\S+)", line))
     return env
 
@@ -108,6 +110,9 @@ def test_the_swarm_stack_runs_as_written_on_the_labs_three_node_swarm(tmp_path) 
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         lab = json.loads((state_dir / "lab.json").read_text())
+        # the lab's nodes stand for machines with cpus of their own: their weight against the rest
+        # of a shared test host (test_compose_stack.NODE_CPU_SHARES); their quotas still bound them
+        (CGROUP / "cpu" / lab["cgroup_root"] / "cpu.shares").write_text(str(NODE_CPU_SHARES))
         manager, *workers = lab["nodes"]
         assert [n["swarm"]["role"] for n in lab["nodes"]] == ["manager", "worker", "worker"]
         marks["lab"] = time.monotonic()
