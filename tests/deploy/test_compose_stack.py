@@ -158,6 +158,21 @@ def cpu_quota_us(engine, container) -> int:
     return int((CGROUP / "cpu" / engine.node_cgroup / container.id / "cpu.cfs_quota_us").read_text())
 
 
+def cpu_used_mcpu(engine, container, span_s: float = 3.0) -> float:
+    """The container's cpu use over ``span_s`` (mcpu), from its cgroup's ``cpuacct.usage``."""
+    path = CGROUP / "cpuacct" / engine.node_cgroup / container.id / "cpuacct.usage"
+    a = int(path.read_text())
+    time.sleep(span_s)
+    return (int(path.read_text()) - a) / (span_s * 1e6)
+
+
+THROTTLE = """
+from kalena_web.telemetry.models import MitigationEvent
+e = MitigationEvent.objects.filter(action='throttle').order_by('-ts').first()
+out = e and {'ts': e.ts, 'reason': e.reason, 'numbers': e.numbers}
+"""
+
+
 def working_set_bytes(engine) -> int:
     """The node's working set (bytes): its memory cgroup's usage less inactive file pages."""
     group = CGROUP / "memory" / engine.node_cgroup
@@ -222,7 +237,10 @@ def test_the_compose_stack_lives_through_placement_throttling_eviction_and_repla
         before = cpu_quota_us(node, first)
         production.exec_run(["/bin/burner", "series", "1", "0", str(CAPACITY_CPU_M), "0"], detach=True)
         wait_until(lambda: cpu_quota_us(node, first) < min(before, 50_000), timeout_s=240, what="the batch quota lowered",
-                   why=lambda: f"quota {cpu_quota_us(node, first)} µs, before the burst {before} µs")
+                   why=lambda: f"quota {cpu_quota_us(node, first)} µs, before the burst {before} µs; production "
+                               f"used {cpu_used_mcpu(node, production):.0f} m; the agent's last throttle: "
+                               f"{stack.query(THROTTLE)}; agent: "
+                               f"{stack.compose('logs', '--tail', '15', 'agent', check=False).stdout[-3000:]}")
         throttled = cpu_quota_us(node, first)
         marks["throttled"] = time.monotonic()
 
