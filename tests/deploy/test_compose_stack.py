@@ -240,10 +240,10 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "the stack's agent (kalena/agent, telemetry cgroup, in its container) samples no usage of the node's "
-    "containers: with production burning 1003 m of the 1000 m it was told of, every service's reservation stays "
-    "0 and the batch budget stays C - sum(requests) = 900 m (its throttle numbers: service_claim_mcpu 100), so "
-    "the batch quota never falls; found by this test, not fixed yet"))
+    "the stack's agent does not lower the batch budget under a production burst: it samples production "
+    "(the console stores web-0 at ~800-1000 m) yet its batch plan keeps the service claims at the requests "
+    "(throttle numbers: service_claim_mcpu 100, budget_mcpu 900 of capacity 1000, every service listed as "
+    "contended), so the batch quota stays 90 000 us; found by this test, not fixed yet"))
 def test_the_compose_stack_lives_through_placement_throttling_eviction_and_replacement(node, tmp_path) -> None:
     port = free_port()
     env = {"KALENA_POSTGRES_IMAGE": "kalena/postgres:15-debian", "KALENA_REDIS_IMAGE": "kalena/redis:7-debian",
