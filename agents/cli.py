@@ -82,7 +82,15 @@ def _probe(argv: Sequence[str]) -> int:
     parser.add_argument("--address", default=os.environ.get("KALENA_AGENT_HEALTH_ADDRESS", "127.0.0.1:9640"))
     parser.add_argument("--timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
-    host, _, port = args.address.rpartition(":")
+    from agents.config import resolve_health_address
+    from agents.errors import ConfigError
+
+    try:   # @node:PORT (the node's Swarm address): asked of the engine, as the agent did
+        address = resolve_health_address(args.address, os.environ.get("DOCKER_HOST"))
+    except ConfigError as exc:
+        print(f"kalena-agent probe: {exc}", file=sys.stderr)
+        return 1
+    host, _, port = address.rpartition(":")
     host = "127.0.0.1" if host in ("0.0.0.0", "") else host
     url = f"http://{host}:{port}/healthz"
     try:

@@ -103,6 +103,71 @@ def _health_address(text: str) -> str:
     return text.strip()
 
 
+#: ``--node-cgroup`` value: the parent of the group the agent itself runs in
+OWN_PARENT = "@parent"
+
+
+def own_parent_cgroup(text: str, *, source: str = "/proc/self/cgroup") -> str:
+    """``--node-cgroup @parent``: the parent of this process's own group, from the text of
+    ``/proc/self/cgroup`` (cgroup(7): ``ID:CONTROLLERS:PATH`` lines; the ``memory`` controller's
+    path on v1, the ``0::`` line on v2). An agent that runs as a container of the node's engine
+    sits in ``<the engine's cgroup parent>/<container id>``, so this is the group holding every
+    container of that engine (``docker`` by default, ``/kalena-<lab>/<node>`` on a lab node),
+    without naming it per node. Returns the path relative to the hierarchy's root (no leading ``/``).
+
+    Raises:
+        ConfigError: no memory (v1) or unified (v2) line, or the process sits at the root
+            (a host process: name the node's group instead), naming ``source``.
+    """
+    paths = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(",") or [""]:
+                paths[controller] = parts[2]
+    path = paths.get("memory") or paths.get("")
+    if path is None:
+        raise ConfigError("no memory (v1) or unified (v2) line", source=source, field=f"--node-cgroup {OWN_PARENT}",
+                          accepted="cgroup(7) lines ID:CONTROLLERS:PATH")
+    parent = path.strip("/").rpartition("/")[0]
+    if not parent:
+        raise ConfigError(f"the agent runs in {path!r}, which has no parent group below the root",
+                          source=source, field=f"--node-cgroup {OWN_PARENT}",
+                          accepted="an agent running as a container of the node's engine, or --node-cgroup GROUP")
+    return parent
+
+
+#: ``--health-address`` host: this node's Swarm address (``docker info`` ``Swarm.NodeAddr``)
+NODE_ADDRESS = "@node"
+
+
+def resolve_health_address(address: str, docker_host: str | None) -> str:
+    """``@node:PORT`` → ``<the node's Swarm address>:PORT``, asking the engine at
+    ``docker_host`` (``GET /info`` ``Swarm.NodeAddr``): agents on the host network of nodes
+    that share one network namespace (``kalena lab``) each listen on their own node's address;
+    on separate machines it is the node's own address. Any other address is returned as is.
+
+    Raises:
+        ConfigError: the engine does not answer, or is in no swarm (no node address).
+    """
+    host, _, port = address.rpartition(":")
+    if host != NODE_ADDRESS:
+        return address
+    import docker
+
+    where = docker_host or "unix:///var/run/docker.sock"
+    try:
+        info = docker.DockerClient(base_url=where, timeout=10).info()
+    except Exception as exc:  # noqa: BLE001 - any failure means the engine did not answer
+        raise ConfigError(f"the engine at {where} does not answer: {exc}", source="--health-address",
+                          field=NODE_ADDRESS) from None
+    node_address = (info.get("Swarm") or {}).get("NodeAddr")
+    if not node_address:
+        raise ConfigError(f"the engine at {where} is in no swarm: it has no node address", source="--health-address",
+                          field=NODE_ADDRESS, accepted="HOST:PORT on a standalone engine")
+    return f"{node_address}:{port}"
+
+
 def _env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
 
@@ -188,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cgroup-version", default="auto", choices=("auto", "1", "2"))
     add("--psi-root", help="v2 hierarchy for per-group PSI beside cgroup v1 (default: <root>/unified if present)")
     add("--proc-root", default="/proc")
-    add("--node-cgroup", default="", help="group holding every workload (kubepods, docker); '' = whole machine")
+    add("--node-cgroup", default="", help="group holding every workload (kubepods, docker); '' = whole machine; "
+        f"{OWN_PARENT} = the parent of the agent's own group (an agent container: its engine's cgroup parent)")
     add("--node-cgroup-wait-s", type=float, default=0.0,
         help="wait this long at start for --node-cgroup to appear (0: refuse at once if it is missing)")
     add("--discovery", default="file", help="comma list of: file, docker, kubelet")
@@ -234,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     add("--health-address", default="127.0.0.1:9640",
         help="HOST:PORT serving /healthz and /metrics (0.0.0.0:PORT for a kubelet probe on a hostNetwork pod; "
-             "'off' serves nothing)")
+             f"{NODE_ADDRESS}:PORT: the node's Swarm address, asked of the engine — agents of several nodes sharing "
+             "one network; 'off' serves nothing)")
     return parser
 
 
@@ -330,7 +397,7 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
     return AgentConfig(
         node_name=node, capacity=parse_capacity(args.capacity, args.reserved, args.proc_root),
         cgroup_root=args.cgroup_root, cgroup_version=args.cgroup_version, psi_root=args.psi_root,
-        proc_root=args.proc_root, node_cgroup=args.node_cgroup.strip("/"),
+        proc_root=args.proc_root, node_cgroup=_node_cgroup(args.node_cgroup),
         node_cgroup_wait_s=args.node_cgroup_wait_s, discovery=discovery,
         workloads_file=args.workloads_file, docker_host=args.docker_host or environ.get("DOCKER_HOST"),
         docker_label_filter=args.docker_label_filter, kubelet_url=args.kubelet_url,
@@ -347,7 +414,8 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         link_token_file=args.link_token_file, join_secret_file=args.join_secret_file,
         state_dir=args.state_dir, buffer_max_bytes=args.buffer_max_bytes, dry_run=args.dry_run,
         actions_log=args.actions_log, duration_s=args.duration_s, log_level=args.log_level,
-        health_address=_health_address(args.health_address))
+        health_address=resolve_health_address(_health_address(args.health_address),
+                                              args.docker_host or environ.get("DOCKER_HOST")))
 
 
 def engine_node_name(docker_host: str) -> str:
@@ -373,3 +441,14 @@ def engine_node_name(docker_host: str) -> str:
     if swarm.get("LocalNodeState") == "active" and swarm.get("NodeID"):
         return str(swarm["NodeID"])
     return str(info.get("Name") or "")
+
+
+def _node_cgroup(value: str) -> str:
+    if value.strip() != OWN_PARENT:
+        return value.strip("/")
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source="/proc/self/cgroup",
+                          field=f"--node-cgroup {OWN_PARENT}") from None
+    return own_parent_cgroup(text)

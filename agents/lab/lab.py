@@ -101,13 +101,16 @@ ORCHESTRATORS = ("docker", "swarm")
 
 def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port: int,
            sampling_interval_s: float = 2.0, say: Callable[[str], None] = print, orchestrator: str = "docker",
-           managers: int = 1, kube_api_url: str | None = None, kube_token_file: str | None = None) -> dict[str, Any]:
+           managers: int = 1, kube_api_url: str | None = None, kube_token_file: str | None = None,
+           machines_only: bool = False) -> dict[str, Any]:
     """Start the lab ``plan`` describes (see the package README); returns the state record.
     With ``kube_api_url`` (a Kubernetes API server the lab runs) each node also gets its kubelet
     double (:mod:`agents.lab.kubelets`), started once its engine answers.
 
     ``orchestrator``: ``docker`` (each node's engine standalone) or ``swarm`` (the engines joined
     into one Swarm, the first ``managers`` nodes managers: :mod:`agents.lab.swarm`).
+    ``machines_only``: stop there — no console and no agents of the lab's own, so a stack
+    (deploy/compose, deploy/swarm) brings Kalena onto the nodes itself.
 
     Raises:
         LabRunning, LabError: refused before anything started (:func:`preflight`), or a piece
@@ -133,7 +136,7 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
         "console": {"url": f"http://{host}:{console_port}/", "address": host, "port": console_port, "process": None,
                     "log": str(logs / "console.log"), "link_url": f"ws://{host}:{console_port}/agent/v1/ws"},
         "nodes": [_node_record(n, state_dir) for n in plan.nodes], "logs": str(logs), "orchestrator": orchestrator,
-        "sampling_interval_s": sampling_interval_s, "processes": []}
+        "sampling_interval_s": sampling_interval_s, "processes": [], "machines_only": machines_only}
     state["console"]["env"] = {k: v for k, v in console.serve_env().items()
                                if k in ("KALENA_DB_PATH", "KALENA_ORCHESTRATOR", "KALENA_DOCKER_ENGINES")}
     state_write(state_dir, state)
@@ -153,8 +156,13 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
         if orchestrator == "swarm":
             state["swarm"] = {"forming": True}
             state_write(state_dir, state)
-            state["swarm"] = swarm.swarm_form(state["nodes"], managers=managers, say=say)
+            state["swarm"] = swarm.swarm_form(state["nodes"], managers=managers, links=state_dir / "swarm-nodes",
+                                              say=say)
             state_write(state_dir, state)
+        if machines_only:
+            state["status"] = "up"
+            state_write(state_dir, state)
+            return state
         console.prepare(cluster=plan.name)
         env = console.serve_env()
         with open(state["console"]["log"], "ab") as log:
@@ -283,6 +291,7 @@ def lab_down(state_dir: Path, *, say: Callable[[str], None] = print) -> list[str
     if not left:
         (state_dir / "lab.json").unlink(missing_ok=True)
         shutil.rmtree(state_dir / "nodes", ignore_errors=True)
+        shutil.rmtree(state_dir / "swarm-nodes", ignore_errors=True)   # the Swarm's node-ID links
         shutil.rmtree(state_dir / "console", ignore_errors=True)  # the lab's own database: a fresh one each up
     return left
 

@@ -151,9 +151,22 @@ def stack_substitutions(state: dict[str, Any]) -> list[str]:
         out.append(f"stacks on {r['name']}: KALENA_DOCKER_SOCK={r['socket']} KALENA_NODE_CGROUP={r['cgroup']} "
                    f"KALENA_CGROUP_ROOT=/sys/fs/cgroup KALENA_CONSOLE_ADDRESS={r['address']} "
                    f"(DOCKER_HOST=unix://{r['socket']} for docker-compose)")
-    if state.get("swarm"):
+    swarm = state.get("swarm")
+    if swarm:
         out.append("stacks on the Swarm: host-mode ports and dnsrr endpoints, as deploy/swarm/stack.yml has them "
                    "(this kernel has no IPVS: no virtual IPs, no routing mesh)")
+        if swarm.get("node_links"):
+            managers = [r for r in state["nodes"] if r["name"] in swarm.get("managers", [])] or state["nodes"][:1]
+            port = (state.get("console") or {}).get("port", 8000)
+            out.append(f"stacks on the Swarm, every node: KALENA_DOCKER_SOCK={swarm['node_links']}/{{{{.Node.ID}}}}/docker.sock "
+                       "(a Swarm template: each node's task mounts its own engine's socket; "
+                       f"{swarm['node_links']}/<node ID> → the node's directory) KALENA_NODE_CGROUP=@parent "
+                       "(the agent's own container's parent group: its engine's --cgroup-parent) "
+                       "KALENA_CGROUP_ROOT=/sys/fs/cgroup")
+            out.append(f"stacks on the Swarm, the agents (the nodes share one network: no overlay traffic between them): "
+                       f"KALENA_AGENT_NETWORK=host KALENA_CONSOLE_PORT={port} "
+                       f"KALENA_AGENT_LINK_URL=ws://{managers[0]['address']}:{port}/agent/v1/ws "
+                       "KALENA_AGENT_HEALTH_ADDRESS=@node:9640 (each agent on its node's Swarm address)")
     return out
 
 

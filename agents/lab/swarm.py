@@ -16,6 +16,7 @@ way it reads any Swarm's (:mod:`agents.orchestrators.docker.client`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agents.lab import nodes as machinery
@@ -25,11 +26,17 @@ SWARM_PORT = 2377
 NODE_LABEL = "kalena.naughtian.io/node"
 
 
-def swarm_form(records: list[dict[str, Any]], *, managers: int = 1,
+def swarm_form(records: list[dict[str, Any]], *, managers: int = 1, links: Path | None = None,
                say: Callable[[str], None] = print) -> dict[str, Any]:
     """Init the swarm on ``records[0]``'s engine, join the others (the first ``managers`` as
     managers), label every node with its lab name; writes ``record["swarm"]`` (node id, role)
-    into each record and returns the lab's swarm record (``manager``, ``managers``, ``port``).
+    into each record and returns the lab's swarm record (``manager``, ``managers``, ``port``,
+    ``node_links``).
+
+    ``links``: a directory made to hold one symlink per Swarm node ID → that node's directory
+    (its ``docker.sock``): a stack's bind mount ``<links>/{{.Node.ID}}/docker.sock`` (a Swarm
+    service template) gives each node's task its own engine's socket, the lab's per-node
+    substitution for ``KALENA_DOCKER_SOCK`` (:func:`agents.lab.status.stack_substitutions`).
 
     Raises:
         LabError: an engine refused to init or join (its message and the node name).
@@ -69,7 +76,14 @@ def swarm_form(records: list[dict[str, Any]], *, managers: int = 1,
                 f"{record['swarm']['node_id'][:12]} ({record['address']}:{SWARM_PORT})")
     finally:
         manager.close()
-    return {"manager": first["name"], "managers": [r["name"] for r in records[:managers]], "port": SWARM_PORT}
+    if links is not None:
+        links.mkdir(parents=True, exist_ok=True)
+        for record in records:
+            link = links / record["swarm"]["node_id"]
+            link.unlink(missing_ok=True)
+            link.symlink_to(record["directory"], target_is_directory=True)
+    return {"manager": first["name"], "managers": [r["name"] for r in records[:managers]], "port": SWARM_PORT,
+            "node_links": str(links) if links is not None else None}
 
 
 def _explain(exc: Exception) -> str:

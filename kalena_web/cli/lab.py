@@ -53,6 +53,10 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
                          "two labs side by side need two subnets")
     up.add_argument("--managers", type=int, default=1, help="with --orchestrator swarm: how many nodes are managers (1)")
     up.add_argument("--sampling-interval-s", type=float, default=2.0, help="the agents' sampling interval (2 s)")
+    up.add_argument("--machines-only", action="store_true",
+                    help="the nodes (and with --orchestrator swarm, their Swarm) without the lab's console and agents: "
+                         "machines to deploy deploy/compose or deploy/swarm onto (`kalena lab status` prints the "
+                         "substitutions)")
     add_kubernetes_arguments(up)
     status = actions.add_parser("status", help="per node: engine, agent, cgroup usage, PSI beside the host's")
     down = actions.add_parser("down", help="stop everything the lab started and check nothing is left")
@@ -185,13 +189,14 @@ def handle_up(args: argparse.Namespace) -> int:
     console = DjangoConsole(state_dir=state_dir, engines=engines, orchestrator=args.orchestrator)
     state = lab_up(plan, state_dir=state_dir, console=console, console_port=args.console_port,
                    sampling_interval_s=args.sampling_interval_s, say=lambda line: print(line, flush=True),
-                   orchestrator=args.orchestrator, managers=args.managers)
-    from agents.lab.sampler import sampler_start
+                   orchestrator=args.orchestrator, managers=args.managers, machines_only=args.machines_only)
+    if not args.machines_only:
+        from agents.lab.sampler import sampler_start
 
-    sampler = sampler_start(state_dir)
-    print(f"kalena lab: sampler pid {sampler['process']['pid']} writing {state_dir / 'metrics.jsonl'}")
-    print(f"kalena lab: up — {len(state['nodes'])} nodes, console {state['console']['url']}; "
-          f"`kalena lab status` / `kalena lab down`")
+        sampler = sampler_start(state_dir)
+        print(f"kalena lab: sampler pid {sampler['process']['pid']} writing {state_dir / 'metrics.jsonl'}")
+    console_said = "no console or agents (--machines-only)" if args.machines_only else f"console {state['console']['url']}"
+    print(f"kalena lab: up — {len(state['nodes'])} nodes, {console_said}; `kalena lab status` / `kalena lab down`")
     return 0
 
 
@@ -211,9 +216,10 @@ def handle_status(args: argparse.Namespace) -> int:
         return handle_status_kubernetes(args, state)
     report = lab_status(state)
     print(json.dumps(report, indent=2) if args.json else format_status(report))
-    healthy = report["console"]["alive"] and all(n["engine"]["answers"] and n["agent"]["alive"]
-                                                 and (n.get("kubelet") is None or n["kubelet"]["alive"])
-                                                 for n in report["nodes"])
+    kalena = not state.get("machines_only")   # --machines-only: no console or agents of the lab's own to check
+    healthy = (report["console"]["alive"] or not kalena) and all(
+        n["engine"]["answers"] and (n["agent"]["alive"] or not kalena)
+        and (n.get("kubelet") is None or n["kubelet"]["alive"]) for n in report["nodes"])
     return 0 if healthy else 1
 
 

@@ -237,3 +237,16 @@ def test_the_link_token_never_reaches_the_log_even_at_debug_level(tmp_path, fmt:
     assert secret not in log
     # the WebSocket client still prints its handshake headers at debug level, the credential redacted
     assert "Authorization: Bearer [redacted]" in log
+
+
+def test_node_cgroup_parent_is_the_group_above_the_agents_own_container() -> None:
+    from agents.config import own_parent_cgroup
+
+    v1 = "12:memory:/kalena-lab/lab-2/4f1c2d\n11:cpu,cpuacct:/kalena-lab/lab-2/4f1c2d\n1:name=systemd:/\n"
+    assert own_parent_cgroup(v1) == "kalena-lab/lab-2"
+    assert own_parent_cgroup("0::/docker/abc123\n") == "docker"
+    with pytest.raises(ConfigError, match="no parent group") as host:
+        own_parent_cgroup("12:memory:/\n0::/\n")          # a host process: nothing above it to name
+    assert "@parent" in str(host.value)
+    with pytest.raises(ConfigError, match="no memory"):
+        own_parent_cgroup("5:cpu:/docker/x\n")

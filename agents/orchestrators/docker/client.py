@@ -32,7 +32,7 @@ from agents.orchestrators.base import (
     ID_LABEL, BatchSpec, OrchestratorError, StaleBinding, WorkloadGone, WorkloadRef, priority_of, tier_of,
 )
 from agents.orchestrators.docker.labels import (
-    ATTEMPT, container_name, cpu_shares_from_mcpu, labels_for,
+    ATTEMPT, ATTEMPT_ENV, container_name, cpu_shares_from_mcpu, labels_for,
 )
 from agents.orchestrators.docker.engines import EngineConfig
 from agents.orchestrators.docker.swarm import WAITING, node_name
@@ -202,7 +202,7 @@ class Engine:
         container = self._call("run", lambda c: c.containers.run(
             spec.image, list(spec.command) or None, name=name, labels=labels_for(spec, attempt=attempt, grace_s=grace_s),
             detach=True, init=True, network_mode="none", stop_signal="SIGTERM",
-            restart_policy={"Name": "no"}, **options))
+            restart_policy={"Name": "no"}, environment={ATTEMPT_ENV: str(attempt)}, **options))
         return str(container.id)
 
     def stop_and_remove(self, container_id: str, *, grace_s: float) -> None:
@@ -488,7 +488,8 @@ class SwarmOrchestrator:
         try:
             self.manager_call("create", lambda c: c.services.create(
                 spec.image, command=list(spec.command) or None, name=container_name(spec.id, attempt), labels=labels,
-                container_labels=labels, constraints=[f"node.id=={ids[node]}"], resources=resources,
+                container_labels=labels, env=[f"{ATTEMPT_ENV}={attempt}"], constraints=[f"node.id=={ids[node]}"],
+                resources=resources,
                 restart_policy=RestartPolicy(condition="none"), stop_grace_period=int(grace_s * 1e9),
                 stop_signal="SIGTERM", init=True, endpoint_spec=EndpointSpec(mode="dnsrr")))
         except APIError as exc:

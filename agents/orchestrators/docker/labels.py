@@ -21,7 +21,8 @@ The engine has no request field beyond ``cpu_shares`` and ``mem_reservation``
 (:func:`cpu_shares_from_mcpu`), so the request is in labels; the agent's Docker discovery reads
 those labels (``agents.discovery.docker``), never request = limit.
 
-Container names carry the attempt (``kalena-batch-job-1-a2``), so a re-placement never collides
+The attempt is also in the container's environment, ``KALENA_ATTEMPT`` (``0``, ``1``, …), for
+the job itself. Container names carry the attempt (``kalena-batch-job-1-a2``), so a re-placement never collides
 with the stopped container of an earlier attempt (a 409 from the engine).
 """
 
@@ -38,6 +39,9 @@ from agents.orchestrators.base import ID_LABEL, BatchSpec
 from agents.units import QUANTITY_ACCEPTED, parse_k8s_quantity
 
 ATTEMPT = PREFIX + "attempt"
+#: the environment variable every batch container (standalone) or task (Swarm) gets: the attempt
+#: as a decimal string — a job that checkpoints can tell a re-placement from its first run
+ATTEMPT_ENV = "KALENA_ATTEMPT"
 REQUEST_CPU = PREFIX + "request-cpu"
 REQUEST_MEMORY = PREFIX + "request-memory"
 LIMIT_CPU = PREFIX + "limit-cpu"
