@@ -129,5 +129,5 @@ def greedy_runs(cand: np.ndarray, heads: np.ndarray, rooms: np.ndarray, budget: 
                 want[reach] = np.minimum(rooms[reach], known[reach] + np.maximum(known[reach], max(chunk, 8)))
                 continue
         nodes = cand[rows[order[:budget]]]
-        first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
-        return nodes[first], np.diff(np.r_[first, len(nodes)])
+        first = np.flatnonzero(np.concatenate(([True], nodes[1:] != nodes[:-1])))
+        return nodes[first], np.diff(np.append(first, len(nodes)))

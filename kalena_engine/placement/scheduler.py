@@ -129,9 +129,9 @@ class _Pass(GangTransactions):
         order = np.lexsort((np.arange(len(pending)), pending.queued_s, -np.asarray(pending.priority)))
         order = order[self.remaining[order] > 0]
         gang_of, gangs = self._gangs()
+        class_of = self.class_of = self._class_ids()
         if not self.naive:
             order = self._drop_unplaceable(order, gang_of)
-        class_of = self.class_of = self._class_ids()
         done: set[int] = set()
         request = self.pending.request
         i = 0
@@ -202,7 +202,9 @@ class _Pass(GangTransactions):
             if len(slack) == 0:
                 continue
             idx = np.asarray(members)
-            requests, inverse = np.unique(p.request[rows[idx]], axis=0, return_inverse=True)
+            # one request per equivalence class (equal class ⇒ equal request)
+            _, first, inverse = np.unique(self.class_of[rows[idx]], return_index=True, return_inverse=True)
+            requests = p.request[rows[idx[first]]]
             placeable = np.zeros(len(requests), dtype=bool)
             chunk = max(1, 4_000_000 // (8 * len(slack)))  # bounded memory: ≤ 4 M comparisons at once
             for start in range(0, len(requests), chunk):
