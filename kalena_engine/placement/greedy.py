@@ -9,6 +9,9 @@ sequences ``s_n(0), s_n(1), …`` — a heap of each node's current head. A node
 while its next score still beats the best other head; the sequences are evaluated in vectorised
 chunks. Worked example: heads a = 90, b = 80; a's sequence 90, 85, 79 → a takes 2 (85 ≥ 80),
 then b (80 > 79) — the same three choices the per-pod loop makes.
+
+:func:`greedy` is that heap merge (the reference); the scheduler calls :func:`greedy_runs`, which
+makes the same runs in the same order with one sort instead of a heap operation per run.
 """
 
 from __future__ import annotations
