@@ -127,33 +127,34 @@ def update_reservations(
     if not sampled.any():
         return state
     idx = np.flatnonzero(sampled)
-    now = np.broadcast_to(np.asarray(now_s, dtype=np.float64), sampled.shape)[idx]
-    q = request[idx]
-    prev = state.value[idx]
-    target = np.minimum(limit[idx], policy.margin_ratio * usage[idx])
-    grace_end = start_s[idx] + grace_s[idx]
-    in_grace = (now - start_s[idx]) < grace_s[idx]
-    dt = np.maximum(0.0, now - np.maximum(state.updated_s[idx], grace_end))
+    rows = slice(None) if len(idx) == len(sampled) else idx  # every row sampled: views, no gathers
+    now = np.broadcast_to(np.asarray(now_s, dtype=np.float64), sampled.shape)[rows]
+    q = request[rows]
+    prev = state.value[rows]
+    target = np.minimum(limit[rows], policy.margin_ratio * usage[rows])
+    grace_end = start_s[rows] + grace_s[rows]
+    in_grace = (now - start_s[rows]) < grace_s[rows]
+    dt = np.maximum(0.0, now - np.maximum(state.updated_s[rows], grace_end))
     decay = np.exp2(-dt / policy.half_life_s)[:, None]
     history = None
     if policy.predictor != "asymmetric":
         history = state.history
         if not predictors.fits(history, len(state), policy):
             history = predictors.empty_history(state.value if history is None else history.asym, policy)
-        prev = history.asym[idx]
+        prev = history.asym[rows]
     new = np.where(target >= prev, target, target + (prev - target) * decay)
     new = np.where(in_grace[:, None], np.maximum(q, target), new)
-    new = np.where(pinned[idx], q, new)
+    new = np.where(pinned[rows], q, new)
     value = state.value.copy()
     if history is None:
-        value[idx] = new
+        value[rows] = new
     else:
-        history, value[idx] = _predicted(history, idx, now, usage[idx], target, limit[idx], new,
-                                         in_grace[:, None] | pinned[idx], policy)
+        history, value[rows] = _predicted(history, idx, now, usage[rows], target, limit[rows], new,
+                                          in_grace[:, None] | pinned[rows], policy)
     updated = state.updated_s.copy()
-    updated[idx] = now
+    updated[rows] = now
     last = state.last_sample_s.copy()
-    last[idx] = now
+    last[rows] = now
     return Reservations(value=value, updated_s=updated, last_sample_s=last, history=history)
 
 

@@ -85,7 +85,7 @@ def instance_room(request: np.ndarray, slack: np.ndarray) -> np.ndarray:
     tolerant = slack[:, need] * (1 + LEDGER_RTOL) + 1e-9
     with np.errstate(invalid="ignore"):
         room = np.floor(np.min(tolerant / request[need], axis=1))
-    room = np.nan_to_num(room, nan=0.0, posinf=_HUGE, neginf=0.0)
+    room[np.isnan(room)] = 0.0  # then ±inf clip to the bounds, as nan_to_num(posinf=_HUGE, neginf=0) would
     return np.clip(room, 0, _HUGE).astype(np.int64)
 
 

@@ -18,8 +18,9 @@ Scale techniques (the ``naive=True`` path runs the same filter and score kernels
   its static filter mask (node condition, selector, taints, production anti-affinity) is
   computed once per rule signature per pass, its feasibility and scores are kept per class and
   refreshed only on the nodes touched since (a node touch log). The class's identical pods are
-  placed by :func:`~kalena_engine.placement.greedy.greedy` — exactly the choices placing them one
-  by one would make (every score is node-local), without a decision per pod.
+  placed by :func:`~kalena_engine.placement.greedy.greedy_runs` — exactly the choices placing
+  them one by one would make (every score is node-local), without a decision per pod; the
+  resulting runs are bound and debited in numpy.
 * **Score cache keyed on quantised slack** (:mod:`~kalena_engine.placement.cache`).
 * **Sampling** — kube-scheduler's percentage of nodes to score: scan nodes in a random
   permutation (drawn from the pass's ``rng``) from a rotating start, stop after
@@ -46,7 +47,7 @@ from kalena_engine.placement.classes import PassStats, _Class, _Entries
 #: Above this many runs a unit's bindings are made in numpy (:meth:`_Pass._attribute_runs`).
 _VECTOR_RUNS = 8
 from kalena_engine.placement.gangs import GangTransactions
-from kalena_engine.placement.greedy import greedy
+from kalena_engine.placement.greedy import greedy_runs
 from kalena_engine.placement.filters import (
     DYNAMIC_RULES, RULE_FILTERS, BatchAntiAffinityFilter, CooldownFilter, NamespaceCapFilter,
     NodeSelectorFilter, ProductionAntiAffinityFilter, SpreadFilter, TaintFilter, fits, instance_room,
@@ -128,9 +129,9 @@ class _Pass(GangTransactions):
         order = np.lexsort((np.arange(len(pending)), pending.queued_s, -np.asarray(pending.priority)))
         order = order[self.remaining[order] > 0]
         gang_of, gangs = self._gangs()
+        class_of = self.class_of = self._class_ids()
         if not self.naive:
             order = self._drop_unplaceable(order, gang_of)
-        class_of = self.class_of = self._class_ids()
         done: set[int] = set()
         request = self.pending.request
         i = 0
@@ -201,7 +202,9 @@ class _Pass(GangTransactions):
             if len(slack) == 0:
                 continue
             idx = np.asarray(members)
-            requests, inverse = np.unique(p.request[rows[idx]], axis=0, return_inverse=True)
+            # one request per equivalence class (equal class ⇒ equal request)
+            _, first, inverse = np.unique(self.class_of[rows[idx]], return_index=True, return_inverse=True)
+            requests = p.request[rows[idx[first]]]
             placeable = np.zeros(len(requests), dtype=bool)
             chunk = max(1, 4_000_000 // (8 * len(slack)))  # bounded memory: ≤ 4 M comparisons at once
             for start in range(0, len(requests), chunk):
@@ -336,21 +339,19 @@ class _Pass(GangTransactions):
         self.start = (self.start + scanned) % self.n
         return np.sort(self.perm[take]), len(pos)
 
-    def _sequences(self, cls: _Class, nodes: np.ndarray, start: np.ndarray, length: np.ndarray) -> list[list[float]]:
+    def _sequence_values(self, cls: _Class, nodes: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
         """Scores of ``cls`` on each of ``nodes`` after ``k`` more of its pods, for
-        ``k = start … start + length − 1`` (one vectorised evaluation for all nodes)."""
+        ``k = start … start + length − 1``, node after node (one vectorised evaluation)."""
         total = int(length.sum())
         if total == 0:
-            return [[] for _ in range(len(nodes))]
+            return np.zeros(0)
         reps = np.repeat(nodes, length)
         offsets = np.repeat(np.cumsum(length) - length, length)
         ks = (np.arange(total) - offsets + np.repeat(start, length)).astype(np.float64)
         slack_k = self.slack[reps] - ks[:, None] * cls.request
         dyn = dynamic_part(slack_k, cls.request, self.capacity[reps], self.snapshot.has_production[reps],
                            np.ones(total, dtype=bool), self.policy)
-        scores = (dyn + cls.static_score[reps]).tolist()
-        bounds = np.cumsum(length).tolist()
-        return [scores[b - m:b] for b, m in zip(bounds, length.tolist(), strict=True)]
+        return dyn + cls.static_score[reps]
 
     # -- placing -------------------------------------------------------------------------------
 
@@ -375,15 +376,14 @@ class _Pass(GangTransactions):
             if take == have:
                 entries.pos += 1
 
-    def _attribute_runs(self, entries: _Entries, runs: list[tuple[int, int]]) -> None:
-        """:meth:`_attribute` of every ``(node, count)`` run in order, in numpy: the runs' pods and
-        the entries' remaining pods are two cumulative sequences; each segment between consecutive
-        break points of their union is one binding (entry, node, pods) — the same bindings in the
-        same order as the per-run loop (entries with nothing left make none)."""
+    def _attribute_runs(self, entries: _Entries, run_node: np.ndarray, run_count: np.ndarray) -> None:
+        """:meth:`_attribute` of every run ``(run_node[i], run_count[i])`` in order, in numpy: the
+        runs' pods and the entries' remaining pods are two cumulative sequences; each segment
+        between consecutive break points of their union is one binding (entry, node, pods) — the
+        same bindings in the same order as the per-run loop (entries with nothing left make none)."""
         rows = np.asarray(entries.rows[entries.pos:], dtype=np.int64)
         have = self.remaining[rows]
-        run_node = np.fromiter((n for n, _ in runs), dtype=np.int64, count=len(runs))
-        run_end = np.cumsum(np.fromiter((c for _, c in runs), dtype=np.int64, count=len(runs)))
+        run_end = np.cumsum(run_count)
         entry_end = np.cumsum(have)
         total = min(int(run_end[-1]), int(entry_end[-1]) if len(entry_end) else 0)
         cuts = np.union1d(run_end, entry_end)
@@ -417,6 +417,26 @@ class _Pass(GangTransactions):
         if self.caps_on:
             self._ns_running[template.namespace] = self.namespace_running(template.namespace) + count
         self.stats.runs += 1
+
+    def _debit_runs(self, template: BatchTemplate, request: np.ndarray, nodes: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`_debit` of ``counts[i]`` pods on each of the distinct ``nodes`` in order, in numpy
+        (the same slack, log and placed rows); inside a gang transaction or with namespace caps,
+        one :meth:`_debit` per node."""
+        if self._undo is not None or self.caps_on or len(nodes) < 2:
+            for node, count in zip(nodes.tolist(), counts.tolist(), strict=True):
+                self._debit(template, request, node, count)
+            return
+        old = self.slack[nodes]
+        self.slack[nodes] = old - counts[:, None] * request
+        self.has_batch[nodes] = True
+        listed = nodes.tolist()
+        self.log.extend(listed)
+        if self._best is not None and bool(np.any(old >= self._best)):
+            self._best = None
+        self.p_tpl.extend([template] * len(listed))
+        self.p_node.extend(listed)
+        self.p_count.extend(counts.tolist())
+        self.stats.runs += len(listed)
 
     def _unit(self, rows: list[int], cid: int, only: int | None = None) -> int:
         """Place the pods of entries ``rows`` (one class, queue order); ``only`` restricts to
@@ -459,27 +479,28 @@ class _Pass(GangTransactions):
                 cls.score[need] = self._score_rows(request, cls.static_score, need)
                 cls.score_ok[need] = True
             if cls.dynamic:  # one pod: placing it changes other nodes' feasibility
-                runs = [(int(cand[int(np.argmax(cls.score[cand]))]), 1)]
+                run_node = cand[[int(np.argmax(cls.score[cand]))]]
+                run_count = np.ones(1, dtype=np.int64)
             else:
                 rooms = np.maximum(np.minimum(instance_room(request, self.slack[cand]), budget), 1)
-                runs = greedy(cand, cls.score[cand], rooms, budget,
-                              lambda nodes, start, length, c=cls: self._sequences(c, nodes, start, length))
-            taken: dict[int, int] = {}
-            if len(runs) > _VECTOR_RUNS:
-                self._attribute_runs(entries, runs)
-                for node, count in runs:
-                    taken[node] = taken.get(node, 0) + count
+                run_node, run_count = greedy_runs(
+                    cand, cls.score[cand], rooms, budget,
+                    lambda nodes, start, length, c=cls: self._sequence_values(c, nodes, start, length))
+            if len(run_node) > _VECTOR_RUNS:
+                self._attribute_runs(entries, run_node, run_count)
             else:
-                for node, count in runs:  # bindings in choice order, as one pod at a time would make them
-                    self._attribute(entries, node, count)
-                    taken[node] = taken.get(node, 0) + count
-            for node, count in taken.items():
-                self._debit(template, request, node, count)
-            rows = np.fromiter(taken, dtype=np.int64, count=len(taken))
-            cls.feasible[rows] = cls.static[rows] & fits(request, self.slack[rows])
-            cls.score_ok[rows] = False
+                for node, count in zip(run_node.tolist(), run_count.tolist(), strict=True):
+                    self._attribute(entries, node, count)  # bindings in choice order, as one pod at a time
+            # pods per node, nodes in the order they were first chosen
+            touched, first, inverse = np.unique(run_node, return_index=True, return_inverse=True)
+            pods = np.bincount(inverse.reshape(-1), weights=run_count, minlength=len(touched)).astype(np.int64)
+            chosen = np.argsort(first, kind="stable")
+            touched, pods = touched[chosen], pods[chosen]
+            self._debit_runs(template, request, touched, pods)
+            cls.feasible[touched] = cls.static[touched] & fits(request, self.slack[touched])
+            cls.score_ok[touched] = False
             cls.seen = len(self.log)
-            got = sum(taken.values())
+            got = int(pods.sum())
             want -= got
             placed += got
             self._notify(got, got)

@@ -47,6 +47,11 @@ def balance_score(slack_q: np.ndarray, request: np.ndarray, capacity: np.ndarray
     dims = list(dims)
     cap = capacity[:, dims]
     valid = np.isfinite(cap) & (cap > 0)
+    if dims and valid.all():  # the usual case, without the masks (the same values)
+        frac = np.clip((slack_q[:, dims] - request[dims]) / cap, 0.0, 1.0)
+        mean = frac.sum(axis=1) / len(dims)
+        var = ((frac - mean[:, None]) ** 2).sum(axis=1) / len(dims)
+        return 100.0 * (1.0 - np.sqrt(var)) if len(dims) > 1 else np.full(len(frac), 100.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.clip((slack_q[:, dims] - request[dims]) / np.where(valid, cap, 1.0), 0.0, 1.0)
     frac = np.where(valid, frac, 0.0)
@@ -123,8 +128,10 @@ def dynamic_part(slack: np.ndarray, request: np.ndarray, capacity: np.ndarray, h
     """``(m,)`` ``(w_b·balance + w_c·colocation) / Σw`` for rows of exact ``slack`` ``(m, 8)``
     (quantised here) — the part that changes as batch is placed. ``balance`` may be given
     precomputed (from the score cache)."""
-    if balance is None:
-        balance = balance_score(quantise(slack, policy.slack_buckets), request, capacity, policy.balance_dims)
+    if balance is None:  # quantised on the balance dimensions only (the others are not read)
+        dims = list(policy.balance_dims)
+        balance = balance_score(quantise(slack[:, dims], np.asarray(policy.slack_buckets, dtype=np.float64)[dims]),
+                                request[dims], capacity[:, dims], range(len(dims)))
     out = policy.weight_balance * balance + policy.weight_colocation * colocation_score(has_production, has_batch)
     return out / weight_sum(policy)
 

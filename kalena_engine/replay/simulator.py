@@ -159,6 +159,7 @@ class Simulator:
         self._prod_pinned = pinned_mask(np.zeros(p, dtype=bool))
         self._arrival_order = np.argsort(self.state.tasks.arrival_s, kind="stable")
         self._prod_sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._batch_sums: tuple[np.ndarray, np.ndarray] | None = None
         self._next_arrival = 0
         order = np.argsort(self.state.production.node, kind="stable")
         self._prod_by_node = np.split(order, np.searchsorted(self.state.production.node[order],
@@ -176,6 +177,7 @@ class Simulator:
         st = self.state
         events: list[BatchEvent] = []
         self._prod_sums.clear()
+        self._batch_sums = None
         self._complete(now_s, events)
         self._arrive(now_s, events)
         prod_usage, clipped, stale = self._sample(step, now_s)
@@ -199,6 +201,18 @@ class Simulator:
             self._prod_sums[id(values)] = found
         return found[1]
 
+    def _batch_node_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(Σ usage, Σ reservation)`` of running batch per node ``(n, 8)``, instances counted;
+        kept from :meth:`_evict` through :meth:`_escalate` while no group changes (every stage
+        that changes a group drops it). Shared: callers copy before changing."""
+        if self._batch_sums is None:
+            st = self.state
+            g = st.groups
+            n = len(st.capacity)
+            self._batch_sums = (node_sum(g.node, st.tasks.usage[g.task], n, g.count),
+                                node_sum(g.node, g.reservations.value, n, g.count))
+        return self._batch_sums
+
     # -- the steps ---------------------------------------------------------------------------
 
     def _complete(self, now_s: float, events: list[BatchEvent]) -> None:
@@ -206,14 +220,15 @@ class Simulator:
         done = g.end_s <= now_s
         if not done.any():
             return
-        duration = self.state.tasks.duration_s
-        for row in np.flatnonzero(done):
-            task = int(g.task[row])
-            run_s = float(g.end_s[row] - g.start_s[row])
-            inflation = run_s / float(duration[task]) if duration[task] > 0 else 1.0
-            events.append(BatchEvent(float(g.end_s[row]), "completed", task, int(g.count[row]), int(g.node[row]),
-                                     detail={"start_s": float(g.start_s[row]), "inflation": inflation,
-                                             "throttled_s": max(0.0, run_s - float(duration[task]))}))
+        rows = np.flatnonzero(done)
+        tasks = g.task[rows]
+        duration = self.state.tasks.duration_s[tasks].tolist()
+        for task, count, node, start, end, undisturbed in zip(
+                tasks.tolist(), g.count[rows].tolist(), g.node[rows].tolist(), g.start_s[rows].tolist(),
+                g.end_s[rows].tolist(), duration, strict=True):
+            inflation = (end - start) / undisturbed if undisturbed > 0 else 1.0
+            events.append(BatchEvent(end, "completed", task, count, node, detail={
+                "start_s": start, "inflation": inflation, "throttled_s": max(0.0, end - start - undisturbed)}))
         np.add.at(self.state.completed, g.task[done], g.count[done])
         g.keep(~done)
 
@@ -252,15 +267,17 @@ class Simulator:
 
     def _place(self, now_s: float, prod_r: np.ndarray, stale: np.ndarray, events: list[BatchEvent]) -> PassResult | None:
         st = self.state
-        ledgers = st.batch_ledgers(prod_r)
+        ledgers = st.batch_ledgers(prod_r, prod_reservation_ledger=self._prod_sum(prod_r))
         self.scheduler.observe(now_s, ledgers)
         eligible = self.eligible & self.escalation.eligible(now_s)
         task_rows, bound = self.scheduler.place(st, ledgers, eligible=eligible, stale_pods=stale, now_s=now_s)
         if len(bound):
-            # one group per (task, node) per step: a pass may bind a task to a node in several chunks
-            pairs, inverse = np.unique(np.column_stack([task_rows, bound.node]), axis=0, return_inverse=True)
-            counts = np.bincount(inverse.ravel(), weights=bound.count, minlength=len(pairs)).astype(np.int64)
-            tasks, nodes = pairs[:, 0], pairs[:, 1]
+            # one group per (task, node) per step: a pass may bind a task to a node in several chunks;
+            # the pairs in (task, node) order, as one key task · n + node
+            n = len(st.capacity)
+            keys, inverse = np.unique(np.asarray(task_rows, dtype=np.int64) * n + bound.node, return_inverse=True)
+            counts = np.bincount(inverse.ravel(), weights=bound.count, minlength=len(keys)).astype(np.int64)
+            tasks, nodes = keys // n, keys % n
             np.subtract.at(st.pending, tasks, counts)
             st.groups.append(task=tasks, node=nodes, count=counts, start_s=now_s,
                              duration_s=st.tasks.duration_s[tasks], request=st.tasks.request[tasks])
@@ -271,11 +288,9 @@ class Simulator:
     def _evict(self, now_s: float, prod_r: np.ndarray, prod_usage: np.ndarray, stale: np.ndarray,
                events: list[BatchEvent]) -> None:
         st = self.state
-        g = st.groups
-        n = len(st.capacity)
-        tasks = st.tasks
-        working = self._prod_sum(prod_usage) + node_sum(g.node, tasks.usage[g.task], n, g.count)
-        reserved = self._prod_sum(prod_r) + node_sum(g.node, g.reservations.value, n, g.count)
+        batch_usage, batch_reserved = self._batch_node_sums()
+        working = self._prod_sum(prod_usage) + batch_usage
+        reserved = self._prod_sum(prod_r) + batch_reserved
         policy = self.policy.eviction
         threshold = policy.evict_threshold_ratio * st.capacity
         for dim in (RAM, STORAGE):
@@ -329,6 +344,7 @@ class Simulator:
             events.append(BatchEvent(now_s, "evicted", task, victim.count, node, victim.reason, detail))
         if requeue.any():
             st.requeue_batch(requeue)  # requeued from scratch; no migration
+            self._batch_sums = None
         if plan.victims:
             self.escalation.record_eviction_round(node, now_s)
 
@@ -336,10 +352,8 @@ class Simulator:
         """Memory above capacity after eviction: OOM kills, batch first (module doc, step 7)."""
         st = self.state
         g = st.groups
-        n = len(st.capacity)
         tasks = st.tasks
-        working = self._prod_sum(prod_usage)[:, RAM] + node_sum(
-            g.node, tasks.usage[g.task], n, g.count)[:, RAM]
+        working = self._prod_sum(prod_usage)[:, RAM] + self._batch_node_sums()[0][:, RAM]
         over = np.flatnonzero(working > st.capacity[:, RAM] * (1 + 1e-9))
         if not len(over):
             return
@@ -363,6 +377,7 @@ class Simulator:
                 events.append(BatchEvent(now_s, "production_oom_killed", -1, 1, node, "oom",
                                          {"tier": "service", "pod": st.production.ids[pod],
                                           "working_set": float(working[node]), "capacity": float(st.capacity[node, RAM])}))
+        self._batch_sums = None  # counts changed in place
         if not keep.all():
             g.keep(keep)
 
@@ -372,9 +387,9 @@ class Simulator:
         st = self.state
         g = st.groups
         n = len(st.capacity)
-        tasks = st.tasks
-        working = self._prod_sum(prod_usage)[:, RAM] + node_sum(g.node, tasks.usage[g.task], n, g.count)[:, RAM]
-        reserved = self._prod_sum(prod_r)[:, RAM] + node_sum(g.node, g.reservations.value, n, g.count)[:, RAM]
+        batch_usage, batch_reserved = self._batch_node_sums()
+        working = self._prod_sum(prod_usage)[:, RAM] + batch_usage[:, RAM]
+        reserved = self._prod_sum(prod_r)[:, RAM] + batch_reserved[:, RAM]
         cap = st.capacity[:, RAM]
         self.escalation.observe(now_s, (working >= self.policy.eviction.evict_threshold_ratio * cap) & (reserved > cap))
         stale_nodes = np.bincount(st.production.node[stale], minlength=n)[:n] > 0
@@ -395,6 +410,7 @@ class Simulator:
             drained[rows] = True
         if drained.any():
             g.keep(~drained)
+            self._batch_sums = None
 
     def _share_cpu(self, now_s: float, prod_usage: np.ndarray) -> dict[str, object]:
         """Compressible cpu over the step that follows ``now_s`` (module doc, step 9): grants,
@@ -431,10 +447,10 @@ class Simulator:
         tasks = st.tasks
         return StepRecord(
             step=step, time_s=now_s, capacity=st.capacity,
-            prod_request=self._prod_sum(st.production.request).copy(),
+            prod_request=st.production_ledger("request").copy(),
             prod_reservation=self._prod_sum(prod_r).copy(),
             prod_usage=self._prod_sum(prod_usage).copy(),
-            prod_limit=self._prod_sum(st.production.limit).copy(),
+            prod_limit=st.production_ledger("limit").copy(),
             batch_request=node_sum(g.node, tasks.request[g.task], n, g.count * weight),
             batch_reservation=node_sum(g.node, g.reservations.value, n, g.count * weight),
             batch_usage=node_sum(g.node, tasks.usage[g.task], n, g.count * weight),

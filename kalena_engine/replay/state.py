@@ -124,6 +124,7 @@ class ClusterState:
         if self.blueprint_node is None:
             self.blueprint_node = np.array(self.production.node, dtype=np.int64, copy=True)
         self._verified: tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._production_sums: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def _production_unchanged(self) -> bool:
         """True when the production set, placement, requests and capacity are those last found to
@@ -135,17 +136,38 @@ class ClusterState:
         return (ids is prod.ids and np.array_equal(node, prod.node) and np.array_equal(request, prod.request)
                 and np.array_equal(capacity, self.capacity))
 
-    def batch_ledgers(self, prod_reservation: np.ndarray, batch_weight: np.ndarray | None = None) -> NodeLedgers:
+    def production_ledger(self, which: str) -> np.ndarray:
+        """``(n, 8)`` Σ over each node's production pods of their ``request`` or ``limit``
+        (``which``) — :func:`~kalena_engine.ledger.node_sum`, computed again only when the
+        production placement or those values changed since the last call (compared in numpy).
+        The result is shared: copy it before changing it."""
+        prod = self.production
+        values = prod.request if which == "request" else prod.limit
+        found = self._production_sums.get(which)
+        if (found is None or found[0] is not values or not np.array_equal(found[1], values)
+                or not np.array_equal(found[2], prod.node)):
+            found = (values, values.copy(), np.array(prod.node, copy=True),
+                     node_sum(prod.node, values, self.capacity.shape[0]))
+            self._production_sums[which] = found
+        return found[3]
+
+    def batch_ledgers(self, prod_reservation: np.ndarray, batch_weight: np.ndarray | None = None, *,
+                      prod_reservation_ledger: np.ndarray | None = None) -> NodeLedgers:
         """Ledgers from the current state; ``batch_weight`` ``(G,)`` scales each group's
-        count (time-weighting for metrics); production reservations are given (effective)."""
+        count (time-weighting for metrics); production reservations are given (effective),
+        and optionally their per-node sum ``prod_reservation_ledger`` when the caller has it.
+        The same figures as :func:`~kalena_engine.ledger.ledgers` of the state."""
         g = self.groups
+        n = self.capacity.shape[0]
         count = g.count.astype(np.float64) if batch_weight is None else g.count * batch_weight
-        return ledgers(
-            self.capacity,
-            prod_node=self.production.node, prod_request=self.production.request,
-            prod_reservation=prod_reservation,
-            batch_node=g.node, batch_request=self.tasks.request[g.task],
-            batch_reservation=g.reservations.value, batch_count=count,
+        if prod_reservation_ledger is None:
+            prod_reservation_ledger = node_sum(self.production.node, prod_reservation, n)
+        return NodeLedgers(
+            capacity=self.capacity,
+            prod_request=self.production_ledger("request").copy(),
+            prod_reservation=np.array(prod_reservation_ledger, copy=True),
+            batch_request=node_sum(g.node, self.tasks.request[g.task], n, count),
+            batch_reservation=node_sum(g.node, g.reservations.value, n, count),
         )
 
     def blueprint_request_ledger(self) -> np.ndarray:
