@@ -25,7 +25,6 @@ from kalena_web.scheduling import mappers
 from kalena_web.scheduling.binder import BindingPool
 from kalena_web.scheduling.cache import SchedulerCache
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.recording import assume_in_ledger
 from kalena_web.scheduling.shards import assume_whole
 from kalena_web.scheduling.whypending import pending_notice, why_pending_record
 
@@ -128,8 +127,9 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             report.stopped_early = True  # the lease lapsed while deciding: nothing is assumed
         elif by_node:
             groups = [(rows[r].id, version_of[r], pods) for r, pods in by_node.items()]
-            accepted = (assume_in_ledger(groups, now_s=now_s) if shard is None  # issue 32: a gang whole
-                        else assume_whole(groups, now_s=now_s, gang_of=shard.gangs_of(considered)))
+            # a gang whole or not at all, sharded or not: a member's node whose ledger moved since the
+            # snapshot (another writer) takes the whole gang out of this write
+            accepted = assume_whole(groups, now_s=now_s, gang_of={r.pod_id: r.gang for r in considered if r.gang})
             name_of = {rows[r].id: rows[r].name for r in by_node}
             report.stale = sum(len(pods) for pods in by_node.values()) - sum(len(p) for p in accepted.values())
             calls = [(pod, name_of[node_id]) for node_id, pods in accepted.items() for pod in pods]

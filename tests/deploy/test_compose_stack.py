@@ -240,11 +240,6 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
 
 
 @pytest.mark.long
-@pytest.mark.xfail(strict=True, reason=(
-    "the stack's agent does not lower the batch budget under a production burst: it samples production "
-    "(the console stores web-0 at ~800-1000 m) yet its batch plan keeps the service claims at the requests "
-    "(throttle numbers: service_claim_mcpu 100, budget_mcpu 900 of capacity 1000, every service listed as "
-    "contended), so the batch quota stays 90 000 us; found by this test, not fixed yet"))
 def test_the_compose_stack_lives_through_placement_throttling_eviction_and_replacement(node, tmp_path) -> None:
     port = free_port()
     env = {"KALENA_POSTGRES_IMAGE": "kalena/postgres:15-debian", "KALENA_REDIS_IMAGE": "kalena/redis:7-debian",
@@ -285,8 +280,12 @@ def test_the_compose_stack_lives_through_placement_throttling_eviction_and_repla
         # production: a service container on the node, idle (50 m, 16 MiB) until the test makes it burst
         production = client.containers.run(
             BURNER_IMAGE, ["/bin/burner", "series", "1", "0", "50", "16"], name="web-0", detach=True, init=True,
-            network_mode="none", labels={"kalena.naughtian.io/tier": "service", "kalena.naughtian.io/request-cpu": "100m",
-                                         "kalena.naughtian.io/request-memory": "64Mi"})
+            network_mode="none", nano_cpus=CAPACITY_CPU_M * 1_000_000,
+            # a service that may burst to the node's whole cpu declares that limit: its reservation follows
+            # its usage up to it (an undeclared limit is limit_ratio × request, so r would stay at 100 m and
+            # batch would yield by cpu weight alone, never by quota)
+            labels={"kalena.naughtian.io/tier": "service", "kalena.naughtian.io/request-cpu": "100m",
+                    "kalena.naughtian.io/request-memory": "64Mi"})
         stack.kalena("batch", "submit", "docker", "batch/stk-1", "--request", "cpu=0.2,ram=32Mi", "--limit",
                      "cpu=1,ram=64Mi", "--image", "kalena/busybox:test", "--command", BATCH_COMMAND)
         wait_until(lambda: stack.query(POD)["running"] is not None, timeout_s=180, what="the batch pod running",

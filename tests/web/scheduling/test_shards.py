@@ -207,3 +207,27 @@ def test_why_pending_names_the_constraint_and_the_shard_that_tried_last(live) ->
     one_pass(live, ShardView(identity="kalena-b", active=lambda: b | {pod_vnode(names[0])}))
     why = WhyPending.objects.get(pod__workload__name=names[0])
     assert why.binding == "cpu" and why.record["shard"] == "kalena-b"
+
+
+@pytest.mark.django_db
+def test_one_scheduler_binds_a_gang_whole_or_not_at_all_when_a_node_moves_under_it(live, monkeypatch) -> None:
+    """Without shards too: a member's node whose ledger version moved between the decision and
+    the write (an agent or another writer) keeps the whole gang pending, not the other half bound."""
+    from kalena_web.scheduling import cycle
+
+    slack = slack_cores(live)
+    cores = float(np.floor(min(sorted(slack.values())[-2:]) * 10) / 10)
+    assert cores > max(slack.values()) / 2     # one member per node: the gang spans two nodes
+    pods = [submit(live, f"batch/whole-{i}", cpu=cores, ram=0.1, owner="whole", gang="whole") for i in range(2)]
+    write = cycle.assume_whole
+
+    def move_one_node_then_write(groups, *, now_s, gang_of):
+        assert len(groups) == 2 and set(gang_of.values()) == {"whole"}, (groups, gang_of)
+        LiveNodeLedger.objects.filter(node_id=groups[0][0]).update(version=groups[0][1] + 1)
+        return write(groups, now_s=now_s, gang_of=gang_of)
+
+    monkeypatch.setattr(cycle, "assume_whole", move_one_node_then_write)
+    report = scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=1001.0,
+                             rng=np.random.default_rng(0))
+    assert report.assumed == 0 and report.stale == 2, report
+    assert BatchPod.objects.filter(id__in=[p.id for p in pods], state=BatchPod.PENDING).count() == 2
