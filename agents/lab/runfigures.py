@@ -366,11 +366,28 @@ def html_report(report: dict[str, Any]) -> str:
         fig.update_layout(title=f"{node}: reclaimed cpu in use (red dotted: evictions; orange: faults)",
                           xaxis_title="simulated time (h)", yaxis_title="m", template="plotly_white", height=360)
         parts.append(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False))
-    parts.append("<h2>Time compression</h2><pre>" + html.escape(json.dumps(report["compression"], indent=1)) + "</pre>")
-    parts.append("<h2>Why evicted (live)</h2><pre>" + html.escape(json.dumps(report["live"]["why_evicted"], indent=1))
-                 + "</pre>")
+    compression = report.get("compression") or {}
+    head = ("constant", "trace (s)", "÷ k (s)", "wall applied (s)", "floor (s)", "simulated (s)", "note")
+    cells = [(c.get("name"), c.get("trace_s"), c.get("divided_s"), c.get("wall_s"),
+              f"{c.get('floor_s')}{' *' if c.get('floored') else ''}", c.get("simulated_s"), c.get("note"))
+             for c in compression.get("clocks") or []]
+    parts.append(f"<h2>Time compression (k = {html.escape(str(compression.get('speed', '')))}; * the floor bound)</h2>"
+                 + _table(head, cells))
+    why = report["live"].get("why_evicted") or []
+    parts.append("<h2>Why evicted (live)</h2>" + (_table(
+        ("simulated t (s)", "node", "workload", "tier", "reason", "trigger"),
+        [(e.get("t_s"), e.get("node"), e.get("workload"), e.get("tier"), e.get("reason"), e.get("trigger")) for e in why])
+        if why else "<p>No eviction in the live day.</p>"))
     return "<!doctype html><html><head><meta charset='utf-8'><title>kalena lab run</title></head><body>" + \
         "\n".join(parts) + "</body></html>"
+
+
+def _table(head: tuple[str, ...], rows: list[tuple]) -> str:
+    """An HTML table of ``rows`` under ``head`` (every cell escaped)."""
+    th = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape('' if v is None else str(v))}</td>"
+                                    for v in row) + "</tr>" for row in rows)
+    return f"<table style='border-collapse:collapse;font-family:monospace'><tr>{th}</tr>{body}</table>"
 
 
 def finite(x: Any) -> Any:
