@@ -242,8 +242,10 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
 @pytest.mark.long
 @pytest.mark.xfail(strict=True, reason=(
     "the throttle step passes (the batch quota falls under the burst), but the stack's agent does not evict "
-    "the batch pod when production holds the node's memory (working set 2121 MiB of the 2048 MiB the agent "
-    "was told; the pod stays running, 0 requeues after 180 s); found by this test, not fixed yet"))
+    "the batch pod when production holds the node's memory (working set ~2125 MiB of the 2048 MiB the agent "
+    "was told, production within its declared 2 GiB limit; the pod stays running, 0 requeues after 180 s). "
+    "Not diagnosed yet: the node's working set includes the stack's own containers, which are not workloads "
+    "the agent's reservation ledger holds"))
 def test_the_compose_stack_lives_through_placement_throttling_eviction_and_replacement(node, tmp_path) -> None:
     port = free_port()
     env = {"KALENA_POSTGRES_IMAGE": "kalena/postgres:15-debian", "KALENA_REDIS_IMAGE": "kalena/redis:7-debian",
@@ -284,10 +286,11 @@ def test_the_compose_stack_lives_through_placement_throttling_eviction_and_repla
         # production: a service container on the node, idle (50 m, 16 MiB) until the test makes it burst
         production = client.containers.run(
             BURNER_IMAGE, ["/bin/burner", "series", "1", "0", "50", "16"], name="web-0", detach=True, init=True,
-            network_mode="none", nano_cpus=CAPACITY_CPU_M * 1_000_000,
-            # a service that may burst to the node's whole cpu declares that limit: its reservation follows
-            # its usage up to it (an undeclared limit is limit_ratio × request, so r would stay at 100 m and
-            # batch would yield by cpu weight alone, never by quota)
+            network_mode="none", nano_cpus=CAPACITY_CPU_M * 1_000_000, mem_limit=f"{CAPACITY_MIB}m",
+            # a service that may burst to the node's whole cpu and memory declares those limits: its
+            # reservation follows its usage up to them (an undeclared limit is limit_ratio × request, so r
+            # would stay at 100 m / 64 Mi: batch would yield cpu by weight alone, and the reservation
+            # ledger would never show the memory production took)
             labels={"kalena.naughtian.io/tier": "service", "kalena.naughtian.io/request-cpu": "100m",
                     "kalena.naughtian.io/request-memory": "64Mi"})
         stack.kalena("batch", "submit", "docker", "batch/stk-1", "--request", "cpu=0.2,ram=32Mi", "--limit",
