@@ -37,15 +37,24 @@ def test_a_short_day_runs_end_to_end_beside_its_replay(tmp_path) -> None:
     name = "r" + uuid.uuid4().hex[:6]
     state_dir = Path(f"/tmp/kr-{name}")     # unix socket paths are limited to 108 bytes
     summary, report = tmp_path / "day.json", tmp_path / "day.html"
+    # the console the run is persisted into: its own migrated database, as an operator's console has
+    # (the lab's own control plane keeps its database on the PostgreSQL server given)
+    server = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    console = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DATABASE_URL_FILE")}
+    console["KALENA_DB_PATH"] = str(tmp_path / "console.sqlite3")
+    migrated = subprocess.run([sys.executable, "-m", "kalena_web.cli", "migrate"], cwd=PROJECT_ROOT, env=console,
+                              capture_output=True, text=True, timeout=600)
+    assert migrated.returncode == 0, migrated.stderr[-2000:]
     try:
         done = subprocess.run(
             [sys.executable, "-m", "kalena_web.cli", "lab", "run", "--state-dir", str(state_dir), "--name", name,
+             "--database-url", server,
              "--subnet", SUBNET, "--redis-url", redis, "--nodes", "2", "--cpu-m", "400", "--memory-mib", "512",
              # 12 minutes of trace at 60×: 12 s of wall time, a few pods
              "--hours", "0.2", "--speed", "60", "--load-factor", "0.3", "--max-batch-pods", "6",
              "--max-pods-per-node", "12", "--summary-json", str(summary), "--report", str(report),
              "--run-name", f"lab-{name}"],
-            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=1800)
+            cwd=PROJECT_ROOT, env=console, capture_output=True, text=True, timeout=1800)
         out = done.stdout + done.stderr
         assert done.returncode in (0, 1), out[-4000:]
         assert "time compression k = 60" in out and "agent.psi_window_s" in out      # the floors, reported
@@ -62,7 +71,7 @@ def test_a_short_day_runs_end_to_end_beside_its_replay(tmp_path) -> None:
             "import django, json, sys; django.setup(); from kalena_web.archive.models import Run; "
             "r = Run.objects.get(name=sys.argv[1]); print(json.dumps([r.config['sources'].get('lab_run'), "
             "'lab_run' in r.summary])); r.cluster.delete()"), f"lab-{name}"],
-            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+            cwd=PROJECT_ROOT, env=console, capture_output=True, text=True, timeout=120)
         assert listed.returncode == 0, listed.stderr[-2000:]
         assert json.loads(listed.stdout) == [str(state_dir), True]
         assert not (state_dir / "lab.json").exists()        # taken down without --keep
