@@ -110,15 +110,23 @@ def kalena_main() -> int:
     """The ``kalena`` console script: the console and control plane (``kalena_web.cli``), which
     need the ``web`` extra; without it, say so and exit 2 instead of a traceback."""
     import importlib
+    import importlib.util
 
+    def refuse(missing: str) -> int:
+        print(f"kalena: the console and control plane need the web extra ({missing} is not installed): "
+              "pip install 'kalena[web]'. The node agent alone is kalena-agent.", file=sys.stderr)
+        return 2
+
+    # looked up, not imported: the command line's thin client imports none of the web stack
+    missing = next((m for m in WEB_EXTRA_MODULES if importlib.util.find_spec(m) is None), None)
+    if missing is not None:
+        return refuse(missing)
     try:
         cli = importlib.import_module("kalena_web.cli")  # dynamic: the agent never imports the web stack
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in WEB_EXTRA_MODULES:
             raise
-        print(f"kalena: the console and control plane need the web extra ({exc.name} is not installed): "
-              "pip install 'kalena[web]'. The node agent alone is kalena-agent.", file=sys.stderr)
-        return 2
+        return refuse(exc.name or "")
     return cli.main()
 
 

@@ -58,8 +58,15 @@ def test_serving_without_the_lab_says_why_and_ctrl_c_stops_it(tmp_path: Path) ->
                 break
         text = "".join(lines)
         assert "no live lab cluster: --no-lab (or KALENA_DEMO_LAB=0) was given" in text, text[-2000:]
-        with socket.create_connection(("127.0.0.1", port), timeout=30):
-            pass  # the replay's console answers
+        deadline = time.monotonic() + 90   # the line comes as the server starts; it listens a moment later
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=30):
+                    break  # the replay's console answers
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole foreground group
         proc.wait(timeout=120)
     finally:

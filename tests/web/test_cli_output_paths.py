@@ -78,5 +78,6 @@ def test_calibrate_tables_mark_the_knee_that_is_written_at_every_load() -> None:
 
     points = [pt(1.0, 300.0, 0.3, 2.0), pt(1.3, 1200.0, 0.2, 0.5), pt(1.15, 1200.0, 0.28, 0.4)]
     table = format_points(points, chosen=points[1], front=[points[0], points[2]], own_knee=points[2], load="4")
-    marks = {line.split()[0] + "/" + line.split()[1]: line.split("  ")[-1].strip() for line in table.splitlines()[2:]}
+    # columns: predictor, μ, h (s), … , the mark last
+    marks = {line.split()[1] + "/" + line.split()[2]: line.split("  ")[-1].strip() for line in table.splitlines()[2:]}
     assert marks == {"1/300": "frontier", "1.3/1200": "knee", "1.15/1200": "knee of ×4"}, table

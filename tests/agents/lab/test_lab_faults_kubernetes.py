@@ -129,7 +129,7 @@ def test_engine_stop_fails_the_cut_short_batch_pod_and_its_job_runs_a_replacemen
 
     assert wait_for(lambda: phase() in ("Failed", "Succeeded"), 120) and phase() == "Failed", phase()
     assert wait_for(lambda: any(p["metadata"]["uid"] != victim["metadata"]["uid"] and p["status"].get("phase") ==
-                                "Running" for p in batch_pods(lab, "long")), 240), batch_pods(lab, "long")
+                                "Running" for p in batch_pods(lab, "long")), 600), batch_pods(lab, "long")
     report = check(lab)
     assert report["counts"] == {"lost": 0, "double_bound": 0, "production_evictions": 0}, report
     assert report["batch_pods"] >= 3 and not report["unseen"]
