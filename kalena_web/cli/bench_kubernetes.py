@@ -249,11 +249,7 @@ def handle(args: argparse.Namespace) -> int:
         time.sleep(0.1)
     print(f"  leader kalena-a watching ({time.monotonic() - t0:.1f} s since start)")
 
-    rng = np.random.default_rng(args.seed)
-    job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
-    job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
-    cpus, mems = job_cpu[np.arange(args.pods) % args.jobs], job_mem[np.arange(args.pods) % args.jobs]
-    api.ask("pods", args.pods, args.jobs, [int(c) for c in cpus], [int(m) for m in mems], args.arrival_rate)
+    create_pods(args, api)
     started_wall = time.time()
     cpu_start = time.process_time()
     load_start = os.getloadavg()[0]
@@ -311,16 +307,7 @@ def handle(args: argparse.Namespace) -> int:
     figures["cpus"] = os.cpu_count()
     for key, value in figures.items():
         print(f"  {key}: {value}")
-    if args.summary_json:
-        args.summary_json.write_text(json.dumps(figures, indent=2))
-    if not args.keep_db:
-        from django.db import connections
-
-        connections.close_all()
-        from kalena_web.cli import benchenv
-
-        benchenv.drop_database(args.database_url)
-    return 0
+    return _finish(args, figures)
 
 
 def _sharded(args, api, cluster, t0: float, setup_s: float) -> int:
@@ -339,6 +326,23 @@ def _sharded(args, api, cluster, t0: float, setup_s: float) -> int:
         if key != "instances":
             print(f"  {key}: {value}")
     print(bench_shards.table(figures))
+    return _finish(args, figures)
+
+
+def create_pods(args, api) -> None:
+    """Ask the API server's process for ``args.pods`` pods over ``args.jobs`` Jobs, each Job's
+    cpu (m) and memory (MiB) drawn once from the run's seed, at ``args.arrival_rate`` (0: at once)."""
+    import numpy as np
+
+    rng = np.random.default_rng(args.seed)
+    job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
+    job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
+    cpus, mems = job_cpu[np.arange(args.pods) % args.jobs], job_mem[np.arange(args.pods) % args.jobs]
+    api.ask("pods", args.pods, args.jobs, [int(c) for c in cpus], [int(m) for m in mems], args.arrival_rate)
+
+
+def _finish(args, figures: dict) -> int:
+    """Write the summary JSON if asked and drop the benchmark's database unless ``--keep-db``."""
     if args.summary_json:
         args.summary_json.write_text(json.dumps(figures, indent=2))
     if not args.keep_db:

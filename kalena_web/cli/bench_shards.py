@@ -131,11 +131,9 @@ def run(args, api, cluster, t0: float) -> dict:
           f"start; pids {', '.join(str(x.pid) for x in instances)})")
     cpu0 = {x.identity: x.ask("status")["cpu_s"] for x in instances}
     threads0 = {x.identity: x.last.get("threads", {}) for x in instances}
-    rng = np.random.default_rng(args.seed)
-    job_cpu = rng.choice([100, 250, 500, 1000], size=args.jobs)
-    job_mem = rng.choice([128, 256, 512, 1024, 2048], size=args.jobs)
-    cpus, mems = job_cpu[np.arange(args.pods) % args.jobs], job_mem[np.arange(args.pods) % args.jobs]
-    api.ask("pods", args.pods, args.jobs, [int(c) for c in cpus], [int(m) for m in mems], args.arrival_rate)
+    from kalena_web.cli.bench_kubernetes import create_pods
+
+    create_pods(args, api)
     started_wall = time.time()
     killed: _Instance | None = None
     rehomed_at: float | None = None
