@@ -42,6 +42,8 @@ class AgentConfig:
 
     node_name: str
     capacity: np.ndarray
+    #: ``--reserved`` memory (bytes): the system's own share, expected in the node reading
+    reserved_memory_bytes: float = 0.0
     cgroup_root: str = "/sys/fs/cgroup"
     cgroup_version: str = "auto"
     psi_root: str | None = None
@@ -183,25 +185,43 @@ def _machine_capacity(proc_root: str) -> np.ndarray:
     return out
 
 
+def _pairs(value: str | None, flag: str) -> dict[str, str]:
+    """``"cpu=4,memory=16Gi"`` → ``{"cpu": "4", "memory": "16Gi"}``.
+
+    Raises:
+        ConfigError: an item that is not ``name=quantity``, naming the flag and its variable.
+    """
+    out: dict[str, str] = {}
+    for item in filter(None, (value or "").split(",")):
+        key, eq, amount = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{item!r} is not name=quantity", source=f"{flag} / {_env_name(flag)}",
+                              accepted="e.g. cpu=4,memory=16Gi,ephemeral-storage=100Gi")
+        out[key.strip()] = amount.strip()
+    return out
+
+
+def parse_reserved(reserved: str | None) -> np.ndarray:
+    """``--reserved`` → ``(8,)`` internal units (0 where not given).
+
+    Raises:
+        ConfigError: a malformed item or quantity.
+    """
+    try:
+        return k8s_resources_vector(_pairs(reserved, "--reserved"), source="--reserved", field="reserved")
+    except DiscoveryError as exc:
+        raise ConfigError(exc.problem, source=exc.source, field=exc.field, accepted=exc.accepted) from None
+
+
 def parse_capacity(text: str | None, reserved: str | None, proc_root: str) -> np.ndarray:
     """``"cpu=4,memory=16Gi"`` (+ machine defaults − ``reserved``) → ``(8,)`` internal units."""
-    def pairs(value: str | None, flag: str) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for item in filter(None, (value or "").split(",")):
-            key, eq, amount = item.partition("=")
-            if not eq or not key.strip():
-                raise ConfigError(f"{item!r} is not name=quantity", source=f"{flag} / {_env_name(flag)}",
-                                  accepted="e.g. cpu=4,memory=16Gi,ephemeral-storage=100Gi")
-            out[key.strip()] = amount.strip()
-        return out
-    given, minus = pairs(text, "--capacity"), pairs(reserved, "--reserved")
     try:
-        capacity = k8s_resources_vector(given, source="--capacity", field="capacity", missing=math.nan)
-        reserve = k8s_resources_vector(minus, source="--reserved", field="reserved")
+        capacity = k8s_resources_vector(_pairs(text, "--capacity"), source="--capacity", field="capacity",
+                                        missing=math.nan)
     except DiscoveryError as exc:
         raise ConfigError(exc.problem, source=exc.source, field=exc.field, accepted=exc.accepted) from None
     machine = _machine_capacity(proc_root)
-    capacity = np.where(np.isnan(capacity), machine, capacity) - reserve
+    capacity = np.where(np.isnan(capacity), machine, capacity) - parse_reserved(reserved)
     if not math.isfinite(capacity[CPU]) or capacity[CPU] <= 0:
         raise ConfigError(f"cpu capacity must be > 0 (got {capacity[CPU]:g} mcpu)", source="--capacity/--reserved")
     return capacity
@@ -396,6 +416,7 @@ def parse_run_args(argv: Sequence[str], environ: Mapping[str, str] | None = None
         node = args.node_name or environ.get("NODE_NAME") or socket.gethostname()
     return AgentConfig(
         node_name=node, capacity=parse_capacity(args.capacity, args.reserved, args.proc_root),
+        reserved_memory_bytes=float(parse_reserved(args.reserved)[RAM]),
         cgroup_root=args.cgroup_root, cgroup_version=args.cgroup_version, psi_root=args.psi_root,
         proc_root=args.proc_root, node_cgroup=_node_cgroup(args.node_cgroup),
         node_cgroup_wait_s=args.node_cgroup_wait_s, discovery=discovery,

@@ -13,7 +13,7 @@ import numpy as np
 from agents.loop_support import PERIODIC, trigger_of
 from agents.model import KIND_PROCESS
 from agents.pressure.events import PressureEvent
-from kalena_engine.mitigation import NodeWorkloads, PressureSignal, batch_memory_cap, plan_evictions
+from kalena_engine.mitigation import NodeWorkloads, PressureSignal, batch_memory_cap, plan_evictions, unaccounted_usage
 from kalena_engine.mitigation.eviction import ledger_freshness, pressure_fires
 from kalena_engine.resources import DIMS, RAM, STORAGE
 
@@ -54,9 +54,11 @@ class MemoryActions:
             return []
         index = {t.workload.id: i for i, t in enumerate(self.table.rows())}
         idx = [index[t.workload.id] for t in rows]
-        eff = self.table.effective(now_s, self.settings.stale_ttl_s)[idx]
+        effective = self.table.effective(now_s, self.settings.stale_ttl_s)
+        eff = effective[idx]
         usage = np.array([np.nan_to_num(t.sample.usage, nan=0.0) if t.sample is not None else np.zeros(len(DIMS))
                           for t in rows])
+        sampled = np.array([t.sample is not None for t in self.table.rows()], dtype=bool)
         terminating = np.array([t.terminating for t in rows], dtype=bool)
         # decide on the fresh inputs: a workload whose samples stopped is held at max(r, q) and never
         # chosen; a node whose sampled workloads are all stale (or whose reading is) evicts nothing (C1)
@@ -75,8 +77,14 @@ class MemoryActions:
             capacity = float(self.settings.capacity[dim])
             if not math.isfinite(capacity):
                 continue
+            unaccounted = 0.0
             if dim == RAM:
                 working = node.working_set_bytes
+                # every tracked row (DaemonSets too) holds memory the node reading includes
+                all_usage = np.array([np.nan_to_num(t.sample.usage[RAM], nan=0.0) if t.sample is not None else 0.0
+                                      for t in self.table.rows()])
+                unaccounted = unaccounted_usage(working, all_usage, sampled, effective[:, RAM],
+                                                self.settings.reserved_memory_bytes)
             else:
                 measured = [t.sample.usage[STORAGE] for t in rows if t.sample is not None]
                 if not measured or all(math.isnan(x) for x in measured):
@@ -84,10 +92,11 @@ class MemoryActions:
                 working = float(np.nansum(measured))
             signal = PressureSignal(dim, working, age,
                                     psi.some.avg10_pct if psi is not None and dim == RAM else None,
-                                    psi.full.avg10_pct if psi is not None and psi.full is not None and dim == RAM else None)
+                                    psi.full.avg10_pct if psi is not None and psi.full is not None and dim == RAM else None,
+                                    unaccounted)
             plan = plan_evictions(workloads, self.settings.capacity, signal, now_s=now_s,
                                   stale_ttl_s=self.settings.stale_ttl_s, policy=self.settings.policy.eviction)
-            common = {"dimension": DIMS[dim], "capacity": capacity, "working_set": working,
+            common = {"dimension": DIMS[dim], "capacity": capacity, "working_set": working, "unaccounted": unaccounted,
                       "ledger_before": plan.ledger_before, "ledger_after": plan.ledger_after,
                       "acute": plan.acute, "sample_age_s": round(age, 3), "stale_ttl_s": self.settings.stale_ttl_s,
                       "held_stale": held_ids}

@@ -187,7 +187,8 @@ def build_agent(config: AgentConfig) -> Agent:
     enforcer = Enforcer(fs, docker_client=docker_client, kube_api=kube_api,
                         node_name=config.node_name if kube_api is not None else None, dry_run=config.dry_run)
     settings = LoopSettings(
-        node_name=config.node_name, capacity=config.capacity, policy=config.policy,
+        node_name=config.node_name, capacity=config.capacity, reserved_memory_bytes=config.reserved_memory_bytes,
+        policy=config.policy,
         sampling_interval_s=config.sampling_interval_s, mitigation_interval_s=config.mitigation_interval_s,
         discovery_interval_s=config.discovery_interval_s, acute_grace_s=config.acute_grace_s,
         pressure_source=config.pressure_source, psi_window_s=config.psi_window_s,

@@ -18,6 +18,8 @@ class LoopSettings:
     Attributes:
         node_name: reported to the control plane.
         capacity: ``(8,)`` post-Phase-0 capacity C_n, internal units (+inf = unconstrained).
+        reserved_memory_bytes: memory set aside for the system (``--reserved``): the node
+            reading may hold that much beyond the workloads before it counts in the ledger.
         policy: engine policy (docs/design.md §5, §7 defaults); replaced at run time by ``policy`` messages.
         sampling_interval_s: how often a ``samples`` batch is reported; T_stale = max(60 s, 3 ×).
         mitigation_interval_s: the periodic tick (collect, decide, enforce), 1 s by default.
@@ -42,6 +44,7 @@ class LoopSettings:
 
     node_name: str
     capacity: np.ndarray
+    reserved_memory_bytes: float = 0.0
     policy: Policy = field(default_factory=Policy)
     sampling_interval_s: float = 10.0
     mitigation_interval_s: float = 1.0

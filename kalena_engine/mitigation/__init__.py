@@ -18,6 +18,7 @@ from kalena_engine.mitigation.eviction import (
     Victim,
     ledger_freshness,
     plan_evictions,
+    unaccounted_usage,
 )
 from kalena_engine.mitigation.memory import MemoryCap, batch_memory_cap
 from kalena_engine.mitigation.throttle import CpuShare, batch_cpu_budget_mcpu, batch_cpu_shares
@@ -25,6 +26,6 @@ from kalena_engine.mitigation.throttle import CpuShare, batch_cpu_budget_mcpu, b
 __all__ = [
     "CpuShare", "CpuThrottlePlan", "EvictionPlan", "LedgerFreshness", "MemoryCap", "NodeWorkloads", "PressureSignal",
     "ServiceCap", "StarvationPlan", "Victim", "batch_cpu_budget_mcpu", "batch_cpu_shares",
-    "batch_memory_cap", "ledger_freshness", "plan_batch_cpu", "plan_evictions", "plan_starvation_relief",
+    "batch_memory_cap", "ledger_freshness", "plan_batch_cpu", "plan_evictions", "plan_starvation_relief", "unaccounted_usage",
     "service_cpu_claims_mcpu", "throttled_window_ratio",
 ]

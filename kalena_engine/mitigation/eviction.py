@@ -16,6 +16,11 @@ dimension, recomputed from the freshest samples, ``Σ r``.
   ``full`` avg10 above its threshold). Service workloads are never chosen in (2).
 * Stop: as soon as ``Σ_{remaining} r ≤ C``. A victim is credited from the moment it starts
   terminating, so rows already ``terminating`` do not count and are never chosen again.
+* Usage no workload accounts for: the node reading (its working set) may hold memory no tracked
+  workload does — the node group's own processes, containers the orchestrator does not manage,
+  a workload not yet discovered. That ``unaccounted`` amount (see :func:`unaccounted_usage`) is
+  part of the ledger (never a victim), so the ledger and the pressure signal measure the same
+  memory: pressure from it is answered by evicting batch, not by ``ledger_holds``.
 * Termination: the candidates are finite; the worst case is every batch workload gone, which
   is the blueprint state (``unresolved`` is then set if production alone still exceeds C).
 
@@ -78,6 +83,8 @@ class PressureSignal:
         working_set: node working set on that dimension (internal units).
         sample_age_s: age of the freshest sample the ledger was computed from.
         psi_some_avg10_pct, psi_full_avg10_pct: PSI memory averages, or None if unavailable.
+        unaccounted: usage in ``working_set`` no workload row accounts for (internal units, ≥ 0;
+            :func:`unaccounted_usage`): counted in the ledger, never chosen.
     """
 
     dimension: int
@@ -85,6 +92,37 @@ class PressureSignal:
     sample_age_s: float = 0.0
     psi_some_avg10_pct: float | None = None
     psi_full_avg10_pct: float | None = None
+    unaccounted: float = 0.0
+
+
+def unaccounted_usage(working_set: float, usage: np.ndarray, sampled: np.ndarray, reservation: np.ndarray,
+                      reserved: float = 0.0) -> float:
+    """Usage in the node reading that no workload row accounts for, on one dimension.
+
+    ``max(0, W − Σ_sampled u − Σ_unsampled r − R)``: the working set ``W`` less every sampled
+    row's measured usage (terminating rows too — they hold memory until they exit), less a
+    never-sampled row's reservation (an in-flight workload counts at its request in the ledger,
+    so its first memory is not counted twice), less ``R``, the memory set aside for the system
+    (``--reserved``: the node's own processes are expected up to it).
+
+    Args:
+        working_set: ``W``, the node reading (internal units).
+        usage: ``(k,)`` measured usage per row (``0`` where never sampled).
+        sampled: ``(k,)`` bool, the row has a sample.
+        reservation: ``(k,)`` r per row (used where not sampled).
+        reserved: ``R`` (internal units, ≥ 0).
+
+    Returns:
+        The unaccounted amount (≥ 0).
+
+    Example: W = 2,125 MiB, rows sampled at 1,700 and 20 MiB, R = 0 → 405 MiB (a Compose
+    stack's own console, database and cache in the node's group); with R = 512 MiB → 0.
+    """
+    u = np.asarray(usage, dtype=np.float64)
+    s = np.asarray(sampled, dtype=bool)
+    r = np.asarray(reservation, dtype=np.float64)
+    accounted = float(np.sum(np.where(s, u, r)))
+    return max(0.0, float(working_set) - accounted - max(0.0, float(reserved)))
 
 
 @dataclass(frozen=True)
@@ -92,7 +130,8 @@ class Victim:
     """One eviction decision, with the numbers that justify it.
 
     ``reason`` is ``limit_breach`` or ``priority``; ``ledger_before``/``ledger_after`` are
-    ``Σ r`` on the pressured dimension around this victim (internal units).
+    ``Σ r`` (plus the signal's unaccounted usage) on the pressured dimension around this victim
+    (internal units).
     """
 
     row: int
@@ -195,7 +234,7 @@ def plan_evictions(workloads: NodeWorkloads, capacity: np.ndarray, signal: Press
     cap = float(capacity[d])
     live = ~workloads.terminating
     r = workloads.reservation[:, d]
-    ledger = float(np.sum(r[live] * workloads.count[live]))
+    ledger = float(np.sum(r[live] * workloads.count[live])) + max(0.0, float(signal.unaccounted))
 
     def plan(decision: str, acute: bool = False) -> EvictionPlan:
         return EvictionPlan(DIMS[d], decision, cap, ledger, ledger, acute)

@@ -68,7 +68,7 @@ def evictions_record(*, cluster: Cluster, now_s: float, limit: int = 5000) -> in
                               .values_list("workload__priority", flat=True))
             detail = {
                 "dimension": dimension, "capacity": n.get("capacity"), "working_set": n.get("working_set"),
-                "ledger_before": n.get("ledger_before"), "ledger_after": n.get("ledger_after"),
+                "unaccounted": n.get("unaccounted") or 0.0, "ledger_before": n.get("ledger_before"), "ledger_after": n.get("ledger_after"),
                 "acute": bool(n.get("acute")), "usage": n.get("usage"), "reservation": n.get("reservation"),
                 "limit": n.get("limit"), "limit_breach": e.reason == "limit_breach",
                 "rose": _rose(cluster, e.node_id, e.ts, dimension, getattr(workload, "id", None)),

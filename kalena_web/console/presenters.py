@@ -179,8 +179,10 @@ def eviction_why(detail: dict, reason: str, count: int = 1) -> EvictionWhy:
     ws = detail.get("working_set") or 0.0
     share = pct(ws / cap if cap else None)
     acute = " — acute, minimum run time waived" if detail.get("acute") else ""
+    # memory no tracked workload accounts for (the node's own processes) counts in the ledger
+    unaccounted = f" (of which {q('unaccounted')} held by nothing Kalena tracks)" if detail.get("unaccounted") else ""
     lead = (f"{dim} pressure: working set {q('working_set')} = {share} of capacity {q('capacity')}{acute}, "
-            f"while Σ reservations {q('ledger_before')} > capacity")
+            f"while Σ reservations {q('ledger_before')}{unaccounted} > capacity")
     pods = "this pod" if count == 1 else f"these {count:,} pods"
     each = "" if count == 1 else "each "
     if reason == "limit_breach":

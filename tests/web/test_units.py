@@ -121,3 +121,13 @@ def test_eviction_reason_carries_the_numbers(reason, count, chosen) -> None:
                         "while Σ reservations 264.767 GiB > capacity")
     assert chosen in why.numbers and why.numbers.endswith("brought Σ reservations to 252.786 GiB")
     assert ("each reserved 1.997 GiB" in why.numbers) == (count > 1)
+
+
+def test_eviction_reason_names_memory_no_workload_holds() -> None:
+    from kalena_web.console.presenters import eviction_why
+
+    detail = {"dimension": "ram", "capacity": 2 * GIB, "working_set": 2.075 * GIB, "unaccounted": 0.395 * GIB,
+              "ledger_before": 2.1 * GIB, "ledger_after": 2.07 * GIB, "reservation": 0.03 * GIB,
+              "usage": 0.01 * GIB, "limit": 0.0625 * GIB, "priority": 0, "acute": True}
+    why = eviction_why(detail, "priority", 1)
+    assert "Σ reservations 2.1 GiB (of which 0.395 GiB held by nothing Kalena tracks) > capacity" in why.lead, why.lead

@@ -33,6 +33,18 @@ def now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class RuntimeDown(Exception):
+    """The node's engine does not answer (its socket is gone or refuses): the kubelet skips pod
+    sync, as the kubelet does while the container runtime is down, instead of failing pods."""
+
+
+def runtime_unreachable(exc: BaseException) -> bool:
+    """True when ``exc`` says the engine could not be reached (not that it refused a request)."""
+    import requests
+
+    return isinstance(exc, (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError))
+
+
 @dataclass
 class PodState:
     """What the kubelet remembers of one pod (keyed by uid)."""
@@ -86,6 +98,7 @@ class Kubelet:
         self.threads: list[threading.Thread] = []
         self.errors: list[str] = []
         self._transitions: dict[str, tuple[bool, str]] = {}   # node condition → (status, since)
+        self._runtime_down_logged = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -124,6 +137,7 @@ class Kubelet:
         usage = self.runtime.read_group(self.runtime.node_cgroup)
         working = usage.get("memory_usage_bytes", 0) - usage.get("inactive_file_bytes", 0)
         pressure = working >= self.memory_pressure_ratio * self.memory_bytes
+        up = self._runtime_up()
 
         def condition(kind: str, value: bool, reason: str, message: str) -> dict:
             return {"type": kind, "status": "True" if value else "False", "reason": reason, "message": message,
@@ -135,7 +149,8 @@ class Kubelet:
                           "KubeletHasSufficientMemory", f"working set {working} of {self.memory_bytes} bytes"),
                 condition("DiskPressure", False, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 condition("PIDPressure", False, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                condition("Ready", True, "KubeletReady", "kubelet is posting ready status")],
+                condition("Ready", up, "KubeletReady" if up else "KubeletNotReady",
+                          "kubelet is posting ready status" if up else "container runtime is down")],
             "addresses": [{"type": "InternalIP", "address": self.address}, {"type": "Hostname", "address": self.node}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
             "images": self._images(),
@@ -143,6 +158,13 @@ class Kubelet:
                          "containerRuntimeVersion": "docker://lab", "operatingSystem": "linux",
                          "architecture": "amd64", "kernelVersion": platform.release(), "osImage": "kalena lab node",
                          "machineID": "", "systemUUID": "", "bootID": ""}}
+
+    def _runtime_up(self) -> bool:
+        """Whether the node's engine answers a ping (the kubelet's runtime health check)."""
+        try:
+            return bool(self.runtime.docker.ping())
+        except Exception:  # noqa: BLE001 - any failure to answer is a runtime that is down
+            return False
 
     def _images(self) -> list[dict[str, Any]]:
         try:
@@ -255,7 +277,13 @@ class Kubelet:
                 break
             try:
                 self.sync()
+                self._runtime_down_logged = False
             except Exception as exc:  # noqa: BLE001 - one bad round must not stop the kubelet
+                if isinstance(exc, RuntimeDown) or runtime_unreachable(exc):
+                    if not self._runtime_down_logged:
+                        log.warning("container runtime is down: skipping pod sync until it answers (%s)", exc)
+                    self._runtime_down_logged = True
+                    continue
                 log.exception("sync failed")
                 self.errors = [*self.errors[-19:], f"{type(exc).__name__}: {exc}"]   # the last 20
 
@@ -409,6 +437,8 @@ class Kubelet:
             container_id = self.runtime.run(pod, st.rel, plan, attempt)
             return self.runtime.docker.api.inspect_container(container_id)
         except Exception as exc:  # noqa: BLE001 - the engine refused: report it as the kubelet does
+            if runtime_unreachable(exc):       # not a refusal: the pod waits (ContainerCreating) and is retried
+                raise RuntimeDown(str(exc)) from exc
             log.warning("pod %s: container %s did not start: %s", pod["metadata"]["name"], plan.name, exc)
             st.last[plan.name] = {"terminated": {"exitCode": 128, "reason": "StartError", "message": str(exc)[:500]}}
             return None

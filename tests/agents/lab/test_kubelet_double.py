@@ -581,3 +581,29 @@ def test_a_restarted_kubelet_keeps_the_running_pods_it_finds_on_the_engine(rig) 
     assert rig.read("keep-0")["status"]["phase"] == "Running"
     raw(rig.core.delete_namespaced_pod, "keep-0", "default", grace_period_seconds=1)
     assert wait_for(lambda: rig.read("keep-0") is None, 60)
+
+
+def test_a_pod_bound_while_the_engine_is_down_waits_and_runs_once_it_answers(rig) -> None:
+    # the engine stops (its containers die with it); the kubelet reports the runtime down and a pod
+    # bound meanwhile stays Pending — not failed with StartError — then runs when the engine is back
+    def ready() -> dict:
+        node = raw(rig.core.read_node, NODE)
+        return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+
+    rig.engine.terminate()
+    rig.engine.wait(timeout=60)
+    try:
+        down = wait_for(lambda: (c := ready())["status"] == "False" and c, 30)
+        assert down and down["message"] == "container runtime is down", ready()
+        rig.pod("late-0", containers=[container(requests={"cpu": "10m"})])
+        time.sleep(4)                                  # several sync rounds against the missing engine
+        assert (rig.read("late-0").get("status") or {}).get("phase") in (None, "Pending"), rig.read("late-0")
+    finally:
+        rig.engine = machinery.engine_launch(rig.plan, rig.dir / "node")
+        machinery.engine_ready(rig.engine, rig.plan, rig.dir / "node")
+    pod = rig.wait_phase("late-0", ("Running", "Failed", "Succeeded"))
+    assert pod["status"]["phase"] == "Running", pod
+    assert wait_for(lambda: ready()["status"] == "True", 30), ready()
+    assert "StartError" not in rig.log_text() and "container runtime is down" in rig.log_text()
+    raw(rig.core.delete_namespaced_pod, "late-0", "default", grace_period_seconds=1)
+    assert wait_for(lambda: rig.read("late-0") is None, 60)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from kalena_engine.mitigation import NodeWorkloads, PressureSignal, ledger_freshness, plan_evictions
+from kalena_engine.mitigation import NodeWorkloads, PressureSignal, ledger_freshness, plan_evictions, unaccounted_usage
 from kalena_engine.policy import EvictionPolicy
 from kalena_engine.resources import GIB, RAM, ir_vector
 
@@ -151,3 +151,31 @@ def test_a_held_row_counts_in_the_ledger_but_is_never_chosen() -> None:
     cap = np.array([0, 10.0] + [0] * 6)
     plan = plan_evictions(wl, cap, PressureSignal(RAM, 9.8), now_s=1000.0, stale_ttl_s=60.0, policy=EvictionPolicy())
     assert [(v.row, v.reason) for v in plan.victims] == [(2, "priority")] and plan.ledger_after == 8.0
+
+
+@pytest.mark.parametrize(("working_set", "usage", "sampled", "reservation", "reserved", "expected"), [
+    # the docstring's example: a Compose stack's own containers in the node group, 405 MiB
+    (2125, [1700, 20], [True, True], [1955, 32], 0, 405),
+    (2125, [1700, 20], [True, True], [1955, 32], 512, 0),        # within what --reserved sets aside
+    (100, [0, 60], [False, True], [32, 64], 0, 8),               # an in-flight row counts at its r
+    (50, [40, 30], [True, True], [40, 30], 0, 0),                # never negative
+])
+def test_unaccounted_usage(working_set, usage, sampled, reservation, reserved, expected) -> None:
+    mib = 2**20
+    got = unaccounted_usage(working_set * mib, np.array(usage) * mib, np.array(sampled),
+                            np.array(reservation) * mib, reserved * mib)
+    assert got / mib == pytest.approx(expected)
+
+
+def test_memory_no_workload_holds_is_in_the_ledger_and_batch_yields_to_it() -> None:
+    # Σr = 60 ≤ 64 alone (ledger_holds above), but the node reading holds 6 GiB no workload does
+    # (the node's own processes): 66 > 64 → the batch row goes; the unaccounted part is never chosen
+    rows = [("service", 0, -1e9, 50, 50, 64), ("batch", 0, 0, 10, 10, 10)]
+    plan = plan_evictions(node(rows), CAP, PressureSignal(RAM, 66 * GIB, 0.0, unaccounted=6 * GIB), now_s=1000,
+                          stale_ttl_s=60, policy=POLICY)
+    assert plan.decision == "evict" and [v.row for v in plan.victims] == [1]
+    assert plan.ledger_before / GIB == pytest.approx(66) and plan.ledger_after / GIB == pytest.approx(56)
+    # production and the unaccounted part alone above C: nothing left to evict, said so
+    plan = plan_evictions(node(rows[:1]), CAP, PressureSignal(RAM, 66 * GIB, 0.0, unaccounted=16 * GIB), now_s=1000,
+                          stale_ttl_s=60, policy=POLICY)
+    assert plan.decision == "no_candidate" and plan.unresolved
