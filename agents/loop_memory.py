@@ -58,7 +58,9 @@ class MemoryActions:
         eff = effective[idx]
         usage = np.array([np.nan_to_num(t.sample.usage, nan=0.0) if t.sample is not None else np.zeros(len(DIMS))
                           for t in rows])
-        sampled = np.array([t.sample is not None for t in self.table.rows()], dtype=bool)
+        every = self.table.rows()       # every tracked row (DaemonSets too) holds memory the node reading includes
+        sampled = np.array([t.sample is not None for t in every], dtype=bool)
+        every_terminating = np.array([t.terminating for t in every], dtype=bool)
         terminating = np.array([t.terminating for t in rows], dtype=bool)
         # decide on the fresh inputs: a workload whose samples stopped is held at max(r, q) and never
         # chosen; a node whose sampled workloads are all stale (or whose reading is) evicts nothing (C1)
@@ -80,10 +82,9 @@ class MemoryActions:
             unaccounted = 0.0
             if dim == RAM:
                 working = node.working_set_bytes
-                # every tracked row (DaemonSets too) holds memory the node reading includes
-                all_usage = np.array([np.nan_to_num(t.sample.usage[RAM], nan=0.0) if t.sample is not None else 0.0
-                                      for t in self.table.rows()])
-                unaccounted = unaccounted_usage(working, all_usage, sampled, effective[:, RAM],
+                every_usage = np.array([np.nan_to_num(t.sample.usage[RAM], nan=0.0) if t.sample is not None else 0.0
+                                        for t in every])
+                unaccounted = unaccounted_usage(working, every_usage, effective[:, RAM], sampled, every_terminating,
                                                 self.settings.reserved_memory_bytes)
             else:
                 measured = [t.sample.usage[STORAGE] for t in rows if t.sample is not None]

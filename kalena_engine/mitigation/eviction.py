@@ -16,11 +16,12 @@ dimension, recomputed from the freshest samples, ``Σ r``.
   ``full`` avg10 above its threshold). Service workloads are never chosen in (2).
 * Stop: as soon as ``Σ_{remaining} r ≤ C``. A victim is credited from the moment it starts
   terminating, so rows already ``terminating`` do not count and are never chosen again.
-* Usage no workload accounts for: the node reading (its working set) may hold memory no tracked
-  workload does — the node group's own processes, containers the orchestrator does not manage,
-  a workload not yet discovered. That ``unaccounted`` amount (see :func:`unaccounted_usage`) is
-  part of the ledger (never a victim), so the ledger and the pressure signal measure the same
-  memory: pressure from it is answered by evicting batch, not by ``ledger_holds``.
+* Usage the rows do not count: the node reading (its working set) may hold memory no row's
+  reservation covers — the node group's own processes, containers the orchestrator does not
+  manage, a DaemonSet or system container reserving nothing, a workload not yet discovered.
+  That ``unaccounted`` amount (see :func:`unaccounted_usage`) is part of the ledger (never a
+  victim), so the ledger and the pressure signal measure the same memory: pressure from it is
+  answered by evicting batch, not by ``ledger_holds``.
 * Termination: the candidates are finite; the worst case is every batch workload gone, which
   is the blueprint state (``unresolved`` is then set if production alone still exceeds C).
 
@@ -95,33 +96,39 @@ class PressureSignal:
     unaccounted: float = 0.0
 
 
-def unaccounted_usage(working_set: float, usage: np.ndarray, sampled: np.ndarray, reservation: np.ndarray,
-                      reserved: float = 0.0) -> float:
-    """Usage in the node reading that no workload row accounts for, on one dimension.
+def unaccounted_usage(working_set: float, usage: np.ndarray, reservation: np.ndarray, sampled: np.ndarray,
+                      terminating: np.ndarray, reserved: float = 0.0) -> float:
+    """Usage in the node reading that the ledger's rows do not already count, on one dimension.
 
-    ``max(0, W − Σ_sampled u − Σ_unsampled r − R)``: the working set ``W`` less every sampled
-    row's measured usage (terminating rows too — they hold memory until they exit), less a
-    never-sampled row's reservation (an in-flight workload counts at its request in the ledger,
-    so its first memory is not counted twice), less ``R``, the memory set aside for the system
-    (``--reserved``: the node's own processes are expected up to it).
+    ``max(0, W − Σ_live,sampled min(u, r) − Σ_live,unsampled r − Σ_terminating u − R)``: the
+    working set ``W`` less what each live row's reservation covers of its measured usage (a row
+    using more than its ``r`` — a DaemonSet or system container reserving nothing, a workload
+    held at its limit — leaves the excess here, so its memory still counts), less a never-sampled
+    row's reservation (an in-flight workload counts at its request, so its first memory is not
+    counted twice), less a terminating row's usage (credited: it is about to free it, and
+    counting it would choose a second victim it already covers), less ``R``, the memory set
+    aside for the system (``--reserved``: the node's own processes are expected up to it).
 
     Args:
         working_set: ``W``, the node reading (internal units).
         usage: ``(k,)`` measured usage per row (``0`` where never sampled).
+        reservation: ``(k,)`` r per row as the ledger reads it.
         sampled: ``(k,)`` bool, the row has a sample.
-        reservation: ``(k,)`` r per row (used where not sampled).
+        terminating: ``(k,)`` bool, the row is in its grace period.
         reserved: ``R`` (internal units, ≥ 0).
 
     Returns:
         The unaccounted amount (≥ 0).
 
-    Example: W = 2,125 MiB, rows sampled at 1,700 and 20 MiB, R = 0 → 405 MiB (a Compose
-    stack's own console, database and cache in the node's group); with R = 512 MiB → 0.
+    Example: W = 2,125 MiB; production u 1,700 r 1,955, batch u 20 r 32, the node's own
+    database (a DaemonSet-like row) u 300 r 0; R = 0 → 2,125 − 1,700 − 20 − 0 = 405 MiB, of
+    which 300 are the database's and 105 belong to nothing tracked; with R = 512 MiB → 0.
     """
     u = np.asarray(usage, dtype=np.float64)
-    s = np.asarray(sampled, dtype=bool)
     r = np.asarray(reservation, dtype=np.float64)
-    accounted = float(np.sum(np.where(s, u, r)))
+    s = np.asarray(sampled, dtype=bool)
+    t = np.asarray(terminating, dtype=bool)
+    accounted = float(np.sum(np.where(t, u, np.where(s, np.minimum(u, r), r))))
     return max(0.0, float(working_set) - accounted - max(0.0, float(reserved)))
 
 

@@ -16,7 +16,7 @@ from kalena_web.cli.argtypes import POSITIVE
 
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
-    run.add_argument("--hours", type=POSITIVE, default=1.0, help="hours of trace time the day covers (1)")
+    run.add_argument("--hours", type=POSITIVE, default=6.0, help="hours of trace time the day covers (6: 36 min at 10×)")
     run.add_argument("--speed", type=POSITIVE, default=10.0, help="time compression k (10)")
     run.add_argument("--seed", type=int, default=0, help="the slice's seed (0)")
     run.add_argument("--load-factor", type=POSITIVE, default=1.0, help="batch cpu demand over the lab's slack (1)")

@@ -20,6 +20,7 @@ from kalena_web.ledger.mappers import vector_matrix
 from kalena_web.scheduling import mappers
 from kalena_web.scheduling.mappers import NodeRow, PendingRow, template_of
 from kalena_web.scheduling.models import BatchPod, WhyPending
+from kalena_web.telemetry.models import MitigationEvent
 
 
 def live_cluster(*, name: str) -> Cluster:
@@ -166,10 +167,16 @@ def batch_residents(*, cluster: Cluster, row_of_node: dict[int, int]) -> BatchRe
 
 
 def recent_evictions(*, cluster: Cluster, since_s: float, row_of_node: dict[int, int]) -> Evictions:
-    """Batch evictions since ``since_s`` with the evicted pod's owner (eviction cooldown, 1 query)."""
-    rows = EvictionRecord.objects.filter(cluster=cluster, time_s__gte=since_s, tier="batch").values_list(
-        "workload__owner", "node_id", "time_s")
-    rows = [(owner or "", node_id, t) for owner, node_id, t in rows]
+    """Batch evictions since ``since_s`` with the evicted pod's owner (the eviction cooldown,
+    2 queries): the why-evicted records, and the agents' ``evict`` actions not yet recorded —
+    records wait for their batch to settle (:data:`~kalena_web.archive.cursors.SETTLE_S`),
+    while the orchestrator's watch requeues the pod as soon as its container stops, so without
+    the actions the pod could be placed straight back on the node that evicted it."""
+    rows = list(EvictionRecord.objects.filter(cluster=cluster, time_s__gte=since_s, tier="batch").values_list(
+        "workload__owner", "node_id", "time_s"))
+    rows += MitigationEvent.objects.filter(node__cluster=cluster, action="evict", tier="batch", ts__gte=since_s,
+                                           workload__isnull=False).values_list("workload__owner", "node_id", "ts")
+    rows = [(owner or "", node_id, t) for owner, node_id, t in rows if node_id in row_of_node]
     return Evictions(owner=np.array([r[0] for r in rows], dtype=object),
                      node=np.array([row_of_node[r[1]] for r in rows], dtype=np.int64),
                      time_s=np.array([r[2] for r in rows], dtype=np.float64))

@@ -91,3 +91,23 @@ def test_a_vanished_container_or_a_relist_without_it_requeues(live, bound) -> No
     assert rec.apply(Resynced(pods=frozenset(), nodes=nodes, at_s=time.time())) == CHANGED
     assert state(bound) == ("pending", 1, None)
     assert rec.apply(PodGone(ref="batch/job-0", at_s=time.time())) == UNCHANGED  # pending: nothing to take off
+
+
+def test_an_agent_eviction_not_yet_recorded_keeps_the_pod_off_that_node(live, bound) -> None:
+    # the agent's evict action is stored; its why-evicted record waits for the batch to settle,
+    # but the watch requeues the pod at once: the next pass must not put it back on that node
+    w = bound.workload
+    node = w.node
+    now = time.time()
+    batch = IngestBatch.objects.create(node=node, batch_id="a:2", kind=IngestBatch.ACTION, shard=0, ts=now,
+                                       received_s=now, stored_s=now)
+    MitigationEvent.objects.create(batch=batch, node=node, ts=now, action="evict", reason="priority", workload=w,
+                                   workload_name=w.name, tier="batch", trigger_source="poll", result_ok=True)
+    BatchPod.objects.filter(id=bound.id).update(state=BatchPod.PENDING)
+    from kalena_web.inventory.models import Workload
+    Workload.objects.filter(id=w.id).update(node=None)
+    assert not EvictionRecord.objects.exists()
+    scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=now + 1,
+                    rng=np.random.default_rng(0))
+    pod_state, _, placed_on = state(bound)
+    assert placed_on != node.name, (pod_state, placed_on)
