@@ -62,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kalena: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        db = sys.modules.get("django.db.utils")
+        if db is None or not isinstance(exc, db.OperationalError):
+            raise
+        # a server that does not answer, a database that does not exist, a refused login
+        print(f"kalena: error: the database named by DATABASE_URL cannot be used: {str(exc).strip()}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -115,3 +115,12 @@ def test_serve_says_so_when_it_cannot_listen(env) -> None:
         result = kalena(env, "serve", "--port", str(taken), "--no-loops")
     assert result.returncode == 2 and f"could not listen on 127.0.0.1:{taken}" in result.stderr
     assert kalena(env, "serve", "--port", "99999").returncode == 2
+
+
+def test_a_database_that_cannot_be_used_is_named_not_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "DATABASE_URL": "postgres://postgres@127.0.0.1:1/kalena_nowhere",
+           "KALENA_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "kalena_web.settings"}
+    done = kalena(env, "agent-token", "list")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("kalena: error: the database named by DATABASE_URL cannot be used:"), done.stderr
+    assert "Traceback" not in done.stderr
