@@ -150,9 +150,9 @@ out = {'state': p and p.state, 'node': p and p.workload.node_id and p.workload.n
 """
 
 
-def batch_containers(client, *, attempt: int, all_: bool = False) -> list:
-    """The containers of ``batch/stk-1``'s attempt ``attempt`` on the node's engine."""
-    return client.containers.list(all=all_, filters={"label": ["kalena.naughtian.io/workload=batch/stk-1",
+def batch_containers(client, *, attempt: int, all_: bool = False, workload: str = "batch/stk-1") -> list:
+    """The containers of ``workload``'s attempt ``attempt`` on the node's engine."""
+    return client.containers.list(all=all_, filters={"label": [f"kalena.naughtian.io/workload={workload}",
                                                                f"kalena.naughtian.io/attempt={attempt}"]})
 
 

@@ -6,10 +6,15 @@ node, its secrets as Docker secrets, and nothing changed but the variables `kale
 prints — parsed from its output here. Each node's agent joins with the stack's join secret and
 holds its own node token; batch submitted with `kalena batch` (pinned by node selector to a
 worker) is placed there by Kalena, runs as a Swarm task on the worker's engine, completes, and
-is freed in the ledger."""
+is freed in the ledger. The second test (minutes long: ``scripts/test -m long``) is the whole life
+on a worker: production (a burner container on the worker's engine) bursts and the task's CFS
+quota falls; it takes the node's memory and the worker's agent evicts the task, the reason in
+`kalena batch describe`; with production gone the pod is placed on the worker again, completes
+and is freed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,12 +26,16 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
+import docker
 import pytest
 
+from agents.lab.images import BURNER_IMAGE, ensure_lab_images
 from kalena_web.cli.benchenv import free_port
 from tests.deploy.test_compose_stack import (
-    CGROUP, DOCKER, IMAGES, IMAGES_HOST, NODE_CPU_SHARES, SUBNET, images_built, wait_until,
+    BATCH_COMMAND, CGROUP, COOLDOWN, DOCKER, IMAGES, IMAGES_HOST, MIB, NODE_CPU_SHARES, SUBNET, batch_containers,
+    cpu_quota_us, cpu_used_mcpu, images_built, wait_until, working_set_bytes,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.cgroup]
@@ -98,13 +107,15 @@ def load_images(nodes: dict[str, list[str]]) -> None:
         assert load.wait(timeout=600) == 0 and save.wait(timeout=60) == 0
 
 
-def test_the_swarm_stack_runs_as_written_on_the_labs_three_node_swarm(tmp_path) -> None:
+@contextlib.contextmanager
+def deployed(tmp_path: Path, marks: dict, *, memory_mib: int = 2048, env: dict[str, str] | None = None):
+    """The lab's 3-node Swarm with deploy/swarm deployed, every agent joined and reporting:
+    yields ``(swarm, lab)``; the stack removed and the lab down afterwards."""
     images_built()
     state_dir = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))   # short: the engines' sockets live under it
     name = f"sw{uuid.uuid4().hex[:4]}"
-    marks = {"start": time.monotonic()}
     up = kalena_lab("up", "--orchestrator", "swarm", "--machines-only", "--nodes", "3", "--cpu-m", "600",
-                    "--memory-mib", "2048", "--budget-ratio", "1", "--name", name, "--subnet", SUBNET,
+                    "--memory-mib", str(memory_mib), "--budget-ratio", "1", "--name", name, "--subnet", SUBNET,
                     "--console-port", str(free_port()), "--state-dir", str(state_dir))
     swarm = None
     try:
@@ -117,14 +128,14 @@ def test_the_swarm_stack_runs_as_written_on_the_labs_three_node_swarm(tmp_path) 
         assert [n["swarm"]["role"] for n in lab["nodes"]] == ["manager", "worker", "worker"]
         marks["lab"] = time.monotonic()
         status = kalena_lab("status", "--state-dir", str(state_dir)).stdout
-        env = substitutions(status)
+        printed = substitutions(status)
         # the per-node values are one template for every node; the agents take the host network
-        assert "{{.Node.ID}}" in env["KALENA_DOCKER_SOCK"] and env["KALENA_NODE_CGROUP"] == "@parent"
-        assert env["KALENA_AGENT_NETWORK"] == "host", status
+        assert "{{.Node.ID}}" in printed["KALENA_DOCKER_SOCK"] and printed["KALENA_NODE_CGROUP"] == "@parent"
+        assert printed["KALENA_AGENT_NETWORK"] == "host", status
         # the control plane runs on managers (the stack's placement): workers need the agent only
         load_images({manager["socket"]: IMAGES, **{w["socket"]: ["kalena/agent:0.1.0"] for w in workers}})
         marks["images"] = time.monotonic()
-        swarm = Swarm(manager["socket"], env)
+        swarm = Swarm(manager["socket"], {**printed, **(env or {})})
         password = secrets.token_urlsafe(24)
         for secret, value in (("kalena_secret_key", secrets.token_urlsafe(50)), ("kalena_db_password", password),
                               ("kalena_database_url", f"postgres://kalena:{password}@postgres:5432/kalena"),
@@ -151,28 +162,7 @@ def test_the_swarm_stack_runs_as_written_on_the_labs_three_node_swarm(tmp_path) 
                    and len(swarm.query(POD)["ledgers"]) == 3, timeout_s=180, what="every node's agent reporting",
                    why=lambda: swarm.query(POD)["ledgers"])
         marks["joined"] = time.monotonic()
-        worker = workers[-1]["name"]
-        swarm.kalena("batch", "submit", "swarm", "batch/sw-1", "--request", "cpu=0.1,ram=32Mi", "--limit",
-                     "cpu=0.5,ram=64Mi", "--image", "kalena/busybox:test", "--command", "sh -c 'sleep 20'",
-                     "--constraints", json.dumps({"node_selector": {"kalena.naughtian.io/node": worker}}))
-        wait_until(lambda: swarm.query(POD)["running"] is not None, timeout_s=240, what="the batch pod running",
-                   why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
-        running = swarm.query(POD)
-        assert running["node"] == worker and running["ledgers"][worker]["batch_cpu"] == pytest.approx(100)
-        # the task runs on the worker's own engine
-        tasks = subprocess.run([DOCKER, "ps", "-q", "-f", "label=kalena.naughtian.io/workload=batch/sw-1"],
-                               env={**os.environ, "DOCKER_HOST": f"unix://{workers[-1]['socket']}"},
-                               capture_output=True, text=True).stdout.split()
-        assert len(tasks) == 1
-        marks["running"] = time.monotonic()
-        wait_until(lambda: swarm.query(POD)["state"] == "completed", timeout_s=180, what="the batch pod completed",
-                   why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
-        assert swarm.query(POD)["outcome"] == "succeeded"
-        wait_until(lambda: swarm.query(POD)["ledgers"][worker]["batch_cpu"] == 0, timeout_s=120,
-                   what="the completed pod freed in the ledger", why=lambda: swarm.query(POD)["ledgers"])
-        marks["freed"] = time.monotonic()
-        steps = list(marks)
-        print("swarm stack:", ", ".join(f"{b} +{marks[b] - marks[a]:.0f} s" for a, b in zip(steps, steps[1:])))
+        yield swarm, lab
     finally:
         if swarm is not None:
             logs = swarm.docker("service", "logs", "--tail", "30", "kalena_agent", check=False).stdout
@@ -182,3 +172,110 @@ def test_the_swarm_stack_runs_as_written_on_the_labs_three_node_swarm(tmp_path) 
         if down.returncode == 0:     # otherwise the record stays for another `kalena lab down`
             shutil.rmtree(state_dir, ignore_errors=True)
     assert down.returncode == 0, f"kalena lab down --state-dir {state_dir}: " + down.stdout + down.stderr
+
+
+def submit_on(swarm: Swarm, worker: str, command: str, limit: str) -> None:
+    swarm.kalena("batch", "submit", "swarm", "batch/sw-1", "--request", "cpu=0.1,ram=32Mi", "--limit", limit,
+                 "--image", "kalena/busybox:test", "--command", command,
+                 "--constraints", json.dumps({"node_selector": {"kalena.naughtian.io/node": worker}}))
+
+
+def test_the_swarm_stack_runs_as_written_on_the_labs_three_node_swarm(tmp_path) -> None:
+    marks = {"start": time.monotonic()}
+    with deployed(tmp_path, marks) as (swarm, lab):
+        worker = lab["nodes"][-1]["name"]
+        submit_on(swarm, worker, "sh -c 'sleep 20'", "cpu=0.5,ram=64Mi")
+        wait_until(lambda: swarm.query(POD)["running"] is not None, timeout_s=240, what="the batch pod running",
+                   why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
+        running = swarm.query(POD)
+        assert running["node"] == worker and running["ledgers"][worker]["batch_cpu"] == pytest.approx(100)
+        # the task runs on the worker's own engine
+        tasks = subprocess.run([DOCKER, "ps", "-q", "-f", "label=kalena.naughtian.io/workload=batch/sw-1"],
+                               env={**os.environ, "DOCKER_HOST": f"unix://{lab['nodes'][-1]['socket']}"},
+                               capture_output=True, text=True).stdout.split()
+        assert len(tasks) == 1
+        marks["running"] = time.monotonic()
+        wait_until(lambda: swarm.query(POD)["state"] == "completed", timeout_s=180, what="the batch pod completed",
+                   why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
+        assert swarm.query(POD)["outcome"] == "succeeded"
+        wait_until(lambda: swarm.query(POD)["ledgers"][worker]["batch_cpu"] == 0, timeout_s=120,
+                   what="the completed pod freed in the ledger", why=lambda: swarm.query(POD)["ledgers"])
+        marks["freed"] = time.monotonic()
+    steps = list(marks)
+    print("swarm stack:", ", ".join(f"{b} +{marks[b] - marks[a]:.0f} s" for a, b in zip(steps, steps[1:])))
+
+
+#: the whole life: each agent is told 600 m and 2 GiB, its node's cgroup allows 3 GiB (room above
+#: it, so a node "full" for the agent is not the kernel's OOM)
+CAPACITY_CPU_M, CAPACITY_MIB, NODE_MIB = 600, 2048, 3072
+REQUEUES = POD.replace("'outcome': p and p.outcome,", "'outcome': p and p.outcome, 'requeues': p and p.requeues,")
+
+
+@pytest.mark.long
+def test_the_swarm_stack_lives_through_throttling_eviction_and_replacement_on_a_worker(tmp_path) -> None:
+    marks = {"start": time.monotonic()}
+    production = None
+    with deployed(tmp_path, marks, memory_mib=NODE_MIB,
+                  env={"KALENA_AGENT_CAPACITY": f"cpu={CAPACITY_CPU_M}m,memory={CAPACITY_MIB}Mi"}) as (swarm, lab):
+        try:
+            target = lab["nodes"][-1]
+            worker, node = target["name"], SimpleNamespace(node_cgroup=target["cgroup"])
+            swarm.query(COOLDOWN.replace("name='docker'", "name='swarm'"))   # one node: the cooldown shortened
+            client = docker.DockerClient(base_url=f"unix://{target['socket']}", timeout=120)
+            ensure_lab_images(client)
+            # production on the worker: idle until it bursts; it declares the node's whole cpu and memory
+            production = client.containers.run(
+                BURNER_IMAGE, ["/bin/burner", "series", "1", "0", "50", "16"], name="web-0", detach=True, init=True,
+                network_mode="none", nano_cpus=CAPACITY_CPU_M * 1_000_000, mem_limit=f"{CAPACITY_MIB}m",
+                labels={"kalena.naughtian.io/tier": "service", "kalena.naughtian.io/request-cpu": "100m",
+                        "kalena.naughtian.io/request-memory": "64Mi"})
+            submit_on(swarm, worker, BATCH_COMMAND, "cpu=0.6,ram=64Mi")
+            wait_until(lambda: swarm.query(REQUEUES)["running"] is not None, timeout_s=240,
+                       what="the batch pod running", why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
+            marks["running"] = time.monotonic()
+            assert swarm.query(REQUEUES)["node"] == worker
+            (first,) = batch_containers(client, attempt=0, workload="batch/sw-1")
+
+            # production bursts to the whole cpu: the batch task's CFS quota falls
+            before = cpu_quota_us(node, first)
+            production.exec_run(["/bin/burner", "series", "1", "0", str(CAPACITY_CPU_M), "0"], detach=True)
+            wait_until(lambda: cpu_quota_us(node, first) < min(before, 30_000), timeout_s=150,
+                       what="the batch quota lowered", why=lambda: f"quota {cpu_quota_us(node, first)} µs, before "
+                       f"{before} µs; production used {cpu_used_mcpu(node, production):.0f} m")
+            throttled = cpu_quota_us(node, first)
+            marks["throttled"] = time.monotonic()
+
+            # production takes the node's memory: the batch task is evicted and requeued
+            baseline = working_set_bytes(node)
+            hold_mib = int((CAPACITY_MIB * MIB - baseline) / MIB) + 64
+            production.exec_run(["/bin/burner", "series", "1", "0", "0", str(hold_mib)], detach=True)
+            wait_until(lambda: swarm.query(REQUEUES)["requeues"] >= 1, timeout_s=180,
+                       what="the batch pod evicted and requeued",
+                       why=lambda: f"working set {working_set_bytes(node) / MIB:.0f} MiB; "
+                                   + swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
+            marks["evicted"] = time.monotonic()
+            wait_until(lambda: "memory pressure" in swarm.kalena("batch", "describe", "swarm", "batch/sw-1"),
+                       timeout_s=120, what="the agent's eviction and its reason in `kalena batch describe`",
+                       why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
+            described = swarm.kalena("batch", "describe", "swarm", "batch/sw-1")
+            assert f"from {worker}: memory pressure" in described.split("Evictions:", 1)[1], described
+
+            # the memory back: placed again on the worker, the re-placement completes and is freed
+            production.remove(force=True)
+            production = None
+            wait_until(lambda: swarm.query(REQUEUES)["state"] == "completed", timeout_s=300,
+                       what="the requeued pod placed again and completed",
+                       why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
+            marks["completed"] = time.monotonic()
+            done = swarm.query(REQUEUES)
+            assert done["outcome"] == "succeeded" and done["requeues"] >= 1
+            wait_until(lambda: swarm.query(REQUEUES)["ledgers"][worker]["batch_cpu"] == 0, timeout_s=120,
+                       what="the completed pod freed in the ledger", why=lambda: swarm.query(REQUEUES)["ledgers"])
+            marks["freed"] = time.monotonic()
+            print(f"swarm worker: batch quota {before} µs → {throttled} µs under the burst; the node alone "
+                  f"{baseline / MIB:.0f} MiB, production held {hold_mib} MiB more")
+        finally:
+            if production is not None:
+                production.remove(force=True)
+    steps = list(marks)
+    print("swarm stack:", ", ".join(f"{b} +{marks[b] - marks[a]:.0f} s" for a, b in zip(steps, steps[1:])))
