@@ -342,7 +342,8 @@ def html_report(report: dict[str, Any]) -> str:
     import plotly.io as pio
 
     parts = [f"<h1>Lab day vs replay — {html.escape(report['lab'])}</h1>",
-             f"<pre>{html.escape(format_table(report['comparison']))}</pre>"]
+             # the explanations are long lines: wrapped, the page needs no sideways scrolling
+             f"<pre style=\"white-space: pre-wrap\">{html.escape(format_table(report['comparison']))}</pre>"]
     live_t = report["live"]["timeline"]
     rep_t = report["replay"]["timeline"]
     for i, node in enumerate(live_t["reclaimed_cpu_m_by_node"]):
