@@ -59,7 +59,8 @@ class MemoryActions:
         usage = np.array([np.nan_to_num(t.sample.usage, nan=0.0) if t.sample is not None else np.zeros(len(DIMS))
                           for t in rows])
         every = self.table.rows()       # every tracked row (DaemonSets too) holds memory the node reading includes
-        sampled = np.array([t.sample is not None for t in every], dtype=bool)
+        # a row whose sample did not measure memory counts at its r, like one never sampled
+        sampled = np.array([t.sample is not None and not math.isnan(t.sample.usage[RAM]) for t in every], dtype=bool)
         every_terminating = np.array([t.terminating for t in every], dtype=bool)
         terminating = np.array([t.terminating for t in rows], dtype=bool)
         # decide on the fresh inputs: a workload whose samples stopped is held at max(r, q) and never
@@ -82,8 +83,7 @@ class MemoryActions:
             unaccounted = 0.0
             if dim == RAM:
                 working = node.working_set_bytes
-                every_usage = np.array([np.nan_to_num(t.sample.usage[RAM], nan=0.0) if t.sample is not None else 0.0
-                                        for t in every])
+                every_usage = np.array([float(t.sample.usage[RAM]) if ok else 0.0 for t, ok in zip(every, sampled)])
                 unaccounted = unaccounted_usage(working, every_usage, effective[:, RAM], sampled, every_terminating,
                                                 self.settings.reserved_memory_bytes)
             else:

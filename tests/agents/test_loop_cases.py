@@ -424,3 +424,19 @@ def test_a_bad_startup_grace_override_is_reported_and_the_policy_grace_kept(rig)
     assert loop.table.res.value[0, 1] == pytest.approx(2.0 * GIB)     # still in the policy's grace: r = q
     (workload,) = [t.workload for t in loop.table.rows()]
     assert workload.startup_grace_s is None
+
+
+def test_memory_a_row_does_not_reserve_counts_and_batch_yields_to_it(rig) -> None:
+    # the node's working set 62 GiB ≥ 0.95 × 64: S uses 40 (r 46), B 4, and a DaemonSet that
+    # reserves nothing (no request, no limit) uses 16 — Σ r ≈ 50.6 alone fits, but 18 GiB of the
+    # reading is counted by no row's r, so the ledger is ≈ 68.6 > 64: B is evicted, the DaemonSet
+    # (counted, never chosen) and S are not
+    rig.set_files("", memory_bytes=62 * GIB)
+    rig.add("ds", tier="batch", daemonset=True, start_time=T0 - 10_000, memory_bytes=16 * GIB)
+    rig.add("s", tier="service", requests={"memory": "46Gi"}, limits={"memory": "46Gi"}, start_time=T0 - 10_000,
+            memory_bytes=40 * GIB)
+    rig.add("b", tier="batch", requests={"memory": "4Gi", "cpu": "1"}, start_time=T0 - 10_000, memory_bytes=4 * GIB)
+    rig.build().tick(T0, 0.0)
+    (evict,) = rig.actions("evict")
+    assert evict["workload"]["id"] == "b" and evict["numbers"]["unaccounted"] == pytest.approx(18 * GIB)
+    assert evict["numbers"]["ledger_before"] > 64 * GIB and rig.alive("ds") and rig.alive("s")
