@@ -62,6 +62,7 @@ class MemoryActions:
         # a row whose sample did not measure memory counts at its r, like one never sampled
         sampled = np.array([t.sample is not None and not math.isnan(t.sample.usage[RAM]) for t in every], dtype=bool)
         every_terminating = np.array([t.terminating for t in every], dtype=bool)
+        never_chosen = np.array([t.workload.tier == "daemonset" for t in every], dtype=bool)
         terminating = np.array([t.terminating for t in rows], dtype=bool)
         # decide on the fresh inputs: a workload whose samples stopped is held at max(r, q) and never
         # chosen; a node whose sampled workloads are all stale (or whose reading is) evicts nothing (C1)
@@ -85,7 +86,7 @@ class MemoryActions:
                 working = node.working_set_bytes
                 every_usage = np.array([float(t.sample.usage[RAM]) if ok else 0.0 for t, ok in zip(every, sampled)])
                 unaccounted = unaccounted_usage(working, every_usage, effective[:, RAM], sampled, every_terminating,
-                                                self.settings.reserved_memory_bytes)
+                                                never_chosen, self.settings.reserved_memory_bytes)
             else:
                 measured = [t.sample.usage[STORAGE] for t in rows if t.sample is not None]
                 if not measured or all(math.isnan(x) for x in measured):

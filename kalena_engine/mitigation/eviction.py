@@ -18,7 +18,7 @@ dimension, recomputed from the freshest samples, ``Σ r``.
   terminating, so rows already ``terminating`` do not count and are never chosen again.
 * Usage the rows do not count: the node reading (its working set) may hold memory no row's
   reservation covers — the node group's own processes, containers the orchestrator does not
-  manage, a DaemonSet or system container reserving nothing, a workload not yet discovered.
+  manage, a DaemonSet reserving less than it uses, a workload not yet discovered.
   That ``unaccounted`` amount (see :func:`unaccounted_usage`) is part of the ledger (never a
   victim), so the ledger and the pressure signal measure the same memory: pressure from it is
   answered by evicting batch, not by ``ledger_holds``.
@@ -97,38 +97,47 @@ class PressureSignal:
 
 
 def unaccounted_usage(working_set: float, usage: np.ndarray, reservation: np.ndarray, sampled: np.ndarray,
-                      terminating: np.ndarray, reserved: float = 0.0) -> float:
+                      terminating: np.ndarray, never_chosen: np.ndarray, reserved: float = 0.0) -> float:
     """Usage in the node reading that the ledger's rows do not already count, on one dimension.
 
-    ``max(0, W − Σ_live,sampled min(u, r) − Σ_live,unsampled r − Σ_terminating u − R)``: the
-    working set ``W`` less what each live row's reservation covers of its measured usage (a row
-    using more than its ``r`` — a DaemonSet or system container reserving nothing, a workload
-    held at its limit — leaves the excess here, so its memory still counts), less a never-sampled
-    row's reservation (an in-flight workload counts at its request, so its first memory is not
-    counted twice), less a terminating row's usage (credited: it is about to free it, and
-    counting it would choose a second victim it already covers), less ``R``, the memory set
-    aside for the system (``--reserved``: the node's own processes are expected up to it).
+    ``max(0, W − Σ accounted − R)``, a row's accounted memory being:
+
+    * a row never chosen (a DaemonSet, the node's own software): ``min(u, r)`` — what it uses
+      above its reservation (one reserving nothing: all of it) is left here, so it still counts;
+    * a row that can be chosen: ``u`` — its usage above ``r`` is a limit breach, which the
+      override answers by taking that row (and crediting the whole of it), so it is not counted
+      a second time here;
+    * a row never sampled (in flight, or its sample did not measure this dimension): ``r`` — it
+      counts at its request, so its first memory is not counted twice;
+    * a terminating row: ``u`` — credited, about to free it; counting it would choose a second
+      victim it already covers;
+
+    and ``R`` the memory set aside for the system (``--reserved``: the node's own processes are
+    expected up to it).
 
     Args:
         working_set: ``W``, the node reading (internal units).
-        usage: ``(k,)`` measured usage per row (``0`` where never sampled).
+        usage: ``(k,)`` measured usage per row (``0`` where not sampled).
         reservation: ``(k,)`` r per row as the ledger reads it.
-        sampled: ``(k,)`` bool, the row has a sample.
+        sampled: ``(k,)`` bool, the row's sample measured this dimension.
         terminating: ``(k,)`` bool, the row is in its grace period.
+        never_chosen: ``(k,)`` bool, the row is never a victim (DaemonSets).
         reserved: ``R`` (internal units, ≥ 0).
 
     Returns:
         The unaccounted amount (≥ 0).
 
-    Example: W = 2,125 MiB; production u 1,700 r 1,955, batch u 20 r 32, the node's own
-    database (a DaemonSet-like row) u 300 r 0; R = 0 → 2,125 − 1,700 − 20 − 0 = 405 MiB, of
-    which 300 are the database's and 105 belong to nothing tracked; with R = 512 MiB → 0.
+    Example: W = 2,125 MiB; production u 1,700 r 1,955, batch u 20 r 32, the stack's database
+    (a DaemonSet row) u 300 r 0; R = 0 → 2,125 − 1,700 − 20 − 0 = 405 MiB, of which 300 are the
+    database's and 105 belong to nothing tracked; with R = 512 MiB → 0.
     """
     u = np.asarray(usage, dtype=np.float64)
     r = np.asarray(reservation, dtype=np.float64)
     s = np.asarray(sampled, dtype=bool)
     t = np.asarray(terminating, dtype=bool)
-    accounted = float(np.sum(np.where(t, u, np.where(s, np.minimum(u, r), r))))
+    never = np.asarray(never_chosen, dtype=bool)
+    measured = np.where(never, np.minimum(u, r), u)
+    accounted = float(np.sum(np.where(t, u, np.where(s, measured, r))))
     return max(0.0, float(working_set) - accounted - max(0.0, float(reserved)))
 
 

@@ -153,18 +153,21 @@ def test_a_held_row_counts_in_the_ledger_but_is_never_chosen() -> None:
     assert [(v.row, v.reason) for v in plan.victims] == [(2, "priority")] and plan.ledger_after == 8.0
 
 
-@pytest.mark.parametrize(("working_set", "usage", "reservation", "sampled", "terminating", "reserved", "expected"), [
-    # the docstring's example: production, batch and the node's own database (reserving nothing)
-    (2125, [1700, 20, 300], [1955, 32, 0], [True] * 3, [False] * 3, 0, 405),
-    (2125, [1700, 20, 300], [1955, 32, 0], [True] * 3, [False] * 3, 512, 0),   # within --reserved
-    (100, [0, 60], [32, 64], [False, True], [False, False], 0, 8),             # an in-flight row counts at its r
-    (100, [40, 50], [48, 10], [True, True], [False, True], 0, 10),             # a terminating row's usage is credited
-    (50, [40, 30], [40, 30], [True, True], [False, False], 0, 0),              # never negative
+@pytest.mark.parametrize(("working_set", "usage", "reservation", "sampled", "terminating", "never", "reserved",
+                          "expected"), [
+    # the docstring's example: production, batch and the stack's database (a DaemonSet reserving nothing)
+    (2125, [1700, 20, 300], [1955, 32, 0], [True] * 3, [False] * 3, [False, False, True], 0, 405),
+    (2125, [1700, 20, 300], [1955, 32, 0], [True] * 3, [False] * 3, [False, False, True], 512, 0),   # --reserved
+    # a service over its own limit (r held at L = 40): the override takes it whole, not counted twice
+    (221, [74, 75, 72], [40, 86, 96], [True] * 3, [False] * 3, [False] * 3, 0, 0),
+    (100, [0, 60], [32, 64], [False, True], [False, False], [False, False], 0, 8),   # an in-flight row: its r
+    (100, [40, 50], [48, 10], [True, True], [False, True], [False, False], 0, 10),   # a terminating row: credited
+    (50, [40, 30], [40, 30], [True, True], [False, False], [False, False], 0, 0),    # never negative
 ])
-def test_unaccounted_usage(working_set, usage, reservation, sampled, terminating, reserved, expected) -> None:
+def test_unaccounted_usage(working_set, usage, reservation, sampled, terminating, never, reserved, expected) -> None:
     mib = 2**20
     got = unaccounted_usage(working_set * mib, np.array(usage) * mib, np.array(reservation) * mib, np.array(sampled),
-                            np.array(terminating), reserved * mib)
+                            np.array(terminating), np.array(never), reserved * mib)
     assert got / mib == pytest.approx(expected)
 
 
