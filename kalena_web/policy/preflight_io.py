@@ -20,10 +20,11 @@ from kalena_web.scheduling import mappers as scheduling_mappers
 from kalena_web.scheduling import selectors as scheduling
 from kalena_web.telemetry.models import AgentStatus
 
-#: node rows, production pods, batch residents, recent evictions, published batch capacity,
-#: pending pods, bound gang members, agent intervals, workloads (+1 where nodes publish batch
-#: capacity: the pods the kubelet holds).
-QUERIES = 9
+#: node rows, production pods, batch residents, recent evictions (the why-evicted records and the
+#: agents' evict actions not yet recorded), published batch capacity, pending pods, bound gang
+#: members, agent intervals, workloads (+1 where nodes publish batch capacity: the pods the kubelet
+#: holds).
+QUERIES = 10
 
 
 def preflight_cluster_load(*, cluster: Cluster, now_s: float, cooldown_s: float) -> PreflightCluster:

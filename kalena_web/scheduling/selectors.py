@@ -190,7 +190,7 @@ def cluster_snapshot(*, cluster: Cluster, now_s: float, cooldown_s: float, cache
     cooldown), cached images and, where nodes publish batch capacity, the kubelet's room
     (case C11; ``kubelet=False`` leaves it out — the extender, which kube-scheduler asks before
     the kubelet sees the pod). The scheduling pass, the extender and the policy pre-flight all
-    read it here (5–7 queries whatever the cluster's size; ``cache`` as :func:`production_pods`;
+    read it here (6–8 queries whatever the cluster's size; ``cache`` as :func:`production_pods`;
     ``batch(row_of_node)`` gives the resident batch pods instead of :func:`batch_residents` —
     the scheduler's cache, :mod:`kalena_web.scheduling.cache`, which passes its ``rows`` too)."""
     from kalena_web.kubehooks.selectors import kubelet_room  # kubehooks reads through this module
