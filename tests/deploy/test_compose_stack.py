@@ -200,6 +200,20 @@ def working_set_bytes(engine) -> int:
     return int((group / "memory.usage_in_bytes").read_text()) - int(stat.get("total_inactive_file", 0))
 
 
+def replaced_completed_freed(pod, batch_cpu, describe, marks: dict, timeout_s: float) -> None:
+    """After an eviction and production gone: the requeued pod (``pod()`` → the POD query's
+    dict) is placed again and completes — the first placement never finishes by itself (sleep
+    3600), so success is the re-placement's — and ``batch_cpu(pod())`` falls to 0 in the ledger."""
+    wait_until(lambda: pod()["state"] == "completed", timeout_s=timeout_s,
+               what="the requeued pod placed again and completed", why=describe)
+    marks["completed"] = time.monotonic()
+    done = pod()
+    assert done["outcome"] == "succeeded" and done["requeues"] >= 1
+    wait_until(lambda: batch_cpu(pod()) == 0, timeout_s=120, what="the completed pod freed in the ledger",
+               why=lambda: pod()["ledgers"])
+    marks["freed"] = time.monotonic()
+
+
 def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None:
     port = free_port()
     env = {"KALENA_POSTGRES_IMAGE": "kalena/postgres:15-debian", "KALENA_REDIS_IMAGE": "kalena/redis:7-debian",
@@ -353,16 +367,8 @@ def test_the_compose_stack_lives_through_placement_throttling_eviction_and_repla
         # the memory is back (production gone): the pod is placed again, its re-placement runs and completes
         production.remove(force=True)
         production = None
-        wait_until(lambda: stack.query(POD)["state"] == "completed", timeout_s=240,
-                   what="the requeued pod placed again and completed",
-                   why=lambda: stack.kalena("batch", "describe", "docker", "batch/stk-1"))
-        marks["completed"] = time.monotonic()
-        done = stack.query(POD)
-        # the first placement never finishes by itself (sleep 3600): success is the re-placement's
-        assert done["outcome"] == "succeeded" and done["requeues"] >= 1
-        wait_until(lambda: stack.query(POD)["ledgers"][0]["batch_cpu"] == 0, timeout_s=120,
-                   what="the completed pod freed in the ledger", why=lambda: stack.query(POD)["ledgers"])
-        marks["freed"] = time.monotonic()
+        replaced_completed_freed(lambda: stack.query(POD), lambda p: p["ledgers"][0]["batch_cpu"],
+                                 lambda: stack.kalena("batch", "describe", "docker", "batch/stk-1"), marks, 240)
         print(f"batch quota {before} µs → {throttled} µs under the burst; the stack alone {baseline / MIB:.0f} MiB, "
               f"production held {hold_mib} MiB more; evictions: {evictions.strip()}")
         steps = list(marks)

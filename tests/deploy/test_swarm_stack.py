@@ -35,7 +35,7 @@ from agents.lab.images import BURNER_IMAGE, ensure_lab_images
 from kalena_web.cli.benchenv import free_port
 from tests.deploy.test_compose_stack import (
     BATCH_COMMAND, CGROUP, COOLDOWN, DOCKER, IMAGES, IMAGES_HOST, MIB, NODE_CPU_SHARES, SUBNET, batch_containers,
-    cpu_quota_us, cpu_used_mcpu, images_built, wait_until, working_set_bytes,
+    cpu_quota_us, cpu_used_mcpu, images_built, replaced_completed_freed, wait_until, working_set_bytes,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.cgroup]
@@ -263,15 +263,8 @@ def test_the_swarm_stack_lives_through_throttling_eviction_and_replacement_on_a_
             # the memory back: placed again on the worker, the re-placement completes and is freed
             production.remove(force=True)
             production = None
-            wait_until(lambda: swarm.query(REQUEUES)["state"] == "completed", timeout_s=300,
-                       what="the requeued pod placed again and completed",
-                       why=lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"))
-            marks["completed"] = time.monotonic()
-            done = swarm.query(REQUEUES)
-            assert done["outcome"] == "succeeded" and done["requeues"] >= 1
-            wait_until(lambda: swarm.query(REQUEUES)["ledgers"][worker]["batch_cpu"] == 0, timeout_s=120,
-                       what="the completed pod freed in the ledger", why=lambda: swarm.query(REQUEUES)["ledgers"])
-            marks["freed"] = time.monotonic()
+            replaced_completed_freed(lambda: swarm.query(REQUEUES), lambda p: p["ledgers"][worker]["batch_cpu"],
+                                     lambda: swarm.kalena("batch", "describe", "swarm", "batch/sw-1"), marks, 300)
             print(f"swarm worker: batch quota {before} µs → {throttled} µs under the burst; the node alone "
                   f"{baseline / MIB:.0f} MiB, production held {hold_mib} MiB more")
         finally:
