@@ -171,10 +171,11 @@ def _update_node(state_dir: Path, name: str, **fields: Any) -> None:
     state_write(state_dir, state)
 
 
-def _popen(argv: list[str], env: dict[str, str], log: str | Path, cwd: Path = ROOT) -> subprocess.Popen:
+def _popen(argv: list[str], env: dict[str, str], log: str | Path, cwd: Path = ROOT, *,
+           preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec_fn)
 
 
 def _agent_linked(record: dict[str, Any]) -> bool:
@@ -206,8 +207,14 @@ def _agent_argv(state: dict[str, Any], record: dict[str, Any]) -> list[str]:
 
 
 def _start_agent(state_dir: Path, state: dict[str, Any], record: dict[str, Any]) -> dict[str, int]:
+    """Start the node's agent again with its recorded flags; in Kubernetes mode inside its
+    DaemonSet pod's cgroup, as ``up`` started it (the pod's group looked up again)."""
     log = Path(state["logs"]) / f"agent-{record['name']}.log"
-    proc = _popen(_agent_argv(state, record), _agent_env(state, record), log)
+    enter = None
+    if record.get("agent_cgroup"):
+        from agents.lab.kubernetes import agent_pod_group
+        enter = machinery.cgroup_entry(agent_pod_group(state["apiserver"]["url"], record))
+    proc = _popen(_agent_argv(state, record), _agent_env(state, record), log, preexec_fn=enter)
     ref = process_ref(proc.pid)
     record["agent"] = ref
     _update_node(state_dir, record["name"], agent=ref)

@@ -235,10 +235,40 @@ def _wait_probe(proc: subprocess.Popen, probe: Probe, env: dict[str, str], log: 
 
 # -- up --------------------------------------------------------------------------------------------
 
-def _start(argv: Sequence[str], env: dict[str, str], log: Path, cwd: Path = ROOT) -> subprocess.Popen:
+def _start(argv: Sequence[str], env: dict[str, str], log: Path, cwd: Path = ROOT, *,
+           cgroup: str = "") -> subprocess.Popen:
+    """Start ``argv`` in its own session, its output appended to ``log``; with ``cgroup``, inside
+    that group (:func:`agents.lab.nodes.cgroup_entry`)."""
+    enter = machinery.cgroup_entry(cgroup) if cgroup else None
     with open(log, "ab") as out:
         return subprocess.Popen(list(argv), env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=enter)
+
+
+def agent_pod_group(api: str, record: dict[str, Any], timeout_s: float = 60.0) -> str:
+    """The cgroup (relative to each hierarchy's root) of the agent DaemonSet's pod on the node of
+    ``record``, once the node's kubelet double runs it: the agent process is started inside it,
+    so its memory and cpu count on the node as the pod's would on a real one.
+
+    Raises:
+        LabError: no running pod of a DaemonSet in ``kalena-system`` on that node within ``timeout_s``.
+    """
+    from agents.lab.kubelet.spec import pod_cgroup, qos_class
+
+    path = f"/api/v1/namespaces/kalena-system/pods?fieldSelector=spec.nodeName%3D{record['name']}"
+    end = time.monotonic() + timeout_s
+    while True:
+        for pod in _items(api, path):
+            owners = pod["metadata"].get("ownerReferences") or []
+            if any(o.get("kind") == "DaemonSet" for o in owners) and (pod.get("status") or {}).get("phase") == "Running":
+                rel = pod_cgroup(record["cgroup"], pod["metadata"]["uid"], qos_class(pod))
+                if (machinery.CGROUP_ROOT / "memory" / rel).is_dir():
+                    return rel
+        if time.monotonic() > end:
+            raise LabError(f"no running pod of the agent DaemonSet after {timeout_s:.0f} s",
+                           source=f"node {record['name']}", field="kalena-system pods",
+                           accepted="the kubelet double running the DaemonSet's pod")
+        time.sleep(0.5)
 
 
 def _wait_port(address: str, port: int, proc: subprocess.Popen, log: Path, what: str, timeout_s: float = 60.0) -> None:
@@ -424,9 +454,10 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
             _materialise(p, api_url, tokens)
             record = next(r for r in state["nodes"] if r["name"] == p.node)
             log = logs / f"agent-{p.node}.log"
+            cgroup = agent_pod_group(api_url, record)
             record.update(agent_argv=p.argv, agent_env=p.env, agent_substitutions=p.substitutions, agent_ignored=p.ignored,
-                          agent_probes={k: v.__dict__ for k, v in p.probes.items()})
-            proc = _start(p.argv, p.env, log)
+                          agent_probes={k: v.__dict__ for k, v in p.probes.items()}, agent_cgroup=cgroup)
+            proc = _start(p.argv, p.env, log, cgroup=cgroup)
             record["agent"] = process_ref(proc.pid)
             state_write(state_dir, state)
         for p in agents:
@@ -612,7 +643,8 @@ def agent_processes(api: str, cluster: Cluster, nodes: list[dict[str, Any]]) -> 
             for p in derive(cluster, ds, "DaemonSet", placement, name=f"{ds['metadata']['name']}-{record['name']}"):
                 p.substitutions.append(f"the DaemonSet's pod on {record['name']} → a placeholder container (the kubelet "
                                        "double runs `sleep` for Kalena's images; its requests count against "
-                                       "allocatable); the agent runs as this process")
+                                       "allocatable); the agent runs as this process, inside the pod's cgroup "
+                                       "(its memory and cpu count in the pod and the node)")
                 out.append(p)
     return out
 

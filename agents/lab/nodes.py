@@ -15,9 +15,11 @@ This code plays the machines and their runtimes, not Kalena.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agents.bench.dockerd import BUSYBOX, DOCKERD, IMAGE, busybox_tar, remove_cgroups
@@ -191,6 +193,30 @@ def mounts_under(directory: Path, proc_root: str = "/proc") -> list[str]:
     prefix = str(directory.resolve())
     points = [line.split()[1] for line in Path(f"{proc_root}/self/mounts").read_text().splitlines()]
     return [p for p in points if p == prefix or p.startswith(prefix + "/")]
+
+
+def cgroup_entry(rel: str, root: Path = CGROUP_ROOT) -> Callable[[], None]:
+    """A ``preexec_fn`` that puts the child process into group ``rel`` (relative to each
+    hierarchy's root) of every hierarchy of :data:`HIERARCHIES` that has it, before it execs — as
+    a container runtime starts a container's process in its pod's group. Entering before exec
+    matters on cgroup v1: a process moved later keeps its pages charged to its old group
+    (``memory.move_charge_at_immigrate`` is off by default), so its memory would never show in
+    the pod's or the node's working set.
+
+    Raises:
+        LabError: ``rel`` exists in no memory hierarchy (the pod's group was never made).
+    """
+    files = [str(root / h / rel / "cgroup.procs") for h in HIERARCHIES if (root / h / rel).is_dir()]
+    if str(root / "memory" / rel / "cgroup.procs") not in files:
+        raise LabError("no such group in the memory hierarchy", source=str(root / "memory" / rel), field="cgroup",
+                       accepted="a pod group made by the node's kubelet double")
+
+    def enter() -> None:
+        pid = str(os.getpid())
+        for name in files:
+            with open(name, "w") as f:
+                f.write(pid)
+    return enter
 
 
 def agent_argv(node: NodePlan, *, directory: Path, link_url: str, token_file: Path,

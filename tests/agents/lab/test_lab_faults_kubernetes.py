@@ -22,7 +22,8 @@ import pytest
 from agents.lab.kubernetes import KUBECTL
 from agents.lab.livemetrics import collect
 from agents.lab.state import alive
-from tests.agents.lab.test_lab_kubernetes import NODE_CPU_M, NODE_MIB, POLICY, SUBNET, Lab, batch_job, production, wait_for
+from tests.agents.lab.test_lab_kubernetes import (NODE_CPU_M, NODE_MIB, POLICY, SUBNET, Lab, assert_agent_in_its_pod,
+                                                  batch_job, production, wait_for)
 
 LONG = '{"cpu_m": 20, "memory_mib": 8, "duration_s": 900}'
 SHORT = '{"cpu_m": 40, "memory_mib": 8, "duration_s": 8}'
@@ -113,6 +114,7 @@ def test_agent_restart_in_kubernetes_mode(lab) -> None:
     record = fault(lab, "agent-restart", "--node", lab.nodes[1])
     assert record["recovered"] is True and record["node"] == lab.nodes[1]
     assert lab.state["nodes"][1]["agent"]["pid"] != old["pid"] and alive(lab.state["nodes"][1]["agent"])
+    assert_agent_in_its_pod(lab, lab.state["nodes"][1])   # restarted where up started it
 
 
 def test_engine_stop_fails_the_cut_short_batch_pod_and_its_job_runs_a_replacement(lab) -> None:

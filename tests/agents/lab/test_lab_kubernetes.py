@@ -74,6 +74,19 @@ def batch_job(name: str, cpu_m: int, *, work: str = WORK) -> str:
                                        "limits": {"cpu": f"{cpu_m}m", "memory": "64Mi"}}}]}}}})
 
 
+def assert_agent_in_its_pod(lab: "Lab", record: dict) -> None:
+    """The node's agent process sits in its DaemonSet pod's memory and cpu groups, and the pod's
+    memory usage holds the agent's anonymous memory (charged there from its first page)."""
+    pod = next(p for p in lab.pods("kalena-system") if p["spec"]["nodeName"] == record["name"])
+    groups = dict(line.split(":", 2)[1:] for line in Path(f"/proc/{record['agent']['pid']}/cgroup").read_text().splitlines())
+    assert groups["memory"].endswith(f"/pod{pod['metadata']['uid']}") and groups["memory"] == groups["cpu"] == groups["cpuacct"]
+    assert groups["memory"].lstrip("/").startswith(record["cgroup"] + "/kubepods/")
+    anon = next(int(line.split()[1]) for line in Path(f"/proc/{record['agent']['pid']}/status").read_text().splitlines()
+                if line.startswith("RssAnon:")) * 1024   # its own pages (shared libraries' are charged where first read)
+    usage = int((CGROUP / "memory" / groups["memory"].lstrip("/") / "memory.usage_in_bytes").read_text())
+    assert usage >= 0.9 * anon > 10 * 2**20, (usage, anon)
+
+
 class Lab:
     def __init__(self, name: str, state_dir: Path) -> None:
         self.name, self.state_dir = name, state_dir
@@ -159,6 +172,8 @@ def test_the_agents_daemonset_and_production_run_on_their_nodes_in_kubectl_get_p
     assert agents == set(lab.nodes)  # one agent pod per node (DaemonSet), its place held on the node
     web = {r[1].split("-", 1)[1].rsplit("-", 2)[0]: r[7] for r in rows[1:] if r[0] == "shop" and r[3] == "Running"}
     assert web == {n: n for n in lab.nodes}
+    for record in lab.state["nodes"]:   # the agent process lives in its pod's group, so its memory is the node's
+        assert_agent_in_its_pod(lab, record)
     status = lab.cli("status")
     assert status.returncode == 0, status.stdout + status.stderr
     for expected in ("HOST_IP (HOST_IP, status.hostIP) →", "--reserved cpu=500m,memory=1Gi →",
