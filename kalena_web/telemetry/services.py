@@ -147,6 +147,22 @@ def foreign_workload_refused(*, node_id: int, node_name: str, action: str, workl
                                          "client_address": client_address, "peer": peer, "token_id": token_id})
 
 
+def link_superseded(*, node_id: int, node_name: str, old_peer: str, new_peer: str, client_address: str,
+                    token_id: int) -> None:
+    """A node's live link was closed because a newer authenticated link for the same node
+    arrived (one live link per node: docs/control-plane-ingest.md): counted in
+    ``kalena_link_superseded_total{cluster, node}`` and audited (``link.superseded``: the node,
+    the old and the new connection's peers, the new one's client address and token)."""
+    from kalena_web.control.services import metric_increment
+    from kalena_web.policy.services import audit_record
+
+    cluster = Node.objects.filter(id=node_id).values_list("cluster__name", flat=True).first() or ""
+    metric_increment(name="kalena_link_superseded", labels={"cluster": cluster, "node": node_name})
+    audit_record(actor_kind="agent", actor=f"agent of {node_name}", action="link.superseded", cluster_name=cluster,
+                 target=node_name, after={"old_peer": old_peer, "new_peer": new_peer,
+                                          "client_address": client_address, "token_id": token_id})
+
+
 def telemetry_prune(*, before_s: float, max_batches: int = 200_000, chunk: int = 20_000) -> int:
     """Delete raw samples older than ``before_s`` (``stored_s``) that estimation has applied,
     with their node samples and sample batches; returns the batches deleted. Bounded: at most

@@ -166,3 +166,27 @@ def test_the_agents_page_shows_tokens_staleness_and_rejections_per_reason(client
     assert "1 active" in html and "fresh" in html
     assert client.get("/live/nowhere/agents/").status_code == 404
     assert 'href="/live/home/agents/"' in client.get("/live/home/").content.decode()   # linked from the nav
+
+
+def test_a_newer_link_for_the_node_supersedes_the_live_one(agent_app, beta, beta_token) -> None:
+    async def conversation() -> dict:
+        old, new = Agent(agent_app, beta_token), Agent(agent_app, beta_token)
+        assert await old.connect()
+        await old.send(hello("thinkcentre-beta"))
+        old_welcome = await old.until("welcome")
+        assert await new.connect()
+        await new.send(hello("thinkcentre-beta"))
+        new_welcome = await new.until("welcome")
+        error = await old.receive()
+        closed = await old.receive()
+        await old.close()
+        await new.send(samples("thinkcentre-beta", 1, [record("database/postgres-0", time.time())]))
+        ack = await new.until("ack")
+        await new.close()
+        return {"old_welcome": old_welcome, "new_welcome": new_welcome, "error": error, "closed": closed, "ack": ack}
+
+    result = run(conversation())
+    assert result["old_welcome"] == result["new_welcome"] == {"type": "welcome", "v": 1, "node": "thinkcentre-beta"}
+    assert result["error"]["message"].startswith("superseded by a newer link for node thinkcentre-beta from ")
+    assert result["closed"] == {"type": "closed", "code": 4409}
+    assert result["ack"]["accepted"] == 1                  # the newer link goes on
