@@ -26,7 +26,7 @@ from kalena_web.cli.benchenv import free_port
 from kalena_web.control.models import MetricSeries
 from kalena_web.inventory.models import Node
 from kalena_web.policy.models import AuditEntry
-from kalena_web.telemetry.models import AgentStatus
+from kalena_web.telemetry.models import AgentStatus, RefusedConnection
 from kalena_web.telemetry.services import agent_token_create, agent_token_revoke
 from tests.web.telemetry.conftest import hello, wait_until
 
@@ -82,6 +82,8 @@ def test_a_second_agent_for_a_node_supersedes_the_first_and_both_back_off_visibl
     entry = AuditEntry.objects.get(action="link.superseded")
     assert entry.target == NODE and entry.after["old_peer"] != entry.after["new_peer"]
     assert MetricSeries.objects.get(name="kalena_link_superseded").count == 1
+    shown = RefusedConnection.objects.get(node__name=NODE, reason="superseded")
+    assert shown.count == 1 and shown.last_peer == entry.after["old_peer"]
     log = services.log("daphne")
     assert f"agent link of node {NODE} from" in log and "supersedes the live link from" in log
     # two agents fighting: each takeover right after the other's reconnect backs off longer
