@@ -225,6 +225,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.identity = await off_thread(selectors.token_authenticate)(token)
         except selectors.Refused as refused:
             await self._refuse(refused.reason, refused.detail, node_id=refused.node_id)
+            if refused.transient:  # not checked now (TokenReview failed): the agent retries within seconds
+                self.identity = None
+                await self.accept()
+                await self.send(text_data=orjson.dumps({"type": "error", "v": 1, "message": (
+                    f"the token could not be checked now ({refused.detail[:300]}); reconnect")}).decode())
+                self.closed = True
+                await self.close(code=CLOSE_NOT_STORED)
+                return
             await self.close()  # before accept: the upgrade is denied
             return
         except DatabaseError as exc:
