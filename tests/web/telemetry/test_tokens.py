@@ -190,3 +190,27 @@ def test_a_newer_link_for_the_node_supersedes_the_live_one(agent_app, beta, beta
     assert result["error"]["message"].startswith("superseded by a newer link for node thinkcentre-beta from ")
     assert result["closed"] == {"type": "closed", "code": 4409}
     assert result["ack"]["accepted"] == 1                  # the newer link goes on
+
+
+def test_a_connection_while_the_database_is_away_is_closed_4500_not_refused(agent_app, beta, beta_token) -> None:
+    """A token that cannot be checked is no verdict on it: the agent must retry within seconds (4500),
+    not take it for a refused token (HTTP 403) and back off for minutes."""
+    from django.db import connection
+
+    def break_tokens(broken: bool) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE telemetry_agenttoken RENAME TO telemetry_agenttoken_away" if broken
+                           else "ALTER TABLE telemetry_agenttoken_away RENAME TO telemetry_agenttoken")
+
+    async def conversation() -> dict:
+        agent = Agent(agent_app, beta_token)
+        accepted = await agent.connect()
+        return {"accepted": accepted, "error": await agent.receive(), "closed": await agent.receive()}
+
+    break_tokens(True)
+    try:
+        result = run(conversation())
+    finally:
+        break_tokens(False)
+    assert result["accepted"] is True and "database is unavailable" in result["error"]["message"]
+    assert result["closed"] == {"type": "closed", "code": 4500}
