@@ -45,6 +45,11 @@ class AgentMetrics:
                                         "read_error, unexpected)", ["collector", "cause"], registry=self.registry)
         self.buffered = Gauge("kalena_agent_link_buffered_messages", "Messages in the on-disk link buffer not yet "
                               "acknowledged by the console", registry=self.registry)
+        self.link_refusals = Counter("kalena_agent_link_refusals", "Link connections the console refused (token "
+                                     "unknown or revoked, node_mismatch, bad hello)", registry=self.registry)
+        self.link_superseded = Counter("kalena_agent_link_superseded", "Times this agent's link was closed because "
+                                       "a newer link for the same node took over (rising steadily: two agents run "
+                                       "for this node)", registry=self.registry)
 
     def action_emitted(self, message: dict[str, Any]) -> None:
         """Count an outgoing message if it is an ``action``."""

@@ -70,9 +70,12 @@ class Agent:
             policy_version=self.loop.policy_version)
 
     def link_state(self) -> dict[str, Any]:
-        """For ``/healthz``: whether the link is up and what waits in the buffer."""
+        """For ``/healthz``: whether the link is up, its state (``refused`` with the console's
+        reason, ``superseded``, … — :meth:`~agents.link.client.LinkClient.state`) and what waits in
+        the buffer."""
         return {"configured": self.link is not None,
                 "connected": bool(self.link is not None and self.link.connected.is_set()),
+                **(self.link.state() if self.link is not None else {}),
                 "buffered": self.buffer.count() if self.buffer else 0}
 
     def run(self) -> int:
@@ -229,7 +232,7 @@ def build_agent(config: AgentConfig) -> Agent:
             token = JoinedToken(link_url=config.link_url, node=config.node_name,
                                 secret_file=config.join_secret_file, state_dir=config.state_dir)
         link = LinkClient(config.link_url, token, buffer, hello=agent.hello,
-                          on_policy=loop.apply_policy_update)
+                          on_policy=loop.apply_policy_update, metrics=agent.metrics)
         buffer.on_append = link.notify
         agent.link = link
     for failure in arming.failures:

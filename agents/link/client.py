@@ -23,6 +23,23 @@ backlog after an outage — keeps acknowledging and is not flooded with the same
 Each timeout in a row doubles the next connection's timeout (up to 8 ×; reset by an ack). Messages survive disconnects and
 agent restarts in :class:`~agents.link.buffer.LinkBuffer`; after a reconnect everything not yet
 acknowledged is sent again (the server de-duplicates on ``batch_id``).
+
+The link is *connected* (logged "link: connected", :attr:`LinkClient.connected` set) only once the
+console answered the ``hello`` with ``welcome``. Two answers are not transient and get a backoff
+of their own (state in :meth:`LinkClient.state`, shown by the agent's ``/healthz``):
+
+* **Refused** — the upgrade denied (HTTP 401/403: the token is unknown, revoked or malformed), or
+  the connection closed 4403 (``node_mismatch``: the token is another node's; a bad ``hello``) or
+  4401 (the token was revoked). Retrying at once cannot help: it is logged once at WARNING with
+  the console's reason (again only when the reason changes; each retry at DEBUG) and retried after
+  ``delay(refused_in_a_row - 1, base 5 s, cap 300 s)`` — 2.5–5 s, 5–10 s, 10–20 s, … up to
+  150–300 s. The agent keeps protecting its node locally meanwhile (it never exits over its link).
+* **Superseded** — closed 4409: a newer link for the same node took over (one live link per node;
+  a restarted agent takes over from its old connection at once). Logged at WARNING, counted
+  (``kalena_agent_link_superseded_total``), and retried after ``delay(n - 1, base 10 s, cap 300 s)``
+  where ``n`` counts the supersessions that came within 60 s of the link being accepted (a longer
+  link starts ``n`` again at 1): two agents fighting over one node back off to one takeover per
+  2.5–5 minutes each, with the counter rising on both and a WARNING each time.
 """
 
 from __future__ import annotations
@@ -41,7 +58,7 @@ from websockets.asyncio.client import connect
 from agents.errors import ProtocolError
 from agents.link import protocol
 from agents.link.buffer import LinkBuffer
-from agents.link.protocol import Ack, PolicyUpdate, ServerError
+from agents.link.protocol import Ack, PolicyUpdate, ServerError, Welcome
 
 log = logging.getLogger("kalena.agent.link")
 
@@ -54,6 +71,16 @@ def backoff_delay_s(attempt: int, *, base_s: float, max_s: float, rng: random.Ra
 
 class AckTimeout(Exception):
     """A message waited longer than ``ack_timeout_s`` for its ack on this connection."""
+
+
+CLOSE_REVOKED = 4401      # the console's close codes (kalena_web.telemetry.consumers)
+CLOSE_REFUSED = 4403
+CLOSE_SUPERSEDED = 4409
+REFUSED_BACKOFF_BASE_S = 5.0
+REFUSED_BACKOFF_MAX_S = 300.0
+SUPERSEDED_BACKOFF_BASE_S = 10.0
+SUPERSEDED_BACKOFF_MAX_S = 300.0
+SUPERSEDED_AGAIN_WITHIN_S = 60.0   # superseded this soon after being accepted: back off longer
 
 
 class LinkClient:
@@ -70,12 +97,20 @@ class LinkClient:
         ack_timeout_s: messages in flight and no ack for this long (s) give the connection up:
             close, reconnect (backoff), resend everything unacknowledged (module doc).
         backoff_base_s, backoff_max_s: the reconnect backoff (s; module doc).
+        refused_backoff_base_s, refused_backoff_max_s: the backoff after a refusal (s; module doc).
+        superseded_backoff_base_s, superseded_backoff_max_s: the backoff after being superseded (s).
+        metrics: the agent's :class:`~agents.health.AgentMetrics` (refusals and supersessions are
+            counted there), or None.
     """
 
     def __init__(self, url: str, token: str | Callable[[], str], buffer: LinkBuffer, *, hello: Callable[[], dict[str, Any]],
                  on_policy: Callable[[PolicyUpdate], None] | None = None, window: int = 32,
                  backoff_base_s: float = 0.5, backoff_max_s: float = 5.0, rng: random.Random | None = None,
-                 ssl: Any = None, open_timeout_s: float = 10.0, ack_timeout_s: float = 30.0) -> None:
+                 ssl: Any = None, open_timeout_s: float = 10.0, ack_timeout_s: float = 30.0,
+                 refused_backoff_base_s: float = REFUSED_BACKOFF_BASE_S,
+                 refused_backoff_max_s: float = REFUSED_BACKOFF_MAX_S,
+                 superseded_backoff_base_s: float = SUPERSEDED_BACKOFF_BASE_S,
+                 superseded_backoff_max_s: float = SUPERSEDED_BACKOFF_MAX_S, metrics: Any = None) -> None:
         self.url = url
         self.token = token
         self.buffer = buffer
@@ -91,10 +126,26 @@ class LinkClient:
         self.ack_timeouts = 0
         self.timeouts_in_a_row = 0
         self.connected = threading.Event()
-        self.connects = 0
+        self.connects = 0       # WebSocket connections opened
+        self.accepted = 0       # of them, hellos the console accepted (``welcome``)
         self.failures = 0
         self.acked = 0
         self.last_error: str | None = None
+        self.refused_backoff_base_s = refused_backoff_base_s
+        self.refused_backoff_max_s = refused_backoff_max_s
+        self.superseded_backoff_base_s = superseded_backoff_base_s
+        self.superseded_backoff_max_s = superseded_backoff_max_s
+        self.metrics = metrics
+        self.refused_reason: str | None = None   # the console's reason while refused, else None
+        self.refused_in_a_row = 0
+        self.refusals = 0
+        self.superseded = 0                      # times a newer link for this node took over
+        self.superseded_in_a_row = 0
+        self.last_superseded: str | None = None
+        self.retry_in_s: float | None = None     # the wait before the next attempt, while waiting
+        self._server_error: str | None = None    # the last ``error`` of this connection
+        self._welcomed_mono: float | None = None
+        self._last_end: str | None = None         # how the last connection ended: refused, superseded, other
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -106,7 +157,39 @@ class LinkClient:
         if loop is not None and wake is not None and not loop.is_closed():
             loop.call_soon_threadsafe(wake.set)
 
+    def state(self) -> dict[str, Any]:
+        """For ``/healthz``: ``{"state": "connected" | "connecting" | "refused" | "superseded" |
+        "disconnected", "reason": str | None, "retry_in_s": float | None, "refusals": n,
+        "superseded": n, "last_superseded": str | None, "last_error": str | None}``."""
+        if self.connected.is_set():
+            state = "connected"
+        elif self._last_end == "refused":
+            state = "refused"
+        elif self._last_end == "superseded":
+            state = "superseded"
+        elif self.failures or self.connects:
+            state = "disconnected"
+        else:
+            state = "connecting"
+        reason = self.refused_reason if state == "refused" else \
+            self.last_superseded if state == "superseded" else None
+        return {"state": state, "reason": reason, "retry_in_s": self.retry_in_s, "refusals": self.refusals,
+                "superseded": self.superseded, "last_superseded": self.last_superseded,
+                "last_error": self.last_error}
+
+    def _welcomed(self) -> None:
+        self._welcomed_mono = time.monotonic()
+        self.accepted += 1
+        if self.refused_reason is not None:
+            log.warning("link: the console accepted this agent again (it had refused it: %s)", self.refused_reason)
+        self.refused_reason = None
+        self.refused_in_a_row = 0
+        self.connected.set()
+        log.info("link: connected to %s", self.url)
+
     async def _session(self, ws: Any) -> None:
+        self._server_error = None
+        self._welcomed_mono = None
         await ws.send(protocol.encode(self.hello()))
         inflight: dict[str, float] = {}  # batch_id → when it was sent (monotonic s)
         progress_s = 0.0                 # when the last ack arrived (monotonic s)
@@ -121,7 +204,9 @@ class LinkClient:
                 except ProtocolError as exc:
                     log.warning("link: ignoring malformed frame: %s", exc)
                     continue
-                if isinstance(message, Ack):
+                if isinstance(message, Welcome):
+                    self._welcomed()
+                elif isinstance(message, Ack):
                     progress_s = time.monotonic()
                     if self.buffer.ack(message.batch_id):
                         self.acked += 1
@@ -132,7 +217,9 @@ class LinkClient:
                 elif isinstance(message, PolicyUpdate) and self.on_policy is not None:
                     self.on_policy(message)
                 elif isinstance(message, ServerError):
-                    log.warning("link: server error: %s", message.message)
+                    self._server_error = message.message
+                    if self._welcomed_mono is not None:  # a refusal's reason is logged with the close
+                        log.warning("link: server error: %s", message.message)
 
         receiver = asyncio.create_task(receive())
         try:
@@ -175,24 +262,71 @@ class LinkClient:
                 async with connect(self.url, additional_headers={"Authorization": f"Bearer {token}"},
                                    open_timeout=self.open_timeout_s, proxy=None, ssl=self.ssl,
                                    max_size=2**24) as ws:
-                    self.connects += 1
-                    self.connected.set()
-                    log.info("link: connected to %s", self.url)
+                    self.connects += 1     # the transport is open; connected only after ``welcome``
                     await self._session(ws)
+                delay = self._next_delay(None)
             except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException, AckTimeout) as exc:
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("link: %s (%s)", self.url, self.last_error)
+                delay = self._next_delay(exc)
             finally:
                 self.connected.clear()
             if self._stop.is_set():
                 break
-            delay = backoff_delay_s(self.attempt, base_s=self.backoff_base_s, max_s=self.backoff_max_s, rng=self.rng)
-            self.attempt += 1
+            self.retry_in_s = delay
             try:
                 await asyncio.wait_for(self._stop.wait(), timeout=delay)
             except asyncio.TimeoutError:
                 pass
+            self.retry_in_s = None
+
+    def _next_delay(self, exc: BaseException | None) -> float:
+        """Classify how the last connection ended (module doc), log it, return the wait (s)."""
+        code = None
+        if isinstance(exc, websockets.exceptions.ConnectionClosed) and exc.rcvd is not None:
+            code = exc.rcvd.code
+        status = exc.response.status_code if isinstance(exc, websockets.exceptions.InvalidStatus) else None
+        self._last_end = "other"
+        if code == CLOSE_SUPERSEDED:
+            self._last_end = "superseded"
+            up_s = None if self._welcomed_mono is None else time.monotonic() - self._welcomed_mono
+            self.superseded += 1
+            self.superseded_in_a_row = self.superseded_in_a_row + 1 if up_s is None or \
+                up_s < SUPERSEDED_AGAIN_WITHIN_S else 1
+            self.last_superseded = self._server_error or f"closed {code} (superseded by a newer link for this node)"
+            if self.metrics is not None:
+                self.metrics.link_superseded.inc()
+            delay = backoff_delay_s(self.superseded_in_a_row - 1, base_s=self.superseded_backoff_base_s,
+                                    max_s=self.superseded_backoff_max_s, rng=self.rng)
+            log.warning("link: %s — another agent took this node's link over (%d time(s) in a row); "
+                        "reconnecting in %.0f s%s", self.last_superseded, self.superseded_in_a_row, delay,
+                        "; two agents are running for this node" if self.superseded_in_a_row > 1 else "")
+            return delay
+        if code in (CLOSE_REFUSED, CLOSE_REVOKED) or status in (401, 403):
+            self._last_end = "refused"
+            if status is not None:
+                reason = (f"HTTP {status}: the console refused this agent's token (unknown, revoked or "
+                          "malformed; the console's Agents page counts the reason)")
+            else:
+                reason = self._server_error or f"closed {code}"
+            self.refusals += 1
+            self.refused_in_a_row += 1
+            if self.metrics is not None:
+                self.metrics.link_refusals.inc()
+            delay = backoff_delay_s(self.refused_in_a_row - 1, base_s=self.refused_backoff_base_s,
+                                    max_s=self.refused_backoff_max_s, rng=self.rng)
+            if reason != self.refused_reason:
+                log.warning("link: %s refused this agent: %s — retrying with backoff (up to %.0f s); the node "
+                            "is still protected locally", self.url, reason, self.refused_backoff_max_s)
+            else:
+                log.debug("link: refused again (%s); next attempt in %.0f s", reason, delay)
+            self.refused_reason = reason
+            return delay
+        if exc is not None:
+            log.warning("link: %s (%s)", self.url, self.last_error)
+        delay = backoff_delay_s(self.attempt, base_s=self.backoff_base_s, max_s=self.backoff_max_s, rng=self.rng)
+        self.attempt += 1
+        return delay
 
     def start(self) -> threading.Thread:
         """Run the client on its own daemon thread."""

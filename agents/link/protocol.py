@@ -74,6 +74,13 @@ Agent → server
 Server → agent
 --------------
 
+``welcome`` — ``{"type": "welcome", "v": 1, "node": "node-a"}``: the ``hello`` was accepted; the
+agent reports itself connected only now. A refused ``hello`` gets ``error`` and a close instead.
+
+Close codes the agent acts on: 4403 — refused (``node_mismatch``, a bad or missing ``hello``;
+the ``error`` before it names the reason), 4401 — the token was revoked, 4409 — superseded by a
+newer link for the same node (one live link per node), 4500 — not stored, reconnect and resend.
+
 ``ack`` — ``{"type": "ack", "v": 1, "batch_id": "node-a:3f9c01d2a7b4:42"}``: the message is stored; the
 agent deletes it from its buffer.
 
@@ -117,7 +124,7 @@ VERSION = 1
 USAGE_KEYS: tuple[str, ...] = ("cpu_mcpu", "ram_bytes", "gpu_devices", "storage_bytes", "disk_read_bps",
                                "disk_write_bps", "net_in_bps", "net_out_bps")
 AGENT_TYPES = ("hello", "samples", "action", "gap")
-SERVER_TYPES = ("ack", "policy", "error")
+SERVER_TYPES = ("welcome", "ack", "policy", "error")
 POLICY_SECTIONS = ("estimator", "eviction")  # what an agent applies of the cluster's policy
 ACTIONS = ("throttle", "cpu_weight", "memory_cap", "evict", "kill", "starvation_cap", "starvation_release", "hold")
 TRIGGER_SOURCES = ("psi-trigger", "eventfd-threshold", "poll", "periodic")
@@ -345,11 +352,16 @@ class PolicyUpdate:
 
 
 @dataclass(frozen=True)
+class Welcome:
+    node: str
+
+
+@dataclass(frozen=True)
 class ServerError:
     message: str
 
 
-def parse_server_message(text: str | bytes) -> Ack | PolicyUpdate | ServerError:
+def parse_server_message(text: str | bytes) -> Welcome | Ack | PolicyUpdate | ServerError:
     """Decode one server frame.
 
     Raises:
@@ -363,6 +375,8 @@ def parse_server_message(text: str | bytes) -> Ack | PolicyUpdate | ServerError:
         raise ProtocolError("expected a JSON object", source="<server frame>")
     kind = message.get("type")
     where = f"<{kind}>" if isinstance(kind, str) else "<server frame>"
+    if kind == "welcome":
+        return Welcome(_require(message, "node", (str,), where))
     if kind == "ack":
         return Ack(_require(message, "batch_id", (str,), where))
     if kind == "policy":

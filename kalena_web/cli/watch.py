@@ -194,6 +194,33 @@ def engines_answer() -> None:
                          "was started or created", field="KALENA_DOCKER_ENGINES",
                          accepted="unix:///path/to/docker.sock of a running engine (mounted into this container), "
                                   "or tcp://host:2376 with TLS")
+    if settings.KALENA_ORCHESTRATOR == "docker":
+        node_names_unique(engines)
+
+
+def node_names_unique(engines: list) -> None:
+    """Standalone Docker: no two engines may get the same node name. An engine without the label
+    ``kalena.naughtian.io/node`` is named by ``docker info``'s ``Name`` — the machine's hostname,
+    which every engine on one host (and every cloned machine) shares — and two engines under one
+    name would be one node whose containers, capacity and agent link collide.
+
+    Raises:
+        InputError: the engines that would share a name: each name, both engine URLs and how each
+            was named; nothing is started or created.
+    """
+    from agents.orchestrators.docker.client import NODE_LABEL
+
+    by_name: dict[str, list] = {}
+    for engine in engines:
+        by_name.setdefault(engine.node, []).append(engine)
+    clashes = [f"node {name!r}: " + " and ".join(f"{e.config.url} (named by {e.named_by})" for e in group)
+               for name, group in by_name.items() if len(group) > 1]
+    if clashes:
+        raise InputError(f"{len(clashes)} node name(s) given to more than one engine — {'; '.join(clashes)}; "
+                         f"set the node label on each engine (`dockerd --label {NODE_LABEL}=NAME`, or "
+                         f"\"labels\": [\"{NODE_LABEL}=NAME\"] in daemon.json) or name it in the list "
+                         f"(KALENA_DOCKER_ENGINES=NAME=unix:///…); nothing was started or created",
+                         field="KALENA_DOCKER_ENGINES", accepted="one distinct node name per engine")
 
 
 def handle(args: argparse.Namespace) -> int:

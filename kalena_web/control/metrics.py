@@ -70,6 +70,9 @@ COUNTERS: dict[str, str] = {
                             "endpoint (tls: the handshake; mutate, filter, prioritize, bind; other) and reason",
     "kalena_link_refusals": "Agent messages refused for naming what the connection's node may not report on or act "
                             "on (foreign_workload: a workload placed on another node), by cluster, node and reason",
+    "kalena_link_superseded": "Live agent links closed because a newer authenticated link for the same node arrived "
+                              "(one live link per node; two agents fighting over a node raise it steadily), by "
+                              "cluster and node",
     "kalena_reconciler_events": "Watch events the reconciler applied, by kind and outcome (changed, unchanged, "
                                 "unknown, rejected: bad input, logged, nothing changed; failed)",
 }

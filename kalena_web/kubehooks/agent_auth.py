@@ -60,7 +60,8 @@ def service_account_authenticate(token: str, *, review: Callable[[str, list[str]
     except Refused:
         raise
     except Exception as exc:  # noqa: BLE001 - the API server unreachable or refusing: not authenticated
-        raise Refused("unknown_token", f"TokenReview failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+        raise Refused("unknown_token", f"TokenReview failed: {type(exc).__name__}: {str(exc)[:200]}",
+                      transient=True) from None
     if not status.get("authenticated"):
         raise Refused("unknown_token", f"TokenReview: not authenticated ({str(status.get('error') or '')[:200]})")
     user = status.get("user") or {}

@@ -2,7 +2,10 @@
 
 Connect: the ``Authorization: Bearer <token>`` header must name a valid, unrevoked token of a
 live node — otherwise the connection is refused before it is accepted (Daphne answers the
-upgrade with HTTP 403; the agent backs off and retries) and the refusal is counted. The first
+upgrade with HTTP 403; the agent takes it as its token refused and backs off for up to 5 minutes)
+and the refusal is counted. If the database cannot be read to check the token, the connection is
+accepted, gets an ``error`` and is closed with :data:`CLOSE_NOT_STORED` (the agent reconnects
+within seconds). The first
 frame must be a ``hello`` for the token's node, or the socket is closed (4403) and counted.
 
 Then every frame is checked (:mod:`kalena_web.telemetry.validation`) and handed to the
@@ -22,6 +25,17 @@ mitigation event, no why-evicted record, no audit entry of an eviction, no count
 attempt is counted (``kalena_link_refusals_total``) and audited (``link.refused``, with the
 node, its token, the client address and peer). A workload on no node any more (it left before
 the report came) is kept by name as before.
+
+Once the ``hello`` is accepted the console answers ``{"type": "welcome", "v": 1, "node": <name>}``:
+the agent reports itself connected only then (a refused hello gets ``error`` and a close instead).
+
+One live link per node (docs/control-plane-ingest.md, "One link per node"): an accepted ``hello``
+for a node that already has a live link in this process supersedes it — the newest wins, as a
+restarted agent must take over at once from a connection the kernel has not closed yet. The old
+connection gets an ``error`` "superseded by a newer link for node X from <peer>" and is closed with
+:data:`CLOSE_SUPERSEDED` (4409); both links are logged at WARNING, the takeover is counted
+(``kalena_link_superseded_total``) and audited (``link.superseded``). The superseded connection's
+disconnect does not mark the node disconnected.
 
 A revoked token's open connections are closed (4401) within ``TokenWatch.check_s``. Agent
 connections use no channel layer: nothing is sent to them from elsewhere.
@@ -62,6 +76,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_REFUSED = 4403      # hello missing, malformed or for another node
 CLOSE_REVOKED = 4401      # the connection's token was revoked
+CLOSE_SUPERSEDED = 4409  # a newer authenticated link for the same node took over (module doc)
 CLOSE_NOT_STORED = 4500   # a write (or a read it needs) failed: reconnect and resend. Never 1011 (module doc)
 VIEW_REFRESH_S = 2.0      # an unknown workload reloads the node's inventory at most this often
 VIEW_MAX_AGE_S = 30.0     # and it is reloaded at least this often
@@ -134,6 +149,7 @@ class TokenWatch:
     def __init__(self, check_s: float = 2.0) -> None:
         self.check_s = check_s
         self.by_token: dict[int, set[AgentConsumer]] = {}
+        self.by_node: dict[int, AgentConsumer] = {}   # node id → its one live link (hello accepted)
         self._task: asyncio.Task | None = None
 
     def add(self, token_id: int, consumer: AgentConsumer) -> None:
@@ -209,12 +225,26 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.identity = await off_thread(selectors.token_authenticate)(token)
         except selectors.Refused as refused:
             await self._refuse(refused.reason, refused.detail, node_id=refused.node_id)
+            if refused.transient:  # not checked now (TokenReview failed): the agent retries within seconds
+                self.identity = None
+                await self.accept()
+                await self.send(text_data=orjson.dumps({"type": "error", "v": 1, "message": (
+                    f"the token could not be checked now ({refused.detail[:300]}); reconnect")}).decode())
+                self.closed = True
+                await self.close(code=CLOSE_NOT_STORED)
+                return
             await self.close()  # before accept: the upgrade is denied
             return
-        except DatabaseError as exc:  # the database is away: deny the upgrade, the agent retries with backoff
-            log.warning("agent connection from %s not accepted, database unavailable: %s", self.peer, exc)
+        except DatabaseError as exc:
+            # the database is away: accept, say so and close 4500 (reconnect soon) — not HTTP 403,
+            # which the agent takes as its token refused and backs off from for minutes
+            log.warning("agent connection from %s closed, database unavailable: %s", self.peer, exc)
             self.identity = None
-            await self.close()
+            await self.accept()
+            await self.send(text_data=orjson.dumps({"type": "error", "v": 1, "message": (
+                f"the console's database is unavailable ({type(exc).__name__}); reconnect")}).decode())
+            self.closed = True
+            await self.close(code=CLOSE_NOT_STORED)
             return
         self.cluster_id: int | None = None
         self.sent_policy_version = -1
@@ -231,6 +261,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.identity is None:
             return
         self.tokens.discard(self.identity.token_id, self)
+        current = self.tokens.by_node.get(self.identity.node_id)
+        if current is self:
+            del self.tokens.by_node[self.identity.node_id]
+        elif current is not None:   # superseded: the node's newer link is live, it stays connected
+            return
         if self.view is not None:
             try:
                 await off_thread(services.agent_disconnect_record)(node_id=self.identity.node_id, now_s=time.time())
@@ -328,8 +363,30 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.view, self.cluster_id = view, cluster_id
         self.view_loaded = time.monotonic()
         self.reported_policy_version = message.get("policy_version")
+        previous = self.tokens.by_node.get(node_id)
+        self.tokens.by_node[node_id] = self
+        await self._send({"type": "welcome", "v": 1, "node": self.identity.node_name})
+        if previous is not None and previous is not self and not previous.closed:
+            await previous.superseded(self)
         if policy is not None:
             await self._send_policy_message(*policy)
+
+    async def superseded(self, newer: AgentConsumer) -> None:
+        """Close this link: ``newer`` is an accepted link for the same node (module doc)."""
+        node = self.identity.node_name
+        why = f"superseded by a newer link for node {node} from {newer.peer}"
+        log.warning("agent link of node %s from %s closed: %s", node, self.peer, why)
+        log.warning("agent link of node %s from %s supersedes the live link from %s (one live link per node; "
+                    "if this repeats, two agents run for node %s)", node, newer.peer, self.peer, node)
+        await self._send({"type": "error", "v": 1, "message": why[:1000]})
+        self.closed = True
+        await self.close(code=CLOSE_SUPERSEDED)
+        try:
+            await off_thread(services.link_superseded)(
+                node_id=self.identity.node_id, node_name=node, old_peer=self.peer, new_peer=newer.peer,
+                client_address=scope_client_address(newer.scope), token_id=newer.identity.token_id)
+        except DatabaseError as exc:  # the takeover happened; only its count and audit entry are lost
+            log.warning("recording the superseded link of node %s failed: %s", node, exc)
 
     async def send_policy(self) -> None:
         """Send the cluster's current policy version (none saved yet: nothing to send — the agent

@@ -17,13 +17,17 @@ from kalena_web.telemetry.validation import NodeView, pod_index
 
 
 class Refused(Exception):
-    """An agent connection refused before it is accepted: ``reason`` and ``detail``."""
+    """An agent connection refused before it is accepted: ``reason`` and ``detail``. ``transient``:
+    the token could not be checked now (the Kubernetes API server did not answer a TokenReview) —
+    the connection is accepted and closed 4500 so the agent retries within seconds, not refused
+    (HTTP 403), which an agent backs off from for minutes."""
 
-    def __init__(self, reason: str, detail: str, *, node_id: int | None = None) -> None:
+    def __init__(self, reason: str, detail: str, *, node_id: int | None = None, transient: bool = False) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.node_id = node_id
+        self.transient = transient
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from typing import Any
 
 from django.db import transaction
@@ -124,7 +125,8 @@ def agent_disconnect_record(*, node_id: int, now_s: float) -> None:
 
 def refused_connection_record(*, reason: str, node_id: int | None, peer: str, detail: str, now_s: float) -> None:
     """Count one refused agent connection (``reason``: ``missing_token``, ``malformed_token``,
-    ``unknown_token``, ``revoked_token``, ``node_mismatch``, ``no_hello``, ``bad_hello``)."""
+    ``unknown_token``, ``revoked_token``, ``node_mismatch``, ``no_hello``, ``bad_hello``; and
+    ``superseded``: a live link closed for a newer one of its node, :func:`link_superseded`)."""
     values = dict(last_s=now_s, last_peer=peer[:100], last_detail=detail[:300])
     if not RefusedConnection.objects.filter(node_id=node_id, reason=reason).update(count=F("count") + 1, **values):
         RefusedConnection.objects.create(node_id=node_id, reason=reason, count=1, **values)
@@ -145,6 +147,26 @@ def foreign_workload_refused(*, node_id: int, node_name: str, action: str, workl
     audit_record(actor_kind="agent", actor=f"agent of {node_name}", action="link.refused", cluster_name=cluster,
                  target=workload, after={"reason": "foreign_workload", "action": action, "workload_node": on_node,
                                          "client_address": client_address, "peer": peer, "token_id": token_id})
+
+
+def link_superseded(*, node_id: int, node_name: str, old_peer: str, new_peer: str, client_address: str,
+                    token_id: int) -> None:
+    """A node's live link was closed because a newer authenticated link for the same node
+    arrived (one live link per node: docs/control-plane-ingest.md): counted in
+    ``kalena_link_superseded_total{cluster, node}``, among the node's refused connections
+    (``superseded``, with the old link's peer: the console's Agents page lists it) and audited
+    (``link.superseded``: the node, the old and the new connection's peers, the new one's client
+    address and token)."""
+    from kalena_web.control.services import metric_increment
+    from kalena_web.policy.services import audit_record
+
+    cluster = Node.objects.filter(id=node_id).values_list("cluster__name", flat=True).first() or ""
+    metric_increment(name="kalena_link_superseded", labels={"cluster": cluster, "node": node_name})
+    refused_connection_record(reason="superseded", node_id=node_id, peer=old_peer, now_s=time.time(),
+                              detail=f"superseded by a newer link for node {node_name} from {new_peer}")
+    audit_record(actor_kind="agent", actor=f"agent of {node_name}", action="link.superseded", cluster_name=cluster,
+                 target=node_name, after={"old_peer": old_peer, "new_peer": new_peer,
+                                          "client_address": client_address, "token_id": token_id})
 
 
 def telemetry_prune(*, before_s: float, max_batches: int = 200_000, chunk: int = 20_000) -> int:

@@ -69,6 +69,8 @@ class WsServer:
             async for frame in ws:
                 message = json.loads(frame)
                 self.received.append(message)
+                if message["type"] == "hello":   # the console accepts the hello
+                    await ws.send(json.dumps({"type": "welcome", "v": 1, "node": message["node"]}))
                 if self.ack and acking and "batch_id" in message:
                     await ws.send(json.dumps({"type": "ack", "v": 1, "batch_id": message["batch_id"]}))
 
@@ -153,9 +155,11 @@ def test_wrong_token_is_refused_at_the_handshake_and_retried_with_backoff(tmp_pa
     buffer = LinkBuffer(tmp_path / "buf.sqlite3", node="node-a")
     try:
         buffer.append(samples_batch(1, 1.0))
-        client = client_factory(port, buffer, token="a-wrong-one")
+        client = client_factory(port, buffer, token="a-wrong-one", refused_backoff_base_s=0.05)
         assert wait_for(lambda: server.refused >= 3)
         assert server.received == [] and buffer.count() == 1 and "401" in (client.last_error or "")
+        state = client.state()
+        assert state["state"] == "refused" and "HTTP 401" in state["reason"] and not client.connected.is_set()
     finally:
         server.close()
 

@@ -78,3 +78,17 @@ def test_kalena_tokens_still_work_and_unreachable_api_refuses(live, settings):
     with pytest.raises(Refused) as info:  # the fake orchestrator has no TokenReview
         token_authenticate("eyJhbGciOi.projected.token")
     assert info.value.reason == "unknown_token"
+
+
+def test_a_tokenreview_that_fails_is_a_transient_refusal_not_a_refused_token(live, api):
+    """The API server not answering is no verdict on the token: the console closes the connection
+    4500 (the agent is back within seconds) instead of denying it (the agent backs off minutes)."""
+    def unreachable(token, audiences, cluster):
+        raise ConnectionError("the API server did not answer")
+
+    with pytest.raises(Refused) as info:
+        service_account_authenticate("sa-alpha", review=unreachable)
+    assert info.value.transient and "TokenReview failed: ConnectionError" in info.value.detail
+    with pytest.raises(Refused) as forged:                 # a verdict: refused for good
+        service_account_authenticate("forged", review=review(api))
+    assert not forged.value.transient

@@ -40,6 +40,7 @@ from agents.orchestrators.events import NodeSeen, WatchEvent
 from agents.units import parse_k8s_quantity
 
 CFS_PERIOD_US = 100_000
+NODE_LABEL = "kalena.naughtian.io/node"   # an engine's node name (``dockerd --label``)
 ALLOCATABLE_CPU = "kalena.naughtian.io/allocatable-cpu"
 ALLOCATABLE_MEMORY = "kalena.naughtian.io/allocatable-memory"
 #: Kubernetes' default ``terminationGracePeriodSeconds``: a pod's stop grace when none is labelled.
@@ -59,6 +60,7 @@ class Engine:
         self.config = config
         self._client = client
         self._name = config.node
+        self.named_by = "KALENA_DOCKER_ENGINES" if config.node else ""   # where :attr:`node` came from
 
     @classmethod
     def of_client(cls, client: docker.DockerClient) -> Engine:
@@ -82,11 +84,14 @@ class Engine:
     def node(self) -> str:
         """The node name (asked once): configuration, else the engine's label
         ``kalena.naughtian.io/node`` (``dockerd --label``), else its ``Name`` — the rule the node
-        agent's ``--node-name-from-engine`` follows too."""
+        agent's ``--node-name-from-engine`` follows too. :attr:`named_by` says which
+        (``KALENA_DOCKER_ENGINES``, ``label``, ``docker info Name``, ``URL``)."""
         if not self._name:
             info = self._call("info", lambda c: c.info())
             labels = dict(x.split("=", 1) for x in info.get("Labels") or [] if "=" in x)
-            self._name = str(labels.get("kalena.naughtian.io/node") or info.get("Name") or self.config.url)
+            label, name = labels.get(NODE_LABEL), info.get("Name")
+            self.named_by = "label" if label else "docker info Name" if name else "URL"
+            self._name = str(label or name or self.config.url)
         return self._name
 
     def _call(self, what: str, fn):  # type: ignore[no-untyped-def]

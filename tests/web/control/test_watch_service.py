@@ -35,6 +35,52 @@ def test_watch_refuses_an_engine_that_does_not_answer_and_creates_nothing(db, se
     assert not Cluster.objects.filter(name="stack").exists()
 
 
+class FakeEngineClient:
+    """A ``docker.DockerClient`` stand-in answering ``ping`` and ``info`` as an engine would."""
+
+    def __init__(self, info: dict) -> None:
+        self._info = info
+
+    def ping(self) -> bool:
+        return True
+
+    def info(self) -> dict:
+        return self._info
+
+
+def test_watch_refuses_two_unlabelled_engines_that_would_get_the_same_node_name(
+        db, settings, monkeypatch, capsys) -> None:
+    """Two engines on one host, neither labelled: both answer ``docker info`` with the host's
+    name (and the lab's engines even with the same engine ID), so both would be node 'lab-host'."""
+    from agents.orchestrators.docker import Engine
+    from agents.orchestrators.docker.engines import EngineConfig
+    from kalena_web.control import orchestrators
+
+    same = {"Name": "lab-host", "ID": "ABCD:EF01", "Labels": []}
+    engines = {
+        "unlabelled": [Engine(EngineConfig(url="unix:///run/a/docker.sock"), client=FakeEngineClient(same)),
+                       Engine(EngineConfig(url="unix:///run/b/docker.sock"), client=FakeEngineClient(same))],
+        "labelled": [Engine(EngineConfig(url="unix:///run/a/docker.sock"), client=FakeEngineClient(
+                         {**same, "Labels": ["kalena.naughtian.io/node=lab-a"]})),
+                     Engine(EngineConfig(url="unix:///run/b/docker.sock"), client=FakeEngineClient(
+                         {**same, "Labels": ["kalena.naughtian.io/node=lab-b"]}))],
+    }
+    settings.KALENA_ORCHESTRATOR = "docker"
+    monkeypatch.setattr(orchestrators, "docker_engines", lambda: engines["unlabelled"])
+    assert kalena(["watch", "--cluster", "stack", "--create"]) == 2
+    err = capsys.readouterr().err
+    assert ("node 'lab-host': unix:///run/a/docker.sock (named by docker info Name) and "
+            "unix:///run/b/docker.sock (named by docker info Name)") in err
+    assert "dockerd --label kalena.naughtian.io/node=NAME" in err and "nothing was started or created" in err
+    assert not Cluster.objects.filter(name="stack").exists()
+    # labelled, the same two engines are two nodes: the check passes
+    from kalena_web.cli.watch import engines_answer
+
+    monkeypatch.setattr(orchestrators, "docker_engines", lambda: engines["labelled"])
+    engines_answer()
+    assert [e.node for e in engines["labelled"]] == ["lab-a", "lab-b"]
+
+
 def test_watch_creates_the_cluster_and_registers_the_engine_and_serve_no_watch_does_not(
         transactional_db, services, tmp_path) -> None:
     services.env.update(KALENA_ORCHESTRATOR="docker", KALENA_DOCKER_ENGINES=DOCKER)

@@ -115,6 +115,7 @@ class Agent:
         elif token is not None:
             headers.append((b"authorization", f"Bearer {token}".encode()))
         self.comm = WebsocketCommunicator(app, "/agent/v1/ws", headers=headers)
+        self.welcomed: dict | None = None
 
     async def connect(self) -> bool:
         connected, _ = await self.comm.connect(timeout=10)
@@ -123,15 +124,21 @@ class Agent:
     async def send(self, message: dict | str) -> None:
         await self.comm.send_to(text_data=message if isinstance(message, str) else json.dumps(message))
 
-    async def receive(self, timeout: float = 10.0) -> dict:
-        output = await self.comm.receive_output(timeout)
-        if output["type"] == "websocket.close":
-            return {"type": "closed", "code": output.get("code")}
-        return json.loads(output["text"])
+    async def receive(self, timeout: float = 10.0, *, welcome: bool = False) -> dict:
+        """The next frame; the ``welcome`` that accepts a hello is noted in ``welcomed`` and
+        skipped unless ``welcome``."""
+        while True:
+            output = await self.comm.receive_output(timeout)
+            if output["type"] == "websocket.close":
+                return {"type": "closed", "code": output.get("code")}
+            message = json.loads(output["text"])
+            if message.get("type") != "welcome" or welcome:
+                return message
+            self.welcomed = message
 
     async def until(self, kind: str, timeout: float = 10.0) -> dict:
         while True:
-            message = await self.receive(timeout)
+            message = await self.receive(timeout, welcome=kind == "welcome")
             if message["type"] in (kind, "closed"):
                 return message
 

@@ -155,6 +155,7 @@ def test_embedded_default_sqlite_eager_estimation_end_to_end(kuberina_dir: Path,
             async with connect(f"ws://127.0.0.1:{port}/agent/v1/ws",
                                additional_headers={"Authorization": f"Bearer {token}"}) as ws:
                 await ws.send(json.dumps(hello("thinkcentre-beta")))
+                assert json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "welcome"
                 now = time.time()
                 await ws.send(json.dumps(samples("thinkcentre-beta", 1, [record(PG, now - 1, cpu_mcpu=50.0),
                                                                         record("nope/x", now - 1)])))

@@ -125,6 +125,7 @@ def test_frames_over_the_limit_are_refused_counted_and_acknowledged(home, servic
         url = f"ws://127.0.0.1:{port}/agent/v1/ws"
         async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as ws:
             await ws.send(json.dumps(hello(NODE)))
+            assert json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "welcome"
             await ws.send(json.dumps(over))
             replies = [json.loads(await asyncio.wait_for(ws.recv(), 30)) for _ in range(2)]
             await ws.send(json.dumps(far_over))

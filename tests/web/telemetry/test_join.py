@@ -40,17 +40,19 @@ def start_agent(node: str, *, port: int, secret: Path, state: Path, log: Path) -
 
 
 async def first_answer(port: int, token: str, node: str) -> dict:
-    """Connect with ``token``, say hello as ``node``; the console's first answer (error or
-    nothing within 3 s = accepted) and the close code."""
+    """Connect with ``token``, say hello as ``node``; the console's first answer (``welcome`` =
+    accepted, else the error) and the close code."""
     async with connect(f"ws://127.0.0.1:{port}/agent/v1/ws", additional_headers={"Authorization": f"Bearer {token}"},
                        proxy=None) as ws:
         await ws.send(json.dumps(hello(node)))
         try:
-            message = json.loads(await asyncio.wait_for(ws.recv(), timeout=3))
+            message = json.loads(await asyncio.wait_for(ws.recv(), timeout=10))
         except asyncio.TimeoutError:
-            return {"accepted": True}
+            return {"accepted": None, "why": "no answer to the hello within 10 s"}
         except Exception:                           # closed without a message
             message = {}
+        if message.get("type") == "welcome":
+            return {"accepted": True}
         try:
             await asyncio.wait_for(ws.recv(), timeout=5)
         except Exception:

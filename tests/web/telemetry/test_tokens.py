@@ -166,3 +166,51 @@ def test_the_agents_page_shows_tokens_staleness_and_rejections_per_reason(client
     assert "1 active" in html and "fresh" in html
     assert client.get("/live/nowhere/agents/").status_code == 404
     assert 'href="/live/home/agents/"' in client.get("/live/home/").content.decode()   # linked from the nav
+
+
+def test_a_newer_link_for_the_node_supersedes_the_live_one(agent_app, beta, beta_token) -> None:
+    async def conversation() -> dict:
+        old, new = Agent(agent_app, beta_token), Agent(agent_app, beta_token)
+        assert await old.connect()
+        await old.send(hello("thinkcentre-beta"))
+        old_welcome = await old.until("welcome")
+        assert await new.connect()
+        await new.send(hello("thinkcentre-beta"))
+        new_welcome = await new.until("welcome")
+        error = await old.receive()
+        closed = await old.receive()
+        await old.close()
+        await new.send(samples("thinkcentre-beta", 1, [record("database/postgres-0", time.time())]))
+        ack = await new.until("ack")
+        await new.close()
+        return {"old_welcome": old_welcome, "new_welcome": new_welcome, "error": error, "closed": closed, "ack": ack}
+
+    result = run(conversation())
+    assert result["old_welcome"] == result["new_welcome"] == {"type": "welcome", "v": 1, "node": "thinkcentre-beta"}
+    assert result["error"]["message"].startswith("superseded by a newer link for node thinkcentre-beta from ")
+    assert result["closed"] == {"type": "closed", "code": 4409}
+    assert result["ack"]["accepted"] == 1                  # the newer link goes on
+
+
+def test_a_connection_while_the_database_is_away_is_closed_4500_not_refused(agent_app, beta, beta_token) -> None:
+    """A token that cannot be checked is no verdict on it: the agent must retry within seconds (4500),
+    not take it for a refused token (HTTP 403) and back off for minutes."""
+    from django.db import connection
+
+    def break_tokens(broken: bool) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE telemetry_agenttoken RENAME TO telemetry_agenttoken_away" if broken
+                           else "ALTER TABLE telemetry_agenttoken_away RENAME TO telemetry_agenttoken")
+
+    async def conversation() -> dict:
+        agent = Agent(agent_app, beta_token)
+        accepted = await agent.connect()
+        return {"accepted": accepted, "error": await agent.receive(), "closed": await agent.receive()}
+
+    break_tokens(True)
+    try:
+        result = run(conversation())
+    finally:
+        break_tokens(False)
+    assert result["accepted"] is True and "database is unavailable" in result["error"]["message"]
+    assert result["closed"] == {"type": "closed", "code": 4500}
