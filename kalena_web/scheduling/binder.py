@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from agents.orchestrators import BindingUncertain, Orchestrator, OrchestratorError, StaleBinding
-from kalena_web.scheduling.lifecycle import batch_drop, batch_requeue, batch_requeue_many
+from kalena_web.scheduling.lifecycle import batch_bind_refused, batch_drop, batch_requeue, batch_requeue_many
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.queue import QueuedPod
 
@@ -154,7 +154,7 @@ def bind_outcome(pod: QueuedPod, answer: Exception | None, *, now_s: float, repo
     binding (409 already assigned, 404 gone: a watched pod leaves the queue, never loops); an
     uncertain one (a watched pod stays bound, unconfirmed, until the watch or a read —
     :func:`~kalena_web.scheduling.lifecycle.batch_unconfirmed` — settles it); any other refusal
-    (requeued)."""
+    (requeued with backoff, the node avoided: :func:`~kalena_web.scheduling.lifecycle.batch_bind_refused`)."""
     if answer is None:
         report.placed += 1
     elif isinstance(answer, LeaseLapsed):
@@ -173,7 +173,7 @@ def bind_outcome(pod: QueuedPod, answer: Exception | None, *, now_s: float, repo
         report.errors.append(str(answer))
         if pod.source != BatchPod.WATCH:
             batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
-    else:
+    else:  # the engine could not run it there: its words are the pod's reason, backoff, another node
         report.failed += 1
         report.errors.append(str(answer))
-        batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+        batch_bind_refused(pod=pod, now_s=now_s, error=str(answer) or "bind refused")
