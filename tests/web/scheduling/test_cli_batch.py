@@ -201,3 +201,23 @@ def test_a_pod_its_engine_cannot_run_shows_the_engines_words(live, capsys) -> No
     client.force_login(User.objects.create_superuser("root", "r@x", "pw"))
     page = client.get(reverse("console:live_pending", args=["home"])).content.decode()
     assert "no such host" in page and node in page
+
+
+def test_a_drained_node_reads_ready_scheduling_disabled(live, capsys) -> None:
+    """A Swarm node drained (``docker node update --availability drain``) or a cordoned one is
+    ready but takes no new pods: kubectl's ``Ready,SchedulingDisabled``, ``schedulable: false``."""
+    import yaml
+
+    from kalena_web.control.models import NodeCondition
+    from kalena_web.inventory.models import Node
+
+    for node in Node.objects.filter(cluster=live):
+        NodeCondition.objects.update_or_create(node=node, defaults={"schedulable": node.name != "thinkcentre-beta"})
+    for output in ("", "wide"):
+        status, out, _ = kalena(capsys, "get", "nodes", "home", *(["-o", output] if output else []))
+        rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:]}
+        assert status == 0 and rows["thinkcentre-beta"] == "Ready,SchedulingDisabled" and rows["thinkcentre-alpha"] == "Ready"
+    nodes = {n["name"]: n for n in json.loads(kalena(capsys, "get", "nodes", "home", "-o", "json")[1])}
+    assert nodes["thinkcentre-beta"]["ready"] is True and nodes["thinkcentre-beta"]["schedulable"] is False
+    assert nodes["thinkcentre-alpha"]["schedulable"] is True
+    assert yaml.safe_load(kalena(capsys, "get", "nodes", "home", "-o", "yaml")[1])[1]["schedulable"] is False
