@@ -99,8 +99,8 @@ def batch_bind_refused(*, pod: BatchPod, now_s: float, error: str) -> None:
         WhyPending.objects.update_or_create(pod=pod, defaults={"time_s": now_s, "binding": "bind_refused",
                                                                "record": record})
     if not told:
-        log.warning("batch pod %s: %s refused to run it (%s); next attempt in %g s, %s avoided until another "
-                    "node fits or %g s pass", pod.workload.name, node, error, retry_s - now_s, node, AVOID_S)
+        log.warning("batch pod %s: %s refused to run it (%s); next attempt in %g s, %s avoided for it for %g s "
+                    "while another node fits", pod.workload.name, node, error, retry_s - now_s, node, AVOID_S)
 
 
 def refusal_list(refused_on: dict) -> list[dict]:
