@@ -150,13 +150,16 @@ class BindingPool:
 
 
 def bind_outcome(pod: QueuedPod, answer: Exception | None, *, now_s: float, report) -> None:
-    """Apply one binding call's answer: bound; the lease lapsed first (requeued); a stale
+    """Apply one binding call's answer: bound (a pod a node refused before has its backoff
+    reset); the lease lapsed first (requeued); a stale
     binding (409 already assigned, 404 gone: a watched pod leaves the queue, never loops); an
     uncertain one (a watched pod stays bound, unconfirmed, until the watch or a read —
     :func:`~kalena_web.scheduling.lifecycle.batch_unconfirmed` — settles it); any other refusal
     (requeued with backoff, the node avoided: :func:`~kalena_web.scheduling.lifecycle.batch_bind_refused`)."""
     if answer is None:
         report.placed += 1
+        if pod.refused:  # the engine ran it: the next refusal backs off from the start again
+            BatchPod.objects.filter(id=pod.id).update(refusals=0, retry_s=None)
     elif isinstance(answer, LeaseLapsed):
         report.stopped_early = True
         batch_requeue(pod=pod, now_s=now_s, reason=LEASE_LAPSED)

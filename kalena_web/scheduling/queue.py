@@ -37,6 +37,8 @@ class QueuedPod:
     source: str
     uid: str
     spec: BatchSpec
+    #: a node refused to run it before (its backoff restarts from 10 s once a binding succeeds)
+    refused: bool = False
 
     @property
     def name(self) -> str:
@@ -60,7 +62,7 @@ def _queued(p: BatchPod) -> tuple[PendingRow, QueuedPod]:
                      avoid=tuple((n, float(v["until_s"])) for n, v in (p.refused_on or {}).items()
                                  if isinstance(v, dict) and "until_s" in v))
     return row, QueuedPod(id=p.id, workload_id=w.id, request=tuple(float(v) for v in w.request), source=p.source,
-                          uid=p.uid, spec=spec_of(p))
+                          uid=p.uid, spec=spec_of(p), refused=p.refusals > 0)
 
 
 class PendingQueue:

@@ -328,3 +328,13 @@ def test_the_backoff_survives_a_restart_and_a_refusing_node_is_reused_when_no_ot
     Node.objects.filter(cluster=live).exclude(name=orch.tried[0]).update(takes_batch=False)
     scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1011.0, rng=np.random.default_rng(0))
     assert orch.tried == [orch.tried[0]] * 2
+    # once an engine runs it, the backoff starts again from 10 s
+    from kalena_web.scheduling.lifecycle import batch_requeue
+
+    scheduling_pass(cluster=live, orchestrator=FakeOrchestrator(node_names=names), policy=Policy(), now_s=1031.0,
+                    rng=np.random.default_rng(0))
+    pod = BatchPod.objects.get(workload__name="batch/nope-1")
+    assert pod.state == BatchPod.BOUND and (pod.refusals, pod.retry_s) == (0, None)
+    batch_requeue(pod=pod, now_s=1040.0, reason="evicted")
+    scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1041.0, rng=np.random.default_rng(0))
+    assert BatchPod.objects.get(id=pod.id).retry_s == 1041.0 + 10.0
