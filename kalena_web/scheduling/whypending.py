@@ -94,12 +94,13 @@ def why_pending_record(records, pods_of_entry: Sequence[Sequence[int]], left: se
             continue
         for pod_id in pod_ids:
             if pod_id in left:
-                if refused.get(pod_id):  # a node refused to run it: the record says so beside the rules
+                own = record
+                if refused.get(pod_id):  # a node refused to run it: its record says so beside the rules
                     from kalena_web.scheduling.lifecycle import refusal_list
 
                     live = {n: v for n, v in refused[pod_id].items() if v.get("until_s", 0.0) > now_s}
-                    record = {**record, "refused": refusal_list(live)} if live else record
-                rows.append(WhyPending(pod_id=pod_id, time_s=now_s, binding=str(record["binding"]), record=record))
+                    own = {**record, "refused": refusal_list(live)} if live else record
+                rows.append(WhyPending(pod_id=pod_id, time_s=now_s, binding=str(own["binding"]), record=own))
     with transaction.atomic():
         WhyPending.objects.filter(pod_id__in=[r.pod_id for r in rows]).delete()
         WhyPending.objects.bulk_create(rows, batch_size=5000)

@@ -338,3 +338,17 @@ def test_the_backoff_survives_a_restart_and_a_refusing_node_is_reused_when_no_ot
     batch_requeue(pod=pod, now_s=1040.0, reason="evicted")
     scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1041.0, rng=np.random.default_rng(0))
     assert BatchPod.objects.get(id=pod.id).retry_s == 1041.0 + 10.0
+
+
+def test_only_the_pod_a_node_refused_has_the_refusal_in_its_why_pending(live) -> None:
+    from types import SimpleNamespace
+
+    from kalena_web.scheduling.whypending import why_pending_record
+
+    a, b = submit(live, "batch/twin-0"), submit(live, "batch/twin-1")  # one entry: identical pods
+    BatchPod.objects.filter(id=a.id).update(refused_on={"thinkcentre-beta": {"until_s": 2000.0, "error": "no such host"}})
+    engine = SimpleNamespace(entry=0, to_dict=lambda: {"binding": "cpu", "nodes_total": 3, "excluded": {"cpu": 3}})
+    assert why_pending_record([engine], [[a.id, b.id]], {a.id, b.id}, 1500.0) == 2
+    records = {w.pod_id: w.record for w in WhyPending.objects.filter(pod_id__in=[a.id, b.id])}
+    assert records[a.id]["refused"] == [{"node": "thinkcentre-beta", "until_s": 2000.0, "error": "no such host"}]
+    assert "refused" not in records[b.id] and records[b.id]["excluded"] == {"cpu": 3}
