@@ -158,13 +158,24 @@ def _columns(wide: bool, now_s: float) -> list:
             ("RAM", lambda p: quantity(p.workload.request[1] / GIB, "Gi")),
             ("AGE", lambda p: age(now_s - p.submitted_s) if p.submitted_s else "")]
     if wide:
-        from kalena_web.console.why import reason_text
-
         cols += [("OWNER", lambda p: p.workload.owner), ("REQUEUES", lambda p: p.requeues),
-                 ("WHY PENDING", lambda p: reason_text(p.why_pending.binding)
-                  if p.state == "pending" and getattr(p, "why_pending", None) else ""),
+                 ("WHY PENDING", lambda p: _why_text(p) if p.state == "pending" else ""),
                  ("OUTCOME", lambda p: (p.outcome or "") + (f" ({p.reason})" if p.reason else ""))]
     return cols
+
+
+def _why_text(pod) -> str:  # type: ignore[no-untyped-def]
+    """The WHY PENDING cell: the binding constraint in words, or the engine's words when a node
+    refused to run the pod (``node-a: engine … run: … no such host``)."""
+    from kalena_web.console.why import reason_text
+
+    why = getattr(pod, "why_pending", None)
+    if why is None:
+        return ""
+    refused = why.record.get("refused") or []
+    if refused:
+        return f"{refused[0]['node']} refused: {refused[0].get('error') or 'bind refused'}"
+    return reason_text(why.binding)
 
 
 def _answer(pod) -> dict[str, Any]:  # type: ignore[no-untyped-def]

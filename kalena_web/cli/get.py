@@ -33,6 +33,8 @@ def _row(node, now_s: float) -> dict:  # type: ignore[no-untyped-def]
     cap, reserved = led.capacity, [a + b for a, b in zip(led.prod_reservation, led.batch_reservation, strict=True)]
     return {
         "name": node.name, "ready": node.condition.ready if hasattr(node, "condition") else None,
+        # cordoned (Kubernetes) or drained / paused (Swarm): takes no new pods
+        "schedulable": node.condition.schedulable if hasattr(node, "condition") else None,
         "stale": led.stale, "last_sample_s": led.last_sample_s,
         "capacity": {"cpu": cap[0] / 1000.0, "ram": cap[1] / GIB},
         "slack": {"cpu": (cap[0] - reserved[0]) / 1000.0, "ram": (cap[1] - reserved[1]) / GIB},
@@ -64,6 +66,14 @@ def handle_nodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def status(row: dict) -> str:
+    """kubectl's STATUS: ``Ready``, ``NotReady`` or ``Stale`` (no fresh sample from the node's
+    agent), with ``,SchedulingDisabled`` when the node takes no new pods (cordoned, or a Swarm
+    node drained or paused): ``Ready,SchedulingDisabled``."""
+    text = "Stale" if row["stale"] else ("Ready" if row["ready"] in (True, None) else "NotReady")
+    return text + (",SchedulingDisabled" if row.get("schedulable") is False else "")
+
+
 def print_nodes(rows: list[dict], output: str) -> None:
     """The node rows (``_row``'s keys; cpu in cores, ram in GiB) as ``output`` says."""
     if output in ("json", "yaml"):
@@ -74,7 +84,7 @@ def print_nodes(rows: list[dict], output: str) -> None:
         return lambda r: f"{quantity(r[key]['cpu'])} / {quantity(r[key]['ram'])}Gi"
 
     cols = [("NAME", lambda r: r["name"]),
-            ("STATUS", lambda r: "Stale" if r["stale"] else ("Ready" if r["ready"] in (True, None) else "NotReady")),
+            ("STATUS", status),
             ("CPU SLACK", lambda r: quantity(r["slack"]["cpu"])), ("RAM SLACK", lambda r: quantity(r["slack"]["ram"], "Gi")),
             ("CAPACITY", pair("capacity")), ("BATCH", lambda r: r["batch_pods"]),
             ("LAST SAMPLE", lambda r: age(r["age_s"]) + " ago" if r["age_s"] is not None else "never")]

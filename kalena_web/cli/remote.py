@@ -224,7 +224,8 @@ def get_nodes(args: argparse.Namespace) -> int:
     client = _client(args)
     _, nodes = client.request("GET", f"/api/clusters/{_quote(args.cluster)}/nodes", query={"page_size": "1000"})
     now = time.time()
-    rows = [{"name": n["name"], "ready": None, "stale": n["telemetry_stale"], "last_sample_s": n["last_sample_s"],
+    rows = [{"name": n["name"], "ready": n.get("ready"), "schedulable": n.get("schedulable"),
+             "stale": n["telemetry_stale"], "last_sample_s": n["last_sample_s"],
              **{k: {"cpu": float(n[k].get("cpu", 0)), "ram": float(n[k].get("ram", 0))}
                 for k in ("capacity", "slack", "headroom", "requests", "reservations", "usage")},
              "batch_pods": n["batch_pods"],

@@ -45,12 +45,17 @@ def amount(value: float | None, decimals: int = 2) -> str:
 
 
 CONDITIONS = {"ram": "memory pressure", "cpu": "CPU pressure"}
+#: eviction causes that are no node pressure: the orchestrator stopped the pod
+NOT_PRESSURE = {"node_drained": "node drained", "node_lost": "node lost", "orchestrator": "stopped by the orchestrator"}
 
 
 def eviction_condition(reason: str, dimension: str | None) -> str:
     """What evicted a pod, condition first: the node condition, then how the victim was chosen
     (``"priority"`` only ordered the victims). ``("priority", "ram")`` → ``"memory pressure ·
-    lowest priority chosen"``; ``("limit_breach", "ram")`` → ``"memory pressure · over its limit"``."""
+    lowest priority chosen"``; ``("limit_breach", "ram")`` → ``"memory pressure · over its limit"``; a
+    cause that is no pressure in its own words: ``("node_drained", "")`` → ``"node drained"``."""
+    if not dimension and reason in NOT_PRESSURE:
+        return NOT_PRESSURE[reason]
     condition = CONDITIONS.get(dimension or "", f"{dimension} pressure" if dimension else "node pressure")
     how = {"priority": "lowest priority chosen", "limit_breach": "over its limit"}.get(reason,
                                                                                      reason.replace("_", " "))

@@ -78,10 +78,12 @@ PENDING_LIST = ListSpec(
 EVICTION_LIST = ListSpec(
     search=("workload_name", "node__name"),
     filters={"cause": {"all": Q(), "priority": Q(cause="priority"), "limit_breach": Q(cause="limit_breach"),
-                       "escalation": Q(cause="escalation")},
+                       "escalation": Q(cause="escalation"), "node_drained": Q(cause="node_drained"),
+                       "node_lost": Q(cause="node_lost")},
              "condition": {"all": Q(), "memory_pressure": Q(dimension="ram"), "cpu_pressure": Q(dimension="cpu")},
              "tier": {"all": Q(), "batch": Q(tier="batch"), "service": ~Q(tier="batch")}},
-    labels={"limit_breach": "over its limit", "priority": "lowest priority"},
+    labels={"limit_breach": "over its limit", "priority": "lowest priority", "node_drained": "node drained",
+            "node_lost": "node lost"},
     sorts={"time": ("time_s",), "workload": ("workload_name",), "node": ("node__name",), "priority": ("priority",)},
     default_sort="-time", per_page=50)
 

@@ -37,6 +37,7 @@ REASONS = {
     "releasing": "terminating pods the kubelet still counts",
     "kubelet_allocatable": "the node's published batch allocatable is not raised yet",
     "no_nodes": "the cluster has no nodes",
+    "bind_refused": "the node's engine refused to run it (backing off before the next attempt)",
 }
 DIMENSIONS = {"cpu": "CPU", "ram": "memory", "gpu": "GPU", "net_in": "network in", "net_out": "network out",
               "disk_read": "disk read", "disk_write": "disk write"}
@@ -101,8 +102,11 @@ def _detail(r: dict) -> str:
 
 
 def rejection_lines(record: dict) -> list[str]:
-    """The why-pending record's typed rejection examples as sentences an operator reads."""
-    lines = []
+    """The why-pending record's typed rejection examples as sentences an operator reads; first,
+    each node that refused to run the pod, with the engine's words, and the next attempt."""
+    from kalena_web.scheduling.whypending import refusal_lines
+
+    lines = refusal_lines(record)
     for r in record.get("rejections") or []:
         node = r.get("node") or "the gang"
         if "shortfall" in r:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router, Schema
+from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
 from kalena_engine.resources import to_ir_block
@@ -21,6 +21,8 @@ router = Router(tags=["control"])
 
 class NodeOut(Schema):
     name: str
+    ready: bool = True
+    schedulable: bool = Field(True, description="false: cordoned, or a Swarm node drained or paused (no new pods)")
     telemetry_stale: bool
     last_sample_s: float | None
     last_sample_at: str | None = None  # the *_s times as ISO 8601 (UTC)
@@ -69,7 +71,7 @@ def nodes(request: HttpRequest, response: HttpResponse, cluster: ClusterName,
     if slack_ineligible is not None:
         views = [v for v in views if (v.ineligible_until_s > now) == slack_ineligible]
     views = sort_items(views, page, NODE_SORTS, "row")
-    return [NodeOut(name=v.node.name, telemetry_stale=v.stale, last_sample_s=v.last_sample_s,
+    return [NodeOut(name=v.node.name, ready=v.ready, schedulable=v.schedulable, telemetry_stale=v.stale, last_sample_s=v.last_sample_s,
                     last_sample_at=iso(v.last_sample_s),
                     slack_ineligible=v.ineligible_until_s > now, ineligible_until_s=v.ineligible_until_s,
                     ineligible_until_at=iso(v.ineligible_until_s) if v.ineligible_until_s > 0 else None,

@@ -37,6 +37,22 @@ def _current_node(pod: BatchPod) -> str | None:
     return w.node.name if pod.state == BatchPod.BOUND and w.node_id is not None else None
 
 
+#: why the orchestrator stopped a pod Kalena did not evict, in words (why-evicted, ``describe``)
+CAUSE_WORDS = {"node_lost": "node lost", "node_drained": "node drained", "orchestrator": "stopped by the orchestrator"}
+
+
+def orchestrator_cause(pod: BatchPod, reason: str) -> str:
+    """The eviction cause of a pod the orchestrator stopped (not Kalena's agent, not Kalena's
+    own eviction): ``node_lost`` (its node or engine was lost: ``NodeLost``), ``node_drained``
+    (its node takes no new pods now — a Swarm node drained or paused, a cordoned node — and
+    the orchestrator shut its container down), else ``orchestrator``."""
+    if reason == "NodeLost":
+        return "node_lost"
+    if NodeCondition.objects.filter(node_id=pod.workload.node_id, schedulable=False).exists():
+        return "node_drained"
+    return "orchestrator"
+
+
 def _agent_evicted(pod: BatchPod) -> bool:
     """An agent reported evicting this placement of the pod (its report is the why-evicted)."""
     w = pod.workload
@@ -65,7 +81,8 @@ def finished(pod: BatchPod, *, node: str, outcome: str, reason: str, exit_code: 
         outcome = "evicted"  # the agent stopped it (a Swarm task it stopped reads failed from the task list)
     if outcome == "evicted":
         if not _agent_evicted(pod):
-            _record(pod, cause="orchestrator", at_s=at_s, why=f"stopped on {node}: {reason}", detail={})
+            cause = orchestrator_cause(pod, reason)
+            _record(pod, cause=cause, at_s=at_s, why=f"{CAUSE_WORDS[cause]}: stopped on {node}: {reason}", detail={})
         lifecycle.batch_evicted(pod=pod, now_s=now_s, reason=f"{reason} on {node}")
         return True
     if outcome == "oom":

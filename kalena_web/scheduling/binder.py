@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from agents.orchestrators import BindingUncertain, Orchestrator, OrchestratorError, StaleBinding
-from kalena_web.scheduling.lifecycle import batch_drop, batch_requeue, batch_requeue_many
+from kalena_web.scheduling.lifecycle import batch_bind_refused, batch_drop, batch_requeue, batch_requeue_many
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.queue import QueuedPod
 
@@ -150,13 +150,16 @@ class BindingPool:
 
 
 def bind_outcome(pod: QueuedPod, answer: Exception | None, *, now_s: float, report) -> None:
-    """Apply one binding call's answer: bound; the lease lapsed first (requeued); a stale
+    """Apply one binding call's answer: bound (a pod a node refused before has its backoff
+    reset); the lease lapsed first (requeued); a stale
     binding (409 already assigned, 404 gone: a watched pod leaves the queue, never loops); an
     uncertain one (a watched pod stays bound, unconfirmed, until the watch or a read —
     :func:`~kalena_web.scheduling.lifecycle.batch_unconfirmed` — settles it); any other refusal
-    (requeued)."""
+    (requeued with backoff, the node avoided: :func:`~kalena_web.scheduling.lifecycle.batch_bind_refused`)."""
     if answer is None:
         report.placed += 1
+        if pod.refused:  # the engine ran it: the next refusal backs off from the start again
+            BatchPod.objects.filter(id=pod.id).update(refusals=0, retry_s=None)
     elif isinstance(answer, LeaseLapsed):
         report.stopped_early = True
         batch_requeue(pod=pod, now_s=now_s, reason=LEASE_LAPSED)
@@ -173,7 +176,7 @@ def bind_outcome(pod: QueuedPod, answer: Exception | None, *, now_s: float, repo
         report.errors.append(str(answer))
         if pod.source != BatchPod.WATCH:
             batch_requeue(pod=pod, now_s=now_s, reason="bind failed")
-    else:
+    else:  # the engine could not run it there: its words are the pod's reason, backoff, another node
         report.failed += 1
         report.errors.append(str(answer))
-        batch_requeue(pod=pod, now_s=now_s, reason="bind refused")
+        batch_bind_refused(pod=pod, now_s=now_s, error=str(answer) or "bind refused")

@@ -113,7 +113,7 @@ class SchedulerCache:
         """The next snapshot (module doc). No pending pod: no node is read (``cluster`` None)."""
         self.generation += 1
         self.drain(now_s)
-        self.queue.sync(cluster=self.cluster)
+        self.queue.sync(cluster=self.cluster, now_s=now_s)
         pending = self.queue.rows()
         if not pending:
             return Snapshot(generation=self.generation, rows=[], cluster=None, pending=[])

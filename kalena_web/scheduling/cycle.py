@@ -101,6 +101,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             return report
         rows = snap.rows
         queue_rows = snap.pending if shard is None else shard.mine(snap.pending)  # issue 32: the shard's pods
+        queue_rows = prefer_other_nodes(queue_rows, snap.cluster, now_s)
         considered = _first_pods(queue_rows, max_pods)
         report.deferred = len(queue_rows) - len(considered)
         if shard is None:
@@ -150,6 +151,17 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             binder.close(now_s=now_s, report=report)
     report.in_flight = len(binder.in_flight)
     return report
+
+
+def prefer_other_nodes(rows: list, cluster, now_s: float) -> list:
+    """Pods a node refused to run are kept off it while another ready, batch-taking node has
+    the slack for their request (:func:`~kalena_web.scheduling.mappers.prefer_other_nodes`);
+    ``cluster`` is the pass's :class:`~kalena_engine.placement.ClusterSnapshot`."""
+    if not any(r.avoid for r in rows):
+        return rows
+    usable = cluster.ready & cluster.telemetry_fresh & cluster.slack_eligible
+    free = np.where(usable[:, None], cluster.slack, -np.inf)
+    return mappers.prefer_other_nodes(rows, cluster.nodes.names, free, now_s)
 
 
 def _first_pods(rows: list, max_pods: int | None) -> list:

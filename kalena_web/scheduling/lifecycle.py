@@ -4,6 +4,7 @@ the archive's eviction records and the binder call these."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,6 +14,21 @@ from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
 from kalena_web.scheduling.bulk import update_by_id
 from kalena_web.scheduling.models import BatchPod, WhyPending
+
+log = logging.getLogger(__name__)
+
+#: the backoff after a refused binding: ``BACKOFF_BASE_S`` doubled per refusal in a row, at most
+#: ``BACKOFF_MAX_S`` — the kubelet's image-pull / crash-loop backoff (10 s → 300 s); kube-scheduler's
+#: own pod backoff (1 s → 10 s) is shorter than one Celery pass (5 s), so it would retry every pass
+BACKOFF_BASE_S, BACKOFF_MAX_S = 10.0, 300.0
+#: how long a node that refused to run a pod is avoided for it while another node fits
+AVOID_S = 600.0
+
+
+def bind_backoff_s(refusals: int) -> float:
+    """Seconds to wait before the next attempt after ``refusals`` (≥ 1) refused bindings in a
+    row: 10, 20, 40, 80, 160, 300, 300, … s."""
+    return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0 ** max(0, refusals - 1))
 
 
 def batch_drop(*, pod: BatchPod, now_s: float, reason: str, uid: str = "") -> None:
@@ -54,6 +70,44 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
                                                   bound_version=None, running_s=None, admitted_s=None,
                                                   reason=reason[:300],
                                                   requeues=pod.requeues + 1)
+
+
+def batch_bind_refused(*, pod: BatchPod, now_s: float, error: str) -> None:
+    """The orchestrator refused to bind or run a bound pod on its node (Docker: the engine could
+    not pull or create its container). As :func:`batch_requeue`, and: ``error`` (the engine's
+    words) becomes the pod's reason and its why-pending record (``binding`` ``bind_refused``,
+    ``refused`` naming each node that refused it and until when it is avoided, ``retry_s``);
+    the pod waits :func:`bind_backoff_s` before it is tried again (``retry_s``, kept in the
+    record, so a restarted scheduler keeps the backoff); the refusing node is avoided for it
+    for ``AVOID_S`` while another node fits (:func:`~kalena_web.scheduling.cycle.prefer_other_nodes`).
+    The console log says it once per pod, node and error."""
+    with transaction.atomic():
+        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
+            return
+        node = Node.objects.filter(id=pod.workload.node_id).values_list("name", flat=True).first() or ""
+        refusals = pod.refusals + 1
+        retry_s = now_s + bind_backoff_s(refusals)
+        refused_on = {name: v for name, v in (pod.refused_on or {}).items()
+                      if isinstance(v, dict) and v.get("until_s", 0.0) > now_s}
+        told = (pod.refused_on or {}).get(node, {}).get("error") == error
+        refused_on[node] = {"until_s": now_s + AVOID_S, "error": error[:300]}
+        batch_requeue(pod=pod, now_s=now_s, reason=error)
+        BatchPod.objects.filter(id=pod.id).update(refusals=refusals, retry_s=retry_s, refused_on=refused_on)
+        record = {"binding": "bind_refused", "nodes_total": 0, "excluded": {}, "shortfall": [], "rejections": [],
+                  "refused": refusal_list(refused_on), "retry_s": retry_s, "refusals": refusals}
+        WhyPending.objects.update_or_create(pod=pod, defaults={"time_s": now_s, "binding": "bind_refused",
+                                                               "record": record})
+    if not told:
+        log.warning("batch pod %s: %s refused to run it (%s); next attempt in %g s, %s avoided for it for %g s "
+                    "while another node fits", pod.workload.name, node, error, retry_s - now_s, node, AVOID_S)
+
+
+def refusal_list(refused_on: dict) -> list[dict]:
+    """``refused_on`` (node → {until_s, error}) as the why-pending record's ``refused`` list,
+    the latest first: ``[{node, until_s, error}]``."""
+    return [{"node": n, "until_s": v["until_s"], "error": v.get("error", "")}
+            for n, v in sorted(refused_on.items(), key=lambda kv: -kv[1]["until_s"])]
 
 
 def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -> int:

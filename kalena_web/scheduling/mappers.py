@@ -246,6 +246,34 @@ class PendingRow:
     #: pods of the same gang already bound (they count toward its minimum)
     gang_running: int = 0
     image: str = ""
+    #: nodes that refused to run it: ``((node name, until Unix s), …)`` (:func:`prefer_other_nodes`)
+    avoid: tuple[tuple[str, float], ...] = ()
+
+
+def prefer_other_nodes(rows: Sequence[PendingRow], names: Sequence[str], free: np.ndarray,
+                       now_s: float) -> list[PendingRow]:
+    """Keep each pod off the nodes that refused to run it (``avoid`` entries still running at
+    ``now_s``) while another node fits it: that pod gets a required ``metadata.name NotIn``
+    match added to each of its node affinity terms. ``names`` are the snapshot's nodes and
+    ``free`` their free slack ``(n, 8)`` in IR units (``-inf`` on a node that takes no batch
+    now); a node fits a pod when its slack covers the pod's request in every dimension. A pod
+    no other node fits keeps every node (it is retried where it was refused)."""
+    out = []
+    for row in rows:
+        avoid = sorted({name for name, until in row.avoid if until > now_s})
+        if not avoid:
+            out.append(row)
+            continue
+        takes = np.all(free >= vector(row.request)[None, :] - 1e-9, axis=1) if len(names) else np.zeros(0, bool)
+        if not any(ok and name not in avoid for name, ok in zip(names, takes, strict=True)):
+            out.append(row)
+            continue
+        match = {"key": "metadata.name", "operator": "NotIn", "values": avoid}
+        terms = [dict(t) for t in (row.constraints.get("node_affinity") or [{}])]
+        for t in terms:
+            t["matchFields"] = [*(t.get("matchFields") or []), match]
+        out.append(dataclasses.replace(row, constraints={**row.constraints, "node_affinity": terms}))
+    return out
 
 
 def node_images(rows: Sequence[NodeRow]) -> tuple[dict[str, np.ndarray], dict[str, float]]:

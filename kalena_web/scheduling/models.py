@@ -66,6 +66,14 @@ class BatchPod(models.Model):
     #: ``Running``, or ``Pending`` with ``status.startTime``); None while only bound. Only
     #: admitted pods raise the published batch floor (docs/design.md §14)
     admitted_s = models.FloatField(null=True, blank=True)
+    #: bindings the orchestrator refused in a row (the engine could not run the container:
+    #: image not pullable, …); sets the backoff before the next attempt (:mod:`.lifecycle`)
+    refusals = models.PositiveIntegerField(default=0)
+    #: Unix s before which the pod is not tried again (kube-scheduler's backoffQ); None: no backoff
+    retry_s = models.FloatField(null=True, blank=True)
+    #: nodes that refused to run it: node name → Unix s until which another node that fits is
+    #: preferred (the pod is kept off it while any other ready node takes batch)
+    refused_on = models.JSONField(default=dict, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "state", "queued_s"], name="scheduling_pod_queue")]

@@ -37,6 +37,8 @@ class QueuedPod:
     source: str
     uid: str
     spec: BatchSpec
+    #: a node refused to run it before (its backoff restarts from 10 s once a binding succeeds)
+    refused: bool = False
 
     @property
     def name(self) -> str:
@@ -56,9 +58,11 @@ def _queued(p: BatchPod) -> tuple[PendingRow, QueuedPod]:
     w = p.workload
     row = PendingRow(pod_id=p.id, name=w.name, namespace=w.namespace, owner=w.owner, labels=w.labels or {},
                      constraints=w.constraints or {}, request=w.request, priority=w.priority, queued_s=p.queued_s,
-                     gang=p.gang, min_member=p.min_member, image=p.image)
+                     gang=p.gang, min_member=p.min_member, image=p.image,
+                     avoid=tuple((n, float(v["until_s"])) for n, v in (p.refused_on or {}).items()
+                                 if isinstance(v, dict) and "until_s" in v))
     return row, QueuedPod(id=p.id, workload_id=w.id, request=tuple(float(v) for v in w.request), source=p.source,
-                          uid=p.uid, spec=spec_of(p))
+                          uid=p.uid, spec=spec_of(p), refused=p.refusals > 0)
 
 
 class PendingQueue:
@@ -75,11 +79,15 @@ class PendingQueue:
     def __len__(self) -> int:
         return len(self._held)
 
-    def sync(self, *, cluster: Cluster) -> None:
+    def sync(self, *, cluster: Cluster, now_s: float | None = None) -> None:
         """Make the queue what the record says is pending (2 queries, plus 1 for pods not held:
-        their whole rows)."""
-        keys = {pod_id: (queued_s, requeues, uid, source) for pod_id, queued_s, requeues, uid, source in BatchPod.objects.filter(
-            cluster=cluster, state=BatchPod.PENDING).values_list("id", "queued_s", "requeues", "uid", "source")}
+        their whole rows). With ``now_s``, a pod still backing off after a refused binding
+        (``retry_s`` later than ``now_s``, kube-scheduler's backoffQ) is not held."""
+        pending = BatchPod.objects.filter(cluster=cluster, state=BatchPod.PENDING)
+        if now_s is not None:
+            pending = pending.exclude(retry_s__gt=now_s)
+        keys = {pod_id: (queued_s, requeues, uid, source) for pod_id, queued_s, requeues, uid, source in pending
+                .values_list("id", "queued_s", "requeues", "uid", "source")}
         for pod_id in [i for i in self._held if i not in keys]:
             del self._held[pod_id]
         missing = [i for i, key in keys.items() if i not in self._held or self._held[i][0] != key]

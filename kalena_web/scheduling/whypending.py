@@ -3,6 +3,7 @@ orchestrator's notice of it (kube-scheduler's ``FailedScheduling``, at most once
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +34,29 @@ def pending_message(record: Mapping[str, Any]) -> str:
         # case C11: the kubelet still counts a terminating victim there
         text += (f" {r['node']} is releasing {', '.join(r['releasing'])} ({r['releasing_amount']:g} {r['unit']} of "
                  f"{r['dim']}).")
+    if record.get("binding") == "bind_refused":
+        text = ""
+    text = " ".join(t for t in [text, *refusal_lines(record)] if t)
     return text
+
+
+def _hms(unix_s: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(unix_s))
+
+
+def refusal_lines(record: Mapping[str, Any]) -> list[str]:
+    """The refused-binding part of a why-pending record in words, one sentence per node that
+    refused to run the pod, then when it is tried again::
+
+        ["node-a refused to run it: engine … run: … no such host (node-a avoided until 14:20:05 UTC
+          while another node fits).", "Next attempt at 14:10:15 UTC (backoff after 2 refusals)."]
+    """
+    lines = [f"{r['node']} refused to run it: {r.get('error') or 'bind refused'} ({r['node']} avoided until "
+             f"{_hms(r['until_s'])} while another node fits)." for r in record.get("refused") or []]
+    if lines and record.get("retry_s") is not None:
+        n = record.get("refusals", 1)
+        lines.append(f"Next attempt at {_hms(record['retry_s'])} (backoff after {n} refusal{'s' if n != 1 else ''}).")
+    return lines
 
 
 def pending_notice(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: float) -> int:
@@ -59,8 +82,11 @@ def pending_notice(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: floa
 def why_pending_record(records, pods_of_entry: Sequence[Sequence[int]], left: set[int], now_s: float) -> int:
     """Store the engine's why-pending ``records`` (one per pending entry) for every pod of that
     entry still pending (``left``), replacing each pod's previous record (one delete and one
-    insert statement); returns how many were stored."""
+    insert statement, and one read of the pods a node refused to run: their record keeps the
+    ``refused`` list while the node is avoided); returns how many were stored."""
     by_entry = {r.entry: r.to_dict() for r in records}
+    refused = {pod_id: on for pod_id, on in BatchPod.objects.filter(id__in=left).exclude(refused_on={})
+               .values_list("id", "refused_on")}
     rows = []
     for entry, pod_ids in enumerate(pods_of_entry):
         record = by_entry.get(entry)
@@ -68,7 +94,13 @@ def why_pending_record(records, pods_of_entry: Sequence[Sequence[int]], left: se
             continue
         for pod_id in pod_ids:
             if pod_id in left:
-                rows.append(WhyPending(pod_id=pod_id, time_s=now_s, binding=str(record["binding"]), record=record))
+                own = record
+                if refused.get(pod_id):  # a node refused to run it: its record says so beside the rules
+                    from kalena_web.scheduling.lifecycle import refusal_list
+
+                    live = {n: v for n, v in refused[pod_id].items() if v.get("until_s", 0.0) > now_s}
+                    own = {**record, "refused": refusal_list(live)} if live else record
+                rows.append(WhyPending(pod_id=pod_id, time_s=now_s, binding=str(own["binding"]), record=own))
     with transaction.atomic():
         WhyPending.objects.filter(pod_id__in=[r.pod_id for r in rows]).delete()
         WhyPending.objects.bulk_create(rows, batch_size=5000)

@@ -31,6 +31,12 @@ def dimension(dim: str) -> str:
 
 
 @register.filter
+def cause(name: str) -> str:
+    """An eviction cause in words where it is no node pressure (``node_drained`` → ``node drained``)."""
+    return formatting.NOT_PRESSURE.get(name, (name or "").replace("_", " "))
+
+
+@register.filter
 def condition(event, _=None) -> str:
     """An eviction row's condition (``formatting.eviction_condition``)."""
     return formatting.eviction_condition(event.reason, (event.detail or {}).get("dimension"))

@@ -77,6 +77,21 @@ def test_image_locality_kube_thresholds() -> None:
     assert image_score((), {}, 3, POLICY).tolist() == [0.0, 0.0, 0.0]
 
 
+def test_a_65_mb_image_on_one_node_barely_scores_as_in_kube_scheduler() -> None:
+    # docs/docker.md "Image locality": 64,896,830 bytes on 1 of 3 nodes → 21.6 MB < 23 MB → 0;
+    # on 1 of 2 → 32.4 MB → 100 · (32.4 − 23) / 977 = 0.97, of the node score (weights 1, 1, 3, 1)
+    # 3/6 · 0.97 = 0.48 points
+    size = 64_896_830.0
+    three = image_score((Image("kalena/big:1", size),), {"kalena/big:1": np.array([True, False, False])}, 3, POLICY)
+    assert three.tolist() == [0.0, 0.0, 0.0]
+    two = image_score((Image("kalena/big:1", size),), {"kalena/big:1": np.array([True, False])}, 2, POLICY)
+    assert two[0] == pytest.approx(100 * (size / 2 - 23e6) / 977e6) and two[0] == pytest.approx(0.97, abs=0.01)
+    assert two[0] * POLICY.weight_image / (POLICY.weight_balance + POLICY.weight_colocation + POLICY.weight_image
+                                           + POLICY.weight_volatility) == pytest.approx(0.48, abs=0.01)
+    # on 1 of 3 nodes an image scores from 69 MB (3 × 23 MB) up
+    assert image_score((Image("x", 70e6),), {"x": np.array([True, False, False])}, 3, POLICY)[0] > 0
+
+
 @pytest.mark.parametrize(("volatility", "expected"), [
     (0.0, 100.0),    # steady node
     (0.05, 50.0),    # σ_cpu = 0.8 core on 16 cores = 0.05; 100 · (1 − 0.05/0.10) = 50

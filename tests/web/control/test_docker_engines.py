@@ -199,3 +199,38 @@ def test_kalena_watch_runs_the_docker_watcher_over_the_configured_engines(engine
     settings.KALENA_DOCKER_ENGINES = "node-a=http://nowhere"
     with pytest.raises(Exception, match="KALENA_DOCKER_ENGINES entry 1"):
         watch.start(bad)
+
+
+def test_an_image_no_engine_has_backs_off_says_why_and_tries_the_other_engine(engines: PrivateEngines) -> None:
+    """``kalena/nope:1`` is on neither engine and no registry is reachable: the engine's error
+    is the pod's reason and why-pending, the attempts are 10 s then 20 s apart (not every pass),
+    and the second attempt is on the other engine."""
+    from kalena_web.scheduling.whypending import pending_message
+
+    cluster = Cluster.objects.create(name=f"docker-{uuid.uuid4().hex[:6]}", kind=Cluster.LIVE)
+    orchestrator = DockerOrchestrator([Engine(EngineConfig(url=e.url, node=e.node)) for e in engines.engines])
+    watch, _ = start_watch(cluster, orchestrator)
+    try:
+        batch_submit(cluster=cluster, name="batch/nope", owner="job/nope", request={"cpu": 200, "ram": 32 * MIB},
+                     limit={"cpu": 500, "ram": 64 * MIB}, image="kalena/nope:1", command=["true"], now_s=time.time())
+        start = time.time()
+        tried, attempts = [], []
+        for step in range(12):  # one pass every 5 s of the scheduler's clock, as the Celery loop
+            now = start + 5.0 * step
+            fresh(cluster)
+            report = scheduling_pass(cluster=cluster, orchestrator=orchestrator, policy=Policy(), now_s=now,
+                                     rng=np.random.default_rng(0))
+            if report.failed:
+                attempts.append(now - start)
+                tried.append(pod("nope").reason)
+        assert attempts == [0.0, 10.0, 30.0], attempts
+        nope = BatchPod.objects.select_related("why_pending").get(workload__name="batch/nope")
+        assert nope.state == BatchPod.PENDING and nope.requeues == 3 and "no such host" in nope.reason
+        # the engine's own words name the node; the second attempt went to the other engine
+        nodes = [next(n for n in ("node-a", "node-b") if f"({n}) run:" in reason) for reason in tried]
+        assert nodes[0] != nodes[1], nodes
+        assert {r["node"] for r in nope.why_pending.record["refused"]} == {"node-a", "node-b"}
+        assert "refused to run it:" in pending_message(nope.why_pending.record)
+        assert kalena_containers(engines) == {"node-a": [], "node-b": []}
+    finally:
+        watch.stop()

@@ -111,3 +111,33 @@ def test_an_agent_eviction_not_yet_recorded_keeps_the_pod_off_that_node(live, bo
                     rng=np.random.default_rng(0))
     pod_state, _, placed_on = state(bound)
     assert placed_on != node.name, (pod_state, placed_on)
+
+
+@pytest.mark.parametrize("reason, drained, cause, words", [
+    ("Shutdown", True, "node_drained", "node drained"),   # `docker node update --availability drain`
+    ("NodeLost", False, "node_lost", "node lost"),        # its node (engine) was lost
+    ("Shutdown", False, "orchestrator", "stopped by the orchestrator"),
+])
+def test_a_drain_and_a_lost_node_are_recorded_as_such_not_as_node_pressure(live, bound, capsys, reason, drained,
+                                                                           cause, words) -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    from kalena_web.cli import main
+    from kalena_web.control.models import NodeCondition
+
+    node = bound.workload.node
+    NodeCondition.objects.update_or_create(node=node, defaults={"schedulable": not drained})
+    evicted = PodFinished(ref="batch/job-0", node=node.name, outcome="evicted", reason=reason, exit_code=None,
+                          at_s=time.time())
+    assert Reconciler(cluster=live).apply(evicted) == CHANGED
+    record = EvictionRecord.objects.get(workload__name="batch/job-0")
+    assert record.cause == cause
+    assert main(["batch", "describe", live.name, "batch/job-0"]) == 0
+    out = capsys.readouterr().out
+    assert f"from {node.name}: {words}" in out and "node pressure" not in out
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "r@x", "pw"))
+    page = client.get(reverse("console:live_evictions", args=[live.name])).content.decode()
+    assert words in page and "node pressure" not in page

@@ -170,3 +170,54 @@ def test_each_command_loads_only_its_module_and_parses_as_with_every_module() ->
         alone = build_parser(name)
         assert name in alone._subparsers._group_actions[0].choices
         assert len(alone._subparsers._group_actions[0].choices) <= 2  # its module's commands only
+
+
+def test_a_pod_its_engine_cannot_run_shows_the_engines_words(live, capsys) -> None:
+    """``get -o wide``, ``describe`` (text and yaml) and the console's pending page name the node
+    that refused to run the pod, with the engine's error, and when it is tried next."""
+    import numpy as np
+    from django.test import Client
+    from django.urls import reverse
+    from django.contrib.auth.models import User
+
+    from kalena_engine.policy import Policy
+    from kalena_web.scheduling.services import scheduling_pass
+    from tests.web.scheduling.test_scheduling_pass import UnpullableOrchestrator, submit
+
+    submit(live, "batch/nope-0", cpu=0.5, image="kalena/nope:1")
+    orch = UnpullableOrchestrator(node_names=["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"])
+    orch.tried = []
+    scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1001.0, rng=np.random.default_rng(0))
+    node = orch.tried[0]
+    status, out, _ = kalena(capsys, "batch", "get", "home", "-o", "wide")
+    assert status == 0 and f"{node} refused: engine unix:///run/{node}/docker.sock" in out and "no such host" in out
+    status, out, _ = kalena(capsys, "batch", "describe", "home", "batch/nope-0")
+    assert status == 0 and f"{node} refused to run it: engine unix:///run/{node}" in out
+    assert "Next attempt at 00:16:51 UTC (backoff after 1 refusal)" in out and "avoided until" in out
+    status, out, _ = kalena(capsys, "batch", "describe", "home", "batch/nope-0", "-o", "json")
+    answer = json.loads(out)
+    assert "no such host" in answer["reason"] and answer["why_pending"]["refused"][0]["node"] == node
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "r@x", "pw"))
+    page = client.get(reverse("console:live_pending", args=["home"])).content.decode()
+    assert "no such host" in page and node in page
+
+
+def test_a_drained_node_reads_ready_scheduling_disabled(live, capsys) -> None:
+    """A Swarm node drained (``docker node update --availability drain``) or a cordoned one is
+    ready but takes no new pods: kubectl's ``Ready,SchedulingDisabled``, ``schedulable: false``."""
+    import yaml
+
+    from kalena_web.control.models import NodeCondition
+    from kalena_web.inventory.models import Node
+
+    for node in Node.objects.filter(cluster=live):
+        NodeCondition.objects.update_or_create(node=node, defaults={"schedulable": node.name != "thinkcentre-beta"})
+    for output in ("", "wide"):
+        status, out, _ = kalena(capsys, "get", "nodes", "home", *(["-o", output] if output else []))
+        rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:]}
+        assert status == 0 and rows["thinkcentre-beta"] == "Ready,SchedulingDisabled" and rows["thinkcentre-alpha"] == "Ready"
+    nodes = {n["name"]: n for n in json.loads(kalena(capsys, "get", "nodes", "home", "-o", "json")[1])}
+    assert nodes["thinkcentre-beta"]["ready"] is True and nodes["thinkcentre-beta"]["schedulable"] is False
+    assert nodes["thinkcentre-alpha"]["schedulable"] is True
+    assert yaml.safe_load(kalena(capsys, "get", "nodes", "home", "-o", "yaml")[1])[1]["schedulable"] is False

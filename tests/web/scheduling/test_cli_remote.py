@@ -63,6 +63,16 @@ def test_thin_client_prints_what_the_database_path_prints_and_loads_no_django(co
     local_nodes = {n["name"]: n for n in json.loads(capsys.readouterr().out)}
     for n in json.loads(nodes.stdout):
         assert n["slack"]["cpu"] == pytest.approx(local_nodes[n["name"]]["slack"]["cpu"], abs=1e-3)
+    # a drained (or cordoned) node reads as on the database path
+    from kalena_web.control.models import NodeCondition
+    from kalena_web.inventory.models import Node
+
+    beta = Node.objects.get(cluster__name="home", name="thinkcentre-beta")
+    NodeCondition.objects.update_or_create(node=beta, defaults={"schedulable": False})
+    drained = {n["name"]: n for n in json.loads(kalena_process(console, "get", "nodes", "home", "-o", "json").stdout)}
+    assert drained["thinkcentre-beta"]["schedulable"] is False and drained["thinkcentre-alpha"]["schedulable"] is True
+    table = kalena_process(console, "get", "nodes", "home").stdout
+    assert any(line.split()[:2] == ["thinkcentre-beta", "Ready,SchedulingDisabled"] for line in table.splitlines())
 
     described = kalena_process(console, "batch", "describe", "home", "batch/remote-0")
     assert described.returncode == 0 and "Priority:  4" in described.stdout and "Owner:     etl" in described.stdout

@@ -262,3 +262,93 @@ def test_the_production_cache_is_reused_until_a_production_pod_moves(live) -> No
     moved = selectors.production_pods(cluster=live, row_of_node=row_of_node, cache=cache)
     assert moved is not first
     assert moved.node[list(moved.ids).index(prod.name)] == row_of_node[other.id]
+
+
+class UnpullableOrchestrator(FakeOrchestrator):
+    """Every engine refuses to run the pod's container (its image is on no node and the
+    registry cannot be reached), in Docker's words."""
+
+    tried: list
+
+    def bind(self, spec, node):
+        from agents.orchestrators import OrchestratorError
+
+        self.tried.append(node)
+        raise OrchestratorError(f'engine unix:///run/{node}/docker.sock ({node}) run: Get '
+                                f'"https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host')
+
+
+def test_a_pod_no_engine_can_run_backs_off_says_why_and_tries_another_node(live, caplog) -> None:
+    from kalena_web.scheduling.whypending import pending_message
+
+    submit(live, "batch/nope-0", cpu=0.5, image="kalena/nope:1")  # every node has the room
+    orch = UnpullableOrchestrator(node_names=[n.name for n in Node.objects.filter(cluster=live)])
+    orch.tried = []
+    attempts, now = [], 1001.0
+    while now < 1001.0 + 200 and len(orch.tried) < 3:
+        before = len(orch.tried)
+        scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=now, rng=np.random.default_rng(0))
+        if len(orch.tried) > before:
+            attempts.append(now)
+        now += 5.0  # the Celery loop's pass interval
+    # backoff 10 s, then 20 s (not a pass every 5 s); a node that refused is not tried again while another fits
+    assert [b - a for a, b in zip(attempts, attempts[1:])] == [10.0, 20.0]
+    assert len(set(orch.tried)) == 3, orch.tried  # each attempt on a node that had not refused it
+    pod = BatchPod.objects.select_related("why_pending").get(workload__name="batch/nope-0")
+    assert pod.state == BatchPod.PENDING and pod.requeues == 3 and pod.retry_s == attempts[-1] + 40.0
+    assert "no such host" in pod.reason and orch.tried[-1] in pod.reason
+    record = pod.why_pending.record
+    assert pod.why_pending.binding == "bind_refused"
+    assert [r["node"] for r in record["refused"]] == orch.tried[::-1]
+    # the 4th attempt: every node refused it and is still avoided, so it is retried on one of them
+    scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=pod.retry_s, rng=np.random.default_rng(0))
+    assert len(orch.tried) == 4 and orch.tried[3] in orch.tried[:3]
+    text = pending_message(record)
+    assert f"{orch.tried[-1]} refused to run it: engine unix:///run/{orch.tried[-1]}" in text
+    assert "no such host" in text and "avoided until" in text and "Next attempt at" in text
+    # the console log says it once per pod, node and error
+    said = [r.getMessage() for r in caplog.records if "batch/nope-0" in r.getMessage()]
+    assert len(said) == 3 and all("no such host" in m for m in said)
+
+
+def test_the_backoff_survives_a_restart_and_a_refusing_node_is_reused_when_no_other_fits(live) -> None:
+    from kalena_web.scheduling.lifecycle import bind_backoff_s
+
+    assert [bind_backoff_s(n) for n in range(1, 8)] == [10, 20, 40, 80, 160, 300, 300]
+    names = [n.name for n in Node.objects.filter(cluster=live)]
+    submit(live, "batch/nope-1", image="kalena/nope:1")
+    orch = UnpullableOrchestrator(node_names=names)
+    orch.tried = []
+    scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1001.0, rng=np.random.default_rng(0))
+    # a new scheduler (a fresh cache and queue, as after a restart) still waits out the backoff
+    report = scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1006.0,
+                             rng=np.random.default_rng(0))
+    assert report.pending == 0 and len(orch.tried) == 1
+    # past the backoff, with every other node kept off batch, the refusing node is tried again
+    Node.objects.filter(cluster=live).exclude(name=orch.tried[0]).update(takes_batch=False)
+    scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1011.0, rng=np.random.default_rng(0))
+    assert orch.tried == [orch.tried[0]] * 2
+    # once an engine runs it, the backoff starts again from 10 s
+    from kalena_web.scheduling.lifecycle import batch_requeue
+
+    scheduling_pass(cluster=live, orchestrator=FakeOrchestrator(node_names=names), policy=Policy(), now_s=1031.0,
+                    rng=np.random.default_rng(0))
+    pod = BatchPod.objects.get(workload__name="batch/nope-1")
+    assert pod.state == BatchPod.BOUND and (pod.refusals, pod.retry_s) == (0, None)
+    batch_requeue(pod=pod, now_s=1040.0, reason="evicted")
+    scheduling_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1041.0, rng=np.random.default_rng(0))
+    assert BatchPod.objects.get(id=pod.id).retry_s == 1041.0 + 10.0
+
+
+def test_only_the_pod_a_node_refused_has_the_refusal_in_its_why_pending(live) -> None:
+    from types import SimpleNamespace
+
+    from kalena_web.scheduling.whypending import why_pending_record
+
+    a, b = submit(live, "batch/twin-0"), submit(live, "batch/twin-1")  # one entry: identical pods
+    BatchPod.objects.filter(id=a.id).update(refused_on={"thinkcentre-beta": {"until_s": 2000.0, "error": "no such host"}})
+    engine = SimpleNamespace(entry=0, to_dict=lambda: {"binding": "cpu", "nodes_total": 3, "excluded": {"cpu": 3}})
+    assert why_pending_record([engine], [[a.id, b.id]], {a.id, b.id}, 1500.0) == 2
+    records = {w.pod_id: w.record for w in WhyPending.objects.filter(pod_id__in=[a.id, b.id])}
+    assert records[a.id]["refused"] == [{"node": "thinkcentre-beta", "until_s": 2000.0, "error": "no such host"}]
+    assert "refused" not in records[b.id] and records[b.id]["excluded"] == {"cpu": 3}
