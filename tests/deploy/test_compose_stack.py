@@ -57,11 +57,10 @@ BATCH_COMMAND = """sh -c 'if [ "$KALENA_ATTEMPT" = 0 ]; then sleep 3600; else sl
 
 def docker_compose() -> str:
     path = shutil.which("docker-compose")
-    if path is None:
-        subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", "docker-compose"],
-                       check=True, capture_output=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    if path is None:   # what an operator runs: `scripts/services up` installs it the same way
+        subprocess.run([str(REPO / "scripts/services"), "compose"], check=True, capture_output=True)
         path = shutil.which("docker-compose")
-    assert path, "Debian's docker-compose is not installed"
+    assert path, "Debian's docker-compose is not installed (scripts/services compose)"
     return path
 
 
