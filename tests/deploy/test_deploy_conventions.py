@@ -179,3 +179,31 @@ def test_the_process_classification_reads_both_stack_forms() -> None:
                            "entrypoint": ["celery", "-A", "kalena_web", "beat"]}) == "beat"
     assert kalena_process({"image": "kalena/control-plane:0.1.0", "entrypoint": ["kalena", "migrate"]}) is None
     assert kalena_process({"image": "postgres:16"}) is None
+
+
+def _secrets_steps(text: str, *, comment: str = "") -> str:
+    """The secrets steps of a walkthrough: from `d=/etc/kalena/secrets` to `export KALENA_SECRETS_DIR`."""
+    lines = [line.removeprefix(comment).strip() for line in text.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("d=/etc/kalena/secrets"))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("export KALENA_SECRETS_DIR"))
+    return "\n".join(lines[start:end + 1])
+
+
+@pytest.mark.parametrize("where", ["docs/deploy-docker.md", "deploy/compose/docker-compose.yml"])
+def test_the_secrets_steps_run_as_written_and_the_compose_command_after_them_finds_its_file(
+        where: str, tmp_path: Path) -> None:
+    """Followed literally from the checkout: the secrets land in the directory, and the next
+    step's relative `-f deploy/compose/docker-compose.yml` still names the stack file."""
+    text = (DEPLOY.parent / where).read_text()
+    steps = _secrets_steps(text, comment="#" if where.endswith(".yml") else "")
+    secrets_dir = tmp_path / "secrets"
+    script = steps.replace("/etc/kalena/secrets", str(secrets_dir))
+    script += '\ntest -f deploy/compose/docker-compose.yml || { echo "not found from $PWD" >&2; exit 3; }'
+    script += '\nprintf %s "$KALENA_SECRETS_DIR"'
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=DEPLOY.parent, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == str(secrets_dir)
+    files = {p.name: p.read_text().strip() for p in secrets_dir.iterdir()}
+    assert set(files) == {"secret_key", "db_password", "database_url", "metrics_token", "agent_join_secret"}
+    assert files["database_url"] == f"postgres://kalena:{files['db_password']}@postgres:5432/kalena"

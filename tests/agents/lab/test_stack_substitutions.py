@@ -99,6 +99,8 @@ def test_a_machines_only_lab_s_status_says_so_instead_of_failures() -> None:
     assert ("deploy a stack onto these machines: DOCKER_HOST=unix:///nowhere/n0/docker.sock docker-compose -f "
             "deploy/compose/docker-compose.yml up -d") in text
     assert "kalena.sqlite3" not in text and "agent health on" not in text     # the lab's console: none
+    # the stacks' images are not in the nodes' engines: said, with how to load them
+    assert "imports only kalena/busybox:test" in text and "| DOCKER_HOST=unix://<node socket> docker load" in text
     swarm = format_status(lab_status(lab_state(machines_only=True, swarm=False) | {
         "swarm": {"managers": ["n0"], "node_links": "/nowhere/swarm-nodes"}}, sample_s=0))
     assert "docker stack deploy -c deploy/swarm/stack.yml kalena" in swarm
