@@ -24,7 +24,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("probe", help="liveness checks for exec probes and health checks (exit 0 = healthy)")
     which = parser.add_subparsers(dest="what", required=True, metavar="WHAT")
     for role, whose in (("worker", "the Celery worker's"), ("beat", "Celery beat's"),
-                        ("watch", "`kalena watch`'s (refreshed while it watches)")):
+                        ("watch", "the Docker/Swarm `kalena watch`'s (refreshed while it watches)")):
         sub = which.add_parser(role, help=f"{whose} heartbeat is fresh")
         sub.add_argument("--max-age", type=POSITIVE, default=None, metavar="S",
                          help="oldest acceptable heartbeat in seconds (default 3 × KALENA_HEARTBEAT_S)")

@@ -8,7 +8,9 @@ written from its own timer (the thread that also drives its task consumer, so a 
 stops it); beat's from its scheduler's ``tick``; the watch's from the loop that applies the
 orchestrator's events (:meth:`~kalena_web.control.reconciler.Reconciler.run`, through
 :class:`HeartbeatTicker`) — only while it watches: a ``kalena watch --wait`` still waiting for its
-cluster, or whose watch thread ended, writes none. A probe fails when the file is missing or older
+cluster, or whose watch thread ended, writes none. Docker and Swarm only: a Kubernetes
+``kalena watch`` watches only while it leads, so a heartbeat would fail every standby (its
+Deployments run ``kalena serve``, probed on ``/livez``). A probe fails when the file is missing or older
 than ``max_age_s`` (default three heartbeat periods).
 
 Files: ``KALENA_HEARTBEAT_DIR/worker``, ``…/beat`` and ``…/watch``, each holding the Unix time
