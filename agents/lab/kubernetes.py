@@ -344,8 +344,8 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
                        accepted="redis://HOST:PORT/DB (the control plane's workers and beat need a broker)")
     _redis_answers(redis_url)
     state_dir = Path(state_dir).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
     preflight_kubernetes(plan, state_dir=state_dir, kubectl_path=kubectl_path)
+    state_dir.mkdir(parents=True, exist_ok=True)   # only once nothing refuses: a refused up leaves nothing
     logs = state_dir / "logs"
     logs.mkdir(exist_ok=True)
     kdir = state_dir / "kubernetes"

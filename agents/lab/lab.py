@@ -113,8 +113,9 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
     (deploy/compose, deploy/swarm) brings Kalena onto the nodes itself.
 
     Raises:
-        LabRunning, LabError: refused before anything started (:func:`preflight`), or a piece
-            failed — then everything started so far was stopped again (:func:`lab_down`).
+        LabRunning, LabError: refused before anything started (:func:`preflight`; nothing is
+            created, not even ``state_dir``), or a piece failed — then everything started so far
+            was stopped again (:func:`lab_down`).
     """
     if orchestrator not in ORCHESTRATORS:
         raise LabError(f"unknown orchestrator {orchestrator!r}", source="kalena lab up", field="--orchestrator",
@@ -123,9 +124,9 @@ def lab_up(plan: LabPlan, *, state_dir: Path, console: ConsoleSide, console_port
         raise LabError(f"{managers} manager(s) for {len(plan.nodes)} node(s)", source="kalena lab up",
                        field="--managers", accepted=f"1 … {len(plan.nodes)}")
     state_dir = Path(state_dir).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
     preflight(plan, state_dir=state_dir, console_port=console_port, orchestrator=orchestrator,
               with_kubelets=bool(kube_api_url))
+    state_dir.mkdir(parents=True, exist_ok=True)   # only once nothing refuses: a refused up leaves nothing
     logs = state_dir / "logs"
     logs.mkdir(exist_ok=True)
     host = plan.console_address

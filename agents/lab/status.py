@@ -109,13 +109,38 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
         "host_psi_cpu_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "cpu"),
         "host_psi_memory_some_avg10": psi_some_avg10(Path(proc_root) / "pressure" / "memory"),
         "nodes": nodes, "substitutions": substitutions(state),
+        "machines_only": bool(state.get("machines_only")),
+        "deploy": deploy_commands(state) if state.get("machines_only") else None,
     }
+
+
+def agent_capacity(record: dict[str, Any]) -> str:
+    """The ``KALENA_AGENT_CAPACITY`` value of the lab node ``record``: its cgroup's cpu quota and
+    memory limit as the agent's capacity, ``cpu=<m>m,memory=<Mi>Mi`` (a stack's agent otherwise
+    takes the whole machine)."""
+    return f"cpu={record['cpu_mcpu']}m,memory={record['memory_bytes'] // 2**20}Mi"
+
+
+def deploy_commands(state: dict[str, Any]) -> str:
+    """How a stack comes onto a ``--machines-only`` lab: Compose on one node's engine, or the
+    Swarm stack through the first manager."""
+    first = state["nodes"][0]
+    if state.get("swarm"):
+        managers = [r for r in state["nodes"] if r["name"] in state["swarm"].get("managers", [])] or [first]
+        return (f"DOCKER_HOST=unix://{managers[0]['socket']} docker stack deploy -c deploy/swarm/stack.yml kalena "
+                "(docs/deploy-swarm.md)")
+    return (f"DOCKER_HOST=unix://{first['socket']} docker-compose -f deploy/compose/docker-compose.yml up -d "
+            "(or another node's socket; docs/deploy-docker.md)")
 
 
 def substitutions(state: dict[str, Any]) -> list[str]:
     """What stands in for a real cluster's parts, one line each."""
-    out = [f"control plane: `kalena serve` on {state['console']['url']} (embedded loops, SQLite) instead of a "
-           "deployment",
+    machines_only = bool(state.get("machines_only"))
+    control = (f"control plane: none of the lab's (--machines-only): a stack's, deployed onto the nodes — "
+               f"{deploy_commands(state)}" if machines_only else
+               f"control plane: `kalena serve` on {state['console']['url']} (embedded loops, SQLite) instead of a "
+               "deployment")
+    out = [control,
            f"machines: cgroup subtrees /sys/fs/cgroup/{{cpu,cpuacct,memory,cpuset,unified}}/"
            f"{state['cgroup_root']}/<node>"]
     if state.get("swarm"):
@@ -126,8 +151,8 @@ def substitutions(state: dict[str, Any]) -> list[str]:
         out.append(f"{r['name']}: host address → {r['address']}; capacity → cpu quota {r['cpu_mcpu']} m, memory "
                    f"limit {r['memory_bytes'] // 2**20} MiB; container runtime → dockerd on {r['socket']} "
                    f"(data root {r['directory']}/data, exec root {r['directory']}/exec, containerd namespace "
-                   f"{r['containerd_namespace']}, cgroup parent /{r['cgroup']}); agent health on "
-                   f"{r['address']}:{machinery.AGENT_HEALTH_PORT}")
+                   f"{r['containerd_namespace']}, cgroup parent /{r['cgroup']})"
+                   + ("" if machines_only else f"; agent health on {r['address']}:{machinery.AGENT_HEALTH_PORT}"))
         if r.get("kubelet_url"):
             out.append(f"{r['name']}: kubelet → the lab's kubelet double (python -m agents.lab.kubelet) on "
                        f"{r['kubelet_url']}, pods in /{r['cgroup']}/kubepods on that engine")
@@ -146,11 +171,14 @@ def stack_substitutions(state: dict[str, Any]) -> list[str]:
     images = " ".join(f"{k}={v}" for k, v in STACK_IMAGES.items())
     out = [f"stacks: images {images} (built from Debian's packages by scripts/build-service-images: no registry "
            "serves postgres:16 and redis:7 here); kalena/control-plane and kalena/agent from scripts/build-images; "
+           "`up` imports only kalena/busybox:test into the nodes' engines: load the stack's images into a node's "
+           "engine with `docker save IMAGE… | DOCKER_HOST=unix://<node socket> docker load`; "
            "secrets as Docker secrets (Compose: files in KALENA_SECRETS_DIR; Swarm: docker secret create)"]
     for r in state["nodes"]:
         out.append(f"stacks on {r['name']}: KALENA_DOCKER_SOCK={r['socket']} KALENA_NODE_CGROUP={r['cgroup']} "
                    f"KALENA_CGROUP_ROOT=/sys/fs/cgroup KALENA_CONSOLE_ADDRESS={r['address']} "
-                   f"(DOCKER_HOST=unix://{r['socket']} for docker-compose)")
+                   f"KALENA_AGENT_CAPACITY={agent_capacity(r)} (the node's cpu quota and memory limit: without it "
+                   f"the agent takes the whole machine) (DOCKER_HOST=unix://{r['socket']} for docker-compose)")
     swarm = state.get("swarm")
     if swarm:
         out.append("stacks on the Swarm: host-mode ports and dnsrr endpoints, as deploy/swarm/stack.yml has them "
@@ -158,11 +186,17 @@ def stack_substitutions(state: dict[str, Any]) -> list[str]:
         if swarm.get("node_links"):
             managers = [r for r in state["nodes"] if r["name"] in swarm.get("managers", [])] or state["nodes"][:1]
             port = (state.get("console") or {}).get("port", 8000)
+            capacities = sorted({agent_capacity(r) for r in state["nodes"]})
+            capacity = (f" KALENA_AGENT_CAPACITY={capacities[0]} (every node's cpu quota and memory limit)"
+                        if len(capacities) == 1 else
+                        " KALENA_AGENT_CAPACITY: the nodes differ (" + ", ".join(
+                            f"{r['name']} {agent_capacity(r)}" for r in state["nodes"]) + "): one stack value "
+                        "cannot fit them all")
             out.append(f"stacks on the Swarm, every node: KALENA_DOCKER_SOCK={swarm['node_links']}/{{{{.Node.ID}}}}/docker.sock "
                        "(a Swarm template: each node's task mounts its own engine's socket; "
                        f"{swarm['node_links']}/<node ID> → the node's directory) KALENA_NODE_CGROUP=@parent "
                        "(the agent's own container's parent group: its engine's --cgroup-parent) "
-                       "KALENA_CGROUP_ROOT=/sys/fs/cgroup")
+                       f"KALENA_CGROUP_ROOT=/sys/fs/cgroup{capacity}")
             out.append(f"stacks on the Swarm, the agents (the nodes share one network: no overlay traffic between them): "
                        f"KALENA_AGENT_NETWORK=host KALENA_CONSOLE_PORT={port} "
                        f"KALENA_AGENT_LINK_URL=ws://{managers[0]['address']}:{port}/agent/v1/ws "
@@ -177,8 +211,12 @@ def _pct(value: float | None) -> str:
 def format_status(report: dict[str, Any]) -> str:
     """The human-readable status."""
     b = report["budget"]
-    lines = [f"lab {report['name']!r}: {report['status']}; console {report['console']['url']} "
-             f"({'alive, pid ' + str(report['console']['pid']) if report['console']['alive'] else 'NOT RUNNING'}); "
+    machines_only = report.get("machines_only", False)
+    console = (f"console {report['console']['url']} "
+               f"({'alive, pid ' + str(report['console']['pid']) if report['console']['alive'] else 'NOT RUNNING'})")
+    if machines_only:
+        console = "machines only (--machines-only): no console and no agents of the lab's own"
+    lines = [f"lab {report['name']!r}: {report['status']}; {console}; "
              f"budget {b['cpu_mcpu']} m / {b['memory_bytes'] // 2**20} MiB of {b['host_cores']} cores / "
              f"{b['host_memory_bytes'] // 2**20} MiB",
              f"host PSI (/proc/pressure): cpu some avg10 {_pct(report['host_psi_cpu_some_avg10'])} %, memory "
@@ -189,7 +227,8 @@ def format_status(report: dict[str, Any]) -> str:
         e, a = n["engine"], n["agent"]
         engine = f"up {e['pid']} ({e['containers']})" if e["answers"] else ("no answer" if e["alive"] else "DOWN")
         link = (a.get("link") or {}).get("connected") if isinstance(a.get("link"), dict) else None
-        agent = f"{a['health']} {a['pid']}{' linked' if link else ''}" if a["alive"] else "DOWN"
+        agent = (f"{a['health']} {a['pid']}{' linked' if link else ''}" if a["alive"] else
+                 "a stack's" if machines_only else "DOWN")
         used = "n/a" if n["cpu_usage_mcpu"] is None else f"{n['cpu_usage_mcpu']}"
         mem = "n/a" if n["memory_usage_bytes"] is None else f"{n['memory_usage_bytes'] // 2**20}"
         cpu = f"{used}/{n['cpu_mcpu']} m"
@@ -210,8 +249,11 @@ def format_status(report: dict[str, Any]) -> str:
             role = (s.get("role") or "?") + ("*" if s.get("leader") else "")
             lines.append(f"{'':<31}{n['name']:<14} {role:<8} {s.get('state', '?'):<8} "
                          f"{s.get('availability', '?'):<12} {str(s.get('advertise') or '?'):<16} {s.get('id', '')[:12]}")
+    if machines_only:
+        lines.append(f"deploy a stack onto these machines: {report.get('deploy')}, with the values under "
+                     "substitutions, \"stacks …\" (docs/lab.md, \"The stacks on the lab\")")
     env = report["console"].get("env") or {}
-    if env:
+    if env and not machines_only:   # --machines-only: the lab has no console (nor its database)
         lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "
                      "env -u DATABASE_URL -u REDIS_URL " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     lines.append("substitutions:")

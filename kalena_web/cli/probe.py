@@ -1,7 +1,7 @@
 """``kalena probe``: liveness checks for exec probes and container health checks.
 
-``kalena probe worker`` / ``kalena probe beat`` read the heartbeat file the Celery worker / beat
-refreshes (:mod:`kalena_web.control.heartbeat`) and fail when it is missing or older than
+``kalena probe worker`` / ``beat`` / ``watch`` read the heartbeat file the Celery worker / beat /
+``kalena watch`` (while it watches) refreshes (:mod:`kalena_web.control.heartbeat`) and fail when it is missing or older than
 ``--max-age`` (default three heartbeat periods). ``kalena probe url URL`` GETs a URL (``/livez``,
 ``/readyz``, the agent's ``/healthz``) and fails unless it answers 2xx within ``--timeout`` — for
 images that carry no curl. ``kalena probe migrations --wait S`` succeeds once every migration is
@@ -23,8 +23,9 @@ from kalena_web.cli.argtypes import NON_NEGATIVE, POSITIVE
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("probe", help="liveness checks for exec probes and health checks (exit 0 = healthy)")
     which = parser.add_subparsers(dest="what", required=True, metavar="WHAT")
-    for role in ("worker", "beat"):
-        sub = which.add_parser(role, help=f"the Celery {role}'s heartbeat is fresh")
+    for role, whose in (("worker", "the Celery worker's"), ("beat", "Celery beat's"),
+                        ("watch", "the Docker/Swarm `kalena watch`'s (refreshed while it watches)")):
+        sub = which.add_parser(role, help=f"{whose} heartbeat is fresh")
         sub.add_argument("--max-age", type=POSITIVE, default=None, metavar="S",
                          help="oldest acceptable heartbeat in seconds (default 3 × KALENA_HEARTBEAT_S)")
         sub.set_defaults(handler=_heartbeat, role=role)

@@ -115,14 +115,18 @@ def start_kubernetes(cluster, args: argparse.Namespace):
 def start_docker(cluster, args: argparse.Namespace):
     """Start the Docker/Swarm watcher for ``cluster``: every engine's events API into the
     reconciler on a thread (:class:`~agents.orchestrators.docker.watch.DockerWatcher`); the
-    scheduling passes are the scheduling loop's (Celery beat, or ``kalena serve``'s embedded loops)."""
+    scheduling passes are the scheduling loop's (Celery beat, or ``kalena serve``'s embedded loops).
+    ``args.heartbeat`` (set by ``kalena watch``, not ``kalena serve``): the applying loop refreshes
+    the ``watch`` heartbeat that ``kalena probe watch`` reads (:mod:`kalena_web.control.heartbeat`)."""
     from django.conf import settings
 
+    from kalena_web.control.heartbeat import HeartbeatTicker
     from kalena_web.control.orchestrators import docker_orchestrator
     from kalena_web.control.watching import watch_start
 
+    beat = HeartbeatTicker("watch") if getattr(args, "heartbeat", False) else None
     return watch_start(cluster=cluster, orchestrator=docker_orchestrator(settings.KALENA_ORCHESTRATOR),
-                       name=f"kalena-watch-{settings.KALENA_ORCHESTRATOR}")
+                       name=f"kalena-watch-{settings.KALENA_ORCHESTRATOR}", beat=beat)
 
 
 STARTERS = {"kubernetes": start_kubernetes, "docker": start_docker, "swarm": start_docker}
@@ -225,6 +229,7 @@ def node_names_unique(engines: list) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     django_setup()
+    args.heartbeat = True   # Docker/Swarm: `kalena probe watch` (the stacks' health check) reads it
     engines_answer()
     if getattr(args, "create", False):
         create_if_missing(args)

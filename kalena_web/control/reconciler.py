@@ -251,13 +251,17 @@ class Reconciler:
         self._tell("running", [e.ref for e, a in zip(known, answers, strict=True) if a is not None])
         return [self._tally(e, results.get(id(e), UNCHANGED if self._cached(e) else UNKNOWN)) for e in run]
 
-    def run(self, events: Iterable[WatchEvent], *, batch: int = 500, stop: threading.Event | None = None) -> None:
+    def run(self, events: Iterable[WatchEvent], *, batch: int = 500, stop: threading.Event | None = None,
+            beat: Callable[[], object] | None = None) -> None:
         """Apply a watcher's stream until it ends (a long-running thread's body): events that
         are already waiting are applied together (:meth:`apply_many`, up to ``batch``);
         database connections are recycled between batches, and an unexpected error is logged
         and counted, never the end of the watch (the batch is then applied one by one). Once
         ``stop`` is set, events still waiting are left unapplied (whoever watches next lists
-        the cluster again, so nothing is lost) and the method returns."""
+        the cluster again, so nothing is lost) and the method returns. ``beat`` (e.g. a
+        :class:`~kalena_web.control.heartbeat.HeartbeatTicker`) is called on every turn of the
+        loop — at least every 0.2 s while it waits for events, after each batch while busy —
+        and never once the loop has returned or while it is stuck."""
         waiting: queue.Queue = queue.Queue()
         done = threading.Event()
 
@@ -271,6 +275,8 @@ class Reconciler:
         while not (done.is_set() and waiting.empty()):
             if stop is not None and stop.is_set():
                 return
+            if beat is not None:
+                beat()
             try:
                 chunk = [waiting.get(timeout=0.2)]
             except queue.Empty:

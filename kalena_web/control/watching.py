@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from django.db import connection
@@ -44,23 +44,25 @@ class RunningWatch:
 
 
 def watch_run(*, cluster: Cluster, orchestrator: Orchestrator, stop: threading.Event,
-              reconciler: Reconciler | None = None) -> Reconciler:
-    """Apply ``orchestrator.watch(stop)`` to ``cluster`` until ``stop`` is set (blocking)."""
+              reconciler: Reconciler | None = None, beat: Callable[[], object] | None = None) -> Reconciler:
+    """Apply ``orchestrator.watch(stop)`` to ``cluster`` until ``stop`` is set (blocking);
+    ``beat``: called from the applying loop while it turns (:meth:`Reconciler.run`)."""
     reconciler = reconciler or Reconciler(cluster=cluster, wake=_wake)
     try:
-        reconciler.run(orchestrator.watch(stop), stop=stop)
+        reconciler.run(orchestrator.watch(stop), stop=stop, beat=beat)
     finally:
         connection.close()  # this thread's connection
     return reconciler
 
 
 def watch_start(*, cluster: Cluster, orchestrator: Orchestrator, reconciler: Reconciler | None = None,
-                name: str = "kalena-watch") -> RunningWatch:
+                name: str = "kalena-watch", beat: Callable[[], object] | None = None) -> RunningWatch:
     """:func:`watch_run` on a daemon thread; returns the handle."""
     stop = threading.Event()
     reconciler = reconciler or Reconciler(cluster=cluster, wake=_wake)
     thread = threading.Thread(target=watch_run, kwargs=dict(cluster=cluster, orchestrator=orchestrator, stop=stop,
-                                                            reconciler=reconciler), name=name, daemon=True)
+                                                            reconciler=reconciler, beat=beat),
+                              name=name, daemon=True)
     thread.start()
     return RunningWatch(thread=thread, reconciler=reconciler, stop_event=stop)
 

@@ -57,11 +57,10 @@ BATCH_COMMAND = """sh -c 'if [ "$KALENA_ATTEMPT" = 0 ]; then sleep 3600; else sl
 
 def docker_compose() -> str:
     path = shutil.which("docker-compose")
-    if path is None:
-        subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", "docker-compose"],
-                       check=True, capture_output=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    if path is None:   # what an operator runs: `scripts/services up` installs it the same way
+        subprocess.run([str(REPO / "scripts/services"), "compose"], check=True, capture_output=True)
         path = shutil.which("docker-compose")
-    assert path, "Debian's docker-compose is not installed"
+    assert path, "Debian's docker-compose is not installed (scripts/services compose)"
     return path
 
 
@@ -128,6 +127,18 @@ class Stack:
 
     def containers(self) -> list[str]:
         return subprocess.run([DOCKER, "ps", "-aq"], env=self.env, capture_output=True, text=True).stdout.split()
+
+    def health(self) -> dict[str, str]:
+        """service → its container's health (``healthy``, ``unhealthy``, ``starting``; ``none``:
+        no health check), for the running services of this project."""
+        ids = subprocess.run([DOCKER, "ps", "-q", "-f", f"label=com.docker.compose.project={self.project}"],
+                             env=self.env, capture_output=True, text=True).stdout.split()
+        if not ids:
+            return {}
+        fmt = '{{index .Config.Labels "com.docker.compose.service"}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}'
+        out = subprocess.run([DOCKER, "inspect", "--format", fmt, *ids], env=self.env, capture_output=True,
+                             text=True).stdout
+        return dict(line.split() for line in out.splitlines() if line.strip())
 
 
 def wait_until(predicate, *, timeout_s: float, what: str, why=None) -> None:
@@ -262,6 +273,11 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
         wait_until(lambda: stack.query(POD)["ledgers"][0]["batch_cpu"] == 0, timeout_s=120,
                    what="the completed pod freed in the ledger", why=lambda: stack.query(POD)["ledgers"])
         marks["freed"] = time.monotonic()
+        # every long-running service answers its own health check, the watch included (it once
+        # inherited the image's /livez check and stayed unhealthy)
+        kalena = ("console", "worker", "beat", "watch", "agent")
+        wait_until(lambda: all(stack.health().get(s) == "healthy" for s in kalena), timeout_s=120,
+                   what="every Kalena service healthy", why=stack.health)
         steps = list(marks)
         print("compose stack:", ", ".join(f"{b} +{marks[b] - marks[a]:.0f} s" for a, b in zip(steps, steps[1:])))
     finally:

@@ -109,3 +109,101 @@ def test_dockerfiles_are_multi_stage_unprivileged_and_checked(name: str) -> None
     assert "-e ." not in text and "--editable" not in text                              # the wheel, installed
     ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
     assert {".venv", ".git", "var"} <= set(ignored)
+
+
+#: the health check each long-running Kalena process answers (a probe the process itself keeps true)
+PROBE_OF = {"console": ["kalena", "probe", "url"], "worker": ["kalena", "probe", "worker"],
+            "beat": ["kalena", "probe", "beat"], "watch": ["kalena", "probe", "watch"],
+            "agent": ["kalena-agent", "probe"]}
+
+
+def kalena_process(spec: dict) -> str | None:
+    """Which Kalena process a stack service (or a Kubernetes container) runs — console, worker,
+    beat, watch or agent — from its image, entrypoint and command; None: a one-shot or none."""
+    image = str(spec.get("image", ""))
+    argv = [str(a) for key in ("entrypoint", "command", "args") for a in (spec.get(key) or [])]
+    if image.startswith("kalena/agent"):
+        return "agent"
+    if not image.startswith("kalena/control-plane"):
+        return None
+    words = " ".join(argv).replace("exec ", "").split()
+    if "celery" in words:
+        return "worker" if "worker" in words else "beat" if "beat" in words else None
+    kalena = [w for w in words if w not in ("sh", "-c")]
+    # the image's entrypoint is `kalena`: a command alone starts with the subcommand
+    sub = [w for i, w in enumerate(kalena) if i == 0 or kalena[i - 1] in ("kalena", "&&")]
+    if "serve" in sub:
+        return "console"
+    if "watch" in sub:
+        return "watch"
+    return None
+
+
+@pytest.mark.parametrize("name", ["compose/docker-compose.yml", "swarm/stack.yml"])
+def test_every_long_running_kalena_service_has_its_own_fitting_health_check(name: str) -> None:
+    """The image's HEALTHCHECK is the console's (/livez): a service that inherits it is unhealthy
+    (Compose) or killed every minute (Swarm) unless it is the console."""
+    services = yaml.safe_load((DEPLOY / name).read_text())["services"]
+    seen = {}
+    for svc, spec in services.items():
+        process = kalena_process(spec)
+        if process is None:
+            continue
+        seen[svc] = process
+        check = (spec.get("healthcheck") or {}).get("test")
+        assert check, f"{name}: {svc} runs the {process} and has no health check of its own"
+        assert check[0] == "CMD" and check[1:1 + len(PROBE_OF[process])] == PROBE_OF[process], \
+            f"{name}: {svc} runs the {process} but its health check is {check[1:]} (expected {PROBE_OF[process]})"
+    # the migrate job is one-shot (no probe); every other Kalena service was classified
+    assert seen == {"console": "console", "worker": "worker", "beat": "beat", "watch": "watch", "agent": "agent"}
+
+
+def test_kubernetes_containers_running_the_watch_are_probed_by_its_heartbeat() -> None:
+    for name in KUBERNETES_FILES:
+        for doc in yaml.safe_load_all((DEPLOY / name).read_text()):
+            if not isinstance(doc, dict) or doc.get("kind") not in ("Deployment", "DaemonSet", "StatefulSet"):
+                continue
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                process = kalena_process(c)
+                if process in ("watch", "worker", "beat"):
+                    probe = (c.get("livenessProbe") or {}).get("exec", {}).get("command")
+                    assert probe == PROBE_OF[process], f"{name}: {c['name']} runs the {process}; liveness {probe}"
+
+
+def test_the_process_classification_reads_both_stack_forms() -> None:
+    assert kalena_process({"image": "kalena/control-plane:0.1.0",
+                           "command": ["watch", "--cluster", "docker", "--create"]}) == "watch"
+    assert kalena_process({"image": "kalena/control-plane:0.1.0", "entrypoint": [
+        "sh", "-c", "kalena probe migrations --wait 600 && exec kalena watch --cluster swarm --create"]}) == "watch"
+    assert kalena_process({"image": "kalena/control-plane:0.1.0",
+                           "entrypoint": ["celery", "-A", "kalena_web", "beat"]}) == "beat"
+    assert kalena_process({"image": "kalena/control-plane:0.1.0", "entrypoint": ["kalena", "migrate"]}) is None
+    assert kalena_process({"image": "postgres:16"}) is None
+
+
+def _secrets_steps(text: str, *, comment: str = "") -> str:
+    """The secrets steps of a walkthrough: from `d=/etc/kalena/secrets` to `export KALENA_SECRETS_DIR`."""
+    lines = [line.removeprefix(comment).strip() for line in text.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("d=/etc/kalena/secrets"))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("export KALENA_SECRETS_DIR"))
+    return "\n".join(lines[start:end + 1])
+
+
+@pytest.mark.parametrize("where", ["docs/deploy-docker.md", "deploy/compose/docker-compose.yml"])
+def test_the_secrets_steps_run_as_written_and_the_compose_command_after_them_finds_its_file(
+        where: str, tmp_path: Path) -> None:
+    """Followed literally from the checkout: the secrets land in the directory, and the next
+    step's relative `-f deploy/compose/docker-compose.yml` still names the stack file."""
+    text = (DEPLOY.parent / where).read_text()
+    steps = _secrets_steps(text, comment="#" if where.endswith(".yml") else "")
+    secrets_dir = tmp_path / "secrets"
+    script = steps.replace("/etc/kalena/secrets", str(secrets_dir))
+    script += '\ntest -f deploy/compose/docker-compose.yml || { echo "not found from $PWD" >&2; exit 3; }'
+    script += '\nprintf %s "$KALENA_SECRETS_DIR"'
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=DEPLOY.parent, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == str(secrets_dir)
+    files = {p.name: p.read_text().strip() for p in secrets_dir.iterdir()}
+    assert set(files) == {"secret_key", "db_password", "database_url", "metrics_token", "agent_join_secret"}
+    assert files["database_url"] == f"postgres://kalena:{files['db_password']}@postgres:5432/kalena"

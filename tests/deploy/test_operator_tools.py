@@ -132,3 +132,37 @@ def test_the_kustomization_builds_with_kubectl_1_20_and_validates() -> None:
     images = {c["image"] for d in objects if d["kind"] in ("Deployment", "Job")
               for c in d["spec"]["template"]["spec"]["containers"]}
     assert images == {"kalena/control-plane:0.1.0"}
+
+
+def _services_compose(tmp_path: Path, *, have: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, str]:
+    """`scripts/services compose` on a PATH holding only ``have`` (stubs) and a recording apt-get
+    that "installs" docker-compose; returns the run and what apt-get was asked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dirname").symlink_to(shutil.which("dirname"))
+    asked = tmp_path / "apt-get.args"
+    stubs = {"apt-get": f'#!/bin/sh\necho "$@" >> {asked}\nprintf "#!/bin/sh\\nexit 0\\n" > {bin_dir}/docker-compose\n'
+                        f"{shutil.which('chmod')} +x {bin_dir}/docker-compose\n",
+             "docker": '#!/bin/sh\n[ "$1 $2" = "compose version" ] && [ -n "$PLUGIN" ]\n',
+             "docker-compose": "#!/bin/sh\nexit 0\n"}
+    for name in ("apt-get", *have):
+        (bin_dir / name).write_text(stubs[name])
+        (bin_dir / name).chmod(0o755)
+    result = subprocess.run(["/bin/bash", str(ROOT / "scripts" / "services"), "compose"], capture_output=True,
+                            text=True, env={"PATH": str(bin_dir), "PLUGIN": "1" if "plugin" in tmp_path.name else ""})
+    return result, asked.read_text() if asked.exists() else ""
+
+
+def test_services_installs_debian_s_docker_compose_when_no_compose_answers(tmp_path: Path) -> None:
+    result, asked = _services_compose(tmp_path, have=("docker",))     # docker.io: no Compose plugin
+    assert result.returncode == 0, result.stderr
+    assert "install -y -q docker-compose" in asked and "installing docker-compose with apt" in result.stdout
+
+
+@pytest.mark.parametrize("have", [("docker-compose",), ("docker",)], ids=["v1", "plugin"])
+def test_services_leaves_an_answering_compose_alone(tmp_path: Path, have: tuple[str, ...]) -> None:
+    plugin = tmp_path / "plugin" if have == ("docker",) else tmp_path / "v1"
+    plugin.mkdir()
+    result, asked = _services_compose(plugin, have=have)
+    assert result.returncode == 0, result.stderr
+    assert asked == ""

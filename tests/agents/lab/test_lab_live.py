@@ -231,15 +231,16 @@ def test_a_lab_over_the_cpu_budget_is_refused_with_the_numbers_and_starts_nothin
 
 def test_a_port_in_use_is_refused_and_starts_nothing(state_dir: Path) -> None:
     name = f"lt{uuid.uuid4().hex[:6]}"
+    fresh = state_dir / "fresh" / "lab"             # a state folder `up` would have to create
     with socket.socket() as busy:
         busy.bind((f"{SUBNET}.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         result = kalena_lab("up", "--nodes", "1", "--cpu-m", "100", "--memory-mib", "64", "--name", name,
-                            "--console-port", str(port), "--state-dir", str(state_dir))
+                            "--console-port", str(port), "--state-dir", str(fresh))
     assert result.returncode == 2
     assert f"port(s) in use: {SUBNET}.1:{port} (console)" in result.stderr
-    assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
+    assert not (state_dir / "fresh").exists() and lab_cgroups(f"kalena-{name}") == []   # not even its folder
 
 
 def test_a_nodes_agent_port_in_use_names_the_subnet_not_the_console_port(state_dir: Path) -> None:
@@ -314,8 +315,8 @@ def test_docker_missing_is_refused_naming_what_to_install_and_starts_nothing(mon
             raise AssertionError(f"the console's {name} was called")
 
     with pytest.raises(LabError) as refused:
-        lab_up(plan, state_dir=state_dir, console=Unused(), console_port=free_port())
+        lab_up(plan, state_dir=state_dir / "fresh", console=Unused(), console_port=free_port())
     assert refused.value.field == "docker"
     assert "/nonexistent/dockerd" in str(refused.value)
     assert "apt-get install docker.io busybox-static" in str(refused.value)
-    assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
+    assert not (state_dir / "fresh").exists() and lab_cgroups(f"kalena-{name}") == []   # not even its folder
