@@ -223,10 +223,12 @@ def test_the_swarm_stack_lives_through_throttling_eviction_and_replacement_on_a_
             swarm.query(COOLDOWN.replace("name='docker'", "name='swarm'"))   # one node: the cooldown shortened
             client = docker.DockerClient(base_url=f"unix://{target['socket']}", timeout=120)
             ensure_lab_images(client)
-            # production on the worker: idle until it bursts; it declares the node's whole cpu and memory
+            # production on the worker: idle until it bursts; it may take the whole cpu Kalena counts and
+            # the node's memory (its burst below passes Kalena's capacity by 64 MiB, so a limit at that
+            # capacity would OOM-kill it when little else runs on the worker)
             production = client.containers.run(
                 BURNER_IMAGE, ["/bin/burner", "series", "1", "0", "50", "16"], name="web-0", detach=True, init=True,
-                network_mode="none", nano_cpus=CAPACITY_CPU_M * 1_000_000, mem_limit=f"{CAPACITY_MIB}m",
+                network_mode="none", nano_cpus=CAPACITY_CPU_M * 1_000_000, mem_limit=f"{NODE_MIB}m",
                 labels={"kalena.naughtian.io/tier": "service", "kalena.naughtian.io/request-cpu": "100m",
                         "kalena.naughtian.io/request-memory": "64Mi"})
             submit_on(swarm, worker, BATCH_COMMAND, "cpu=0.6,ram=64Mi")
