@@ -214,6 +214,16 @@ def services(tmp_path):
     s.stop()
 
 
+@pytest.fixture
+def daphne(home, services) -> str:
+    """The agent endpoint's URL on a real Daphne serving the test database."""
+    from kalena_web.cli.benchenv import free_port
+
+    port = free_port()
+    services.procs.daphne(port)
+    return f"ws://127.0.0.1:{port}/agent/v1/ws"
+
+
 def wait_until(predicate, timeout_s: float = 60.0, every_s: float = 0.1, what: str = "") -> None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:

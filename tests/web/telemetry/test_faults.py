@@ -27,14 +27,6 @@ PODS = ["database/postgres-0", "monitoring/grafana-0"]
 
 
 @pytest.fixture
-def daphne(home, services) -> str:
-    """The agent endpoint's URL on a real Daphne serving the test database."""
-    port = free_port()
-    services.procs.daphne(port)
-    return f"ws://127.0.0.1:{port}/agent/v1/ws"
-
-
-@pytest.fixture
 def link(tmp_path: Path, daphne: str):
     """``make(buffer) -> LinkClient`` for node beta, started; all stopped at the end."""
     token = agent_token_create(node=Node.objects.get(name=NODE))[0]

@@ -22,7 +22,6 @@ from agents.health import AgentMetrics, HealthServer
 from agents.link.buffer import LinkBuffer
 from agents.link.client import LinkClient
 from agents.runner import Agent as AgentProcess
-from kalena_web.cli.benchenv import free_port
 from kalena_web.control.models import MetricSeries
 from kalena_web.inventory.models import Node
 from kalena_web.policy.models import AuditEntry
@@ -31,13 +30,6 @@ from kalena_web.telemetry.services import agent_token_create, agent_token_revoke
 from tests.web.telemetry.conftest import hello, wait_until
 
 NODE = "thinkcentre-beta"
-
-
-@pytest.fixture
-def daphne(home, services) -> str:
-    port = free_port()
-    services.procs.daphne(port)
-    return f"ws://127.0.0.1:{port}/agent/v1/ws"
 
 
 @pytest.fixture
