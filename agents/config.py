@@ -4,9 +4,12 @@ its variable. Every value is checked before the agent touches anything: a bad on
 :class:`~agents.errors.ConfigError` naming the flag (and variable), the value and what is
 accepted, and the agent exits with status 2.
 
-Capacity (``--capacity cpu=4,memory=16Gi``) is the node's post-Phase-0 capacity C_n in
-Kubernetes quantities; dimensions not given default to the machine (cpu = online cpus,
-memory = MemTotal) minus ``--reserved``, and the rest are unconstrained.
+Capacity (``--capacity cpu=4,memory=16Gi``) is the node's allocatable in Kubernetes quantities;
+dimensions not given default to the machine (cpu = online cpus, memory = MemTotal) minus
+``--reserved`` (the Node's capacity − allocatable: what the kubelet keeps for the system), and
+the rest are unconstrained. The agent takes the requests of the DaemonSets it discovers off it
+itself (Phase 0, :meth:`agents.loop.MitigationLoop.node_capacity`), so its ledgers read the
+post-Phase-0 C_n the console's do.
 """
 
 from __future__ import annotations
@@ -267,8 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--node-name-from-engine", action="store_true",
         help="name the node as Kalena's Docker/Swarm watcher does, asking the engine at --docker-host: its label "
              "kalena.naughtian.io/node, else its Swarm node ID (in a swarm), else its Name")
-    add("--capacity", help="post-Phase-0 capacity, e.g. cpu=4,memory=16Gi (default: the machine)")
-    add("--reserved", help="subtracted from machine-derived capacity (DaemonSets, system), e.g. cpu=500m")
+    add("--capacity", help="the node's allocatable, e.g. cpu=4,memory=16Gi (default: the machine less --reserved); "
+                           "the agent takes its DaemonSets' requests off it (Phase 0)")
+    add("--reserved", help="subtracted from machine-derived capacity: the Node's capacity − allocatable (the "
+                           "kubelet's system/kube reserved and eviction threshold), e.g. cpu=500m,memory=1Gi; "
+                           "DaemonSets' requests are taken off by the agent itself")
     add("--cgroup-root", default="/sys/fs/cgroup")
     add("--cgroup-version", default="auto", choices=("auto", "1", "2"))
     add("--psi-root", help="v2 hierarchy for per-group PSI beside cgroup v1 (default: <root>/unified if present)")

@@ -171,10 +171,28 @@ class MitigationLoop(CpuActions, MemoryActions):
         self.telemetry.forget(workload_id)
         self.collector_failures.forget(workload_id)
 
+    def node_capacity(self) -> np.ndarray:
+        """``(8,)`` the node's capacity as every ledger reads it: Phase 0 on this node
+        (docs/design.md §3), ``C = capacity − Σ_d request_d`` over the DaemonSet rows tracked here
+        and not terminating, ``capacity`` being ``--capacity`` (or the machine) less ``--reserved``.
+        DaemonSets are ballast: the console's ledger subtracts their requests from the Node's
+        allocatable, so the agent's must too, or it lets the node fill to the kernel's limit before
+        its ledger says too much is reserved. A request left unset counts 0; never below 0.
+
+        Example: a 512 MiB node, ``--reserved`` 0, the agent's own pod (a DaemonSet) requesting
+        128 MiB and ``calico-node`` 2 MiB → C_ram = 382 MiB."""
+        daemonsets = [t.workload.request for t in self.table.rows()
+                      if t.workload.tier == "daemonset" and not t.terminating]
+        if not daemonsets:
+            return self.settings.capacity
+        ballast = np.nansum(np.array(daemonsets, dtype=np.float64), axis=0)
+        return np.maximum(self.settings.capacity - ballast, 0.0)
+
     def _sync_arming(self) -> None:
         if self.arming is None:
             return
-        self.arming.sync([t.workload for t in self.table.rows() if t.workload.tier == "service"])
+        self.arming.sync([t.workload for t in self.table.rows() if t.workload.tier == "service"],
+                         capacity=self.node_capacity())
         self.telemetry.exclude_psi({wid for wid in self.table.ids if self.arming.has_trigger(wid)})
 
     # --- samples ---------------------------------------------------------------------------

@@ -25,14 +25,15 @@ class CpuActions:
     def _cpu(self: MitigationLoop, now_s: float, event: PressureEvent | None) -> list[dict[str, Any]]:
         rows = self.table.rows()
         batch = [i for i, t in enumerate(rows) if t.workload.tier == "batch" and not t.terminating]
-        if not batch or not math.isfinite(float(self.settings.capacity[CPU])):
+        capacity = self.node_capacity()
+        if not batch or not math.isfinite(float(capacity[CPU])):
             return []
         services = [i for i, t in enumerate(rows) if t.workload.tier == "service" and not t.terminating]
         eff = self.table.effective(now_s, self.settings.stale_ttl_s)
         request, limit = self.table.request(), self.table.declared_limit()
         policy = self.settings.policy.eviction
         plan = plan_batch_cpu(
-            capacity_mcpu=float(self.settings.capacity[CPU]),
+            capacity_mcpu=float(capacity[CPU]),
             service_reservation_mcpu=eff[services, CPU], service_request_mcpu=request[services, CPU],
             service_contended=np.array([rows[i].contended_since_mono is not None for i in services], dtype=bool),
             batch_request_mcpu=request[batch, CPU], batch_limit_mcpu=limit[batch, CPU],

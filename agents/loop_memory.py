@@ -76,17 +76,22 @@ class MemoryActions:
         age = freshness.sample_age_s
         held_ids = [t.workload.id for t, h in zip(rows, freshness.held, strict=True) if h]
         psi = node.psi.get("memory")
+        node_capacity = self.node_capacity()
+        # a DaemonSet counts at its request: Phase 0 took that from the capacity (node_capacity)
+        every_r = np.where(never_chosen, np.nan_to_num(self.table.request()[:, RAM]), effective[:, RAM])
         out = []
         for dim in (RAM, STORAGE):
-            capacity = float(self.settings.capacity[dim])
+            capacity = float(node_capacity[dim])
             if not math.isfinite(capacity):
                 continue
             unaccounted = 0.0
             if dim == RAM:
-                working = node.working_set_bytes
                 every_usage = np.array([float(t.sample.usage[RAM]) if ok else 0.0 for t, ok in zip(every, sampled)])
-                unaccounted = unaccounted_usage(working, every_usage, effective[:, RAM], sampled, every_terminating,
-                                                never_chosen, self.settings.reserved_memory_bytes)
+                # the reading less the DaemonSets' memory within their requests (outside C, as above)
+                ballast = float(np.sum(np.minimum(every_usage, every_r)[never_chosen & sampled & ~every_terminating]))
+                working = max(0.0, node.working_set_bytes - ballast)
+                unaccounted = unaccounted_usage(node.working_set_bytes, every_usage, every_r, sampled,
+                                                every_terminating, never_chosen, self.settings.reserved_memory_bytes)
             else:
                 measured = [t.sample.usage[STORAGE] for t in rows if t.sample is not None]
                 if not measured or all(math.isnan(x) for x in measured):
@@ -96,9 +101,10 @@ class MemoryActions:
                                     psi.some.avg10_pct if psi is not None and dim == RAM else None,
                                     psi.full.avg10_pct if psi is not None and psi.full is not None and dim == RAM else None,
                                     unaccounted)
-            plan = plan_evictions(workloads, self.settings.capacity, signal, now_s=now_s,
+            plan = plan_evictions(workloads, node_capacity, signal, now_s=now_s,
                                   stale_ttl_s=self.settings.stale_ttl_s, policy=self.settings.policy.eviction)
             common = {"dimension": DIMS[dim], "capacity": capacity, "working_set": working, "unaccounted": unaccounted,
+                      "node_working_set": node.working_set_bytes if dim == RAM else working,
                       "ledger_before": plan.ledger_before, "ledger_after": plan.ledger_after,
                       "acute": plan.acute, "sample_age_s": round(age, 3), "stale_ttl_s": self.settings.stale_ttl_s,
                       "held_stale": held_ids}

@@ -413,7 +413,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         tokens = _tokens(api_url, plan, kdir)
         apply_manifests(state, manifests)
         # -- the control plane, from the applied objects
-        cluster = _cluster(api_url, addresses, tokens, plan, agent_flags)
+        cluster = _cluster(api_url, addresses, tokens, agent_flags)
         procs = control_plane_processes(api_url, cluster, kdir, replicas_cap=replicas_cap)
         agents = agent_processes(api_url, cluster, state["nodes"])
         for p in procs:
@@ -606,7 +606,7 @@ def _projected(kdir: Path, tokens: dict[str, str]) -> Callable[[str, str, str], 
     return mint
 
 
-def _cluster(api: str, workloads: dict[str, dict[str, Any]], tokens: dict[str, str], plan: LabPlan,
+def _cluster(api: str, workloads: dict[str, dict[str, Any]], tokens: dict[str, str],
              agent_flags: Sequence[str] = ()) -> Cluster:
     config_maps = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": dict(c.get("data") or {})
                    for c in _items(api, "/api/v1/configmaps")}
@@ -614,8 +614,7 @@ def _cluster(api: str, workloads: dict[str, dict[str, Any]], tokens: dict[str, s
                 for s in _items(api, "/api/v1/secrets")}
     services = {f"{s['metadata']['namespace']}/{s['metadata']['name']}": s for s in _items(api, "/api/v1/services")}
     return Cluster(config_maps=config_maps, secrets=secrets_, services=services, workloads=workloads, api_url=api,
-                   tokens=tokens, projected_token=lambda *a: "", host_cpu_mcpu=plan.host_cores * 1000,
-                   host_memory_bytes=plan.host_memory_bytes, agent_flags=tuple(agent_flags))
+                   tokens=tokens, projected_token=lambda *a: "", agent_flags=tuple(agent_flags))
 
 
 def control_plane_processes(api: str, cluster: Cluster, kdir: Path, *, replicas_cap: int = 1) -> list[Process]:

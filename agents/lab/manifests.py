@@ -21,8 +21,10 @@ and every value comes from the object except these substitutions, each recorded 
   directory; the agent's ``--node-cgroup`` and ``--kube-cgroup-root`` → under the node's cgroup,
   and its ``--kube-cgroup-driver`` → the kubelet double's (``cgroupfs``: ``kubepods.slice`` →
   ``<node>/kubepods``).
-* **``--reserved`` → scaled to the node**: each quantity × (node size / host size) per dimension,
-  and the machine the agent would read from ``/proc`` → the node's capacity (``--capacity``).
+* **``--reserved`` → the Node's capacity − allocatable** (0: the kubelet double keeps nothing for
+  the system), and the machine the agent would read from ``/proc`` → the node's capacity
+  (``--capacity``); the agent then takes its DaemonSets' requests off that capacity itself, as
+  the console's ledger does.
 * **images → local commands**: the image's entrypoint and environment (:data:`IMAGES`, the
   Dockerfiles' ``ENTRYPOINT`` / ``ENV``) → this checkout's Python; the in-cluster API config
   (``--kube-in-cluster``, the service-account mount) → the lab API server's URL and a token file.
@@ -116,8 +118,8 @@ class Cluster:
     """What the derivation reads besides the template: ConfigMaps and Secrets (``ns/name`` →
     data, Secrets decoded), Services (``ns/name`` → the object), each workload's pod address,
     pod-template labels and named container ports, the API server, the service-account tokens (``ns/name`` of
-    the ServiceAccount → token; ``(ns/name, audience, node)`` → a projected token), the kubelet's
-    URL scheme and the host's size (``--reserved`` scaling)."""
+    the ServiceAccount → token; ``(ns/name, audience, node)`` → a projected token), and the kubelet's
+    URL scheme."""
 
     config_maps: dict[str, dict[str, str]]
     secrets: dict[str, dict[str, bytes]]
@@ -126,8 +128,6 @@ class Cluster:
     api_url: str
     tokens: dict[str, str]
     projected_token: Any               # (service account "ns/name", audience, node name) -> token
-    host_cpu_mcpu: int
-    host_memory_bytes: int
     kubelet_scheme: str = "http"
     kubelet_port: int = 10250
     kubelet_cgroup_driver: str = "cgroupfs"   # the kubelet double's (agents.lab.kubelet: cgroupfs naming)
@@ -139,37 +139,6 @@ class Cluster:
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _quantity(text: str, dim: str) -> float:
-    from agents.orchestrators.kubernetes.batch_resources import cpu_mcpu, memory_bytes
-
-    return float(cpu_mcpu(text, field=dim) if dim == "cpu" else memory_bytes(text, field=dim))
-
-
-def scale_reserved(text: str, *, node_cpu_mcpu: int, node_memory_bytes: int, host_cpu_mcpu: int,
-                   host_memory_bytes: int) -> str:
-    """``--reserved`` scaled to the node: each quantity × node/host of its dimension (cpu in
-    mcpu, memory in bytes, rounded down); other dimensions as written.
-
-    ``scale_reserved("cpu=500m,memory=1Gi", node_cpu_mcpu=250, node_memory_bytes=256 Mi,
-    host_cpu_mcpu=2000, host_memory_bytes=8 Gi)`` → ``"cpu=62m,memory=33554432"``.
-
-    Raises:
-        LabError: an item is not ``name=quantity``.
-    """
-    out = []
-    for item in filter(None, text.split(",")):
-        dim, eq, amount = item.partition("=")
-        if not eq:
-            raise LabError(f"{item!r} is not name=quantity", source="--reserved", field="DaemonSet kalena-agent")
-        if dim == "cpu":
-            out.append(f"cpu={int(_quantity(amount, 'cpu') * node_cpu_mcpu / host_cpu_mcpu)}m")
-        elif dim == "memory":
-            out.append(f"memory={int(_quantity(amount, 'memory') * node_memory_bytes / host_memory_bytes)}")
-        else:
-            out.append(item)
-    return ",".join(out)
 
 
 class _Deriver:
@@ -478,7 +447,7 @@ def derive(cluster: Cluster, workload: Mapping[str, Any], kind: str, placement: 
 
 def _node_flags(argv: list[str], d: _Deriver, node: Mapping[str, Any], cluster: Cluster) -> list[str]:
     """The agent's node-bound flags: cgroup roots under the node's subtree, ``--reserved``
-    scaled, the node's capacity as the machine, the in-cluster config made explicit, the kubelet's
+    as the kubelet double reserves (nothing), the node's capacity as the machine, the in-cluster config made explicit, the kubelet's
     URL scheme."""
     out: list[str] = []
     sa_token = f"{d.placement.directory}/mounts{SA_MOUNT}/token"
@@ -495,10 +464,9 @@ def _node_flags(argv: list[str], d: _Deriver, node: Mapping[str, Any], cluster: 
             d.note(f"{flag} {val} → {cluster.kubelet_cgroup_driver} (the kubelet double's cgroup driver)")
             out.append(f"{flag}={cluster.kubelet_cgroup_driver}")
         elif eq and flag == "--reserved":
-            new = scale_reserved(val, node_cpu_mcpu=node["cpu_mcpu"], node_memory_bytes=node["memory_bytes"],
-                                 host_cpu_mcpu=cluster.host_cpu_mcpu, host_memory_bytes=cluster.host_memory_bytes)
-            d.note(f"--reserved {val} → {new} (× node/host: {node['cpu_mcpu']} m of {cluster.host_cpu_mcpu} m, "
-                   f"{node['memory_bytes']} of {cluster.host_memory_bytes} bytes)")
+            new = "cpu=0m,memory=0"
+            d.note(f"--reserved {val} → {new} (it stands for the Node's capacity − allocatable, what the kubelet "
+                   "keeps for the system; the kubelet double keeps nothing: allocatable = capacity)")
             out.append(f"--reserved={new}")
             capacity = f"cpu={node['cpu_mcpu']}m,memory={node['memory_bytes']}"
             out.append(f"--capacity={capacity}")

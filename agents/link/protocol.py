@@ -60,8 +60,10 @@ Agent → server
                  "resource": "cpu" | "memory" | null, "scope": "node" | <workload id> | null},
      "numbers": {…},   # e.g. throttle: quota_us, period_us, share_mcpu, budget_mcpu,
                        #   capacity_mcpu, service_claim_mcpu, previous_quota_us;
-                       # evict: dimension, capacity, working_set, ledger_before, ledger_after,
-                       #   usage, reservation, limit, acute, grace_s
+                       # evict: dimension, capacity (less the DaemonSets' requests), working_set
+                       #   (the node reading less the DaemonSets' memory within their requests),
+                       #   node_working_set, ledger_before, ledger_after, usage, reservation, limit,
+                       #   acute, grace_s
      "result": {"ok": true, "error": null, "writes": [[target, text], …],
                 "latency_ms": 1.2 | null, "dry_run": false,
                 "detected_s": 1.7e9}}   # only when a pressure signal triggered it: its Unix time

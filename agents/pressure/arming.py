@@ -7,7 +7,9 @@ With ``pressure_source`` ``auto`` (or ``psi-trigger``/``eventfd``) the agent kee
   stalled service; without per-group PSI, one trigger on ``/proc/pressure/cpu`` (scope node);
 * one memory PSI trigger on ``/proc/pressure/memory`` (scope node);
 * on cgroup v1, one eventfd threshold on the node group's ``memory.usage_in_bytes`` at
-  ``evict_threshold_ratio × C_ram`` (fires exactly at the crossing).
+  ``evict_threshold_ratio × C_ram`` (``C`` the node's capacity less its DaemonSets' requests,
+  :meth:`agents.loop.MitigationLoop.node_capacity`; the node reading still holds the DaemonSets'
+  memory, so it fires at or before the crossing the eviction planner tests).
 
 Anything the kernel refuses (``EINVAL`` window, no PSI, no ``cgroup.event_control``) falls back
 to ``poll`` — the periodic check of PSI avg10 and usage — and the reason is kept in
@@ -20,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from agents.cgroups.backend import CgroupFs
 from agents.model import Workload
@@ -43,6 +47,7 @@ class SignalArming:
         self.node_cgroup = node_cgroup
         self.failures: list[str] = []
         self._threshold_bytes: int | None = None
+        self._capacity: np.ndarray | None = None
 
     @property
     def triggers_allowed(self) -> bool:
@@ -68,10 +73,12 @@ class SignalArming:
         self.monitor.add(key, trigger)
         return True
 
-    def sync(self, services: Sequence[Workload]) -> None:
-        """Arm what is missing, drop what belongs to workloads that left."""
+    def sync(self, services: Sequence[Workload], capacity: np.ndarray | None = None) -> None:
+        """Arm what is missing, drop what belongs to workloads that left. ``capacity``: ``(8,)``
+        the node's capacity as the ledger reads it (default ``settings.capacity``)."""
         if self.monitor is None:
             return
+        self._capacity = self.settings.capacity if capacity is None else capacity
         wanted: set[str] = set()
         per_group = 0
         if self.triggers_allowed:
@@ -99,7 +106,7 @@ class SignalArming:
 
     def _sync_threshold(self) -> set[str]:
         assert self.monitor is not None
-        capacity = float(self.settings.capacity[RAM])
+        capacity = float((self.settings.capacity if self._capacity is None else self._capacity)[RAM])
         files = self.fs.memory_threshold_files(self.node_cgroup)
         if not math.isfinite(capacity) or files is None:
             return set()

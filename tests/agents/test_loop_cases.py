@@ -201,6 +201,29 @@ def test_daemonsets_are_never_touched(rig) -> None:
     assert [a["workload"]["id"] for a in rig.actions("evict")] == ["b"]
 
 
+def test_a_daemonsets_request_is_taken_from_the_capacity_the_eviction_ledger_reads(rig) -> None:
+    # 64 GiB node, --reserved 0; a DaemonSet requests and uses 8 GiB, production 40 of 40, batch
+    # requests 18 and uses 14: Σ r = 58 GiB fits 64 but not C = 64 − 8 = 56, the capacity the
+    # console's ledger placed against. The node reads 62 GiB; less the DaemonSet's 8 inside its
+    # request that is 54 GiB ≥ 0.95 × 56: batch goes now, not once production has grown 2 GiB more
+    # and the kernel kills at 64.
+    rig.set_files("", memory_bytes=62 * GIB)
+    rig.add("ds", tier="service", daemonset=True, requests={"memory": "8Gi"}, limits={"memory": "8Gi"},
+            start_time=T0 - 10_000, memory_bytes=8 * GIB)
+    rig.add("s", tier="service", requests={"memory": "40Gi"}, limits={"memory": "40Gi"}, start_time=T0 - 10_000,
+            memory_bytes=40 * GIB)
+    rig.add("b", tier="batch", requests={"memory": "18Gi"}, start_time=T0 - 10_000, memory_bytes=14 * GIB)
+    loop = rig.build()
+    loop.tick(T0, 0.0)
+    assert loop.node_capacity()[1] == 56 * GIB
+    evicted = rig.actions("evict")
+    assert [a["workload"]["id"] for a in evicted] == ["b"]
+    numbers = evicted[0]["numbers"]
+    assert (numbers["capacity"], numbers["working_set"], numbers["node_working_set"]) == (56 * GIB, 54 * GIB, 62 * GIB)
+    assert (numbers["ledger_before"], numbers["ledger_after"]) == (58 * GIB, 40 * GIB)
+    assert rig.alive("ds") and rig.alive("s")
+
+
 def _cap_mcpu(cpu_max: str) -> float:
     quota, period = cpu_max.split()
     return math.inf if quota == "max" else int(quota) / int(period) * 1000.0

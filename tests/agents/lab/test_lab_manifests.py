@@ -14,7 +14,7 @@ import pytest
 
 from agents.lab import kubernetes as kube
 from agents.lab.budget import lab_plan
-from agents.lab.manifests import IMAGES, scale_reserved
+from agents.lab.manifests import IMAGES
 from agents.orchestrators.kubernetes.testserver import TestAPIServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -109,7 +109,7 @@ def test_every_container_arg_and_env_of_the_deploy_files_reaches_its_process_or_
     assert f"--kubelet-url=http://{SUBNET}.2:10250" in agent.argv          # HOST_IP → the node's address
     assert f"--link-url=ws://{SUBNET}.101:8000/agent/v1/ws" in agent.argv  # Service kalena → the console's process
     assert f"--health-address={SUBNET}.2:9640" in agent.argv
-    assert "--reserved=cpu=62m,memory=33554432" in agent.argv              # 500m × 250/2000, 1Gi × 256Mi/8Gi
+    assert "--reserved=cpu=0m,memory=0" in agent.argv   # the Node's capacity − allocatable: the double keeps nothing
     scheduler = by_workload["kalena/kalena-scheduler"]
     assert scheduler.argv[3:] == ["serve", "--host", f"{SUBNET}.102", "--port", "8000", "--tls-host", f"{SUBNET}.102",
                                   "--tls-port", "8443", "--tls-cert", f"{scheduler.directory}/mounts/etc/kalena/tls/tls.crt",
@@ -141,7 +141,6 @@ def test_a_value_changed_in_a_copy_of_the_files_changes_the_process_started_from
         text = f.read_text()
         text = text.replace('"--concurrency=2"', '"--concurrency=3"').replace(
             'KALENA_DRIFT_THRESHOLD: "0.25"', 'KALENA_DRIFT_THRESHOLD: "0.4"').replace(
-            "--reserved=cpu=500m,memory=1Gi", "--reserved=cpu=1,memory=2Gi").replace(
             "--telemetry=cgroup", "--telemetry=kubelet").replace(
             "periodSeconds: 20\n            timeoutSeconds: 10", "periodSeconds: 7\n            timeoutSeconds: 10")
         out = tmp_path / f.name
@@ -153,7 +152,6 @@ def test_a_value_changed_in_a_copy_of_the_files_changes_the_process_started_from
     assert by["kalena-worker"].argv[-1] == "--concurrency=3"
     assert all(p.env["KALENA_DRIFT_THRESHOLD"] == "0.4" for p in control)
     assert "--telemetry=kubelet" in agents[0].argv and "--telemetry=cgroup" not in agents[0].argv
-    assert "--reserved=cpu=125m,memory=67108864" in agents[0].argv
     assert by["kalena-scheduler"].probes["liveness"].period_s == 7
 
 
@@ -166,14 +164,6 @@ def test_the_image_table_is_the_dockerfiles_entrypoints_and_environment() -> Non
         final = text.rsplit("FROM ", 1)[1]
         for name, value in IMAGES[image]["env"].items():
             assert re.search(rf"\b{name}={re.escape(value)}\b", final), f"{image}: ENV {name}={value} not in {dockerfile}"
-
-
-def test_reserved_is_scaled_per_dimension_and_refuses_a_malformed_item() -> None:
-    assert scale_reserved("cpu=500m,memory=1Gi,ephemeral-storage=1Gi", node_cpu_mcpu=500, node_memory_bytes=2**30,
-                          host_cpu_mcpu=2000, host_memory_bytes=4 * 2**30) == \
-        "cpu=125m,memory=268435456,ephemeral-storage=1Gi"
-    with pytest.raises(Exception, match="not name=quantity"):
-        scale_reserved("cpu500m", node_cpu_mcpu=1, node_memory_bytes=1, host_cpu_mcpu=1, host_memory_bytes=1)
 
 
 def teardown_module() -> None:
