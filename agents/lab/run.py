@@ -9,7 +9,8 @@
    ``memory.pressure``), the host's (``/proc/pressure/cpu``), and every memory cgroup's
    ``oom_kill`` count under the node (``memory.oom_control``: cgroup v1 counts an OOM kill only
    in the group where it happened, so the whole subtree is walked and each group's highest count
-   kept). With ``--faults default`` the faults are run at 20/40/60/80 % of the day with
+   kept), and each node's memory held outside its pods' rows (:func:`unaccounted_bytes`, what the
+   agent's ledger counts as ``unaccounted``; the replay holds each node's median of it). With ``--faults default`` the faults are run at 20/40/60/80 % of the day with
    ``kalena lab fault`` (another command's; its lines in ``faults.jsonl`` go onto the timeline).
    The day lasts ``hours · 3600 / k`` s of wall time from the play's start.
 3. **Collect** from the lab's own database (a script run with the console's environment): batch
@@ -106,8 +107,70 @@ def _psi(path: Path) -> dict[str, float] | None:
     return None
 
 
+def _working_set(group: Path) -> float | None:
+    """A cgroup v1 memory group's working set, as the agent reads it: ``memory.usage_in_bytes``
+    less ``total_inactive_file`` (bytes); None when unreadable."""
+    usage, stat = _read(group / "memory.usage_in_bytes"), _read(group / "memory.stat")
+    if usage is None or stat is None:
+        return None
+    try:
+        inactive = next((int(line.split()[1]) for line in stat.splitlines()
+                         if line.startswith("total_inactive_file ")), 0)
+        return float(int(usage) - inactive)
+    except (ValueError, IndexError):
+        return None
+
+
+def _daemonset_requests(kubelet_url: str) -> dict[str, float] | None:
+    """The node's DaemonSet pods, ``uid → Σ memory requests`` (bytes), from the kubelet double's
+    ``/pods``; None when it does not answer."""
+    import httpx
+    from kubernetes.utils import parse_quantity
+
+    try:
+        pods = httpx.get(f"{kubelet_url}/pods", timeout=2.0).json().get("items") or []
+    except (httpx.HTTPError, ValueError):
+        return None
+    out = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+            out[meta.get("uid", "")] = float(sum(
+                parse_quantity(((c.get("resources") or {}).get("requests") or {}).get("memory", "0"))
+                for c in (pod.get("spec") or {}).get("containers") or []))
+    return out
+
+
+def unaccounted_bytes(kubepods: Path, daemonset_request: dict[str, float]) -> float | None:
+    """Memory the node's pods group holds outside every pod's row, as the agent's ``unaccounted``
+    term counts it (docs/design.md §7) with ``--reserved`` 0: ``max(0, W − Σ_pods accounted)``,
+    ``W`` the working set of ``kubepods``, a pod accounting for its own working set, a DaemonSet
+    pod for ``min(its working set, its memory request)``. Pod groups are ``pod<uid>`` directly
+    under ``kubepods`` (Guaranteed) or under ``kubepods/burstable`` / ``besteffort``. None when
+    ``kubepods`` is unreadable. Example: W 450 MiB; pods 300 + 70 MiB, a DaemonSet pod using 3 MiB
+    of a 2 MiB request → 450 − 370 − 2 = 78 MiB."""
+    total = _working_set(kubepods)
+    if total is None:
+        return None
+    accounted = 0.0
+    for parent in (kubepods, kubepods / "burstable", kubepods / "besteffort"):
+        try:
+            names = [e.name for e in os.scandir(parent) if e.is_dir() and e.name.startswith("pod")]
+        except OSError:
+            continue
+        for name in names:
+            used = _working_set(parent / name)
+            if used is None:
+                continue
+            request = daemonset_request.get(name[3:])
+            accounted += min(used, request) if request is not None else used
+    return max(0.0, total - accounted)
+
+
 class Sampler(threading.Thread):
-    """Every ``every_s``: node and host PSI, every memory group's oom_kill under each node."""
+    """Every ``every_s``: node and host PSI, every memory group's oom_kill under each node, and
+    (Kubernetes mode) each node's memory held outside its pods' rows (:func:`unaccounted_bytes`;
+    the DaemonSet pods re-read from the kubelet double every 10 s)."""
 
     def __init__(self, state: dict[str, Any], every_s: float = 1.0, root: Path = CGROUP) -> None:
         super().__init__(daemon=True)
@@ -115,6 +178,19 @@ class Sampler(threading.Thread):
         self.samples: list[dict[str, Any]] = []
         self.oom: dict[str, dict[str, int]] = {}     # node → {group path: highest oom_kill}
         self.stop = threading.Event()
+        self._daemonsets: dict[str, tuple[float, dict[str, float]]] = {}   # node → (read at, uid → request)
+
+    def _unaccounted(self, node: dict[str, Any], group: str, now: float) -> float | None:
+        url = node.get("kubelet_url")
+        if not url:
+            return None
+        seen_at, requests = self._daemonsets.get(node["name"], (-1e18, {}))
+        if now - seen_at >= 10.0:
+            fresh = _daemonset_requests(url)
+            if fresh is not None:
+                requests = fresh
+                self._daemonsets[node["name"]] = (now, requests)
+        return unaccounted_bytes(self.root / "memory" / group / "kubepods", requests)
 
     def _oom(self, node: str, group: str) -> None:
         base = self.root / "memory" / group
@@ -136,7 +212,8 @@ class Sampler(threading.Thread):
             for node in self.state["nodes"]:
                 group = node["cgroup"] if "cgroup" in node else f"{self.state['cgroup_root']}/{node['name']}"
                 row["nodes"][node["name"]] = {"cpu": _psi(self.root / "unified" / group / "cpu.pressure"),
-                                              "memory": _psi(self.root / "unified" / group / "memory.pressure")}
+                                              "memory": _psi(self.root / "unified" / group / "memory.pressure"),
+                                              "unaccounted_bytes": self._unaccounted(node, group, now)}
                 try:
                     self._oom(node["name"], group)
                 except OSError:

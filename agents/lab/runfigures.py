@@ -8,7 +8,10 @@ Every live figure is on the *simulated* clock (wall seconds × k), as the replay
   day's steps, live from the batch pods' bound → ended intervals (the lab database) over the
   slice's production requests and post-Phase-0 capacities — the replay's own node table;
 * ``batch_pod_hours``: Σ running batch pods × time (simulated hours);
-* ``batch_evictions_per_100_pod_hours``: the agents' ``evict`` actions on batch × 100 / pod-hours;
+* ``batch_evictions_per_100_pod_hours``: batch evictions × 100 / pod-hours, live the agents'
+  ``evict`` actions on batch plus the batch pods the console's escalation evicted (an eviction
+  storm drains the node; ``escalation: …`` outcomes), as the replay counts both (its
+  ``priority`` and ``escalation`` evictions);
 * ``production_evictions``: ``evict`` actions on service pods;
 * ``production_oom_kills``: service containers the kubelet double saw ``OOMKilled`` (the
   kernel's own count per node, from each memory group's ``oom_kill``, beside it);
@@ -89,6 +92,25 @@ def step_grid(start_s: float, steps: int, step_wall_s: float) -> np.ndarray:
     return start_s + np.arange(steps) * step_wall_s
 
 
+def median_unaccounted(samples: list[dict[str, Any]], node_names: list[str], t0: float, t_end: float) -> np.ndarray | None:
+    """``(n,)`` bytes: each node's median, over the day's samples, of the memory its pods group
+    held outside every pod's row (the sampler's ``unaccounted_bytes``: the agent's
+    ``unaccounted`` term, docs/design.md §7) — what the replay's nodes hold beside their pods.
+    None when the day has no such samples (a day recorded before the sampler measured it).
+    Example: samples 3, 5, 4 MiB on one node → 4 MiB."""
+    values: list[list[float]] = [[] for _ in node_names]
+    for row in samples:
+        if not t0 <= float(row.get("ts", -1)) <= t_end:
+            continue
+        for i, name in enumerate(node_names):
+            v = ((row.get("nodes") or {}).get(name) or {}).get("unaccounted_bytes")
+            if v is not None:
+                values[i].append(float(v))
+    if not any(values):
+        return None
+    return np.array([float(np.median(v)) if v else 0.0 for v in values])
+
+
 def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.ndarray, prod_request: np.ndarray,
                  step_s: float, steps: int, pods: list[dict] | None = None) -> dict[str, Any]:
     """The live day's figures (module doc). ``capacity`` / ``prod_request``: ``(n, 2)`` cpu mcpu
@@ -122,6 +144,14 @@ def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.nda
         frac[name] = float(np.mean(np.where(den > 0, reclaimed[:, :, d].sum(axis=1) / np.where(den > 0, den, 1), 0.0)))
     events = [e for e in day["console"]["events"] if t0 <= float(e["ts"]) <= t_end + 60]
     evictions = [e for e in events if e["action"] == "evict"]
+    # the console's escalation evicts too (a storm drains the node): the replay counts those, so do we
+    escalated = [p for p in day["console"]["batch_pods"]
+                 if str(p.get("reason") or "").startswith("escalation") and p.get("ended_s")
+                 and t0 <= float(p["ended_s"]) <= t_end + 60]
+    evictions = evictions + [{"ts": float(p["ended_s"]), "node": p.get("node"), "workload": p["name"], "tier": "batch",
+                              "reason": "escalation", "trigger_resource": None, "numbers": {"outcome": p["reason"]}}
+                             for p in escalated]
+    evictions.sort(key=lambda e: float(e["ts"]))
     batch_ev = [e for e in evictions if e.get("tier") != "service"]
     prod_ev = [e for e in evictions if e.get("tier") == "service"]
     psi_events = {name: 0 for name in node_names}
@@ -151,6 +181,8 @@ def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.nda
     return {
         "reclaimed_fraction_cpu": round(frac["cpu"], 6), "reclaimed_fraction_ram": round(frac["ram"], 6),
         "batch_pod_hours": round(pod_hours, 3), "batch_evicted": len(batch_ev),
+        "batch_evicted_by_reason": {r: sum(1 for e in batch_ev if e["reason"] == r)
+                                    for r in sorted({e["reason"] for e in batch_ev})},
         "batch_evictions_per_100_pod_hours": round(100.0 * len(batch_ev) / pod_hours, 4) if pod_hours > 0 else 0.0,
         "production_evictions": len(prod_ev), "production_oom_kills": prod_oom,
         "batch_placed": sum(1 for p in day["console"]["batch_pods"] if p.get("bound_s") and t0 <= float(p["bound_s"]) <= t_end),
@@ -250,6 +282,7 @@ def replay_figures(summary: dict[str, Any], observer: ReplayObserver) -> dict[st
     return {
         "reclaimed_fraction_cpu": summary["reclaimed_fraction_cpu"], "reclaimed_fraction_ram": summary["reclaimed_fraction_ram"],
         "batch_pod_hours": summary["batch_pod_hours"], "batch_evicted": summary["batch_evicted"],
+        "batch_evicted_by_reason": dict(summary.get("batch_evicted_by_reason") or {}),
         "batch_evictions_per_100_pod_hours": summary["batch_evictions_per_100_pod_hours"],
         "production_evictions": summary["production_evictions"], "production_oom_kills": summary["production_oom_kills"],
         "batch_placed": summary["batch_placed"], "batch_completed": summary["batch_completed"],

@@ -14,7 +14,9 @@ Each step at replay time ``t``:
    filters, scores, in-flight placements debiting at once, bound with a version check;
 6. on a node whose working set on ram (or storage) reaches the eviction threshold while
    ``Σ r > C``, batch is evicted by docs/design.md §7's ordering and stop rule and requeued from
-   scratch. Production is never evicted;
+   scratch. Production is never evicted. ``unaccounted_ram`` (per node, bytes; 0 unless set)
+   is memory the node holds outside every pod's row — the agent's ``unaccounted`` term
+   (docs/design.md §7): added to the working set and the ledger, never a victim;
 7. memory still above capacity is an OOM kill (batch first, :mod:`.compressible`); killed
    batch is requeued;
 8. escalation (docs/design.md §8, :mod:`.escalation`): a node whose pressure did not converge or that
@@ -140,6 +142,8 @@ class Simulator:
     stale_ttl_s: float
     scheduler: ReplayScheduler | None = None
     rule: ReservationRule | None = None  # what production reserves (:mod:`.rules`); None = kalena
+    #: ``(n,)`` bytes per node held outside every pod's row (module doc, step 6); None = 0
+    unaccounted_ram: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.rule is None:
@@ -291,6 +295,9 @@ class Simulator:
         batch_usage, batch_reserved = self._batch_node_sums()
         working = self._prod_sum(prod_usage) + batch_usage
         reserved = self._prod_sum(prod_r) + batch_reserved
+        if self.unaccounted_ram is not None:
+            working[:, RAM] += self.unaccounted_ram
+            reserved[:, RAM] += self.unaccounted_ram
         policy = self.policy.eviction
         threshold = policy.evict_threshold_ratio * st.capacity
         for dim in (RAM, STORAGE):
@@ -321,7 +328,9 @@ class Simulator:
             count=np.concatenate([np.ones(k_p, dtype=np.int64), g.count[group_rows]]),
             held=freshness.held,
         )
-        signal = PressureSignal(dimension=dim, working_set=working_set, sample_age_s=freshness.sample_age_s)
+        unaccounted = float(self.unaccounted_ram[node]) if self.unaccounted_ram is not None and dim == RAM else 0.0
+        signal = PressureSignal(dimension=dim, working_set=working_set, sample_age_s=freshness.sample_age_s,
+                                unaccounted=unaccounted)
         plan = plan_evictions(workloads, st.capacity[node], signal, now_s=now_s,
                               stale_ttl_s=self.stale_ttl_s, policy=self.policy.eviction)
         requeue = np.zeros(len(g), dtype=np.int64)
@@ -331,6 +340,7 @@ class Simulator:
                 "ledger_before": victim.ledger_before, "ledger_after": victim.ledger_after,
                 "reservation": victim.reservation, "usage": victim.usage, "limit": victim.limit,
                 "priority": victim.priority, "acute": plan.acute,
+                **({"unaccounted": unaccounted} if unaccounted else {}),
             }
             if victim.row < k_p:
                 pod = int(prod_rows[victim.row])
@@ -390,6 +400,9 @@ class Simulator:
         batch_usage, batch_reserved = self._batch_node_sums()
         working = self._prod_sum(prod_usage)[:, RAM] + batch_usage[:, RAM]
         reserved = self._prod_sum(prod_r)[:, RAM] + batch_reserved[:, RAM]
+        if self.unaccounted_ram is not None:
+            working = working + self.unaccounted_ram
+            reserved = reserved + self.unaccounted_ram
         cap = st.capacity[:, RAM]
         self.escalation.observe(now_s, (working >= self.policy.eviction.evict_threshold_ratio * cap) & (reserved > cap))
         stale_nodes = np.bincount(st.production.node[stale], minlength=n)[:n] > 0

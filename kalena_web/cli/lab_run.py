@@ -61,7 +61,7 @@ def up_arguments(args: argparse.Namespace) -> list[str]:
 
 def replay_of_day(day: dict):
     """The replay of the day's slice (inputs, config, built replay, observer), simulated clock."""
-    from agents.lab.runfigures import ReplayObserver
+    from agents.lab.runfigures import ReplayObserver, median_unaccounted
     from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
     from kalena_engine.labslice.compression import policy_on_clock
     from kalena_engine.labslice.replay import build_slice_replay, slice_replay_inputs
@@ -83,7 +83,12 @@ def replay_of_day(day: dict):
         arrivals=json.loads((slice_dir / "batch-schedule.json").read_text())["arrivals"],
         slice_config=summary["config"], policy=policy_on_clock(scaled, day["compression"]["clocks"]))
     replay = build_slice_replay(inputs, config, offsets=lambda ids: _offsets(day, workloads, inputs, config, ids))
-    observer = ReplayObserver(list(replay.simulator.state.node_names))
+    names = list(replay.simulator.state.node_names)
+    # the memory each live node held outside its pods' rows, which the agents' ledgers count
+    t0, speed = float(day["play_start_s"]), float(summary["config"]["speed"])
+    replay.simulator.unaccounted_ram = median_unaccounted(day.get("samples") or [], names, t0,
+                                                          t0 + config.steps * config.step_s / speed)
+    observer = ReplayObserver(names)
     return inputs, config, replay, observer
 
 
@@ -156,6 +161,8 @@ def handle_run(args: argparse.Namespace) -> int:
         "slice": {k: day["slice_summary"][k] for k in ("lab", "batch", "production", "slack")},
         "comparison": comparison, "live": live, "replay": rep, "faults": day["faults"],
         "fault_errors": day["fault_errors"], "livemetrics": day.get("livemetrics"), "persisted_run": run_name,
+        "replay_unaccounted_ram_bytes_by_node": None if replay.simulator.unaccounted_ram is None else {
+            n: float(v) for n, v in zip(state.node_names, replay.simulator.unaccounted_ram, strict=True)},
     })
     if run_name:
         _attach(run_name, report)
@@ -165,6 +172,10 @@ def handle_run(args: argparse.Namespace) -> int:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(html_report(report), encoding="utf-8")
     print(format_table(comparison))
+    held = report["replay_unaccounted_ram_bytes_by_node"]
+    print("replay nodes hold outside their pods (the live day's median of the agents' unaccounted memory): "
+          + (", ".join(f"{n} {v / 2**20:.1f} MiB" for n, v in held.items()) if held else
+             "nothing (this day was recorded before the sampler measured it)"))
     for e in live["why_evicted"]:
         print(f"  evicted (live) t={e['t_s'] / 3600:.2f} h {e['node']} {e['workload']} ({e['tier']}): {e['reason']} "
               f"{json.dumps(e.get('numbers'), separators=(',', ':'))[:200]}")

@@ -157,7 +157,11 @@ def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_
     day = {"slice_summary": {"config": {"speed": 10.0}}, "play_start_s": t0, "slice_dir": str(tmp_path),
            "console": {"nodes": [{"name": "n1", "blueprint_violations": []}],
                        "batch_pods": [{"name": "batch/job-a-x1", "bound_s": t0, "ended_s": t0 + 30.0,
-                                       "outcome": "succeeded", "node": "n1", "request": [40.0, 10 * 2**20]}],
+                                       "outcome": "succeeded", "node": "n1", "request": [40.0, 10 * 2**20]},
+                                      # drained by the console's escalation: an eviction the replay counts too
+                                      {"name": "batch/job-c", "bound_s": t0 + 20.0, "ended_s": t0 + 24.0,
+                                       "outcome": "evicted", "reason": "escalation: eviction_storm", "node": "n1",
+                                       "request": [0.0, 0.0]}],
                        "events": [{"ts": t0 + 12.0, "node": "n1", "action": "evict", "reason": "memory_pressure",
                                    "workload": "batch/job-b", "tier": "batch", "trigger_source": "psi",
                                    "trigger_resource": "memory", "numbers": {"working_set": 1}},
@@ -168,13 +172,14 @@ def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_
                         prod_request=np.array([[80.0, 50 * 2**20]]), step_s=60.0, steps=10)
     assert live["reclaimed_fraction_cpu"] == pytest.approx(20 / 120 * 0.5, abs=1e-6)
     assert live["reclaimed_fraction_ram"] == 0.0
-    assert live["batch_pod_hours"] == pytest.approx(30 * 10 / 3600, abs=1e-3)          # simulated hours
-    assert live["batch_evicted"] == 1 and live["production_evictions"] == 0
-    assert live["batch_evictions_per_100_pod_hours"] == pytest.approx(100 / (300 / 3600), rel=1e-2)
+    assert live["batch_pod_hours"] == pytest.approx((30 + 4) * 10 / 3600, abs=1e-3)    # simulated hours
+    assert live["batch_evicted"] == 2 and live["production_evictions"] == 0
+    assert live["batch_evicted_by_reason"] == {"escalation": 1, "memory_pressure": 1}
+    assert live["batch_evictions_per_100_pod_hours"] == pytest.approx(200 / (340 / 3600), rel=1e-2)
     assert live["psi_events_by_node"] == {"n1": 1} and live["throttle_actions_by_node"] == {"n1": 1}
     assert live["kernel_oom_kills_by_node"] == {"n1": 2}
     assert live["run_time_inflation_p50"] == 3.0 and live["batch_completed"] == 1
-    assert live["why_evicted"][0]["reason"] == "memory_pressure" and live["why_evicted"][0]["t_s"] == 120.0
+    assert [(e["reason"], e["t_s"]) for e in live["why_evicted"]] == [("memory_pressure", 120.0), ("escalation", 240.0)]
     # faults.jsonl onto the timeline (a malformed line is kept, named unreadable)
     (tmp_path / "faults.jsonl").write_text(json.dumps({"kind": "engine-stop", "node": "n1", "started_at": t0 + 20,
                                                        "ended_at": t0 + 26, "recovered": True, "detail": ""})
@@ -185,3 +190,49 @@ def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_
     page = html_report({"lab": "t", "comparison": compare(live, {"reclaimed_fraction_cpu": 0.1}), "live": live,
                         "replay": replay, "faults": faults, "play_start_s": t0, "speed": 10.0, "compression": {}})
     assert "engine-stop" in page and "n1: reclaimed cpu" in page
+
+
+def test_memory_a_node_holds_outside_its_pods_makes_the_replay_evict_as_the_agents_ledger_does(day) -> None:
+    # the agents' ledgers count the memory the node's pods group holds outside every pod's row
+    # (`unaccounted`); the replay given it per node evicts where the bare replay does not
+    def run(held_mib: float | None):
+        replay = build_slice_replay(day["inputs"], day["config"])
+        n = len(replay.simulator.state.capacity)
+        replay.simulator.unaccounted_ram = None if held_mib is None else np.full(n, held_mib * 2**20)
+        records = []
+        summary = replay.run(records.append)
+        details = [e.detail for r in records for e in r.events if e.kind == "evicted" and e.reason == "priority"]
+        return summary, details
+
+    bare, bare_details = run(None)
+    held, held_details = run(60.0)
+    assert held["batch_evicted"] > bare["batch_evicted"]
+    assert held_details and all(d["unaccounted"] == 60 * 2**20 for d in held_details)
+    assert all("unaccounted" not in d for d in bare_details)
+    assert held["production_evictions"] == 0
+
+
+def test_the_sampler_counts_the_memory_outside_every_pods_row_as_the_agent_does(tmp_path) -> None:
+    from agents.lab.run import unaccounted_bytes
+    from agents.lab.runfigures import median_unaccounted
+
+    mib = 2**20
+
+    def group(rel: str, usage_mib: float, inactive_mib: float = 0.0) -> None:
+        d = tmp_path / "kubepods" / rel
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "memory.usage_in_bytes").write_text(f"{int(usage_mib * mib)}\n")
+        (d / "memory.stat").write_text(f"cache 0\ntotal_inactive_file {int(inactive_mib * mib)}\n")
+
+    group("", 460, inactive_mib=10)                     # W = 450 MiB
+    group("podg", 300)                                  # Guaranteed production pod
+    group("burstable/podb", 72, inactive_mib=2)         # W 70
+    group("burstable/podds", 3)                         # a DaemonSet pod using 3 MiB of its 2 MiB request
+    group("besteffort/not-a-pod", 50)                   # not a pod group: ignored
+    assert unaccounted_bytes(tmp_path / "kubepods", {"ds": 2.0 * mib}) == (450 - 300 - 70 - 2) * mib
+    assert unaccounted_bytes(tmp_path / "kubepods", {}) == (450 - 300 - 70 - 3) * mib
+    assert unaccounted_bytes(tmp_path / "missing", {}) is None
+    rows = [{"ts": t, "nodes": {"n1": {"unaccounted_bytes": v}, "n2": {"unaccounted_bytes": None}}}
+            for t, v in ((1.0, 3.0), (2.0, 5.0), (3.0, 4.0), (9.0, 100.0))]
+    assert median_unaccounted(rows, ["n1", "n2"], 0.0, 5.0).tolist() == [4.0, 0.0]   # t = 9 is after the day
+    assert median_unaccounted([{"ts": 1.0, "nodes": {"n1": {"cpu": None}}}], ["n1"], 0.0, 5.0) is None
