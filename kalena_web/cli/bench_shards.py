@@ -219,10 +219,10 @@ def run(args, api, cluster, t0: float) -> dict:
                            "thread_cpu_s": {k: round(v - threads0[x.identity].get(k, 0.0), 2)
                                             for k, v in (f.get("threads") or {}).items()},
                            "work": f.get("work")}
-        e = ended.get(x.identity)
+        e = ended.get(x.identity)  # its pods were all bound then; its count of them is complete at stop
         if e is not None:
             cpu_end = max(1e-9, e["cpu_s"] - cpu0[x.identity])
-            per[x.identity].update(cpu_s_at_end=round(cpu_end, 1), pods_per_cpu_s_at_end=round(e["placed"] / cpu_end, 1),
+            per[x.identity].update(cpu_s_at_end=round(cpu_end, 1), pods_per_cpu_s_at_end=round(f["placed"] / cpu_end, 1),
                                    thread_cpu_s_at_end={k: round(v - threads0[x.identity].get(k, 0.0), 2)
                                                         for k, v in (e.get("threads") or {}).items()},
                                    work_at_end=e.get("work"))
