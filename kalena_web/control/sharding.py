@@ -70,8 +70,11 @@ class ShardedScheduler(ClusterScheduler):
         return vnode_of(ref, self.member.vnodes) in self.member.watched()
 
     def _start_watch(self) -> None:
-        reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(), owns=self.owns)
-        self.cache = SchedulerCache(cluster=self.cluster)
+        # the queue holds (and reads whole) only the pods of the active vnodes, and the watch hands
+        # over the pods it queued (those of the vnodes it watches) whole, as the single scheduler's does
+        self.cache = SchedulerCache(cluster=self.cluster, holds=self.shard.holds)
+        reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(), owns=self.owns,
+                                listeners=[self.cache.watch_feed])
         self.binder = BindingPool(_Fenced(self.orchestrator, self.shard), keep_going=self.may_act,
                                   on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
         self._synced = False
