@@ -61,6 +61,10 @@ class ShardedScheduler(ClusterScheduler):
         self.shard = ShardView(identity=member.identity, active=member.active,
                                locked=lambda: self.member.sync_needed().keys(), vnodes=member.vnodes)
         member.on_change = self.wake.set
+        # the pod watch translates only the pods of the watched vnodes: the others' events, which the
+        # reconciler would drop (:meth:`owns`), are not checked and turned into events at all
+        if hasattr(self.orchestrator, "watch_pods_of"):
+            self.orchestrator.watch_pods_of = lambda ref: self.owns("pod", ref)
         self._published_at = -PUBLISH_PERIOD_S
         #: (wall time, vnodes) of each sync: when a gained share was unlocked
         self.syncs: list[tuple[float, frozenset[int]]] = []
