@@ -4,7 +4,10 @@ process of its own (so each one's CPU is its process's), against the test API se
 The cluster, the API server and the pods are those of ``kalena bench kubernetes``. The N
 instances (:class:`~kalena_web.control.sharding.ShardedScheduler`, each with its own client,
 watch, reconciler, share Lease and database connections) start together; the pods are created
-once every vnode is acted on. With N ≥ 2, when two thirds of the pods are bound the last
+once every instance acts on its whole share of the ring of all N (and still does two membership
+rounds later): not as soon as every vnode is acted on by someone, which the first instances up
+reach alone, leaving the last one to join — a re-list and a handover — inside the measured
+window. With N ≥ 2, when two thirds of the pods are bound the last
 instance is killed (SIGKILL: its Lease is left to expire) and the survivors take its share.
 
 Figures (besides the single-scheduler run's ``pods_bound_per_s``, created → bound p50/p99,
@@ -22,7 +25,7 @@ import os
 import signal
 import time
 
-from kalena_web.scheduling.shards import VNODES
+from kalena_web.scheduling.shards import VNODES, Ring
 
 
 def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple[float, float, float],
@@ -68,18 +71,38 @@ def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple
             kind = re.sub(r"[-_]?\d+(_\d+)?$", "", t.name)
             out[kind] = round(out.get(kind, 0.0) + cpu, 2)
         return out
+    def work() -> dict:
+        """What the instance did (the reasons behind a CPU figure): the reconciler's outcomes per
+        event kind, the watch's lists, 410s and reconnects, the shares gained (syncs) and moved,
+        the passes and the decisions refused at assume (stale)."""
+        reconcilers = [*s.reconcilers, *([s.watch.reconciler] if s.watch is not None else [])]
+        applied: dict[str, dict[str, int]] = {}
+        for r in reconcilers:
+            for kind, outcomes in list(r.counts.items()):
+                for outcome, n in list(outcomes.items()):
+                    applied.setdefault(kind, {}).setdefault(outcome, 0)
+                    applied[kind][outcome] += n
+        watchers = list(getattr(orch, "watchers", []))
+        return dict(applied=applied, lists=sum(sum(w.lists.values()) for w in watchers),
+                    expired=sum(sum(w.expired.values()) for w in watchers),
+                    reconnects=sum(sum(w.reconnects.values()) for w in watchers), syncs=len(s.syncs),
+                    moves=len(member.moves), passes=s.stats.passes, stale_bindings=s.stats.stale_bindings,
+                    requeued_unconfirmed=s.stats.requeued_unconfirmed, vnodes=len(member.active()))
+
     while True:
         command = conn.recv()
         if command == "status":
             conn.send(dict(active=sorted(member.active()), placed=s.stats.placed, cpu_s=time.process_time(),
-                           decided=dict(s.shard.decided), threads=threads_cpu()))
+                           decided=dict(s.shard.decided), threads=threads_cpu(), work=work()))
+        elif command == "flush":
+            conn.send(orch.flush_events(timeout_s=60.0))
         elif command == "stop":
             orch.flush_events(timeout_s=60.0)
             threads = threads_cpu()  # before stop: the threads are gone after it
             s.stop()
             conn.send(dict(placed=s.stats.placed, cpu_s=time.process_time(), decided=dict(s.shard.decided),
                            phase_s=dict(s.stats.phase_s), passes=s.stats.passes, syncs=len(s.syncs),
-                           events_sent=orch.events_sent, threads=threads))
+                           events_sent=orch.events_sent, threads=threads, work=work()))
             return
 
 
@@ -119,15 +142,28 @@ def run(args, api, cluster, t0: float) -> dict:
     lease = (args.lease_duration, args.renew_deadline, args.retry_period)
     instances = [_Instance(ctx, args.database_url, api.url, f"kalena-{i}", lease, args.seed + i)
                  for i in range(args.shards)]
+    # the pods are created once every instance acts on its whole share of the ring of all N — not as
+    # soon as every vnode is acted on by someone: the first instances up act on everything before
+    # the last one joins, and a share moving after the pods exist would be a re-list and a
+    # handover inside the measured window, charged to the instance that joined last
+    ring = Ring([x.identity for x in instances])
     deadline = time.monotonic() + 180
+    settled_at: float | None = None
     while True:
-        union = set().union(*(set(x.ask("status")["active"]) for x in instances))
-        if len(union) == VNODES:
+        shares = {x.identity: frozenset(x.ask("status")["active"]) for x in instances}
+        off = [name for name, share in shares.items() if share != ring.vnodes_of(name)]
+        if off:
+            settled_at = None
+        elif settled_at is None:
+            settled_at = time.monotonic()
+        elif time.monotonic() - settled_at >= 2 * args.retry_period:  # and still so two rounds later
             break
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the {args.shards} instances never shared out the vnodes ({len(union)} acted on)")
+            raise RuntimeError(f"the {args.shards} instances never settled on the ring's shares (not yet: "
+                               f"{', '.join(f'{n} acts on {len(shares[n])} of {len(ring.vnodes_of(n))}' for n in off)})")
         time.sleep(0.2)
-    print(f"  {args.shards} sharded instance(s) acting on all {VNODES} vnodes ({time.monotonic() - t0:.1f} s since "
+    print(f"  {args.shards} sharded instance(s) each acting on its share of all {VNODES} vnodes "
+          f"({', '.join(str(len(shares[x.identity])) for x in instances)}; {time.monotonic() - t0:.1f} s since "
           f"start; pids {', '.join(str(x.pid) for x in instances)})")
     cpu0 = {x.identity: x.ask("status")["cpu_s"] for x in instances}
     threads0 = {x.identity: x.last.get("threads", {}) for x in instances}
@@ -160,6 +196,10 @@ def run(args, api, cluster, t0: float) -> dict:
             print(f"  … {n}/{args.pods} bound")
             last_print = time.monotonic()
         time.sleep(0.1)
+    live = [x for x in instances if x is not killed]
+    for x in live:  # every instance's Events sent, then every one read at the same moment
+        x.ask("flush")
+    ended = {x.identity: x.ask("status") for x in live}
     finals = {}
     for x in instances:
         if x is killed:
@@ -177,7 +217,15 @@ def run(args, api, cluster, t0: float) -> dict:
                            "pods_per_cpu_s": round(f["placed"] / cpu, 1), "decided": f.get("decided"),
                            "killed": x is killed, "phase_s": f.get("phase_s"),
                            "thread_cpu_s": {k: round(v - threads0[x.identity].get(k, 0.0), 2)
-                                            for k, v in (f.get("threads") or {}).items()}}
+                                            for k, v in (f.get("threads") or {}).items()},
+                           "work": f.get("work")}
+        e = ended.get(x.identity)  # its pods were all bound then; its count of them is complete at stop
+        if e is not None:
+            cpu_end = max(1e-9, e["cpu_s"] - cpu0[x.identity])
+            per[x.identity].update(cpu_s_at_end=round(cpu_end, 1), pods_per_cpu_s_at_end=round(f["placed"] / cpu_end, 1),
+                                   thread_cpu_s_at_end={k: round(v - threads0[x.identity].get(k, 0.0), 2)
+                                                        for k, v in (e.get("threads") or {}).items()},
+                                   work_at_end=e.get("work"))
     figures["shards"] = args.shards
     figures["instances"] = per
     rates = [v["pods_per_cpu_s"] for v in per.values() if not v["killed"]]
@@ -202,4 +250,13 @@ def table(figures: dict) -> str:
         top = sorted((v.get("thread_cpu_s") or {}).items(), key=lambda kv: -kv[1])[:6]
         if top:
             lines.append("      cpu s by thread: " + ", ".join(f"{k} {t:g}" for k, t in top))
+        if "cpu_s_at_end" in v:
+            lines.append(f"      at the end (every instance read at once, before any stop): cpu s {v['cpu_s_at_end']}, "
+                         f"pods/cpu s {v['pods_per_cpu_s_at_end']}")
+        w = v.get("work") or {}
+        if w:
+            applied = ", ".join(f"{kind} {sum(o.values())}" for kind, o in sorted((w.get("applied") or {}).items()))
+            lines.append(f"      work: {w.get('passes')} passes, {w.get('syncs')} syncs, {w.get('moves')} moves, "
+                         f"{w.get('lists')} lists, {w.get('expired')} 410s, {w.get('reconnects')} reconnects, "
+                         f"{w.get('stale_bindings')} stale; applied: {applied}")
     return "\n".join(lines)

@@ -61,6 +61,10 @@ class ShardedScheduler(ClusterScheduler):
         self.shard = ShardView(identity=member.identity, active=member.active,
                                locked=lambda: self.member.sync_needed().keys(), vnodes=member.vnodes)
         member.on_change = self.wake.set
+        # the pod watch translates only the pods of the watched vnodes: the others' events, which the
+        # reconciler would drop (:meth:`owns`), are not checked and turned into events at all
+        if hasattr(self.orchestrator, "watch_pods_of"):
+            self.orchestrator.watch_pods_of = lambda ref: self.owns("pod", ref)
         self._published_at = -PUBLISH_PERIOD_S
         #: (wall time, vnodes) of each sync: when a gained share was unlocked
         self.syncs: list[tuple[float, frozenset[int]]] = []
@@ -70,8 +74,11 @@ class ShardedScheduler(ClusterScheduler):
         return vnode_of(ref, self.member.vnodes) in self.member.watched()
 
     def _start_watch(self) -> None:
-        reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(), owns=self.owns)
-        self.cache = SchedulerCache(cluster=self.cluster)
+        # the queue holds (and reads whole) only the pods of the active vnodes, and the watch hands
+        # over the pods it queued (those of the vnodes it watches) whole, as the single scheduler's does
+        self.cache = SchedulerCache(cluster=self.cluster, holds=self.shard.holds)
+        reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(), owns=self.owns,
+                                listeners=[self.cache.watch_feed])
         self.binder = BindingPool(_Fenced(self.orchestrator, self.shard), keep_going=self.may_act,
                                   on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
         self._synced = False

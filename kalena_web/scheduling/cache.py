@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +83,9 @@ class SchedulerCache:
     #: pod ids the binder answered "bound" for whose confirmation by the watch is awaited
     bound_unconfirmed: set[int] = field(default_factory=set)
     confirmed: int = 0  # assumptions the watch confirmed (tests and benchmarks)
+    #: a sharded instance's share (issue 32): called once per snapshot, answers the test
+    #: ``(pod name, gang) → held`` for the queue (:meth:`PendingQueue.sync`'s ``keep``); None: every pod
+    holds: Callable[[], Callable[[str, str], bool]] | None = None
 
     def watch_feed(self, kind: str, items: list) -> None:
         """What the watch applied (a :attr:`~kalena_web.control.reconciler.Reconciler.listeners`
@@ -113,7 +117,7 @@ class SchedulerCache:
         """The next snapshot (module doc). No pending pod: no node is read (``cluster`` None)."""
         self.generation += 1
         self.drain(now_s)
-        self.queue.sync(cluster=self.cluster, now_s=now_s)
+        self.queue.sync(cluster=self.cluster, now_s=now_s, keep=None if self.holds is None else self.holds())
         pending = self.queue.rows()
         if not pending:
             return Snapshot(generation=self.generation, rows=[], cluster=None, pending=[])

@@ -14,7 +14,7 @@ queue at once; one whose binding failed comes back through the record at the nex
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from django.db.models import Count
@@ -72,6 +72,8 @@ class PendingQueue:
     def __init__(self) -> None:
         #: pod id → (key, row, pod); key = (queued_s, requeues, uid, source) as last read
         self._held: dict[int, tuple[tuple, PendingRow, QueuedPod]] = {}
+        #: pending pod id → (name, gang), read once per pod for a ``keep`` test (:meth:`sync`)
+        self._names: dict[int, tuple[str, str]] = {}
         self._gangs: dict[str, int] = {}
         self.full_reads = 0  # rows read whole since the queue was made (a figure for tests and benchmarks)
         self.fed = 0  # pods the watch handed over whole (:meth:`feed`), likewise
@@ -79,15 +81,29 @@ class PendingQueue:
     def __len__(self) -> int:
         return len(self._held)
 
-    def sync(self, *, cluster: Cluster, now_s: float | None = None) -> None:
+    def sync(self, *, cluster: Cluster, now_s: float | None = None,
+             keep: Callable[[str, str], bool] | None = None) -> None:
         """Make the queue what the record says is pending (2 queries, plus 1 for pods not held:
         their whole rows). With ``now_s``, a pod still backing off after a refused binding
-        (``retry_s`` later than ``now_s``, kube-scheduler's backoffQ) is not held."""
+        (``retry_s`` later than ``now_s``, kube-scheduler's backoffQ) is not held. ``keep(name,
+        gang)`` (a sharded instance's share, issue 32; None: every pod): only the pods it answers
+        True for are held, so the pods another instance decides are never read whole — their
+        names and gangs are read once per pod (1 query, only when there are pods not seen yet)."""
         pending = BatchPod.objects.filter(cluster=cluster, state=BatchPod.PENDING)
         if now_s is not None:
             pending = pending.exclude(retry_s__gt=now_s)
         keys = {pod_id: (queued_s, requeues, uid, source) for pod_id, queued_s, requeues, uid, source in pending
                 .values_list("id", "queued_s", "requeues", "uid", "source")}
+        if keep is not None:
+            for pod_id in [i for i in self._names if i not in keys]:
+                del self._names[pod_id]
+            unseen = [i for i in keys if i not in self._names]
+            if unseen:
+                self._names.update((pod_id, (name, gang)) for pod_id, name, gang in BatchPod.objects.filter(
+                    id__in=unseen).values_list("id", "workload__name", "gang"))
+            keys = {i: key for i, key in keys.items() if i in self._names and keep(*self._names[i])}
+        else:
+            self._names.clear()
         for pod_id in [i for i in self._held if i not in keys]:
             del self._held[pod_id]
         missing = [i for i, key in keys.items() if i not in self._held or self._held[i][0] != key]
@@ -107,6 +123,7 @@ class PendingQueue:
                 continue
             row, pod = _queued(p)
             self._held[p.id] = ((p.queued_s, p.requeues, p.uid, p.source), row, pod)
+            self._names[p.id] = (row.name, row.gang)
             self.fed += 1
 
     def rows(self) -> list[PendingRow]:

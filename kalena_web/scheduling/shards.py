@@ -453,6 +453,12 @@ class ShardView:
             v = self._pod_vnode[key] = pod_vnode(name, gang, self.vnodes)
         return v
 
+    def holds(self) -> Callable[[str, str], bool]:
+        """The test ``(pod name, gang) → hashed to a vnode active now`` (the share read once:
+        the scheduler cache's ``holds``, so the queue reads only these pods whole)."""
+        active = self.active()
+        return lambda name, gang: self.pod_v(name, gang) in active
+
     def mine(self, rows: Sequence) -> list:
         """The pending rows hashed to the active vnodes (queue order kept)."""
         active = self.active()

@@ -88,6 +88,9 @@ class KubernetesOrchestrator:
         self.events_aggregated = 0  # repeats counted on an Event already sent instead of a new one
         self._series: dict[tuple, tuple[str, int]] = {}  # (pod, reason, message, type, uid) → (Event name, count)
         self.watchers: list[KubernetesWatcher] = []
+        #: ``namespace/name → bool``: the pods the watches it starts translate (a sharded
+        #: scheduler's share, issue 32; None: every pod) — :class:`KubernetesWatcher`'s ``wants_pod``
+        self.watch_pods_of = None
         self._events: queue.Queue = queue.Queue(maxsize=event_queue)
         self._sender: threading.Thread | None = None
         self._sender_lock = threading.Lock()
@@ -259,7 +262,7 @@ class KubernetesOrchestrator:
         """The watch part of the port: :class:`~agents.orchestrators.kubernetes.watch.KubernetesWatcher`
         (each one started is kept in ``watchers``: its counters say how often it listed,
         expired, reconnected and skipped a malformed object)."""
-        watcher = KubernetesWatcher(self)
+        watcher = KubernetesWatcher(self, wants_pod=self.watch_pods_of)
         self.watchers.append(watcher)
         return watcher.events(stop)
 

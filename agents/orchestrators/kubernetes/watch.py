@@ -61,8 +61,12 @@ class KubernetesWatcher:
 
     def __init__(self, api, *, watch_timeout_s: int = 300, backoff_s: float = 0.5, max_backoff_s: float = 30.0,
                  sleep: Callable[[float, threading.Event], None] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, wants_pod: Callable[[str], bool] | None = None) -> None:
+        """``wants_pod(ref)`` (``namespace/name``; None: every pod): a sharded scheduler's share —
+        a pod it answers False for is listed (its ref is in the ``Resynced`` sets, its uid kept)
+        but not translated: it gives no event, is not checked and is not counted malformed."""
         self.api = api
+        self.wants_pod = wants_pod
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -93,6 +97,11 @@ class KubernetesWatcher:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         version = meta.get("resourceVersion") if isinstance(meta, dict) else None
         key = (resource, meta.get("namespace") or "", meta.get("name") or "") if isinstance(meta, dict) else None
+        if resource == "pods" and self.wants_pod is not None and key is not None and key[2]:
+            ref = f"{key[1] or 'default'}/{key[2]}"
+            if not self.wants_pod(ref):
+                self._skip_pod(ref, event_type, meta)
+                return []
         if event_type != "DELETED" and version and key is not None:
             memo = self._translated.get(key)
             if memo is not None and memo[0] == version and memo[1] == meta.get("uid"):
@@ -106,6 +115,22 @@ class KubernetesWatcher:
             elif version and events:
                 self._translated[key] = (version, meta.get("uid"), tuple(events))
         return events
+
+    def _skip_pod(self, ref: str, event_type: str, meta: dict) -> None:
+        """The bookkeeping of a pod not wanted (``wants_pod``): held as listed, its uid kept."""
+        with self._lock:
+            if event_type == "DELETED":
+                self.pods.discard(ref)
+            else:
+                self.pods.add(ref)
+        uid = meta.get("uid")
+        if event_type == "DELETED" or not uid:
+            self.uids.pop(ref, None)
+        else:
+            self.uids[ref] = str(uid)
+        self.pending_versions.pop(ref, None)
+        if event_type == "DELETED":
+            self._translated.pop(("pods", meta.get("namespace") or "", meta.get("name") or ""), None)
 
     def _note(self, resource: str, event_type: str, obj: dict, events) -> None:
         """The bookkeeping :meth:`_translate_fresh` does for a well-formed object."""

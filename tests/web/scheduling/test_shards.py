@@ -231,3 +231,50 @@ def test_one_scheduler_binds_a_gang_whole_or_not_at_all_when_a_node_moves_under_
                              rng=np.random.default_rng(0))
     assert report.assumed == 0 and report.stale == 2, report
     assert BatchPod.objects.filter(id__in=[p.id for p in pods], state=BatchPod.PENDING).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_shards_queue_reads_whole_only_the_pods_of_its_active_vnodes(live) -> None:
+    """The queue of a sharded instance holds only the pods hashed to its active vnodes (the others'
+    pods are never read whole); a vnode it gains brings its pods in at the next snapshot, one it
+    loses takes them out."""
+    from kalena_web.scheduling.cache import SchedulerCache
+
+    a, b = shards()
+    mine, theirs = named("batch/mine", a, count=3), named("batch/theirs", b, count=4)
+    for name in mine + theirs:
+        submit(live, name, cpu=0.1, ram=0.1)
+    share = {"active": a}
+    view = ShardView(identity="kalena-a", active=lambda: share["active"])
+    cache = SchedulerCache(cluster=live, holds=view.holds)
+    snap = cache.snapshot(now_s=1001.0, cooldown_s=600.0)
+    assert sorted(r.name for r in snap.pending) == sorted(mine)
+    assert cache.queue.full_reads == 3
+    # B's share moves to this instance: its pods are read whole now, A's are not read again
+    share["active"] = ALL
+    snap = cache.snapshot(now_s=1002.0, cooldown_s=600.0)
+    assert sorted(r.name for r in snap.pending) == sorted(mine + theirs) and cache.queue.full_reads == 7
+    share["active"] = b
+    snap = cache.snapshot(now_s=1003.0, cooldown_s=600.0)
+    assert sorted(r.name for r in snap.pending) == sorted(theirs) and cache.queue.full_reads == 7
+
+
+@pytest.mark.django_db
+def test_a_sharded_pass_decides_the_same_pods_whether_or_not_its_queue_holds_the_others(live) -> None:
+    """A queue holding only the share's pods changes nothing the pass decides: each instance binds
+    exactly its own pods, and all of them."""
+    from kalena_web.scheduling.cache import SchedulerCache
+    from kalena_web.scheduling.cycle import scheduling_pass as cycle_pass
+
+    a, b = shards()
+    mine, theirs = named("batch/m", a, count=3), named("batch/t", b, count=3)
+    for name in mine + theirs:
+        submit(live, name, cpu=0.1, ram=0.1)
+    orch = orchestrator_for(live)
+    for active, names in ((a, mine), (b, theirs)):
+        view = ShardView(identity="x", active=lambda active=active: active)
+        cache = SchedulerCache(cluster=live, holds=view.holds)
+        report = cycle_pass(cluster=live, orchestrator=orch, policy=Policy(), now_s=1001.0,
+                            rng=np.random.default_rng(0), cache=cache, shard=view)
+        assert report.placed == len(names) and set(placed(live, "batch/")) >= set(names)
+    assert set(placed(live, "batch/")) == set(mine + theirs)

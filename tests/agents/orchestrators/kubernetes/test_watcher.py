@@ -287,3 +287,46 @@ def test_a_repeated_failed_scheduling_is_counted_on_the_event_already_sent(api) 
                       ("0/1 nodes are available: 1 node not ready.", 1)]
     assert [e["involvedObject"]["name"] for e in events if e["reason"] == "Scheduled"] == ["p"]
     assert orch.events_aggregated == 2
+
+
+def test_a_watch_with_a_pod_share_translates_only_its_pods_and_still_lists_every_one(api) -> None:
+    """``watch_pods_of`` (a sharded scheduler's share, issue 32): a pod outside it gives no event
+    — not when listed, added or deleted — yet its ref stays in the list's ``Resynced`` set, so a
+    re-list marks nothing gone that still exists."""
+    api.create_pod(pod("batch", "mine-listed", tier="batch"))
+    api.create_pod(pod("batch", "theirs-listed", tier="batch"))
+    orch = orchestrator(api)
+    orch.watch_pods_of = lambda ref: ref.startswith("batch/mine")
+    stop = threading.Event()
+    events: queue.Queue = queue.Queue()
+    stream = orch.watch(stop)
+    thread = threading.Thread(target=lambda: [events.put(e) for e in stream], daemon=True)
+    thread.start()
+    seen: list = []
+
+    def until(match, what: str):
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            try:
+                event = events.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            seen.append(event)
+            if match(event):
+                return event
+        raise AssertionError(f"timed out waiting for {what}")
+
+    try:
+        resynced = until(lambda e: isinstance(e, Resynced), "the first list")
+        assert {"batch/mine-listed", "batch/theirs-listed"} <= set(resynced.pods)
+        api.create_pod(pod("batch", "theirs-added", tier="batch"))
+        api.create_pod(pod("batch", "mine-added", tier="batch"))
+        until(lambda e: getattr(e, "ref", "") == "batch/mine-added", "the added pod of the share")
+        refs = {getattr(e, "ref", "") for e in seen if isinstance(e, PodPending)}
+        assert refs == {"batch/mine-listed", "batch/mine-added"}
+        watcher = orch.watchers[-1]
+        assert "batch/theirs-added" in watcher.pods and watcher.uids.get("batch/theirs-added")
+        assert not watcher.malformed
+    finally:
+        stop.set()
+        thread.join(timeout=10)
