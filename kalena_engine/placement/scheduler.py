@@ -61,6 +61,8 @@ if TYPE_CHECKING:  # kalena_engine.policy imports this package's policy module
 #: Observer of decisions: ``(pods decided, pods placed)`` after each decision step.
 Observer = Callable[[int, int], None]
 _MAX_CLASSES = 512
+#: A namespace's room when no cap applies (``np.iinfo`` built once, not per unit).
+_NO_CAP = int(np.iinfo(np.int64).max)
 
 
 class _Pass(GangTransactions):
@@ -282,7 +284,7 @@ class _Pass(GangTransactions):
         return mask
 
     def _ns_room(self, template: BatchTemplate) -> int:
-        return NamespaceCapFilter.room(self, template) if self.caps_on else np.iinfo(np.int64).max
+        return NamespaceCapFilter.room(self, template) if self.caps_on else _NO_CAP
 
     def _static_part(self, template: BatchTemplate) -> np.ndarray:
         key = template.images
