@@ -462,6 +462,13 @@ class _Pass(GangTransactions):
             return 0
         if self.naive:
             return self._naive_unit(entries, template, request, want, only)
+        if cid not in self._classes and not (request <= self.tol[self.cond_rows]).all(axis=-1).any():
+            # No node in condition fits it now, so its class (a subset of those nodes) would have
+            # no feasible node: the unit places nothing, as below, without building the class (a
+            # class not kept is built afresh when next needed, with the same feasibility and scores).
+            self.stats.classes += 1
+            self._notify(want, 0)
+            return 0
         cls = self._class(cid, template, request)
         placed = 0
         unit_want = want

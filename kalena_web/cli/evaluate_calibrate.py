@@ -297,10 +297,13 @@ def handle(args: argparse.Namespace) -> int:
     # load factor and the baselines run once the settings are known, in one batch (the longest first).
     first = loads[0]
     count = sum(len(pairs) for pairs in settings.values())
+    later = [part for part in (
+        f"×{', ×'.join(f'{x:g}' for x in loads[1:])} of every setting swept" if loads[1:] else "",
+        f"{len(baselines)} baseline(s) at every load factor" if baselines else "") if part]
     print(f"calibration sweep: {len(predictors)} predictor(s) on a {args.grid} of {len(margins)} margins × "
           f"{len(half_lives)} half-lives — {count} settings at ×{first:g}, {args.hours:g} h each (seed {args.seed}, the "
-          f"same cycle for every setting), {args.jobs} at a time; the knee found there, then ×"
-          f"{', ×'.join(f'{x:g}' for x in loads)}{f' and {len(baselines)} baselines' if baselines else ''}")
+          f"same cycle for every setting), {args.jobs} at a time; the knee is found there"
+          f"{', then ' + ' and '.join(later) if later else ''}")
     while True:
         run({n: c for n, c in settings_configs(base, settings, (first,)).items() if n not in results})
         points = [point(mu, h, results[setting_name(mu, h, first, v)]["summary"], v)
