@@ -185,7 +185,7 @@ def test_a_knee_on_the_edge_widens_the_grid_and_the_frontier_carries_every_load(
 
 def test_the_default_sweep_is_a_cross_that_grows_towards_the_knee(tmp_path: Path, data_dir: Path) -> None:
     """Without --margins/--half-lives/--grid/--predictors: the asymmetric rule on a cross of the
-    default grid (every margin at h 1200 s, every half-life at μ 1.3), and only settings beside
+    default grid (every margin at h 1200 s, every half-life at μ 1.45), and only settings beside
     the knee are added while it lies on an edge."""
     out = tmp_path / "summary.json"
     result = run("evaluate", "calibrate", "--hours", "0.25", "--load-factors", "1", "--baselines", "",
@@ -193,9 +193,9 @@ def test_the_default_sweep_is_a_cross_that_grows_towards_the_knee(tmp_path: Path
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(out.read_text())
     assert summary["grid"] == "cross" and summary["predictors"] == ["asymmetric"]
-    assert summary["requested_margins"] == [1.15, 1.3, 1.45] and summary["requested_half_lives_s"] == [600, 1200, 2400]
+    assert summary["requested_margins"] == [1.3, 1.45, 1.6] and summary["requested_half_lives_s"] == [600, 1200, 2400]
     swept = [tuple(s) for s in summary["settings"]["asymmetric"]]
-    cross = [(1.15, 1200.0), (1.3, 1200.0), (1.45, 1200.0), (1.3, 600.0), (1.3, 2400.0)]
+    cross = [(1.3, 1200.0), (1.45, 1200.0), (1.6, 1200.0), (1.45, 600.0), (1.45, 2400.0)]
     assert swept[:5] == cross and len(set(swept)) == len(swept) == summary["replays"]
     assert (len(swept) > 5) == (summary["widening_rounds"] > 0)
     knee = (summary["knee"]["margin_ratio"], summary["knee"]["half_life_s"])
