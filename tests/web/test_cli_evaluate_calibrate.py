@@ -210,3 +210,16 @@ def test_the_default_sweep_is_a_cross_that_grows_towards_the_knee(tmp_path: Path
         assert "warning: the knee lies on the swept grid's edge" in result.stderr
     # a full sweep of a 3 × 3 grid costs 9 replays at this load; the cross grows only where the knee is
     assert summary["replays"] <= 5 + 3 * summary["widening_rounds"]
+
+
+def test_the_help_and_the_docs_name_the_default_grid(data_dir: Path) -> None:
+    from kalena_engine.replay.calibration import DEFAULT_PREDICTORS, HALF_LIVES, MARGINS
+
+    margins, lives = ",".join(f"{m:g}" for m in MARGINS), ",".join(f"{h:g}" for h in HALF_LIVES)
+    result = run("evaluate", "calibrate", "--help", data_dir=data_dir)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert f"(default {margins})" in text and f"(default {lives})" in text
+    assert f"(default {','.join(DEFAULT_PREDICTORS)})" in text.replace("- ", "-") and "(default)" in text
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text()
+    assert f"[--margins {margins}] [--half-lives {lives}]" in docs
