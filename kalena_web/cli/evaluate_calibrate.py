@@ -293,8 +293,9 @@ def handle(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             _fail(str(exc))
 
-    # The knee is taken on the first load factor, so the search runs that load only; every other
-    # load factor and the baselines run once the settings are known, in one batch (the longest first).
+    # The knee is taken on the first load factor, so the search runs that load only (with the
+    # baselines at that load in its first wave); every other load factor of the settings and of
+    # the baselines runs once the settings are known, in one batch (the heaviest first).
     first = loads[0]
     count = sum(len(pairs) for pairs in settings.values())
     later = [part for part in (
@@ -305,7 +306,11 @@ def handle(args: argparse.Namespace) -> int:
           f"same cycle for every setting), {args.jobs} at a time; the knee is found there"
           f"{', then ' + ' and '.join(later) if later else ''}")
     while True:
-        run({n: c for n, c in settings_configs(base, settings, (first,)).items() if n not in results})
+        configs = {n: c for n, c in settings_configs(base, settings, (first,)).items() if n not in results}
+        if not rounds:  # the baselines at the first load factor fill the first wave (no core idles)
+            configs.update({baseline_name(rule, first): config for rule, config in
+                            policy_configs(replace(base, load_factor=first), baselines).items()})
+        run(configs)
         points = [point(mu, h, results[setting_name(mu, h, first, v)]["summary"], v)
                   for v, pairs in settings.items() for mu, h in pairs]
         chosen = knee(points, float(args.knee_rate))
@@ -325,7 +330,7 @@ def handle(args: argparse.Namespace) -> int:
             half_lives = tuple(sorted({*half_lives, *(h for _, h in added)}))
         rounds += 1
     rest = settings_configs(base, settings, tuple(sorted(loads[1:], reverse=True))) if loads[1:] else {}
-    for load in sorted(loads, reverse=True):
+    for load in sorted(loads[1:], reverse=True):
         for rule, config in policy_configs(replace(base, load_factor=float(load)), baselines).items():
             rest[baseline_name(rule, load)] = config
     if rest:
