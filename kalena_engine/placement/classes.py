@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kalena_engine.placement.filters import fits
 from kalena_engine.placement.model import BatchTemplate
 
 
@@ -29,10 +28,12 @@ class _Class:
 
     __slots__ = ("template", "request", "static", "feasible", "score", "score_ok", "static_score", "seen", "dynamic")
 
-    def __init__(self, template: BatchTemplate, request: np.ndarray, static: np.ndarray, slack: np.ndarray,
+    def __init__(self, template: BatchTemplate, request: np.ndarray, static: np.ndarray, tolerant_slack: np.ndarray,
                  static_score: np.ndarray, seen: int, dynamic: bool) -> None:
+        """``tolerant_slack``: the pass's slack with the admission tolerance added
+        (:func:`~kalena_engine.placement.filters.tolerant`), so feasibility is ``fits``."""
         self.template, self.request, self.static, self.dynamic = template, request, static, dynamic
-        self.feasible = static & fits(request, slack)
+        self.feasible = static & (request <= tolerant_slack).all(axis=-1)
         self.score = np.zeros(len(static))
         self.score_ok = np.zeros(len(static), dtype=bool)
         self.static_score = static_score

@@ -60,10 +60,17 @@ class PassView(Protocol):
         """Batch pods running in ``namespace`` including this pass's placements."""
 
 
+def tolerant(slack: np.ndarray) -> np.ndarray:
+    """``slack`` with the admission tolerance added: ``S + LEDGER_RTOL · |S| + 1e-9`` (same
+    shape), the bound :func:`fits` compares a request with — kept per pass by the scheduler so
+    repeated checks against unchanged rows skip recomputing it."""
+    return slack + LEDGER_RTOL * np.abs(slack) + 1e-9
+
+
 def fits(request: np.ndarray, slack: np.ndarray) -> np.ndarray:
     """``(m,)`` bool: ``q_d ≤ S_d`` on every dimension (reservation ledger admission,
     docs/design.md §6), with :data:`LEDGER_RTOL` relative tolerance for float sums."""
-    return np.all(request <= slack + LEDGER_RTOL * np.abs(slack) + 1e-9, axis=-1)
+    return (request <= tolerant(slack)).all(axis=-1)
 
 
 def short_dims(request: np.ndarray, slack: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kalena_engine.placement.filters import fits
+from kalena_engine.placement.filters import fits, tolerant
 from kalena_engine.placement.model import Gang
 
 
@@ -47,6 +47,7 @@ class GangTransactions:
         assert self._undo is not None
         for node, row, had_batch in reversed(self._undo[n_undo:]):
             self.slack[node] = row
+            self.tol[node] = tolerant(row)
             self.has_batch[node] = had_batch
             self.log.append(node)
         del self._undo[n_undo:]

@@ -50,7 +50,7 @@ from kalena_engine.placement.gangs import GangTransactions
 from kalena_engine.placement.greedy import greedy_runs
 from kalena_engine.placement.filters import (
     DYNAMIC_RULES, RULE_FILTERS, BatchAntiAffinityFilter, CooldownFilter, NamespaceCapFilter,
-    NodeSelectorFilter, ProductionAntiAffinityFilter, SpreadFilter, TaintFilter, fits, instance_room,
+    NodeSelectorFilter, ProductionAntiAffinityFilter, SpreadFilter, TaintFilter, fits, instance_room, tolerant,
 )
 from kalena_engine.placement.model import BatchTemplate, Bindings, ClusterSnapshot, PendingBatch
 from kalena_engine.placement.scores import dynamic_part, quantise, static_part
@@ -61,6 +61,8 @@ if TYPE_CHECKING:  # kalena_engine.policy imports this package's policy module
 #: Observer of decisions: ``(pods decided, pods placed)`` after each decision step.
 Observer = Callable[[int, int], None]
 _MAX_CLASSES = 512
+#: A namespace's room when no cap applies (``np.iinfo`` built once, not per unit).
+_NO_CAP = int(np.iinfo(np.int64).max)
 
 
 class _Pass(GangTransactions):
@@ -79,11 +81,13 @@ class _Pass(GangTransactions):
         self.slack = np.array(snapshot.slack, dtype=np.float64, copy=True)
         if snapshot.kubelet is not None:  # the node's own admission re-checks (case C11)
             self.slack = np.minimum(self.slack, snapshot.kubelet.room)
+        self.tol = tolerant(self.slack)  # kept equal to tolerant(self.slack) row by row as slack changes
         self.has_batch = np.array(snapshot.has_batch, dtype=bool, copy=True)
         self.remaining = np.asarray(pending.count, dtype=np.int64).copy()
         self.cond = snapshot.ready & snapshot.telemetry_fresh & snapshot.slack_eligible
         self.cond_rows = np.flatnonzero(self.cond)
         self._best: np.ndarray | None = None
+        self._best_tol: np.ndarray | None = None
         self.log: list[int] = []
         self.b_entry: list[int] = []
         self.b_node: list[int] = []
@@ -228,7 +232,7 @@ class _Pass(GangTransactions):
         rest = order[i:]
         hopeless = gang_of[rest] < 0
         if self._best is not None:  # None: no node in condition at all
-            hopeless &= ~fits(self.pending.request[rest], self._best)
+            hopeless &= ~(self.pending.request[rest] <= self._best_tol).all(axis=-1)
         stop = np.flatnonzero(~hopeless)
         end = int(stop[0]) if len(stop) else len(rest)
         skipped = rest[:end]
@@ -250,7 +254,8 @@ class _Pass(GangTransactions):
             return False
         if self._best is None:
             self._best = self.slack[self.cond_rows].max(axis=0)
-        return bool(fits(request, self._best))
+            self._best_tol = tolerant(self._best)
+        return bool((request <= self._best_tol).all())
 
     def _static_mask(self, template: BatchTemplate) -> np.ndarray:
         key = template.rule_signature
@@ -279,7 +284,7 @@ class _Pass(GangTransactions):
         return mask
 
     def _ns_room(self, template: BatchTemplate) -> int:
-        return NamespaceCapFilter.room(self, template) if self.caps_on else np.iinfo(np.int64).max
+        return NamespaceCapFilter.room(self, template) if self.caps_on else _NO_CAP
 
     def _static_part(self, template: BatchTemplate) -> np.ndarray:
         key = template.images
@@ -295,7 +300,7 @@ class _Pass(GangTransactions):
     def _class(self, cid: int, template: BatchTemplate, request: np.ndarray) -> _Class:
         cls = self._classes.get(cid)
         if cls is None:
-            cls = _Class(template, request, self._static_mask(template), self.slack, self._static_part(template),
+            cls = _Class(template, request, self._static_mask(template), self.tol, self._static_part(template),
                          len(self.log), self._is_dynamic(template))
             self._classes[cid] = cls
             self.stats.classes += 1
@@ -305,7 +310,7 @@ class _Pass(GangTransactions):
         self._classes.move_to_end(cid)
         if cls.seen < len(self.log):
             dirty = np.unique(np.array(self.log[cls.seen:], dtype=np.int64))
-            cls.feasible[dirty] = cls.static[dirty] & fits(request, self.slack[dirty])
+            cls.feasible[dirty] = cls.static[dirty] & (request <= self.tol[dirty]).all(axis=-1)
             cls.score_ok[dirty] = False
             cls.seen = len(self.log)
         return cls
@@ -407,6 +412,7 @@ class _Pass(GangTransactions):
         if self._undo is not None:
             self._undo.append((node, old, bool(self.has_batch[node])))
         self.slack[node] -= count * request
+        self.tol[node] = tolerant(self.slack[node])
         self.has_batch[node] = True
         self.log.append(node)
         if self._best is not None and np.any(old >= self._best):
@@ -428,6 +434,7 @@ class _Pass(GangTransactions):
             return
         old = self.slack[nodes]
         self.slack[nodes] = old - counts[:, None] * request
+        self.tol[nodes] = tolerant(self.slack[nodes])
         self.has_batch[nodes] = True
         listed = nodes.tolist()
         self.log.extend(listed)
@@ -455,6 +462,13 @@ class _Pass(GangTransactions):
             return 0
         if self.naive:
             return self._naive_unit(entries, template, request, want, only)
+        if cid not in self._classes and not (request <= self.tol[self.cond_rows]).all(axis=-1).any():
+            # No node in condition fits it now, so its class (a subset of those nodes) would have
+            # no feasible node: the unit places nothing, as below, without building the class (a
+            # class not kept is built afresh when next needed, with the same feasibility and scores).
+            self.stats.classes += 1
+            self._notify(want, 0)
+            return 0
         cls = self._class(cid, template, request)
         placed = 0
         unit_want = want
@@ -497,7 +511,7 @@ class _Pass(GangTransactions):
             chosen = np.argsort(first, kind="stable")
             touched, pods = touched[chosen], pods[chosen]
             self._debit_runs(template, request, touched, pods)
-            cls.feasible[touched] = cls.static[touched] & fits(request, self.slack[touched])
+            cls.feasible[touched] = cls.static[touched] & (request <= self.tol[touched]).all(axis=-1)
             cls.score_ok[touched] = False
             cls.seen = len(self.log)
             got = int(pods.sum())

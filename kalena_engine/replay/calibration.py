@@ -29,8 +29,12 @@ from kalena_engine.replay.setup import ReplayConfig
 #: Default knee rate: evictions per 100 batch pod-hours one more percentage point of reclaimed
 #: cpu may cost (a stated operator tolerance, docs/evaluation.md).
 KNEE_RATE = 0.5
-MARGINS = (1.0, 1.05, 1.1, 1.15, 1.25, 1.4)
-HALF_LIVES = (300.0, 600.0, 1200.0)
+#: The default grid (``evaluate calibrate``): swept as a cross (:data:`GRIDS`) centred on μ 1.45,
+#: h 1200 s — the knee of the 24-h default window's sweep measured in docs/evaluation.md — and
+#: grown towards the knee by :func:`widen_grid` while it lies on an edge (the centre only sets
+#: how many rounds that takes).
+MARGINS = (1.3, 1.45, 1.6)
+HALF_LIVES = (600.0, 1200.0, 2400.0)
 #: Summary fields a point carries (docs/design.md §10's point keys, plus OOM kills).
 POINT_FIELDS = ("reclaimed_fraction_cpu", "reclaimed_fraction_ram", "batch_evictions_per_100_pod_hours",
                 "production_contention_core_hours")
@@ -44,13 +48,16 @@ VARIANT_KEYS = tuple(f.name for f in fields(EstimatorPolicy)
                      if f.name not in ("grace_s", "stale_min_s", "limit_ratio", "predictor"))
 #: Keys a variant may *pin*: that variant is run at this μ or h only, not across the axis.
 PINS = ("margin_ratio", "half_life_s")
-#: The predictors (and parameters) ``kalena evaluate calibrate`` sweeps by default beside μ × h:
+#: The predictor variants ``kalena evaluate calibrate --predictors all`` sweeps beside μ × h:
 #: Kalena's asymmetric rule, Borg's RC-like percentile at p99 and p95, N-sigma at N 3 and 5, the
 #: max of those two members, and the per-workload choice (Autopilot). The periodic member needs
 #: whole earlier days of history (``periodic_days``), which a 24-h replay starting from nothing
 #: does not have (it would serve the asymmetric rule all day), so it is swept only when named.
 PREDICTOR_VARIANTS = ("asymmetric", "percentile", "percentile:percentile=95", "nsigma", "nsigma:n_sigma=5",
                       "max:members=percentile+nsigma", "auto")
+#: What ``evaluate calibrate`` sweeps when ``--predictors`` is not given: the shipped estimator's
+#: predictor (every other variant multiplies the replays; ``--predictors all`` names them).
+DEFAULT_PREDICTORS = (ASYMMETRIC,)
 
 
 def parse_variant(text: str) -> tuple[str, tuple[tuple[str, object], ...]]:
@@ -116,21 +123,18 @@ def setting_name(margin: float, half_life_s: float, load_factor: float, predicto
     return f"{head}μ{margin:g} h{half_life_s:g} ×{load_factor:g}"
 
 
-def sweep_configs(base: ReplayConfig, margins: tuple[float, ...], half_lives: tuple[float, ...],
-                  load_factors: tuple[float, ...], predictors: tuple[str, ...] = (ASYMMETRIC,),
-                  ) -> dict[str, ReplayConfig]:
-    """One Kalena-rule replay per (load factor, predictor variant, μ, h), identical but for those.
-
-    ``predictors`` are variant texts (:func:`parse_variant`); every other estimator field is the
-    base policy's.
+def sweep_settings(margins: tuple[float, ...], half_lives: tuple[float, ...], predictors: tuple[str, ...] = (ASYMMETRIC,),
+                   grid: str = "full") -> dict[str, list[tuple[float, float]]]:
+    """The settings a sweep starts from: ``{variant label: [(μ, h), …]}`` — every variant
+    (:func:`parse_variant`) at :func:`grid_settings` of the grid, a pinned axis at its value.
 
     Raises:
-        ValueError: an empty or repeated list, an unknown predictor or key, or a value the
+        ValueError: an empty or repeated list, an unknown grid, predictor or key, or a value the
             estimator refuses.
     """
     parsed = [parse_variant(p) for p in predictors]
     labels = [label for label, _ in parsed]
-    for label, values in (("margins", margins), ("half-lives", half_lives), ("load factors", load_factors)):
+    for label, values in (("margins", margins), ("half-lives", half_lives)):
         if not values:
             raise ValueError(f"no {label} to sweep")
         if len(set(values)) != len(values):
@@ -139,10 +143,27 @@ def sweep_configs(base: ReplayConfig, margins: tuple[float, ...], half_lives: tu
         raise ValueError("no predictors to sweep")
     if len(set(labels)) != len(labels):
         raise ValueError(f"a predictor is named twice in {', '.join(labels)}")
+    start = grid_settings(margins, half_lives, grid)
+    return {label: variant_settings(params, start) for label, params in parsed}
+
+
+def settings_configs(base: ReplayConfig, settings: dict[str, list[tuple[float, float]]],
+                     load_factors: tuple[float, ...]) -> dict[str, ReplayConfig]:
+    """One Kalena-rule replay per (load factor, variant, (μ, h) of ``settings``), identical but
+    for those; every other estimator field is the base policy's. Named by :func:`setting_name`.
+
+    Raises:
+        ValueError: no load factor, or one named twice.
+    """
+    if not load_factors:
+        raise ValueError("no load factors to sweep")
+    if len(set(load_factors)) != len(load_factors):
+        raise ValueError(f"a value is named twice in the load factors {', '.join(f'{v:g}' for v in load_factors)}")
     out = {}
     for load in load_factors:
-        for label, params in parsed:
-            for mu, h in variant_grid(params, margins, half_lives):
+        for label, pairs in settings.items():
+            params = parse_variant(label)[1]
+            for mu, h in pairs:
                 values = {**dict(params), "margin_ratio": float(mu), "half_life_s": float(h)}
                 policy = replace(base.policy, estimator=replace(base.policy.estimator, **values))
                 out[setting_name(mu, h, load, label)] = replace(base, policy=policy, load_factor=float(load),
@@ -150,16 +171,24 @@ def sweep_configs(base: ReplayConfig, margins: tuple[float, ...], half_lives: tu
     return out
 
 
+def sweep_configs(base: ReplayConfig, margins: tuple[float, ...], half_lives: tuple[float, ...],
+                  load_factors: tuple[float, ...], predictors: tuple[str, ...] = (ASYMMETRIC,),
+                  grid: str = "full") -> dict[str, ReplayConfig]:
+    """One Kalena-rule replay per (load factor, predictor variant, (μ, h) of the ``grid``),
+    identical but for those (:func:`sweep_settings`, :func:`settings_configs`).
+
+    Raises:
+        ValueError: an empty or repeated list, an unknown grid, predictor or key, or a value the
+            estimator refuses.
+    """
+    return settings_configs(base, sweep_settings(margins, half_lives, predictors, grid), load_factors)
+
+
 def variant_grid(params: tuple[tuple[str, object], ...] | str, margins: tuple[float, ...],
-                 half_lives: tuple[float, ...]) -> list[tuple[float, float]]:
-    """The (μ, h) settings a variant runs at: the grid's, but a pinned axis (:data:`PINS`) at its
-    one value. ``params`` may be the variant's text."""
-    if isinstance(params, str):
-        params = parse_variant(params)[1]
-    given = dict(params)
-    ms = (float(given["margin_ratio"]),) if "margin_ratio" in given else margins
-    hs = (float(given["half_life_s"]),) if "half_life_s" in given else half_lives
-    return [(mu, h) for h in hs for mu in ms]
+                 half_lives: tuple[float, ...], grid: str = "full") -> list[tuple[float, float]]:
+    """The (μ, h) settings a variant runs at: the grid's (:func:`grid_settings`), but a pinned
+    axis (:data:`PINS`) at its one value. ``params`` may be the variant's text."""
+    return variant_settings(params, grid_settings(margins, half_lives, grid))
 
 
 def variant_estimator(estimator: EstimatorPolicy, setting: dict[str, object]) -> EstimatorPolicy:
@@ -214,18 +243,94 @@ def knee(points: list[dict[str, float]], rate: float = KNEE_RATE) -> dict[str, f
     return chosen
 
 
-def grid_edges(chosen: dict[str, float], margins: tuple[float, ...], half_lives: tuple[float, ...]) -> list[str]:
-    """The edges of the swept grid the knee ``chosen`` lies on, as flag-named phrases (e.g.
-    ``"the largest --margins value"``): a knee on an edge may lie outside the grid, so the sweep
-    should be widened that way. A dimension swept at one value has no edge. Empty when inside."""
+#: Sweep shapes (``evaluate calibrate --grid``): ``cross`` — every margin at the middle half-life
+#: and every half-life at the middle margin, the fewest settings around which a knee can be seen
+#: interior (the default) — or ``full``, every margin × half-life.
+GRIDS = ("cross", "full")
+
+
+def grid_settings(margins: tuple[float, ...], half_lives: tuple[float, ...], grid: str = "full",
+                  ) -> list[tuple[float, float]]:
+    """The (μ, h) settings a sweep starts from: ``full`` — the product (half-life after
+    half-life, margins in the order given) — or ``cross`` — every margin at the middle half-life
+    and every half-life at the middle margin (the middle: the median of the sorted values, the
+    lower one of an even count).
+
+    Raises:
+        ValueError: an unknown ``grid`` or an empty axis.
+
+    Example: margins (1.15, 1.3, 1.45), half-lives (600, 1200, 2400), ``cross`` → (1.15, 1200),
+    (1.3, 1200), (1.45, 1200), (1.3, 600), (1.3, 2400): 5 settings where ``full`` has 9.
+    """
+    if grid not in GRIDS:
+        raise ValueError(f"grid {grid!r} is not one of {', '.join(GRIDS)}")
+    if not margins or not half_lives:
+        raise ValueError("no margins or half-lives to sweep")
+    if grid == "full":
+        return [(float(mu), float(h)) for h in half_lives for mu in margins]
+    ms, hs = sorted(set(margins)), sorted(set(half_lives))
+    mc, hc = float(ms[(len(ms) - 1) // 2]), float(hs[(len(hs) - 1) // 2])
+    return [(float(mu), hc) for mu in margins] + [(mc, float(h)) for h in half_lives if h != hc]
+
+
+def variant_settings(params: tuple[tuple[str, object], ...] | str,
+                     settings: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (μ, h) settings a variant runs at out of the sweep's ``settings``: a pinned axis
+    (:data:`PINS`) at its one value, repeats dropped (first kept). ``params`` may be the
+    variant's text."""
+    if isinstance(params, str):
+        params = parse_variant(params)[1]
+    given = dict(params)
+    out: list[tuple[float, float]] = []
+    for mu, h in settings:
+        s = (float(given.get("margin_ratio", mu)), float(given.get("half_life_s", h)))
+        if s not in out:
+            out.append(s)
+    return out
+
+
+_AXES = (("margin_ratio", "--margins", "μ"), ("half_life_s", "--half-lives", "h"))
+
+
+def _line(chosen: dict[str, object], settings: list[tuple[float, float]], axis: int) -> list[float]:
+    """The values along ``axis`` (0: μ, 1: h) swept at the knee's value of the other axis."""
+    other = float(chosen[_AXES[1 - axis][0]])
+    return [s[axis] for s in settings if s[1 - axis] == other]
+
+
+def _at(axis: int, chosen: dict[str, object]) -> str:
+    key, _, sym = _AXES[1 - axis]
+    return f"{sym} {float(chosen[key]):g}{' s' if axis == 0 else ''}"
+
+
+def grid_edges(chosen: dict[str, float], settings: list[tuple[float, float]]) -> list[str]:
+    """The edges of the swept ``settings`` (the knee's variant's (μ, h) pairs) the knee
+    ``chosen`` lies on, as flag-named phrases: along each axis, the settings swept at the knee's
+    value of the other axis (its row or column) — a knee with none of them on one side (a
+    larger or a smaller value) lies on that edge, and the true knee may lie that way. An axis
+    swept at one value has no edge. Empty when the knee is interior on both axes. On a full
+    grid these are the grid's own edges.
+
+    Example: settings (1.0, 600), (1.15, 600), (1.3, 600), (1.15, 300), (1.15, 1200) (a cross):
+    a knee (1.15, 600) is interior; (1.3, 600) lies on ``the largest --margins value (1.3)`` and,
+    with no other half-life swept at μ 1.3, on both half-life edges.
+    """
     edges = []
-    for key, values, flag in (("margin_ratio", margins, "--margins"), ("half_life_s", half_lives, "--half-lives")):
-        if len(set(values)) < 2:
+    for axis, (key, flag, _) in enumerate(_AXES):
+        values = sorted({s[axis] for s in settings})
+        if len(values) < 2:
             continue
-        if chosen[key] == max(values):
-            edges.append(f"the largest {flag} value ({chosen[key]:g})")
-        elif chosen[key] == min(values):
-            edges.append(f"the smallest {flag} value ({chosen[key]:g})")
+        v = float(chosen[key])
+        line = _line(chosen, settings, axis)
+        low, high = not any(x < v for x in line), not any(x > v for x in line)
+        if low and high:
+            edges.append(f"the only {flag} value swept at {_at(axis, chosen)} ({v:g})")
+        elif high:
+            edges.append(f"the largest {flag} value ({v:g})" if v == values[-1]
+                         else f"the largest {flag} value swept at {_at(axis, chosen)} ({v:g})")
+        elif low:
+            edges.append(f"the smallest {flag} value ({v:g})" if v == values[0]
+                         else f"the smallest {flag} value swept at {_at(axis, chosen)} ({v:g})")
     return edges
 
 
@@ -235,47 +340,63 @@ MARGIN_FLOOR = 1.0
 WIDEN_ROUNDS = 3
 
 
-def widen_grid(chosen: dict[str, float], margins: tuple[float, ...], half_lives: tuple[float, ...],
-               ) -> tuple[tuple[float, ...], tuple[float, ...], list[str]]:
-    """The grid one step wider on each edge the knee ``chosen`` lies on, and why (one phrase per
-    edge widened or not).
+def _beyond(values: list[float], axis: int, high: bool) -> float | None:
+    """A new value past the outermost of ``values`` (sorted, ≥ 2): margins (axis 0) by the
+    outermost gap on that side, never below :data:`MARGIN_FLOOR` (None when already there);
+    half-lives (axis 1) by the outermost ratio."""
+    if axis == 0:
+        if high:
+            return round(values[-1] + (values[-1] - values[-2]), 6)
+        new = round(values[0] - (values[1] - values[0]), 6)
+        if new >= MARGIN_FLOOR:
+            return new
+        return MARGIN_FLOOR if values[0] > MARGIN_FLOOR else None
+    return round(values[-1] * values[-1] / values[-2], 3) if high else round(values[0] * values[0] / values[1], 3)
 
-    Margins step arithmetically by the grid's outermost gap on that side (1.0, 1.05, …, 1.4 on its
-    largest edge → 1.55; on its smallest → 0.95, refused below :data:`MARGIN_FLOOR`); half-lives
-    geometrically by the outermost ratio (300, 600, 1200 → 2400 or 150). A dimension swept at one
-    value is not widened. Returns the grids unchanged when the knee is interior or every edge it
-    lies on is a bound.
 
-    Example: knee (μ 1.4, h 1200) on margins (1.0 … 1.25, 1.4) and half-lives (300, 600, 1200) →
-    margins + (1.55,), half-lives + (2400,).
+def widen_grid(chosen: dict[str, float], settings: list[tuple[float, float]],
+               ) -> tuple[list[tuple[float, float]], list[str]]:
+    """The settings to add beside the knee ``chosen`` on every edge it lies on
+    (:func:`grid_edges`), and why (one phrase per edge): on each axis and side with no setting
+    swept along the knee's row or column, the nearest value of that axis swept elsewhere on that
+    side — or, past the outermost value (the knee is on the sweep's own edge), a new one:
+    margins by the outermost gap on that side (…, 1.3, 1.45 → 1.6; never below
+    :data:`MARGIN_FLOOR`, said so), half-lives by the outermost ratio (…, 1200, 2400 → 4800 s;
+    600 → 300 s) — each paired with the knee's value of the other axis. Only the knee's
+    neighbourhood is added, not a whole row or column: a coarse sweep grows towards the knee.
+    Empty when the knee is interior or every edge it lies on is a bound.
+
+    Example: the cross of margins (1.15, 1.3, 1.45) and half-lives (600, 1200, 2400) with the
+    knee on (1.45, 1200) → (1.6, 1200) (the margins widened), (1.45, 600) and (1.45, 2400) (its
+    column filled).
     """
-    margins_out, lives_out, said = list(margins), list(half_lives), []
-    ms, hs = sorted(set(margins)), sorted(set(half_lives))
-    if len(ms) >= 2:
-        if chosen["margin_ratio"] == ms[-1]:
-            new = round(ms[-1] + (ms[-1] - ms[-2]), 6)
-            margins_out.append(new)
-            said.append(f"--margins widened to {new:g} (the knee was on the largest, {ms[-1]:g})")
-        elif chosen["margin_ratio"] == ms[0]:
-            new = round(ms[0] - (ms[1] - ms[0]), 6)
-            if new >= MARGIN_FLOOR:
-                margins_out.append(new)
-                said.append(f"--margins widened to {new:g} (the knee was on the smallest, {ms[0]:g})")
-            elif ms[0] > MARGIN_FLOOR:
-                margins_out.append(MARGIN_FLOOR)
-                said.append(f"--margins widened to {MARGIN_FLOOR:g} (the knee was on the smallest, {ms[0]:g})")
+    added: list[tuple[float, float]] = []
+    said: list[str] = []
+    for axis, (key, flag, sym) in enumerate(_AXES):
+        values = sorted({s[axis] for s in settings})
+        if len(values) < 2:
+            continue
+        v = float(chosen[key])
+        line = _line(chosen, settings, axis)
+        for high in (False, True):
+            if any((x > v) if high else (x < v) for x in line):
+                continue
+            side = "largest" if high else "smallest"
+            elsewhere = [x for x in values if (x > v if high else x < v)]
+            if elsewhere:
+                new = min(elsewhere) if high else max(elsewhere)
+                what = f"{sym} {new:g}{' s' if axis else ''} added at {_at(axis, chosen)} (the knee was the {side} swept there)"
             else:
-                said.append(f"the knee is on μ = {MARGIN_FLOOR:g}, the estimator's smallest margin: not widened")
-    if len(hs) >= 2:
-        if chosen["half_life_s"] == hs[-1]:
-            new = round(hs[-1] * hs[-1] / hs[-2], 3)
-            lives_out.append(new)
-            said.append(f"--half-lives widened to {new:g} s (the knee was on the largest, {hs[-1]:g} s)")
-        elif chosen["half_life_s"] == hs[0]:
-            new = round(hs[0] * hs[0] / hs[1], 3)
-            lives_out.append(new)
-            said.append(f"--half-lives widened to {new:g} s (the knee was on the smallest, {hs[0]:g} s)")
-    return tuple(sorted(margins_out)), tuple(sorted(lives_out)), said
+                new = _beyond(values, axis, high)
+                if new is None:
+                    said.append(f"the knee is on μ = {MARGIN_FLOOR:g}, the estimator's smallest margin: not widened")
+                    continue
+                what = f"{flag} widened to {new:g}{' s' if axis else ''} (the knee was on the {side}, {v:g}{' s' if axis else ''})"
+            s = (new, float(chosen["half_life_s"])) if axis == 0 else (float(chosen["margin_ratio"]), new)
+            if s not in settings and s not in added:
+                added.append(s)
+                said.append(what)
+    return added, said
 
 
 def frontier_across_loads(per_load: dict[str, list[dict[str, float]]]) -> list[dict[str, object]]:

@@ -20,9 +20,10 @@ from kalena_engine.policy import Policy
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import ReplayConfig
 from kalena_engine.replay.calibration import (
-    ASYMMETRIC, HALF_LIVES, KNEE_RATE, MARGINS, MAX_CONTENTION_SHARE, MAX_EVICTIONS_PER_100, PREDICTOR_VARIANTS,
-    WIDEN_ROUNDS, _key, calibration_document, contention_share, describe, frontier, frontier_across_loads,
-    grid_edges, knee, parse_variant, point, variant_grid, setting_name, shipped, sweep_configs, variant_estimator, widen_grid,
+    ASYMMETRIC, DEFAULT_PREDICTORS, GRIDS, HALF_LIVES, KNEE_RATE, MARGINS, MAX_CONTENTION_SHARE, MAX_EVICTIONS_PER_100,
+    PREDICTOR_VARIANTS, WIDEN_ROUNDS, _key, calibration_document, contention_share, describe, frontier,
+    frontier_across_loads, grid_edges, knee, parse_variant, point, setting_name, settings_configs, shipped,
+    sweep_settings, variant_estimator, widen_grid,
 )
 from kalena_engine.replay.evaluate import policy_configs
 from kalena_engine.replay.rules import RULES
@@ -46,8 +47,10 @@ def numbers_list(flag: str, minimum: float):
 
 
 def predictors_list(text: str) -> tuple[str, ...]:
-    """``--predictors``: comma-separated variants ``name[:key=value…]``, each checked now."""
+    """``--predictors``: comma-separated variants ``name[:key=value…]``, each checked now;
+    ``all`` stands for :data:`PREDICTOR_VARIANTS`."""
     parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    parts = tuple(v for p in parts for v in (PREDICTOR_VARIANTS if p == "all" else (p,)))
     if not parts:
         raise argparse.ArgumentTypeError("expected a comma-separated list of predictors")
     try:
@@ -68,9 +71,10 @@ def baselines_list(text: str) -> tuple[str, ...]:
     return parts
 
 
-#: Baselines run beside the sweep at every load factor: the oracle the harvest is read against,
-#: and the peers the safety curve shows (docs/design.md §11).
-BASELINES = ("oracle-60m", "vpa", "koordinator")
+#: Baselines run beside the sweep at every load factor by default: the oracle the harvest is read
+#: against. The peers the safety curve can show (``vpa``, ``koordinator``; docs/design.md §11) are
+#: named with ``--baselines`` (each is two more 24-h replays).
+BASELINES = ("oracle-60m",)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -86,13 +90,17 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help=f"margin ratios μ to sweep (default {','.join(f'{m:g}' for m in MARGINS)})")
     run.add_argument("--half-lives", type=numbers_list("--half-lives", 1.0), default=HALF_LIVES,
                      help=f"half-lives h (s) to sweep (default {','.join(f'{h:g}' for h in HALF_LIVES)})")
-    run.add_argument("--predictors", type=predictors_list, default=PREDICTOR_VARIANTS,
+    run.add_argument("--grid", choices=GRIDS, default="cross",
+                     help="cross: every margin at the middle half-life and every half-life at the middle margin, "
+                          "grown towards the knee while it lies on an edge (default); full: every margin × half-life")
+    run.add_argument("--predictors", type=predictors_list, default=DEFAULT_PREDICTORS,
                      help="predictor variants to sweep, each name[:key=value…] with keys of spec.estimator "
-                          "(members joined by +), e.g. nsigma:n_sigma=5:window_s=3600 "
-                          f"(default {','.join(PREDICTOR_VARIANTS)})")
+                          "(members joined by +), e.g. nsigma:n_sigma=5:window_s=3600; 'all' for "
+                          f"{','.join(PREDICTOR_VARIANTS)} (default {','.join(DEFAULT_PREDICTORS)})")
     run.add_argument("--baselines", type=baselines_list, default=BASELINES,
                      help="reservation rules run beside the sweep at every load factor, drawn on the safety curve; "
-                          f"oracle-60m gives each setting's harvest ratio (default {','.join(BASELINES)}; '' for none)")
+                          f"oracle-60m gives each setting's harvest ratio (default {','.join(BASELINES)}; e.g. "
+                          "oracle-60m,vpa,koordinator for the peers too; '' for none)")
     run.add_argument("--usage-offset-h", type=NON_NEGATIVE, default=0.0,
                      help="hours after the usage series' start that replay time 0 maps to (another window of the "
                           "series, e.g. 168 for the next week; default 0)")
@@ -107,8 +115,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="the operator's tolerance: production contention core-hours as a share of production cpu "
                           f"core-hours, at every load factor (default {MAX_CONTENTION_SHARE:g} = 0.01 %%)")
     run.add_argument("--widen-rounds", type=number(minimum=0, integer=True), default=WIDEN_ROUNDS,
-                     help=f"while the knee lies on the grid's edge, widen the grid that way and sweep the new settings, "
-                          f"at most this many times (default {WIDEN_ROUNDS}; 0: only warn)")
+                     help=f"while the knee lies on the swept settings' edge, add the settings beside it that way (past "
+                          f"the grid: widened) and sweep them, at most this many times (default {WIDEN_ROUNDS}; 0: only "
+                          f"warn)")
     run.add_argument("--seed", type=SEED, default=0, help="seed (the same for every setting: a paired comparison)")
     run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
     add_jobs_argument(run, "settings")
@@ -156,14 +165,13 @@ def format_points(points: list[dict[str, float]], chosen: dict[str, float], fron
     return "\n".join(lines)
 
 
-def _per_load(results: dict[str, dict[str, object]], predictors: tuple[str, ...], margins: tuple[float, ...],
-              half_lives: tuple[float, ...], load_factors: tuple[float, ...], rate: float,
-              baselines: tuple[str, ...]) -> dict[str, dict[str, object]]:
-    """Per load factor: the grid's points, their frontier and knee, and the baselines' points."""
+def _per_load(results: dict[str, dict[str, object]], settings: dict[str, list[tuple[float, float]]],
+              load_factors: tuple[float, ...], rate: float, baselines: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    """Per load factor: the swept settings' points, their frontier and knee, and the baselines' points."""
     per_load: dict[str, dict[str, object]] = {}
     for load in load_factors:
         points = [point(mu, h, results[setting_name(mu, h, load, v)]["summary"], v)
-                  for v in predictors for mu, h in variant_grid(v, margins, half_lives)]
+                  for v, pairs in settings.items() for mu, h in pairs]
         base = {rule: point(0.0, 0.0, results[baseline_name(rule, load)]["summary"], ASYMMETRIC)
                 for rule in baselines}
         for rule, row in base.items():
@@ -262,8 +270,10 @@ def handle(args: argparse.Namespace) -> int:
         _fail(str(exc))
     predictors = tuple(args.predictors)
     baselines = tuple(args.baselines)
+    loads = tuple(float(x) for x in args.load_factors)
     try:
-        sweep_configs(base, args.margins, args.half_lives, args.load_factors, predictors)
+        settings = sweep_settings(args.margins, args.half_lives, predictors, args.grid)
+        settings_configs(base, settings, loads)
     except ValueError as exc:
         _fail(f"--predictors/--margins/--half-lives/--load-factors: {exc}")
     started = time.perf_counter()
@@ -274,35 +284,60 @@ def handle(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, object]] = {}
     widened: list[str] = []
     rounds = 0
-    while True:
-        configs = {n: c for n, c in sweep_configs(base, margins, half_lives, args.load_factors, predictors).items()
-                   if n not in results}
-        for load in args.load_factors:
-            for rule, config in policy_configs(replace(base, load_factor=float(load)), baselines).items():
-                if baseline_name(rule, load) not in results:
-                    configs[baseline_name(rule, load)] = config
-        print(f"calibration sweep{f' (widening round {rounds})' if rounds else ''}: {len(predictors)} predictors × "
-              f"{len(margins)} margins × {len(half_lives)} half-lives × {len(args.load_factors)} load factors"
-              f"{f' and {len(baselines)} baselines per load factor' if baselines else ''} — {len(configs)} new "
-              f"replays of {args.hours:g} h (seed {args.seed}, the same cycle for every setting), {args.jobs} at a time")
+
+    def run(configs: dict[str, ReplayConfig]) -> None:
         try:
             results.update(run_parallel({n: policy_work(n, inputs, c) for n, c in configs.items()},
                                         {n: c.steps for n, c in configs.items()}, jobs=int(args.jobs),
                                         progress=not args.no_progress, what="setting"))
         except RuntimeError as exc:
             _fail(str(exc))
-        per_load = _per_load(results, predictors, margins, half_lives, args.load_factors, float(args.knee_rate),
-                             baselines)
-        chosen = per_load[f"{args.load_factors[0]:g}"]["knee"]
-        if rounds >= args.widen_rounds or not grid_edges(chosen, margins, half_lives):
+
+    # The knee is taken on the first load factor, so the search runs that load only (with the
+    # baselines at that load in its first wave); every other load factor of the settings and of
+    # the baselines runs once the settings are known, in one batch (the heaviest first).
+    first = loads[0]
+    count = sum(len(pairs) for pairs in settings.values())
+    later = [part for part in (
+        f"×{', ×'.join(f'{x:g}' for x in loads[1:])} of every setting swept" if loads[1:] else "",
+        f"{len(baselines)} baseline(s) at every load factor" if baselines else "") if part]
+    print(f"calibration sweep: {len(predictors)} predictor(s) on a {args.grid} of {len(margins)} margins × "
+          f"{len(half_lives)} half-lives — {count} settings at ×{first:g}, {args.hours:g} h each (seed {args.seed}, the "
+          f"same cycle for every setting), {args.jobs} at a time; the knee is found there"
+          f"{', then ' + ' and '.join(later) if later else ''}")
+    while True:
+        configs = {n: c for n, c in settings_configs(base, settings, (first,)).items() if n not in results}
+        if not rounds:  # the baselines at the first load factor fill the first wave (no core idles)
+            configs.update({baseline_name(rule, first): config for rule, config in
+                            policy_configs(replace(base, load_factor=first), baselines).items()})
+        run(configs)
+        points = [point(mu, h, results[setting_name(mu, h, first, v)]["summary"], v)
+                  for v, pairs in settings.items() for mu, h in pairs]
+        chosen = knee(points, float(args.knee_rate))
+        label = str(chosen["predictor"])
+        if rounds >= args.widen_rounds or not grid_edges(chosen, settings[label]):
             break
-        wider_m, wider_h, said = widen_grid(chosen, margins, half_lives)
+        added, said = widen_grid(chosen, settings[label])
         widened += said
-        if (wider_m, wider_h) == (margins, half_lives):
+        if not added:
             break
-        print("the knee lies on the grid's edge: " + "; ".join(said))
-        margins, half_lives = wider_m, wider_h
+        print(f"the knee ({describe(chosen)}) lies on the swept settings' edge: " + "; ".join(said))
+        settings[label] = settings[label] + added
+        pins = dict(parse_variant(label)[1])
+        if "margin_ratio" not in pins:
+            margins = tuple(sorted({*margins, *(mu for mu, _ in added)}))
+        if "half_life_s" not in pins:
+            half_lives = tuple(sorted({*half_lives, *(h for _, h in added)}))
         rounds += 1
+    rest = settings_configs(base, settings, tuple(sorted(loads[1:], reverse=True))) if loads[1:] else {}
+    for load in sorted(loads[1:], reverse=True):
+        for rule, config in policy_configs(replace(base, load_factor=float(load)), baselines).items():
+            rest[baseline_name(rule, load)] = config
+    if rest:
+        print(f"every other load factor and the baselines: {len(rest)} replays")
+        run(rest)
+    per_load = _per_load(results, settings, loads, float(args.knee_rate), baselines)
+    chosen = per_load[f"{first:g}"]["knee"]  # the same points: the same knee
     to_ship, within, ship_why = shipped({load: result["points"] for load, result in per_load.items()},
                                         max_evictions=float(args.max_evictions),
                                         max_contention_share=float(args.max_contention_share))
@@ -325,7 +360,7 @@ def handle(args: argparse.Namespace) -> int:
     print(f"\nknee (×{args.load_factors[0]:g}): {describe(chosen)} — "
           f"reclaimed cpu {chosen['reclaimed_fraction_cpu']:.2%}, "
           f"{chosen['batch_evictions_per_100_pod_hours']:.3f} evictions/100 pod-h")
-    edges = grid_edges(chosen, margins, half_lives)
+    edges = grid_edges(chosen, settings[str(chosen["predictor"])])
     front = frontier_across_loads({load: result["points"] for load, result in per_load.items()})
     print(f"\nfrontier (non-dominated at ×{args.load_factors[0]:g}) with every load factor's figures")
     print(format_frontier(front))
@@ -351,7 +386,8 @@ def handle(args: argparse.Namespace) -> int:
                "knee_interior": not edges, "widening_rounds": rounds, "widened": widened,
                "frontier": front, "replays": len(results), "predictors": list(predictors), "baselines": list(baselines),
                "requested_margins": list(args.margins), "requested_half_lives_s": list(args.half_lives),
-               "margins": list(margins), "half_lives_s": list(half_lives),
+               "margins": list(margins), "half_lives_s": list(half_lives), "grid": args.grid,
+               "settings": {v: [list(pair) for pair in pairs] for v, pairs in settings.items()},
                "default": {"predictor": document.policy.estimator.predictor,
                            "margin_ratio": document.policy.estimator.margin_ratio,
                            "half_life_s": document.policy.estimator.half_life_s},

@@ -18,7 +18,7 @@ from kalena_engine.policy_file import parse_policy_text
 from tests.web.conftest import PASSWORD
 
 KALENA = [sys.executable, "-m", "kalena_web.cli"]
-SHORT = ["--hours", "0.5", "--margins", "1.0,1.15", "--half-lives", "300,600", "--load-factors", "1,4",
+SHORT = ["--hours", "0.5", "--margins", "1.0,1.15", "--half-lives", "300,600", "--grid", "full", "--load-factors", "1,4",
          "--predictors", "asymmetric,nsigma:margin_ratio=1.15:half_life_s=600", "--baselines", "oracle-60m",
          "--no-progress", "--widen-rounds", "0"]
 
@@ -181,3 +181,45 @@ def test_a_knee_on_the_edge_widens_the_grid_and_the_frontier_carries_every_load(
         at4 = {(p["margin_ratio"], p["half_life_s"]): p for p in summary["load_factors"]["4"]["points"]}
         assert f["loads"]["4"] == at4[(f["margin_ratio"], f["half_life_s"])]
     assert "frontier (non-dominated at ×1) with every load factor's figures" in result.stdout
+
+
+def test_the_default_sweep_is_a_cross_that_grows_towards_the_knee(tmp_path: Path, data_dir: Path) -> None:
+    """Without --margins/--half-lives/--grid/--predictors: the asymmetric rule on a cross of the
+    default grid (every margin at h 1200 s, every half-life at μ 1.45), and only settings beside
+    the knee are added while it lies on an edge."""
+    out = tmp_path / "summary.json"
+    result = run("evaluate", "calibrate", "--hours", "0.25", "--load-factors", "1", "--baselines", "",
+                 "--no-progress", "--summary-json", str(out), data_dir=data_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    assert summary["grid"] == "cross" and summary["predictors"] == ["asymmetric"]
+    assert summary["requested_margins"] == [1.3, 1.45, 1.6] and summary["requested_half_lives_s"] == [600, 1200, 2400]
+    swept = [tuple(s) for s in summary["settings"]["asymmetric"]]
+    cross = [(1.3, 1200.0), (1.45, 1200.0), (1.6, 1200.0), (1.45, 600.0), (1.45, 2400.0)]
+    assert swept[:5] == cross and len(set(swept)) == len(swept) == summary["replays"]
+    assert (len(swept) > 5) == (summary["widening_rounds"] > 0)
+    knee = (summary["knee"]["margin_ratio"], summary["knee"]["half_life_s"])
+    row = [m for m, h in swept if h == knee[1]]
+    column = [h for m, h in swept if m == knee[0]]
+    if summary["knee_interior"]:
+        # swept on both sides of the knee along its row and its column
+        assert min(row) < knee[0] < max(row) and min(column) < knee[1] < max(column)
+        assert "the knee is interior to the swept grid" in result.stdout
+    else:
+        assert summary["widening_rounds"] == 3 or knee[0] == 1.0
+        assert "warning: the knee lies on the swept grid's edge" in result.stderr
+    # a full sweep of a 3 × 3 grid costs 9 replays at this load; the cross grows only where the knee is
+    assert summary["replays"] <= 5 + 3 * summary["widening_rounds"]
+
+
+def test_the_help_and_the_docs_name_the_default_grid(data_dir: Path) -> None:
+    from kalena_engine.replay.calibration import DEFAULT_PREDICTORS, HALF_LIVES, MARGINS
+
+    margins, lives = ",".join(f"{m:g}" for m in MARGINS), ",".join(f"{h:g}" for h in HALF_LIVES)
+    result = run("evaluate", "calibrate", "--help", data_dir=data_dir)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert f"(default {margins})" in text and f"(default {lives})" in text
+    assert f"(default {','.join(DEFAULT_PREDICTORS)})" in text.replace("- ", "-") and "(default)" in text
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text()
+    assert f"[--margins {margins}] [--half-lives {lives}]" in docs

@@ -7,8 +7,8 @@ import pytest
 
 from kalena_engine.policy_file import PolicyDocument, dump_policy_text, parse_policy_text
 from kalena_engine.replay.calibration import (
-    better_on_both_axes, calibration_document, frontier, frontier_across_loads, grid_edges, knee, sweep_configs,
-    widen_grid,
+    better_on_both_axes, calibration_document, frontier, frontier_across_loads, grid_edges, grid_settings, knee,
+    sweep_configs, sweep_settings, widen_grid,
 )
 from kalena_engine.replay.setup import ReplayConfig
 
@@ -64,28 +64,58 @@ def test_the_calibration_file_carries_the_knee_and_reads_back() -> None:
 
 def test_a_knee_on_the_grid_edge_is_named_by_flag_and_an_interior_one_is_not() -> None:
     margins, half_lives = (1.0, 1.15, 1.3), (300.0, 600.0, 1200.0)
-    assert grid_edges(pt(1.15, 600, 0.1, 0.1), margins, half_lives) == []
-    assert grid_edges(pt(1.3, 1200, 0.1, 0.1), margins, half_lives) == [
+    full = grid_settings(margins, half_lives, "full")
+    assert grid_edges(pt(1.15, 600, 0.1, 0.1), full) == []
+    assert grid_edges(pt(1.3, 1200, 0.1, 0.1), full) == [
         "the largest --margins value (1.3)", "the largest --half-lives value (1200)"]
-    assert grid_edges(pt(1.0, 600, 0.1, 0.1), margins, half_lives) == ["the smallest --margins value (1)"]
-    assert grid_edges(pt(1.0, 600, 0.1, 0.1), margins, (600.0,)) == ["the smallest --margins value (1)"]
+    assert grid_edges(pt(1.0, 600, 0.1, 0.1), full) == ["the smallest --margins value (1)"]
+    assert grid_edges(pt(1.0, 600, 0.1, 0.1), grid_settings(margins, (600.0,))) == ["the smallest --margins value (1)"]
+    # a cross: the centre is interior; a knee off it has no other half-life swept in its column
+    cross = grid_settings(margins, half_lives, "cross")
+    assert sorted(cross) == [(1.0, 600.0), (1.15, 300.0), (1.15, 600.0), (1.15, 1200.0), (1.3, 600.0)]
+    assert grid_edges(pt(1.15, 600, 0.1, 0.1), cross) == []
+    assert grid_edges(pt(1.3, 600, 0.1, 0.1), cross) == [
+        "the largest --margins value (1.3)", "the only --half-lives value swept at μ 1.3 (600)"]
+    assert grid_edges(pt(1.15, 1200, 0.1, 0.1), cross) == [
+        "the only --margins value swept at h 1200 s (1.15)", "the largest --half-lives value (1200)"]
+
+
+def test_the_default_sweep_is_a_cross_of_the_grid_and_pins_still_hold() -> None:
+    from kalena_engine.replay.calibration import HALF_LIVES, MARGINS
+
+    assert len(grid_settings(MARGINS, HALF_LIVES, "cross")) == len(MARGINS) + len(HALF_LIVES) - 1
+    assert len(grid_settings(MARGINS, HALF_LIVES, "full")) == len(MARGINS) * len(HALF_LIVES)
+    # an even count centres on the lower middle value
+    assert grid_settings((1.0, 1.2), (600.0, 1200.0), "cross") == [(1.0, 600.0), (1.2, 600.0), (1.0, 1200.0)]
+    settings = sweep_settings((1.0, 1.2, 1.4), (600.0, 1200.0, 2400.0), ("asymmetric", "nsigma:margin_ratio=1"), "cross")
+    assert settings["nsigma:margin_ratio=1"] == [(1.0, 1200.0), (1.0, 600.0), (1.0, 2400.0)]
+    with pytest.raises(ValueError, match="grid 'star' is not one of cross, full"):
+        grid_settings((1.0,), (600.0,), "star")
 
 
 def test_widening_steps_past_the_edge_the_knee_is_on() -> None:
     margins, lives = (1.0, 1.05, 1.1, 1.15, 1.25, 1.4), (300.0, 600.0, 1200.0)
-    # the outside check's case: the knee on the safest corner (μ 1.4, h 1200 s)
-    wider_m, wider_h, said = widen_grid(pt(1.4, 1200, 0.1, 0.1), margins, lives)
-    assert wider_m == (*margins, 1.55) and wider_h == (*lives, 2400.0) and len(said) == 2
+    full = grid_settings(margins, lives)
+    # the outside check's case: the knee on the safest corner (μ 1.4, h 1200 s) — only its
+    # neighbours past the edges are added, not a whole row and column
+    added, said = widen_grid(pt(1.4, 1200, 0.1, 0.1), full)
+    assert added == [(1.55, 1200.0), (1.4, 2400.0)] and len(said) == 2
     # on the smallest half-life: halved; the smallest margin is the estimator's floor: not widened
-    wider_m, wider_h, said = widen_grid(pt(1.0, 300, 0.1, 0.1), margins, lives)
-    assert wider_m == margins and wider_h == (150.0, *lives)
+    added, said = widen_grid(pt(1.0, 300, 0.1, 0.1), full)
+    assert added == [(1.0, 150.0)]
     assert any("smallest margin: not widened" in s for s in said)
     # a smallest margin above the floor steps down by the gap, at most to the floor
-    assert widen_grid(pt(1.1, 600, 0.1, 0.1), (1.1, 1.2, 1.3), lives)[0] == (1.0, 1.1, 1.2, 1.3)
-    assert widen_grid(pt(1.05, 600, 0.1, 0.1), (1.05, 1.2), lives)[0] == (1.0, 1.05, 1.2)
-    # interior: unchanged, nothing said
-    assert widen_grid(pt(1.15, 600, 0.1, 0.1), margins, lives) == (margins, lives, [])
-    assert grid_edges(pt(1.15, 600, 0.1, 0.1), margins, lives) == []
+    assert widen_grid(pt(1.1, 600, 0.1, 0.1), grid_settings((1.1, 1.2, 1.3), lives))[0] == [(1.0, 600.0)]
+    assert widen_grid(pt(1.05, 600, 0.1, 0.1), grid_settings((1.05, 1.2), lives))[0] == [(1.0, 600.0)]
+    # interior: nothing added, nothing said
+    assert widen_grid(pt(1.15, 600, 0.1, 0.1), full) == ([], [])
+    # a cross grows towards a knee off its centre: the margins widened past it, its column
+    # filled from the half-lives swept elsewhere; then the knee is interior
+    cross = grid_settings((1.15, 1.3, 1.45), (600.0, 1200.0, 2400.0), "cross")
+    added, said = widen_grid(pt(1.45, 1200, 0.1, 0.1), cross)
+    assert added == [(1.6, 1200.0), (1.45, 600.0), (1.45, 2400.0)]
+    assert said[0] == "--margins widened to 1.6 (the knee was on the largest, 1.45)"
+    assert grid_edges(pt(1.45, 1200, 0.1, 0.1), cross + added) == []
 
 
 def test_the_frontier_across_loads_carries_each_points_figures_at_every_load() -> None:
