@@ -272,17 +272,21 @@ def fault_command_exists() -> bool:
     return done.returncode == 0
 
 
-def read_faults(state_dir: Path) -> list[dict[str, Any]]:
-    """``<state dir>/faults.jsonl`` rows (none when missing); a malformed line is kept as
-    ``{"kind": "unreadable", "detail": line}``."""
+def read_faults(state_dir: Path, since_s: float = 0.0) -> list[dict[str, Any]]:
+    """``<state dir>/faults.jsonl`` rows started at or after ``since_s`` (Unix s; the file is kept
+    across labs, so a day passes its lab's start; none when missing); a malformed line is kept
+    as ``{"kind": "unreadable", "detail": line}``."""
     path = state_dir / "faults.jsonl"
     out = []
     for line in (_read(path) or "").splitlines():
         if line.strip():
             try:
-                out.append(json.loads(line))
+                row = json.loads(line)
             except ValueError:
                 out.append({"kind": "unreadable", "detail": line[:200]})
+                continue
+            if not isinstance(row.get("started_at"), int | float) or row["started_at"] >= since_s:
+                out.append(row)
     return out
 
 
@@ -382,7 +386,7 @@ def run_day(*, state_dir: Path, up_args: list[str], faults: str = "none", keep: 
             f"double-bound, {checked['counts']['production_evictions']} production eviction(s) "
             f"(of {checked['batch_pods']} batch pods; `kalena lab check`)")
         day = {"state": state, "console": console, "invariants": checked, "samples": sampler.samples, "oom": sampler.oom,
-                "faults": read_faults(state_dir), "fault_errors": fault_errors, "play_start_s": play_start,
+                "faults": read_faults(state_dir, float(state.get("started_s") or 0.0)), "fault_errors": fault_errors, "play_start_s": play_start,
                 "day_s": day_s, "slice_dir": slice_dir, "slice_summary": summary,
                 "compression": json.loads((slice_dir / "compression.json").read_text()),
                 "livemetrics": livemetrics, "pods": pods}

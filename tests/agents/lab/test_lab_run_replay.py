@@ -186,6 +186,8 @@ def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_
                                            + "\nnot json\n")
     faults = read_faults(tmp_path)
     assert [f["kind"] for f in faults] == ["engine-stop", "unreadable"]
+    # the file outlives a lab: a day reads only the faults since its own lab came up
+    assert [f["kind"] for f in read_faults(tmp_path, since_s=t0 + 21)] == ["unreadable"]
     replay = {"timeline": {"time_s": [0.0], "reclaimed_cpu_m_by_node": {"n1": [20.0]}}}
     page = html_report({"lab": "t", "comparison": compare(live, {"reclaimed_fraction_cpu": 0.1}), "live": live,
                         "replay": replay, "faults": faults, "play_start_s": t0, "speed": 10.0, "compression": {}})
