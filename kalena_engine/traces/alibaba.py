@@ -135,7 +135,7 @@ def _check_row(row: list[str]) -> str:
         count = int(row[1])
     except ValueError:
         return "bad_instance_num"
-    if count <= 0:
+    if count <= 0 or count >= 2**63:
         return "bad_instance_num"
     if end < begin:
         return "end_before_start"

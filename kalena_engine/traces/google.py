@@ -28,6 +28,9 @@ from kalena_engine.resources import CPU, N_DIMS, RAM
 from kalena_engine.traces.anomalies import Anomalies, columnar_table, open_trace_text, read_trace_bytes, sum_counts
 from kalena_engine.traces.batch import BatchTasks, empty_batch
 
+#: The int64 range the columns are stored in; a value outside it is an unparseable row.
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
 SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST, UPDATE_PENDING, UPDATE_RUNNING = range(9)
 EVENT_TYPES: tuple[str, ...] = (
     "SUBMIT", "SCHEDULE", "EVICT", "FAIL", "FINISH", "KILL", "LOST",
@@ -162,6 +165,9 @@ def read_task_events(path: str | Path) -> TaskEvents:
             except ValueError:
                 anomalies.add("unparseable_row")
                 continue
+            if not all(_I64_MIN <= v <= _I64_MAX for v in (time_us, job, task, kind, prio, cls)):
+                anomalies.add("unparseable_row")   # beyond a 64-bit integer: no trace value is
+                continue
             if not 0 <= kind <= 8 or not 0 <= prio <= 11 or any(r < 0 for r in requests):
                 anomalies.add("out_of_range")
                 continue
@@ -256,6 +262,9 @@ def read_task_usage(path: str | Path) -> TaskUsage:
                 key_row = [int(row[i]) for i in where[:4]]
                 value_row = [float(row[i]) if row[i] else math.nan for i in where[4:]]
             except ValueError:
+                anomalies.add("unparseable_row")
+                continue
+            if not all(_I64_MIN <= v <= _I64_MAX for v in key_row):
                 anomalies.add("unparseable_row")
                 continue
             if any(math.isnan(v) for v in value_row):

@@ -127,7 +127,7 @@ def run_bench(args: argparse.Namespace, *, progress=print) -> dict[str, object]:
 
 def format_summary(summary: dict[str, object]) -> str:
     def loads(kind: str) -> str:
-        values = [r["load_average_1m"][0] for r in summary["runs"][kind]]
+        values = [v for r in summary["runs"][kind] for v in r["load_average_1m"]]   # before and after each run
         return f"{min(values):g}–{max(values):g}"
 
     lines = [

@@ -122,7 +122,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--offset", type=NON_NEGATIVE, default=86_400.0, help="batch trace time of replay start (s)")
     add_jobs_argument(run, "settings")
     add_output_arguments(parser, summary="the points, frontier, knee and verdict", files=(
-        ("--out", "write the knee as a calibration policy file (YAML)"),))
+        ("--out", "write the shipped setting (the knee's, or the tolerance rule's choice) as a calibration "
+                  "policy file (YAML)"),))
     add_policy_arguments(parser)
     parser.set_defaults(handler=handle)
     return parser
@@ -301,7 +302,7 @@ def handle(args: argparse.Namespace) -> int:
     later = [part for part in (
         f"×{', ×'.join(f'{x:g}' for x in loads[1:])} of every setting swept" if loads[1:] else "",
         f"{len(baselines)} baseline(s) at every load factor" if baselines else "") if part]
-    print(f"calibration sweep: {len(predictors)} predictor(s) on a {args.grid} of {len(margins)} margins × "
+    print(f"calibration sweep: {len(predictors)} predictor(s) on a {args.grid} grid of {len(margins)} margins × "
           f"{len(half_lives)} half-lives — {count} settings at ×{first:g}, {args.hours:g} h each (seed {args.seed}, the "
           f"same cycle for every setting), {args.jobs} at a time; the knee is found there"
           f"{', then ' + ' and '.join(later) if later else ''}")

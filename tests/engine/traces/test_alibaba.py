@@ -102,6 +102,7 @@ def test_each_anomaly_kind_is_counted_and_good_rows_survive(tmp_path: Path) -> N
         "M3,1,j_2,1,Terminated,400,400,100,1",           # zero_duration
         "M4,0,j_2,1,Terminated,400,410,100,1",           # bad_instance_num (0)
         "M5,two,j_2,1,Terminated,400,410,100,1",         # bad_instance_num (unparseable)
+        "M5b,99999999999999999999,j_2,1,Terminated,400,410,100,1",   # bad_instance_num (beyond int64)
         "M6,1,j_2,1,Terminated,400,410",                 # unparseable_row (7 columns)
         "M7,1,j_2,1,Terminated,soon,410,100,1",          # unparseable_row (non-numeric time)
         "M8,1,j_2,1,Terminated,400,410,0,0",             # zero_request
@@ -110,7 +111,7 @@ def test_each_anomaly_kind_is_counted_and_good_rows_survive(tmp_path: Path) -> N
     ])
     got = read_batch_task(path, machine_ram_bytes=100 * GIB)
     assert got.anomalies == {
-        "alibaba.bad_instance_num": 2, "alibaba.duplicate_task": 1, "alibaba.empty_plan": 1,
+        "alibaba.bad_instance_num": 3, "alibaba.duplicate_task": 1, "alibaba.empty_plan": 1,
         "alibaba.end_before_start": 1, "alibaba.negative_plan": 1,
         "alibaba.unparseable_row": 2, "alibaba.zero_duration": 1, "alibaba.zero_request": 1,
     }

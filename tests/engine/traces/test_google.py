@@ -129,14 +129,15 @@ def shard(tmp_path: Path):
         "garbage",                                                              # unparseable
         event(3, 11, 0, 12, 0),                                                 # type 12
         "1,,2,3,,0,user,0,9,0.1,0.1,0",                                         # 12 columns
+        event(1, 99999999999999999999, 0, 0, 0),                                # beyond int64
     ])
     return read_task_events(path)
 
 
 def test_synthetic_events_anomalies(shard) -> None:
     assert shard.anomalies == {"google.empty_request": 1, "google.out_of_range": 1,
-                               "google.unparseable_row": 2}
-    assert len(shard) == 25  # 29 lines − 4 skipped
+                               "google.unparseable_row": 3}
+    assert len(shard) == 25  # 30 lines − 5 skipped
     assert shard.time_s[0] == 1.0 and shard.cpu_request[0] == 0.0625
 
 
@@ -155,7 +156,7 @@ def test_synthetic_batch_tasks(shard) -> None:
     assert tasks.anomalies == {
         "google.censored_duration": 1, "google.empty_request": 1, "google.never_scheduled": 1,
         "google.no_submit": 1, "google.out_of_range": 1, "google.task_without_request": 1,
-        "google.unparseable_row": 2, "google.zero_duration": 1, "google.zero_request": 1,
+        "google.unparseable_row": 3, "google.zero_duration": 1, "google.zero_request": 1,
     }
 
 
@@ -170,8 +171,9 @@ def test_synthetic_peak_ratios_use_latest_submit_at_or_before_the_window(shard, 
         usage_row(5, 1, 0, max_cpu=0.1, max_mem=0.1),    # batch priority
         usage_row(5, 10, 0, max_cpu=0.1, max_mem=0.1),   # production but cpu request 0
         "bad,row",
+        usage_row(5, 99999999999999999999, 0, max_cpu=0.1, max_mem=0.1),   # beyond int64
     ]))
-    assert usage.anomalies == {"google.unparseable_row": 1}
+    assert usage.anomalies == {"google.unparseable_row": 2}
     got = production_peak_ratios(shard, usage)
     assert (got.usage_rows, got.joined, got.with_requests, got.production) == (7, 6, 5, 3)
     assert (got.capped_cpu, got.capped_mem) == (1, 1)
