@@ -132,13 +132,18 @@ def read_trace_bytes(path: str | Path) -> bytes:
         raise TraceError(f"cannot read the file: {exc}", source=source) from exc
 
 
+_NAN_PAYLOAD = re.compile(rb"[nN][aA][nN]\(")
+
+
 def columnar_table(body: bytes, types: Sequence[object], *, delimiter: str = ",",
                    nullable: Sequence[int] = (), whitespace_ok: bool = False):
     """Parse CSV ``body`` (no header, no quoting) with pyarrow's C++ reader into a table of the
     columns whose ``types`` entry is a pyarrow type (``None``: the column must exist but is not
     converted), or ``None`` when the fast path does not apply: pyarrow is not installed, the
     body holds a space or tab and ``whitespace_ok`` is false (the row-by-row readers judge such
-    values themselves; with no nullable column, pyarrow's numbers strip it as Python's do), a row does not parse (wrong field count, a value the type refuses) or a value
+    values themselves; with no nullable column, pyarrow's numbers strip it as Python's do), the
+    body holds a ``nan(…)`` (C's NaN with a payload: pyarrow reads it, Python's ``float``
+    refuses it), a row does not parse (wrong field count, a value the type refuses) or a value
     is empty in a column not listed in ``nullable`` (there an empty field is a null). The caller
     then reads the body row by row with its own checks, so a file with a bad row gives exactly
     the counts and errors of the row-by-row reader; a clean file gives the same values (both
@@ -150,6 +155,8 @@ def columnar_table(body: bytes, types: Sequence[object], *, delimiter: str = ","
     except ImportError:  # the agent-only install: the row-by-row reader serves
         return None
     if not whitespace_ok and (b" " in body or b"\t" in body):
+        return None
+    if _NAN_PAYLOAD.search(body):   # pyarrow reads C's ``nan(…)`` as NaN, Python's float() refuses it
         return None
     names = [f"c{i}" for i in range(len(types))]
     kept = {name: kind for name, kind in zip(names, types, strict=True) if kind is not None}

@@ -88,6 +88,7 @@ def test_real_task_events_read_columnar_give_the_row_by_row_values(traces_dir, m
     "1900;2;5000;;2;1000;500;0;0;0;0",          # empty field
     "1900;2;5000;100",                          # too few fields
     "1900;2;5000;100;2;1000;NaN;0;0;0;0",       # NaN → 0, counted
+    "1900;2;5000;100;2;1000;nan(1);0;0;0;0",    # C's NaN with a payload: pyarrow takes it, float() does not
 ])
 def test_a_bitbrains_file_with_an_odd_row_gives_the_row_by_row_answer(tmp_path, monkeypatch, odd, columnar_calls) -> None:
     path = write_vm(tmp_path / "3.csv.gz", ["1000;2;5000;100;2;1000;500;1;2;3;4", odd,
@@ -120,6 +121,8 @@ def event(t: int, job: int, task: int, kind: int, prio: int, cpu: str = "0.0625"
     "1,,,3,m,0,user,0,9,0.1,0.1,0,0",           # empty job ID
     "1,,2,3,m,0,user,0,9, 0.1,0.1,0,0",         # a space: the row reader decides
     "1,,2,3,m,0,user,,9,,,,0",                  # empty class and requests: kept, counted
+    "1,,2,3,m,0,user,0,9,nan(1),0.1,0,0",       # C's NaN with a payload: both readers refuse the row
+    "1,,99999999999999999999,3,m,0,user,0,9,0.1,0.1,0,0",   # beyond a 64-bit integer
 ])
 def test_task_events_with_an_odd_row_give_the_row_by_row_answer(tmp_path, monkeypatch, odd) -> None:
     path = tmp_path / "task_events.csv.gz"
