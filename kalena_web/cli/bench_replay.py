@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kalena_web.cli.argtypes import number
+
 #: Summary fields that measure the run, not the replay (left out of the cold/cached comparison).
 TIMING_FIELDS = ("wall_seconds", "load_seconds", "sim_seconds_per_wall_second")
 
@@ -32,12 +34,12 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
     parser = which.add_parser("replay", help="kalena replay's whole-process wall and cpu, cold and with the input cache",
                               description=__doc__.split("\n\n")[0])
     parser.add_argument("--hours", type=float, default=24.0, help="simulated hours of the replay (24)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each kind; the median is reported (3)")
+    parser.add_argument("--repeat", type=number(minimum=1, integer=True), default=3, help="runs of each kind; the median is reported (3)")
     parser.add_argument("--calibrate", action="store_true",
                         help="also time the default `kalena evaluate calibrate` sweep once (≈ 2 minutes on 2 idle cores)")
     parser.add_argument("--compaction", action="store_true",
                         help="also time the default `kalena evaluate compaction` once (minutes)")
-    parser.add_argument("--jobs", type=int, default=None,
+    parser.add_argument("--jobs", type=number(minimum=1, integer=True), default=None,
                         help="--jobs of the timed sweeps (default: theirs, the machine's cores)")
     parser.add_argument("--summary-json", type=Path, help="also write the figures to this JSON file")
     parser.set_defaults(handler=handle)

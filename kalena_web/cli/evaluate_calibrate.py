@@ -20,7 +20,7 @@ from kalena_engine.policy import Policy
 from kalena_engine.policy_file import dump_policy_text
 from kalena_engine.replay import ReplayConfig
 from kalena_engine.replay.calibration import (
-    ASYMMETRIC, DEFAULT_PREDICTORS, GRIDS, HALF_LIVES, KNEE_RATE, MARGINS, MAX_CONTENTION_SHARE, MAX_EVICTIONS_PER_100,
+    ASYMMETRIC, DEFAULT_PREDICTORS, GRIDS, HALF_LIVES, KNEE_RATE, MARGIN_FLOOR, MARGINS, MAX_CONTENTION_SHARE, MAX_EVICTIONS_PER_100,
     PREDICTOR_VARIANTS, WIDEN_ROUNDS, _key, calibration_document, contention_share, describe, frontier,
     frontier_across_loads, grid_edges, knee, parse_variant, point, setting_name, settings_configs, shipped,
     sweep_settings, variant_estimator, widen_grid,
@@ -365,10 +365,16 @@ def handle(args: argparse.Namespace) -> int:
     front = frontier_across_loads({load: result["points"] for load, result in per_load.items()})
     print(f"\nfrontier (non-dominated at ×{args.load_factors[0]:g}) with every load factor's figures")
     print(format_frontier(front))
-    if edges:
-        print(f"warning: the knee lies on the swept grid's edge ({' and '.join(edges)}) after {rounds} widening "
+    # the smallest margin at μ = 1 is no edge to widen past: a smaller margin reserves below usage
+    floor = float(chosen["margin_ratio"]) <= MARGIN_FLOOR
+    open_edges = [e for e in edges if not (floor and e.startswith("the smallest --margins"))]
+    if floor and len(open_edges) < len(edges):
+        print(f"the knee is at the smallest margin the estimator allows (μ {MARGIN_FLOOR:g}): nothing lies "
+              "beyond that edge", file=sys.stderr)
+    if open_edges:
+        print(f"warning: the knee lies on the swept grid's edge ({' and '.join(open_edges)}) after {rounds} widening "
               f"round(s); the true knee may be outside the grid — widen the sweep that way", file=sys.stderr)
-    else:
+    elif not edges:
         print(f"the knee is interior to the swept grid{f' after {rounds} widening round(s)' if rounds else ''}: "
               "the curve bends inside it, not at its edge")
     print(f"\nshipped default (the operator's tolerance): {ship_why}")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FIELDS = (
     "placements_per_s", "decisions_per_s", "p50_decision_ms", "p99_decision_ms", "naive_placements_per_s",
     "placed", "pending", "reclaimed_fraction_cpu", "naive_placed", "naive_reclaimed_fraction_cpu", "speedup",
@@ -87,8 +89,10 @@ def test_bench_replay_times_cold_and_cached_runs_and_compares_their_summaries(tm
         assert summary[f"{kind}_cpu_seconds"] == run["cpu_seconds"]
 
 
-def test_bench_replay_refuses_a_bad_repeat(data_dir: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "bench", "replay", "--repeat", "0"],
+@pytest.mark.parametrize(("args", "named"), [(["--repeat", "0"], "--repeat"), (["--jobs", "0", "--calibrate"], "--jobs")])
+def test_bench_replay_refuses_a_bad_count_before_running_anything(data_dir: Path, args: list[str], named: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "bench", "replay", *args],
                             capture_output=True, text=True, timeout=120,
                             env={**os.environ, "KALENA_DATA_DIR": str(data_dir)})
-    assert result.returncode != 0 and "--repeat (0) must be ≥ 1" in result.stderr
+    assert result.returncode == 2 and f"argument {named}: 0 is not a finite number ≥ 1" in result.stderr
+    assert result.stdout == ""     # refused before the header and before any replay
