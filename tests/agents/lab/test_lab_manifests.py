@@ -42,7 +42,7 @@ def _derive(tmp_path: Path, files, agent_flags: tuple[str, ...] = ()) -> tuple[l
             "stringData": {"DATABASE_URL": "sqlite:///x", "REDIS_URL": "redis://r/0", "KALENA_SECRET_KEY": "k",
                            "KALENA_METRICS_TOKEN": "m"}})
         tokens = kube._tokens(api.url, plan, kdir)
-        cluster = kube._cluster(api.url, workloads, tokens, plan, agent_flags)
+        cluster = kube._cluster(api.url, workloads, tokens, agent_flags)
         control = kube.control_plane_processes(api.url, cluster, kdir)
         nodes = [kube._node_record(n, tmp_path) for n in plan.nodes]
         agents = kube.agent_processes(api.url, cluster, nodes)
