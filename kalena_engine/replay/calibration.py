@@ -303,6 +303,16 @@ def _at(axis: int, chosen: dict[str, object]) -> str:
     return f"{sym} {float(chosen[key]):g}{' s' if axis == 0 else ''}"
 
 
+def _swept_axes(chosen: dict[str, float], settings: list[tuple[float, float]]):
+    """Per axis swept at two or more values: ``(axis, flag, sym, values, v, line)`` — the axis's
+    sorted values, the knee's value on it and the values swept along the knee's row or column
+    (:func:`_line`)."""
+    for axis, (key, flag, sym) in enumerate(_AXES):
+        values = sorted({s[axis] for s in settings})
+        if len(values) >= 2:
+            yield axis, flag, sym, values, float(chosen[key]), _line(chosen, settings, axis)
+
+
 def grid_edges(chosen: dict[str, float], settings: list[tuple[float, float]]) -> list[str]:
     """The edges of the swept ``settings`` (the knee's variant's (μ, h) pairs) the knee
     ``chosen`` lies on, as flag-named phrases: along each axis, the settings swept at the knee's
@@ -316,12 +326,7 @@ def grid_edges(chosen: dict[str, float], settings: list[tuple[float, float]]) ->
     with no other half-life swept at μ 1.3, on both half-life edges.
     """
     edges = []
-    for axis, (key, flag, _) in enumerate(_AXES):
-        values = sorted({s[axis] for s in settings})
-        if len(values) < 2:
-            continue
-        v = float(chosen[key])
-        line = _line(chosen, settings, axis)
+    for axis, flag, _, values, v, line in _swept_axes(chosen, settings):
         low, high = not any(x < v for x in line), not any(x > v for x in line)
         if low and high:
             edges.append(f"the only {flag} value swept at {_at(axis, chosen)} ({v:g})")
@@ -372,12 +377,7 @@ def widen_grid(chosen: dict[str, float], settings: list[tuple[float, float]],
     """
     added: list[tuple[float, float]] = []
     said: list[str] = []
-    for axis, (key, flag, sym) in enumerate(_AXES):
-        values = sorted({s[axis] for s in settings})
-        if len(values) < 2:
-            continue
-        v = float(chosen[key])
-        line = _line(chosen, settings, axis)
+    for axis, flag, sym, values, v, line in _swept_axes(chosen, settings):
         for high in (False, True):
             if any((x > v) if high else (x < v) for x in line):
                 continue
