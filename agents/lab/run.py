@@ -308,6 +308,10 @@ def load_day(path: Path) -> dict[str, Any]:
     if not isinstance(day, dict) or "slice_dir" not in day or "console" not in day:
         raise LabError("not a day saved by `kalena lab run`", source=str(path), field="--from-day")
     day["slice_dir"] = Path(day["slice_dir"])
+    # a day saved before read_faults took the lab's start may hold an earlier lab's faults
+    since = float((day.get("state") or {}).get("started_s") or 0.0)
+    day["faults"] = [f for f in day.get("faults") or []
+                     if not isinstance(f.get("started_at"), int | float) or f["started_at"] >= since]
     return day
 
 

@@ -238,3 +238,13 @@ def test_the_sampler_counts_the_memory_outside_every_pods_row_as_the_agent_does(
             for t, v in ((1.0, 3.0), (2.0, 5.0), (3.0, 4.0), (9.0, 100.0))]
     assert median_unaccounted(rows, ["n1", "n2"], 0.0, 5.0).tolist() == [4.0, 0.0]   # t = 9 is after the day
     assert median_unaccounted([{"ts": 1.0, "nodes": {"n1": {"cpu": None}}}], ["n1"], 0.0, 5.0) is None
+
+
+def test_a_saved_day_drops_an_earlier_labs_faults(tmp_path) -> None:
+    from agents.lab.run import load_day, save_day
+
+    day = {"slice_dir": str(tmp_path), "console": {}, "state": {"started_s": 100.0},
+           "faults": [{"kind": "engine-stop", "started_at": 50.0}, {"kind": "db-restart", "started_at": 150.0},
+                      {"kind": "unreadable", "detail": "x"}]}
+    save_day(tmp_path / "run-day.json", day)
+    assert [f["kind"] for f in load_day(tmp_path / "run-day.json")["faults"]] == ["db-restart", "unreadable"]
