@@ -172,10 +172,15 @@ class Sampler(threading.Thread):
     (Kubernetes mode) each node's memory held outside its pods' rows (:func:`unaccounted_bytes`;
     the DaemonSet pods re-read from the kubelet double every 10 s)."""
 
-    def __init__(self, state: dict[str, Any], every_s: float = 1.0, root: Path = CGROUP) -> None:
+    def __init__(self, state: dict[str, Any], every_s: float = 1.0, root: Path = CGROUP,
+                 ledger_every_s: float = 10.0) -> None:
         super().__init__(daemon=True)
         self.state, self.every_s, self.root = state, every_s, root
         self.samples: list[dict[str, Any]] = []
+        #: the console's node ledgers every ``ledger_every_s`` (:func:`console_ledgers`)
+        self.ledgers: list[dict[str, Any]] = []
+        self.ledger_every_s = ledger_every_s
+        self._ledger_read_at = -1e18
         self.oom: dict[str, dict[str, int]] = {}     # node → {group path: highest oom_kill}
         self.stop = threading.Event()
         self._daemonsets: dict[str, tuple[float, dict[str, float]]] = {}   # node → (read at, uid → request)
@@ -219,7 +224,48 @@ class Sampler(threading.Thread):
                 except OSError:
                     pass
             self.samples.append(row)
+            if now - self._ledger_read_at >= self.ledger_every_s:
+                self._ledger_read_at = now
+                nodes = console_ledgers(self.state)
+                if nodes is not None:
+                    self.ledgers.append({"ts": now, "nodes": nodes})
             self.stop.wait(self.every_s)
+
+
+LEDGER_SQL = ("SELECT n.name AS name, l.capacity AS capacity, l.prod_request AS prod_request, "
+              "l.prod_reservation AS prod_reservation, l.batch_request AS batch_request, l.usage AS usage, "
+              "l.stale AS stale FROM ledger_livenodeledger l JOIN inventory_node n ON n.id = l.node_id "
+              "JOIN inventory_cluster c ON c.id = n.cluster_id WHERE c.name = %s")
+
+
+def console_ledgers(state: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Each node's ledgers as the console holds them now (``LiveNodeLedger``, docs/design.md §6):
+    node → ``{"capacity", "prod_request", "prod_reservation", "batch_request", "usage"}`` as
+    ``[cpu mcpu, memory bytes]``, and ``"stale"``; None while the database does not answer (a
+    fault inside the day). What the scheduler placed batch against, so a day can be compared with
+    its replay's ledgers step by step (:func:`agents.lab.runfigures.ledger_divergence`)."""
+    from agents.lab.invariants import database_url, query
+
+    try:
+        rows = query(database_url(state), LEDGER_SQL, (console_cluster(state),))
+    except Exception:  # noqa: BLE001 - a restarted or absent database: this read is skipped
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry: dict[str, Any] = {"stale": bool(row["stale"])}
+        for key in ("capacity", "prod_request", "prod_reservation", "batch_request", "usage"):
+            value = row[key]
+            if isinstance(value, str):
+                value = json.loads(value)
+            entry[key] = None if value is None else [float(v) if v is not None else None for v in value[:2]]
+        out[str(row["name"])] = entry
+    return out
+
+
+def console_cluster(state: dict[str, Any]) -> str:
+    """The lab's cluster name in the console's database."""
+    console = next((p for p in state.get("processes") or [] if p["name"] == "kalena-console"), None)
+    return ((console or {}).get("env") or {}).get("KALENA_AGENT_TOKENREVIEW_CLUSTER") or "lab"
 
 
 def collect_console(state: dict[str, Any]) -> dict[str, Any]:
@@ -233,7 +279,7 @@ def collect_console(state: dict[str, Any]) -> dict[str, Any]:
         raise LabError("no console process is recorded", source="lab.json", field="processes")
     script = Path(state["directory"]) / "collect-run.py"
     script.write_text(COLLECT)
-    cluster = console["env"].get("KALENA_AGENT_TOKENREVIEW_CLUSTER") or "lab"
+    cluster = console_cluster(state)
     done = subprocess.run([sys.executable, str(script), cluster], env=console["env"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, check=False)
     if done.returncode != 0:
@@ -390,6 +436,7 @@ def run_day(*, state_dir: Path, up_args: list[str], faults: str = "none", keep: 
             f"double-bound, {checked['counts']['production_evictions']} production eviction(s) "
             f"(of {checked['batch_pods']} batch pods; `kalena lab check`)")
         day = {"state": state, "console": console, "invariants": checked, "samples": sampler.samples, "oom": sampler.oom,
+                "ledgers": sampler.ledgers,
                 "faults": read_faults(state_dir, float(state.get("started_s") or 0.0)), "fault_errors": fault_errors, "play_start_s": play_start,
                 "day_s": day_s, "slice_dir": slice_dir, "slice_summary": summary,
                 "compression": json.loads((slice_dir / "compression.json").read_text()),

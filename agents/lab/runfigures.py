@@ -261,12 +261,17 @@ class ReplayObserver:
         self.reclaimed: list[list[float]] = []
         self.contention_steps = {n: 0 for n in node_names}
         self.why: list[dict[str, Any]] = []
+        #: per step, ``(n, 2)`` cpu mcpu and memory bytes: the ledgers :func:`ledger_divergence` reads
+        self.prod_reservation: list[np.ndarray] = []
+        self.batch_request: list[np.ndarray] = []
 
     def __call__(self, record) -> None:
         request = record.prod_request + record.batch_request
         x = np.maximum(0.0, request[:, 0] - record.capacity[:, 0])
         self.time_s.append(float(record.time_s))
         self.reclaimed.append(x.round(1).tolist())
+        self.prod_reservation.append(np.array(record.prod_reservation[:, :2], dtype=float))
+        self.batch_request.append(np.array(record.batch_request[:, :2], dtype=float))
         if record.contention_mcpu is not None:
             for i, name in enumerate(self.node_names):
                 if record.contention_mcpu[i] > 1e-6:
@@ -275,6 +280,83 @@ class ReplayObserver:
             if e.kind in ("evicted", "production_evicted"):
                 self.why.append({"t_s": float(record.time_s), "kind": e.kind, "count": e.count, "reason": e.reason,
                                  "detail": e.detail})
+
+
+LEDGER_PART_SHARE = 0.05   # live and replay ledgers "part" when they differ by this share of the node
+
+
+def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *, t0: float, speed: float,
+                      capacity: np.ndarray) -> dict[str, Any] | None:
+    """Where the console's ledgers and the replay's part, node by node.
+
+    ``ledgers``: the day's reads of the console's node ledgers (``{"ts": Unix s, "nodes": {name:
+    {"prod_reservation", "batch_request", …: [cpu mcpu, memory bytes]}}}``,
+    :func:`agents.lab.run.console_ledgers`); ``observer``: the replay's per-step ledgers on the
+    simulated clock; ``t0``: the day's start (Unix s); ``speed``: k; ``capacity``: ``(n, 2)`` in
+    the observer's node order. Each live read is paired with the replay step holding its simulated
+    time ``(ts − t0)·k``. Returns, per node and for ``cpu`` and ``memory``: the medians over the
+    paired reads of the production reservation and the batch requests on each side (and the
+    paired values themselves under ``series``, for the report's chart), and ``parted_t_s``: the first simulated second where the production reservations differ by more
+    than :data:`LEDGER_PART_SHARE` of the node's capacity (None: never). None when the day has no
+    ledger reads (recorded before they were taken) or the replay no steps.
+
+    Example: a 400 m node whose live production reservation reads 120 m all day while the replay
+    holds 150 m from t = 0 → cpu medians 120 / 150 and ``parted_t_s`` 0 (30 m > 5 % of 400 m)."""
+    if not ledgers or not observer.time_s:
+        return None
+    times = np.asarray(observer.time_s, dtype=float)
+    out: dict[str, Any] = {}
+    for i, name in enumerate(observer.node_names):
+        pairs = []
+        for read in ledgers:
+            entry = (read.get("nodes") or {}).get(name)
+            if not entry or entry.get("prod_reservation") is None or entry.get("batch_request") is None:
+                continue
+            t_s = (float(read["ts"]) - t0) * speed
+            if t_s < times[0] or t_s > times[-1] + (times[1] - times[0] if len(times) > 1 else 0.0):
+                continue
+            k = min(int(np.searchsorted(times, t_s, side="right")) - 1, len(times) - 1)
+            pairs.append((t_s, k, entry))
+        if not pairs:
+            continue
+        node: dict[str, Any] = {"reads": len(pairs), "series": {"time_s": [round(t, 1) for t, _, _ in pairs]}}
+        for d, dim in ((0, "cpu"), (1, "memory")):
+            live_prod = np.array([float(e["prod_reservation"][d]) for _, _, e in pairs])
+            live_batch = np.array([float(e["batch_request"][d]) for _, _, e in pairs])
+            rep_prod = np.array([observer.prod_reservation[k][i, d] for _, k, _ in pairs])
+            rep_batch = np.array([observer.batch_request[k][i, d] for _, k, _ in pairs])
+            parted = np.abs(live_prod - rep_prod) > LEDGER_PART_SHARE * float(capacity[i, d])
+            node["series"][dim] = {"live_prod_reservation": live_prod.round(1).tolist(),
+                                   "replay_prod_reservation": rep_prod.round(1).tolist(),
+                                   "live_batch_request": live_batch.round(1).tolist(),
+                                   "replay_batch_request": rep_batch.round(1).tolist()}
+            node[dim] = {"live_prod_reservation_median": float(np.median(live_prod)),
+                         "replay_prod_reservation_median": float(np.median(rep_prod)),
+                         "live_batch_request_median": float(np.median(live_batch)),
+                         "replay_batch_request_median": float(np.median(rep_batch)),
+                         "parted_t_s": round(pairs[int(np.argmax(parted))][0], 1) if parted.any() else None,
+                         "parted_share_of_reads": round(float(parted.mean()), 3)}
+        out[name] = node
+    return out or None
+
+
+def format_divergence(divergence: dict[str, Any] | None) -> str:
+    """The lines ``kalena lab run`` prints for :func:`ledger_divergence`."""
+    if not divergence:
+        return "ledgers: no reads of the console's node ledgers in this day (recorded before they were taken)"
+    lines = ["ledgers, live vs replay (medians over the day; parted: first simulated time the production "
+             f"reservations differ by > {LEDGER_PART_SHARE:.0%} of the node):"]
+    for name, node in divergence.items():
+        c, m = node["cpu"], node["memory"]
+        mib = 2 ** 20
+        lines.append(
+            f"  {name}: cpu prod {c['live_prod_reservation_median']:.0f} vs {c['replay_prod_reservation_median']:.0f} m, "
+            f"batch {c['live_batch_request_median']:.0f} vs {c['replay_batch_request_median']:.0f} m, parted "
+            + ("never" if c["parted_t_s"] is None else f"at {c['parted_t_s'] / 3600:.2f} h ({c['parted_share_of_reads']:.0%} of reads)")
+            + f"; memory prod {m['live_prod_reservation_median'] / mib:.0f} vs {m['replay_prod_reservation_median'] / mib:.0f} MiB, "
+            f"batch {m['live_batch_request_median'] / mib:.0f} vs {m['replay_batch_request_median'] / mib:.0f} MiB, parted "
+            + ("never" if m["parted_t_s"] is None else f"at {m['parted_t_s'] / 3600:.2f} h ({m['parted_share_of_reads']:.0%} of reads)"))
+    return "\n".join(lines)
 
 
 def replay_figures(summary: dict[str, Any], observer: ReplayObserver) -> dict[str, Any]:
@@ -400,6 +482,23 @@ def html_report(report: dict[str, Any]) -> str:
         fig.update_layout(title=f"{node}: reclaimed cpu in use (red dotted: evictions; orange: faults)",
                           xaxis_title="simulated time (h)", yaxis_title="m", template="plotly_white", height=360)
         parts.append(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False))
+    for node, entry in (report.get("ledgers") or {}).items():
+        fig = go.Figure()
+        hours = [t / 3600 for t in entry["series"]["time_s"]]
+        for dim, scale, unit, axis in (("cpu", 1.0, "m", "y"), ("memory", 2.0 ** -20, "MiB", "y2")):
+            series = entry["series"][dim]
+            for key, label, dash in (("live_prod_reservation", "live production reservation", "solid"),
+                                     ("replay_prod_reservation", "replay production reservation", "dash"),
+                                     ("live_batch_request", "live batch requests", "solid"),
+                                     ("replay_batch_request", "replay batch requests", "dash")):
+                fig.add_scatter(x=hours, y=[v * scale for v in series[key]], name=f"{label} ({unit})", yaxis=axis,
+                                mode="lines", line={"dash": dash})
+        fig.update_layout(title=f"{node}: the console's ledgers against the replay's (cpu left axis, memory right)",
+                          xaxis_title="simulated time (h)", yaxis={"title": "cpu (m)"},
+                          yaxis2={"title": "memory (MiB)", "overlaying": "y", "side": "right"},
+                          template="plotly_white", height=380)
+        parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
+    parts.append(f"<pre style=\"white-space: pre-wrap\">{html.escape(format_divergence(report.get('ledgers')))}</pre>")
     compression = report.get("compression") or {}
     head = ("constant", "trace (s)", "÷ k (s)", "wall applied (s)", "floor (s)", "simulated (s)", "note")
     cells = [(c.get("name"), c.get("trace_s"), c.get("divided_s"), c.get("wall_s"),

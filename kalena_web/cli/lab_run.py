@@ -120,7 +120,8 @@ def _offsets(day: dict, workloads, inputs, config, ids):
 
 def handle_run(args: argparse.Namespace) -> int:
     from agents.lab.run import run_day
-    from agents.lab.runfigures import compare, finite, format_table, html_report, live_figures, replay_figures
+    from agents.lab.runfigures import (compare, finite, format_divergence, format_table, html_report,
+                                       ledger_divergence, live_figures, replay_figures)
     from kalena_web.cli.lab import default_state_dir
 
     state_dir = (args.state_dir or default_state_dir()).resolve()
@@ -154,6 +155,8 @@ def handle_run(args: argparse.Namespace) -> int:
     rep = replay_figures(summary, observer)
     comparison = compare(live, rep)
     speed = float(day["slice_summary"]["config"]["speed"])
+    divergence = ledger_divergence(day.get("ledgers") or [], observer, t0=float(day["play_start_s"]), speed=speed,
+                                   capacity=capacity)
     report = finite({
         "lab": day["state"]["name"], "state_dir": str(state_dir), "speed": speed,
         "hours": float(day["slice_summary"]["config"]["hours"]), "play_start_s": day["play_start_s"],
@@ -163,6 +166,7 @@ def handle_run(args: argparse.Namespace) -> int:
         "fault_errors": day["fault_errors"], "livemetrics": day.get("livemetrics"), "persisted_run": run_name,
         "replay_unaccounted_ram_bytes_by_node": None if replay.simulator.unaccounted_ram is None else {
             n: float(v) for n, v in zip(state.node_names, replay.simulator.unaccounted_ram, strict=True)},
+        "ledgers": divergence,
     })
     if run_name:
         _attach(run_name, report)
@@ -176,6 +180,7 @@ def handle_run(args: argparse.Namespace) -> int:
     print("replay nodes hold outside their pods (the live day's median of the agents' unaccounted memory): "
           + (", ".join(f"{n} {v / 2**20:.1f} MiB" for n, v in held.items()) if held else
              "nothing (this day was recorded before the sampler measured it)"))
+    print(format_divergence(divergence))
     for e in live["why_evicted"]:
         print(f"  evicted (live) t={e['t_s'] / 3600:.2f} h {e['node']} {e['workload']} ({e['tier']}): {e['reason']} "
               f"{json.dumps(e.get('numbers'), separators=(',', ':'))[:200]}")

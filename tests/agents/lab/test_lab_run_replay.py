@@ -248,3 +248,68 @@ def test_a_saved_day_drops_an_earlier_labs_faults(tmp_path) -> None:
                       {"kind": "unreadable", "detail": "x"}]}
     save_day(tmp_path / "run-day.json", day)
     assert [f["kind"] for f in load_day(tmp_path / "run-day.json")["faults"]] == ["db-restart", "unreadable"]
+
+
+def test_the_days_ledger_reads_are_paired_with_the_replays_steps_and_say_where_they_part(day, tmp_path) -> None:
+    import sqlite3
+
+    from agents.lab.run import console_ledgers
+    from agents.lab.runfigures import ReplayObserver, format_divergence, html_report, ledger_divergence
+
+    # the console's node ledgers, read from its database as the sampler reads them during the day
+    db = tmp_path / "kalena.sqlite3"
+    with sqlite3.connect(db) as conn:
+        conn.executescript("""
+            CREATE TABLE inventory_cluster (id INTEGER PRIMARY KEY, name TEXT);
+            CREATE TABLE inventory_node (id INTEGER PRIMARY KEY, name TEXT, cluster_id INTEGER);
+            CREATE TABLE ledger_livenodeledger (id INTEGER PRIMARY KEY, node_id INTEGER, capacity TEXT,
+                prod_request TEXT, prod_reservation TEXT, batch_request TEXT, usage TEXT, stale INTEGER);
+            INSERT INTO inventory_cluster VALUES (1, 'lab'), (2, 'other');
+            INSERT INTO inventory_node VALUES (1, 't-1', 1), (2, 't-1', 2);
+            INSERT INTO ledger_livenodeledger VALUES
+              (1, 1, '[300, 402653184, 0, null, null, null, null, null]', '[100, 1, 0, 0, 0, 0, 0, 0]',
+               '[80, 2, 0, 0, 0, 0, 0, 0]', '[150, 3, 0, 0, 0, 0, 0, 0]', '[70, 4, 0, 0, 0, 0, 0, 0]', 0),
+              (2, 2, '[1, 1, 0, 0, 0, 0, 0, 0]', '[9, 9, 0, 0, 0, 0, 0, 0]', '[9, 9, 0, 0, 0, 0, 0, 0]',
+               '[9, 9, 0, 0, 0, 0, 0, 0]', '[9, 9, 0, 0, 0, 0, 0, 0]', 1);
+        """)
+    state = {"database": {"url": f"sqlite:///{db}"},
+             "processes": [{"name": "kalena-console", "env": {"KALENA_AGENT_TOKENREVIEW_CLUSTER": "lab"}}]}
+    assert console_ledgers(state) == {"t-1": {"stale": False, "capacity": [300.0, 402653184.0],
+                                              "prod_request": [100.0, 1.0], "prod_reservation": [80.0, 2.0],
+                                              "batch_request": [150.0, 3.0], "usage": [70.0, 4.0]}}
+    assert console_ledgers({"database": {"url": f"sqlite:///{tmp_path / 'gone' / 'x.sqlite3'}"}}) is None
+
+    # the replay's own ledgers, and live reads that agree with them for the first half and then
+    # read 20 % of the node less production reservation on the first node
+    replay = build_slice_replay(day["inputs"], day["config"])
+    names = list(replay.simulator.state.node_names)
+    observer = ReplayObserver(names)
+    replay.run(observer)
+    capacity = replay.simulator.state.capacity[:, :2]
+    speed, t0 = 20.0, 1000.0
+    half = observer.time_s[len(observer.time_s) // 2]
+    reads = []
+    for k, t_s in enumerate(observer.time_s):
+        nodes = {}
+        for i, name in enumerate(names):
+            prod = observer.prod_reservation[k][i].copy()
+            if i == 0 and t_s >= half:
+                prod[0] -= 0.2 * capacity[0, 0]
+            nodes[name] = {"prod_reservation": prod.tolist(), "batch_request": observer.batch_request[k][i].tolist()}
+        reads.append({"ts": t0 + t_s / speed, "nodes": nodes})
+    reads.append({"ts": t0 - 50.0, "nodes": {}})            # before the day: not paired
+    divergence = ledger_divergence(reads, observer, t0=t0, speed=speed, capacity=capacity)
+    first, second = divergence[names[0]], divergence[names[1]]
+    assert first["cpu"]["parted_t_s"] == pytest.approx(half)
+    assert first["memory"]["parted_t_s"] is None and second["cpu"]["parted_t_s"] is None
+    assert first["reads"] == len(observer.time_s)
+    assert first["cpu"]["replay_batch_request_median"] == first["cpu"]["live_batch_request_median"]
+    text = format_divergence(divergence)
+    assert f"{names[0]}: cpu prod" in text and "parted at" in text and f"{names[1]}: cpu prod" in text
+    assert ledger_divergence([], observer, t0=t0, speed=speed, capacity=capacity) is None
+    assert "no reads" in format_divergence(None)
+    # the report draws each node's ledgers, live against replay
+    timeline = {"time_s": [0.0], "reclaimed_cpu_m_by_node": {n: [0.0] for n in names}}
+    page = html_report({"lab": "t", "comparison": compare({}, {}), "live": {"timeline": timeline, "why_evicted": []},
+                        "replay": {"timeline": timeline}, "speed": speed, "play_start_s": t0, "ledgers": divergence})
+    assert f"{names[0]}: the console" in page and "replay production reservation" in page
