@@ -264,6 +264,7 @@ class ReplayObserver:
         #: per step, ``(n, 2)`` cpu mcpu and memory bytes: the ledgers :func:`ledger_divergence` reads
         self.prod_reservation: list[np.ndarray] = []
         self.batch_request: list[np.ndarray] = []
+        self.usage: list[np.ndarray] = []     # production + batch usage
 
     def __call__(self, record) -> None:
         request = record.prod_request + record.batch_request
@@ -272,6 +273,7 @@ class ReplayObserver:
         self.reclaimed.append(x.round(1).tolist())
         self.prod_reservation.append(np.array(record.prod_reservation[:, :2], dtype=float))
         self.batch_request.append(np.array(record.batch_request[:, :2], dtype=float))
+        self.usage.append(np.array(record.prod_usage[:, :2] + record.batch_usage[:, :2], dtype=float))
         if record.contention_mcpu is not None:
             for i, name in enumerate(self.node_names):
                 if record.contention_mcpu[i] > 1e-6:
@@ -295,7 +297,8 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
     simulated clock; ``t0``: the day's start (Unix s); ``speed``: k; ``capacity``: ``(n, 2)`` in
     the observer's node order. Each live read is paired with the replay step holding its simulated
     time ``(ts − t0)·k``. Returns, per node and for ``cpu`` and ``memory``: the medians over the
-    paired reads of the production reservation and the batch requests on each side (and the
+    paired reads of the production reservation, the batch requests and the node's usage
+    (production and batch) on each side (and the
     paired values themselves under ``series``, for the report's chart), and ``parted_t_s``: the first simulated second where the production reservations differ by more
     than :data:`LEDGER_PART_SHARE` of the node's capacity (None: never). None when the day has no
     ledger reads (recorded before they were taken) or the replay no steps.
@@ -325,6 +328,8 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
             live_batch = np.array([float(e["batch_request"][d]) for _, _, e in pairs])
             rep_prod = np.array([observer.prod_reservation[k][i, d] for _, k, _ in pairs])
             rep_batch = np.array([observer.batch_request[k][i, d] for _, k, _ in pairs])
+            live_usage = [float(e["usage"][d]) for _, _, e in pairs if (e.get("usage") or [None, None])[d] is not None]
+            rep_usage = np.array([observer.usage[k][i, d] for _, k, _ in pairs])
             parted = np.abs(live_prod - rep_prod) > LEDGER_PART_SHARE * float(capacity[i, d])
             node["series"][dim] = {"live_prod_reservation": live_prod.round(1).tolist(),
                                    "replay_prod_reservation": rep_prod.round(1).tolist(),
@@ -334,10 +339,16 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
                          "replay_prod_reservation_median": float(np.median(rep_prod)),
                          "live_batch_request_median": float(np.median(live_batch)),
                          "replay_batch_request_median": float(np.median(rep_batch)),
+                         "live_usage_median": float(np.median(live_usage)) if live_usage else None,
+                         "replay_usage_median": float(np.median(rep_usage)),
                          "parted_t_s": round(pairs[int(np.argmax(parted))][0], 1) if parted.any() else None,
                          "parted_share_of_reads": round(float(parted.mean()), 3)}
         out[name] = node
     return out or None
+
+
+def _num(value: float | None, unit: float = 1.0) -> str:
+    return "?" if value is None else f"{value / unit:.0f}"
 
 
 def format_divergence(divergence: dict[str, Any] | None) -> str:
@@ -351,10 +362,12 @@ def format_divergence(divergence: dict[str, Any] | None) -> str:
         mib = 2 ** 20
         lines.append(
             f"  {name}: cpu prod {c['live_prod_reservation_median']:.0f} vs {c['replay_prod_reservation_median']:.0f} m, "
-            f"batch {c['live_batch_request_median']:.0f} vs {c['replay_batch_request_median']:.0f} m, parted "
+            f"batch {c['live_batch_request_median']:.0f} vs {c['replay_batch_request_median']:.0f} m, "
+            f"usage {_num(c['live_usage_median'])} vs {c['replay_usage_median']:.0f} m, parted "
             + ("never" if c["parted_t_s"] is None else f"at {c['parted_t_s'] / 3600:.2f} h ({c['parted_share_of_reads']:.0%} of reads)")
             + f"; memory prod {m['live_prod_reservation_median'] / mib:.0f} vs {m['replay_prod_reservation_median'] / mib:.0f} MiB, "
-            f"batch {m['live_batch_request_median'] / mib:.0f} vs {m['replay_batch_request_median'] / mib:.0f} MiB, parted "
+            f"batch {m['live_batch_request_median'] / mib:.0f} vs {m['replay_batch_request_median'] / mib:.0f} MiB, "
+            f"usage {_num(m['live_usage_median'], mib)} vs {m['replay_usage_median'] / mib:.0f} MiB, parted "
             + ("never" if m["parted_t_s"] is None else f"at {m['parted_t_s'] / 3600:.2f} h ({m['parted_share_of_reads']:.0%} of reads)"))
     return "\n".join(lines)
 
