@@ -456,7 +456,8 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
             log = logs / f"agent-{p.node}.log"
             cgroup = agent_pod_group(api_url, record)
             record.update(agent_argv=p.argv, agent_env=p.env, agent_substitutions=p.substitutions, agent_ignored=p.ignored,
-                          agent_probes={k: v.__dict__ for k, v in p.probes.items()}, agent_cgroup=cgroup)
+                          agent_probes={k: v.__dict__ for k, v in p.probes.items()}, agent_cgroup=cgroup,
+                          health_url=agent_health_url(p, record))
             proc = _start(p.argv, p.env, log, cgroup=cgroup)
             record["agent"] = process_ref(proc.pid)
             state_write(state_dir, state)
@@ -473,6 +474,17 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         lab_down_kubernetes(state_dir, say=say)
         raise
     return state
+
+
+def agent_health_url(process: Process, record: dict[str, Any]) -> str:
+    """Where ``status``, ``fault`` and ``up`` ask the node's agent for its ``/healthz``: the URL
+    its DaemonSet's HTTP liveness probe names (the files' port, e.g. a ``--health-address`` and
+    ``containerPort`` changed together), else the node record's default
+    (``http://<node address>:9640/healthz``)."""
+    probe = process.probes.get("liveness")
+    if probe is not None and probe.kind == "http":
+        return probe.url
+    return record["health_url"]
 
 
 def apply_manifests(state: dict[str, Any], manifests: Sequence[Path]) -> list[str]:
