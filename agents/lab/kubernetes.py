@@ -339,6 +339,10 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         LabRunning, LabError: refused before anything started, or a piece failed — then
             everything started so far was stopped again.
     """
+    unreadable = [str(m) for m in manifests if not os.access(m, os.R_OK) or not Path(m).is_file()]
+    if unreadable:   # kubectl would say so only once the nodes and the control plane had started
+        raise LabError(f"no such manifest file: {', '.join(unreadable)}", source="kalena lab up", field="--manifests",
+                       accepted="existing, readable YAML files")
     if not redis_url:
         raise LabError("no Redis URL", source="kalena lab up --orchestrator kubernetes", field="--redis-url",
                        accepted="redis://HOST:PORT/DB (the control plane's workers and beat need a broker)")

@@ -174,6 +174,22 @@ def test_the_agents_health_port_changed_in_a_copy_of_the_files_is_where_the_lab_
         assert kube.agent_health_url(agent, kube._node_record(node, tmp_path)) == f"http://{node.address}:9645/healthz"
 
 
+def test_up_with_a_missing_manifest_file_is_refused_naming_it_before_anything_starts(tmp_path) -> None:
+    # kubectl refused it only after the nodes, the API server and the lab's database had started
+    # (a minute of starting and stopping for a typo); the Redis here does not answer either, so
+    # the refusal that names the file is the one made first
+    from agents.lab.errors import LabError
+
+    plan = lab_plan(name="mmissing", nodes=1, cpu_mcpu=250, memory_bytes=512 * 2**20, host_cores=2,
+                    host_memory_bytes=8 * 2**30, subnet=SUBNET)
+    missing = tmp_path / "producton.yaml"
+    with pytest.raises(LabError) as refused:
+        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "lab", database_url="", redis_url="redis://127.0.0.1:1/0",
+                               operator=lambda env, cluster: None, manifests=[missing])
+    assert str(missing) in str(refused.value) and "--manifests" in str(refused.value)
+    assert not (tmp_path / "lab").exists()
+
+
 def test_the_image_table_is_the_dockerfiles_entrypoints_and_environment() -> None:
     for image, dockerfile in (("kalena/control-plane", ROOT / "deploy" / "Dockerfile"),
                               ("kalena/agent", ROOT / "deploy" / "agent" / "Dockerfile")):
