@@ -431,6 +431,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
             if p.run_to_completion:
                 _run_job(p, log, say)
                 operator(p.env, _tokenreview_cluster(cluster))
+                state["cluster"] = _tokenreview_cluster(cluster)   # the live cluster `status` names
                 say(f"kalena lab: live cluster {_tokenreview_cluster(cluster)!r} created (the operator's step)")
                 continue
             proc = _start(p.argv, p.env, log)
