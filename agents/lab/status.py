@@ -255,7 +255,11 @@ def format_status(report: dict[str, Any]) -> str:
                      "substitutions, \"stacks …\" (docs/lab.md, \"The stacks on the lab\")")
     env = report["console"].get("env") or {}
     if env and not machines_only:   # --machines-only: the lab has no console (nor its database)
-        lines.append("the lab's console from the command line (`kalena batch submit " + report.get("cluster", report["name"]) + " …`): "
+        cluster = report.get("cluster", report["name"])
+        # Kubernetes mode: Kalena takes batch from the watch (`kalena batch submit` is refused there)
+        example = (f"`kalena batch list {cluster}`; batch is created with kubectl" if report.get("orchestrator") ==
+                   "kubernetes" else f"`kalena batch submit {cluster} …`")
+        lines.append(f"the lab's console from the command line ({example}): "
                      "env -u DATABASE_URL -u REDIS_URL " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     lines.append("substitutions:")
     lines += [f"  {s}" for s in report["substitutions"]]
