@@ -339,6 +339,10 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         LabRunning, LabError: refused before anything started, or a piece failed — then
             everything started so far was stopped again.
     """
+    unreadable = [str(m) for m in manifests if not os.access(m, os.R_OK) or not Path(m).is_file()]
+    if unreadable:   # kubectl would say so only once the nodes and the control plane had started
+        raise LabError(f"no such manifest file: {', '.join(unreadable)}", source="kalena lab up", field="--manifests",
+                       accepted="existing, readable YAML files")
     if not redis_url:
         raise LabError("no Redis URL", source="kalena lab up --orchestrator kubernetes", field="--redis-url",
                        accepted="redis://HOST:PORT/DB (the control plane's workers and beat need a broker)")
@@ -427,6 +431,7 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
             if p.run_to_completion:
                 _run_job(p, log, say)
                 operator(p.env, _tokenreview_cluster(cluster))
+                state["cluster"] = _tokenreview_cluster(cluster)   # the live cluster `status` names
                 say(f"kalena lab: live cluster {_tokenreview_cluster(cluster)!r} created (the operator's step)")
                 continue
             proc = _start(p.argv, p.env, log)
@@ -456,7 +461,8 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
             log = logs / f"agent-{p.node}.log"
             cgroup = agent_pod_group(api_url, record)
             record.update(agent_argv=p.argv, agent_env=p.env, agent_substitutions=p.substitutions, agent_ignored=p.ignored,
-                          agent_probes={k: v.__dict__ for k, v in p.probes.items()}, agent_cgroup=cgroup)
+                          agent_probes={k: v.__dict__ for k, v in p.probes.items()}, agent_cgroup=cgroup,
+                          health_url=agent_health_url(p, record))
             proc = _start(p.argv, p.env, log, cgroup=cgroup)
             record["agent"] = process_ref(proc.pid)
             state_write(state_dir, state)
@@ -473,6 +479,17 @@ def lab_up_kubernetes(plan: LabPlan, *, state_dir: Path, database_url: str, redi
         lab_down_kubernetes(state_dir, say=say)
         raise
     return state
+
+
+def agent_health_url(process: Process, record: dict[str, Any]) -> str:
+    """Where ``status``, ``fault`` and ``up`` ask the node's agent for its ``/healthz``: the URL
+    its DaemonSet's HTTP liveness probe names (the files' port, e.g. a ``--health-address`` and
+    ``containerPort`` changed together), else the node record's default
+    (``http://<node address>:9640/healthz``)."""
+    probe = process.probes.get("liveness")
+    if probe is not None and probe.kind == "http":
+        return probe.url
+    return record["health_url"]
 
 
 def apply_manifests(state: dict[str, Any], manifests: Sequence[Path]) -> list[str]:

@@ -103,6 +103,7 @@ def lab_status(state: dict[str, Any], *, proc_root: str = "/proc", sample_s: flo
     console = state["console"]
     return {
         "name": state["name"], "status": state["status"], "budget": state["budget"],
+        "cluster": state.get("cluster") or state["name"],   # Kubernetes mode: the files' cluster, not the lab's name
         "orchestrator": state.get("orchestrator", "docker"),
         "console": {"url": console["url"], "alive": alive(console.get("process")), "env": console.get("env", {}),
                     "pid": (console.get("process") or {}).get("pid")},
@@ -254,7 +255,11 @@ def format_status(report: dict[str, Any]) -> str:
                      "substitutions, \"stacks …\" (docs/lab.md, \"The stacks on the lab\")")
     env = report["console"].get("env") or {}
     if env and not machines_only:   # --machines-only: the lab has no console (nor its database)
-        lines.append("the lab's console from the command line (`kalena batch submit " + report["name"] + " …`): "
+        cluster = report.get("cluster", report["name"])
+        # Kubernetes mode: Kalena takes batch from the watch (`kalena batch submit` is refused there)
+        example = (f"`kalena batch list {cluster}`; batch is created with kubectl" if report.get("orchestrator") ==
+                   "kubernetes" else f"`kalena batch submit {cluster} …`")
+        lines.append(f"the lab's console from the command line ({example}): "
                      "env -u DATABASE_URL -u REDIS_URL " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     lines.append("substitutions:")
     lines += [f"  {s}" for s in report["substitutions"]]

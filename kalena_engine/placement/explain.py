@@ -3,7 +3,8 @@
 Computed from the state at the end of the pass (slack with every placement of the pass
 debited). For each node the first rule filter it fails is charged (kube-scheduler's
 "0/n nodes are available" accounting); a node that passes every rule is charged each
-dimension it lacks. Then, over the nodes that pass every rule:
+dimension it lacks, or once its own admission's reason (``kubelet_allocatable``, ``releasing``)
+however many dimensions that refuses. Then, over the nodes that pass every rule:
 
 * **shortfall** per dimension: the smallest ``q_d − S_d`` among nodes short on ``d``, the node
   where it occurs and how many nodes are short on ``d``;
@@ -127,15 +128,16 @@ def _rule_masks(view, template) -> list[tuple[str, object, np.ndarray]]:
     return out
 
 
-def _short_kinds(snap, rows: np.ndarray, d: int) -> dict[str, int]:
-    """Nodes ``rows`` short on ``d`` counted by the reason :func:`_short_reason` gives each."""
+def _short_kinds(snap, rows: np.ndarray, d: int) -> dict[str, np.ndarray]:
+    """Nodes ``rows`` (snapshot rows) short on ``d``, grouped by the reason :func:`_short_reason`
+    gives each: ``{kind: rows}``."""
     if snap.kubelet is None:
-        return {DIMS[d]: len(rows)}
+        return {DIMS[d]: rows}
     kubelet = snap.kubelet.room[rows, d] < snap.slack[rows, d]
     releasing = np.isin(rows, np.array([r for r, held in snap.kubelet.releasing.items() if held], dtype=np.int64))
-    counts = {DIMS[d]: int((~kubelet).sum()), R.RELEASING: int((kubelet & releasing).sum()),
-              R.KUBELET_ALLOCATABLE: int((kubelet & ~releasing).sum())}
-    return {k: v for k, v in counts.items() if v}
+    groups = {DIMS[d]: rows[~kubelet], R.RELEASING: rows[kubelet & releasing],
+              R.KUBELET_ALLOCATABLE: rows[kubelet & ~releasing]}
+    return {k: v for k, v in groups.items() if len(v)}
 
 
 def _short_reason(snap, row: int, d: int, request: np.ndarray, free: float) -> R.Rejection:
@@ -176,16 +178,23 @@ def explain_entry(view, entry: int) -> WhyPending:
     short = short_dims(request, slack)
     need = np.where(short, request - slack, 0.0)
     shortfalls: list[Shortfall] = []
+    admission: dict[str, set[int]] = {}   # releasing / kubelet_allocatable: nodes, whatever dimension
     for d in np.flatnonzero(short.any(axis=0)):
         rows = np.flatnonzero(short[:, d])
         ranked = rows[np.argsort(need[rows, d], kind="stable")]
         best = ranked[0]
         shortfalls.append(Shortfall(DIMS[d], float(need[best, d]), names[passing[best]], len(rows)))
         # a node refused by its own admission (published allocatable), not by Kalena's ledger,
-        # is charged to that reason (case C11: "releasing"), every other short node to the dimension
-        for kind, count in _short_kinds(snap, passing[rows], d).items():
-            excluded[kind] = excluded.get(kind, 0) + count
+        # is charged to that reason (case C11: "releasing") once, however many dimensions it
+        # lacks there; every other short node to each dimension it lacks
+        for kind, group in _short_kinds(snap, passing[rows], d).items():
+            if kind in DIM_INDEX:
+                excluded[kind] = excluded.get(kind, 0) + len(group)
+            else:
+                admission.setdefault(kind, set()).update(group.tolist())
         rejections.extend(_short_reason(snap, int(passing[r]), d, request, float(slack[r, d])) for r in ranked[:limit])
+    for kind, nodes in admission.items():
+        excluded[kind] = len(nodes)
     reduction = None
     binding = R.NO_NODES if n == 0 else ""
     if len(passing):

@@ -33,6 +33,10 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "kalena" / "lab"
 
 
+NODE_MIB = 256             # a node's memory by default …
+KUBERNETES_NODE_MIB = 512  # … and in Kubernetes mode, where the agent's DaemonSet pod requests 128 MiB of it
+
+
 def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = commands.add_parser("lab", help="Kalena whole on this machine: cgroup nodes with engines and agents",
                                  description="N nodes, each a cgroup subtree whose cpu quota and memory limit are its "
@@ -42,7 +46,9 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     up = actions.add_parser("up", help="start the lab (refused when one is up, or when it does not fit the budget)")
     up.add_argument("--nodes", type=int, default=4, help="nodes (4)")
     up.add_argument("--cpu-m", type=int, default=250, help="each node's cpu in millicores: its cpu quota (250)")
-    up.add_argument("--memory-mib", type=int, default=256, help="each node's memory limit in MiB (256)")
+    up.add_argument("--memory-mib", type=int, default=None,
+                    help="each node's memory limit in MiB (256; Kubernetes mode 512: the agent's pod requests "
+                         "128 MiB of each node and the slice takes what is left)")
     up.add_argument("--budget-ratio", type=float, default=0.5,
                     help="share of the machine's cores and memory the nodes may take together (0.5)")
     up.add_argument("--name", default="lab",
@@ -174,6 +180,8 @@ def handle_up(args: argparse.Namespace) -> int:
     from agents.lab.lab import lab_up
 
     cores, memory = host_figures()
+    if args.memory_mib is None:
+        args.memory_mib = KUBERNETES_NODE_MIB if args.orchestrator == "kubernetes" else NODE_MIB
     plan = lab_plan(name=args.name, nodes=args.nodes, cpu_mcpu=args.cpu_m, memory_bytes=args.memory_mib * 2**20,
                     host_cores=cores, host_memory_bytes=memory, budget_ratio=args.budget_ratio, subnet=args.subnet)
     state_dir = (args.state_dir or default_state_dir()).resolve()

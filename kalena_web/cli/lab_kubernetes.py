@@ -8,6 +8,7 @@ migration Job (the live cluster the agents' TokenReview names), run in the migra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -129,13 +130,10 @@ def policy_step(step, policy_text: str, source: str):
 
 
 def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int:
-    from agents.lab.errors import LabRunning
-    from agents.lab.kubernetes import lab_down_kubernetes, lab_up_kubernetes
     from agents.lab.state import state_read
 
     operator = operator_step
     policy_text = None
-    agent_flags: tuple[str, ...] = ()
     if getattr(args, "policy", None) is not None:   # refused before anything starts
         from kalena_engine.errors import InputError
         from kalena_engine.policy_file import parse_policy_text
@@ -146,7 +144,26 @@ def handle_up_kubernetes(args: argparse.Namespace, plan, state_dir: Path) -> int
             raise InputError(f"cannot read it ({exc.strerror})", source=str(args.policy), field="--policy",
                              accepted="a readable policy file (docs/policy.md)") from None
         parse_policy_text(policy_text, source=str(args.policy))
+    created = not state_dir.exists()
+    try:
+        return _up_kubernetes(args, plan, state_dir, operator=operator, policy_text=policy_text)
+    except BaseException:
+        # a refused `up` (a missing data file, a port in use, no Redis…) leaves no state folder it
+        # made (docs/lab.md); a rolled-back start keeps its logs there, so only an empty one goes
+        if created and state_read(state_dir) is None:
+            shutil.rmtree(state_dir / "slice", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                state_dir.rmdir()
+        raise
+
+
+def _up_kubernetes(args: argparse.Namespace, plan, state_dir: Path, *, operator, policy_text: str | None) -> int:
+    from agents.lab.errors import LabRunning
+    from agents.lab.kubernetes import lab_down_kubernetes, lab_up_kubernetes
+    from agents.lab.state import state_read
+
     slice_dir = None
+    agent_flags: tuple[str, ...] = ()
     if not getattr(args, "no_slice", False):
         from agents.lab.day import render_for_lab
         from kalena_web.cli.paths import data_root

@@ -182,3 +182,23 @@ def test_failed_scheduling_names_a_node_whose_published_allocatable_lags_in_word
     record = {"nodes_total": 2, "excluded": {"cpu": 1, "kubelet_allocatable": 1}}
     assert pending_message(record) == ("0/2 nodes are available: 1 Insufficient cpu slack, "
                                        "1 node(s) whose published batch allocatable is not raised yet.")
+
+
+def test_failed_scheduling_counts_a_node_short_of_published_cpu_and_memory_once(db):
+    # `kubectl get events` in the lab read "0/4 nodes are available: 5 node(s) whose published
+    # batch allocatable is not raised yet": a node lagging on cpu and on memory was counted twice
+    cluster = Cluster.objects.create(name="lag2", kind=Cluster.LIVE)
+    rec = Reconciler(cluster, clock=lambda: 1000.0)
+    for name in ("n1", "n2"):
+        rec.apply(NodeSeen(name, True, True, vec(16, 64), at_s=1000.0))
+    LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=1000.0)
+    for led in LiveNodeLedger.objects.filter(node__cluster=cluster).select_related("node"):
+        PublishedBatch.objects.create(node=led.node, cpu_mcpu=1000.0, memory_bytes=1 * GIB, changed_s=1000.0)
+    rec.apply(PodPending("batch/w", req(2, 2), req(2, 2), owner="Job/w", at_s=1000.0))
+    report = scheduling_pass(cluster=cluster, orchestrator=FakeOrchestrator(node_names=["n1", "n2"]),
+                             policy=Policy(), now_s=1001.0, rng=np.random.default_rng(0))
+    assert report.placed == 0
+    why = WhyPending.objects.get(pod__workload__name="batch/w")
+    assert why.record["excluded"] == {"kubelet_allocatable": 2}
+    assert pending_message(why.record) == ("0/2 nodes are available: "
+                                           "2 node(s) whose published batch allocatable is not raised yet.")

@@ -255,5 +255,19 @@ def test_up_with_a_missing_data_file_is_refused_naming_it_and_starts_nothing(tmp
                  "--batch-trace", str(missing), timeout_s=120)
     assert up.returncode == 2, up.stdout + up.stderr
     assert str(missing) in up.stderr and "--batch-trace" in up.stderr
-    assert not (lab.state_dir / "lab.json").exists() and not (lab.state_dir / "slice").exists()
+    assert not lab.state_dir.exists()   # not even the state folder (docs/lab.md: a refused `up` creates nothing)
     assert not (CGROUP / "cpu" / "kalena-dmissing").exists()
+
+
+def test_up_in_kubernetes_mode_with_the_default_node_size_renders_its_slice(tmp_path) -> None:
+    # the agent's DaemonSet pod requests 128 MiB of each node: a 256 MiB node left the slice's
+    # production 128 MiB, which its 1 MiB floors overfill, so the default `up` was always refused.
+    # A Redis that does not answer stops this one after the slice, before anything starts.
+    lab = Lab("ddefault", tmp_path / "lab")
+    up = lab.cli("up", "--orchestrator", "kubernetes", "--nodes", "2", "--name", "ddefault", "--subnet", SUBNET,
+                 "--redis-url", "redis://127.0.0.1:1/0", timeout_s=300)
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert "rendering the slice for 2 node(s) of 150 m / 384 MiB" in up.stdout, up.stdout + up.stderr
+    assert "slice written to" in up.stdout and "Redis at redis://127.0.0.1:1/0 does not answer" in up.stderr
+    assert not lab.state_dir.exists()
+    assert not (CGROUP / "cpu" / "kalena-ddefault").exists()

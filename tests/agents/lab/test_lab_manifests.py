@@ -155,6 +155,41 @@ def test_a_value_changed_in_a_copy_of_the_files_changes_the_process_started_from
     assert by["kalena-scheduler"].probes["liveness"].period_s == 7
 
 
+def test_the_agents_health_port_changed_in_a_copy_of_the_files_is_where_the_lab_asks_for_healthz(tmp_path) -> None:
+    # `kalena lab status` read the agent's /healthz on 9640 whatever the files said: with the
+    # DaemonSet's --health-address and containerPort moved to 9645 it showed a healthy agent as `None`
+    daemonset = next(f for f in kube.DEPLOY_FILES if f.name == "daemonset.yaml")
+    text = daemonset.read_text()
+    assert "--health-address=0.0.0.0:9640" in text and "containerPort: 9640}" in text
+    copy = tmp_path / daemonset.name
+    copy.write_text(text.replace("--health-address=0.0.0.0:9640", "--health-address=0.0.0.0:9645").replace(
+        "containerPort: 9640}", "containerPort: 9645}"))
+    files = [copy if f == daemonset else f for f in kube.DEPLOY_FILES]
+    (tmp_path / "changed").mkdir()
+    _, agents, _ = _derive(tmp_path / "changed", files)
+    plan = lab_plan(name="mtest", nodes=2, cpu_mcpu=250, memory_bytes=256 * 2**20, host_cores=2,
+                    host_memory_bytes=8 * 2**30, subnet=SUBNET)
+    for agent, node in zip(agents, plan.nodes, strict=True):
+        assert f"--health-address={node.address}:9645" in agent.argv
+        assert kube.agent_health_url(agent, kube._node_record(node, tmp_path)) == f"http://{node.address}:9645/healthz"
+
+
+def test_up_with_a_missing_manifest_file_is_refused_naming_it_before_anything_starts(tmp_path) -> None:
+    # kubectl refused it only after the nodes, the API server and the lab's database had started
+    # (a minute of starting and stopping for a typo); the Redis here does not answer either, so
+    # the refusal that names the file is the one made first
+    from agents.lab.errors import LabError
+
+    plan = lab_plan(name="mmissing", nodes=1, cpu_mcpu=250, memory_bytes=512 * 2**20, host_cores=2,
+                    host_memory_bytes=8 * 2**30, subnet=SUBNET)
+    missing = tmp_path / "producton.yaml"
+    with pytest.raises(LabError) as refused:
+        kube.lab_up_kubernetes(plan, state_dir=tmp_path / "lab", database_url="", redis_url="redis://127.0.0.1:1/0",
+                               operator=lambda env, cluster: None, manifests=[missing])
+    assert str(missing) in str(refused.value) and "--manifests" in str(refused.value)
+    assert not (tmp_path / "lab").exists()
+
+
 def test_the_image_table_is_the_dockerfiles_entrypoints_and_environment() -> None:
     for image, dockerfile in (("kalena/control-plane", ROOT / "deploy" / "Dockerfile"),
                               ("kalena/agent", ROOT / "deploy" / "agent" / "Dockerfile")):

@@ -109,3 +109,16 @@ def test_a_machines_only_lab_s_status_says_so_instead_of_failures() -> None:
     assert "NOT RUNNING" in full.splitlines()[0]
     assert all("DOWN" in x for x in full.splitlines() if x.startswith(("n0 ", "n1 ")))
     assert "kalena.sqlite3" in full
+
+
+def test_status_names_the_live_cluster_the_console_holds_for_batch_submit() -> None:
+    # Kubernetes mode: the live cluster is the deploy files' KALENA_AGENT_TOKENREVIEW_CLUSTER
+    # ("production"), so `kalena batch submit <lab name> …` as status printed it named no cluster
+    from agents.lab.status import format_status, lab_status
+
+    # and there Kalena takes batch from the watch: `kalena batch submit` is refused, `list` answers
+    report = lab_status(lab_state(machines_only=False) | {"cluster": "production"}, sample_s=0)
+    text = format_status(report | {"orchestrator": "kubernetes"})
+    assert "(`kalena batch list production`; batch is created with kubectl)" in text and "batch submit" not in text
+    # Docker and Swarm mode: the live cluster is named after the lab
+    assert "(`kalena batch submit t …`)" in format_status(lab_status(lab_state(machines_only=False), sample_s=0))
