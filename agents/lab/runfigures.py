@@ -133,9 +133,11 @@ def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.nda
         if end <= start:
             continue
         pod_hours += (end - start) * speed / 3600.0
-        live = (times + step_wall > start) & (times < end)
-        batch_req[live, index[p["node"]], 0] += float(p["request"][0])
-        batch_req[live, index[p["node"]], 1] += float(p["request"][1])
+        # time-weighted over the step, as the replay's batch terms are: a pod ending mid-step
+        # counts for the part of the step it held its request
+        share = np.clip(np.minimum(times + step_wall, end) - np.maximum(times, start), 0.0, None) / step_wall
+        batch_req[:, index[p["node"]], 0] += share * float(p["request"][0])
+        batch_req[:, index[p["node"]], 1] += share * float(p["request"][1])
     total = prod_request[None, :, :] + batch_req
     reclaimed = np.maximum(0.0, total - capacity[None, :, :])
     frac = {}

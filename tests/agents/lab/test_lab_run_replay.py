@@ -214,6 +214,26 @@ def test_memory_a_node_holds_outside_its_pods_makes_the_replay_evict_as_the_agen
     assert held["production_evictions"] == 0
 
 
+def test_a_live_pod_ending_mid_step_holds_its_request_for_the_part_of_the_step_it_ran(tmp_path) -> None:
+    from agents.lab.runfigures import live_figures
+
+    # the replay time-weights its batch terms over a step; the live day must too, or every short
+    # pod counts whole in each step it touches. C = 100 m, production 80 m; a 40 m pod bound 3 s
+    # into the first step (6 s wall) and gone 3 s into the second: 0.5 + 0.5 of a step of 40 m.
+    (tmp_path / "batch-schedule.json").write_text(json.dumps({"arrivals": []}))
+    t0 = 1000.0
+    day = {"slice_summary": {"config": {"speed": 10.0}}, "play_start_s": t0, "slice_dir": str(tmp_path),
+           "console": {"nodes": [], "events": [],
+                       "batch_pods": [{"name": "batch/b", "bound_s": t0 + 3.0, "ended_s": t0 + 9.0,
+                                       "outcome": "succeeded", "node": "n1", "request": [40.0, 0.0]}]},
+           "samples": []}
+    live = live_figures(day, node_names=["n1"], capacity=np.array([[100.0, 100 * 2**20]]),
+                        prod_request=np.array([[80.0, 50 * 2**20]]), step_s=60.0, steps=4)
+    # each of the first two steps holds 20 m of batch: 80 + 20 − 100 = 0 reclaimed (counted whole: 20 m)
+    assert live["reclaimed_fraction_cpu"] == 0.0
+    assert live["timeline"]["reclaimed_cpu_m_by_node"]["n1"] == [0.0, 0.0, 0.0, 0.0]
+
+
 def test_the_sampler_counts_the_memory_outside_every_pods_row_as_the_agent_does(tmp_path) -> None:
     from agents.lab.run import unaccounted_bytes
     from agents.lab.runfigures import median_unaccounted
