@@ -294,31 +294,39 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
     """Where the console's ledgers and the replay's part, node by node.
 
     ``ledgers``: the day's reads of the console's node ledgers (``{"ts": Unix s, "nodes": {name:
-    {"prod_reservation", "batch_request", …: [cpu mcpu, memory bytes]}}}``,
+    {"capacity", "prod_reservation", "batch_request", "usage": [cpu mcpu, memory bytes]}}}``,
     :func:`agents.lab.run.console_ledgers`); ``observer``: the replay's per-step ledgers on the
-    simulated clock; ``t0``: the day's start (Unix s); ``speed``: k; ``capacity``: ``(n, 2)`` in
-    the observer's node order. Each live read is paired with the replay step holding its simulated
-    time ``(ts − t0)·k``. Returns, per node and for ``cpu`` and ``memory``: the medians over the
-    paired reads of the production reservation, the batch requests and the node's usage
-    (production and batch) on each side (and the
-    paired values themselves under ``series``, for the report's chart), and ``parted_t_s``: the first simulated second where the production reservations differ by more
-    than :data:`LEDGER_PART_SHARE` of the node's capacity (None: never). None when the day has no
-    ledger reads (recorded before they were taken) or the replay no steps.
+    simulated clock; ``t0``: the day's start (Unix s); ``speed``: k; ``capacity``: ``(n, 2)`` the
+    replay's capacity in the observer's node order. Each live read is paired with the replay step
+    holding its simulated time ``(ts − t0)·k``.
 
-    Example: a 400 m node whose live production reservation reads 120 m all day while the replay
-    holds 150 m from t = 0 → cpu medians 120 / 150 and ``parted_t_s`` 0 (30 m > 5 % of 400 m)."""
+    The figure placement reads is the **free room** ``C − Σ r_prod − Σ q_batch`` (docs/design.md
+    §6): two sides may book a pod differently (the console charges the agent's own DaemonSet pod
+    as production where the replay's node is already smaller by it) and still offer batch the same
+    room. Returns, per node and for ``cpu`` and ``memory``: the medians over the paired reads of
+    the free room, the batch requests, the production reservation and the node's usage
+    (production and batch) on each side; ``parted_t_s``, the first simulated second where the
+    free rooms differ by more than :data:`LEDGER_PART_SHARE` of the replay's capacity (None:
+    never) and ``parted_share_of_reads``; and under ``series`` the paired free rooms and batch
+    requests for the report's chart. None when the day has no ledger reads (recorded before they
+    were taken) or the replay no steps.
+
+    Example: a 400 m node (both sides) whose live production reservation reads 120 m and batch
+    200 m all day while the replay holds 150 m and 200 m → free room 80 vs 50 m, ``parted_t_s`` 0
+    (30 m > 5 % of 400 m)."""
     if not ledgers or not observer.time_s:
         return None
     times = np.asarray(observer.time_s, dtype=float)
+    step = float(times[1] - times[0]) if len(times) > 1 else 0.0
     out: dict[str, Any] = {}
     for i, name in enumerate(observer.node_names):
         pairs = []
         for read in ledgers:
             entry = (read.get("nodes") or {}).get(name)
-            if not entry or entry.get("prod_reservation") is None or entry.get("batch_request") is None:
+            if not entry or any(entry.get(k) is None for k in ("capacity", "prod_reservation", "batch_request")):
                 continue
             t_s = (float(read["ts"]) - t0) * speed
-            if t_s < times[0] or t_s > times[-1] + (times[1] - times[0] if len(times) > 1 else 0.0):
+            if t_s < times[0] or t_s > times[-1] + step:
                 continue
             k = min(int(np.searchsorted(times, t_s, side="right")) - 1, len(times) - 1)
             pairs.append((t_s, k, entry))
@@ -326,21 +334,26 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
             continue
         node: dict[str, Any] = {"reads": len(pairs), "series": {"time_s": [round(t, 1) for t, _, _ in pairs]}}
         for d, dim in ((0, "cpu"), (1, "memory")):
-            live_prod = np.array([float(e["prod_reservation"][d]) for _, _, e in pairs])
-            live_batch = np.array([float(e["batch_request"][d]) for _, _, e in pairs])
+            def live(key: str) -> np.ndarray:
+                return np.array([float(e[key][d]) for _, _, e in pairs])
+
+            live_prod, live_batch = live("prod_reservation"), live("batch_request")
+            live_free = live("capacity") - live_prod - live_batch
             rep_prod = np.array([observer.prod_reservation[k][i, d] for _, k, _ in pairs])
             rep_batch = np.array([observer.batch_request[k][i, d] for _, k, _ in pairs])
+            rep_free = float(capacity[i, d]) - rep_prod - rep_batch
             live_usage = [float(e["usage"][d]) for _, _, e in pairs if (e.get("usage") or [None, None])[d] is not None]
             rep_usage = np.array([observer.usage[k][i, d] for _, k, _ in pairs])
-            parted = np.abs(live_prod - rep_prod) > LEDGER_PART_SHARE * float(capacity[i, d])
-            node["series"][dim] = {"live_prod_reservation": live_prod.round(1).tolist(),
-                                   "replay_prod_reservation": rep_prod.round(1).tolist(),
+            parted = np.abs(live_free - rep_free) > LEDGER_PART_SHARE * float(capacity[i, d])
+            node["series"][dim] = {"live_free": live_free.round(1).tolist(), "replay_free": rep_free.round(1).tolist(),
                                    "live_batch_request": live_batch.round(1).tolist(),
                                    "replay_batch_request": rep_batch.round(1).tolist()}
-            node[dim] = {"live_prod_reservation_median": float(np.median(live_prod)),
-                         "replay_prod_reservation_median": float(np.median(rep_prod)),
+            node[dim] = {"live_free_median": float(np.median(live_free)),
+                         "replay_free_median": float(np.median(rep_free)),
                          "live_batch_request_median": float(np.median(live_batch)),
                          "replay_batch_request_median": float(np.median(rep_batch)),
+                         "live_prod_reservation_median": float(np.median(live_prod)),
+                         "replay_prod_reservation_median": float(np.median(rep_prod)),
                          "live_usage_median": float(np.median(live_usage)) if live_usage else None,
                          "replay_usage_median": float(np.median(rep_usage)),
                          "parted_t_s": round(pairs[int(np.argmax(parted))][0], 1) if parted.any() else None,
@@ -349,28 +362,26 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
     return out or None
 
 
-def _num(value: float | None, unit: float = 1.0) -> str:
-    return "?" if value is None else f"{value / unit:.0f}"
-
-
 def format_divergence(divergence: dict[str, Any] | None) -> str:
     """The lines ``kalena lab run`` prints for :func:`ledger_divergence`."""
     if not divergence:
         return "ledgers: no reads of the console's node ledgers in this day (recorded before they were taken)"
-    lines = ["ledgers, live vs replay (medians over the day; parted: first simulated time the production "
-             f"reservations differ by > {LEDGER_PART_SHARE:.0%} of the node):"]
+    lines = ["ledgers, live vs replay (medians over the day; free = C − Σ r_prod − Σ q_batch, what placement "
+             f"reads; parted: first simulated time the free rooms differ by > {LEDGER_PART_SHARE:.0%} of the node):"]
     for name, node in divergence.items():
-        c, m = node["cpu"], node["memory"]
-        mib = 2 ** 20
-        lines.append(
-            f"  {name}: cpu prod {c['live_prod_reservation_median']:.0f} vs {c['replay_prod_reservation_median']:.0f} m, "
-            f"batch {c['live_batch_request_median']:.0f} vs {c['replay_batch_request_median']:.0f} m, "
-            f"usage {_num(c['live_usage_median'])} vs {c['replay_usage_median']:.0f} m, parted "
-            + ("never" if c["parted_t_s"] is None else f"at {c['parted_t_s'] / 3600:.2f} h ({c['parted_share_of_reads']:.0%} of reads)")
-            + f"; memory prod {m['live_prod_reservation_median'] / mib:.0f} vs {m['replay_prod_reservation_median'] / mib:.0f} MiB, "
-            f"batch {m['live_batch_request_median'] / mib:.0f} vs {m['replay_batch_request_median'] / mib:.0f} MiB, "
-            f"usage {_num(m['live_usage_median'], mib)} vs {m['replay_usage_median'] / mib:.0f} MiB, parted "
-            + ("never" if m["parted_t_s"] is None else f"at {m['parted_t_s'] / 3600:.2f} h ({m['parted_share_of_reads']:.0%} of reads)"))
+        parts = []
+        for dim, unit, scale in (("cpu", "m", 1.0), ("memory", "MiB", 2.0 ** -20)):
+            x = node[dim]
+
+            def pair(key: str) -> str:
+                a, b = x[f"live_{key}_median"], x[f"replay_{key}_median"]
+                return f"{'?' if a is None else f'{a * scale:.0f}'} vs {b * scale:.0f}"
+
+            parted = ("never" if x["parted_t_s"] is None else
+                      f"at {x['parted_t_s'] / 3600:.2f} h ({x['parted_share_of_reads']:.0%} of reads)")
+            parts.append(f"{dim} free {pair('free')} {unit}, batch {pair('batch_request')}, production reservation "
+                         f"{pair('prod_reservation')}, usage {pair('usage')}, parted {parted}")
+        lines.append(f"  {name}: " + "; ".join(parts))
     return "\n".join(lines)
 
 
@@ -498,21 +509,19 @@ def html_report(report: dict[str, Any]) -> str:
                           xaxis_title="simulated time (h)", yaxis_title="m", template="plotly_white", height=360)
         parts.append(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False))
     for node, entry in (report.get("ledgers") or {}).items():
-        fig = go.Figure()
         hours = [t / 3600 for t in entry["series"]["time_s"]]
-        for dim, scale, unit, axis in (("cpu", 1.0, "m", "y"), ("memory", 2.0 ** -20, "MiB", "y2")):
+        for dim, scale, unit in (("cpu", 1.0, "m"), ("memory", 2.0 ** -20, "MiB")):
+            fig = go.Figure()
             series = entry["series"][dim]
-            for key, label, dash in (("live_prod_reservation", "live production reservation", "solid"),
-                                     ("replay_prod_reservation", "replay production reservation", "dash"),
+            for key, label, dash in (("live_free", "live free room", "solid"), ("replay_free", "replay free room", "dash"),
                                      ("live_batch_request", "live batch requests", "solid"),
                                      ("replay_batch_request", "replay batch requests", "dash")):
-                fig.add_scatter(x=hours, y=[v * scale for v in series[key]], name=f"{label} ({unit})", yaxis=axis,
-                                mode="lines", line={"dash": dash})
-        fig.update_layout(title=f"{node}: the console's ledgers against the replay's (cpu left axis, memory right)",
-                          xaxis_title="simulated time (h)", yaxis={"title": "cpu (m)"},
-                          yaxis2={"title": "memory (MiB)", "overlaying": "y", "side": "right"},
-                          template="plotly_white", height=380)
-        parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
+                fig.add_scatter(x=hours, y=[v * scale for v in series[key]], name=label, mode="lines",
+                                line={"dash": dash})
+            fig.update_layout(title=f"{node}: {dim} the console's ledger left free and booked for batch, against the "
+                                    f"replay's (free = C − Σ r_prod − Σ q_batch)",
+                              xaxis_title="simulated time (h)", yaxis_title=unit, template="plotly_white", height=320)
+            parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
     parts.append(f"<pre style=\"white-space: pre-wrap\">{html.escape(format_divergence(report.get('ledgers')))}</pre>")
     compression = report.get("compression") or {}
     head = ("constant", "trace (s)", "÷ k (s)", "wall applied (s)", "floor (s)", "simulated (s)", "note")

@@ -18,7 +18,7 @@ from kalena_engine.kuberina.identity import (
     BLUEPRINT_POD_LABEL, DAEMONSET, MAPPED, MOVED, LivePod, daemonset_extra, production_identity,
 )
 from kalena_engine.ledger import node_sum
-from kalena_engine.overrides import KEYS
+from kalena_engine.overrides import KEYS, RECLAIM
 from kalena_engine.placement.selectors import anti_affinity_terms_of
 from kalena_engine.policy import Policy
 from kalena_web.archive.models import RUN_NAME_PATTERN
@@ -346,6 +346,12 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
                   labels={str(k): str(v) for k, v in dict(labels or {}).items()},
                   start_s=start or 0.0, owner_error=str(owner_error or ""))
     overrides = live_overrides(pod.labels, annotations)
+    if pod.owner.startswith("DaemonSet/"):
+        # a DaemonSet outside the infrastructure's Phase 0 (those in it are never charged, below):
+        # its request is Phase-0 ballast too — the agents take every DaemonSet row's request out of
+        # the capacity their eviction ledger reads — so it is never reclaimed (r pinned at q), or
+        # the console would lend batch room the node's agent then evicts for
+        overrides = {**overrides, RECLAIM: "disabled"}
     with transaction.atomic():
         claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
                  .select_related("workload").first())

@@ -299,8 +299,9 @@ def test_the_days_ledger_reads_are_paired_with_the_replays_steps_and_say_where_t
                                               "batch_request": [150.0, 3.0], "usage": [70.0, 4.0]}}
     assert console_ledgers({"database": {"url": f"sqlite:///{tmp_path / 'gone' / 'x.sqlite3'}"}}) is None
 
-    # the replay's own ledgers, and live reads that agree with them for the first half and then
-    # read 20 % of the node less production reservation on the first node
+    # the replay's own ledgers, and live reads of a console that books production 50 m higher on
+    # a node 50 m larger (same free room), until half-way, when the first node's production
+    # reservation drops by 20 % of the node: its free room parts from the replay's there
     replay = build_slice_replay(day["inputs"], day["config"])
     names = list(replay.simulator.state.node_names)
     observer = ReplayObserver(names)
@@ -312,24 +313,28 @@ def test_the_days_ledger_reads_are_paired_with_the_replays_steps_and_say_where_t
     for k, t_s in enumerate(observer.time_s):
         nodes = {}
         for i, name in enumerate(names):
-            prod = observer.prod_reservation[k][i].copy()
+            prod = observer.prod_reservation[k][i] + [50.0, 0.0]
             if i == 0 and t_s >= half:
                 prod[0] -= 0.2 * capacity[0, 0]
-            nodes[name] = {"prod_reservation": prod.tolist(), "batch_request": observer.batch_request[k][i].tolist()}
+            nodes[name] = {"capacity": (capacity[i] + [50.0, 0.0]).tolist(), "prod_reservation": prod.tolist(),
+                           "batch_request": observer.batch_request[k][i].tolist(), "usage": [1.0, None]}
         reads.append({"ts": t0 + t_s / speed, "nodes": nodes})
     reads.append({"ts": t0 - 50.0, "nodes": {}})            # before the day: not paired
     divergence = ledger_divergence(reads, observer, t0=t0, speed=speed, capacity=capacity)
     first, second = divergence[names[0]], divergence[names[1]]
     assert first["cpu"]["parted_t_s"] == pytest.approx(half)
     assert first["memory"]["parted_t_s"] is None and second["cpu"]["parted_t_s"] is None
-    assert first["reads"] == len(observer.time_s)
+    assert second["cpu"]["live_free_median"] == pytest.approx(second["cpu"]["replay_free_median"])
+    assert second["cpu"]["live_prod_reservation_median"] == pytest.approx(
+        second["cpu"]["replay_prod_reservation_median"] + 50.0)
+    assert first["reads"] == len(observer.time_s) and first["memory"]["live_usage_median"] is None
     assert first["cpu"]["replay_batch_request_median"] == first["cpu"]["live_batch_request_median"]
     text = format_divergence(divergence)
-    assert f"{names[0]}: cpu prod" in text and "parted at" in text and f"{names[1]}: cpu prod" in text
+    assert f"{names[0]}: cpu free" in text and "parted at" in text and f"{names[1]}: cpu free" in text
     assert ledger_divergence([], observer, t0=t0, speed=speed, capacity=capacity) is None
     assert "no reads" in format_divergence(None)
     # the report draws each node's ledgers, live against replay
     timeline = {"time_s": [0.0], "reclaimed_cpu_m_by_node": {n: [0.0] for n in names}}
     page = html_report({"lab": "t", "comparison": compare({}, {}), "live": {"timeline": timeline, "why_evicted": []},
                         "replay": {"timeline": timeline}, "speed": speed, "play_start_s": t0, "ledgers": divergence})
-    assert f"{names[0]}: the console" in page and "replay production reservation" in page
+    assert f"{names[0]}: cpu the console" in page and "replay free room" in page

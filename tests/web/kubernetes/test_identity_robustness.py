@@ -133,6 +133,15 @@ def test_a_daemonset_added_after_import_is_an_explained_extra_and_phase0s_stay_u
         assert extras(shop) == {"monitoring/node-exporter-4k2jd": reason, "monitoring/node-exporter-m9p3x": reason}
         assert prod_cpu(shop) == {"kube-a": 42000.0 + 250.0, "kube-b": 18000.0 + 250.0}  # once each, fluentd never
         assert not any(pod.startswith("kube-system/") for pod in claims(shop))
+        # never reclaimed: its request is Phase-0 ballast to the node's agent, which takes every
+        # DaemonSet's request out of its eviction ledger's capacity; the estimation pass and the
+        # pre-flight read the pin from the workload's labels (r stays at q whatever it uses)
+        from kalena_engine.overrides import workload_overrides
+        from kalena_web.inventory.models import Workload
+
+        for name in extras(shop):
+            labels = Workload.objects.get(cluster=shop, name=name).labels
+            assert workload_overrides(labels, source=name).reclaim_disabled, labels
         # the DaemonSet is deleted: its pods go and so does their charge
         v1.delete_namespaced_pod("node-exporter-4k2jd", "monitoring", grace_period_seconds=0)
         watch.until(lambda: "monitoring/node-exporter-4k2jd" not in claims(shop), "the pod gone")
