@@ -107,3 +107,22 @@ def test_only_approvers_decide_recommendations(operator, live) -> None:
     rec.refresh_from_db()
     assert rec.state == "rejected" and rec.note == "not now"
     assert operator.post(url, {"decision": "approve"}).status_code == 409
+
+
+def test_the_pending_list_names_excluding_reasons_and_dimensions_in_words(operator, live) -> None:
+    """The list's "Nodes excluded" and "Smallest shortfall" columns read as the pod's own page
+    does: ``2: the node's published batch allocatable is not raised yet``, ``memory 0.0049 GiB``,
+    not the engine's kinds (``kubelet_allocatable 2``, ``ram``)."""
+    from kalena_web.scheduling.models import WhyPending
+
+    populate(live)
+    why = WhyPending.objects.get(pod__workload__name="batch/huge-0")
+    why.record = {**why.record, "excluded": {"kubelet_allocatable": 2, "telemetry_stale": 1},
+                  "shortfall": [{"dim": "ram", "amount": 0.0049, "unit": "GiB", "node": "thinkcentre-beta", "nodes": 1}]}
+    why.save(update_fields=["record"])
+    page = operator.get("/live/home/pending/").content.decode()
+    row = page[page.index('data-pod="batch/huge-0"'):]
+    row = row[:row.index("</tr>")]
+    assert "2: the node&#x27;s published batch allocatable is not raised yet" in row
+    assert "1: telemetry stale" in row and "memory 0.0049 GiB on thinkcentre-beta" in row
+    assert "kubelet_allocatable" not in row and "telemetry_stale" not in row and ">ram " not in row
