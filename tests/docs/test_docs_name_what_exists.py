@@ -155,3 +155,13 @@ def test_the_check_catches_what_it_is_for(tmp_path: Path, line: str) -> None:
     doc.write_text(f"# x\n\nRun {line} first, then `kalena batch get home -o wide`.\n")
     problems = _problems_in(doc, build_parser(), root=tmp_path)
     assert len(problems) == 1 and problems[0].startswith("doc.md:3: ")
+
+
+def test_no_doc_runs_kustomize_edit_through_kubectl() -> None:
+    """``kubectl kustomize`` only builds (kubectl 1.20 as current ones: ``kubectl kustomize DIR``);
+    ``edit set image`` is the standalone ``kustomize`` binary's. deploy-kubernetes.md step 1
+    sent a newcomer to ``kubectl kustomize edit set image …``, which kubectl refuses
+    ("specify one path to a kustomization directory")."""
+    wrong = [f"{doc.relative_to(ROOT)}:{number}" for doc in DOCS for number, code in _code_spans(doc.read_text())
+             if re.search(r"\bkubectl kustomize\s+edit\b", code)]
+    assert not wrong, "kubectl has no `kustomize edit`: " + ", ".join(wrong)
