@@ -127,7 +127,14 @@ def kalena_main() -> int:
         if (exc.name or "").split(".")[0] not in WEB_EXTRA_MODULES:
             raise
         return refuse(exc.name or "")
-    return cli.main()
+    try:
+        return cli.main()
+    except BrokenPipeError:
+        # the reader left (`kalena batch get C | head`): stop quietly, as kubectl does, with the
+        # status a process killed by SIGPIPE gives, and no traceback; stdout is pointed at
+        # /dev/null so the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
 
 
 if __name__ == "__main__":

@@ -34,10 +34,12 @@ class InputError(KalenaError):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        where = self.source or "<input>"
+        """``source:line: field: problem (accepted: …)``; without a source (a REST body, a form,
+        a command-line value) the message starts at the field, e.g. ``name: 'batch/a' exists …``."""
+        where = self.source
         if self.line is not None:
-            where += f":{self.line}"
-        text = f"{where}: "
+            where = f"{where or '<input>'}:{self.line}"
+        text = f"{where}: " if where else ""
         if self.field:
             text += f"{self.field}: "
         text += self.problem

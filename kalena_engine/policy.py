@@ -1,4 +1,4 @@
-"""Policy: every tunable parameter of the engine, with DESIGN's defaults.
+"""Policy: every tunable parameter of the engine, with docs/design.md's defaults.
 
 One frozen value passed into each control step; the console edits it at run time and the
 engine never reads it from anywhere else.

@@ -193,21 +193,27 @@ TEMPLATES = [
     },
 ]
 
+#: SQLite, however it is named (the embedded default or a sqlite:// DATABASE_URL, as the lab's
+#: Kubernetes mode and the demo's lab give their processes): WAL, so the console keeps reading
+#: while a replay is persisted or the loops write; IMMEDIATE transactions and a 30 s busy
+#: timeout, so several processes writing at once wait their turn instead of failing with
+#: "database is locked"; a 64 MiB page cache keeps a day's bulk inserts off the disk.
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+}
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
 else:
     _sqlite = Path(os.environ.get("KALENA_DB_PATH") or VAR_DIR / "kalena.sqlite3")
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": _sqlite,
-            "OPTIONS": {
-                # WAL: the console keeps reading while a replay is being persisted.
-                # A 64 MiB page cache keeps a day's bulk inserts off the disk.
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-            },
+            "OPTIONS": dict(SQLITE_OPTIONS),
         }
     }
 

@@ -26,7 +26,7 @@ Arms, on the same offered load, interleaved ``isolated, colocated_unmanaged, col
 * ``colocated_unmanaged``: the burners, no agent (CFS shares only);
 * ``colocated_kalena``: the burners and the real agent — :class:`~agents.loop.MitigationLoop` with
   its cgroup collector, enforcer, PSI trigger on the service group's ``cpu.pressure`` and the
-  polling fallback, anti-starvation on, DESIGN defaults except ``grace_s = 0`` (an arm is shorter
+  polling fallback, anti-starvation on, docs/design.md defaults except ``grace_s = 0`` (an arm is shorter
   than the 300 s start-up grace) — started with the burners, ``--settle-s`` before the load.
 
 Each arm starts its burners (and agent) ``--settle-s`` before the load, so all arms are measured
@@ -408,7 +408,7 @@ def method_facts(opts: dict[str, Any]) -> dict[str, Any]:
                       "per timeslice exceeds T (or no timeslice ended and it waited > T); share = long wait / "
                       "(cpu time + wait), bucketed by the node cpus' utilisation of that second",
         "batch_cpu_seconds": "batch group cpuacct.usage over the load window",
-        "agent_policy": "DESIGN defaults, grace_s = 0; anti-starvation on",
+        "agent_policy": "docs/design.md defaults, grace_s = 0; anti-starvation on",
     }
 
 

@@ -12,7 +12,7 @@ Setup (cgroup v1 cpu/cpuacct/memory, PSI from the v2 hierarchy beside them):
   PSI trigger on the service's ``cpu.pressure`` (or polling, ``--signal poll``), driven by
   :func:`~agents.runner.drive` on its own thread, in a group of cpu weight 10× the default (as a
   node agent would run). With ``--signal psi-trigger`` the cpu polling fallback is off, so the
-  trigger path is what is measured; ``--signal poll`` measures the polling fallback alone. Policy: DESIGN defaults except ``grace_s = 0`` and ``half_life_s =
+  trigger path is what is measured; ``--signal poll`` measures the polling fallback alone. Policy: docs/design.md defaults except ``grace_s = 0`` and ``half_life_s =
   --half-life-s`` (1 s) so a quiet service's reservation decays between episodes.
 
 Reference: the service's rate spinning alone (burners stopped) before the episodes.

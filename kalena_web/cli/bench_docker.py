@@ -20,7 +20,7 @@ defaults, once five or more run there); each evicted pod is requeued and placed 
 
 With ``--swarm`` and ``--stop-engine-s`` (60 s), once the first pods completed the last
 worker's engine is frozen (SIGSTOP: its containers keep running, the managers see the node
-down) for that long and then resumed: its batch is declared lost no faster than DESIGN's 0.1
+down) for that long and then resumed: its batch is declared lost no faster than docs/design.md's 0.1
 node per second (after the watcher's 40 s grace), requeued and placed on the others, and the
 copies it still runs when it comes back are stopped.
 

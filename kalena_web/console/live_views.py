@@ -23,7 +23,7 @@ from kalena_web.console.listing import ListSpec, everything, listing
 from kalena_web.console.live_figures import live_node_figure
 from kalena_web.console.params import BadParameter
 from kalena_web.console.views import error_page
-from kalena_web.console.why import reduction_text, rejection_lines
+from kalena_web.console.why import THROTTLE_ACTIONS, reduction_text, rejection_lines, throttle_text
 from kalena_web.control import selectors
 from kalena_web.control.selectors import NotFound
 from kalena_web.control.schedules import PERIODS_S
@@ -35,6 +35,7 @@ from kalena_web.replan.services import (
 )
 from kalena_web.scheduling import selectors as scheduling_selectors
 from kalena_web.scheduling.models import BatchPod
+from kalena_web.telemetry.models import MitigationEvent
 
 HISTORY_S = 6 * 3600.0
 DRIFT_INTERVAL_S = PERIODS_S["kalena.replan.drift"]
@@ -148,6 +149,8 @@ def node(request: HttpRequest, cluster: str, node: str) -> HttpResponse:
         "cluster": c, "view": view, "now_s": now, "figure": live_node_figure(history),
         "points": len(history["times_s"]), "workloads": workloads,
         "extras": selectors.node_extras(node=view.node),
+        "throttles": [(e, throttle_text(e.action, e.reason, e.numbers)) for e in MitigationEvent.objects.filter(
+            node=view.node, action__in=THROTTLE_ACTIONS).order_by("-ts")[:20]],
         "evictions": EvictionRecord.objects.filter(node=view.node)[:20]})
 
 

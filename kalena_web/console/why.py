@@ -141,3 +141,48 @@ def reduction_text(record: dict) -> str:
     else:
         tail = f"{where} and {fits - 1} other node{'s' if fits > 2 else ''}"
     return f"Lowering the request by {' and '.join(parts)} would let it fit on {tail}."
+
+
+#: the node agent's cpu actions on batch (docs/agent.md "action" messages) the live node page lists
+THROTTLE_ACTIONS = ("throttle", "cpu_weight", "starvation_cap", "starvation_release")
+
+
+def _cores(mcpu) -> str:
+    return _number((mcpu or 0.0) / 1000.0, 3)
+
+
+def throttle_text(action: str, reason: str, numbers: dict) -> str:
+    """One agent cpu action on the node in an operator's words, with its numbers.
+
+    Examples::
+
+        throttle_text("throttle", "cpu_budget", {"quota_us": 15000, "period_us": 100000,
+                      "share_mcpu": 150, "budget_mcpu": 200, "capacity_mcpu": 390,
+                      "service_claim_mcpu": 190})
+          → "cpu quota set to 0.15 cores: its share of the 0.2 cores batch may use while
+             production claims 0.19 of the node's 0.39"
+        throttle_text("cpu_weight", "cpu_contention", {"weight": 1, "contended_services": ["a/b"]})
+          → "cpu weight lowered to 1 while production (a/b) waits for cpu"
+    """
+    n = numbers or {}
+    if action == "throttle":
+        period = n.get("period_us") or 0
+        quota = f"{_number(n['quota_us'] / period, 3)} cores" if period and n.get("quota_us") is not None else "no limit"
+        text = f"cpu quota set to {quota}"
+        if n.get("budget_mcpu") is not None:
+            text += f": its share of the {_cores(n['budget_mcpu'])} cores batch may use"
+            if n.get("capacity_mcpu") is not None:
+                text += (f" while production claims {_cores(n.get('service_claim_mcpu'))} of the node's "
+                         f"{_cores(n['capacity_mcpu'])}")
+        return text
+    contended = ", ".join(n.get("contended_services") or [])
+    if action == "cpu_weight":
+        if reason == "cpu_contention":
+            return f"cpu weight lowered to {n.get('weight')}" + (
+                f" while production ({contended}) waits for cpu" if contended else " while production waits for cpu")
+        return f"cpu weight restored to {n.get('weight')}: production no longer waits"
+    if action == "starvation_cap":
+        return "anti-starvation: batch was throttled too long, so production above its request is capped"
+    if action == "starvation_release":
+        return "anti-starvation cap released"
+    return f"{action.replace('_', ' ')} ({reason.replace('_', ' ')})"

@@ -6,7 +6,7 @@ are never changed — a save or a rollback adds one. No version yet means the en
 (version 0).
 
 :class:`PolicyApplied` is, per cluster and live part (the scheduler, the extender, the
-batch-capacity publisher, escalation), the version that part last decided with and when (DESIGN
+batch-capacity publisher, escalation), the version that part last decided with and when (docs/design.md
 §15: the console shows which version each part applies). The agents report theirs on their link
 (``AgentStatus.policy_version``).
 

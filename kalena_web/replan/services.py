@@ -203,13 +203,14 @@ def drift_pass(*, cluster: Cluster, now_s: float) -> DriftReport:
     nodes = sorted(export.report["nodes"], key=lambda n: -(n["drift"].get("cpu", 0) + n["drift"].get("ram", 0)))[:10]
     by_name = {n.name: n.id for n in Node.objects.filter(cluster=cluster).only("id", "name")}
     per_node = _node_coverage(export, production)
-    ReplanRecommendation.objects.create(
-        cluster=cluster, created_s=now_s, window_s=window_s, threshold=threshold, drift=per_dim,
-        top_nodes=[{"name": n["name"], "drift": n["drift"],
-                    "pods_seen": per_node.get(by_name.get(n["name"]), (0, 0))[0],
-                    "pods": per_node.get(by_name.get(n["name"]), (0, 0))[1]} for n in nodes],
-        workloads_yaml=export.workloads_yaml, report=export.report)
-    DriftCheck.objects.update_or_create(cluster=cluster, defaults={**check, "recommended": True})
+    with transaction.atomic():  # the recommendation never stands without the check it came from
+        ReplanRecommendation.objects.create(
+            cluster=cluster, created_s=now_s, window_s=window_s, threshold=threshold, drift=per_dim,
+            top_nodes=[{"name": n["name"], "drift": n["drift"],
+                        "pods_seen": per_node.get(by_name.get(n["name"]), (0, 0))[0],
+                        "pods": per_node.get(by_name.get(n["name"]), (0, 0))[1]} for n in nodes],
+            workloads_yaml=export.workloads_yaml, report=export.report)
+        DriftCheck.objects.update_or_create(cluster=cluster, defaults={**check, "recommended": True})
     out.recommended = True
     return out
 

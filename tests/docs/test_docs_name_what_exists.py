@@ -133,7 +133,8 @@ def test_the_design_doc_exists_and_no_doc_cites_files_outside_the_repository() -
 
 
 def test_no_docstring_or_page_cites_the_design_by_a_file_outside_the_repository() -> None:
-    """Code, templates and scripts cite the design as docs/design.md §N, never DESIGN §N or STYLE.md."""
+    """Code, templates and scripts cite the design as docs/design.md §N, never DESIGN (§N, 's
+    defaults, .md) or STYLE.md."""
     outside = []
     for top in ("agents", "kalena_engine", "kalena_web", "templates", "static", "deploy", "scripts"):
         for path in sorted((ROOT / top).rglob("*")):
@@ -144,7 +145,7 @@ def test_no_docstring_or_page_cites_the_design_by_a_file_outside_the_repository(
             except UnicodeDecodeError:
                 continue
             for number, line in enumerate(text.splitlines(), 1):
-                if re.search(r"\bDESIGN §|\bSTYLE\.md\b|\bDESIGN\.md\b", line):
+                if re.search(r"\bDESIGN\b|\bSTYLE\.md\b", line):  # also "DESIGN's defaults", "(DESIGN⏎§15"
                     outside.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
     assert not outside, "code cites files outside the repository:\n" + "\n".join(outside)
 
@@ -155,3 +156,13 @@ def test_the_check_catches_what_it_is_for(tmp_path: Path, line: str) -> None:
     doc.write_text(f"# x\n\nRun {line} first, then `kalena batch get home -o wide`.\n")
     problems = _problems_in(doc, build_parser(), root=tmp_path)
     assert len(problems) == 1 and problems[0].startswith("doc.md:3: ")
+
+
+def test_no_doc_runs_kustomize_edit_through_kubectl() -> None:
+    """``kubectl kustomize`` only builds (kubectl 1.20 as current ones: ``kubectl kustomize DIR``);
+    ``edit set image`` is the standalone ``kustomize`` binary's. deploy-kubernetes.md step 1
+    sent a newcomer to ``kubectl kustomize edit set image …``, which kubectl refuses
+    ("specify one path to a kustomization directory")."""
+    wrong = [f"{doc.relative_to(ROOT)}:{number}" for doc in DOCS for number, code in _code_spans(doc.read_text())
+             if re.search(r"\bkubectl kustomize\s+edit\b", code)]
+    assert not wrong, "kubectl has no `kustomize edit`: " + ", ".join(wrong)

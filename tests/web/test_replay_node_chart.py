@@ -43,3 +43,26 @@ def test_cpu_usage_on_the_node_chart_never_exceeds_capacity(console, recorded) -
     assert "Batch throttled" not in ram  # memory is not compressible
     assert ram["Usage (Σ)"]["y"][step] == (record.prod_usage[row, RAM] + record.batch_usage[row, RAM]) / 2.0**30
     assert "never above" in page
+
+
+def test_the_node_pages_figures_never_show_cpu_usage_above_capacity(console, recorded) -> None:
+    """The chart's neighbours say what it says: the "All usage · mean / peak" figure and the
+    ledger table's Usage row give the cpu the node served (the demo's std-005 read a peak of
+    61.83 cores on a 61.75-core node), with the throttled batch demand named beside it."""
+    import re
+
+    from kalena_web.console.formatting import cores
+
+    state = recorded.main.replay.simulator.state
+    over = [(step, row) for step, r in recorded.main.records.items()
+            for row in np.flatnonzero(r.prod_usage[:, CPU] + r.batch_usage[:, CPU] > r.capacity[:, CPU])]
+    step, row = over[0]
+    record = recorded.main.records[step]
+    page = console.get(f"/runs/t-main/nodes/{state.node_names[row]}/?step={step}").content.decode()
+    capacity = record.capacity[row, CPU]
+    peak = re.search(r"All usage · mean / peak</span><strong class=\"value\">[^/]+/ ([0-9.,]+) cores", page)
+    assert peak and float(peak.group(1).replace(",", "")) <= capacity / 1000.0
+    usage = re.search(r'data-row="Usage">.*?<strong data-dim="cpu">([^<]+)</strong><span class="split">([^<]+)</span>',
+                      page, re.S)
+    assert usage and usage.group(1) == cores(capacity)  # served: all of it
+    assert "throttled" in usage.group(2)

@@ -64,6 +64,8 @@ def test_the_same_name_with_another_spec_is_409_naming_the_fields(operator, chan
     body = response.json()
     assert body["code"] == "name_taken" and body["differing"] == differing, body
     assert SPEC["name"] in body["detail"] and all(field in body["detail"] for field in differing)
+    # what `kalena batch submit` prints after "kalena: error: ": the field, never a literal "<input>:"
+    assert body["detail"].startswith("name: ") and "<input>" not in body["detail"], body["detail"]
     after = BatchPod.objects.select_related("workload").get(workload__name=SPEC["name"])
     assert (after.workload.priority, after.image, after.workload.request) == \
         (before.workload.priority, before.image, before.workload.request)

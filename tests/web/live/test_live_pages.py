@@ -107,3 +107,49 @@ def test_only_approvers_decide_recommendations(operator, live) -> None:
     rec.refresh_from_db()
     assert rec.state == "rejected" and rec.note == "not now"
     assert operator.post(url, {"decision": "approve"}).status_code == 409
+
+
+def test_the_pending_list_names_excluding_reasons_and_dimensions_in_words(operator, live) -> None:
+    """The list's "Nodes excluded" and "Smallest shortfall" columns read as the pod's own page
+    does: ``2: the node's published batch allocatable is not raised yet``, ``memory 0.0049 GiB``,
+    not the engine's kinds (``kubelet_allocatable 2``, ``ram``)."""
+    from kalena_web.scheduling.models import WhyPending
+
+    populate(live)
+    why = WhyPending.objects.get(pod__workload__name="batch/huge-0")
+    why.record = {**why.record, "excluded": {"kubelet_allocatable": 2, "telemetry_stale": 1},
+                  "shortfall": [{"dim": "ram", "amount": 0.0049, "unit": "GiB", "node": "thinkcentre-beta", "nodes": 1}]}
+    why.save(update_fields=["record"])
+    page = operator.get("/live/home/pending/").content.decode()
+    row = page[page.index('data-pod="batch/huge-0"'):]
+    row = row[:row.index("</tr>")]
+    assert "2: the node&#x27;s published batch allocatable is not raised yet" in row
+    assert "1: telemetry stale" in row and "memory 0.0049 GiB on thinkcentre-beta" in row
+    assert "kubelet_allocatable" not in row and "telemetry_stale" not in row and ">ram " not in row
+
+
+def test_the_live_node_page_shows_batch_throttled_with_the_numbers(operator, live) -> None:
+    """The agent's cpu actions on batch are on the node's page: in the demo's lab the agents wrote
+    2,755 quotas in 5 minutes and no Live page said a pod was throttled."""
+    from kalena_web.telemetry.models import IngestBatch, MitigationEvent
+
+    populate(live)
+    node = live.nodes.get(name="thinkcentre-beta")
+    beta = operator.get("/live/home/nodes/thinkcentre-beta/").content.decode()
+    assert "No throttling: batch has had the cpu it asked for." in beta
+    for i, (action, reason, numbers) in enumerate([
+            ("throttle", "cpu_budget", {"quota_us": 15_000, "period_us": 100_000, "share_mcpu": 150, "budget_mcpu": 200,
+                                        "capacity_mcpu": 390, "service_claim_mcpu": 190}),
+            ("cpu_weight", "cpu_contention", {"weight": 1, "contended_services": ["smart-home/home-assistant-0"]})]):
+        batch = IngestBatch.objects.create(node=node, batch_id=f"t:{i}", kind=IngestBatch.ACTION, shard=0, ts=1000.0 + i,
+                                           received_s=1000.0 + i, stored_s=1000.0 + i)
+        MitigationEvent.objects.create(batch=batch, node=node, ts=1000.0 + i, action=action, reason=reason,
+                                       workload_name="batch/ok-0", tier="batch", trigger_source="psi-trigger",
+                                       numbers=numbers, result_ok=True)
+    beta = operator.get("/live/home/nodes/thinkcentre-beta/").content.decode()
+    section = beta[beta.index('id="throttles"'):beta.index("Evictions on this node")]
+    assert "batch/ok-0" in section and "No throttling" not in section
+    assert ("cpu quota set to 0.15 cores: its share of the 0.2 cores batch may use while production claims "
+            "0.19 of the node&#x27;s 0.39") in section
+    assert "cpu weight lowered to 1 while production (smart-home/home-assistant-0) waits for cpu" in section
+    assert section.index('data-action="cpu_weight"') < section.index('data-action="throttle"')  # newest first

@@ -145,3 +145,29 @@ def test_the_replan_page_shows_drift_threshold_and_why_no_recommendation(live, c
     assert "This pass opened the recommendation below" in why()
     drift(now_s=NOW + 3)
     assert "A recommendation is open" in why()
+
+
+def test_a_drift_pass_that_fails_midway_leaves_no_recommendation_without_its_check(live, client, monkeypatch) -> None:
+    """The recommendation and the drift check it comes from are written together: in the demo's
+    lab a 'database is locked' between the two left an open recommendation (and its banner)
+    beside "No drift pass has run for this cluster yet" on the re-plan page for 10 minutes."""
+    from django.db import OperationalError
+
+    from kalena_web.replan.models import DriftCheck
+    from kalena_web.replan.services import drift_pass
+
+    fill_rollups(live, 0.4)
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(DriftCheck.objects, "update_or_create", locked)
+    with pytest.raises(OperationalError):
+        drift_pass(cluster=live, now_s=NOW)
+    assert not ReplanRecommendation.objects.filter(cluster=live).exists()
+    monkeypatch.undo()
+    drift_pass(cluster=live, now_s=NOW + 600)
+    assert ReplanRecommendation.objects.filter(cluster=live, state="open").count() == 1
+    client.force_login(User.objects.create_user("reader", password="x" * 12))
+    page = client.get("/live/home/replan/").content.decode()
+    assert "No drift pass has run" not in page and "drift-coverage" in page
