@@ -88,7 +88,8 @@ class SchedulerCache:
     holds: Callable[[], Callable[[str, str], bool]] | None = None
     #: a long-lived scheduler's cache (``kalena watch``): its first snapshot without a pending pod
     #: still reads the cluster — every node row, the production pods, the bound batch pods — once,
-    #: as an informer's cache fills at start, so the first pass with pods reads only what moved
+    #: as an informer's cache fills at start, and later ones keep the node rows current (the key
+    #: read; whole rows where a key moved), so the first pass with pods reads only what moved
     #: since (False: a cache made for one pass, e.g. Celery's, reads nothing while none is pending)
     warm: bool = False
     _warmed: bool = False
@@ -127,6 +128,8 @@ class SchedulerCache:
         self.queue.sync(cluster=self.cluster, now_s=now_s, keep=None if self.holds is None else self.holds())
         pending = self.queue.rows()
         if not pending and (self._warmed or not self.warm):
+            if self.warm:  # kept current, as an informer is: key-only, whole rows only where moved
+                self._node_rows()
             return Snapshot(generation=self.generation, rows=[], cluster=None, pending=[])
         self._warmed = True
         rows, snap = selectors.cluster_snapshot(cluster=self.cluster, now_s=now_s, cooldown_s=cooldown_s,

@@ -243,6 +243,12 @@ def test_a_long_lived_cache_reads_the_cluster_before_the_first_pod_arrives(live)
     assert snap.cluster is None and not snap.pending and cache.nodes_read == 3
     cache.snapshot(now_s=1000.5, cooldown_s=600.0)
     assert cache.nodes_read == 3  # once
+    from kalena_web.control.models import NodeCondition
+
+    NodeCondition.objects.filter(node__cluster=live, node__name="thinkcentre-beta").update(schedulable=False)
+    cache.snapshot(now_s=1000.7, cooldown_s=600.0)
+    assert cache.nodes_read == 4  # kept current while idle: the moved node alone
     submit(live, "batch/job-1-0")
     snap = cache.snapshot(now_s=1001.0, cooldown_s=600.0)
-    assert len(snap.pending) == 1 and len(snap.rows) == 3 and cache.nodes_read == 3
+    assert len(snap.pending) == 1 and len(snap.rows) == 3 and cache.nodes_read == 4
+    assert [r.ready for r in snap.rows if r.name == "thinkcentre-beta"] == [False]
