@@ -136,7 +136,7 @@ class ClusterScheduler:
     # -- the loop -------------------------------------------------------------------------------
 
     def _start_watch(self) -> None:
-        self.cache = SchedulerCache(cluster=self.cluster)
+        self.cache = SchedulerCache(cluster=self.cluster, warm=True)
         reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(),
                                 listeners=[self.cache.watch_feed])
         self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer)

@@ -10,7 +10,7 @@ just gained — a re-list of nodes and pods from the API server at a resourceVer
 than its claim, their objects applied — and only then unlocks them. Its binding calls are
 fenced per pod: a pod whose vnode left the share is not bound (it goes back to the queue for the
 new owner). The batch-capacity publisher runs here for the nodes of the active vnodes (every
-:data:`PUBLISH_PERIOD_S`); cluster-wide chores (the agents' evictions, the PodDisruptionBudget
+:data:`PUBLISH_PERIOD_S`, and at the pass that unlocked vnodes gained since its last run); cluster-wide chores (the agents' evictions, the PodDisruptionBudget
 retries) run on the instance that holds vnode 0.
 """
 
@@ -66,6 +66,7 @@ class ShardedScheduler(ClusterScheduler):
         if hasattr(self.orchestrator, "watch_pods_of"):
             self.orchestrator.watch_pods_of = lambda ref: self.owns("pod", ref)
         self._published_at = -PUBLISH_PERIOD_S
+        self._published_share: frozenset[int] = frozenset()  # the active vnodes at the last publication
         #: (wall time, vnodes) of each sync: when a gained share was unlocked
         self.syncs: list[tuple[float, frozenset[int]]] = []
         self._handovers: list[float] = []  # monotonic times from which gained shares' bindings are settled
@@ -76,7 +77,7 @@ class ShardedScheduler(ClusterScheduler):
     def _start_watch(self) -> None:
         # the queue holds (and reads whole) only the pods of the active vnodes, and the watch hands
         # over the pods it queued (those of the vnodes it watches) whole, as the single scheduler's does
-        self.cache = SchedulerCache(cluster=self.cluster, holds=self.shard.holds)
+        self.cache = SchedulerCache(cluster=self.cluster, holds=self.shard.holds, warm=True)
         reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(), owns=self.owns,
                                 listeners=[self.cache.watch_feed])
         self.binder = BindingPool(_Fenced(self.orchestrator, self.shard), keep_going=self.may_act,
@@ -130,8 +131,13 @@ class ShardedScheduler(ClusterScheduler):
     def run_pass(self, now_s: float | None = None, *, wait_for_bindings: bool = True):
         self.sync_shares()
         report = super().run_pass(now_s, wait_for_bindings=wait_for_bindings)
-        if time.monotonic() > self._published_at + PUBLISH_PERIOD_S:
+        active = self.member.active()
+        if time.monotonic() > self._published_at + PUBLISH_PERIOD_S or active - self._published_share:
+            # every period, and at once for vnodes gained since the last publication: an instance
+            # whose share was still locked at its first pass publishes it at the pass that
+            # unlocked it, not a period later
             self._published_at = time.monotonic()
+            self._published_share = active
             self.publish_share(time.time() if now_s is None else now_s)
         return report
 

@@ -86,6 +86,13 @@ class SchedulerCache:
     #: a sharded instance's share (issue 32): called once per snapshot, answers the test
     #: ``(pod name, gang) → held`` for the queue (:meth:`PendingQueue.sync`'s ``keep``); None: every pod
     holds: Callable[[], Callable[[str, str], bool]] | None = None
+    #: a long-lived scheduler's cache (``kalena watch``): its first snapshot without a pending pod
+    #: still reads the cluster — every node row, the production pods, the bound batch pods — once,
+    #: as an informer's cache fills at start, and later ones keep the node rows current (the key
+    #: read; whole rows where a key moved), so the first pass with pods reads only what moved
+    #: since (False: a cache made for one pass, e.g. Celery's, reads nothing while none is pending)
+    warm: bool = False
+    _warmed: bool = False
 
     def watch_feed(self, kind: str, items: list) -> None:
         """What the watch applied (a :attr:`~kalena_web.control.reconciler.Reconciler.listeners`
@@ -114,16 +121,22 @@ class SchedulerCache:
                         self.confirm(pod_id)
 
     def snapshot(self, *, now_s: float, cooldown_s: float, kubelet: bool = True) -> Snapshot:
-        """The next snapshot (module doc). No pending pod: no node is read (``cluster`` None)."""
+        """The next snapshot (module doc). No pending pod: ``cluster`` None, and no node is read
+        (but by a :attr:`warm` cache's first snapshot)."""
         self.generation += 1
         self.drain(now_s)
         self.queue.sync(cluster=self.cluster, now_s=now_s, keep=None if self.holds is None else self.holds())
         pending = self.queue.rows()
-        if not pending:
+        if not pending and (self._warmed or not self.warm):
+            if self.warm:  # kept current, as an informer is: key-only, whole rows only where moved
+                self._node_rows()
             return Snapshot(generation=self.generation, rows=[], cluster=None, pending=[])
+        self._warmed = True
         rows, snap = selectors.cluster_snapshot(cluster=self.cluster, now_s=now_s, cooldown_s=cooldown_s,
                                                 cache=self._production, kubelet=kubelet,
                                                 batch=self._batch_residents, rows=self._node_rows())
+        if not pending:  # warmed: the pass has nothing to decide
+            return Snapshot(generation=self.generation, rows=[], cluster=None, pending=[])
         return Snapshot(generation=self.generation, rows=rows, cluster=snap if rows else None, pending=pending)
 
     def _node_rows(self) -> list[NodeRow]:

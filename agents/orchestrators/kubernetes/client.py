@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
 import urllib3
@@ -298,13 +299,21 @@ class KubernetesOrchestrator:
                 return items, version
 
     def watch_objects(self, resource: str, resource_version: str, timeout_s: int,
-                      stop: threading.Event) -> Iterator[tuple[str, dict]]:
+                      stop: threading.Event, *, wants: Callable[[str], bool] | None = None
+                      ) -> Iterator[tuple[str, dict]]:
         """``(type, object)`` of one watch stream from ``resource_version`` with bookmarks, for
         at most ``timeout_s`` (the server ends it; the caller resumes). The answer must start
         within the request timeout; the stream may then be quiet for ``timeout_s`` + 60 s.
 
         A line that is not a watch event comes as ``("MALFORMED", {"name", "field", "problem",
         "line"})`` and the stream goes on (:class:`_Watch`).
+
+        ``wants(ref)`` (``namespace/name``; a sharded scheduler's share, issue 32; None: every
+        object): an ADDED, MODIFIED or DELETED line of an object it answers False for is not
+        decoded whole — only its ``metadata`` is, and the event comes as ``(type, {"metadata":
+        …})`` (what the watcher keeps of a pod outside its share: ref, uid, resourceVersion).
+        A line whose object does not open with at most ``kind`` and ``apiVersion`` before
+        ``metadata`` is decoded whole, as without ``wants``.
 
         Raises:
             WatchExpired: 410 Gone (an ERROR event, or the client's exception after its retry), or
@@ -320,9 +329,9 @@ class KubernetesOrchestrator:
             sock = getattr(getattr(resp, "connection", None), "sock", None)
             if sock is not None:  # ... the stream itself may stay quiet until the server ends it
                 sock.settimeout(timeout_s + 60)
-            return resp
+            return _LineChunks(resp)
 
-        w = _Watch()
+        w = _Watch(wants=wants)
         done = threading.Event()
         threading.Thread(target=_stop_when, args=(stop, done, w), daemon=True).start()
         try:
@@ -579,16 +588,51 @@ TOO_LARGE = "Too large resource version"
 WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
 
+#: The head of a watch line up to its object's ``metadata`` value, when nothing but ``kind`` and
+#: ``apiVersion`` (plain strings) come before it — the API server's order, and the test server's
+_HEAD = re.compile(r'\{"type":"(ADDED|MODIFIED|DELETED)","object":\{(?:"(?:kind|apiVersion)":"[^"\\]*",){0,2}'
+                   r'"metadata":(?=\{)')
+_DECODER = json.JSONDecoder()
+
+
 class _Watch(k8s_watch.Watch):
     """The client's ``Watch`` with its line decoding made total: a line that is not a
     ``{"type", "object"}`` event (not JSON, not an object, an unknown ``type``, an ``object``
     that is not a mapping, an ERROR without an integer ``code``) becomes a ``MALFORMED`` event
     naming the field, instead of a ``KeyError`` that ends the stream (or a ``None`` event).
-    Objects stay raw dicts (``raw_object``); nothing is deserialised into models."""
+    Objects stay raw dicts (``raw_object``); nothing is deserialised into models.
+
+    ``wants(ref)`` (issue 32): a line of an object outside it is decoded up to its metadata only
+    (:meth:`KubernetesOrchestrator.watch_objects`): the other shards' pods cost a watch a third
+    of their decoding."""
+
+    def __init__(self, *, wants: Callable[[str], bool] | None = None) -> None:
+        super().__init__()
+        self.wants = wants
+
+    def _unwanted(self, data: str) -> dict | None:
+        """The event of a line whose object ``wants`` refuses, from its metadata alone; None:
+        decode the line whole (wanted, or a head this does not read)."""
+        head = _HEAD.match(data)
+        if head is None:
+            return None
+        try:
+            meta, _ = _DECODER.raw_decode(data, head.end())
+        except ValueError:
+            return None
+        name, namespace = meta.get("name"), meta.get("namespace") or "default"
+        if not isinstance(name, str) or not name or not isinstance(namespace, str) or self.wants(f"{namespace}/{name}"):
+            return None
+        obj = {"metadata": meta}
+        return {"type": head.group(1), "object": obj, "raw_object": obj}
 
     def unmarshal_event(self, data: str, return_type) -> dict | None:
         if not data or data.isspace():
             return None
+        if self.wants is not None:
+            unwanted = self._unwanted(data)
+            if unwanted is not None:
+                return unwanted
         try:
             event = json.loads(data)
         except ValueError:
@@ -605,6 +649,35 @@ class _Watch(k8s_watch.Watch):
         if event["type"] == "ERROR":  # the client formats the exception from both (reason is optional)
             obj = {**obj, "reason": obj.get("reason") or "", "message": obj.get("message") or ""}
         return {"type": event["type"], "object": obj, "raw_object": obj}
+
+
+class _LineChunks:
+    """A watch response whose ``stream`` yields one whole line (with its newline) per segment,
+    whatever the server's chunks: the client's line splitter copies the rest of its buffer
+    after every line it cuts, so a chunk of n events cost it n² bytes copied (a burst of pod
+    events arrives as one chunk; every scheduler instance reads every pod's events). Every
+    other attribute is the response's."""
+
+    def __init__(self, resp) -> None:
+        self._resp = resp
+
+    def stream(self, amt=None, decode_content=False):
+        rest = b""
+        for segment in self._resp.stream(amt=amt, decode_content=decode_content):
+            if isinstance(segment, str):
+                segment = segment.encode("utf-8")
+            if b"\n" not in segment:
+                rest += segment
+                continue
+            lines = (rest + segment).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield line + b"\n"
+        if rest:
+            yield rest
+
+    def __getattr__(self, name):
+        return getattr(self._resp, name)
 
 
 def _malformed_line(line: str, obj: object, field: str, problem: str) -> dict:

@@ -99,7 +99,9 @@ class KubernetesWatcher:
         key = (resource, meta.get("namespace") or "", meta.get("name") or "") if isinstance(meta, dict) else None
         if resource == "pods" and self.wants_pod is not None and key is not None and key[2]:
             ref = f"{key[1] or 'default'}/{key[2]}"
-            if not self.wants_pod(ref):
+            # metadata alone: the client found it outside the share and decoded no more of it (its
+            # ``wants``); skipped as such even if the share moved since, which a re-list covers
+            if len(obj) == 1 or not self.wants_pod(ref):
                 self._skip_pod(ref, event_type, meta)
                 return []
         if event_type != "DELETED" and version and key is not None:
@@ -239,7 +241,9 @@ class KubernetesWatcher:
                     need_list = False
                 version = self.versions[resource]
                 started, received = time.monotonic(), 0
-                for event_type, obj in self.api.watch_objects(resource, version, self.watch_timeout_s, stop):
+                # the pods outside a share are decoded up to their metadata only (the client's ``wants``)
+                wants = {"wants": self.wants_pod} if resource == "pods" and self.wants_pod is not None else {}
+                for event_type, obj in self.api.watch_objects(resource, version, self.watch_timeout_s, stop, **wants):
                     received += 1
                     if event_type == "MALFORMED":  # a line that was not a watch event: the stream goes on
                         self.malformed[resource] += 1

@@ -177,3 +177,38 @@ def test_three_instances_one_killed_one_added_lose_nothing_and_bind_nothing_twic
         assert took - gone <= ROUNDS_PER_LEASE, (s.member.identity, gone, took)
     assert sum(s.shard.decided["own"] + s.shard.decided["spill"] for s in (a, b, c, d)) >= len(everything)
     assert all(pod_vnode(f"batch/{n}") >= 0 for n in everything)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_instance_publishes_its_share_at_the_pass_that_unlocks_it(sharded_cluster, monkeypatch) -> None:
+    """The batch-capacity publisher of a sharded instance runs every period, and at once for
+    the vnodes it gained: an instance whose share was still locked at its first pass publishes
+    its nodes at the pass that unlocked them — not a period later (the benchmark's first
+    publication, one PATCH per node, fell inside the measured window)."""
+    import kalena_web.control.sharding as sharding
+
+    monkeypatch.setattr(sharding, "PUBLISH_PERIOD_S", 3600.0)  # no period elapses in this test
+    cluster = sharded_cluster
+    names = list(Node.objects.filter(cluster=cluster).values_list("name", flat=True))
+    clock = Clock()
+    with TestAPIServer() as api:
+        for name in names:
+            api.create("nodes", node(name, cpu="16", memory="64Gi"))
+        orch = orchestrator(api, "kalena-a")
+        share = ShareMember(orch, cluster=cluster.name, identity="kalena-a", lease_duration_s=LEASE_S,
+                            renew_deadline_s=DEADLINE_S, retry_period_s=RETRY_S, clock=clock)
+        s = ShardedScheduler(cluster=cluster, orchestrator=orch, member=share, rng=np.random.default_rng(0))
+        share.step()
+        share.step()  # claimed, then confirmed: acting on every vnode, each locked until synced
+        assert share.acting == ALL and not share.active()
+
+        def patches() -> int:
+            return sum(1 for v, p, _ in api.requests if v == "PATCH" and p.endswith("/status"))
+
+        s.run_pass()  # the share still locked: nothing of it to publish
+        assert patches() == 0
+        share.synced(ALL, str(10**9))
+        s.run_pass()  # unlocked: its nodes published now
+        assert patches() == len(names)
+        s.run_pass()
+        assert patches() == len(names)  # and not again before the period

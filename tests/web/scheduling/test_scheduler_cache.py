@@ -229,3 +229,26 @@ def test_the_watch_feeds_the_cache_queued_pods_whole_and_confirms_what_it_assume
     cache.drain()
     assert not cache.in_flight and cache.confirmed == 2
     assert BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND, running_s__isnull=False).count() == 2
+
+
+def test_a_long_lived_cache_reads_the_cluster_before_the_first_pod_arrives(live) -> None:
+    """A ``kalena watch`` scheduler's cache (``warm``) reads every node once at its first
+    snapshot, pods pending or not, as an informer fills at start: the first pass that has pods
+    reads no node whole (issue 32: every instance read the whole cluster there, inside the
+    burst it decides). A cache made for one pass still reads nothing while none is pending."""
+    cold = SchedulerCache(cluster=live)
+    assert cold.snapshot(now_s=1000.0, cooldown_s=600.0).cluster is None and cold.nodes_read == 0
+    cache = SchedulerCache(cluster=live, warm=True)
+    snap = cache.snapshot(now_s=1000.0, cooldown_s=600.0)
+    assert snap.cluster is None and not snap.pending and cache.nodes_read == 3
+    cache.snapshot(now_s=1000.5, cooldown_s=600.0)
+    assert cache.nodes_read == 3  # once
+    from kalena_web.control.models import NodeCondition
+
+    NodeCondition.objects.filter(node__cluster=live, node__name="thinkcentre-beta").update(schedulable=False)
+    cache.snapshot(now_s=1000.7, cooldown_s=600.0)
+    assert cache.nodes_read == 4  # kept current while idle: the moved node alone
+    submit(live, "batch/job-1-0")
+    snap = cache.snapshot(now_s=1001.0, cooldown_s=600.0)
+    assert len(snap.pending) == 1 and len(snap.rows) == 3 and cache.nodes_read == 4
+    assert [r.ready for r in snap.rows if r.name == "thinkcentre-beta"] == [False]

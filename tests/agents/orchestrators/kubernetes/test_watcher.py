@@ -330,3 +330,51 @@ def test_a_watch_with_a_pod_share_translates_only_its_pods_and_still_lists_every
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+def test_a_pod_line_outside_the_share_is_decoded_up_to_its_metadata_only() -> None:
+    """Issue 32: the watch of a sharded scheduler reads another shard's pod line only as far as
+    its metadata (ref, uid, resourceVersion: what it keeps of that pod) — the rest of the line
+    is never decoded, so a line broken after its metadata is no malformed event there — while a
+    pod of its share, and a line whose object does not open with its metadata, are decoded
+    whole as before."""
+    from agents.orchestrators.kubernetes.client import _Watch
+
+    meta = {"name": "theirs", "namespace": "batch", "uid": "u-1", "resourceVersion": "7"}
+    head = '{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":' + json.dumps(meta)
+    broken = head + ',"spec":{"containers":[{"name":'  # cut after the metadata
+    w = _Watch(wants=lambda ref: ref.startswith("batch/mine"))
+    event = w.unmarshal_event(broken, None)
+    assert event["type"] == "MODIFIED" and event["raw_object"] == {"metadata": meta}
+    mine = broken.replace('"theirs"', '"mine"')
+    assert w.unmarshal_event(mine, None)["type"] == "MALFORMED"  # of the share: decoded whole
+    spec_first = '{"type":"MODIFIED","object":{"spec":{},"metadata":' + json.dumps(meta) + ',"spec":'
+    assert w.unmarshal_event(spec_first, None)["type"] == "MALFORMED"  # another head: decoded whole
+    whole = head + ',"spec":{},"status":{"phase":"Pending"}}}'
+    assert w.unmarshal_event(whole, None)["raw_object"] == {"metadata": meta}
+    assert _Watch().unmarshal_event(whole, None)["raw_object"]["status"] == {"phase": "Pending"}
+
+
+def test_watch_lines_reach_the_client_one_per_segment_whatever_the_chunks() -> None:
+    """The client's line splitter copies its buffer's rest after every line, so a server chunk
+    of n events would cost n² bytes: the response a watch reads hands it one whole line per
+    segment — the same lines, in order, a chunk of 300 events or a line cut across chunks."""
+    from kubernetes.watch.watch import iter_resp_lines
+
+    from agents.orchestrators.kubernetes.client import _LineChunks
+
+    class Response:
+        def __init__(self, chunks):
+            self.chunks, self.status = chunks, 200
+
+        def stream(self, amt=None, decode_content=False):
+            return iter(self.chunks)
+
+    lines = [json.dumps({"type": "ADDED", "object": {"metadata": {"name": f"p{i}"}, "pad": "x" * i}}) for i in range(300)]
+    raw = "".join(f"{line}\n" for line in lines).encode()
+    for chunks in ([raw], [raw[i:i + 333] for i in range(0, len(raw), 333)], [raw[:10], raw[10:], b""]):
+        wrapped = _LineChunks(Response(chunks))
+        segments = list(wrapped.stream())
+        assert all(seg.count(b"\n") == 1 and seg.endswith(b"\n") for seg in segments)
+        assert list(iter_resp_lines(_LineChunks(Response(chunks)))) == lines == list(iter_resp_lines(Response(chunks)))
+        assert wrapped.status == 200  # every other attribute is the response's
