@@ -51,6 +51,11 @@ class CpuActions:
                     old < share.quota_us <= old * (1 + self.settings.quota_hysteresis_ratio) and not at_cap)):
                 continue
             applied = self.enforcer.set_cpu_quota(tracked.workload, share.quota_us, share.period_us)
+            if not applied.ok and not self.fs.exists(tracked.workload.cgroup):
+                # the pod ended and its group went before discovery dropped its row: there is
+                # nothing left to throttle, so neither a failed action nor a retry every tick
+                tracked.quota_written = share.quota_us
+                continue
             if applied.ok:
                 tracked.quota_written = share.quota_us
             out.append(self._act("throttle", "cpu_budget", tracked.workload, trigger_of(event), {

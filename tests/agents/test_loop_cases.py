@@ -70,6 +70,43 @@ def test_case_c6_cpu_contention_throttles_with_the_exact_quota_and_never_evicts(
         validate_agent_message({**message, "batch_id": "node-t:1"})
 
 
+def test_a_batch_pod_whose_group_is_gone_is_not_throttled_again_every_tick(rig, monkeypatch) -> None:
+    from agents.enforcer import Applied
+
+    # the pod ended and the runtime removed its group while the kubelet still lists it (the lab saw
+    # 473 failed quota writes, a failed "throttle" every tick for 4–13 s after a pod finished)
+    rig.add("s", tier="service", requests={"cpu": "3600m"}, limits={"cpu": "3600m"}, start_time=T0 - 10_000)
+    rig.add("b", tier="batch", requests={"cpu": "1"}, limits={"cpu": "1"}, start_time=T0 - 10_000)
+    loop = rig.build()
+    loop.tick(T0, 0.0)
+    rig.set_files("s", usage_usec=32_000_000, procs=f"{rig.procs['s'].pid}\n")
+    rig.set_files("b", usage_usec=10_000_000, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+    loop.tick(T0 + 10, 10.0)
+    assert rig.file("b", "cpu.max") == "40000 100000"
+    before = len(rig.actions("throttle"))
+    # from here b's group is gone for the writer (ENOENT) though its row is still listed
+    exists, write = rig.fs.exists, rig.enforcer.set_cpu_quota
+    writes = []
+
+    def gone_write(workload, quota_us, period_us):
+        if workload.id != "b":
+            return write(workload, quota_us, period_us)
+        writes.append(quota_us)
+        return Applied(False, "cpu_quota", (), "kubepods/b/cpu.max: No such file or directory", 0.0, 0.0)
+
+    monkeypatch.setattr(rig.fs, "exists", lambda rel: False if rel == "kubepods/b" else exists(rel))
+    monkeypatch.setattr(rig.enforcer, "set_cpu_quota", gone_write)
+    usage_s, usage_b = 32_000_000, 10_000_000
+    for step in range(1, 6):            # production falls back: b's share rises each tick
+        usage_s += 60 * 1_000_000
+        usage_b += 60 * 1_000_000
+        rig.set_files("s", usage_usec=usage_s, procs=f"{rig.procs['s'].pid}\n")
+        rig.set_files("b", usage_usec=usage_b, procs=f"{rig.procs['b'].pid}\n")
+        loop.tick(T0 + 10 + 60 * step, 10.0 + 60 * step)
+    assert len(writes) >= 2                                   # a new share is still tried when it changes
+    assert [a for a in rig.actions("throttle")[before:] if a["workload"]["id"] == "b"] == []
+
+
 def test_case_c4_terminating_victim_is_credited_exactly_one_eviction(rig) -> None:
     # C = 64 GiB; P 59.25 (its limit; 1.15 × 53.75 = 61.8) + V 5.75 (= 1.15 × 5 working set) + W 3 = 68 GiB
     # of reservations; the node's working set 53.75 + 5 + 3 = 61.75 GiB ≥ 0.95 × 64 = 60.8 (pressure, not
