@@ -257,7 +257,7 @@ def handle_describe(args: argparse.Namespace) -> int:
 
     w = pod.workload
     lines = [("Name", w.name), ("Cluster", cluster.name), ("State", "running" if pod.state == "bound" else pod.state),
-             ("Node", w.node.name if w.node_id else "<none>"), ("Owner", w.owner or "<none>"),
+             ("Node", w.node.name if w.node_id else (pod.ran_on or "<none>")), ("Owner", w.owner or "<none>"),
              ("Priority", str(w.priority)),
              ("Request", f"cpu {quantity(w.request[0] / 1000.0)} cores, ram {quantity(w.request[1] / GIB)} GiB"),
              ("Limit", f"cpu {quantity(w.limit[0] / 1000.0)} cores, ram {quantity(w.limit[1] / GIB)} GiB"),

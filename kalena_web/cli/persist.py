@@ -95,4 +95,4 @@ def persisted_line(run) -> str:
     writes = run.summary.get("archive_write_seconds")
     return (f"  persisted run '{run.name}' in {run.persist_seconds:.1f} s (replay and writes; {writes:.1f} s of it "
             f"writing {parts})\n"
-            f"  console page: /runs/{run.name}/ (`kalena serve` serves it; ./scripts/demo on http://127.0.0.1:8000)")
+            f"  console page: /runs/{run.name}/ (`kalena serve` serves it, as ./scripts/demo does on the port it prints)")

@@ -79,7 +79,8 @@ def pod_out(pod: BatchPod) -> BatchOut:
     """The answer for one pod (REST and ``kalena batch --json``)."""
     w = pod.workload
     why = selectors.why_pending(pod=pod)
-    return BatchOut(name=w.name, owner=w.owner, state=pod.state, node=w.node.name if w.node_id else None,
+    return BatchOut(name=w.name, owner=w.owner, state=pod.state,
+                    node=w.node.name if w.node_id else (pod.ran_on or None),  # a finished pod: where it ran
                     priority=w.priority, request=to_ir_block(np.asarray(w.request)),
                     limit=to_ir_block(np.asarray(w.limit)), submitted_s=pod.submitted_s,
                     queued_s=pod.queued_s, bound_s=pod.bound_s, submitted_at=iso(pod.submitted_s),

@@ -182,8 +182,11 @@ def test_a_submission_is_scheduled_at_once_and_completion_frees_the_ledger(api, 
     assert pod.state == BatchPod.BOUND  # no periodic pass ran: the submission asked for one
     ledger = LiveNodeLedger.objects.get(node=pod.workload.node)
     assert ledger.batch_request[1] == pytest.approx(2**30)
+    ran_on = pod.workload.node.name
     done = api.post("/api/clusters/home/batch/batch/etl-0/complete")
     assert done.status_code == 200 and done.json()["state"] == "completed"
+    # a finished pod still says where it ran (`kalena batch get --state all` printed <none>)
+    assert done.json()["node"] == ran_on
     ledger.refresh_from_db()
     assert ledger.batch_request[1] == pytest.approx(0.0)
     assert api.post("/api/clusters/home/batch/batch/etl-0/complete").status_code == 200  # again: nothing changes
