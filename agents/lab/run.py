@@ -170,7 +170,8 @@ def unaccounted_bytes(kubepods: Path, daemonset_request: dict[str, float]) -> fl
 class Sampler(threading.Thread):
     """Every ``every_s``: node and host PSI, every memory group's oom_kill under each node, and
     (Kubernetes mode) each node's memory held outside its pods' rows (:func:`unaccounted_bytes`;
-    the DaemonSet pods re-read from the kubelet double every 10 s)."""
+    the DaemonSet pods re-read from the kubelet double every 10 s); every ``ledger_every_s`` the
+    console's node ledgers (:func:`console_ledgers`, kept in ``ledgers``)."""
 
     def __init__(self, state: dict[str, Any], every_s: float = 1.0, root: Path = CGROUP,
                  ledger_every_s: float = 10.0) -> None:
