@@ -152,7 +152,11 @@ def test_throttle_evict_requeue_replace_complete_on_two_engines(engines, service
         assert record.node.name == a.node and detail["dimension"] == "ram"
         assert detail["capacity"] == pytest.approx(CAPACITY_MIB * MIB)
         assert detail["working_set"] >= 0.95 * detail["capacity"] or detail["acute"]
-        assert detail["ledger_before"] > detail["capacity"] >= detail["ledger_after"]
+        # the ledger was over capacity and the eviction took the victim's reservation off it (on a
+        # loaded machine production's own reservation may already pass C: the only batch pod is
+        # evicted and the ledger stays over, which is no reason to fail)
+        assert detail["ledger_before"] > detail["capacity"] and detail["ledger_after"] < detail["ledger_before"]
+        assert detail["ledger_before"] - detail["ledger_after"] == pytest.approx(detail["reservation"])
         evict = MitigationEvent.objects.get(action="evict", workload__name=BATCH)
         assert evict.node.name == a.node
         assert Sample.objects.filter(workload__name=BATCH, node__name=a.node).exists()   # samples joined
