@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from kalena_engine.errors import InputError
 from kalena_engine.policy import Policy
+from kalena_engine.resources import CPU, RAM
 
 #: Floors in seconds of wall time (module doc). Keys are the constant's ``section.key`` or an
 #: agent or pod setting; ``*`` is every other policy time constant.
@@ -227,3 +228,26 @@ def format_clocks(compression: Compression) -> str:
                      f"{r.simulated_s:12g}" + (f"  ({r.note})" if r.note else ""))
     lines.append("  * the floor bound: the lab applies the floor, which amounts to the simulated value shown")
     return "\n".join(lines)
+
+
+def scale_sizes(policy: Policy, *, cpu_scale: float, memory_scale: float) -> Policy:
+    """``policy`` on the lab's scaled nodes: the placement's slack buckets on cpu and memory
+    (``placement.slack_buckets``, which also set the published batch capacity's raise step,
+    docs/design.md §14) times the slice's node scale, as the nodes themselves are. A 128 MiB step
+    on a 378 MiB lab node would hold the published batch-memory up to a third of the node below
+    the ledger's room, which the replay (placing by the ledger) never does.
+
+    Example: the default 50 m / 128 MiB buckets and a slice of 64-core / 256 GiB nodes scaled to
+    300 m / 384 MiB (cpu × 0.0046875, memory × 0.00146484375) → 0.234 m / 0.1875 MiB.
+
+    Raises:
+        InputError: a scale that is not a positive finite number.
+    """
+    for name, value in (("cpu_scale", cpu_scale), ("memory_scale", memory_scale)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise InputError(f"{value!r} is not a scale factor", source="slice summary", field=f"scale.{name}",
+                             accepted="a positive number")
+    buckets = list(policy.placement.slack_buckets)
+    buckets[CPU] *= float(cpu_scale)
+    buckets[RAM] *= float(memory_scale)
+    return replace(policy, placement=replace(policy.placement, slack_buckets=tuple(buckets)))

@@ -87,15 +87,20 @@ def import_step(ir_dir: Path):
 def compress_day(args: argparse.Namespace, policy_text: str | None, slice_dir: Path) -> dict:
     """The day's time compression (docs/lab.md "Time compression"): the operator's policy (or
     the default) with every time constant ÷ the slice's speed, floored; the agents' clocks and
-    the pods' grace likewise. Printed, written to ``<slice>/compression.json`` and
+    the pods' grace likewise; the slack buckets × the slice's node scale (:func:`scale_sizes`). Printed, written to ``<slice>/compression.json`` and
     ``<slice>/policy-scaled.yaml`` (the live cluster's first policy) and returned as
     ``{"policy_text", "agent_flags", "compression"}``."""
-    from kalena_engine.labslice.compression import compress, format_clocks
+    from dataclasses import replace
+
+    from kalena_engine.labslice.compression import compress, format_clocks, scale_sizes
     from kalena_engine.policy_file import PolicyDocument, PolicyMetadata, dump_policy_text, parse_policy_text
 
     speed = float(args.speed) if getattr(args, "speed", None) is not None else 10.0
     document = parse_policy_text(policy_text, source=str(args.policy)) if policy_text is not None else PolicyDocument()
     compression = compress(document.policy, speed)
+    scale = json.loads((slice_dir / "summary.json").read_text())["scale"]
+    compression = replace(compression, policy=scale_sizes(compression.policy, cpu_scale=scale["cpu"],
+                                                          memory_scale=scale["memory"]))
     meta = PolicyMetadata(name=f"{document.metadata.name}-x{speed:g}", version=1,
                           source=f"kalena lab: {args.policy if policy_text is not None else 'the default policy'} "
                                  f"with every time constant ÷ {speed:g} (floored)")
@@ -103,6 +108,9 @@ def compress_day(args: argparse.Namespace, policy_text: str | None, slice_dir: P
     (slice_dir / "policy-scaled.yaml").write_text(text, encoding="utf-8")
     (slice_dir / "compression.json").write_text(json.dumps(compression.to_dict(), indent=2), encoding="utf-8")
     print(format_clocks(compression), flush=True)
+    buckets = compression.policy.placement.slack_buckets
+    print(f"kalena lab: slack buckets (the published batch capacity's step) × the node scale: cpu {buckets[0]:.3g} m, "
+          f"memory {buckets[1] / 2**20:.3g} MiB", flush=True)
     print(f"kalena lab: the scaled policy ({slice_dir / 'policy-scaled.yaml'}) is the live cluster's first policy; "
           f"agents run with {' '.join(compression.agent_flags())}", flush=True)
     return {"policy_text": text, "agent_flags": compression.agent_flags(), "compression": compression}

@@ -10,6 +10,7 @@ import pytest
 
 from kalena_engine.errors import InputError
 from kalena_engine.labslice.compression import (
+    scale_sizes,
     FLOORS, POLICY_CLOCKS, compress, format_clocks, policy_on_clock, simulated_policy,
 )
 from kalena_engine.policy import Policy
@@ -85,3 +86,18 @@ def test_the_replay_policy_is_the_trace_policy_except_where_a_floor_bound() -> N
 def test_a_speed_that_is_not_positive_is_refused_naming_the_flag() -> None:
     with pytest.raises(InputError, match="--speed"):
         compress(Policy(), 0)
+
+
+def test_the_slack_buckets_scale_with_the_labs_nodes_and_survive_the_policy_file() -> None:
+    # Irina's 64-core / 256 GiB nodes as 300 m / 384 MiB lab nodes: the published batch capacity's
+    # raise step shrinks with them (128 MiB would be a third of the lab node)
+    policy = scale_sizes(Policy(), cpu_scale=0.0046875, memory_scale=0.00146484375)
+    assert policy.placement.slack_buckets[0] == pytest.approx(0.234375)
+    assert policy.placement.slack_buckets[1] == pytest.approx(0.1875 * 2**20)
+    assert policy.placement.slack_buckets[2:] == Policy().placement.slack_buckets[2:]
+    assert policy.estimator == Policy().estimator
+    # the lab writes it as the live cluster's first policy: it reads back the same
+    back = parse_policy_text(dump_policy_text(PolicyDocument(policy=policy)), source="t").policy
+    assert back.placement.slack_buckets == pytest.approx(policy.placement.slack_buckets)
+    with pytest.raises(InputError, match="scale.memory_scale"):
+        scale_sizes(Policy(), cpu_scale=1.0, memory_scale=0.0)
