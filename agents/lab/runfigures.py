@@ -63,14 +63,21 @@ def explain(key: str, live: dict[str, Any], replay: dict[str, Any]) -> str:
     slow = (f"live batch pods ran {infl:g}× their duration (p50; the replay {replay.get('run_time_inflation_p50')}) "
             f"with the host's cpu PSI some at {host:g} % on average — the machine, not the node, was short of cpu"
             if infl and host is not None else "")
-    if key in ("batch_pod_hours", "batch_placed", "batch_completed", "run_time_inflation_p50", "reclaimed_fraction_ram") \
-            and slow:
+    # the side a slow machine pushes each figure to: more pod-hours and memory held, fewer placed/finished
+    slower = {"batch_pod_hours": 1, "reclaimed_fraction_ram": 1, "run_time_inflation_p50": 1,
+              "batch_placed": -1, "batch_completed": -1}
+    r = ratio(live.get(key), replay.get(key))
+    if key in slower and slow and r is not None and (r - 1.0) * slower[key] > 0:
         tail = {"batch_pod_hours": ": each pod held its place longer, so more pod-hours for less work",
                 "batch_placed": ": pods held reclaimed capacity longer, so fewer new ones fit",
                 "batch_completed": ": fewer pods finished within the day",
                 "reclaimed_fraction_ram": ": the pods that did run held their memory requests longer",
                 "run_time_inflation_p50": ""}[key]
         return slow + tail
+    if key in slower and r is not None:
+        return (f"live {r:.2f}× the replay on this figure, where a slow machine would push it the other way: "
+                "the ledgers below say whether the console left batch less room than the replay or booked less "
+                "of the room it had (free room and batch booked, per node)")
     if key == "production_waited_node_steps":
         sat = sum((live.get("host_saturated_node_steps_by_node") or {}).values())
         return (f"{sat} of {live.get(key)} node-steps had the host's cpu saturated (PSI some ≥ 50 %): the lab's "

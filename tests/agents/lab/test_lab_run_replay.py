@@ -338,3 +338,16 @@ def test_the_days_ledger_reads_are_paired_with_the_replays_steps_and_say_where_t
     page = html_report({"lab": "t", "comparison": compare({}, {}), "live": {"timeline": timeline, "why_evicted": []},
                         "replay": {"timeline": timeline}, "speed": speed, "play_start_s": t0, "ledgers": divergence})
     assert f"{names[0]}: cpu the console" in page and "replay free room" in page
+
+
+def test_a_figure_off_the_side_a_slow_machine_pushes_it_is_not_blamed_on_the_machine() -> None:
+    from agents.lab.runfigures import explain
+
+    live = {"host_cpu_psi_some_avg10_mean": 70.0, "run_time_inflation_p50": 1.3, "batch_placed": 157,
+            "batch_pod_hours": 13.2}
+    replay = {"run_time_inflation_p50": 1.0, "batch_placed": 256, "batch_pod_hours": 18.1}
+    # fewer placed: what a slow machine does
+    assert "the machine, not the node, was short of cpu" in explain("batch_placed", live, replay)
+    # fewer pod-hours: a slow machine gives more, so the ledgers are where to look
+    said = explain("batch_pod_hours", live, replay)
+    assert "short of cpu" not in said and "0.73× the replay" in said and "ledgers below" in said
