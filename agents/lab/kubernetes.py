@@ -81,12 +81,20 @@ def kubectl(state: dict[str, Any], *args: str, stdin: str | None = None, check: 
             timeout_s: float = 120.0) -> subprocess.CompletedProcess:
     """Debian's kubectl against the lab (its kubeconfig, a clean environment).
 
+    A call that does not answer within ``timeout_s`` is killed and comes back with exit status
+    124 and a stderr saying so (the object it was creating may or may not exist).
+
     Raises:
-        LabError: kubectl failed and ``check`` (its stderr quoted).
+        LabError: kubectl failed or timed out and ``check`` (its stderr quoted).
     """
     env = {"PATH": "/usr/bin:/bin", "HOME": state["directory"], "KUBECONFIG": state["kubeconfig"]}
-    done = subprocess.run([state["kubectl"], *args], env=env, capture_output=True, text=True, input=stdin,
-                          timeout=timeout_s, check=False)
+    try:
+        done = subprocess.run([state["kubectl"], *args], env=env, capture_output=True, text=True, input=stdin,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        done = subprocess.CompletedProcess([state["kubectl"], *args], 124, "",
+                                           f"kubectl {' '.join(args)} did not answer within {timeout_s:g} s "
+                                           "(killed; what it asked for may or may not have been done)")
     if check and done.returncode != 0:
         raise LabError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()[:600]}", source="kubectl",
                        field=args[0] if args else "")
