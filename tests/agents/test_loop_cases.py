@@ -34,20 +34,27 @@ def rig(tmp_path):
 
 
 
+def _batch_throttled_to_40000(rig, annotations: dict | None = None):
+    """A 3.6-core service and a 1-core batch pod on 4 cores; after 10 s the service used 3.2 cores:
+    r_S = min(3.6, 1.15 × 3.2 = 3.68) = 3.6 → B = max(0.1, 4 − 3.6) = 0.4 core, quota 40,000 µs."""
+    rig.add("s", tier="service", requests={"cpu": "3600m"}, limits={"cpu": "3600m"}, start_time=T0 - 10_000)
+    rig.add("b", tier="batch", requests={"cpu": "1"}, limits={"cpu": "1"}, start_time=T0 - 10_000,
+            annotations=annotations)
+    loop = rig.build()
+    loop.tick(T0, 0.0)
+    rig.set_files("s", usage_usec=32_000_000, procs=f"{rig.procs['s'].pid}\n")
+    rig.set_files("b", usage_usec=10_000_000, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
+    loop.tick(T0 + 10, 10.0)
+    assert rig.file("b", "cpu.max") == "40000 100000"
+    return loop
+
+
 @pytest.mark.parametrize(("slack", "final_quota"), [
     pytest.param("deny", 100_000, id="C6: quota rises with the budget up to B's 1-core limit"),
     pytest.param("allow", 100_000, id="C6 as written (slack-cpu allowed): the declared 1-core limit still binds"),
 ])
 def test_case_c6_cpu_contention_throttles_with_the_exact_quota_and_never_evicts(rig, slack: str, final_quota: int) -> None:
-    rig.add("s", tier="service", requests={"cpu": "3600m"}, limits={"cpu": "3600m"}, start_time=T0 - 10_000)
-    rig.add("b", tier="batch", requests={"cpu": "1"}, limits={"cpu": "1"}, start_time=T0 - 10_000,
-            annotations={"kalena.naughtian.io/slack-cpu": slack})
-    loop = rig.build()
-    loop.tick(T0, 0.0)
-    # S uses 3.2 cores and B 1 core over 10 s: r_S = min(3.6, 1.15 × 3.2 = 3.68) = 3.6 → B = max(0.1, 4 − 3.6) = 0.4 core
-    rig.set_files("s", usage_usec=32_000_000, procs=f"{rig.procs['s'].pid}\n")
-    rig.set_files("b", usage_usec=10_000_000, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
-    loop.tick(T0 + 10, 10.0)
+    loop = _batch_throttled_to_40000(rig, {"kalena.naughtian.io/slack-cpu": slack})
     assert rig.file("b", "cpu.max") == "40000 100000"
     quotas = [40_000]
     # S falls back to 1 core: r_S decays with h = 600 s toward 1.15 cores, B's quota rises with the budget
@@ -75,13 +82,7 @@ def test_a_batch_pod_whose_group_is_gone_is_not_throttled_again_every_tick(rig, 
 
     # the pod ended and the runtime removed its group while the kubelet still lists it (the lab saw
     # 473 failed quota writes, a failed "throttle" every tick for 4–13 s after a pod finished)
-    rig.add("s", tier="service", requests={"cpu": "3600m"}, limits={"cpu": "3600m"}, start_time=T0 - 10_000)
-    rig.add("b", tier="batch", requests={"cpu": "1"}, limits={"cpu": "1"}, start_time=T0 - 10_000)
-    loop = rig.build()
-    loop.tick(T0, 0.0)
-    rig.set_files("s", usage_usec=32_000_000, procs=f"{rig.procs['s'].pid}\n")
-    rig.set_files("b", usage_usec=10_000_000, procs=f"{rig.procs['b'].pid}\n", cpu_max=rig.file("b", "cpu.max"))
-    loop.tick(T0 + 10, 10.0)
+    loop = _batch_throttled_to_40000(rig)
     assert rig.file("b", "cpu.max") == "40000 100000"
     before = len(rig.actions("throttle"))
     # from here b's group is gone for the writer (ENOENT) though its row is still listed
