@@ -99,6 +99,8 @@ class Kubelet:
         self.errors: list[str] = []
         self._transitions: dict[str, tuple[bool, str]] = {}   # node condition → (status, since)
         self._runtime_down_logged = False
+        #: uids of the pods with a running container at the last sync round (None: none listed yet)
+        self.running_uids: set[str] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -280,6 +282,7 @@ class Kubelet:
                 self._runtime_down_logged = False
             except Exception as exc:  # noqa: BLE001 - one bad round must not stop the kubelet
                 if isinstance(exc, RuntimeDown) or runtime_unreachable(exc):
+                    self.running_uids = set()   # the engine's containers died with it
                     if not self._runtime_down_logged:
                         log.warning("container runtime is down: skipping pod sync until it answers (%s)", exc)
                     self._runtime_down_logged = True
@@ -315,6 +318,7 @@ class Kubelet:
         held: dict[str, list[dict]] = {}
         for c in self.runtime.containers():   # one list call a round
             held.setdefault(c["Config"]["Labels"].get(LABEL_UID, ""), []).append(c)
+        self.running_uids = {u for u, cs in held.items() if any(c["State"].get("Running") for c in cs)}
         for uid in order:
             pod = pods[uid]
             st = self.state.setdefault(uid, PodState())
@@ -531,7 +535,13 @@ class Kubelet:
 
     def summary(self) -> dict[str, Any]:
         """``/stats/summary`` (``stats/v1alpha1`` Summary): the node's and each running pod's cpu
-        and memory from their cgroups, the node's PSI from its unified group."""
+        and memory from their cgroups, the node's PSI from its unified group.
+
+        A pod is listed only while one of its containers runs (at the last sync round): a pod whose
+        containers died — the engine stopped, or a container between restarts — has no stats, as
+        the kubelet's summary lists pods from the runtime's containers. Its empty cgroup would read
+        0 and the agent would take that for the pod's usage; without a sample the pod ages to
+        T_stale and the ledgers hold it at ``max(r, q)`` (docs/design.md §5)."""
         from agents.collectors.psi import parse_psi
 
         now = now_rfc3339()
@@ -565,6 +575,8 @@ class Kubelet:
         for uid, st in list(self.state.items()):
             pod = known.get(uid)
             if pod is None or not st.admitted or st.final or not st.rel:
+                continue
+            if self.running_uids is not None and uid not in self.running_uids:
                 continue
             meta = pod["metadata"]
             pods.append({"podRef": {"name": meta["name"], "namespace": meta.get("namespace", "default"), "uid": uid},
