@@ -47,7 +47,9 @@ class RollupReport:
 
 def node_snapshot_rollup(*, cluster: Cluster, now_s: float) -> int:
     """Fold every node's current ledgers into its 1-minute row for ``now_s``'s minute: the
-    latest snapshot wins for ledgers, usage is averaged over snapshots and its peak kept."""
+    latest snapshot wins for ledgers, usage is averaged over snapshots and its peak kept; batch
+    usage and the batch throttling rate are averaged the same way (from the minute's first
+    snapshot that has them: a ledger not yet recomputed since they were added has none)."""
     bucket = np.floor(now_s / 60.0) * 60.0
     ledgers = list(LiveNodeLedger.objects.filter(node__cluster=cluster).select_related("node"))
     limits = _limits_by_node(cluster)
@@ -64,9 +66,15 @@ def node_snapshot_rollup(*, cluster: Cluster, now_s: float) -> int:
                 cluster=cluster, resolution=MINUTE, bucket_s=bucket, node_id=led.node_id, samples=1,
                 usage_mean=usage.tolist(), usage_peak=usage.tolist(), reservation=reservation.tolist(),
                 request=request.tolist(), limit=limits.get(led.node_id, np.zeros(8)).tolist(),
-                batch_request=list(led.batch_request), prod_reservation=list(led.prod_reservation)))
+                batch_request=list(led.batch_request), prod_reservation=list(led.prod_reservation),
+                batch_usage=None if led.batch_usage is None else list(led.batch_usage),
+                batch_throttled_mcpu=led.batch_throttled_mcpu))
             continue
         n = row.samples
+        if led.batch_usage is not None:
+            row.batch_usage = _running_mean(row.batch_usage, vector(led.batch_usage), n).tolist()
+        if led.batch_throttled_mcpu is not None:
+            row.batch_throttled_mcpu = float(_running_mean(row.batch_throttled_mcpu, led.batch_throttled_mcpu, n))
         row.usage_mean = ((vector(row.usage_mean) * n + usage) / (n + 1)).tolist()
         row.usage_peak = np.maximum(vector(row.usage_peak), usage).tolist()
         row.samples = n + 1
@@ -77,8 +85,27 @@ def node_snapshot_rollup(*, cluster: Cluster, now_s: float) -> int:
     with transaction.atomic():
         UsageRollup.objects.bulk_create(create, batch_size=500)
         UsageRollup.objects.bulk_update(update, ["usage_mean", "usage_peak", "samples", "reservation", "request",
-                                                 "limit", "batch_request", "prod_reservation"], batch_size=500)
+                                                 "limit", "batch_request", "prod_reservation", "batch_usage",
+                                                 "batch_throttled_mcpu"], batch_size=500)
     return len(create) + len(update)
+
+
+def _running_mean(mean, value, n: int):
+    """``mean`` of ``n`` snapshots with ``value`` folded in; a missing mean (None: the earlier
+    snapshots lacked it) starts afresh at ``value``. Vectors or scalars."""
+    if mean is None:
+        return np.asarray(value, dtype=np.float64)
+    return (np.asarray(mean, dtype=np.float64) * n + np.asarray(value, dtype=np.float64)) / (n + 1)
+
+
+def _weighted_mean(items: list[UsageRollup], field: str):
+    """Sample-weighted mean of ``field`` over the rows that have it (None when none does)."""
+    have = [(r.samples or 1, getattr(r, field)) for r in items if getattr(r, field) is not None]
+    if not have:
+        return None
+    weights = np.array([w for w, _ in have], dtype=np.float64)
+    values = np.array([v for _, v in have], dtype=np.float64)
+    return np.tensordot(weights, values, axes=1) / weights.sum()
 
 
 def _limits_by_node(cluster: Cluster) -> dict[int, np.ndarray]:
@@ -89,7 +116,8 @@ def _limits_by_node(cluster: Cluster) -> dict[int, np.ndarray]:
 
 
 def fold_hours(*, cluster: Cluster, now_s: float) -> int:
-    """Fold closed minutes of every closed hour not folded yet into 1-hour rows (upsert)."""
+    """Fold closed minutes of every closed hour not folded yet into 1-hour rows (upsert); node
+    rows' batch usage and throttling rate are count-weighted means over the minutes that have them."""
     hour_now = np.floor(now_s / 3600.0) * 3600.0
     last = (UsageRollup.objects.filter(cluster=cluster, resolution=HOUR).order_by("-bucket_s")
             .values_list("bucket_s", flat=True).first())
@@ -110,6 +138,7 @@ def fold_hours(*, cluster: Cluster, now_s: float) -> int:
         for b, start_s in enumerate(buckets.start_s):
             inside = [r for r in items if np.floor(r.bucket_s / 3600.0) * 3600.0 == start_s]
             last_row = inside[-1]
+            batch_usage, throttled = _weighted_mean(inside, "batch_usage"), _weighted_mean(inside, "batch_throttled_mcpu")
             rows.append(UsageRollup(
                 cluster=cluster, resolution=HOUR, bucket_s=float(start_s),
                 node_id=entity if kind == "node" else None, workload_id=entity if kind == "workload" else None,
@@ -117,6 +146,8 @@ def fold_hours(*, cluster: Cluster, now_s: float) -> int:
                 reservation=np.max([vector(r.reservation) for r in inside], axis=0).tolist(),
                 request=last_row.request, limit=last_row.limit, batch_request=last_row.batch_request,
                 prod_reservation=last_row.prod_reservation,
+                batch_usage=None if batch_usage is None else batch_usage.tolist(),
+                batch_throttled_mcpu=None if throttled is None else float(throttled),
                 above_request=sum(r.above_request for r in inside), above_limit=sum(r.above_limit for r in inside)))
     with transaction.atomic():
         for row in rows:  # hours are few: one upsert each keeps re-runs idempotent
@@ -124,8 +155,8 @@ def fold_hours(*, cluster: Cluster, now_s: float) -> int:
                 cluster=cluster, resolution=HOUR, bucket_s=row.bucket_s, node_id=row.node_id,
                 workload_id=row.workload_id,
                 defaults={f: getattr(row, f) for f in ("samples", "usage_mean", "usage_peak", "reservation", "request",
-                                                        "limit", "batch_request", "prod_reservation", "above_request",
-                                                        "above_limit")})
+                                                        "limit", "batch_request", "prod_reservation", "batch_usage",
+                                                        "batch_throttled_mcpu", "above_request", "above_limit")})
     return len(rows)
 
 

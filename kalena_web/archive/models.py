@@ -207,8 +207,10 @@ class UsageRollup(models.Model):
     end) raised to ``min(L, μ · peak usage)`` (so a rise inside the bucket is not lost), ``above_request``/``above_limit`` samples with usage above the request /
     limit on any dimension. Node rows: the node's ledgers at the bucket's last snapshot —
     ``request`` Σ q, ``limit`` Σ L, ``reservation`` Σ r, ``usage_mean``/``usage_peak`` Σ u,
-    ``batch_request`` Σ q of batch, ``prod_reservation`` Σ r of production. Vectors ``(8,)`` in
-    internal units; ``samples`` counts samples (workload) or snapshots (node) folded in.
+    ``batch_request`` Σ q of batch, ``prod_reservation`` Σ r of production, ``batch_usage`` Σ u of
+    batch and ``batch_throttled_mcpu`` the batch pods' cpu throttling rate (both means over the
+    snapshots, like ``usage_mean``; NULL on rows written before they were recorded). Vectors ``(8,)``
+    in internal units; ``samples`` counts samples (workload) or snapshots (node) folded in.
     """
 
     MINUTE, HOUR = "1m", "1h"
@@ -229,6 +231,8 @@ class UsageRollup(models.Model):
     limit = ResourceVectorField(null=True, blank=True)
     batch_request = ResourceVectorField(null=True, blank=True)
     prod_reservation = ResourceVectorField(null=True, blank=True)
+    batch_usage = ResourceVectorField(null=True, blank=True)
+    batch_throttled_mcpu = models.FloatField(null=True, blank=True)
     above_request = models.PositiveIntegerField(default=0)
     above_limit = models.PositiveIntegerField(default=0)
 

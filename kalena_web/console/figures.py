@@ -29,7 +29,7 @@ from kalena_web.console.formatting import GIB
 COLOURS = {
     "capacity": "#111827", "limit": "#7c3aed", "request": "#64748b", "reservation": "#2563eb",
     "usage": "#ea580c", "eviction": "#dc2626", "running": "#0d9488", "pending": "#d97706",
-    "throttled": "#be123c",
+    "throttled": "#be123c", "prod_usage": "#9a3412", "batch_throttled": "#be123c",
 }
 #: hover names where a panel's line means more than its legend says
 HOVER = {("cpu", "usage"): "Usage (Σ, served)", ("cpu", "throttled"): "Batch demand throttled"}

@@ -130,19 +130,25 @@ def node_view(*, cluster: Cluster, name: str) -> NodeView:
 
 
 def node_history(*, node: Node, since_s: float) -> dict[str, np.ndarray]:
-    """The node's 1-minute archive since ``since_s``: ``times_s (m,)`` and ``(m, 8)`` series
-    capacity, limit, request, reservation, usage (1 query)."""
+    """The node's 1-minute archive since ``since_s``: ``times_s (m,)``; ``(m, 8)`` series
+    capacity, limit, request, reservation, usage (Σ u), batch_usage (Σ u of batch) and
+    prod_usage (usage − batch_usage); ``batch_throttled (m,)`` the batch pods' cpu throttling
+    rate, mcpu. Internal units; NaN where a row has no value (rows written before batch usage
+    and throttling were recorded). 1 query."""
     rows = list(UsageRollup.objects.filter(node=node, resolution=UsageRollup.MINUTE, bucket_s__gte=since_s)
-                .order_by("bucket_s").values_list("bucket_s", "limit", "request", "reservation", "usage_mean"))
+                .order_by("bucket_s").values_list("bucket_s", "limit", "request", "reservation", "usage_mean",
+                                                  "batch_usage", "batch_throttled_mcpu"))
     m = len(rows)
     capacity = vector(node.live_ledger.capacity)
 
-    def col(i: int) -> np.ndarray:
-        return np.array([vector(r[i]) for r in rows]).reshape(m, 8)
+    def col(i: int, missing: float = 0.0) -> np.ndarray:
+        return np.array([np.full(8, missing) if r[i] is None else vector(r[i]) for r in rows]).reshape(m, 8)
 
+    usage, batch = col(4), col(5, np.nan)
     return {"times_s": np.array([r[0] for r in rows], dtype=np.float64),
             "capacity": np.repeat(capacity[None, :], m, axis=0), "limit": col(1), "request": col(2),
-            "reservation": col(3), "usage": col(4)}
+            "reservation": col(3), "usage": usage, "batch_usage": batch, "prod_usage": usage - batch,
+            "batch_throttled": np.array([np.nan if r[6] is None else r[6] for r in rows], dtype=np.float64)}
 
 
 def node_workloads(*, node: Node) -> list[Workload]:

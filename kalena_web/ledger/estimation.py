@@ -13,7 +13,9 @@ PostgreSQL) and, **in one transaction**:
    workload's start → not applied);
 3. writes the touched reservations, recomputes each node's ledger — production and batch
    Σ q and Σ r as the ledgers read them (a workload whose last sample is older than T_stale,
-   or that never reported, reads ``max(r, q)``), Σ usage, ``version + 1``, ``stale`` when the
+   or that never reported, reads ``max(r, q)``), Σ usage and batch's Σ usage, the batch pods' cpu
+   throttling rate (Σ of each one's rate over its newest two samples of the last 2 × T_stale,
+   :func:`~kalena_web.ledger.mappers.throttled_rates`), ``version + 1``, ``stale`` when the
    node's freshest batch is older than T_stale = max(60 s, 3 × the agent's sampling interval);
    and checks the blueprint on that state (docs/design.md §6): with every batch workload removed, each
    node holds exactly the blueprint's production set (recorded at import) and ``Σ q ≤ C``; what
@@ -132,12 +134,18 @@ def _blueprint_check(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkl
         ledger.blueprint_checked_s = now_s
 
 
+#: The throttling rate reads the batch pods' samples of the last 2 × T_stale (each pod's newest two).
+THROTTLE_WINDOW_TTLS = 2.0
+
+
 def _recompute(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, state: Reservations,
                last_usage: np.ndarray, *, now_s: float, ttl: dict[int, float],
                fresh_s: dict[int, float]) -> list[tuple[int, dict]]:
     """Recompute the locked ``ledgers`` from ``live`` (see module doc, step 3); returns points."""
     row_ttl = np.array([ttl[n] for n in live.node_ids], dtype=np.float64)
     effective = effective_reservations(state, live.request, now_s, row_ttl) if len(live) else state.value
+    throttled = mappers.throttled_rates(live, estimation_io.load_throttle_counters(
+        live.ids[live.batch], since_s=now_s - THROTTLE_WINDOW_TTLS * max(ttl.values(), default=0.0)))
     points = []
     changed = []
     for node_id, ledger in ledgers.items():
@@ -148,6 +156,9 @@ def _recompute(ledgers: dict[int, LiveNodeLedger], live: mappers.LiveWorkloads, 
         ledger.batch_request = live.request[batch].sum(axis=0).tolist()
         ledger.batch_reservation = effective[batch].sum(axis=0).tolist()
         ledger.usage = last_usage[on].sum(axis=0).tolist()
+        ledger.batch_usage = last_usage[batch].sum(axis=0).tolist()
+        measured = throttled[batch][~np.isnan(throttled[batch])]
+        ledger.batch_throttled_mcpu = float(measured.sum()) if len(measured) or not batch.any() else None
         newest = fresh_s.get(node_id)
         if newest is not None and (ledger.last_sample_s is None or newest > ledger.last_sample_s):
             ledger.last_sample_s = newest

@@ -19,7 +19,7 @@ from kalena_web.ledger.mappers import WorkloadColumns
 from kalena_web.ledger.models import LiveNodeLedger, WorkloadReservation
 from kalena_web.telemetry.models import USAGE_COLUMNS, Sample
 
-LEDGER_VECTORS = ("prod_request", "prod_reservation", "batch_request", "batch_reservation", "usage")
+LEDGER_VECTORS = ("prod_request", "prod_reservation", "batch_request", "batch_reservation", "usage", "batch_usage")
 
 
 def _pg() -> bool:
@@ -74,6 +74,20 @@ def load_samples(batch_ids: Sequence[int]) -> list[tuple]:
         return cursor.fetchall()
 
 
+def load_throttle_counters(workload_ids: Sequence[int], *, since_s: float) -> list[tuple]:
+    """``(workload_id, node_id, ts, cpu_throttled_time_us)`` of the samples of ``workload_ids`` taken
+    at or after ``since_s`` that carry a throttling counter, by workload then time (one statement,
+    on the ``(workload, ts)`` index)."""
+    if not len(workload_ids):
+        return []
+    clause, params = _ids([int(w) for w in workload_ids])
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT workload_id, node_id, ts, cpu_throttled_time_us FROM {Sample._meta.db_table} "
+                       f"WHERE workload_id {clause} AND ts >= %s AND cpu_throttled_time_us IS NOT NULL "
+                       f"ORDER BY workload_id, ts", [*params, float(since_s)])
+        return cursor.fetchall()
+
+
 def write_reservations(rows: Sequence[tuple[int, Sequence[float], float, float, Sequence[float]]]) -> None:
     """``(workload_id, value, updated_s, last_sample_s, last_usage)`` per reservation."""
     if not rows:
@@ -111,23 +125,25 @@ def write_histories(rows: Sequence[tuple[int, bytes]]) -> None:
 
 
 def write_ledgers(ledgers: Sequence[LiveNodeLedger]) -> None:
-    """Store the vectors, ``last_sample_s``, ``stale``, ``version``, ``updated_s`` and the blueprint
-    check (``blueprint_violations``, ``blueprint_checked_s``) of ``ledgers``."""
+    """Store the vectors, ``batch_throttled_mcpu``, ``last_sample_s``, ``stale``, ``version``,
+    ``updated_s`` and the blueprint check (``blueprint_violations``, ``blueprint_checked_s``) of
+    ``ledgers``."""
     if not ledgers:
         return
     table = LiveNodeLedger._meta.db_table
     rows = [(led.node_id, *(orjson.dumps(encode_vector(getattr(led, f))).decode() for f in LEDGER_VECTORS),
-             led.last_sample_s, bool(led.stale), int(led.version), float(led.updated_s),
+             led.batch_throttled_mcpu, led.last_sample_s, bool(led.stale), int(led.version), float(led.updated_s),
              orjson.dumps(led.blueprint_violations or []).decode(), led.blueprint_checked_s) for led in ledgers]
-    scalars = ("last_sample_s", "stale", "version", "updated_s", "blueprint_violations", "blueprint_checked_s")
+    scalars = ("batch_throttled_mcpu", "last_sample_s", "stale", "version", "updated_s", "blueprint_violations",
+               "blueprint_checked_s")
     sets = ", ".join(f"{f} = v.{f}" for f in (*LEDGER_VECTORS, *scalars))
     with connection.cursor() as cursor:
         if _pg():
             vectors = ", ".join(f"unnest(%s::jsonb[]) AS {f}" for f in LEDGER_VECTORS)
             cursor.execute(
                 f"UPDATE {table} AS l SET {sets} FROM (SELECT unnest(%s::bigint[]) AS node_id, {vectors}, "
-                f"unnest(%s::float8[]) AS last_sample_s, unnest(%s::bool[]) AS stale, "
-                f"unnest(%s::bigint[]) AS version, unnest(%s::float8[]) AS updated_s, "
+                f"unnest(%s::float8[]) AS batch_throttled_mcpu, unnest(%s::float8[]) AS last_sample_s, "
+                f"unnest(%s::bool[]) AS stale, unnest(%s::bigint[]) AS version, unnest(%s::float8[]) AS updated_s, "
                 f"unnest(%s::jsonb[]) AS blueprint_violations, unnest(%s::float8[]) AS blueprint_checked_s) AS v "
                 f"WHERE l.node_id = v.node_id", [list(col) for col in zip(*rows)])
         else:

@@ -3,8 +3,10 @@ four-series chart updates as samples arrive).
 
 The estimation loop calls :func:`publish_node_ledgers` after the commit that changed the
 ledgers; :class:`kalena_web.console.consumers.NodeLiveConsumer` forwards each point to the
-browsers watching that node. A point carries the five series in internal units (``null`` =
-unconstrained): capacity, aggregate limits, requests, reservations and usage.
+browsers watching that node. A point carries, in internal units: the vectors (``null`` =
+unconstrained) capacity, aggregate limits, requests, reservations, usage (Σ u) and batch usage
+(Σ u of batch; ``null`` when the ledger has none yet), and ``batch_throttled``, the batch pods'
+cpu throttling rate in mcpu (``null`` = not measured).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def ledger_point(ledger: LiveNodeLedger, *, limits: list[float]) -> dict:
         "capacity": encode_vector(ledger.capacity), "limits": encode_vector(limits),
         "requests": encode_vector(add), "reservations": encode_vector(reserved),
         "usage": encode_vector(ledger.usage),
+        "batch_usage": None if ledger.batch_usage is None else encode_vector(ledger.batch_usage),
+        "batch_throttled": ledger.batch_throttled_mcpu,
     }
 
 

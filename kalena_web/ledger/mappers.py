@@ -186,6 +186,42 @@ def estimator_inputs(live: LiveWorkloads, samples: SampleArrays) -> tuple[np.nda
     return kept, rows[kept], np.isnan(samples.usage[kept])
 
 
+def throttled_rates(live: LiveWorkloads, rows: Sequence[tuple]) -> np.ndarray:
+    """``(n,)`` each live workload's cpu throttling rate, mcpu, over its last two samples; NaN
+    where fewer than two were kept.
+
+    ``rows`` are ``(workload_id, node_id, ts, cpu_throttled_time_us)`` by workload then time
+    (:func:`kalena_web.ledger.estimation_io.load_throttle_counters`); a sample counts when its
+    workload is live on the node that sent it and was taken at or after the workload's start,
+    as for the estimator (:func:`estimator_inputs`). ``throttled_time_us`` is the cgroup's
+    ``cpu.stat`` counter: the cumulative time its runqueues spent throttled by the CFS quota.
+    Its growth per second of wall time, ``Δ throttled_time_us / Δts / 1000``, is in mcpu — about
+    the cores of demand the quota held back (a group throttled the whole period on each of k
+    cpus accrues k seconds per second). Example: 30 s more over 60 s → 500 mcpu (0.5 cores).
+
+    Limits: it is an estimate of demand, not a measurement — a runqueue counts as throttled for
+    the whole wait whether its tasks would have used all of that cpu or not; the rate is an
+    average over the sampling interval (a short burst reads smaller); a counter that went down
+    (the pod's cgroup was recreated: a restart) gives no rate for that interval: it reads 0,
+    never negative.
+    """
+    out = np.full(len(live), np.nan)
+    if len(live) == 0 or len(rows) == 0:
+        return out
+    arr = np.array(rows, dtype=np.float64).reshape(len(rows), 4)
+    wid, node, ts, counter = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2], arr[:, 3]
+    order = np.argsort(live.ids)
+    at = order[np.clip(np.searchsorted(live.ids, wid, sorter=order), 0, len(live) - 1)]
+    keep = (live.ids[at] == wid) & (live.node_ids[at] == node) & (ts >= live.start_s[at])
+    at, ts, counter = at[keep], ts[keep], counter[keep]
+    last = np.flatnonzero(np.r_[at[1:] != at[:-1], True]) if len(at) else np.zeros(0, dtype=np.int64)
+    last = last[(last > 0) & (at[np.maximum(last - 1, 0)] == at[last])]      # a previous sample of the same row
+    dt = ts[last] - ts[last - 1]
+    gained = np.maximum(counter[last] - counter[last - 1], 0.0)
+    out[at[last]] = np.where(dt > 0, gained / np.where(dt > 0, dt, 1.0) / 1000.0, 0.0)
+    return out
+
+
 def predictor_notes(workloads: Sequence, policy: EstimatorPolicy) -> dict[int, tuple[str, str]]:
     """``{workload id: (member, why)}`` — which peak predictor serves each workload's cpu
     reservation and why (:func:`kalena_engine.predictors.explain`), from the history stored with

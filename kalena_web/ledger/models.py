@@ -75,6 +75,12 @@ class LiveNodeLedger(models.Model):
     is older than T_stale: its reservations then read ``max(r, q)`` and it takes no new batch.
     ``blueprint_violations`` is what the last estimation pass found when it removed all batch
     (:func:`kalena_engine.ledger.blueprint_violations`); any row there is a bug, surfaced loudly.
+
+    ``usage`` is Σ u over every workload on the node, ``batch_usage`` Σ u over its batch (production
+    usage is the difference); ``batch_throttled_mcpu`` is the batch pods' CFS throttling as a rate
+    (:func:`kalena_web.ledger.mappers.throttled_rates`), mcpu. Both NULL on rows not recomputed since
+    they were added, and ``batch_throttled_mcpu`` NULL while no batch pod on the node has reported
+    two throttling counters.
     """
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="live_ledger")
@@ -85,6 +91,8 @@ class LiveNodeLedger(models.Model):
     batch_request = ResourceVectorField()
     batch_reservation = ResourceVectorField()
     usage = ResourceVectorField()
+    batch_usage = ResourceVectorField(null=True, blank=True)
+    batch_throttled_mcpu = models.FloatField(null=True, blank=True)
     last_sample_s = models.FloatField(null=True, blank=True)
     stale = models.BooleanField(default=True)
     updated_s = models.FloatField(default=0.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
@@ -38,3 +39,29 @@ def live(db, kuberina_dir: Path, tmp_path: Path):
     cluster = import_homelab(kuberina_dir, tmp_path, now_s=1000.0)
     LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=1000.0)
     return cluster
+
+
+def fill_node_archive(cluster, node_name: str, *, now_s: float, minutes: int, old: int = 0) -> dict[str, np.ndarray]:
+    """``minutes`` one-minute rows of node ``node_name`` ending the minute before ``now_s``,
+    written as the archive loop writes them (the ledger set, then :func:`node_snapshot_rollup`):
+    production and batch usage that move, within capacity, and batch throttled while batch runs
+    high. The first ``old`` rows lack batch usage and throttling (written before they were
+    recorded). Returns what was written, ``(minutes,)`` arrays in cores and GiB (NaN: not recorded)."""
+    from kalena_web.archive.live import node_snapshot_rollup
+
+    ledger = LiveNodeLedger.objects.get(node__cluster=cluster, node__name=node_name)
+    cpu, ram = ledger.capacity[0], ledger.capacity[1]
+    k = np.arange(minutes, dtype=np.float64)
+    prod = np.stack([cpu * (0.30 + 0.08 * np.sin(2 * np.pi * k / 17)), ram * (0.38 + 0.04 * np.sin(2 * np.pi * k / 29))], 1)
+    batch = np.stack([cpu * (0.28 + 0.22 * np.sin(2 * np.pi * k / 23 + 1.0)), ram * (0.22 + 0.1 * np.sin(2 * np.pi * k / 19))], 1)
+    throttled = np.maximum(batch[:, 0] - 0.36 * cpu, 0.0) * 1.6
+    for i in range(minutes):
+        ledger.usage = [prod[i, 0] + batch[i, 0], prod[i, 1] + batch[i, 1], 0, 0, 0, 0, 0, 0]
+        ledger.batch_usage = None if i < old else [batch[i, 0], batch[i, 1], 0, 0, 0, 0, 0, 0]
+        ledger.batch_throttled_mcpu = None if i < old else float(throttled[i])
+        ledger.save(update_fields=["usage", "batch_usage", "batch_throttled_mcpu"])
+        node_snapshot_rollup(cluster=cluster, now_s=now_s - 60.0 * (minutes - i))
+    gone = np.arange(minutes) < old
+    return {"usage_cores": (prod[:, 0] + batch[:, 0]) / 1000.0, "usage_gib": (prod[:, 1] + batch[:, 1]) / 2**30,
+            "prod_cores": np.where(gone, np.nan, prod[:, 0] / 1000.0), "prod_gib": np.where(gone, np.nan, prod[:, 1] / 2**30),
+            "throttled_cores": np.where(gone, np.nan, throttled / 1000.0)}

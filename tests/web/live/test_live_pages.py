@@ -136,7 +136,7 @@ def test_the_live_node_page_shows_batch_throttled_with_the_numbers(operator, liv
     populate(live)
     node = live.nodes.get(name="thinkcentre-beta")
     beta = operator.get("/live/home/nodes/thinkcentre-beta/").content.decode()
-    assert "No throttling: batch has had the cpu it asked for." in beta
+    assert "No throttle action: the agent has not cut batch's cpu" in beta
     for i, (action, reason, numbers) in enumerate([
             ("throttle", "cpu_budget", {"quota_us": 15_000, "period_us": 100_000, "share_mcpu": 150, "budget_mcpu": 200,
                                         "capacity_mcpu": 390, "service_claim_mcpu": 190}),

@@ -313,3 +313,48 @@ def test_the_node_page_says_which_predictor_serves_each_workload_and_why(homelab
         if seq == 2:
             assert "too little history for percentile: 2 of 5 min" in predictor_cell()
     assert 'data-predictor="percentile"' in predictor_cell()
+
+
+def _throttling(us: float) -> dict:
+    return {"nr_periods": 600, "nr_throttled": 30, "throttled_time_us": us}
+
+
+def test_the_node_ledger_and_its_minute_rows_split_batch_usage_and_read_batch_throttling_as_cores(c1) -> None:
+    """The live node chart's data (issue: node charts show usage production first, batch on top,
+    and throttled batch as its own series): batch's Σ u beside the node's, and the batch pods'
+    cpu.stat throttled time as a rate — b1 throttled 30 s more over 60 s is 0.5 cores. A counter
+    that went down (the pod restarted) adds nothing; production's throttling is not batch's."""
+    from kalena_web.archive.live import fold_hours, node_snapshot_rollup
+    from kalena_web.archive.models import UsageRollup
+    from kalena_web.control.selectors import node_history
+
+    def sample(ts: float, b1_us: float, b2_us: float, p_us: float) -> list[dict]:
+        return [record("prod/p-0", ts, cpu_mcpu=1000.0, ram_bytes=20 * GIB, cpu_throttling=_throttling(p_us)),
+                record("batch/b1", ts, cpu_mcpu=1500.0, ram_bytes=10 * GIB, tier="batch", cpu_throttling=_throttling(b1_us)),
+                record("batch/b2", ts, cpu_mcpu=500.0, ram_bytes=5 * GIB, tier="batch", cpu_throttling=_throttling(b2_us))]
+
+    ingest(c1, 1, sample(T0, 1e6, 4e6, 0.0), now_s=T0 + 0.5)
+    estimation_run(shard=shard(c1), now_s=T0 + 1)
+    ledger = LiveNodeLedger.objects.get(node=c1)
+    assert (ledger.usage[0], ledger.batch_usage[0], ledger.batch_usage[1]) == (3000.0, 2000.0, 15 * GIB)
+    assert ledger.batch_throttled_mcpu is None            # one counter per pod: no rate yet
+
+    ingest(c1, 2, sample(T0 + 60, 31e6, 4e6, 60e6), now_s=T0 + 60.5)   # b1 +30 s, b2 +0, production +60 s
+    result = estimation_run(shard=shard(c1), now_s=T0 + 61)
+    assert LiveNodeLedger.objects.get(node=c1).batch_throttled_mcpu == pytest.approx(500.0)
+    (_, point), = result.points                           # what the page's socket receives
+    assert point["batch_throttled"] == pytest.approx(500.0) and point["batch_usage"][0] == 2000.0
+    node_snapshot_rollup(cluster=c1.cluster, now_s=T0 + 61)
+
+    ingest(c1, 3, sample(T0 + 120, 2e6, 10e6, 60e6), now_s=T0 + 120.5)  # b1 restarted (counter reset), b2 +6 s
+    estimation_run(shard=shard(c1), now_s=T0 + 121)
+    assert LiveNodeLedger.objects.get(node=c1).batch_throttled_mcpu == pytest.approx(100.0)
+    node_snapshot_rollup(cluster=c1.cluster, now_s=T0 + 121)
+
+    history = node_history(node=c1, since_s=T0)
+    np.testing.assert_allclose(history["batch_throttled"], [500.0, 100.0])
+    np.testing.assert_allclose(history["prod_usage"][:, 0], [1000.0, 1000.0])    # Σ u − batch's Σ u
+    np.testing.assert_allclose(history["batch_usage"][:, 1], [15 * GIB, 15 * GIB])
+    fold_hours(cluster=c1.cluster, now_s=T0 + 7200)       # the hour row keeps the minutes' mean
+    hour = UsageRollup.objects.get(node=c1, resolution=UsageRollup.HOUR)
+    assert hour.batch_throttled_mcpu == pytest.approx(300.0) and hour.batch_usage[0] == pytest.approx(2000.0)
