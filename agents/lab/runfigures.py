@@ -314,8 +314,8 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
     the free room, the batch requests, the production reservation and the node's usage
     (production and batch) on each side; ``parted_t_s``, the first simulated second where the
     free rooms differ by more than :data:`LEDGER_PART_SHARE` of the replay's capacity (None:
-    never) and ``parted_share_of_reads``; and under ``series`` the paired free rooms and batch
-    requests for the report's chart. None when the day has no ledger reads (recorded before they
+    never) and ``parted_share_of_reads``; and under ``series`` the paired reads of each (free rooms
+    and batch requests drawn by the report; ``live_usage`` None where a read had none). None when the day has no ledger reads (recorded before they
     were taken) or the replay no steps.
 
     Example: a 400 m node (both sides) whose live production reservation reads 120 m and batch
@@ -349,19 +349,25 @@ def ledger_divergence(ledgers: list[dict[str, Any]], observer: ReplayObserver, *
             rep_prod = np.array([observer.prod_reservation[k][i, d] for _, k, _ in pairs])
             rep_batch = np.array([observer.batch_request[k][i, d] for _, k, _ in pairs])
             rep_free = float(capacity[i, d]) - rep_prod - rep_batch
-            live_usage = [float(e["usage"][d]) for _, _, e in pairs if (e.get("usage") or [None, None])[d] is not None]
+            live_usage_read = np.array([np.nan if (e.get("usage") or [None, None])[d] is None else float(e["usage"][d])
+                                        for _, _, e in pairs])
+            live_usage = live_usage_read[~np.isnan(live_usage_read)]
             rep_usage = np.array([observer.usage[k][i, d] for _, k, _ in pairs])
             parted = np.abs(live_free - rep_free) > LEDGER_PART_SHARE * float(capacity[i, d])
             node["series"][dim] = {"live_free": live_free.round(1).tolist(), "replay_free": rep_free.round(1).tolist(),
                                    "live_batch_request": live_batch.round(1).tolist(),
-                                   "replay_batch_request": rep_batch.round(1).tolist()}
+                                   "replay_batch_request": rep_batch.round(1).tolist(),
+                                   "live_prod_reservation": live_prod.round(1).tolist(),
+                                   "replay_prod_reservation": rep_prod.round(1).tolist(),
+                                   "live_usage": [None if np.isnan(u) else round(float(u), 1) for u in live_usage_read],
+                                   "replay_usage": rep_usage.round(1).tolist()}
             node[dim] = {"live_free_median": float(np.median(live_free)),
                          "replay_free_median": float(np.median(rep_free)),
                          "live_batch_request_median": float(np.median(live_batch)),
                          "replay_batch_request_median": float(np.median(rep_batch)),
                          "live_prod_reservation_median": float(np.median(live_prod)),
                          "replay_prod_reservation_median": float(np.median(rep_prod)),
-                         "live_usage_median": float(np.median(live_usage)) if live_usage else None,
+                         "live_usage_median": float(np.median(live_usage)) if len(live_usage) else None,
                          "replay_usage_median": float(np.median(rep_usage)),
                          "parted_t_s": round(pairs[int(np.argmax(parted))][0], 1) if parted.any() else None,
                          "parted_share_of_reads": round(float(parted.mean()), 3)}

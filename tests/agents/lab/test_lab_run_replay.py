@@ -328,6 +328,10 @@ def test_the_days_ledger_reads_are_paired_with_the_replays_steps_and_say_where_t
     assert second["cpu"]["live_prod_reservation_median"] == pytest.approx(
         second["cpu"]["replay_prod_reservation_median"] + 50.0)
     assert first["reads"] == len(observer.time_s) and first["memory"]["live_usage_median"] is None
+    # every paired read is kept, so a gap can be looked at step by step (the day's analysis needs them)
+    assert set(first["series"]["memory"]["live_usage"]) == {None}
+    assert np.median(np.subtract(second["series"]["cpu"]["live_prod_reservation"],
+                                 second["series"]["cpu"]["replay_prod_reservation"])) == pytest.approx(50.0)
     assert first["cpu"]["replay_batch_request_median"] == first["cpu"]["live_batch_request_median"]
     text = format_divergence(divergence)
     assert f"{names[0]}: cpu free" in text and "parted at" in text and f"{names[1]}: cpu free" in text
