@@ -92,6 +92,53 @@ def replay_of_day(day: dict):
     return inputs, config, replay, observer
 
 
+#: Per-pod memory shifts (MiB) :func:`replay_sensitivity` replays the day's batch with: the lab's
+#: burner holds a pod's memory up to :data:`agents.lab.kubelet.spec.BURNER_OVERHEAD_MIB` (3 MiB)
+#: below its limit, less its own pages, where the replay holds it at its request (= its limit in
+#: the lab); a shift up is clipped at the limit, so only shifts down are replayed.
+SENSITIVITY_MIB = (-0.5, -1.0, -2.0, -3.0)
+
+
+def replay_sensitivity(day: dict, deltas_mib=SENSITIVITY_MIB) -> dict:
+    """The gated replay figures again with every batch pod's memory working set shifted by each of
+    ``deltas_mib`` (clipped to ``[0, its limit]``): how far the replay's own prediction moves under
+    a difference the lab cannot rule out (the lab's burner holds a pod a few MiB from its request:
+    docs/lab.md, *What a day's eviction count can tell*). Returns ``{"deltas_mib": [...],
+    "<figure>": [value per delta], "<figure>_range": [min, max] with the unshifted figure}``
+    for reclaimed cpu and batch evictions per 100 pod-hours. Example: a day whose replay evicts
+    15 times might evict 7 with every pod 1 MiB lighter — then any live count in that range is
+    the replay's own uncertainty, not a disagreement."""
+    import numpy as np
+
+    from agents.lab.runfigures import replay_figures
+    from kalena_engine.resources import RAM
+
+    keys = ("reclaimed_fraction_cpu", "batch_evictions_per_100_pod_hours")
+    out: dict = {"deltas_mib": list(deltas_mib), **{k: [] for k in keys}}
+    for delta in deltas_mib:
+        _inputs, _config, replay, observer = replay_of_day(day)
+        tasks = replay.simulator.state.tasks
+        tasks.usage[:, RAM] = np.clip(tasks.usage[:, RAM] + delta * 2**20, 0.0, tasks.limit[:, RAM])
+        figures = replay_figures(replay.run(observer), observer)
+        for k in keys:
+            out[k].append(figures[k])
+    return out
+
+
+def format_sensitivity(sensitivity: dict, live: dict, replay: dict) -> str:
+    """The line ``kalena lab run`` prints for :func:`replay_sensitivity`."""
+    parts = []
+    for key, label, fmt in (("batch_evictions_per_100_pod_hours", "batch evictions per 100 pod-hours", "{:.1f}"),
+                            ("reclaimed_fraction_cpu", "reclaimed cpu", "{:.3f}")):
+        values = [v for v in [replay.get(key), *sensitivity[key]] if v is not None]
+        lo, hi = min(values), max(values)
+        inside = live.get(key) is not None and lo <= live[key] <= hi
+        parts.append(f"{label} {fmt.format(lo)}–{fmt.format(hi)} (live {fmt.format(live[key])}: "
+                     f"{'inside' if inside else 'outside'})")
+    shifts = "/".join(f"{d:+g}" for d in sensitivity["deltas_mib"])
+    return f"replay sensitivity (every batch pod's memory {shifts} MiB): " + "; ".join(parts)
+
+
 def live_starts(pods: list[dict]) -> dict[tuple[str, str, str], list[float]]:
     """Start times (Unix s) of the live production containers, by (namespace, app, node)."""
     out: dict[tuple[str, str, str], list[float]] = {}
@@ -157,6 +204,8 @@ def handle_run(args: argparse.Namespace) -> int:
     speed = float(day["slice_summary"]["config"]["speed"])
     divergence = ledger_divergence(day.get("ledgers") or [], observer, t0=float(day["play_start_s"]), speed=speed,
                                    capacity=capacity)
+    say("run: replaying again with every batch pod's memory shifted (the replay's sensitivity)")
+    sensitivity = replay_sensitivity(day)
     report = finite({
         "lab": day["state"]["name"], "state_dir": str(state_dir), "speed": speed,
         "hours": float(day["slice_summary"]["config"]["hours"]), "play_start_s": day["play_start_s"],
@@ -166,7 +215,7 @@ def handle_run(args: argparse.Namespace) -> int:
         "fault_errors": day["fault_errors"], "livemetrics": day.get("livemetrics"), "persisted_run": run_name,
         "replay_unaccounted_ram_bytes_by_node": None if replay.simulator.unaccounted_ram is None else {
             n: float(v) for n, v in zip(state.node_names, replay.simulator.unaccounted_ram, strict=True)},
-        "ledgers": divergence,
+        "ledgers": divergence, "replay_sensitivity": sensitivity,
     })
     if run_name:
         _attach(run_name, report)
@@ -180,6 +229,7 @@ def handle_run(args: argparse.Namespace) -> int:
     print("replay nodes hold outside their pods (the live day's median of the agents' unaccounted memory): "
           + (", ".join(f"{n} {v / 2**20:.1f} MiB" for n, v in held.items()) if held else
              "nothing (this day was recorded before the sampler measured it)"))
+    print(format_sensitivity(sensitivity, live, rep))
     print(format_divergence(divergence))
     for e in live["why_evicted"]:
         print(f"  evicted (live) t={e['t_s'] / 3600:.2f} h {e['node']} {e['workload']} ({e['tier']}): {e['reason']} "

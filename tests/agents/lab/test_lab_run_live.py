@@ -61,6 +61,10 @@ def test_a_short_day_runs_end_to_end_beside_its_replay(tmp_path) -> None:
         data = json.loads(summary.read_text())
         rows = {r["figure"]: r for r in data["comparison"]["rows"]}
         assert set(rows) == FIGURES
+        # the gated figures replayed again with the batch pods' memory shifted: the replay's own spread
+        spread = data["replay_sensitivity"]
+        assert spread["deltas_mib"] == [-0.5, -1.0, -2.0, -3.0] and len(spread["reclaimed_fraction_cpu"]) == 4
+        assert "replay sensitivity (every batch pod's memory -0.5/-1/-2/-3 MiB)" in out
         assert rows["production_evictions"]["replay"] == 0 and rows["production_evictions"]["live"] == 0, rows
         assert data["replay"]["batch_pod_hours"] > 0 and data["live"]["batch_pod_hours"] > 0, rows
         assert (done.returncode == 0) == data["comparison"]["gates_passed"]

@@ -355,3 +355,16 @@ def test_a_figure_off_the_side_a_slow_machine_pushes_it_is_not_blamed_on_the_mac
     # fewer pod-hours: a slow machine gives more, so the ledgers are where to look
     said = explain("batch_pod_hours", live, replay)
     assert "short of cpu" not in said and "0.73× the replay" in said and "ledgers below" in said
+
+
+def test_the_sensitivity_line_says_whether_live_falls_inside_the_replays_own_spread() -> None:
+    from kalena_web.cli.lab_run import format_sensitivity
+
+    spread = {"deltas_mib": [-0.5, -1.0, -2.0, -3.0], "reclaimed_fraction_cpu": [0.216, 0.216, 0.211, 0.223],
+              "batch_evictions_per_100_pod_hours": [62.5, 62.5, 74.9, 38.8]}
+    live = {"reclaimed_fraction_cpu": 0.227, "batch_evictions_per_100_pod_hours": 65.5}
+    replay = {"reclaimed_fraction_cpu": 0.2231, "batch_evictions_per_100_pod_hours": 83.1}
+    line = format_sensitivity(spread, live, replay)
+    # the unshifted replay (83.1) bounds the range too; live's 65.5 is inside 38.8–83.1, its 0.227 above 0.223
+    assert "batch evictions per 100 pod-hours 38.8–83.1 (live 65.5: inside)" in line
+    assert "reclaimed cpu 0.211–0.223 (live 0.227: outside)" in line and "-0.5/-1/-2/-3 MiB" in line
