@@ -173,11 +173,14 @@ def stack_substitutions(state: dict[str, Any]) -> list[str]:
     out = [f"stacks: images {images} (built from Debian's packages by scripts/build-service-images: no registry "
            "serves postgres:16 and redis:7 here); kalena/control-plane and kalena/agent from scripts/build-images; "
            "`up` imports only kalena/busybox:test into the nodes' engines: load the stack's images into a node's "
-           "engine with `docker save IMAGE… | DOCKER_HOST=unix://<node socket> docker load`; "
+           "engine from the one they were built on (scripts/services', var/dockerd in the checkout) with "
+           "`DOCKER_HOST=unix://$PWD/var/dockerd/docker.sock docker save IMAGE… | DOCKER_HOST=unix://<node socket> "
+           "docker load`; "
            "secrets as Docker secrets (Compose: files in KALENA_SECRETS_DIR; Swarm: docker secret create)"]
     for r in state["nodes"]:
         out.append(f"stacks on {r['name']}: KALENA_DOCKER_SOCK={r['socket']} KALENA_NODE_CGROUP={r['cgroup']} "
                    f"KALENA_CGROUP_ROOT=/sys/fs/cgroup KALENA_CONSOLE_ADDRESS={r['address']} "
+                   f"KALENA_ALLOWED_HOSTS={r['address']} (the console's pages answer no other Host) "
                    f"KALENA_AGENT_CAPACITY={agent_capacity(r)} (the node's cpu quota and memory limit: without it "
                    f"the agent takes the whole machine) (DOCKER_HOST=unix://{r['socket']} for docker-compose)")
     swarm = state.get("swarm")
@@ -201,7 +204,9 @@ def stack_substitutions(state: dict[str, Any]) -> list[str]:
             out.append(f"stacks on the Swarm, the agents (the nodes share one network: no overlay traffic between them): "
                        f"KALENA_AGENT_NETWORK=host KALENA_CONSOLE_PORT={port} "
                        f"KALENA_AGENT_LINK_URL=ws://{managers[0]['address']}:{port}/agent/v1/ws "
-                       "KALENA_AGENT_HEALTH_ADDRESS=@node:9640 (each agent on its node's Swarm address)")
+                       "KALENA_AGENT_HEALTH_ADDRESS=@node:9640 (each agent on its node's Swarm address) "
+                       f"KALENA_ALLOWED_HOSTS={managers[0]['address']} (the console's pages on "
+                       f"http://{managers[0]['address']}:{port}/ answer no other Host)")
     return out
 
 

@@ -230,7 +230,7 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
     env = {"KALENA_POSTGRES_IMAGE": "kalena/postgres:15-debian", "KALENA_REDIS_IMAGE": "kalena/redis:7-debian",
            "KALENA_DOCKER_SOCK": str(node.socket), "KALENA_NODE_CGROUP": node.node_cgroup,
            "KALENA_CONSOLE_ADDRESS": f"{SUBNET}.1", "KALENA_CONSOLE_PORT": str(port),
-           "KALENA_AGENT_CAPACITY": "cpu=2,memory=3Gi"}
+           "KALENA_ALLOWED_HOSTS": f"{SUBNET}.1", "KALENA_AGENT_CAPACITY": "cpu=2,memory=3Gi"}
     project = f"kalena-stk-{uuid.uuid4().hex[:6]}"
     # without its secrets the stack is refused before anything is created
     bare = Stack(node, env, project)
@@ -252,6 +252,13 @@ def test_the_compose_stack_runs_as_written_on_one_engine(node, tmp_path) -> None
         wait_until(live, timeout_s=300, what="the console answering /livez",
                    why=lambda: stack.compose("ps", check=False).stdout)
         marks["live"] = time.monotonic()
+        # a page, opened by the address the console is published on (KALENA_ALLOWED_HOSTS: any
+        # other Host is 400), and the cluster's metrics with the stack's token (docs/deploy-docker.md)
+        assert urllib.request.urlopen(f"http://{SUBNET}.1:{port}/accounts/login/", timeout=10).status == 200
+        token = (tmp_path / "secrets" / "metrics_token").read_text()
+        metrics = urllib.request.Request(f"http://{SUBNET}.1:{port}/metrics/cluster",
+                                         headers={"Authorization": f"Bearer {token}"})
+        assert urllib.request.urlopen(metrics, timeout=10).status == 200
         # the watch created the cluster and registered the engine; the agent joined for its own token
         wait_until(lambda: "1 token(s)" in stack.kalena("agent-token", "list"), timeout_s=180,
                    what="the agent joining", why=lambda: stack.compose("logs", "--tail", "20", "agent", "watch",

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -152,6 +153,9 @@ def deployed(tmp_path: Path, marks: dict, *, memory_mib: int = 2048, env: dict[s
         wait_until(console_ready, timeout_s=420, what="the console answering /livez",
                    why=lambda: swarm.docker("stack", "ps", "kalena", "--no-trunc", check=False).stdout)
         marks["live"] = time.monotonic()
+        # a page, opened where `status` says the console is (any Host not in KALENA_ALLOWED_HOSTS is 400)
+        page = f"http://{manager['address']}:{printed['KALENA_CONSOLE_PORT']}/accounts/login/"
+        assert urllib.request.urlopen(page, timeout=10).status == 200
         # every node's agent joined with the stack's secret and holds its own node token
         wait_until(lambda: "3 token(s)" in swarm.kalena("agent-token", "list"), timeout_s=240,
                    what="the three agents joining", why=lambda: swarm.kalena("agent-token", "list") + swarm.docker(

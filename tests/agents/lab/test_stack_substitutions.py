@@ -29,6 +29,8 @@ def test_every_printed_substitution_is_a_variable_of_both_stacks() -> None:
         (line,) = [x for x in lines if x.startswith(f"stacks on n{i}:")]
         assert f"KALENA_DOCKER_SOCK=/lab/n{i}/docker.sock" in line and f"KALENA_NODE_CGROUP=kalena-lab/n{i}" in line
         assert f"KALENA_CONSOLE_ADDRESS=127.0.25.{i + 2}" in line
+        # the console's pages answer only the hosts allowed: its address, the one it is opened by
+        assert f"KALENA_ALLOWED_HOSTS=127.0.25.{i + 2} " in line
     assert any("dnsrr" in x for x in lines)
     # the Swarm's per-node socket: one value for every node, a Swarm template over node-ID links
     state["swarm"]["node_links"] = "/lab/swarm-nodes"
@@ -39,6 +41,7 @@ def test_every_printed_substitution_is_a_variable_of_both_stacks() -> None:
     assert "KALENA_NODE_CGROUP=@parent" in swarm
     (agents,) = [x for x in lines if x.startswith("stacks on the Swarm, the agents")]
     assert "KALENA_AGENT_LINK_URL=ws://127.0.25.2:8470/agent/v1/ws" in agents and "KALENA_CONSOLE_PORT=8470" in agents
+    assert "KALENA_ALLOWED_HOSTS=127.0.25.2 " in agents       # the manager's address, where the console answers
     printed = {m for line in (swarm, agents) for m in re.findall(r"\b(KALENA_[A-Z_]+)=", line)}
     assert printed <= variables("swarm/stack.yml")
     assert not any("dnsrr" in x for x in stack_substitutions({**state, "swarm": None}))
