@@ -25,8 +25,9 @@ Threads:
 
 One copy per pod: a copy of an older (or lost) attempt found running — a node coming back with
 the task it ran when it was declared lost — has its service removed through a manager and its
-container stopped on its engine when that engine answers; finished attempts' services are
-removed once their event is handed on (nothing is left behind).
+container stopped on its engine when that engine answers; finished attempts' services, and
+refused ones' (a rejected task: the pod is refused, Kalena gives up on that attempt), are
+removed once their event is handed on (nothing is left behind, listed or running).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from agents.orchestrators.base import ID_LABEL
 from agents.orchestrators.docker.client import (
     ALLOCATABLE_CPU, ALLOCATABLE_MEMORY, Engine, SwarmOrchestrator, image_sizes,
 )
+from agents.orchestrators.docker.labels import ATTEMPT
 from agents.orchestrators.docker.lifecycle import LOST_AFTER_S, RESCHEDULE_NODES_PER_S, Lifecycle
 from agents.orchestrators.docker.swarm import (
     node_figures, node_name, node_state, task_event, task_inspect,
@@ -69,6 +71,14 @@ def placed_task(tasks: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     ran = [t for t in tasks if ((t.get("Status") or {}).get("ContainerStatus") or {}).get("ContainerID")]
     pool = ran or list(tasks)
     return max(pool, key=index) if pool else None
+
+
+def service_attempt(service: Mapping[str, Any]) -> int:
+    """A batch service's attempt (its label ``kalena.naughtian.io/attempt``; 0 without one)."""
+    try:
+        return int(((service.get("Spec") or {}).get("Labels") or {}).get(ATTEMPT, "0") or 0)
+    except ValueError:
+        return 0
 
 
 class SwarmWatcher:
@@ -100,6 +110,7 @@ class SwarmWatcher:
         self._sourced: dict[str, Engine] = {}  # node name → its engine, while its events stream is up
         self._images: dict[str, dict[str, float]] = {}
         self._service_of: dict[str, str] = {}  # container id → service id
+        self._refused: dict[str, str] = {}  # service id of a rejected attempt → its node (to remove)
         self._node_keys: dict[str, tuple] = {}
         self._passes = 0
         self._manager_stream: Any = None
@@ -207,7 +218,9 @@ class SwarmWatcher:
                 if (task.get("Status") or {}).get("State") == "rejected":
                     event = task_event(task, ref=ref, node=where, at_s=now)
                     if isinstance(event, PodRefused):
-                        out += self.lifecycle._emit(event)
+                        out += self.lifecycle._emit(event, attempt=service_attempt(service))
+                        # Kalena gives up on this attempt: its service goes once the refusal is handed on
+                        self._refused[str(service.get("ID", ""))] = where
                     continue
                 attrs = task_inspect(task)
                 if attrs is None or not where:
@@ -346,11 +359,13 @@ class SwarmWatcher:
 
     def _act(self) -> None:
         """Stale copies: remove their service and stop the container where its engine answers;
-        finished attempts: remove their service."""
+        finished attempts and refused ones (a rejected task): remove their service."""
         with self._lock:
             stale, removable = list(self.lifecycle.stale), list(self.lifecycle.removable)
+            refused = dict(self._refused)
             self.lifecycle.stale.clear()
             self.lifecycle.removable.clear()
+            self._refused.clear()
             services = {cid: self._service_of.get(cid, "") for _, cid in stale + removable}
             engines = dict(self._sourced)
         for node, cid in stale:
@@ -365,6 +380,11 @@ class SwarmWatcher:
                     engine.stop_and_remove(cid, grace_s=2)
             except Exception as exc:  # noqa: BLE001 - retried on the next list
                 log.warning("swarm watch %s: cannot remove %s: %s", node, cid[:12], exc)
+        for service_id, node in refused.items():
+            try:
+                self.swarm.remove_service(service_id)  # Swarm removes its task (and any container) with it
+            except Exception as exc:  # noqa: BLE001 - still listed (rejected): retried on the next list
+                log.warning("swarm watch %s: cannot remove refused service %s: %s", node, service_id[:12], exc)
 
     @staticmethod
     def _service_from_engine(engine: Engine | None, cid: str) -> str:

@@ -8,8 +8,8 @@ from agents.orchestrators.base import BatchSpec
 from agents.orchestrators.docker.labels import labels_for
 from agents.orchestrators.docker.lifecycle import Lifecycle
 from agents.orchestrators.docker.swarm import node_name, node_state, task_inspect
-from agents.orchestrators.docker.swarm_watch import placed_task
-from agents.orchestrators.events import PodFinished, PodRunning
+from agents.orchestrators.docker.swarm_watch import SwarmWatcher, placed_task
+from agents.orchestrators.events import PodFinished, PodRefused, PodRunning
 
 HOST = "same-host"
 
@@ -78,3 +78,49 @@ def test_after_a_drain_the_task_that_ran_says_the_pods_state_not_swarms_pending_
     replacement = task("pending", index=7, container="")
     assert placed_task([replacement, ran]) is ran
     assert placed_task([replacement]) is replacement
+
+
+class RejectingSwarm:
+    """The managers' lists of a one-node Swarm whose batch services' tasks were rejected, and
+    the services a watcher removes (recorded in order with the events it handed on)."""
+
+    engines: list = []
+
+    def __init__(self, log: list) -> None:
+        self.log, self.listed = log, []
+
+    def node_list(self) -> list[dict]:
+        return [node("id-a", label="node-a")]
+
+    def services(self) -> list[dict]:
+        return self.listed
+
+    def remove_service(self, service_id: str) -> None:
+        self.log.append(("removed", service_id))
+        self.listed = [s for s in self.listed if s["ID"] != service_id]
+
+
+def rejected_service(service_id: str, attempt: int) -> dict:
+    t = task("rejected", index=attempt + 1, container="", err="No such image: kalena/none:missing") | {
+        "ServiceID": service_id}
+    return {"ID": service_id, "Spec": {"Labels": {"kalena.naughtian.io/workload": "batch/job",
+                                                  "kalena.naughtian.io/attempt": str(attempt)}}, "Tasks": [t]}
+
+
+def test_a_rejected_attempt_is_refused_once_then_its_service_removed_and_a_later_one_refused_too() -> None:
+    log: list = []
+    swarm = RejectingSwarm(log)
+    watcher = SwarmWatcher(swarm, emit=lambda e: log.append(e), clock=lambda: 100.0)
+    swarm.listed = [rejected_service("s0", 0)]
+    watcher.relist()
+    watcher.relist()  # listed again before it is removed: told once
+    watcher._act()
+    refused = [e for e in log if isinstance(e, PodRefused)]
+    assert refused == [PodRefused(ref="batch/job", node="node-a", reason="No such image: kalena/none:missing",
+                                  at_s=100.0)]
+    assert log.index(("removed", "s0")) > log.index(refused[0]) and swarm.listed == []
+    swarm.listed = [rejected_service("s1", 1)]  # the pod's next attempt, refused as well
+    watcher.relist()
+    watcher._act()
+    assert [e.ref for e in log if isinstance(e, PodRefused)] == ["batch/job", "batch/job"]
+    assert ("removed", "s1") in log and swarm.listed == []
