@@ -86,6 +86,26 @@ class CgroupFs(ABC):
         text = _read_optional(self.group_dir(rel, "memory") / "cgroup.procs")
         return [int(x) for x in text.split()] if text else []
 
+    def populated(self, rel: str) -> bool:
+        """Whether any process runs in the group or a group below it.
+
+        cgroup v1 has no flag for it: the ``cgroup.procs`` of the group and every descendant in
+        the memory hierarchy are read, stopping at the first non-empty one (a pod's processes live
+        in its containers' groups, not in the pod's own). False only when at least one such file
+        was read and all were empty; a group with none (gone, or a test tree without them) is
+        taken as populated — a vanished group is for :meth:`read_stats` to report."""
+        found = False
+        for dirpath, _dirs, files in os.walk(self.group_dir(rel, "memory")):
+            if "cgroup.procs" not in files:
+                continue
+            text = _read_optional(Path(dirpath) / "cgroup.procs")
+            if text is None:
+                continue
+            if text.strip():
+                return True
+            found = True
+        return not found
+
     def pressure_file(self, rel: str, resource: str) -> Path | None:
         """The group's ``<resource>.pressure`` if this kernel exposes one, else ``None``."""
         base = self.psi_root if self.version == 1 else self.root
@@ -254,6 +274,18 @@ class CgroupV2(CgroupFs):
 
     def exists(self, rel: str) -> bool:
         return (self.root / rel).is_dir()
+
+    def populated(self, rel: str) -> bool:
+        """``cgroup.events`` ``populated`` (the kernel's own flag for the subtree); a group without
+        the file is taken as populated (see :meth:`CgroupFs.populated`)."""
+        text = _read_optional(self.root / rel / "cgroup.events")
+        if text is None:
+            return True
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "populated":
+                return value.strip() != "0"
+        return True
 
     def read_stats(self, rel: str, *, memory_only: bool = False, with_psi: bool = True) -> RawStats:
         base = self.root / rel

@@ -96,13 +96,22 @@ class CgroupCollector:
                 return None
         return total
 
-    def sample(self, workload: Workload, now_s: float, *, memory_only: bool = False) -> UsageSample:
-        """Read one workload.
+    def sample(self, workload: Workload, now_s: float, *, memory_only: bool = False) -> UsageSample | None:
+        """Read one workload; None while no process runs in its group (:meth:`CgroupFs.populated`).
+
+        A group whose containers all died — their runtime stopped, or a container between
+        restarts — still exists and reads 0, which is not the workload's usage: it gets no sample,
+        so it ages to T_stale and the ledgers hold it at ``max(r, q)`` (docs/design.md §5) instead of
+        decaying production's reservation while it is down. Its rate anchor is dropped: the first
+        rate after it runs again is taken over a fresh interval.
 
         Raises:
             OSError: the group vanished (the workload ended).
             TelemetryError: a file is malformed.
         """
+        if not self.fs.populated(workload.cgroup):
+            self._anchors.pop(workload.id, None)
+            return None
         raw = self.fs.read_stats(workload.cgroup, memory_only=memory_only,
                                  with_psi=workload.id not in self.psi_excluded)
         usage = np.full(N_DIMS, math.nan)
