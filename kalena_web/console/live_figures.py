@@ -4,11 +4,13 @@ usage split into production and batch and, for cpu, the batch pods' throttling.
 
 Usage is what the agents measured, so it is what the node served: production's usage is drawn
 filled from zero, batch's stacked on it up to the Σ usage line (the band between the two lines
-is batch). RAM is split the same way. "Batch throttled" is the cpu the CFS quota held back from
-the node's batch pods: Σ over them of Δ(``cpu.stat`` throttled time) / Δt, in cores
-(:func:`kalena_web.ledger.mappers.throttled_rates`) — cumulative time a group's runqueues spent
-throttled per second of wall time, about the cores of batch demand that waited. A pod restart
-resets its counter; that interval counts nothing (never a negative rate).
+is batch). RAM is split the same way. "Batch throttled" is how much of the time the CFS quota
+held the node's batch pods back: Σ over them of Δ(``cpu.stat`` throttled time) / Δt
+(:func:`kalena_web.ledger.mappers.throttled_rates`), in seconds per second — about the number of
+batch runqueues waiting at any moment. It is drawn on its own right-hand axis, not in cores: a pod
+throttled through every period counts about 1 whatever its demand (ten pods each held to a few
+millicores read near 10 on a 0.4-core node), so it says how much batch waits, not how many cores it
+would use. A pod restart resets its counter; that interval counts nothing (never a negative rate).
 
 Trace order (the page's live updates extend them by index, ``static/console/live.js``):
 cpu capacity, limits, requests, reservations, usage (Σ), production usage, batch throttled; then
@@ -54,7 +56,8 @@ def _plain(values: np.ndarray) -> list[float | None]:
 
 def live_node_figure(history: dict[str, np.ndarray]) -> str:
     """JSON of the live node figure from :func:`kalena_web.control.selectors.node_history`:
-    x in epoch milliseconds, y in cores and GiB, every array a plain list (module doc). A series
+    x in epoch milliseconds, y in cores and GiB (batch throttled in seconds per second on the cpu
+    panel's right-hand axis), every array a plain list (module doc). A series
     the history lacks is drawn as gaps."""
     x = _plain(history["times_s"] * 1000.0)
     m = len(x)
@@ -71,9 +74,9 @@ def live_node_figure(history: dict[str, np.ndarray]) -> str:
             traces.append(go.Scatter(
                 x=x, y=_plain(values), name=label, legendgroup=key,
                 showlegend=panel == 0, mode="lines", line=dict(color=COLOURS[key], **STYLE[key]),
-                xaxis="x", yaxis="y" if panel == 0 else "y2",
+                xaxis="x", yaxis=("y3" if key == "batch_throttled" else "y") if panel == 0 else "y2",
                 fill="tozeroy" if key in FILL else None, fillcolor=FILL.get(key),
-                hovertemplate=f"%{{y:,.2f}} {unit}<extra>{hover}</extra>"))
+                hovertemplate=f"%{{y:,.2f}} {'s/s' if key == 'batch_throttled' else unit}<extra>{hover}</extra>"))
     title = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="bottom", showarrow=False,
                  font=dict(size=13, color="#334155"))
     layout = _layout(
@@ -82,6 +85,9 @@ def live_node_figure(history: dict[str, np.ndarray]) -> str:
                    title=dict(text="time (UTC)"), showline=True, linecolor="#cbd5e1", zeroline=False),
         yaxis=_yaxis(domain=[0.56, 1.0], title=dict(text="cores")),
         yaxis2=_yaxis(domain=[0.0, 0.44], title=dict(text="GiB")),
+        yaxis3=dict(overlaying="y", side="right", rangemode="tozero", showgrid=False, zeroline=False,
+                    title=dict(text="batch throttled, s/s", font=dict(color=COLOURS["batch_throttled"])),
+                    tickfont=dict(color=COLOURS["batch_throttled"])),
         annotations=[dict(title, text="<b>CPU</b> · cores", y=1.0), dict(title, text="<b>RAM</b> · GiB", y=0.44)],
     )
     layout.legend.y = 1.06

@@ -195,12 +195,14 @@ def throttled_rates(live: LiveWorkloads, rows: Sequence[tuple]) -> np.ndarray:
     workload is live on the node that sent it and was taken at or after the workload's start,
     as for the estimator (:func:`estimator_inputs`). ``throttled_time_us`` is the cgroup's
     ``cpu.stat`` counter: the cumulative time its runqueues spent throttled by the CFS quota.
-    Its growth per second of wall time, ``Δ throttled_time_us / Δts / 1000``, is in mcpu — about
-    the cores of demand the quota held back (a group throttled the whole period on each of k
-    cpus accrues k seconds per second). Example: 30 s more over 60 s → 500 mcpu (0.5 cores).
+    Its growth per second of wall time, ``Δ throttled_time_us / Δts / 1000``, is kept in
+    thousandths of a second per second (the ledger's mcpu scale: 1000 = one runqueue held back the
+    whole time; a group throttled through every period on each of k cpus accrues k seconds per
+    second). Example: 30 s more over 60 s → 500 (0.5 s/s).
 
-    Limits: it is an estimate of demand, not a measurement — a runqueue counts as throttled for
-    the whole wait whether its tasks would have used all of that cpu or not; the rate is an
+    Limits: it measures waiting, not the cpu the pods would have used — a runqueue counts as
+    throttled for the whole wait whatever its tasks' demand (a pod held to a few millicores and
+    throttled through every period reads about 1 s/s), so it is not in cores; the rate is an
     average over the sampling interval (a short burst reads smaller); a counter that went down
     (the pod's cgroup was recreated: a restart) gives no rate for that interval: it reads 0,
     never negative.

@@ -16,8 +16,7 @@ from tests.web.live_cluster import fill_node_archive
 
 pytestmark = pytest.mark.django_db
 
-CPU_TRACES = ["Capacity", "Limits (Σ)", "Requests (Σ)", "Reservations (Σ)", "Usage (Σ)", "Production usage",
-              "Batch throttled"]
+CPU_TRACES = ["Capacity", "Limits (Σ)", "Requests (Σ)", "Reservations (Σ)", "Usage (Σ)", "Production usage"]
 
 
 def y(trace: dict) -> np.ndarray:
@@ -29,8 +28,11 @@ def test_the_live_node_chart_stacks_batch_on_production_and_draws_batch_throttle
     client.force_login(User.objects.create_user("op", password="x" * 12))
     page = client.get("/live/home/nodes/thinkcentre-beta/").content.decode()
     fig = figure(page, "fig-live")
-    cpu, ram = traces(fig, "y"), traces(fig, "y2")
-    assert list(cpu) == CPU_TRACES and list(ram) == CPU_TRACES[:-1]   # memory is not throttled
+    cpu, ram, waiting = traces(fig, "y"), traces(fig, "y2"), traces(fig, "y3")
+    assert list(cpu) == CPU_TRACES and list(ram) == CPU_TRACES     # memory is not throttled
+    # batch throttled is seconds of waiting per second, not cores: its own axis beside the cpu panel
+    assert list(waiting) == ["Batch throttled"] and fig["layout"]["yaxis3"]["overlaying"] == "y"
+    assert "s/s" in fig["layout"]["yaxis3"]["title"]["text"]
     for panel, dim in ((cpu, "cores"), (ram, "gib")):
         capacity, usage, prod = y(panel["Capacity"]), y(panel["Usage (Σ)"]), y(panel["Production usage"])
         np.testing.assert_allclose(usage, written[f"usage_{dim}"])             # the top line: Σ usage
@@ -38,7 +40,7 @@ def test_the_live_node_chart_stacks_batch_on_production_and_draws_batch_throttle
         assert np.all(usage <= capacity)                                       # as the input is
         assert np.all(prod[3:] <= usage[3:]) and np.all(prod[3:] > 0)          # batch is the band above
         assert np.isnan(prod[:3]).all()                                        # old rows: a gap
-    throttled = y(cpu["Batch throttled"])
+    throttled = y(waiting["Batch throttled"])
     np.testing.assert_allclose(throttled, written["throttled_cores"])
     assert np.isnan(throttled[:3]).all() and np.nanmax(throttled) > 0
     assert cpu["Usage (Σ)"]["fill"] == cpu["Production usage"]["fill"] == "tozeroy"
@@ -56,5 +58,5 @@ def test_a_history_without_the_split_draws_gaps() -> None:
     assert len(data) == 13
     by_name = {(t["name"], t["yaxis"]): t["y"] for t in data}
     assert by_name[("Usage (Σ)", "y")] == [1.0, 1.0]
-    assert by_name[("Production usage", "y")] == by_name[("Batch throttled", "y")] == [None, None]
+    assert by_name[("Production usage", "y")] == by_name[("Batch throttled", "y3")] == [None, None]
 

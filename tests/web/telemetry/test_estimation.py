@@ -322,7 +322,7 @@ def _throttling(us: float) -> dict:
 def test_the_node_ledger_and_its_minute_rows_split_batch_usage_and_read_batch_throttling_as_cores(c1) -> None:
     """The live node chart's data (issue: node charts show usage production first, batch on top,
     and throttled batch as its own series): batch's Σ u beside the node's, and the batch pods'
-    cpu.stat throttled time as a rate — b1 throttled 30 s more over 60 s is 0.5 cores. A counter
+    cpu.stat throttled time as a rate — b1 throttled 30 s more over 60 s is 0.5 s/s (500). A counter
     that went down (the pod restarted) adds nothing; production's throttling is not batch's."""
     from kalena_web.archive.live import fold_hours, node_snapshot_rollup
     from kalena_web.archive.models import UsageRollup
