@@ -12,6 +12,8 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -39,13 +41,14 @@ SWARM_PORT = 22377  # this worktree's port range (never 2377)
 BATCH = "batch/swarm-e2e"
 
 
-@pytest.fixture
-def swarm_engine():
-    tag = uuid.uuid4().hex[:6]
-    with PrivateEngines(ROOT / f"e2e-{tag}", ("swarm-a",), ("0",), memory=f"{CAPACITY_MIB}Mi", tag=tag) as pe:
+@contextmanager
+def single_node_swarm(root: Path, name: str, *, memory: str, tag: str, port: int):
+    """A private engine (``PrivateEngines``) as a one-node Swarm listening on ``port``; on exit its
+    services are removed, it leaves the Swarm, and no cgroup of it is left (asserted)."""
+    with PrivateEngines(root, (name,), ("0",), memory=memory, tag=tag) as pe:
         (engine,) = pe.engines
         client = engine.client()
-        client.swarm.init(advertise_addr="127.0.0.1", listen_addr=f"127.0.0.1:{SWARM_PORT}")
+        client.swarm.init(advertise_addr="127.0.0.1", listen_addr=f"127.0.0.1:{port}")
         try:
             yield engine
         finally:
@@ -55,6 +58,14 @@ def swarm_engine():
             client.close()
     shutil.rmtree(pe.root, ignore_errors=True)
     assert pe.cgroup_leftovers() == []
+
+
+@pytest.fixture
+def swarm_engine():
+    tag = uuid.uuid4().hex[:6]
+    with single_node_swarm(ROOT / f"e2e-{tag}", "swarm-a", memory=f"{CAPACITY_MIB}Mi", tag=tag,
+                           port=SWARM_PORT) as engine:
+        yield engine
 
 
 def test_swarm_batch_is_throttled_and_evicted_as_batch(swarm_engine, services, tmp_path) -> None:  # noqa: F811

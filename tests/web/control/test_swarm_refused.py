@@ -6,14 +6,12 @@ container: tests/web/control/test_docker_engines.py)."""
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 
 import numpy as np
 import pytest
 
-from agents.bench.dockerd import PrivateEngines
 from agents.orchestrators.docker import Engine, EngineConfig, SwarmOrchestrator
 from kalena_engine.policy import Policy
 from kalena_web.cli.benchenv import free_port
@@ -21,7 +19,7 @@ from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.services import batch_submit, scheduling_pass
 from tests.web.control.test_docker_engines import MIB, ROOT, fresh, wait_until
-from tests.web.control.test_swarm_e2e import start_watch_one
+from tests.web.control.test_swarm_e2e import single_node_swarm, start_watch_one
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 WORKLOAD = "kalena.naughtian.io/workload"
@@ -30,19 +28,8 @@ WORKLOAD = "kalena.naughtian.io/workload"
 @pytest.fixture
 def swarm_engine():
     tag = f"wx{uuid.uuid4().hex[:4]}"
-    with PrivateEngines(ROOT / f"swarm-{tag}", ("swarm-r",), ("0",), memory="256Mi", tag=tag) as pe:
-        (engine,) = pe.engines
-        client = engine.client()
-        client.swarm.init(advertise_addr="127.0.0.1", listen_addr=f"127.0.0.1:{free_port()}")
-        try:
-            yield engine
-        finally:
-            for service in client.services.list():
-                service.remove()
-            client.swarm.leave(force=True)
-            client.close()
-    shutil.rmtree(pe.root, ignore_errors=True)
-    assert pe.cgroup_leftovers() == []
+    with single_node_swarm(ROOT / f"swarm-{tag}", "swarm-r", memory="256Mi", tag=tag, port=free_port()) as engine:
+        yield engine
 
 
 def test_a_refused_pods_service_is_removed(swarm_engine) -> None:
