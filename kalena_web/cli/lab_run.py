@@ -104,10 +104,10 @@ def replay_sensitivity(day: dict, deltas_mib=SENSITIVITY_MIB) -> dict:
     ``deltas_mib`` (clipped to ``[0, its limit]``): how far the replay's own prediction moves under
     a difference the lab cannot rule out (the lab's burner holds a pod a few MiB from its request:
     docs/lab.md, *What a day's eviction count can tell*). Returns ``{"deltas_mib": [...],
-    "<figure>": [value per delta], "<figure>_range": [min, max] with the unshifted figure}``
-    for reclaimed cpu and batch evictions per 100 pod-hours. Example: a day whose replay evicts
-    15 times might evict 7 with every pod 1 MiB lighter — then any live count in that range is
-    the replay's own uncertainty, not a disagreement."""
+    "<figure>": [value per delta]}`` for reclaimed cpu and batch evictions per 100 pod-hours (each
+    delta replays the whole day again). Example (day E of docs/lab.md): a replay that evicts 15
+    times evicted 13 with every batch pod 0.5–2 MiB lighter and 7 with it 3 MiB lighter — a live
+    count within that range is the replay's own uncertainty, not a disagreement."""
     import numpy as np
 
     from agents.lab.runfigures import replay_figures
