@@ -66,7 +66,8 @@ class Client:
             raise RemoteError(f"--server: {url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
         if not token:
             raise RemoteError(f"--server {url} needs an API token: --token or ${TOKEN_ENV} "
-                              "(`kalena api-token create USER NAME` makes one)")
+                              "(the console's API tokens page makes one, or `kalena api-token create USER "
+                              "--name NAME` run against that console's database)")
         self.url, self.token = url, token
 
     def request(self, method: str, path: str, body: dict | None = None,
