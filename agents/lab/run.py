@@ -141,18 +141,16 @@ def _daemonset_requests(kubelet_url: str) -> dict[str, float] | None:
     return out
 
 
-def unaccounted_bytes(kubepods: Path, daemonset_request: dict[str, float]) -> float | None:
-    """Memory the node's pods group holds outside every pod's row, as the agent's ``unaccounted``
-    term counts it (docs/design.md §7) with ``--reserved`` 0: ``max(0, W − Σ_pods accounted)``,
-    ``W`` the working set of ``kubepods``, a pod accounting for its own working set, a DaemonSet
-    pod for ``min(its working set, its memory request)``. Pod groups are ``pod<uid>`` directly
-    under ``kubepods`` (Guaranteed) or under ``kubepods/burstable`` / ``besteffort``. None when
-    ``kubepods`` is unreadable. Example: W 450 MiB; pods 300 + 70 MiB, a DaemonSet pod using 3 MiB
-    of a 2 MiB request → 450 − 370 − 2 = 78 MiB."""
+def pod_working_sets(kubepods: Path) -> tuple[float, dict[str, float]] | None:
+    """``(W, {uid: working set})`` in bytes: the working set of the node's ``kubepods`` group and
+    of each pod group in it, as the agent reads them (:func:`_working_set`). Pod groups are
+    ``pod<uid>`` directly under ``kubepods`` (Guaranteed) or under ``kubepods/burstable`` /
+    ``besteffort``; a pod group that cannot be read is left out. None when ``kubepods`` is
+    unreadable."""
     total = _working_set(kubepods)
     if total is None:
         return None
-    accounted = 0.0
+    pods: dict[str, float] = {}
     for parent in (kubepods, kubepods / "burstable", kubepods / "besteffort"):
         try:
             names = [e.name for e in os.scandir(parent) if e.is_dir() and e.name.startswith("pod")]
@@ -160,17 +158,27 @@ def unaccounted_bytes(kubepods: Path, daemonset_request: dict[str, float]) -> fl
             continue
         for name in names:
             used = _working_set(parent / name)
-            if used is None:
-                continue
-            request = daemonset_request.get(name[3:])
-            accounted += min(used, request) if request is not None else used
+            if used is not None:
+                pods[name[3:]] = used
+    return total, pods
+
+
+def unaccounted_bytes(total: float, pods: dict[str, float], daemonset_request: dict[str, float]) -> float:
+    """Memory the node's pods group holds outside every pod's row, as the agent's ``unaccounted``
+    term counts it (docs/design.md §7) with ``--reserved`` 0: ``max(0, W − Σ_pods accounted)``,
+    ``W`` and the pods' working sets from :func:`pod_working_sets`, a pod accounting for its own
+    working set, a DaemonSet pod for ``min(its working set, its memory request)``. Example: W
+    450 MiB; pods 300 + 70 MiB, a DaemonSet pod using 3 MiB of a 2 MiB request → 450 − 370 − 2 =
+    78 MiB."""
+    accounted = sum(min(used, daemonset_request[uid]) if uid in daemonset_request else used
+                    for uid, used in pods.items())
     return max(0.0, total - accounted)
 
 
 class Sampler(threading.Thread):
     """Every ``every_s``: node and host PSI, every memory group's oom_kill under each node, and
-    (Kubernetes mode) each node's memory held outside its pods' rows (:func:`unaccounted_bytes`;
-    the DaemonSet pods re-read from the kubelet double every 10 s); every ``ledger_every_s`` the
+    (Kubernetes mode) each node's pods' working sets and the memory held outside their rows
+    (:meth:`_memory`; the DaemonSet pods re-read from the kubelet double every 10 s); every ``ledger_every_s`` the
     console's node ledgers (:func:`console_ledgers`, kept in ``ledgers``)."""
 
     def __init__(self, state: dict[str, Any], every_s: float = 1.0, root: Path = CGROUP,
@@ -186,17 +194,23 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
         self._daemonsets: dict[str, tuple[float, dict[str, float]]] = {}   # node → (read at, uid → request)
 
-    def _unaccounted(self, node: dict[str, Any], group: str, now: float) -> float | None:
+    def _memory(self, node: dict[str, Any], group: str, now: float) -> dict[str, Any]:
+        """The node's memory as the agent reads it: ``kubepods_ws_bytes`` (W), ``pod_ws_bytes``
+        (pod uid → working set) and ``unaccounted_bytes`` (Kubernetes mode; None elsewhere or
+        while unreadable)."""
         url = node.get("kubelet_url")
-        if not url:
-            return None
+        read = pod_working_sets(self.root / "memory" / group / "kubepods") if url else None
+        if read is None:
+            return {"unaccounted_bytes": None}
         seen_at, requests = self._daemonsets.get(node["name"], (-1e18, {}))
         if now - seen_at >= 10.0:
             fresh = _daemonset_requests(url)
             if fresh is not None:
                 requests = fresh
                 self._daemonsets[node["name"]] = (now, requests)
-        return unaccounted_bytes(self.root / "memory" / group / "kubepods", requests)
+        total, pods = read
+        return {"unaccounted_bytes": unaccounted_bytes(total, pods, requests), "kubepods_ws_bytes": total,
+                "pod_ws_bytes": {uid: round(v) for uid, v in pods.items()}}
 
     def _oom(self, node: str, group: str) -> None:
         base = self.root / "memory" / group
@@ -219,7 +233,7 @@ class Sampler(threading.Thread):
                 group = node["cgroup"] if "cgroup" in node else f"{self.state['cgroup_root']}/{node['name']}"
                 row["nodes"][node["name"]] = {"cpu": _psi(self.root / "unified" / group / "cpu.pressure"),
                                               "memory": _psi(self.root / "unified" / group / "memory.pressure"),
-                                              "unaccounted_bytes": self._unaccounted(node, group, now)}
+                                              **self._memory(node, group, now)}
                 try:
                     self._oom(node["name"], group)
                 except OSError:

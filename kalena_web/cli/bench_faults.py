@@ -474,7 +474,8 @@ class Recovery:
 
 def _recover(row: int, fault: str, rig: Rig, generator: Generator, row_start: float, fault_end: float) -> Recovery:
     """Poll the database every 0.5 s after the fault until every sample stamped up to
-    ``fault_end`` is stored exactly once and applied (or :data:`RECOVERY_LIMIT_S`); the
+    ``fault_end`` is stored exactly once and applied and every agent is connected again (or
+    :data:`RECOVERY_LIMIT_S`); the
     progress goes to the row's timeline file."""
     from kalena_web.cli.benchenv import machine_ticks, process_cpu_s
 
@@ -526,7 +527,9 @@ def _recover(row: int, fault: str, rig: Rig, generator: Generator, row_start: fl
                 if out.applied_s is None and progress.applied >= wanted:
                     out.applied_s = round(elapsed, 1)
             timeline.flush()
-            if out.recovery_s is not None and out.applied_s is not None:
+            # done when stored, applied and every agent linked again: an agent restarted by the
+            # fault may still be in its reconnect backoff after the others' samples are all in
+            if out.recovery_s is not None and out.applied_s is not None and out.reconnect_s is not None:
                 break
             time.sleep(0.5)
     return out

@@ -161,19 +161,34 @@ def throttle_text(action: str, reason: str, numbers: dict) -> str:
                       "service_claim_mcpu": 190})
           → "cpu quota set to 0.15 cores: its share of the 0.2 cores batch may use while
              production claims 0.19 of the node's 0.39"
+        throttle_text("throttle", "cpu_budget", {"quota_us": 10000, "period_us": 100000,
+                      "share_mcpu": 100, "budget_mcpu": 1200, "capacity_mcpu": 290,
+                      "service_claim_mcpu": 250})
+          → "cpu quota set to 0.1 cores: the floor each batch pod keeps (1.2 cores in all, more
+             than the 0.04 production leaves of the node's 0.29); production is kept ahead by
+             cpu weight"
         throttle_text("cpu_weight", "cpu_contention", {"weight": 1, "contended_services": ["a/b"]})
           → "cpu weight lowered to 1 while production (a/b) waits for cpu"
+
+    The budget is ``max(min_batch_cpu · n_batch, C − Σ claims)`` (docs/design.md §7): when the
+    floor is the larger, the quotas add up to more than the node has left, and the text says so
+    rather than naming a share of a budget the node cannot hold.
     """
     n = numbers or {}
     if action == "throttle":
         period = n.get("period_us") or 0
         quota = f"{_number(n['quota_us'] / period, 3)} cores" if period and n.get("quota_us") is not None else "no limit"
         text = f"cpu quota set to {quota}"
-        if n.get("budget_mcpu") is not None:
-            text += f": its share of the {_cores(n['budget_mcpu'])} cores batch may use"
-            if n.get("capacity_mcpu") is not None:
-                text += (f" while production claims {_cores(n.get('service_claim_mcpu'))} of the node's "
-                         f"{_cores(n['capacity_mcpu'])}")
+        budget, capacity, claim = n.get("budget_mcpu"), n.get("capacity_mcpu"), n.get("service_claim_mcpu")
+        left = None if capacity is None or claim is None else max(0.0, capacity - claim)
+        if budget is not None and left is not None and budget > left + 0.5:    # the floor decided (mcpu)
+            text += (f": the floor each batch pod keeps ({_cores(budget)} cores in all, more than the "
+                     f"{_cores(left)} production leaves of the node's {_cores(capacity)}); production is kept "
+                     f"ahead by cpu weight")
+        elif budget is not None:
+            text += f": its share of the {_cores(budget)} cores batch may use"
+            if capacity is not None:
+                text += f" while production claims {_cores(claim)} of the node's {_cores(capacity)}"
         return text
     contended = ", ".join(n.get("contended_services") or [])
     if action == "cpu_weight":

@@ -235,7 +235,7 @@ def test_a_live_pod_ending_mid_step_holds_its_request_for_the_part_of_the_step_i
 
 
 def test_the_sampler_counts_the_memory_outside_every_pods_row_as_the_agent_does(tmp_path) -> None:
-    from agents.lab.run import unaccounted_bytes
+    from agents.lab.run import pod_working_sets, unaccounted_bytes
     from agents.lab.runfigures import median_unaccounted
 
     mib = 2**20
@@ -251,9 +251,11 @@ def test_the_sampler_counts_the_memory_outside_every_pods_row_as_the_agent_does(
     group("burstable/podb", 72, inactive_mib=2)         # W 70
     group("burstable/podds", 3)                         # a DaemonSet pod using 3 MiB of its 2 MiB request
     group("besteffort/not-a-pod", 50)                   # not a pod group: ignored
-    assert unaccounted_bytes(tmp_path / "kubepods", {"ds": 2.0 * mib}) == (450 - 300 - 70 - 2) * mib
-    assert unaccounted_bytes(tmp_path / "kubepods", {}) == (450 - 300 - 70 - 3) * mib
-    assert unaccounted_bytes(tmp_path / "missing", {}) is None
+    total, pods = pod_working_sets(tmp_path / "kubepods")
+    assert total == 450 * mib and pods == {"g": 300 * mib, "b": 70 * mib, "ds": 3 * mib}
+    assert unaccounted_bytes(total, pods, {"ds": 2.0 * mib}) == (450 - 300 - 70 - 2) * mib
+    assert unaccounted_bytes(total, pods, {}) == (450 - 300 - 70 - 3) * mib
+    assert pod_working_sets(tmp_path / "missing") is None
     rows = [{"ts": t, "nodes": {"n1": {"unaccounted_bytes": v}, "n2": {"unaccounted_bytes": None}}}
             for t, v in ((1.0, 3.0), (2.0, 5.0), (3.0, 4.0), (9.0, 100.0))]
     assert median_unaccounted(rows, ["n1", "n2"], 0.0, 5.0).tolist() == [4.0, 0.0]   # t = 9 is after the day

@@ -140,7 +140,10 @@ def test_the_live_node_page_shows_batch_throttled_with_the_numbers(operator, liv
     for i, (action, reason, numbers) in enumerate([
             ("throttle", "cpu_budget", {"quota_us": 15_000, "period_us": 100_000, "share_mcpu": 150, "budget_mcpu": 200,
                                         "capacity_mcpu": 390, "service_claim_mcpu": 190}),
-            ("cpu_weight", "cpu_contention", {"weight": 1, "contended_services": ["smart-home/home-assistant-0"]})]):
+            ("cpu_weight", "cpu_contention", {"weight": 1, "contended_services": ["smart-home/home-assistant-0"]}),
+            # the anti-starvation floor (12 pods × 0.1 core) above what production leaves: no "share of 1.2 of 0.29"
+            ("throttle", "cpu_budget", {"quota_us": 10_000, "period_us": 100_000, "share_mcpu": 100,
+                                        "budget_mcpu": 1200, "capacity_mcpu": 290, "service_claim_mcpu": 250})]):
         batch = IngestBatch.objects.create(node=node, batch_id=f"t:{i}", kind=IngestBatch.ACTION, shard=0, ts=1000.0 + i,
                                            received_s=1000.0 + i, stored_s=1000.0 + i)
         MitigationEvent.objects.create(batch=batch, node=node, ts=1000.0 + i, action=action, reason=reason,
@@ -152,4 +155,8 @@ def test_the_live_node_page_shows_batch_throttled_with_the_numbers(operator, liv
     assert ("cpu quota set to 0.15 cores: its share of the 0.2 cores batch may use while production claims "
             "0.19 of the node&#x27;s 0.39") in section
     assert "cpu weight lowered to 1 while production (smart-home/home-assistant-0) waits for cpu" in section
-    assert section.index('data-action="cpu_weight"') < section.index('data-action="throttle"')  # newest first
+    assert ("cpu quota set to 0.1 cores: the floor each batch pod keeps (1.2 cores in all, more than the 0.04 "
+            "production leaves of the node&#x27;s 0.29); production is kept ahead by cpu weight") in section
+    assert "share of the 1.2 cores" not in section
+    # newest first
+    assert section.index("the floor each") < section.index('data-action="cpu_weight"') < section.index("its share of")
