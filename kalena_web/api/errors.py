@@ -137,8 +137,14 @@ def install_error_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(AuthenticationError)
     def unauthenticated(request, exc):
-        return respond(request, 401, error_body(401, "log in, or send Authorization: Bearer <API token>"),
-                       {"WWW-Authenticate": 'Bearer realm="kalena"'})
+        sent = request.headers.get("Authorization", "")
+        if sent.lower().startswith("bearer "):   # a script's token, refused: say so, not "log in"
+            detail = ("the API token sent is not valid (unknown, revoked or expired): create one on the "
+                      "console's API tokens page or with `kalena api-token create USER --name NAME`")
+            header = 'Bearer realm="kalena", error="invalid_token"'
+        else:
+            detail, header = "log in, or send Authorization: Bearer <API token>", 'Bearer realm="kalena"'
+        return respond(request, 401, error_body(401, detail), {"WWW-Authenticate": header})
 
     @api.exception_handler(AuthorizationError)
     def forbidden(request, exc):

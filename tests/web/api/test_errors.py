@@ -50,6 +50,20 @@ def test_unauthenticated_read_and_write_are_401_json(live) -> None:
     assert not BatchPod.objects.exists()
 
 
+def test_a_refused_api_token_is_named_not_answered_with_log_in(live) -> None:
+    """A script sending a wrong token is told its token was refused (and how to get one), not to
+    log in — the CLI prints this detail as it is."""
+    script = Client(enforce_csrf_checks=True)
+    for call in (lambda: script.get("/api/clusters/home/batch", HTTP_AUTHORIZATION="Bearer kal_not-a-token"),
+                 lambda: post(script, VALID, HTTP_AUTHORIZATION="Bearer kal_not-a-token")):
+        response = call()
+        body = _error(response, 401, "unauthenticated")
+        assert "API token sent is not valid" in body["detail"] and "log in" not in body["detail"], body
+        assert "kalena api-token create" in body["detail"]
+        assert 'error="invalid_token"' in response["WWW-Authenticate"]
+    assert not BatchPod.objects.exists()
+
+
 def test_a_logged_in_write_without_the_csrf_token_is_refused_as_json(live) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(_user("op-csrf", "operator"))
