@@ -110,6 +110,12 @@ class ClusterCollector:
                                        labels=labels)
         last = GaugeMetricFamily("kalena_node_last_sample_timestamp_seconds",
                                  "Unix time of the node's freshest sample (absent before the first)", labels=labels)
+        batch_usage = {unit: GaugeMetricFamily(f"kalena_node_batch_usage_{unit}", f"Σ usage of the node's batch pods, in "
+                                               f"{unit} (absent until the agent has reported it)", labels=labels)
+                       for unit, _, _ in _UNITS}
+        throttled = GaugeMetricFamily("kalena_node_batch_throttled_seconds_per_second",
+                                      "The node's batch pods' CFS throttled time per second of wall time, summed over "
+                                      "the pods (absent while no batch pod has reported it)", labels=labels)
         blueprint = GaugeMetricFamily("kalena_node_blueprint_violations", "Blueprint check of the last estimation "
                                       "pass (docs/design.md §6): ways removing all batch would not leave the blueprint's "
                                       "production set within capacity on the node (0 = holds; any other value is a bug)",
@@ -129,12 +135,18 @@ class ClusterCollector:
                 for name, value in (("capacity", cap), ("requests", req), ("reservations", res),
                                     ("usage", led.usage[i]), ("slack", cap - res)):
                     gauges[name, unit].add_metric(key, value / div)
+            if led.batch_usage is not None:
+                for unit, i, div in _UNITS:
+                    batch_usage[unit].add_metric(key, led.batch_usage[i] / div)
+            if led.batch_throttled_mcpu is not None:
+                throttled.add_metric(key, led.batch_throttled_mcpu / 1000.0)
             stale.add_metric(key, 1.0 if led.stale else 0.0)
             ineligible.add_metric(key, 1.0 if node.condition.slack_ineligible_until_s > now else 0.0)
             if led.last_sample_s is not None:
                 last.add_metric(key, led.last_sample_s)
         yield from gauges.values()
-        yield from (stale, ineligible, last, blueprint)
+        yield from batch_usage.values()
+        yield from (throttled, stale, ineligible, last, blueprint)
 
     def workloads(self) -> Iterator:
         evictions = CounterMetricFamily("kalena_evictions", "Evictions by cause (why-evicted records)",

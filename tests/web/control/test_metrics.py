@@ -24,6 +24,13 @@ def test_metrics_expose_ledgers_stale_nodes_and_evictions(client, live, settings
     got = samples(client.get("/metrics/cluster"))
     key = (("cluster", "home"), ("node", "thinkcentre-beta"))
     assert got[("kalena_node_capacity_cores", key)] == 3.55
+    # batch usage and throttling appear once the agent reported them (absent before: no invented 0)
+    assert ("kalena_node_batch_throttled_seconds_per_second", key) not in got
+    LiveNodeLedger.objects.filter(node=node).update(batch_throttled_mcpu=500.0,
+                                                    batch_usage=[250.0, 2 * 2**30, 0, 0, 0, 0, 0, 0])
+    got = samples(client.get("/metrics/cluster"))
+    assert got[("kalena_node_batch_throttled_seconds_per_second", key)] == 0.5
+    assert got[("kalena_node_batch_usage_cores", key)] == 0.25 and got[("kalena_node_batch_usage_bytes", key)] == 2 * 2**30
     assert got[("kalena_node_telemetry_stale", key[:2])] == 1.0
     assert got[("kalena_node_telemetry_stale", (("cluster", "home"), ("node", "thinkcentre-alpha")))] == 0.0
     assert got[("kalena_evictions_total", (("cause", "priority"), ("cluster", "home"), ("node", "thinkcentre-beta")))] == 1
