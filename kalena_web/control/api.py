@@ -41,6 +41,10 @@ class NodeOut(Schema):
     headroom: dict
     reclaimed: dict
     batch_pods: int
+    batch_usage: dict | None = Field(None, description="Σ usage of the node's batch pods (null until the agent "
+                                                          "reported it); production's is usage less this")
+    batch_throttled_s_per_s: float | None = Field(None, description="the batch pods' CFS throttled time per second, "
+                                                                    "summed over the pods (null while none reported it)")
 
 
 NODE_SORTS = {"row": lambda v: v.node.row, "name": lambda v: v.node.name, "batch_pods": lambda v: v.batch_pods,
@@ -80,7 +84,9 @@ def nodes(request: HttpRequest, response: HttpResponse, cluster: ClusterName,
                     ledger_version=v.version,
                     capacity=to_ir_block(v.capacity), requests=to_ir_block(v.request),
                     reservations=to_ir_block(v.reservation), usage=to_ir_block(v.usage), slack=to_ir_block(v.slack),
-                    headroom=to_ir_block(v.headroom), reclaimed=to_ir_block(v.reclaimed), batch_pods=v.batch_pods)
+                    headroom=to_ir_block(v.headroom), reclaimed=to_ir_block(v.reclaimed), batch_pods=v.batch_pods,
+                    batch_usage=None if v.batch_usage is None else to_ir_block(v.batch_usage),
+                    batch_throttled_s_per_s=None if v.batch_throttled_mcpu is None else v.batch_throttled_mcpu / 1000.0)
             for v in page_of(views, page, request, response)]
 
 

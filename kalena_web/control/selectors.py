@@ -58,6 +58,10 @@ class NodeView:
     #: the orchestrator's watch: the node is ready, and schedulable (not cordoned, drained or paused)
     ready: bool = True
     schedulable: bool = True
+    #: Σ usage of the node's batch pods ``(8,)`` (None before the agent reported it) and their CFS
+    #: throttled time per second, summed over the pods, ×1000 (None while none reported it)
+    batch_usage: np.ndarray | None = None
+    batch_throttled_mcpu: float | None = None
 
     @property
     def slack(self) -> np.ndarray:
@@ -80,7 +84,7 @@ LIST_COLUMNS = ("id", "row", "name", "zone", "active", "takes_batch", "live_ledg
                 "live_ledger__last_sample_s", "live_ledger__version", "live_ledger__blueprint_violations",
                 "live_ledger__blueprint_checked_s", "condition__slack_ineligible_until_s",
                 "condition__ineligible_reason", "condition__pressure_since_s", "condition__ready",
-                "condition__schedulable")
+                "condition__schedulable", "live_ledger__batch_usage", "live_ledger__batch_throttled_mcpu")
 
 
 def node_views(*, cluster: Cluster, name: str | None = None) -> list[NodeView]:
@@ -99,7 +103,8 @@ def node_views(*, cluster: Cluster, name: str | None = None) -> list[NodeView]:
             out.append(_view(node, led.capacity, led.prod_request, led.batch_request, led.prod_reservation,
                              led.batch_reservation, led.usage, led.stale, led.last_sample_s, led.version,
                              led.blueprint_violations, led.blueprint_checked_s, cond.slack_ineligible_until_s,
-                             cond.ineligible_reason, cond.pressure_since_s, cond.ready, cond.schedulable, bound))
+                             cond.ineligible_reason, cond.pressure_since_s, cond.ready, cond.schedulable,
+                             led.batch_usage, led.batch_throttled_mcpu, bound))
         return out
     for node_id, row, node_name, zone, active, takes_batch, *rest in nodes.values_list(*LIST_COLUMNS):
         node = Node(id=node_id, row=row, name=node_name, zone=zone, active=active, takes_batch=takes_batch,
@@ -110,7 +115,7 @@ def node_views(*, cluster: Cluster, name: str | None = None) -> list[NodeView]:
 
 def _view(node, capacity, prod_request, batch_request, prod_reservation, batch_reservation, usage, stale,
           last_sample_s, version, violations, checked_s, ineligible_until_s, ineligible_reason, pressure_since_s,
-          ready, schedulable, bound) -> NodeView:
+          ready, schedulable, batch_usage, batch_throttled_mcpu, bound) -> NodeView:
     prod_q, batch_q = vector(prod_request), vector(batch_request)
     return NodeView(
         node=node, capacity=vector(capacity), request=prod_q + batch_q, prod_request=prod_q,
@@ -119,7 +124,8 @@ def _view(node, capacity, prod_request, batch_request, prod_reservation, batch_r
         ineligible_until_s=ineligible_until_s, ineligible_reason=ineligible_reason,
         pressure_since_s=pressure_since_s, batch_pods=bound.get(node.id, 0),
         blueprint_violations=tuple(violations or ()), blueprint_checked_s=checked_s,
-        ready=ready is not False, schedulable=schedulable is not False)
+        ready=ready is not False, schedulable=schedulable is not False,
+        batch_usage=None if batch_usage is None else vector(batch_usage), batch_throttled_mcpu=batch_throttled_mcpu)
 
 
 def node_view(*, cluster: Cluster, name: str) -> NodeView:

@@ -350,6 +350,15 @@ def test_the_node_ledger_and_its_minute_rows_split_batch_usage_and_read_batch_th
     estimation_run(shard=shard(c1), now_s=T0 + 121)
     assert LiveNodeLedger.objects.get(node=c1).batch_throttled_mcpu == pytest.approx(100.0)
     node_snapshot_rollup(cluster=c1.cluster, now_s=T0 + 121)
+    # the same figures reach scripts: the REST node list (IR units: cores, GiB; seconds per second)
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.create_user("throttle-viewer", password="x" * 12))
+    (api_node,) = client.get(f"/api/clusters/{c1.cluster.name}/nodes").json()
+    assert api_node["batch_throttled_s_per_s"] == pytest.approx(0.1)
+    assert api_node["batch_usage"]["cpu"] == pytest.approx(2.0) and api_node["batch_usage"]["ram"] == pytest.approx(15.0)
 
     history = node_history(node=c1, since_s=T0)
     np.testing.assert_allclose(history["batch_throttled"], [500.0, 100.0])
