@@ -118,6 +118,59 @@ def median_unaccounted(samples: list[dict[str, Any]], node_names: list[str], t0:
     return np.array([float(np.median(v)) if v else 0.0 for v in values])
 
 
+def _batch_held_bytes(pod: dict[str, Any], overhead_mib: float) -> float | None:
+    """What the burner holds for a batch pod (bytes): its ``work`` figure held at most its memory
+    limit (the webhook's resources annotation, else the container's, else the figure) less
+    ``overhead_mib``; None for a pod without the work annotation."""
+    from agents.lab.kubelet.spec import WORK_ANNOTATION
+    from agents.orchestrators.kubernetes.batch_resources import RESOURCES_ANNOTATION, QuantityError, memory_bytes
+    from kalena_engine.labslice.replay import burner_held_mib
+
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        figure = float(json.loads(annotations[WORK_ANNOTATION])["memory_mib"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    limit = figure * 2**20
+    try:
+        containers = json.loads(annotations[RESOURCES_ANNOTATION])["containers"]
+        limit = float(memory_bytes(next(iter(containers.values()))["limits"]["memory"], field=RESOURCES_ANNOTATION))
+    except (KeyError, TypeError, ValueError, StopIteration, QuantityError):
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            raw = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            try:
+                limit = float(memory_bytes(raw, field="limits.memory")) if raw else limit
+            except QuantityError:
+                pass
+    return float(burner_held_mib(np.array(figure), np.array(limit), overhead_mib)) * 2**20
+
+
+def burner_own_bytes(day: dict[str, Any], overhead_mib: float) -> dict[str, Any] | None:
+    """The pages the lab's burner holds beside its memory figure, measured on the day: for each
+    batch pod the sampler saw (``pod_ws_bytes``, its pod group's working set as the agent reads
+    it), the median of its working set less what the burner holds for it
+    (:func:`_batch_held_bytes`); returns ``{"bytes": median over pods, "pods": count, "p10",
+    "p90"}`` (bytes), or None when the day has no such samples (recorded before the sampler took
+    them). Example: a pod holding 37 MiB for a 40 MiB figure whose group reads 37.7 MiB → 0.7 MiB."""
+    held = {}
+    for pod in day.get("pods") or []:
+        uid = (pod.get("metadata") or {}).get("uid")
+        value = _batch_held_bytes(pod, overhead_mib) if uid else None
+        if value is not None:
+            held[uid] = value
+    seen: dict[str, list[float]] = {}
+    for row in day.get("samples") or []:
+        for entry in (row.get("nodes") or {}).values():
+            for uid, ws in ((entry or {}).get("pod_ws_bytes") or {}).items():
+                if uid in held:
+                    seen.setdefault(uid, []).append(float(ws) - held[uid])
+    per_pod = [float(np.median(v)) for v in seen.values() if v]
+    if not per_pod:
+        return None
+    return {"bytes": float(np.median(per_pod)), "pods": len(per_pod), "p10": float(np.percentile(per_pod, 10)),
+            "p90": float(np.percentile(per_pod, 90))}
+
+
 def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.ndarray, prod_request: np.ndarray,
                  step_s: float, steps: int, pods: list[dict] | None = None) -> dict[str, Any]:
     """The live day's figures (module doc). ``capacity`` / ``prod_request``: ``(n, 2)`` cpu mcpu

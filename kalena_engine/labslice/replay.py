@@ -28,7 +28,7 @@ and running 200 s.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -165,3 +165,52 @@ def series_offsets(production_ids: Sequence[str], declaration_of: Mapping[str, t
             out[i] = int(max(0.0, day_start_s - starts[j]) // step_wall_s) % steps
         taken[key] = j + 1
     return out
+
+
+def burner_held_mib(value_mib: np.ndarray, limit_bytes: np.ndarray, overhead_mib: float) -> np.ndarray:
+    """The memory figure (MiB) the lab's burner holds for a figure ``value_mib``: rounded to
+    whole MiB as the slice renders it, and at most the container's limit (whole MiB) less
+    ``overhead_mib`` (the burner's own pages, so a pod at its limit in the trace is not OOM-killed),
+    never below 0. Shapes broadcast. Example: 95.6 MiB under a 96 MiB limit with 3 MiB overhead →
+    min(96, 93) = 93 MiB; 40.2 MiB → 40 MiB."""
+    cap = np.maximum(0.0, np.floor(np.asarray(limit_bytes, dtype=np.float64) / MIB) - overhead_mib)
+    return np.minimum(np.round(np.asarray(value_mib, dtype=np.float64)), cap)
+
+
+@dataclass(frozen=True, eq=False)
+class BurnerHeldUsage(ProductionUsage):
+    """Production usage as the lab's burner holds it: every memory figure
+    :func:`burner_held_mib` of the trace's, plus ``own_bytes`` — the pages the burner and the
+    container's init hold themselves, which the pod's cgroup counts beside the figure (measured
+    on a day: :func:`agents.lab.runfigures.burner_own_bytes`). cpu is unchanged. ``clipped``
+    still flags the trace above the limit (the burner itself never exceeds it)."""
+
+    overhead_mib: float = 0.0
+    own_bytes: float = 0.0
+
+    def clipped_usage_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        usage = self.usage_at(step)
+        clipped = usage > self.limit
+        held = np.minimum(usage, self.limit)
+        ram = burner_held_mib(held[:, RAM] / MIB, self.limit[:, RAM], self.overhead_mib) * MIB + self.own_bytes
+        held[:, RAM] = np.minimum(ram, self.limit[:, RAM])
+        return held, clipped
+
+
+def hold_like_burner(replay: Replay, *, overhead_mib: float, own_bytes: float) -> None:
+    """Make ``replay`` hold memory as the lab's burner does (docs/lab.md, *How the replay holds
+    memory*): production through :class:`BurnerHeldUsage`, and each batch task's working set
+    ``min(request, ⌊L⌋ − overhead) + own`` MiB (a batch pod holds its request, the lab's ``work``
+    figure), at most its limit. ``own_bytes`` 0 with ``overhead_mib`` 0 leaves the replay as built
+    except for the whole-MiB rounding. Mutates ``replay``'s simulator.
+
+    Example: a batch task of 40 MiB request and limit, overhead 3 MiB, own pages 0.7 MiB → held at
+    37.7 MiB where the replay held 40 MiB; a production pod whose trace reads 20.4 MiB under a
+    64 MiB limit → 20.7 MiB."""
+    sim = replay.simulator
+    usage = sim.usage
+    sim.usage = BurnerHeldUsage(**{f.name: getattr(usage, f.name) for f in fields(ProductionUsage)},
+                                overhead_mib=float(overhead_mib), own_bytes=float(own_bytes))
+    tasks = sim.state.tasks
+    held = burner_held_mib(tasks.usage[:, RAM] / MIB, tasks.limit[:, RAM], overhead_mib) * MIB + own_bytes
+    tasks.usage[:, RAM] = np.minimum(held, tasks.limit[:, RAM])

@@ -61,10 +61,11 @@ def up_arguments(args: argparse.Namespace) -> list[str]:
 
 def replay_of_day(day: dict):
     """The replay of the day's slice (inputs, config, built replay, observer), simulated clock."""
-    from agents.lab.runfigures import ReplayObserver, median_unaccounted
+    from agents.lab.kubelet.spec import BURNER_OVERHEAD_MIB
+    from agents.lab.runfigures import ReplayObserver, burner_own_bytes, median_unaccounted
     from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
     from kalena_engine.labslice.compression import policy_on_clock
-    from kalena_engine.labslice.replay import build_slice_replay, slice_replay_inputs
+    from kalena_engine.labslice.replay import build_slice_replay, hold_like_burner, slice_replay_inputs
     from kalena_engine.policy_file import parse_policy_text
     from kalena_engine.traces.bitbrains import load_bitbrains
     from kalena_engine.traces.google import production_peak_ratios, read_task_events, read_task_usage
@@ -83,6 +84,9 @@ def replay_of_day(day: dict):
         arrivals=json.loads((slice_dir / "batch-schedule.json").read_text())["arrivals"],
         slice_config=summary["config"], policy=policy_on_clock(scaled, day["compression"]["clocks"]))
     replay = build_slice_replay(inputs, config, offsets=lambda ids: _offsets(day, workloads, inputs, config, ids))
+    # memory as the burner holds it: at most the limit less its overhead, plus its own pages as measured
+    own = burner_own_bytes(day, BURNER_OVERHEAD_MIB)
+    hold_like_burner(replay, overhead_mib=BURNER_OVERHEAD_MIB, own_bytes=own["bytes"] if own else 0.0)
     names = list(replay.simulator.state.node_names)
     # the memory each live node held outside its pods' rows, which the agents' ledgers count
     t0, speed = float(day["play_start_s"]), float(summary["config"]["speed"])

@@ -370,3 +370,51 @@ def test_the_sensitivity_line_says_whether_live_falls_inside_the_replays_own_spr
     # the unshifted replay (83.1) bounds the range too; live's 65.5 is inside 38.8–83.1, its 0.227 above 0.223
     assert "batch evictions per 100 pod-hours 38.8–83.1 (live 65.5: inside)" in line
     assert "reclaimed cpu 0.211–0.223 (live 0.227: outside)" in line and "-0.5/-1/-2/-3 MiB" in line
+
+
+def test_the_replay_holds_memory_as_the_labs_burner_does(day) -> None:
+    """The lab's burner holds a figure at most the limit less its overhead, plus its own pages;
+    the replay held batch at its request and production at its trace value (memory evictions
+    were predicted for a node the live burner kept MiBs lighter)."""
+    from kalena_engine.labslice.replay import burner_held_mib, hold_like_burner
+    from kalena_engine.resources import RAM
+
+    mib = 2**20
+    # the table of the docstring: rounding, the cap ⌊L⌋ − overhead, never below 0
+    assert burner_held_mib(np.array([95.6, 40.2, 2.0]), np.array([96, 96, 2]) * mib, 3).tolist() == [93.0, 40.0, 0.0]
+    replay = build_slice_replay(day["inputs"], day["config"])
+    tasks = replay.simulator.state.tasks
+    before_batch = tasks.usage[:, RAM].copy()
+    before_prod, _ = replay.simulator.usage.clipped_usage_at(3)
+    hold_like_burner(replay, overhead_mib=3, own_bytes=0.7 * mib)
+    # batch: request = limit in the lab, so every pod is held 3 − 0.7 = 2.3 MiB under it
+    expected = np.minimum(np.maximum(0, np.floor(tasks.limit[:, RAM] / mib) - 3) * mib + 0.7 * mib, tasks.limit[:, RAM])
+    np.testing.assert_allclose(tasks.usage[:, RAM], expected)
+    assert (tasks.usage[:, RAM] < before_batch).all()
+    # production: the trace's figure in whole MiB plus the own pages, cpu untouched
+    after_prod, _ = replay.simulator.usage.clipped_usage_at(3)
+    limit = replay.simulator.state.production.limit[:, RAM]
+    cap = np.maximum(0, np.floor(limit / mib) - 3)
+    np.testing.assert_allclose(after_prod[:, RAM], np.minimum(np.minimum(np.round(before_prod[:, RAM] / mib), cap) * mib
+                                                              + 0.7 * mib, limit))
+    np.testing.assert_array_equal(after_prod[:, 0], before_prod[:, 0])
+
+
+def test_the_burners_own_pages_are_measured_from_the_days_pod_groups() -> None:
+    from agents.lab.runfigures import burner_own_bytes
+
+    mib = 2**20
+
+    def pod(uid: str, figure: int, limit: str | None = None) -> dict:
+        annotations = {"lab.kalena.naughtian.io/work": json.dumps({"cpu_m": 10, "memory_mib": figure, "duration_s": 5})}
+        if limit:
+            annotations["kalena.naughtian.io/resources"] = json.dumps({"containers": {"work": {"limits": {"memory": limit}}}})
+        return {"metadata": {"uid": uid, "annotations": annotations}, "spec": {"containers": []}}
+
+    pods = [pod("a", 40), pod("b", 20, limit="64Mi"), {"metadata": {"uid": "prod", "annotations": {}}, "spec": {}}]
+    # a: held 37 MiB (40 − 3), reads 37.5, 37.7, 37.9 → 0.7; b: its limit 64 Mi leaves the figure whole, reads 20.9 → 0.9
+    samples = [{"ts": t, "nodes": {"n1": {"pod_ws_bytes": {"a": (37 + d) * mib, "prod": 99 * mib}},
+                                   "n2": {"pod_ws_bytes": {"b": 20.9 * mib}}}} for t, d in ((1, 0.5), (2, 0.7), (3, 0.9))]
+    own = burner_own_bytes({"pods": pods, "samples": samples}, 3)
+    assert own["pods"] == 2 and own["bytes"] == pytest.approx(0.8 * mib)
+    assert burner_own_bytes({"pods": pods, "samples": [{"ts": 1, "nodes": {"n1": {"cpu": None}}}]}, 3) is None
