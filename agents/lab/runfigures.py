@@ -149,7 +149,8 @@ def burner_own_bytes(day: dict[str, Any], overhead_mib: float) -> dict[str, Any]
     """The pages the lab's burner holds beside its memory figure, measured on the day: for each
     batch pod the sampler saw (``pod_ws_bytes``, its pod group's working set as the agent reads
     it), the median of its working set less what the burner holds for it
-    (:func:`_batch_held_bytes`); returns ``{"bytes": median over pods, "pods": count, "p10",
+    (:func:`_batch_held_bytes`), over the samples where it held at least half of that (its
+    container running: a Completed pod's group stays, reading about 0); returns ``{"bytes": median over pods, "pods": count, "p10",
     "p90"}`` (bytes), or None when the day has no such samples (recorded before the sampler took
     them). Example: a pod holding 37 MiB for a 40 MiB figure whose group reads 37.7 MiB → 0.7 MiB."""
     held = {}
@@ -162,7 +163,8 @@ def burner_own_bytes(day: dict[str, Any], overhead_mib: float) -> dict[str, Any]
     for row in day.get("samples") or []:
         for entry in (row.get("nodes") or {}).values():
             for uid, ws in ((entry or {}).get("pod_ws_bytes") or {}).items():
-                if uid in held:
+                # running: a pod's group outlives its container (Completed pods stay), reading ~0
+                if uid in held and float(ws) >= 0.5 * held[uid]:
                     seen.setdefault(uid, []).append(float(ws) - held[uid])
     per_pod = [float(np.median(v)) for v in seen.values() if v]
     if not per_pod:

@@ -60,7 +60,11 @@ def up_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def replay_of_day(day: dict):
-    """The replay of the day's slice (inputs, config, built replay, observer), simulated clock."""
+    """The replay of the day's slice (inputs, config, built replay, observer), simulated clock:
+    memory held as the lab's burner holds it, with its own pages as the day measured them
+    (:func:`agents.lab.runfigures.burner_own_bytes`; 0 for a day recorded before the sampler read
+    the pods' groups), and each node holding the day's median of its memory outside every pod's
+    row."""
     from agents.lab.kubelet.spec import BURNER_OVERHEAD_MIB
     from agents.lab.runfigures import ReplayObserver, burner_own_bytes, median_unaccounted
     from kalena_engine.kuberina import load_blueprint, load_infrastructure, load_workloads
@@ -96,22 +100,22 @@ def replay_of_day(day: dict):
     return inputs, config, replay, observer
 
 
-#: Per-pod memory shifts (MiB) :func:`replay_sensitivity` replays the day's batch with: the lab's
-#: burner holds a pod's memory up to :data:`agents.lab.kubelet.spec.BURNER_OVERHEAD_MIB` (3 MiB)
-#: below its limit, less its own pages, where the replay holds it at its request (= its limit in
-#: the lab); a shift up is clipped at the limit, so only shifts down are replayed.
-SENSITIVITY_MIB = (-0.5, -1.0, -2.0, -3.0)
+#: Per-pod memory shifts (MiB) :func:`replay_sensitivity` replays the day's batch with: the replay
+#: holds each pod as the burner does (:func:`kalena_engine.labslice.replay.hold_like_burner`), its
+#: own pages measured to a fraction of a MiB; a MiB either way is what the lab cannot rule out (the
+#: pages the runtime and the kernel charge a pod group vary by that much from pod to pod).
+SENSITIVITY_MIB = (-1.0, -0.5, 0.5, 1.0)
 
 
 def replay_sensitivity(day: dict, deltas_mib=SENSITIVITY_MIB) -> dict:
     """The gated replay figures again with every batch pod's memory working set shifted by each of
     ``deltas_mib`` (clipped to ``[0, its limit]``): how far the replay's own prediction moves under
-    a difference the lab cannot rule out (the lab's burner holds a pod a few MiB from its request:
-    docs/lab.md, *What a day's eviction count can tell*). Returns ``{"deltas_mib": [...],
-    "<figure>": [value per delta]}`` for reclaimed cpu and batch evictions per 100 pod-hours (each
-    delta replays the whole day again). Example (day E of docs/lab.md): a replay that evicts 15
-    times evicted 13 with every batch pod 0.5–2 MiB lighter and 7 with it 3 MiB lighter — a live
-    count within that range is the replay's own uncertainty, not a disagreement."""
+    a difference the lab cannot rule out (docs/lab.md, *What a day's eviction count can tell*).
+    Returns ``{"deltas_mib": [...], "<figure>": [value per delta]}`` for reclaimed cpu and batch
+    evictions per 100 pod-hours (each delta replays the whole day again). Example (day E of
+    docs/lab.md, before the replay held pods as the burner does): a replay that evicted 15 times
+    evicted 13 with every batch pod 0.5–2 MiB lighter and 7 with it 3 MiB lighter — a live count
+    within that range is the replay's own uncertainty, not a disagreement."""
     import numpy as np
 
     from agents.lab.runfigures import replay_figures
@@ -208,6 +212,10 @@ def handle_run(args: argparse.Namespace) -> int:
     speed = float(day["slice_summary"]["config"]["speed"])
     divergence = ledger_divergence(day.get("ledgers") or [], observer, t0=float(day["play_start_s"]), speed=speed,
                                    capacity=capacity)
+    from agents.lab.kubelet.spec import BURNER_OVERHEAD_MIB
+    from agents.lab.runfigures import burner_own_bytes
+
+    own_pages = burner_own_bytes(day, BURNER_OVERHEAD_MIB)
     say("run: replaying again with every batch pod's memory shifted (the replay's sensitivity)")
     sensitivity = replay_sensitivity(day)
     report = finite({
@@ -219,7 +227,7 @@ def handle_run(args: argparse.Namespace) -> int:
         "fault_errors": day["fault_errors"], "livemetrics": day.get("livemetrics"), "persisted_run": run_name,
         "replay_unaccounted_ram_bytes_by_node": None if replay.simulator.unaccounted_ram is None else {
             n: float(v) for n, v in zip(state.node_names, replay.simulator.unaccounted_ram, strict=True)},
-        "ledgers": divergence, "replay_sensitivity": sensitivity,
+        "ledgers": divergence, "replay_sensitivity": sensitivity, "replay_burner_own_pages": own_pages,
     })
     if run_name:
         _attach(run_name, report)
@@ -233,6 +241,10 @@ def handle_run(args: argparse.Namespace) -> int:
     print("replay nodes hold outside their pods (the live day's median of the agents' unaccounted memory): "
           + (", ".join(f"{n} {v / 2**20:.1f} MiB" for n, v in held.items()) if held else
              "nothing (this day was recorded before the sampler measured it)"))
+    print(f"replay holds memory as the burner does: each figure at most its limit less {BURNER_OVERHEAD_MIB} MiB, "
+          + (f"plus the burner's own pages, {own_pages['bytes'] / 2**20:.2f} MiB (median of {own_pages['pods']} batch "
+             f"pods' groups; p10–p90 {own_pages['p10'] / 2**20:.2f}–{own_pages['p90'] / 2**20:.2f})" if own_pages else
+             "own pages not measured on this day (recorded before the sampler read the pods' groups): 0"))
     print(format_sensitivity(sensitivity, live, rep))
     print(format_divergence(divergence))
     for e in live["why_evicted"]:

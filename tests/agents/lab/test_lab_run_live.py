@@ -63,8 +63,12 @@ def test_a_short_day_runs_end_to_end_beside_its_replay(tmp_path) -> None:
         assert set(rows) == FIGURES
         # the gated figures replayed again with the batch pods' memory shifted: the replay's own spread
         spread = data["replay_sensitivity"]
-        assert spread["deltas_mib"] == [-0.5, -1.0, -2.0, -3.0] and len(spread["reclaimed_fraction_cpu"]) == 4
-        assert "replay sensitivity (every batch pod's memory -0.5/-1/-2/-3 MiB)" in out
+        assert spread["deltas_mib"] == [-1.0, -0.5, 0.5, 1.0] and len(spread["reclaimed_fraction_cpu"]) == 4
+        assert "replay sensitivity (every batch pod's memory -1/-0.5/+0.5/+1 MiB)" in out
+        # the replay holds memory as the burner does, its own pages measured on the day's pod groups
+        own = data["replay_burner_own_pages"]
+        assert own is None or (own["pods"] >= 1 and 0 < own["bytes"] < 8 * 2**20), own
+        assert "replay holds memory as the burner does" in out
         assert rows["production_evictions"]["replay"] == 0 and rows["production_evictions"]["live"] == 0, rows
         assert data["replay"]["batch_pod_hours"] > 0 and data["live"]["batch_pod_hours"] > 0, rows
         assert (done.returncode == 0) == data["comparison"]["gates_passed"]

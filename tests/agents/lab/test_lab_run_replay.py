@@ -415,6 +415,8 @@ def test_the_burners_own_pages_are_measured_from_the_days_pod_groups() -> None:
     # a: held 37 MiB (40 − 3), reads 37.5, 37.7, 37.9 → 0.7; b: its limit 64 Mi leaves the figure whole, reads 20.9 → 0.9
     samples = [{"ts": t, "nodes": {"n1": {"pod_ws_bytes": {"a": (37 + d) * mib, "prod": 99 * mib}},
                                    "n2": {"pod_ws_bytes": {"b": 20.9 * mib}}}} for t, d in ((1, 0.5), (2, 0.7), (3, 0.9))]
+    # after it completed, a's group stays, reading ~0: not a running sample
+    samples += [{"ts": t, "nodes": {"n1": {"pod_ws_bytes": {"a": 0.02 * mib}}}} for t in (4, 5, 6, 7)]
     own = burner_own_bytes({"pods": pods, "samples": samples}, 3)
     assert own["pods"] == 2 and own["bytes"] == pytest.approx(0.8 * mib)
     assert burner_own_bytes({"pods": pods, "samples": [{"ts": 1, "nodes": {"n1": {"cpu": None}}}]}, 3) is None
