@@ -453,6 +453,95 @@ def format_divergence(divergence: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def daemonset_memory_requests(pods: list[dict[str, Any]]) -> dict[str, float]:
+    """``uid → Σ memory requests`` (bytes) of the DaemonSet pods in a ``kubectl get pods -A``
+    list (the pods whose memory inside their requests the agent takes off its reading)."""
+    from agents.orchestrators.kubernetes.batch_resources import QuantityError, memory_bytes
+
+    out: dict[str, float] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+            continue
+        total = 0.0
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            raw = ((c.get("resources") or {}).get("requests") or {}).get("memory")
+            try:
+                total += float(memory_bytes(raw, field="requests.memory")) if raw else 0.0
+            except QuantityError:
+                pass
+        out[meta.get("uid", "")] = total
+    return out
+
+
+def working_set_divergence(day: dict[str, Any], observer: ReplayObserver, *, unaccounted: np.ndarray | None,
+                           capacity: np.ndarray, threshold_ratio: float) -> dict[str, Any] | None:
+    """The memory working set each side's eviction rule reads, node by node: live, the agent's
+    reading as the sampler saw it each second — the node's ``kubepods`` working set less each
+    DaemonSet pod's within its memory request (docs/agent.md, "Configuration") — and the replay's
+    at the same simulated second — production and batch usage plus the node's held unaccounted
+    memory. ``capacity``: ``(n, 2)``, memory C per node (the same on both sides); pressure starts
+    at ``threshold_ratio · C`` (the policy's ``evict_threshold_ratio``).
+
+    Returns per node the medians and 90th percentiles of both, the median of live − replay, the
+    share of paired seconds at or above the threshold on each side, and ``series`` (every 5th
+    paired second: simulated time, live, replay, bytes) for the report; None when the day has no
+    working-set samples (recorded before the sampler kept them). Example: a node of C = 378 MiB
+    whose live reading sits at 352 MiB and the replay's at 361 MiB → live − replay −9 MiB, the
+    replay above 0.95 · C = 359.1 MiB all day and live never."""
+    times = np.asarray(observer.time_s, dtype=float)
+    if not len(times):
+        return None
+    step = float(times[1] - times[0]) if len(times) > 1 else 0.0
+    speed, t0 = float(day["slice_summary"]["config"]["speed"]), float(day["play_start_s"])
+    ds = daemonset_memory_requests(day.get("pods") or [])
+    held = np.zeros(len(observer.node_names)) if unaccounted is None else np.asarray(unaccounted, dtype=float)
+    out: dict[str, Any] = {}
+    for i, name in enumerate(observer.node_names):
+        t_s, live, rep = [], [], []
+        for row in day.get("samples") or []:
+            entry = (row.get("nodes") or {}).get(name) or {}
+            total = entry.get("kubepods_ws_bytes")
+            if total is None:
+                continue
+            t = (float(row["ts"]) - t0) * speed
+            if t < times[0] or t > times[-1] + step:
+                continue
+            k = min(int(np.searchsorted(times, t, side="right")) - 1, len(times) - 1)
+            inside = sum(min(float(v), ds[uid]) for uid, v in (entry.get("pod_ws_bytes") or {}).items() if uid in ds)
+            t_s.append(t)
+            live.append(float(total) - inside)
+            rep.append(float(observer.usage[k][i, 1]) + float(held[i]))
+        if not live:
+            continue
+        lv, rv = np.array(live), np.array(rep)
+        line = threshold_ratio * float(capacity[i, 1])
+        out[name] = {"seconds": len(lv), "threshold_bytes": line,
+                     "live_median": float(np.median(lv)), "replay_median": float(np.median(rv)),
+                     "live_p90": float(np.percentile(lv, 90)), "replay_p90": float(np.percentile(rv, 90)),
+                     "live_minus_replay_median": float(np.median(lv - rv)),
+                     "live_share_at_threshold": float(np.mean(lv >= line)),
+                     "replay_share_at_threshold": float(np.mean(rv >= line)),
+                     "series": {"time_s": [round(t, 1) for t in t_s[::5]], "live": [round(v) for v in live[::5]],
+                                "replay": [round(v) for v in rep[::5]]}}
+    return out or None
+
+
+def format_working_sets(divergence: dict[str, Any] | None) -> str:
+    """The lines ``kalena lab run`` prints for :func:`working_set_divergence`."""
+    if not divergence:
+        return "working sets: not sampled in this day (recorded before the sampler kept them)"
+    mib = 2.0 ** -20
+    lines = ["working sets the eviction rule reads, live (the agent's reading) vs replay (medians; share of the day "
+             "at or above the pressure threshold):"]
+    for name, x in divergence.items():
+        lines.append(f"  {name}: {x['live_median'] * mib:.1f} vs {x['replay_median'] * mib:.1f} MiB (p90 "
+                     f"{x['live_p90'] * mib:.1f} vs {x['replay_p90'] * mib:.1f}; live − replay "
+                     f"{x['live_minus_replay_median'] * mib:+.1f}); ≥ {x['threshold_bytes'] * mib:.1f} MiB "
+                     f"{x['live_share_at_threshold']:.1%} vs {x['replay_share_at_threshold']:.1%} of the day")
+    return "\n".join(lines)
+
+
 def replay_figures(summary: dict[str, Any], observer: ReplayObserver) -> dict[str, Any]:
     """The replay's figures under the live figures' names."""
     return {
@@ -591,6 +680,23 @@ def html_report(report: dict[str, Any]) -> str:
                               xaxis_title="simulated time (h)", yaxis_title=unit, template="plotly_white", height=320)
             parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
     parts.append(f"<pre style=\"white-space: pre-wrap\">{html.escape(format_divergence(report.get('ledgers')))}</pre>")
+    for node, entry in (report.get("working_sets") or {}).items():
+        fig = go.Figure()
+        hours = [t / 3600 for t in entry["series"]["time_s"]]
+        for key, label, dash in (("live", "live: the agent's reading", "solid"), ("replay", "replay", "dash")):
+            fig.add_scatter(x=hours, y=[v / 2**20 for v in entry["series"][key]], name=label, mode="lines",
+                            line={"dash": dash})
+        fig.add_hline(y=entry["threshold_bytes"] / 2**20, line_dash="dot", line_color="red",
+                      annotation_text="pressure starts", annotation_position="bottom right")
+        for e in report["live"]["why_evicted"]:
+            if e["node"] == node:
+                fig.add_vline(x=e["t_s"] / 3600, line_dash="dot", line_color="red")
+        fig.update_layout(title=f"{node}: memory working set the eviction rule reads, live and replayed "
+                                f"(red dotted: the threshold and live evictions)",
+                          xaxis_title="simulated time (h)", yaxis_title="MiB", template="plotly_white", height=320)
+        parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
+    parts.append(f"<pre style=\"white-space: pre-wrap\">{html.escape(format_working_sets(report.get('working_sets')))}"
+                 "</pre>")
     compression = report.get("compression") or {}
     head = ("constant", "trace (s)", "÷ k (s)", "wall applied (s)", "floor (s)", "simulated (s)", "note")
     cells = [(c.get("name"), c.get("trace_s"), c.get("divided_s"), c.get("wall_s"),

@@ -175,8 +175,9 @@ def _offsets(day: dict, workloads, inputs, config, ids):
 
 def handle_run(args: argparse.Namespace) -> int:
     from agents.lab.run import run_day
-    from agents.lab.runfigures import (compare, finite, format_divergence, format_table, html_report,
-                                       ledger_divergence, live_figures, replay_figures)
+    from agents.lab.runfigures import (compare, finite, format_divergence, format_table, format_working_sets,
+                                       html_report, ledger_divergence, live_figures, replay_figures,
+                                       working_set_divergence)
     from kalena_web.cli.lab import default_state_dir
 
     state_dir = (args.state_dir or default_state_dir()).resolve()
@@ -212,6 +213,9 @@ def handle_run(args: argparse.Namespace) -> int:
     speed = float(day["slice_summary"]["config"]["speed"])
     divergence = ledger_divergence(day.get("ledgers") or [], observer, t0=float(day["play_start_s"]), speed=speed,
                                    capacity=capacity)
+    working_sets = working_set_divergence(day, observer, unaccounted=replay.simulator.unaccounted_ram,
+                                          capacity=capacity,
+                                          threshold_ratio=replay.simulator.policy.eviction.evict_threshold_ratio)
     from agents.lab.kubelet.spec import BURNER_OVERHEAD_MIB
     from agents.lab.runfigures import burner_own_bytes
 
@@ -228,6 +232,7 @@ def handle_run(args: argparse.Namespace) -> int:
         "replay_unaccounted_ram_bytes_by_node": None if replay.simulator.unaccounted_ram is None else {
             n: float(v) for n, v in zip(state.node_names, replay.simulator.unaccounted_ram, strict=True)},
         "ledgers": divergence, "replay_sensitivity": sensitivity, "replay_burner_own_pages": own_pages,
+        "working_sets": working_sets,
     })
     if run_name:
         _attach(run_name, report)
@@ -247,6 +252,7 @@ def handle_run(args: argparse.Namespace) -> int:
              "own pages not measured on this day (recorded before the sampler read the pods' groups): 0"))
     print(format_sensitivity(sensitivity, live, rep))
     print(format_divergence(divergence))
+    print(format_working_sets(working_sets))
     for e in live["why_evicted"]:
         print(f"  evicted (live) t={e['t_s'] / 3600:.2f} h {e['node']} {e['workload']} ({e['tier']}): {e['reason']} "
               f"{json.dumps(e.get('numbers'), separators=(',', ':'))[:200]}")

@@ -420,3 +420,33 @@ def test_the_burners_own_pages_are_measured_from_the_days_pod_groups() -> None:
     own = burner_own_bytes({"pods": pods, "samples": samples}, 3)
     assert own["pods"] == 2 and own["bytes"] == pytest.approx(0.8 * mib)
     assert burner_own_bytes({"pods": pods, "samples": [{"ts": 1, "nodes": {"n1": {"cpu": None}}}]}, 3) is None
+
+
+def test_the_working_sets_each_eviction_rule_reads_are_compared_second_by_second() -> None:
+    """Live: the node's kubepods working set less each DaemonSet pod's within its request (the
+    agent's reading); replay: usage plus the node's held unaccounted memory, at the same
+    simulated second; the share of the day each spends at the pressure threshold."""
+    from agents.lab.runfigures import ReplayObserver, format_working_sets, working_set_divergence
+
+    mib = 2**20
+    observer = ReplayObserver(["n1"])
+    for k in range(4):                                   # steps of 60 simulated s; replay usage 350 MiB
+        observer.time_s.append(60.0 * k)
+        observer.usage.append(np.array([[100.0, 350.0 * mib]]))
+    ds = {"metadata": {"uid": "ds", "ownerReferences": [{"kind": "DaemonSet"}]},
+          "spec": {"containers": [{"resources": {"requests": {"memory": "2Mi"}}}]}}
+    # live W 365 MiB with the DaemonSet's pod using 3 of its 2 MiB: the agent reads 363
+    samples = [{"ts": 1000.0 + t, "nodes": {"n1": {"kubepods_ws_bytes": 365.0 * mib,
+                                                   "pod_ws_bytes": {"ds": 3.0 * mib, "b": 40.0 * mib}}}}
+               for t in range(0, 24)]
+    samples.append({"ts": 900.0, "nodes": {"n1": {"kubepods_ws_bytes": 1.0}}})        # before the day
+    day = {"slice_summary": {"config": {"speed": 10.0}}, "play_start_s": 1000.0, "pods": [ds], "samples": samples}
+    out = working_set_divergence(day, observer, unaccounted=np.array([5.0 * mib]), capacity=np.array([[400.0, 378.0 * mib]]),
+                                 threshold_ratio=0.95)["n1"]
+    assert out["seconds"] == 24 and out["live_median"] == 363 * mib and out["replay_median"] == 355 * mib
+    assert out["live_minus_replay_median"] == 8 * mib
+    assert out["live_share_at_threshold"] == 1.0 and out["replay_share_at_threshold"] == 0.0   # 0.95 · 378 = 359.1
+    assert len(out["series"]["time_s"]) == 5
+    assert "n1: 363.0 vs 355.0 MiB" in format_working_sets({"n1": out}) and "100.0% vs 0.0%" in format_working_sets({"n1": out})
+    assert working_set_divergence({**day, "samples": []}, observer, unaccounted=None, capacity=np.array([[1.0, 1.0]]),
+                                  threshold_ratio=0.95) is None
