@@ -264,7 +264,8 @@ def format_status(report: dict[str, Any]) -> str:
         # Kubernetes mode: Kalena takes batch from the watch (`kalena batch submit` is refused there)
         example = (f"`kalena batch list {cluster}`; batch is created with kubectl" if report.get("orchestrator") ==
                    "kubernetes" else f"`kalena batch submit {cluster} …`")
-        lines.append(f"the lab's console from the command line ({example}): "
+        lines.append(f"the lab's console from the command line ({example}; a REST token: `kalena api-token "
+                     f"create USER --name NAME`): "
                      "env -u DATABASE_URL -u REDIS_URL " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     lines.append("substitutions:")
     lines += [f"  {s}" for s in report["substitutions"]]

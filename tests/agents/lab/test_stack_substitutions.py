@@ -122,6 +122,8 @@ def test_status_names_the_live_cluster_the_console_holds_for_batch_submit() -> N
     # and there Kalena takes batch from the watch: `kalena batch submit` is refused, `list` answers
     report = lab_status(lab_state(machines_only=False) | {"cluster": "production"}, sample_s=0)
     text = format_status(report | {"orchestrator": "kubernetes"})
-    assert "(`kalena batch list production`; batch is created with kubectl)" in text and "batch submit" not in text
+    assert "(`kalena batch list production`; batch is created with kubectl; " in text and "batch submit" not in text
+    # a script's REST token is made against the lab console's own database, which this line's env names
+    assert "a REST token: `kalena api-token create USER --name NAME`" in text
     # Docker and Swarm mode: the live cluster is named after the lab
     assert "(`kalena batch submit t …`)" in format_status(lab_status(lab_state(machines_only=False), sample_s=0))
