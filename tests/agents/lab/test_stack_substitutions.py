@@ -126,4 +126,4 @@ def test_status_names_the_live_cluster_the_console_holds_for_batch_submit() -> N
     # a script's REST token is made against the lab console's own database, which this line's env names
     assert "a REST token: `kalena api-token create USER --name NAME`" in text
     # Docker and Swarm mode: the live cluster is named after the lab
-    assert "(`kalena batch submit t …`)" in format_status(lab_status(lab_state(machines_only=False), sample_s=0))
+    assert "(`kalena batch submit t …`; a REST token: " in format_status(lab_status(lab_state(machines_only=False), sample_s=0))
