@@ -9,7 +9,8 @@ dimensions) with ``nan`` for a bucket that holds no sample; every function retur
 with ``nan`` where a workload has too little history (the estimator then serves its
 conservative member, the asymmetric rule).
 
-Members (each is multiplied by the margin ``μ`` and bounded by the estimator, not here):
+Members (each is multiplied by the margin ``μ`` — the policy's ``peak_margin_ratio`` instead, when set — and
+bounded by the estimator, not here):
 
 * ``percentile`` — Borg's "RC-like" predictor: the ``p``-th percentile of the peaks in the last
   ``window_s`` (Bashir et al., "Take it to the limit: peak prediction-driven resource
