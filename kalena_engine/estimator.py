@@ -167,7 +167,6 @@ def _predicted(history: PeakHistory, idx: np.ndarray, now: np.ndarray, usage: np
     is (``held``: in grace or pinned → the asymmetric rule's value, which is then ``max(q, τ)``
     or ``q``)."""
     previous = history.bucket[idx]
-    closed_peak = history.open_peak[idx]
     held_before = history.asym[idx]
     history = replace(history, asym=_set_rows(history.asym, idx, asym))
     history, closed = predictors.observe(history, idx, now, usage, policy)
@@ -175,16 +174,20 @@ def _predicted(history: PeakHistory, idx: np.ndarray, now: np.ndarray, usage: np
     if len(rows):
         if policy.predictor == "auto":
             scored = closed & (previous >= 0)
-            history = predictors.score_and_choose(history, idx[scored], closed_peak[scored], policy)
+            history = predictors.score_and_choose(history, idx[scored], previous[scored], policy)
         leaf = history.leaf.copy()
         leaf[rows] = predictors.leaf_forecasts(history, rows, policy)
         history = replace(history, leaf=leaf)
         if policy.predictor == "auto":
-            forecast = history.forecast.copy()
-            # what each candidate would have held before this sample: a forecast, not a reaction
-            forecast[rows] = predictors.serve(history, rows, np.zeros_like(target[closed]), limit[closed],
-                                              held_before[closed], policy)
-            history = replace(history, forecast=forecast)
+            forecast, forecast_ids = history.forecast.copy(), history.forecast_ids.copy()
+            # what each candidate would have held before this sample: a forecast, not a reaction;
+            # kept for the cost horizon, in the slot of the bucket it opens
+            opened = history.bucket[rows]
+            slot = np.mod(opened, forecast.shape[1])
+            forecast[rows, slot] = predictors.serve(history, rows, np.zeros_like(target[closed]), limit[closed],
+                                                    held_before[closed], policy)
+            forecast_ids[rows, slot] = opened
+            history = replace(history, forecast=forecast, forecast_ids=forecast_ids)
     value = predictors.served(history, idx, target, limit, asym, policy)
     return history, np.where(held, asym, value)
 
@@ -238,12 +241,13 @@ def _or_empty(state: Reservations, like: PeakHistory) -> PeakHistory:
     if state.history is not None:
         return state.history
     n, dims = state.value.shape
-    k, c, h = like.peaks.shape[1], like.cost.shape[1], like.hours.shape[1]
+    k, c, h, f = like.peaks.shape[1], like.cost.shape[1], like.hours.shape[1], like.forecast_ids.shape[1]
     return PeakHistory(
         asym=state.value.copy(), bucket=np.full(n, -1, dtype=np.int64), open_peak=np.zeros((n, dims)),
         peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
         hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), -1, dtype=np.int64),
-        leaf=np.full((n, like.leaf.shape[1], dims), np.nan), forecast=np.full((n, c, dims), np.nan),
+        leaf=np.full((n, like.leaf.shape[1], dims), np.nan), forecast=np.full((n, f, c, dims), np.nan),
+        forecast_ids=np.full((n, f), -1, dtype=np.int64),
         cost=np.zeros((n, c, dims)), chosen=np.full((n, dims), -1, dtype=np.int64))
 
 

@@ -37,10 +37,19 @@ class EstimatorPolicy:
         periodic_days: whole days the periodic member reads (3).
         periodic_harmonics: daily harmonics it keeps, 1–12 (3).
         min_history_s: less non-empty history than this → the asymmetric rule serves (3600 s).
+        peak_margin_ratio: the margin on the percentile, N-sigma and periodic forecasts, which are
+            already peak statistics (None: ``margin_ratio``); the reservation never falls below
+            ``min(L, margin_ratio · usage)`` whatever it is.
         members: the members ``max`` combines and ``auto`` chooses among.
         under_cost_weight, over_cost_weight: ``auto``'s weights of under- and over-prediction
             (10, 1).
         cost_half_life_s: half-life of ``auto``'s cost memory (3600 s).
+        cost_horizon_s: ``auto`` scores a member's reservation at a bucket's start against the
+            highest bucket peak of the next ``cost_horizon_s`` (1200 s: slack lent to batch stays
+            lent longer than a bucket; at μ 1.3, h 1200 s it kept ``auto`` inside the operator's
+            tolerance at ×1 and ×4 on two Bitbrains windows, 300 s on neither, and 3600 s gave up
+            more harvest — docs/evaluation.md), in whole buckets (rounded, at least one);
+            ``bucket_s`` scores against the next bucket's peak alone (the earlier rule).
         switch_margin_ratio: hysteresis: switch only to a candidate this much cheaper (0.2).
     """
 
@@ -57,10 +66,12 @@ class EstimatorPolicy:
     periodic_days: int = 3
     periodic_harmonics: int = 3
     min_history_s: float = 3600.0
+    peak_margin_ratio: float | None = None
     members: tuple[str, ...] = ("asymmetric", "percentile", "nsigma", "periodic")
     under_cost_weight: float = 10.0
     over_cost_weight: float = 1.0
     cost_half_life_s: float = 3600.0
+    cost_horizon_s: float = 1200.0
     switch_margin_ratio: float = 0.2
 
     def __post_init__(self) -> None:
@@ -79,6 +90,16 @@ class EstimatorPolicy:
     def window_buckets(self) -> int:
         """Buckets the percentile and N-sigma members read."""
         return int(round(self.window_s / self.bucket_s))
+
+    @property
+    def leaf_margin(self) -> float:
+        """The margin on the peak predictors' forecasts: ``peak_margin_ratio``, else ``margin_ratio``."""
+        return self.margin_ratio if self.peak_margin_ratio is None else self.peak_margin_ratio
+
+    @property
+    def horizon_buckets(self) -> int:
+        """Buckets ``auto`` scores each forecast over: ``cost_horizon_s / bucket_s`` rounded, ≥ 1."""
+        return max(1, int(round(self.cost_horizon_s / self.bucket_s)))
 
     @property
     def min_history_buckets(self) -> int:

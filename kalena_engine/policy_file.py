@@ -16,8 +16,9 @@ Shape::
     spec:
       estimator:  {margin_ratio, half_life_s, grace_s, stale_min_s, limit_ratio,
                    predictor, bucket_s, window_s, percentile, n_sigma, periodic_days,
-                   periodic_harmonics, min_history_s, members: [asymmetric, …],
-                   under_cost_weight, over_cost_weight, cost_half_life_s, switch_margin_ratio}
+                   periodic_harmonics, min_history_s, peak_margin_ratio, members: [asymmetric, …],
+                   under_cost_weight, over_cost_weight, cost_half_life_s, cost_horizon_s,
+                   switch_margin_ratio}
       eviction:   {evict_threshold_ratio, acute_ratio, …, cooldown_s}
       placement:  {weight_balance, …, slack_buckets: {cpu: 50, …}, balance_dims: [cpu, ram]}
       escalation: {not_converged_s, evictions, window_s, cooldown_s}
@@ -105,8 +106,9 @@ RANGES: dict[str, dict[str, Range]] = {
         "bucket_s": Range(1.0, 3600.0), "window_s": Range(60.0, 7 * 86400.0), "percentile": Range(0.0, 100.0),
         "n_sigma": Range(0.0, 10.0), "periodic_days": Range(1, 14, integer=True),
         "periodic_harmonics": Range(1, 12, integer=True), "min_history_s": Range(0.0, 14 * 86400.0),
+        "peak_margin_ratio": Range(1.0, 10.0, optional=True),
         "under_cost_weight": _NON_NEGATIVE, "over_cost_weight": _NON_NEGATIVE, "cost_half_life_s": _POSITIVE,
-        "switch_margin_ratio": Range(0.0, 1.0, open_low=False),
+        "cost_horizon_s": Range(1.0, 86400.0), "switch_margin_ratio": Range(0.0, 1.0, open_low=False),
     },
     "eviction": {
         "evict_threshold_ratio": _RATIO, "acute_ratio": _RATIO, "psi_some_avg10_pct": _PCT,

@@ -9,7 +9,8 @@ dimensions) with ``nan`` for a bucket that holds no sample; every function retur
 with ``nan`` where a workload has too little history (the estimator then serves its
 conservative member, the asymmetric rule).
 
-Members (each is multiplied by the margin ``μ`` and bounded by the estimator, not here):
+Members (each is multiplied by the margin ``μ`` — the policy's ``peak_margin_ratio`` instead, when set — and
+bounded by the estimator, not here):
 
 * ``percentile`` — Borg's "RC-like" predictor: the ``p``-th percentile of the peaks in the last
   ``window_s`` (Bashir et al., "Take it to the limit: peak prediction-driven resource
@@ -26,9 +27,14 @@ Members (each is multiplied by the margin ``μ`` and bounded by the estimator, n
   percentile and N-sigma members is their best policy on the Google 2019 trace).
 
 The per-workload choice (``auto``) follows Autopilot (Rzadca et al., EuroSys 2020, §3.2): each
-candidate's forecast for a bucket is scored when that bucket closes, under-prediction weighted
+candidate's reservation at a bucket's start is scored against the highest bucket peak of the
+``cost_horizon_s`` that follows (20 min by default: the slack a reservation frees is lent to
+batch for longer than a bucket; ``oracle-60m`` reserves the peak of the next hour), under-prediction weighted
 far above over-prediction, costs decayed with a half-life; a workload switches to the cheapest
-candidate only when it is cheaper than the current one by the hysteresis margin.
+candidate only when it is cheaper than the current one by the hysteresis margin. Scoring one
+bucket ahead only (``cost_horizon_s = bucket_s``) favours the asymmetric rule, which tracks the
+last sample closely but decays below the peaks that follow within the hour (docs/evaluation.md,
+the ×4 diagnosis).
 """
 
 from __future__ import annotations
@@ -212,8 +218,11 @@ class PeakHistory:
         hour_ids: ``(n, 24·D + 1)`` the hour id each slot holds (−1 empty).
         leaf: ``(n, 3, 8)`` the percentile, N-sigma and periodic forecasts (peak usage, no
             margin) made when the last bucket closed; ``nan`` = too little history.
-        forecast: ``(n, c, 8)`` each candidate's reservation for the open bucket as it stood before
-            the bucket's first sample (``auto`` scores it when the bucket closes).
+        forecast: ``(n, H, c, 8)`` each candidate's reservation at the start of each of the last
+            ``H`` buckets (bucket ``b`` in slot ``b mod H``; ``H`` = the policy's
+            ``horizon_buckets``), as it stood before the bucket's first sample; ``auto`` scores the
+            one made ``H − 1`` buckets ago when a bucket closes, against the horizon's peak.
+        forecast_ids: ``(n, H)`` the bucket id each forecast slot holds (−1 empty).
         cost: ``(n, c, 8)`` each candidate's decayed cost.
         chosen: ``(n, 8)`` index into the policy's ``members`` of the candidate ``auto`` serves;
             −1 until chosen (the conservative member: ``asymmetric`` if a member, else the first).
@@ -228,6 +237,7 @@ class PeakHistory:
     hour_ids: np.ndarray
     leaf: np.ndarray
     forecast: np.ndarray
+    forecast_ids: np.ndarray
     cost: np.ndarray
     chosen: np.ndarray
 
@@ -245,8 +255,13 @@ LEAVES = ("percentile", "nsigma", "periodic")
 
 
 def ring_length(policy: EstimatorPolicy) -> int:
-    """Buckets the history keeps: the window's."""
-    return policy.window_buckets
+    """Buckets the history keeps: the window's, or ``auto``'s cost horizon if longer."""
+    return max(policy.window_buckets, horizon_length(policy))
+
+
+def horizon_length(policy: EstimatorPolicy) -> int:
+    """Forecasts ``auto`` keeps per candidate (its cost horizon in buckets; none for another predictor)."""
+    return policy.horizon_buckets if policy.predictor == "auto" else 0
 
 
 def in_use(policy: EstimatorPolicy) -> frozenset[str]:
@@ -268,12 +283,13 @@ def candidates(policy: EstimatorPolicy) -> int:
 def empty_history(asym: np.ndarray, policy: EstimatorPolicy) -> PeakHistory:
     """History for workloads with no sample yet; ``asym`` is their current reservation."""
     n, dims = asym.shape
-    k, c, h = ring_length(policy), candidates(policy), hour_ring_length(policy)
+    k, c, h, f = ring_length(policy), candidates(policy), hour_ring_length(policy), horizon_length(policy)
     return PeakHistory(
         asym=np.array(asym, dtype=np.float64, copy=True), bucket=np.full(n, -1, dtype=np.int64),
         open_peak=np.zeros((n, dims)), peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
         hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), -1, dtype=np.int64),
-        leaf=np.full((n, len(LEAVES), dims), np.nan), forecast=np.full((n, c, dims), np.nan),
+        leaf=np.full((n, len(LEAVES), dims), np.nan), forecast=np.full((n, f, c, dims), np.nan),
+        forecast_ids=np.full((n, f), -1, dtype=np.int64),
         cost=np.zeros((n, c, dims)), chosen=np.full((n, dims), -1, dtype=np.int64))
 
 
@@ -281,7 +297,8 @@ def fits(history: PeakHistory | None, n: int, policy: EstimatorPolicy) -> bool:
     """Whether ``history`` was built for ``n`` workloads and this policy's ring and members."""
     return (history is not None and len(history) == n and history.peaks.shape[1] == ring_length(policy)
             and history.hours.shape[1] == hour_ring_length(policy)
-            and history.cost.shape[1] == candidates(policy))
+            and history.cost.shape[1] == candidates(policy)
+            and history.forecast_ids.shape[1] == horizon_length(policy))
 
 
 def _gather(peaks: np.ndarray, ids: np.ndarray, rows: np.ndarray, first: np.ndarray, count: int) -> np.ndarray:
@@ -365,7 +382,7 @@ def serve(history: PeakHistory, rows: np.ndarray, target: np.ndarray, limit: np.
         if name == "asymmetric":
             out[:, i] = asym
         else:
-            value = np.maximum(target, np.minimum(limit, policy.margin_ratio * leaf[:, LEAVES.index(name)]))
+            value = np.maximum(target, np.minimum(limit, policy.leaf_margin * leaf[:, LEAVES.index(name)]))
             out[:, i] = np.where(np.isnan(value), asym, value)
     return out
 
@@ -376,7 +393,7 @@ def served(history: PeakHistory, rows: np.ndarray, target: np.ndarray, limit: np
     pinning, which the estimator applies)."""
     if policy.predictor in LEAVES:
         leaf = history.leaf[rows][:, LEAVES.index(policy.predictor)]
-        value = np.maximum(target, np.minimum(limit, policy.margin_ratio * leaf))
+        value = np.maximum(target, np.minimum(limit, policy.leaf_margin * leaf))
         return np.where(np.isnan(value), asym, value)
     members = serve(history, rows, target, limit, asym, policy)
     if policy.predictor == "max":
@@ -391,13 +408,38 @@ def _chosen(chosen: np.ndarray, policy: EstimatorPolicy) -> np.ndarray:
     return np.where(chosen < 0, first, chosen)
 
 
-def score_and_choose(history: PeakHistory, rows: np.ndarray, closed_peak: np.ndarray,
+def horizon_peak(history: PeakHistory, rows: np.ndarray, first: np.ndarray, count: int) -> np.ndarray:
+    """``(r, 8)`` the highest closed bucket peak of ids ``first … first + count − 1`` per row
+    (``nan`` where none of them is held).
+
+    Worked example: peaks 1, 3, 2 cores in buckets 10, 11, 12, first 10, count 3 → 3 cores;
+    first 12, count 1 → 2 cores.
+    """
+    with np.errstate(all="ignore"), _quiet():
+        return np.nanmax(_gather(history.peaks, history.ids, rows, first, count), axis=1)
+
+
+def score_and_choose(history: PeakHistory, rows: np.ndarray, closed_bucket: np.ndarray,
                      policy: EstimatorPolicy) -> PeakHistory:
-    """``auto`` at a bucket close: add each candidate's cost for the closed bucket (its forecast
-    vs. the bucket's peak usage, :func:`prediction_cost`) to its decayed cost, then
-    :func:`choose` with hysteresis. Rows with no forecast yet score nothing."""
-    forecast = history.forecast[rows]
-    new = prediction_cost(forecast, closed_peak[:, None, :], policy.under_cost_weight, policy.over_cost_weight)
+    """``auto`` at the close of bucket ``b`` (``closed_bucket``, ``(r,)``; its peak already in
+    ``history.peaks``): each candidate's forecast made at the start of bucket ``s = b − H + 1``
+    (``H`` = ``horizon_buckets``) is scored against the highest peak of buckets ``s … b``
+    (:func:`horizon_peak`, :func:`prediction_cost`) and added to its decayed cost, then
+    :func:`choose` with hysteresis. Rows with no forecast for ``s`` score nothing (the costs
+    still decay). With ``H = 1`` this is the forecast for ``b`` against ``b``'s peak.
+
+    Worked example (w_u 10, w_o 1, H = 3): asymmetric forecast 2 cores, percentile 4, peaks of
+    the three buckets 1, 3, 2 → asymmetric costs 10 · (3 − 2) = 10, percentile 1 · (4 − 3) = 1;
+    against bucket ``b``'s peak alone (H = 1) they would cost 0 and 2.
+    """
+    h = policy.horizon_buckets
+    start = np.asarray(closed_bucket, dtype=np.int64) - (h - 1)
+    slot = np.mod(start, history.forecast.shape[1])
+    held = history.forecast_ids[rows, slot] == start
+    forecast = history.forecast[rows, slot]                                 # (r, c, 8)
+    peak = horizon_peak(history, rows, start, h)                           # (r, 8)
+    new = prediction_cost(forecast, peak[:, None, :], policy.under_cost_weight, policy.over_cost_weight)
+    new = np.where(held[:, None, None], new, np.nan)
     decay = 2.0 ** (-policy.bucket_s / policy.cost_half_life_s)
     cost = history.cost.copy()
     cost[rows] = cost[rows] * decay + np.nan_to_num(new, nan=0.0)
@@ -408,16 +450,17 @@ def score_and_choose(history: PeakHistory, rows: np.ndarray, closed_peak: np.nda
 
 # -- the live path's storage: one workload's history as bytes -------------------------------------
 
-_PACK_VERSION = 2.0
+_PACK_VERSION = 3.0
 
 
 def pack_rows(history: PeakHistory, rows: np.ndarray) -> list[bytes]:
-    """Each of ``rows``' history as bytes (float64: a header ``[version, K, 24·D, c, leaves, dims]``,
+    """Each of ``rows``' history as bytes (float64: a header ``[version, K, 24·D, c, leaves, dims, H]``,
     then every field's row in :class:`PeakHistory` order), for the live estimation pass to store
     beside the reservation; :func:`unpack_rows` reads it back."""
     k, c = history.peaks.shape[1], history.cost.shape[1]
     dims, leaves = history.asym.shape[1], history.leaf.shape[1]
-    header = np.array([_PACK_VERSION, k, history.hours.shape[1], c, leaves, dims], dtype=np.float64)
+    header = np.array([_PACK_VERSION, k, history.hours.shape[1], c, leaves, dims, history.forecast_ids.shape[1]],
+                      dtype=np.float64)
     out = []
     for i in np.asarray(rows, dtype=np.int64):
         parts = [header] + [np.asarray(getattr(history, f.name)[i], dtype=np.float64).ravel()
@@ -434,17 +477,18 @@ def unpack_rows(blobs: list[bytes | None], asym: np.ndarray, policy: EstimatorPo
     history = empty_history(asym, policy)
     k, c = history.peaks.shape[1], history.cost.shape[1]
     dims, leaves = history.asym.shape[1], history.leaf.shape[1]
-    want = np.array([_PACK_VERSION, k, history.hours.shape[1], c, leaves, dims], dtype=np.float64)
+    want = np.array([_PACK_VERSION, k, history.hours.shape[1], c, leaves, dims, history.forecast_ids.shape[1]],
+                    dtype=np.float64)
     shapes = [(f.name, getattr(history, f.name).shape[1:]) for f in fields(PeakHistory)]
-    size = 6 + sum(int(np.prod(s)) for _, s in shapes)
+    size = len(want) + sum(int(np.prod(s)) for _, s in shapes)
     arrays = {f.name: getattr(history, f.name) for f in fields(PeakHistory)}
     for i, blob in enumerate(blobs):
         if blob is None or len(blob) % 8:
             continue
         flat = np.frombuffer(bytes(blob), dtype=np.float64)
-        if flat.size != size or not np.array_equal(flat[:6], want):
+        if flat.size != size or not np.array_equal(flat[:len(want)], want):
             continue
-        at = 6
+        at = len(want)
         for name, shape in shapes:
             count = int(np.prod(shape))
             arrays[name][i] = flat[at:at + count].reshape(shape)

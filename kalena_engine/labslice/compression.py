@@ -52,7 +52,7 @@ FLOORS: dict[str, float] = {
 POLICY_CLOCKS: tuple[tuple[str, str], ...] = (
     ("estimator", "half_life_s"), ("estimator", "grace_s"), ("estimator", "stale_min_s"),
     ("estimator", "bucket_s"), ("estimator", "window_s"), ("estimator", "min_history_s"),
-    ("estimator", "cost_half_life_s"),
+    ("estimator", "cost_half_life_s"), ("estimator", "cost_horizon_s"),
     ("eviction", "min_run_time_s"), ("eviction", "starvation_window_s"), ("eviction", "cooldown_s"),
     ("placement", "volatility_half_life_s"),
     ("escalation", "not_converged_s"), ("escalation", "window_s"), ("escalation", "cooldown_s"),

@@ -11,11 +11,34 @@ from kalena_engine.estimator import concat, initial_reservations, pinned_mask, t
 from kalena_engine.policy import EstimatorPolicy, Policy
 from kalena_engine.policy_file import parse_policy_text, policy_with_sections
 from kalena_engine.predictors import (
-    choose, max_peak, nsigma_peak, percentile_peak, periodic_peak, prediction_cost,
+    choose, empty_history, horizon_peak, max_peak, nsigma_peak, percentile_peak, periodic_peak, prediction_cost,
+    score_and_choose,
 )
 from kalena_engine.resources import CPU, ir_vector, to_ir
 
 PEAKS = np.array([1.0, 2.0, 3.0, 4.0, 10.0])[None, :, None]
+
+
+def _horizon_history(horizon_s: float):
+    """One workload under ``auto`` (asymmetric, percentile) whose buckets 10, 11, 12 peaked at 1, 3, 2
+    cores, with the forecasts made at the start of bucket 10 (asymmetric 2, percentile 4) and of
+    bucket 12 (asymmetric 1, percentile 4)."""
+    policy = EstimatorPolicy(predictor="auto", members=("asymmetric", "percentile"), cost_horizon_s=horizon_s,
+                             cost_half_life_s=1e12, switch_margin_ratio=0.0)
+    history = empty_history(np.zeros((1, 1)), policy)
+    for b, peak in ((10, 1.0), (11, 3.0), (12, 2.0)):
+        history.peaks[0, b % history.peaks.shape[1], 0] = peak
+        history.ids[0, b % history.peaks.shape[1]] = b
+    for b, made in ((10, (2.0, 4.0)), (12, (1.0, 4.0))):
+        slot = b % history.forecast.shape[1]
+        history.forecast[0, slot, :, 0] = made
+        history.forecast_ids[0, slot] = b
+    return history, policy
+
+
+def _horizon_costs(horizon_s: float) -> np.ndarray:
+    history, policy = _horizon_history(horizon_s)
+    return score_and_choose(history, np.array([0]), np.array([12]), policy).cost[0, :, 0]
 
 
 def _diurnal(days: int, spike_hour: int = 0, spikes: tuple[float, ...] = (2.0, 4.0)) -> np.ndarray:
@@ -39,6 +62,13 @@ def _diurnal(days: int, spike_hour: int = 0, spikes: tuple[float, ...] = (2.0, 4
      10.325),
     ("cost under-predicted 4 vs 5", lambda: prediction_cost(np.array(4.0), np.array(5.0), 10, 1), 10.0),
     ("cost over-predicted 6 vs 5", lambda: prediction_cost(np.array(6.0), np.array(5.0), 10, 1), 1.0),
+    ("horizon peak of 1,3,2", lambda: horizon_peak(_horizon_history(900.0)[0], np.array([0]), np.array([10]), 3), 3.0),
+    ("horizon peak of bucket 12 alone",
+     lambda: horizon_peak(_horizon_history(900.0)[0], np.array([0]), np.array([12]), 1), 2.0),
+    ("3-bucket horizon: asymmetric 2 vs peak 3", lambda: _horizon_costs(900.0)[0], 10.0),
+    ("3-bucket horizon: percentile 4 vs peak 3", lambda: _horizon_costs(900.0)[1], 1.0),
+    ("1-bucket horizon: asymmetric 1 vs peak 2", lambda: _horizon_costs(300.0)[0], 10.0),
+    ("1-bucket horizon: percentile 4 vs peak 2", lambda: _horizon_costs(300.0)[1], 2.0),
 ])
 def test_worked_examples(name: str, compute, expected: float) -> None:
     assert float(np.asarray(compute()).ravel()[0]) == pytest.approx(expected, abs=1e-3), name
@@ -109,6 +139,17 @@ def test_percentile_predictor_releases_more_than_the_slow_decay_and_policy_round
     assert asym[100] > pct[100]
 
 
+def test_peak_margin_ratio_scales_the_forecast_not_the_usage_floor() -> None:
+    usage = np.r_[np.full(60, 8.0), np.full(240, 2.0)]              # a burst, then steady 2 cores
+    base = dict(predictor="percentile", percentile=95, window_s=1800.0, min_history_s=600.0)
+    same = _run(EstimatorPolicy(**base), usage)
+    peak = _run(EstimatorPolicy(**base, peak_margin_ratio=1.0), usage)
+    # 5 min after the burst the window's p95 is still 8 cores: μ 1.15 on it, or none
+    assert (same[65], peak[65]) == (pytest.approx(1.15 * 8.0), pytest.approx(8.0))
+    # the floor stays μ · usage (μ = margin_ratio): 8 cores in the burst reserve 9.2
+    assert peak[30] == pytest.approx(1.15 * 8.0)
+
+
 def test_auto_picks_the_periodic_member_on_a_diurnal_workload() -> None:
     t = np.arange((3 * 24 + 12) * 12) * 300.0                     # 3.5 days of 5-min samples
     usage = 2.0 + 3.0 * (((t // 3600) % 24) >= 12)                # 2 cores until noon, 5 after
@@ -129,6 +170,29 @@ def test_auto_picks_the_periodic_member_on_a_diurnal_workload() -> None:
     assert served[day4 + 11] == pytest.approx(1.15 * 2.0)
     # 11:55: the noon rise is reserved before it arrives (the next hour is covered)
     assert served[-1] == pytest.approx(1.15 * 5.0)
+
+
+def _auto_chosen(usage: np.ndarray, horizon_s: float) -> str:
+    """The member ``auto`` (asymmetric, percentile) serves a workload's cpu after 5-min samples of ``usage``."""
+    policy = EstimatorPolicy(predictor="auto", window_s=3600.0, min_history_s=1800.0, cost_horizon_s=horizon_s,
+                             members=("asymmetric", "percentile"))
+    q = ir_vector(cpu=10.0)[None, :]
+    state = initial_reservations(q, np.zeros(1))
+    for i, u in enumerate(usage):
+        state = update_reservations(
+            state, request=q, limit=q, usage=ir_vector(cpu=float(u))[None, :], sampled=np.array([True]),
+            now_s=i * 300.0, start_s=np.zeros(1), grace_s=np.array([300.0]), pinned=pinned_mask(np.array([False])),
+            policy=policy)
+    return policy.members[int(state.history.chosen[0, CPU])]
+
+
+def test_auto_scores_over_the_cost_horizon_not_the_next_bucket() -> None:
+    # an hourly ramp: 1 → 4 cores over 55 min, then back to 1. One bucket ahead the asymmetric
+    # rule (μ · the last sample) is close; over the next hour it is far below the ramp's top, the
+    # slack it frees would be lent to batch through the peak
+    ramp = np.tile(1.0 + 3.0 * np.arange(12) / 11.0, 8)            # 8 h of 5-min samples
+    assert _auto_chosen(ramp, 300.0) == "asymmetric"
+    assert _auto_chosen(ramp, 3600.0) == "percentile"
 
 
 def test_take_and_concat_keep_each_workloads_history() -> None:
@@ -162,6 +226,8 @@ def test_default_policy_carries_no_history() -> None:
     ({"percentile": 101}, "estimator.percentile"),
     ({"periodic_days": 0}, "estimator.periodic_days"),
     ({"members": ["percentile", "magic"]}, "estimator.members[1]"),
+    ({"cost_horizon_s": 0}, "estimator.cost_horizon_s"),
+    ({"peak_margin_ratio": 0.9}, "estimator.peak_margin_ratio"),
 ])
 def test_policy_refuses_unknown_predictor_or_out_of_range_window_naming_the_key(spec: dict, key: str) -> None:
     with pytest.raises(PolicyError) as err:
