@@ -13,7 +13,8 @@ the agents recorded, over a window (``kalena lab metrics``, docs/lab.md "Live me
   dispatch in the second, see its doc). The node's PSI ``some`` share is reported beside it, per
   bucket, as the cross-check. Waiting includes the time the node's (or the pod's) CFS quota kept
   a thread throttled — what the workload feels.
-* **Metric 5 — PSI notification → throttle or eviction.** The agents' ``throttle`` and ``evict``
+* **Metric 5 — PSI notification → throttle or eviction.** The agents' ``throttle``,
+  ``cpu_weight`` (the agent's first answer to cpu PSI: batch to the minimum weight) and ``evict``
   actions triggered by a pressure signal (``trigger`` source ``psi-trigger``,
   ``eventfd-threshold`` or ``poll``), as the console stored them (``telemetry_mitigationevent``):
   ``result.latency_ms`` is the agent's own measure from the moment it learned of the signal
@@ -128,7 +129,7 @@ def metric5(state: dict[str, Any], since_s: float, until_s: float) -> dict[str, 
     """Metric 5 from the agents' actions the console stored (module doc)."""
     rows = query(database_url(state), "SELECT m.action, m.trigger_source, m.ts, m.result, n.name AS node "
                                       "FROM telemetry_mitigationevent m JOIN inventory_node n ON n.id = m.node_id "
-                                      "WHERE m.ts >= %s AND m.ts <= %s AND m.action IN ('throttle', 'evict')",
+                                      "WHERE m.ts >= %s AND m.ts <= %s AND m.action IN ('throttle', 'cpu_weight', 'evict')",
                  (since_s, until_s))
     by_action: dict[str, list[float]] = {}
     sources: dict[str, int] = {}
@@ -142,7 +143,7 @@ def metric5(state: dict[str, Any], since_s: float, until_s: float) -> dict[str, 
         by_action.setdefault(r["action"], []).append(float(latency))
         by_action.setdefault("all", []).append(float(latency))
         sources[r["trigger_source"]] = sources.get(r["trigger_source"], 0) + 1
-    return {"source": "the agents' throttle/evict actions triggered by a pressure signal; result.latency_ms = "
+    return {"source": "the agents' throttle/cpu_weight/evict actions triggered by a pressure signal; result.latency_ms = "
                       "signal detected → cgroup write or SIGTERM done", "by_trigger_source": sources,
             "latency_ms": {k: distribution(v) for k, v in sorted(by_action.items())}}
 

@@ -43,6 +43,9 @@ BAND = (0.8, 1.25)
 WAIT_SHARE = 0.01
 HOST_SATURATED = 0.5
 THROTTLES = ("throttle", "cpu_weight", "starvation_cap")
+#: the agents' trigger sources that are PSI (agents.pressure.events): a kernel PSI trigger, and
+#: the polling fallback that reads PSI avg10 (the memory eventfd threshold is not PSI)
+PSI_SOURCES = ("psi-trigger", "poll")
 GATED = ("reclaimed_fraction_cpu", "batch_evictions_per_100_pod_hours")
 EXPLAIN = {
     "reclaimed_fraction_ram": "memory is not the constraining dimension: batch is placed by cpu slack, and the "
@@ -221,7 +224,7 @@ def live_figures(day: dict[str, Any], *, node_names: list[str], capacity: np.nda
     psi_events = {name: 0 for name in node_names}
     throttles = {name: 0 for name in node_names}
     for e in events:
-        if e["node"] in psi_events and e.get("trigger_source") == "psi":
+        if e["node"] in psi_events and e.get("trigger_source") in PSI_SOURCES:
             psi_events[e["node"]] += 1
         if e["node"] in throttles and e["action"] in THROTTLES:
             throttles[e["node"]] += 1

@@ -163,10 +163,17 @@ def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_
                                        "outcome": "evicted", "reason": "escalation: eviction_storm", "node": "n1",
                                        "request": [0.0, 0.0]}],
                        "events": [{"ts": t0 + 12.0, "node": "n1", "action": "evict", "reason": "memory_pressure",
-                                   "workload": "batch/job-b", "tier": "batch", "trigger_source": "psi",
+                                   "workload": "batch/job-b", "tier": "batch", "trigger_source": "psi-trigger",
                                    "trigger_resource": "memory", "numbers": {"working_set": 1}},
                                   {"ts": t0 + 13.0, "node": "n1", "action": "throttle", "reason": "cpu_budget",
-                                   "workload": "batch/job-a-x1", "tier": "batch", "trigger_source": "periodic"}]},
+                                   "workload": "batch/job-a-x1", "tier": "batch", "trigger_source": "periodic"},
+                                  # the agent's answer to cpu PSI: a PSI event (the source the agent writes)
+                                  {"ts": t0 + 14.0, "node": "n1", "action": "cpu_weight", "reason": "cpu_contention",
+                                   "workload": "batch/job-a-x1", "tier": "batch", "trigger_source": "psi-trigger"},
+                                  # the memory cgroup's eventfd threshold is not PSI
+                                  {"ts": t0 + 15.0, "node": "n1", "action": "grace_cut", "reason": "memory_pressure",
+                                   "workload": "batch/job-a-x1", "tier": "batch",
+                                   "trigger_source": "eventfd-threshold"}]},
            "samples": [], "oom": {"n1": {"kubepods/podx": 2}}}
     live = live_figures(day, node_names=["n1"], capacity=np.array([[100.0, 100 * 2**20]]),
                         prod_request=np.array([[80.0, 50 * 2**20]]), step_s=60.0, steps=10)
@@ -176,7 +183,7 @@ def test_live_figures_of_a_day_count_reclaimed_capacity_pod_hours_evictions_and_
     assert live["batch_evicted"] == 2 and live["production_evictions"] == 0
     assert live["batch_evicted_by_reason"] == {"escalation": 1, "memory_pressure": 1}
     assert live["batch_evictions_per_100_pod_hours"] == pytest.approx(200 / (340 / 3600), rel=1e-2)
-    assert live["psi_events_by_node"] == {"n1": 1} and live["throttle_actions_by_node"] == {"n1": 1}
+    assert live["psi_events_by_node"] == {"n1": 2} and live["throttle_actions_by_node"] == {"n1": 2}
     assert live["kernel_oom_kills_by_node"] == {"n1": 2}
     assert live["run_time_inflation_p50"] == 3.0 and live["batch_completed"] == 1
     assert [(e["reason"], e["t_s"]) for e in live["why_evicted"]] == [("memory_pressure", 120.0), ("escalation", 240.0)]
