@@ -348,7 +348,8 @@ class ReplayObserver:
         for e in record.events:
             if e.kind in ("evicted", "production_evicted"):
                 self.why.append({"t_s": float(record.time_s), "kind": e.kind, "count": e.count, "reason": e.reason,
-                                 "detail": e.detail})
+                                 "node": self.node_names[e.node] if 0 <= e.node < len(self.node_names) else None,
+                                 "task": int(e.task), "detail": e.detail})
 
 
 LEDGER_PART_SHARE = 0.05   # live and replay ledgers "part" when they differ by this share of the node
@@ -712,8 +713,56 @@ def html_report(report: dict[str, Any]) -> str:
         ("simulated t (s)", "node", "workload", "tier", "reason", "trigger"),
         [(e.get("t_s"), e.get("node"), e.get("workload"), e.get("tier"), e.get("reason"), e.get("trigger")) for e in why])
         if why else "<p>No eviction in the live day.</p>"))
+    rep_why = report["replay"].get("why_evicted") or []
+    parts.append("<h2>Why evicted (replay)</h2>" + (_table(
+        ("simulated t (s)", "node", "pods", "kind", "reason", "working set (MiB)", "ledger before → after (MiB)"),
+        [(e.get("t_s"), e.get("node"), e.get("count"), e.get("kind"), e.get("reason"),
+          _mib((e.get("detail") or {}).get("working_set")),
+          f"{_mib((e.get('detail') or {}).get('ledger_before'))} → {_mib((e.get('detail') or {}).get('ledger_after'))}")
+         for e in rep_why]) if rep_why else "<p>No eviction in the replay.</p>"))
+    livemetrics = report.get("livemetrics")
+    if livemetrics:
+        parts.append("<h2>The proposal's metrics 4, 5 and 7 from the nodes' cgroups</h2><pre style=\"white-space: "
+                     f"pre-wrap\">{html.escape(format_livemetrics(livemetrics, report['replay']))}</pre>")
     return "<!doctype html><html><head><meta charset='utf-8'><title>kalena lab run</title></head><body>" + \
         "\n".join(parts) + "</body></html>"
+
+
+def _mib(value: Any) -> str:
+    return "" if not isinstance(value, int | float) else f"{value / 2**20:.1f}"
+
+
+def format_livemetrics(livemetrics: dict[str, Any] | None, replay: dict[str, Any]) -> str:
+    """The lines ``kalena lab run`` prints for the day's metrics 4, 5 and 7
+    (:mod:`agents.lab.livemetrics`), the replay's figure beside where it has one (its completion
+    inflation; it has no scheduler waits and no PSI)."""
+    if not livemetrics:
+        return "metrics 4, 5, 7: not collected on this day"
+
+    def q(d: dict[str, Any] | None, key: str, fmt: str = "{:.3g}") -> str:
+        v = (d or {}).get(key)
+        return "—" if v is None else fmt.format(v)
+
+    lines = ["the proposal's metrics from the nodes' cgroups:"]
+    m4 = livemetrics.get("metric4") or {}
+    parts = []
+    for bucket, b in (m4.get("buckets") or {}).items():
+        tiers = b.get("tiers") or {}
+        parts.append(f"{bucket} util: production {q(tiers.get('production'), 'share_waiting_over_5ms', '{:.0%}')}, "
+                     f"batch {q(tiers.get('batch'), 'share_waiting_over_5ms', '{:.0%}')}")
+    lines.append(f"  metric 4, share of runnable time waiting > 5 ms by node cpu utilisation "
+                 f"({m4.get('source', '?').split(' (')[0]}): " + ("; ".join(parts) or "no samples")
+                 + " (the replay has no scheduler waits)")
+    m5 = livemetrics.get("metric5") or {}
+    lat = (m5.get("latency_ms") or {}).get("all")
+    lines.append(f"  metric 5, pressure signal → throttle, cpu weight or eviction: {q(lat, 'count', '{:.0f}')} actions, "
+                 f"p50 {q(lat, 'p50')} ms, p99 {q(lat, 'p99')} ms (the replay has no PSI)")
+    m7 = livemetrics.get("metric7") or {}
+    infl, thr = m7.get("completion_inflation") or {}, m7.get("throttled_s_per_pod") or {}
+    lines.append(f"  metric 7, batch completion-time inflation p50 {q(infl, 'p50')} (replay "
+                 f"{q(replay, 'run_time_inflation_p50')}), p99 {q(infl, 'p99')}; throttled time per pod p50 "
+                 f"{q(thr, 'p50')} s, p99 {q(thr, 'p99')} s")
+    return "\n".join(lines)
 
 
 def _table(head: tuple[str, ...], rows: list[tuple]) -> str:

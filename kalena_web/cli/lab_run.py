@@ -43,6 +43,13 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--from-day", type=Path, default=None, metavar="run-day.json",
                      help="no lab: recompute the replay and the comparison from a day a previous run saved "
                           "(<state dir>/run-day.json; its slice folder must still exist)")
+    # what --from-day ignores (the saved day has its own), to say so when one is given
+    run.set_defaults(day_flag_defaults={dest: run.get_default(dest) for dest in DAY_FLAGS})
+
+
+#: the flags that shape a day; a recomputed day (--from-day) keeps the saved day's own
+DAY_FLAGS = ("hours", "speed", "seed", "load_factor", "nodes", "cpu_m", "memory_mib", "max_pods_per_node",
+             "max_batch_pods", "policy", "faults", "keep")
 
 
 def up_arguments(args: argparse.Namespace) -> list[str]:
@@ -101,50 +108,81 @@ def replay_of_day(day: dict):
 
 
 #: Per-pod memory shifts (MiB) :func:`replay_sensitivity` replays the day's batch with: the replay
-#: holds each pod as the burner does (:func:`kalena_engine.labslice.replay.hold_like_burner`), its
-#: own pages measured to a fraction of a MiB; a MiB either way is what the lab cannot rule out (the
-#: pages the runtime and the kernel charge a pod group vary by that much from pod to pod).
+#: holds each pod as the burner does (:func:`kalena_engine.labslice.replay.hold_like_burner`) with
+#: the own pages the day measured (p10–p90 about 0.2 MiB apart; production's about 0.1 MiB under
+#: batch's): half a MiB and a MiB either way bound what that leaves unknown.
 SENSITIVITY_MIB = (-1.0, -0.5, 0.5, 1.0)
+#: Shifts (MiB) of each node's held unaccounted memory (the day's median of what its pods group holds
+#: outside every pod's row; the agent reads it each second, its interquartile range about 1 MiB).
+UNACCOUNTED_SENSITIVITY_MIB = (-0.5, -0.25, 0.25, 0.5)
+SENSITIVITY_KEYS = ("reclaimed_fraction_cpu", "batch_evictions_per_100_pod_hours")
 
 
-def replay_sensitivity(day: dict, deltas_mib=SENSITIVITY_MIB) -> dict:
-    """The gated replay figures again with every batch pod's memory working set shifted by each of
-    ``deltas_mib`` (clipped to ``[0, its limit]``): how far the replay's own prediction moves under
-    a difference the lab cannot rule out (docs/lab.md, *What a day's eviction count can tell*).
-    Returns ``{"deltas_mib": [...], "<figure>": [value per delta]}`` for reclaimed cpu and batch
-    evictions per 100 pod-hours (each delta replays the whole day again). Example (day E of
-    docs/lab.md, before the replay held pods as the burner does): a replay that evicted 15 times
-    evicted 13 with every batch pod 0.5–2 MiB lighter and 7 with it 3 MiB lighter — a live count
-    within that range is the replay's own uncertainty, not a disagreement."""
+def replay_sensitivity(day: dict, deltas_mib=SENSITIVITY_MIB, unaccounted_deltas_mib=UNACCOUNTED_SENSITIVITY_MIB) -> dict:
+    """The gated replay figures again under differences the lab cannot rule out (docs/lab.md,
+    *What a day's eviction count can tell*): every batch pod's memory working set shifted by each
+    of ``deltas_mib`` (clipped to ``[0, its limit]``), then every node's held unaccounted memory by
+    each of ``unaccounted_deltas_mib`` (never below 0). Each shift replays the whole day again.
+    Returns ``{"deltas_mib": [...], "<figure>": [value per delta], "unaccounted_deltas_mib": [...],
+    "unaccounted": {"<figure>": [value per delta]}}`` for reclaimed cpu and batch evictions per
+    100 pod-hours. Example (day I of docs/lab.md): a replay at 23.4 evictions per 100 pod-hours
+    stayed there with every batch pod 0.5–1 MiB lighter, read 49.7 with it 0.5–1 MiB heavier and
+    101.3 with each node holding 0.25 MiB more outside its pods — a count that turns on a fraction
+    of a MiB."""
     import numpy as np
 
     from agents.lab.runfigures import replay_figures
     from kalena_engine.resources import RAM
 
-    keys = ("reclaimed_fraction_cpu", "batch_evictions_per_100_pod_hours")
-    out: dict = {"deltas_mib": list(deltas_mib), **{k: [] for k in keys}}
-    for delta in deltas_mib:
+    def figures_with(shift) -> dict:
         _inputs, _config, replay, observer = replay_of_day(day)
-        tasks = replay.simulator.state.tasks
-        tasks.usage[:, RAM] = np.clip(tasks.usage[:, RAM] + delta * 2**20, 0.0, tasks.limit[:, RAM])
+        shift(replay.simulator)
         figures = replay_figures(replay.run(observer), observer)
-        for k in keys:
-            out[k].append(figures[k])
+        return {k: figures[k] for k in SENSITIVITY_KEYS}
+
+    def batch_shift(delta):
+        def apply(sim):
+            tasks = sim.state.tasks
+            tasks.usage[:, RAM] = np.clip(tasks.usage[:, RAM] + delta * 2**20, 0.0, tasks.limit[:, RAM])
+        return apply
+
+    def unaccounted_shift(delta):
+        def apply(sim):
+            held = sim.unaccounted_ram if sim.unaccounted_ram is not None else np.zeros(len(sim.state.node_names))
+            sim.unaccounted_ram = np.maximum(0.0, held + delta * 2**20)
+        return apply
+
+    out: dict = {"deltas_mib": list(deltas_mib), **{k: [] for k in SENSITIVITY_KEYS},
+                 "unaccounted_deltas_mib": list(unaccounted_deltas_mib), "unaccounted": {k: [] for k in SENSITIVITY_KEYS}}
+    for delta in deltas_mib:
+        for k, v in figures_with(batch_shift(delta)).items():
+            out[k].append(v)
+    for delta in unaccounted_deltas_mib:
+        for k, v in figures_with(unaccounted_shift(delta)).items():
+            out["unaccounted"][k].append(v)
     return out
 
 
 def format_sensitivity(sensitivity: dict, live: dict, replay: dict) -> str:
-    """The line ``kalena lab run`` prints for :func:`replay_sensitivity`."""
+    """The line ``kalena lab run`` prints for :func:`replay_sensitivity`: per gated figure the
+    range over the unshifted and every shifted replay, whether live falls inside it, and against
+    how many of those replays the live ÷ replay gate passes."""
+    from agents.lab.runfigures import BAND, ratio
+
     parts = []
     for key, label, fmt in (("batch_evictions_per_100_pod_hours", "batch evictions per 100 pod-hours", "{:.1f}"),
                             ("reclaimed_fraction_cpu", "reclaimed cpu", "{:.3f}")):
-        values = [v for v in [replay.get(key), *sensitivity[key]] if v is not None]
+        values = [v for v in [replay.get(key), *sensitivity[key], *(sensitivity.get("unaccounted") or {}).get(key, [])]
+                  if v is not None]
         lo, hi = min(values), max(values)
         inside = live.get(key) is not None and lo <= live[key] <= hi
+        passing = sum(1 for v in values if (r := ratio(live.get(key), v)) is not None and BAND[0] <= r <= BAND[1])
         parts.append(f"{label} {fmt.format(lo)}–{fmt.format(hi)} (live {fmt.format(live[key])}: "
-                     f"{'inside' if inside else 'outside'})")
+                     f"{'inside' if inside else 'outside'}; the gate passes against {passing} of {len(values)})")
     shifts = "/".join(f"{d:+g}" for d in sensitivity["deltas_mib"])
-    return f"replay sensitivity (every batch pod's memory {shifts} MiB): " + "; ".join(parts)
+    held = "/".join(f"{d:+g}" for d in sensitivity.get("unaccounted_deltas_mib") or [])
+    return (f"replay sensitivity (every batch pod's memory {shifts} MiB"
+            + (f"; every node's memory outside its pods {held} MiB" if held else "") + "): " + "; ".join(parts))
 
 
 def live_starts(pods: list[dict]) -> dict[tuple[str, str, str], list[float]]:
@@ -175,8 +213,8 @@ def _offsets(day: dict, workloads, inputs, config, ids):
 
 def handle_run(args: argparse.Namespace) -> int:
     from agents.lab.run import run_day
-    from agents.lab.runfigures import (compare, finite, format_divergence, format_table, format_working_sets,
-                                       html_report, ledger_divergence, live_figures, replay_figures,
+    from agents.lab.runfigures import (compare, finite, format_divergence, format_livemetrics, format_table,
+                                       format_working_sets, html_report, ledger_divergence, live_figures, replay_figures,
                                        working_set_divergence)
     from kalena_web.cli.lab import default_state_dir
 
@@ -187,6 +225,11 @@ def handle_run(args: argparse.Namespace) -> int:
         from agents.lab.run import load_day
 
         day = load_day(args.from_day)
+        state_dir = args.from_day.resolve().parent       # the saved day's own state folder
+        defaults = getattr(args, "day_flag_defaults", {}) or {}
+        ignored = [f"--{d.replace('_', '-')}" for d in DAY_FLAGS if d in defaults and getattr(args, d) != defaults[d]]
+        if ignored:
+            say(f"run: --from-day recomputes the saved day as it was recorded: {', '.join(ignored)} ignored")
     else:
         if not args.no_persist:  # refused before the day, not after it (the day's figures are kept either way)
             from kalena_web.cli.persist import django_setup
@@ -253,11 +296,15 @@ def handle_run(args: argparse.Namespace) -> int:
     print(format_sensitivity(sensitivity, live, rep))
     print(format_divergence(divergence))
     print(format_working_sets(working_sets))
+    print(format_livemetrics(day.get("livemetrics"), rep))
     for e in live["why_evicted"]:
         print(f"  evicted (live) t={e['t_s'] / 3600:.2f} h {e['node']} {e['workload']} ({e['tier']}): {e['reason']} "
               f"{json.dumps(e.get('numbers'), separators=(',', ':'))[:200]}")
+    task_ids = state.tasks.task_id
     for e in rep["why_evicted"]:
-        print(f"  evicted (replay) t={e['t_s'] / 3600:.2f} h × {e['count']} {e['kind']}: {e['reason']} "
+        task = str(task_ids[e["task"]]) if e.get("task") is not None and 0 <= e["task"] < len(task_ids) else "?"
+        print(f"  evicted (replay) t={e['t_s'] / 3600:.2f} h {e.get('node') or '?'} {task} × {e['count']} {e['kind']}: "
+              f"{e['reason']} "
               f"{json.dumps(finite(e.get('detail')), separators=(',', ':'), default=str)[:200]}")
     print(f"kalena lab run: summary {args.summary_json}" + (f", report {args.report}" if args.report else "")
           + (f", console run '{run_name}' (/runs/{run_name}/)" if run_name else ""))

@@ -64,7 +64,10 @@ def test_a_short_day_runs_end_to_end_beside_its_replay(tmp_path) -> None:
         # the gated figures replayed again with the batch pods' memory shifted: the replay's own spread
         spread = data["replay_sensitivity"]
         assert spread["deltas_mib"] == [-1.0, -0.5, 0.5, 1.0] and len(spread["reclaimed_fraction_cpu"]) == 4
-        assert "replay sensitivity (every batch pod's memory -1/-0.5/+0.5/+1 MiB)" in out
+        assert spread["unaccounted_deltas_mib"] == [-0.5, -0.25, 0.25, 0.5]
+        assert len(spread["unaccounted"]["batch_evictions_per_100_pod_hours"]) == 4
+        assert ("replay sensitivity (every batch pod's memory -1/-0.5/+0.5/+1 MiB; every node's memory outside "
+                "its pods -0.5/-0.25/+0.25/+0.5 MiB)") in out and "the gate passes against" in out
         # the replay holds memory as the burner does, its own pages measured on the day's pod groups
         own = data["replay_burner_own_pages"]
         assert own is None or (own["pods"] >= 1 and 0 < own["bytes"] < 8 * 2**20), own

@@ -374,9 +374,17 @@ def test_the_sensitivity_line_says_whether_live_falls_inside_the_replays_own_spr
     live = {"reclaimed_fraction_cpu": 0.227, "batch_evictions_per_100_pod_hours": 65.5}
     replay = {"reclaimed_fraction_cpu": 0.2231, "batch_evictions_per_100_pod_hours": 83.1}
     line = format_sensitivity(spread, live, replay)
-    # the unshifted replay (83.1) bounds the range too; live's 65.5 is inside 38.8–83.1, its 0.227 above 0.223
-    assert "batch evictions per 100 pod-hours 38.8–83.1 (live 65.5: inside)" in line
-    assert "reclaimed cpu 0.211–0.223 (live 0.227: outside)" in line and "-0.5/-1/-2/-3 MiB" in line
+    # the unshifted replay (83.1) bounds the range too; live's 65.5 is inside 38.8–83.1, its 0.227 above 0.223;
+    # 65.5 ÷ 62.5 and ÷ 74.9 pass the 0.8–1.25 gate, ÷ 83.1 (0.79) and ÷ 38.8 (1.69) do not
+    assert "batch evictions per 100 pod-hours 38.8–83.1 (live 65.5: inside; the gate passes against 3 of 5)" in line
+    assert "reclaimed cpu 0.211–0.223 (live 0.227: outside; the gate passes against 5 of 5)" in line
+    assert "-0.5/-1/-2/-3 MiB" in line and "outside its pods" not in line
+    # the node's held memory shifted too: its replays join the range and the count
+    spread |= {"unaccounted_deltas_mib": [0.25], "unaccounted": {"reclaimed_fraction_cpu": [0.2],
+                                                                  "batch_evictions_per_100_pod_hours": [101.3]}}
+    line = format_sensitivity(spread, live, replay)
+    assert "every node's memory outside its pods +0.25 MiB" in line
+    assert "38.8–101.3 (live 65.5: inside; the gate passes against 3 of 6)" in line
 
 
 def test_the_replay_holds_memory_as_the_labs_burner_does(day) -> None:
@@ -457,3 +465,19 @@ def test_the_working_sets_each_eviction_rule_reads_are_compared_second_by_second
     assert "n1: 363.0 vs 355.0 MiB" in format_working_sets({"n1": out}) and "100.0% vs 0.0%" in format_working_sets({"n1": out})
     assert working_set_divergence({**day, "samples": []}, observer, unaccounted=None, capacity=np.array([[1.0, 1.0]]),
                                   threshold_ratio=0.95) is None
+
+
+def test_the_days_cgroup_metrics_are_printed_beside_the_replays_figure() -> None:
+    from agents.lab.runfigures import format_livemetrics
+
+    livemetrics = {"metric4": {"source": "per-thread /proc/<tid>/schedstat (wait > 5 ms …)",
+                               "buckets": {"0-20%": {"tiers": {"production": {"share_waiting_over_5ms": 0.52},
+                                                               "batch": {"share_waiting_over_5ms": 0.94}}}}},
+                   "metric5": {"latency_ms": {"all": {"count": 71, "p50": 3.2, "p99": 40.0}}},
+                   "metric7": {"completion_inflation": {"p50": 0.99, "p99": 1.05},
+                               "throttled_s_per_pod": {"p50": 6.0, "p99": 97.3}}}
+    text = format_livemetrics(livemetrics, {"run_time_inflation_p50": 1.0})
+    assert "(per-thread /proc/<tid>/schedstat): 0-20% util: production 52%, batch 94%" in text
+    assert "71 actions, p50 3.2 ms, p99 40 ms" in text
+    assert "inflation p50 0.99 (replay 1), p99 1.05; throttled time per pod p50 6 s, p99 97.3 s" in text
+    assert format_livemetrics(None, {}) == "metrics 4, 5, 7: not collected on this day"
