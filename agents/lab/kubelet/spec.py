@@ -258,8 +258,8 @@ def container_command(pod: Mapping[str, Any], container: Mapping[str, Any]) -> t
     return image, argv or ["sleep", "2147483647"]
 
 
-#: what the burner and the container's init process hold themselves (MiB, measured: ≈ 1–2 MiB of
-#: static binary, stack and page tables): a series is held this far below the container's memory
+#: headroom for what the burner and the container's init process hold themselves (measured on a
+#: lab day: 0.5–0.8 MiB of static binary, stack and page tables in a pod's group): a series is held this far below the container's memory
 #: limit, so a pod whose usage reaches its limit in the trace runs at its limit instead of being
 #: OOM-killed for the burner's own pages
 BURNER_OVERHEAD_MIB = 3
