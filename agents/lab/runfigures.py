@@ -658,14 +658,7 @@ def html_report(report: dict[str, Any]) -> str:
         for e in report["live"]["why_evicted"]:
             if e["node"] == node:
                 fig.add_vline(x=e["t_s"] / 3600, line_dash="dot", line_color="red")
-        for f in report.get("faults") or []:
-            if f.get("started_at") is None:
-                continue
-            x0 = (float(f["started_at"]) - report["play_start_s"]) * report["speed"] / 3600
-            x1 = (float(f.get("ended_at") or f["started_at"]) - report["play_start_s"]) * report["speed"] / 3600
-            if not f.get("node") or f.get("node") == node:
-                fig.add_vrect(x0=x0, x1=max(x1, x0 + 0.002), fillcolor="orange", opacity=0.25, line_width=0,
-                              annotation_text=str(f.get("kind")), annotation_position="top left")
+        _mark_faults(fig, report, node)
         fig.update_layout(title=f"{node}: reclaimed cpu in use (red dotted: evictions; orange: faults)",
                           xaxis_title="simulated time (h)", yaxis_title="m", template="plotly_white", height=360)
         parts.append(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False))
@@ -679,6 +672,7 @@ def html_report(report: dict[str, Any]) -> str:
                                      ("replay_batch_request", "replay batch requests", "dash")):
                 fig.add_scatter(x=hours, y=[v * scale for v in series[key]], name=label, mode="lines",
                                 line={"dash": dash})
+            _mark_faults(fig, report, node)
             fig.update_layout(title=f"{node}: {dim} the console's ledger left free and booked for batch, against the "
                                     f"replay's (free = C − Σ r_prod − Σ q_batch)",
                               xaxis_title="simulated time (h)", yaxis_title=unit, template="plotly_white", height=320)
@@ -695,8 +689,13 @@ def html_report(report: dict[str, Any]) -> str:
         for e in report["live"]["why_evicted"]:
             if e["node"] == node:
                 fig.add_vline(x=e["t_s"] / 3600, line_dash="dot", line_color="red")
+        for e in report["replay"].get("why_evicted") or []:
+            if e.get("node") == node:
+                fig.add_vline(x=e["t_s"] / 3600, line_dash="dash", line_color="purple")
+        _mark_faults(fig, report, node)
         fig.update_layout(title=f"{node}: memory working set the eviction rule reads, live and replayed "
-                                f"(red dotted: the threshold and live evictions)",
+                                f"(red dotted: the threshold and live evictions; purple dashed: the replay's; "
+                                f"orange: faults)",
                           xaxis_title="simulated time (h)", yaxis_title="MiB", template="plotly_white", height=320)
         parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False))
     parts.append(f"<pre style=\"white-space: pre-wrap\">{html.escape(format_working_sets(report.get('working_sets')))}"
@@ -726,6 +725,19 @@ def html_report(report: dict[str, Any]) -> str:
                      f"pre-wrap\">{html.escape(format_livemetrics(livemetrics, report['replay']))}</pre>")
     return "<!doctype html><html><head><meta charset='utf-8'><title>kalena lab run</title></head><body>" + \
         "\n".join(parts) + "</body></html>"
+
+
+def _mark_faults(fig, report: dict[str, Any], node: str) -> None:
+    """Each fault of the day (``report["faults"]``) that touched ``node`` (or the whole lab) as an
+    orange band on ``fig``'s simulated-hours axis, labelled with its kind."""
+    for f in report.get("faults") or []:
+        if f.get("started_at") is None:
+            continue
+        x0 = (float(f["started_at"]) - report["play_start_s"]) * report["speed"] / 3600
+        x1 = (float(f.get("ended_at") or f["started_at"]) - report["play_start_s"]) * report["speed"] / 3600
+        if not f.get("node") or f.get("node") == node:
+            fig.add_vrect(x0=x0, x1=max(x1, x0 + 0.002), fillcolor="orange", opacity=0.25, line_width=0,
+                          annotation_text=str(f.get("kind")), annotation_position="top left")
 
 
 def _mib(value: Any) -> str:
