@@ -73,6 +73,35 @@ def test_overview_shows_metrics_6_to_8_from_the_summary(console, recorded) -> No
     assert any(n.startswith("cpu (day: ") for n in reserve_traces)
 
 
+def test_a_lab_runs_overview_shows_the_live_day_beside_the_replay(console, recorded) -> None:
+    """`kalena lab run` persists its replay with the live figures in ``summary["lab_run"]``: the
+    run's overview shows them beside the replay's, with the ratio and each gate."""
+    from kalena_web.archive.models import Run
+
+    run = Run.objects.get(name="t-main")
+    original = dict(run.summary)
+    rows = [{"figure": "reclaimed_fraction_cpu", "live": 0.2319, "replay": 0.215, "ratio": 1.079, "in_band": True,
+             "gate": True, "explanation": ""},
+            {"figure": "batch_evictions_per_100_pod_hours", "live": 28.77, "replay": 54.3, "ratio": 0.53,
+             "in_band": False, "gate": False, "explanation": ""},
+            {"figure": "batch_evicted", "live": 6, "replay": 9, "ratio": 0.667, "in_band": False, "gate": None,
+             "explanation": "evictions are rare events"}]
+    run.summary = {**original, "lab_run": {"speed": 10.0, "comparison": {
+        "rows": rows, "band": [0.8, 1.25], "gates_passed": False, "gates_failed": ["batch_evictions_per_100_pod_hours"]}}}
+    run.save(update_fields=["summary"])
+    try:
+        page = console.get("/runs/t-main/").content.decode()
+    finally:
+        run.summary = original
+        run.save(update_fields=["summary"])
+    table = text(page[page.index('id="lab-day-table"'):page.index("</table>", page.index('id="lab-day-table"'))])
+    assert "batch_evictions_per_100_pod_hours 28.77 54.3 0.53 fail" in table
+    assert "reclaimed_fraction_cpu 0.2319 0.215 1.079 pass" in table
+    assert "batch_evicted 6 9 0.667 evictions are rare events" in table
+    assert "within 0.8–1.25" in text(page)
+    assert 'id="lab-day"' not in console.get("/runs/t-main/").content.decode()    # a replay alone: no such card
+
+
 def test_overview_shows_the_summary_headline_chart_and_nodes(console, recorded) -> None:
     page = console.get("/runs/t-main/").content.decode()
     summary = recorded.main.summary
