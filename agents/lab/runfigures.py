@@ -85,6 +85,14 @@ def explain(key: str, live: dict[str, Any], replay: dict[str, Any]) -> str:
         sat = sum((live.get("host_saturated_node_steps_by_node") or {}).values())
         return (f"{sat} of {live.get(key)} node-steps had the host's cpu saturated (PSI some ≥ 50 %): the lab's "
                 "processes share the machine's cores. " + EXPLAIN[key])
+    if key == "batch_evicted":
+        def where(side: dict[str, Any]) -> str:
+            nodes: dict[str, int] = {}
+            for e in side.get("why_evicted") or []:
+                nodes[str(e.get("node"))] = nodes.get(str(e.get("node")), 0) + int(e.get("count", 1))
+            return ", ".join(f"{n} {c}" for n, c in sorted(nodes.items())) or "none"
+        return (f"live {live.get(key)} ({where(live)}), replay {replay.get(key)} ({where(replay)}): "
+                + EXPLAIN[key] + " — the replay's sensitivity line says how far a fraction of a MiB moves it")
     return EXPLAIN.get(key, "")
 
 

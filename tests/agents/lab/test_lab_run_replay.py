@@ -364,6 +364,12 @@ def test_a_figure_off_the_side_a_slow_machine_pushes_it_is_not_blamed_on_the_mac
     # fewer pod-hours: a slow machine gives more, so the ledgers are where to look
     said = explain("batch_pod_hours", live, replay)
     assert "short of cpu" not in said and "0.73× the replay" in said and "ledgers below" in said
+    # evictions: where each side evicted, not only that they are rare
+    live["batch_evicted"], replay["batch_evicted"] = 6, 4
+    live["why_evicted"] = [{"node": "day-2", "count": 1}] * 6
+    replay["why_evicted"] = [{"node": "day-1", "count": 1}, {"node": "day-2", "count": 2}, {"node": "day-1", "count": 1}]
+    said = explain("batch_evicted", live, replay)
+    assert said.startswith("live 6 (day-2 6), replay 4 (day-1 2, day-2 2): evictions are rare events")
 
 
 def test_the_sensitivity_line_says_whether_live_falls_inside_the_replays_own_spread() -> None:
