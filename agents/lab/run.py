@@ -125,20 +125,14 @@ def _daemonset_requests(kubelet_url: str) -> dict[str, float] | None:
     """The node's DaemonSet pods, ``uid → Σ memory requests`` (bytes), from the kubelet double's
     ``/pods``; None when it does not answer."""
     import httpx
-    from kubernetes.utils import parse_quantity
+
+    from agents.lab.runfigures import daemonset_memory_requests
 
     try:
         pods = httpx.get(f"{kubelet_url}/pods", timeout=2.0).json().get("items") or []
     except (httpx.HTTPError, ValueError):
         return None
-    out = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-            out[meta.get("uid", "")] = float(sum(
-                parse_quantity(((c.get("resources") or {}).get("requests") or {}).get("memory", "0"))
-                for c in (pod.get("spec") or {}).get("containers") or []))
-    return out
+    return daemonset_memory_requests(pods)
 
 
 def pod_working_sets(kubepods: Path) -> tuple[float, dict[str, float]] | None:

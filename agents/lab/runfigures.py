@@ -161,9 +161,9 @@ def burner_own_bytes(day: dict[str, Any], overhead_mib: float) -> dict[str, Any]
     batch pod the sampler saw (``pod_ws_bytes``, its pod group's working set as the agent reads
     it), the median of its working set less what the burner holds for it
     (:func:`_batch_held_bytes`), over the samples where it held at least half of that (its
-    container running: a Completed pod's group stays, reading about 0); returns ``{"bytes": median over pods, "pods": count, "p10",
-    "p90"}`` (bytes), or None when the day has no such samples (recorded before the sampler took
-    them). Example: a pod holding 37 MiB for a 40 MiB figure whose group reads 37.7 MiB → 0.7 MiB."""
+    container running: a Completed pod's group stays, reading about 0); returns ``{"bytes":
+    median over pods, "pods": count, "p10", "p90"}`` (bytes), or None when the day has no such
+    samples (recorded before the sampler took them). Example: a pod holding 37 MiB for a 40 MiB figure whose group reads 37.7 MiB → 0.7 MiB."""
     held = {}
     for pod in day.get("pods") or []:
         uid = (pod.get("metadata") or {}).get("uid")
