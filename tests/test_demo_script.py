@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +58,10 @@ def test_serving_without_the_lab_says_why_and_ctrl_c_stops_it(tmp_path: Path) ->
             if line.startswith("kalena serve: console on"):
                 break
         text = "".join(lines)
+        # keep reading what the server prints: a pipe nobody reads fills (64 KiB) and blocks the
+        # server on its next log line, which would look like Ctrl-C not stopping it
+        drain = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        drain.start()
         assert "no live lab cluster: --no-lab (or KALENA_DEMO_LAB=0) was given" in text, text[-2000:]
         deadline = time.monotonic() + 90   # the line comes as the server starts; it listens a moment later
         while True:
@@ -68,7 +73,10 @@ def test_serving_without_the_lab_says_why_and_ctrl_c_stops_it(tmp_path: Path) ->
                     raise
                 time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole foreground group
-        proc.wait(timeout=120)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("Ctrl-C did not stop the demo in 120 s; it printed:\n" + "".join(lines)[-4000:]) from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

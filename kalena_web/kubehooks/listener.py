@@ -24,6 +24,7 @@ never waits on the database).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,26 @@ class HooksListener:
     options: CertificateOptions
 
 
+def shutdown_watchdog(limit_s: float) -> threading.Timer:
+    """Start a daemon timer that, if the process is still alive ``limit_s`` seconds later, prints
+    every thread's stack to stderr (what kept it from stopping) and ends the process with status
+    130 (interrupted). Returns the timer; a process that exits first never sees it fire."""
+    import faulthandler
+    import os
+    import sys
+
+    def fire() -> None:
+        print(f"kalena serve: still stopping after {limit_s:g} s; what was running:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(130)
+
+    timer = threading.Timer(limit_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 class KalenaServer(Server):
     """Daphne's server plus the hooks listener: requests arriving there carry
     ``scope["kalena_listener"] == "hooks"`` and the ASGI TLS extension
@@ -171,7 +192,13 @@ class KalenaServer(Server):
         super().__init__(*args, **kwargs)
         self.hooks = hooks
 
+    #: seconds a Ctrl-C or TERM may take to stop the process before it is ended anyway
+    SHUTDOWN_LIMIT_S = 20.0
+
     def run(self) -> None:
+        # once shutdown starts, the process ends within SHUTDOWN_LIMIT_S whatever still runs (a
+        # thread pool's worker or a loop pass the interpreter would wait for), naming it first
+        reactor.addSystemEventTrigger("before", "shutdown", shutdown_watchdog, self.SHUTDOWN_LIMIT_S)
         if self.hooks is not None:
             self.hooks_factory = _WatchedFactory(HTTPFactory(self))
             endpoint = SSL4ServerEndpoint(reactor, self.hooks.port, self.hooks.options, interface=self.hooks.host)
