@@ -47,9 +47,12 @@ def _free_port() -> int:
 
 def test_serving_without_the_lab_says_why_and_ctrl_c_stops_it(tmp_path: Path) -> None:
     port = _free_port()
+    # a terminal's Ctrl-C reaches a process whose SIGINT is live; a suite started in the background
+    # (`.ci/run &`) inherits SIGINT ignored, which exec keeps: restore it as a terminal has it
     proc = subprocess.Popen([str(ROOT / "scripts" / "demo"), "--no-lab", "--port", str(port), "--hours", "1",
                              "--no-progress"], cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     try:
         assert proc.stdout is not None
