@@ -131,7 +131,7 @@ def update_reservations(
     now = np.broadcast_to(np.asarray(now_s, dtype=np.float64), sampled.shape)[rows]
     q = request[rows]
     prev = state.value[rows]
-    target = np.minimum(limit[rows], policy.margin_ratio * usage[rows])
+    target = np.minimum(limit[rows], policy.margins * usage[rows])
     grace_end = start_s[rows] + grace_s[rows]
     in_grace = (now - start_s[rows]) < grace_s[rows]
     dt = np.maximum(0.0, now - np.maximum(state.updated_s[rows], grace_end))
@@ -173,7 +173,7 @@ def _predicted(history: PeakHistory, idx: np.ndarray, now: np.ndarray, usage: np
     rows = idx[closed]
     if len(rows):
         if policy.predictor == "auto":
-            scored = closed & (previous >= 0)
+            scored = closed & (previous != predictors.NO_ID)
             history = predictors.score_and_choose(history, idx[scored], previous[scored], policy)
         leaf = history.leaf.copy()
         leaf[rows] = predictors.leaf_forecasts(history, rows, policy)
@@ -243,11 +243,11 @@ def _or_empty(state: Reservations, like: PeakHistory) -> PeakHistory:
     n, dims = state.value.shape
     k, c, h, f = like.peaks.shape[1], like.cost.shape[1], like.hours.shape[1], like.forecast_ids.shape[1]
     return PeakHistory(
-        asym=state.value.copy(), bucket=np.full(n, -1, dtype=np.int64), open_peak=np.zeros((n, dims)),
-        peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
-        hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), -1, dtype=np.int64),
+        asym=state.value.copy(), bucket=np.full(n, predictors.NO_ID, dtype=np.int64), open_peak=np.zeros((n, dims)),
+        peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), predictors.NO_ID, dtype=np.int64),
+        hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), predictors.NO_ID, dtype=np.int64),
         leaf=np.full((n, like.leaf.shape[1], dims), np.nan), forecast=np.full((n, f, c, dims), np.nan),
-        forecast_ids=np.full((n, f), -1, dtype=np.int64),
+        forecast_ids=np.full((n, f), predictors.NO_ID, dtype=np.int64),
         cost=np.zeros((n, c, dims)), chosen=np.full((n, dims), -1, dtype=np.int64))
 
 

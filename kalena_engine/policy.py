@@ -13,6 +13,7 @@ import numpy as np
 from kalena_engine.escalation import EscalationPolicy
 from kalena_engine.placement.policy import PlacementPolicy
 from kalena_engine.predictors import MEMBERS, PREDICTORS
+from kalena_engine.resources import COMPRESSIBLE, N_DIMS
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class EstimatorPolicy:
         peak_margin_ratio: the margin on the percentile, N-sigma and periodic forecasts, which are
             already peak statistics (None: ``margin_ratio``); the reservation never falls below
             ``min(L, margin_ratio · usage)`` whatever it is.
+        memory_margin_ratio: the margin on the incompressible dimensions — memory, storage, GPU —
+            in every member, the asymmetric rule's included (None: the margins above). A cpu
+            shortfall is throttled; a memory shortfall is an eviction, so memory may keep a wider
+            margin than cpu (Autopilot, EuroSys 2020, §3: separate recommenders for cpu and memory).
         members: the members ``max`` combines and ``auto`` chooses among.
         under_cost_weight, over_cost_weight: ``auto``'s weights of under- and over-prediction
             (10, 1).
@@ -67,6 +72,7 @@ class EstimatorPolicy:
     periodic_harmonics: int = 3
     min_history_s: float = 3600.0
     peak_margin_ratio: float | None = None
+    memory_margin_ratio: float | None = None
     members: tuple[str, ...] = ("asymmetric", "percentile", "nsigma", "periodic")
     under_cost_weight: float = 10.0
     over_cost_weight: float = 1.0
@@ -95,6 +101,24 @@ class EstimatorPolicy:
     def leaf_margin(self) -> float:
         """The margin on the peak predictors' forecasts: ``peak_margin_ratio``, else ``margin_ratio``."""
         return self.margin_ratio if self.peak_margin_ratio is None else self.peak_margin_ratio
+
+    @property
+    def margins(self) -> np.ndarray:
+        """``(8,)`` the asymmetric rule's margin per dimension: ``margin_ratio``, and
+        ``memory_margin_ratio`` on the incompressible dimensions when set."""
+        return self._per_dim(self.margin_ratio)
+
+    @property
+    def leaf_margins(self) -> np.ndarray:
+        """``(8,)`` the peak predictors' margin per dimension: :attr:`leaf_margin`, and
+        ``memory_margin_ratio`` on the incompressible dimensions when set."""
+        return self._per_dim(self.leaf_margin)
+
+    def _per_dim(self, margin: float) -> np.ndarray:
+        out = np.full(N_DIMS, float(margin))
+        if self.memory_margin_ratio is not None:
+            out[~COMPRESSIBLE] = float(self.memory_margin_ratio)
+        return out
 
     @property
     def horizon_buckets(self) -> int:

@@ -106,7 +106,7 @@ RANGES: dict[str, dict[str, Range]] = {
         "bucket_s": Range(1.0, 3600.0), "window_s": Range(60.0, 7 * 86400.0), "percentile": Range(0.0, 100.0),
         "n_sigma": Range(0.0, 10.0), "periodic_days": Range(1, 14, integer=True),
         "periodic_harmonics": Range(1, 12, integer=True), "min_history_s": Range(0.0, 14 * 86400.0),
-        "peak_margin_ratio": Range(1.0, 10.0, optional=True),
+        "peak_margin_ratio": Range(1.0, 10.0, optional=True), "memory_margin_ratio": Range(1.0, 10.0, optional=True),
         "under_cost_weight": _NON_NEGATIVE, "over_cost_weight": _NON_NEGATIVE, "cost_half_life_s": _POSITIVE,
         "cost_horizon_s": Range(1.0, 86400.0), "switch_margin_ratio": Range(0.0, 1.0, open_low=False),
     },

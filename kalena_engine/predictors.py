@@ -53,6 +53,10 @@ PREDICTORS = ("asymmetric", "percentile", "nsigma", "periodic", "max", "auto")
 MEMBERS = ("asymmetric", "percentile", "nsigma", "periodic")
 HOUR_S = 3600.0
 DAY_HOURS = 24
+#: Bucket, hour and forecast id of an empty slot (and the open bucket before any sample). Ids are
+#: ``⌊t / bucket_s⌋`` and may be negative: a replay warmed with the days before its window feeds
+#: samples at ``t < 0``; no time a workload is sampled at reaches this id.
+NO_ID = -(2 ** 62)
 
 
 def _enough(peaks: np.ndarray, min_buckets: int) -> np.ndarray:
@@ -208,21 +212,22 @@ class PeakHistory:
 
     Attributes:
         asym: ``(n, 8)`` the asymmetric rule's reservation (the conservative member).
-        bucket: ``(n,)`` id of the open bucket (``⌊t / bucket_s⌋``), −1 before any sample.
+        bucket: ``(n,)`` id of the open bucket (``⌊t / bucket_s⌋``), :data:`NO_ID` before any sample.
         open_peak: ``(n, 8)`` peak usage in the open bucket so far.
         peaks: ``(n, K, 8)`` closed bucket peaks, bucket ``b`` in slot ``b mod K``.
         ids: ``(n, K)`` the bucket id each slot holds (−1 empty): a slot is read only for the id
             wanted, so a gap in the samples reads as empty buckets. ``K`` = the window's buckets.
+            Every id field holds :data:`NO_ID` in an empty slot.
         hours: ``(n, 24·D + 1, 8)`` hourly peaks of the last ``D`` days and the hour under way
             (hour ``h`` in slot ``h mod (24·D + 1)``), folded from the buckets as they close.
-        hour_ids: ``(n, 24·D + 1)`` the hour id each slot holds (−1 empty).
+        hour_ids: ``(n, 24·D + 1)`` the hour id each slot holds.
         leaf: ``(n, 3, 8)`` the percentile, N-sigma and periodic forecasts (peak usage, no
             margin) made when the last bucket closed; ``nan`` = too little history.
         forecast: ``(n, H, c, 8)`` each candidate's reservation at the start of each of the last
             ``H`` buckets (bucket ``b`` in slot ``b mod H``; ``H`` = the policy's
             ``horizon_buckets``), as it stood before the bucket's first sample; ``auto`` scores the
             one made ``H − 1`` buckets ago when a bucket closes, against the horizon's peak.
-        forecast_ids: ``(n, H)`` the bucket id each forecast slot holds (−1 empty).
+        forecast_ids: ``(n, H)`` the bucket id each forecast slot holds.
         cost: ``(n, c, 8)`` each candidate's decayed cost.
         chosen: ``(n, 8)`` index into the policy's ``members`` of the candidate ``auto`` serves;
             −1 until chosen (the conservative member: ``asymmetric`` if a member, else the first).
@@ -285,11 +290,11 @@ def empty_history(asym: np.ndarray, policy: EstimatorPolicy) -> PeakHistory:
     n, dims = asym.shape
     k, c, h, f = ring_length(policy), candidates(policy), hour_ring_length(policy), horizon_length(policy)
     return PeakHistory(
-        asym=np.array(asym, dtype=np.float64, copy=True), bucket=np.full(n, -1, dtype=np.int64),
-        open_peak=np.zeros((n, dims)), peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), -1, dtype=np.int64),
-        hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), -1, dtype=np.int64),
+        asym=np.array(asym, dtype=np.float64, copy=True), bucket=np.full(n, NO_ID, dtype=np.int64),
+        open_peak=np.zeros((n, dims)), peaks=np.full((n, k, dims), np.nan), ids=np.full((n, k), NO_ID, dtype=np.int64),
+        hours=np.full((n, h, dims), np.nan), hour_ids=np.full((n, h), NO_ID, dtype=np.int64),
         leaf=np.full((n, len(LEAVES), dims), np.nan), forecast=np.full((n, f, c, dims), np.nan),
-        forecast_ids=np.full((n, f), -1, dtype=np.int64),
+        forecast_ids=np.full((n, f), NO_ID, dtype=np.int64),
         cost=np.zeros((n, c, dims)), chosen=np.full((n, dims), -1, dtype=np.int64))
 
 
@@ -351,7 +356,7 @@ def observe(history: PeakHistory, rows: np.ndarray, now_s: np.ndarray, usage: np
     open_peak[rows[same]] = np.maximum(open_peak[rows[same]], usage[same])
     bucket = history.bucket.copy()
     peaks, ids, hours, hour_ids = history.peaks, history.ids, history.hours, history.hour_ids
-    closing = later & (b_old >= 0)
+    closing = later & (b_old != NO_ID)
     if closing.any():
         peaks, ids = peaks.copy(), ids.copy()
         c = rows[closing]
@@ -382,7 +387,7 @@ def serve(history: PeakHistory, rows: np.ndarray, target: np.ndarray, limit: np.
         if name == "asymmetric":
             out[:, i] = asym
         else:
-            value = np.maximum(target, np.minimum(limit, policy.leaf_margin * leaf[:, LEAVES.index(name)]))
+            value = np.maximum(target, np.minimum(limit, policy.leaf_margins * leaf[:, LEAVES.index(name)]))
             out[:, i] = np.where(np.isnan(value), asym, value)
     return out
 
@@ -393,7 +398,7 @@ def served(history: PeakHistory, rows: np.ndarray, target: np.ndarray, limit: np
     pinning, which the estimator applies)."""
     if policy.predictor in LEAVES:
         leaf = history.leaf[rows][:, LEAVES.index(policy.predictor)]
-        value = np.maximum(target, np.minimum(limit, policy.leaf_margin * leaf))
+        value = np.maximum(target, np.minimum(limit, policy.leaf_margins * leaf))
         return np.where(np.isnan(value), asym, value)
     members = serve(history, rows, target, limit, asym, policy)
     if policy.predictor == "max":
@@ -450,7 +455,10 @@ def score_and_choose(history: PeakHistory, rows: np.ndarray, closed_bucket: np.n
 
 # -- the live path's storage: one workload's history as bytes -------------------------------------
 
-_PACK_VERSION = 3.0
+_PACK_VERSION = 4.0
+#: Version 3 wrote an empty id as −1 (ids were never negative then); it is read as :data:`NO_ID`.
+_PACK_V3 = 3.0
+_ID_FIELDS = ("bucket", "ids", "hour_ids", "forecast_ids")
 
 
 def pack_rows(history: PeakHistory, rows: np.ndarray) -> list[bytes]:
@@ -486,12 +494,15 @@ def unpack_rows(blobs: list[bytes | None], asym: np.ndarray, policy: EstimatorPo
         if blob is None or len(blob) % 8:
             continue
         flat = np.frombuffer(bytes(blob), dtype=np.float64)
-        if flat.size != size or not np.array_equal(flat[:len(want)], want):
+        if flat.size != size or flat[0] not in (_PACK_VERSION, _PACK_V3) or not np.array_equal(flat[1:len(want)], want[1:]):
             continue
         at = len(want)
         for name, shape in shapes:
             count = int(np.prod(shape))
-            arrays[name][i] = flat[at:at + count].reshape(shape)
+            part = flat[at:at + count].reshape(shape)
+            if flat[0] == _PACK_V3 and name in _ID_FIELDS:
+                part = np.where(part == -1, NO_ID, part)
+            arrays[name][i] = part
             at += count
     return PeakHistory(**arrays)
 
@@ -507,11 +518,11 @@ def explain(history: PeakHistory | None, row: int, dim: int, policy: EstimatorPo
     if policy.predictor == "asymmetric":
         return "asymmetric", "the policy's predictor"
     need_min = policy.min_history_buckets * policy.bucket_s / 60.0
-    if history is None or history.bucket[row] < 0:
+    if history is None or history.bucket[row] == NO_ID:
         return "asymmetric", f"too little history for {policy.predictor}: no sample yet"
     first = history.bucket[row] - policy.window_buckets
     held = history.ids[row]
-    have = int(np.sum((held >= 0) & (held >= first) & (held < history.bucket[row])))
+    have = int(np.sum((held != NO_ID) & (held >= first) & (held < history.bucket[row])))
     leaf = history.leaf[row, :, dim]
     usable = {name: not np.isnan(leaf[LEAVES.index(name)]) for name in LEAVES}
     usable["asymmetric"] = True

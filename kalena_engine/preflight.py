@@ -164,7 +164,7 @@ def _after_now(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.nd
 
 def _settled(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarray:
     """``τ = min(L, μ·u)`` with grace (``max(q, τ)``) and pinning (``q``) — every decay over."""
-    target = np.minimum(_limit(cluster, policy), policy.estimator.margin_ratio * cluster.usage)
+    target = np.minimum(_limit(cluster, policy), policy.estimator.margins * cluster.usage)
     in_grace = (now_s - cluster.start_s) < cluster.grace_s(policy)
     value = np.where(in_grace[:, None], np.maximum(cluster.request, target), target)
     value = np.where(pinned_mask(cluster.reclaim_disabled), cluster.request, value)

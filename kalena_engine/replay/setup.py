@@ -20,7 +20,7 @@ from kalena_engine.replay.scheduling import ReplayScheduler
 from kalena_engine.replay.simulator import SimClock, Simulator, StepRecord
 from kalena_engine.replay.state import BatchGroups, ClusterState, Production, TaskTable
 from kalena_engine.replay.summary import SummaryAccumulator
-from kalena_engine.replay.usage import build_production_usage, with_memory_series
+from kalena_engine.replay.usage import ProductionUsage, build_production_usage, held_shapes, with_memory_series
 from kalena_engine.traces.batch import BatchTasks, scale_load, select_window
 from kalena_engine.traces.bitbrains import BitbrainsSet
 from kalena_engine.traces.genai import MemoryUtil
@@ -44,6 +44,11 @@ class ReplayConfig:
         coverage_tolerance_s: a VM covers the window if its samples start/end within this.
         reservation_rule: what production reservations the ledgers read — one of
             :data:`~kalena_engine.replay.rules.RULES` (``kalena``: the estimator).
+        warm_s: usage history before the window fed to production's estimator (0 s: none, the
+            replay starts from nothing). The usage series' own samples of the ``warm_s`` before
+            time 0, one per ``usage_interval_s``, as a live cluster's estimator holds the days
+            before any window; needs ``usage_offset_s ≥ warm_s``. Only the estimator is warmed
+            (the baselines' rules start as they do cold).
     """
 
     hours: float = 24.0
@@ -59,6 +64,7 @@ class ReplayConfig:
     coverage_tolerance_s: float = 300.0
     policy: Policy = field(default_factory=Policy)
     reservation_rule: str = "kalena"
+    warm_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (0 < self.hours < math.inf and 0 < self.step_s < math.inf):
@@ -69,6 +75,9 @@ class ReplayConfig:
             raise ValueError(f"node set {self.node_set!r} is not one of {', '.join(NODE_SETS)}")
         if not 0 <= self.usage_offset_s < math.inf:
             raise ValueError(f"usage offset {self.usage_offset_s} s must be ≥ 0 and finite")
+        if not 0 <= self.warm_s <= self.usage_offset_s:
+            raise ValueError(f"warm-up {self.warm_s:g} s must be ≥ 0 and at most the usage offset "
+                             f"({self.usage_offset_s:g} s): the history fed lies before the window, inside the series")
         if self.load_factor <= 0:
             raise ValueError(f"load factor {self.load_factor} must be positive")
         if self.batch_usage_ratio < 0:
@@ -169,7 +178,9 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         peak_ratios=inputs.peak_ratios, mapping=config.usage_mapping, rng=rng,
     )
     memory_source = "bitbrains"
-    if inputs.memory_util is not None:
+    if inputs.memory_util is not None and config.warm_s:
+        memory_source = "bitbrains (the memory-utilisation series cannot hold a warm-up and the window)"
+    elif inputs.memory_util is not None:
         m_start = inputs.memory_util.earliest_s() + config.usage_offset_s
         fitting = inputs.memory_util.covering(m_start, m_start + window_end_s, config.coverage_tolerance_s)
         if fitting:  # "where it fits": the series span ≈ 22.8 h; longer windows keep Bitbrains memory
@@ -200,6 +211,7 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         step_s=config.step_s))
     simulator = Simulator(state=state, usage=usage, clock=clock, policy=config.policy,
                           eligible=eligible, stale_ttl_s=stale_ttl_s, scheduler=scheduler, rule=rule)
+    warm_samples = _warm_start(simulator, vms, usage, trace_start_s=start, config=config, stale_ttl_s=stale_ttl_s)
     facts: dict[str, object] = {
         "nodes": n_nodes,
         "active_nodes": int(active.sum()),
@@ -221,12 +233,31 @@ def build_replay(inputs: ReplayInputs, config: ReplayConfig) -> Replay:
         "steps": config.steps,
         "sim_seconds": config.steps * config.step_s,
         "stale_ttl_s": stale_ttl_s,
+        "warm_s": config.warm_s,
+        "warm_samples": warm_samples,
         "data_anomalies": dict(sorted(inputs.anomalies.items())),
     }
     return Replay(simulator=simulator, accumulator=SummaryAccumulator(target=eligible, production_pods=len(pods),
                                                                       step_s=config.step_s,
                                                                       pod_request=state.production.request),
                   verification=verification, facts=facts)
+
+
+def _warm_start(simulator: Simulator, vms: tuple, usage: ProductionUsage, *, trace_start_s: float,
+                config: ReplayConfig, stale_ttl_s: float) -> int:
+    """Feed production's estimator the ``config.warm_s`` of usage before the window, one sample
+    per ``usage_interval_s`` (``Simulator.warm``), through the same mapping as the window (each pod's
+    VM, scale and limit). Returns the pod-samples fed (0 without a warm-up)."""
+    if not config.warm_s:
+        return 0
+    count = int(config.warm_s // config.usage_interval_s)
+    times = -config.usage_interval_s * np.arange(count, 0, -1, dtype=np.float64)
+    shapes, ages = held_shapes(vms, trace_start_s + times)
+    limit = simulator.state.production.limit
+    fed = np.stack([np.minimum(usage.usage_of_shape(shape), limit) for shape in shapes])
+    fresh = ages[:, usage.vm_of_pod] <= stale_ttl_s
+    simulator.warm(times, fed, fresh)
+    return int(fresh.sum())
 
 
 def _task_table(batch: BatchTasks, config: ReplayConfig, rng: np.random.Generator) -> TaskTable:

@@ -169,6 +169,20 @@ class Simulator:
         self._prod_by_node = np.split(order, np.searchsorted(self.state.production.node[order],
                                                              np.arange(1, len(self.state.capacity))))
 
+    def warm(self, times_s: np.ndarray, usage: np.ndarray, sampled: np.ndarray) -> None:
+        """Feed production's estimator the usage before the window (a warm start): ``(t,)``
+        times before 0 (s, ascending), ``(t, p, 8)`` usage clipped at the limit, ``(t, p)`` bool
+        which pods had a fresh sample. Only the estimator's state changes (its reservations and
+        the predictors' history, as the live system keeps them across days); no step runs and
+        nothing is counted. The pods are past their startup grace (they started before it)."""
+        st = self.state
+        prod = st.production
+        for i, now_s in enumerate(np.asarray(times_s, dtype=np.float64).tolist()):
+            st.prod_reservations = update_reservations(
+                st.prod_reservations, request=prod.request, limit=prod.limit, usage=usage[i],
+                sampled=sampled[i], now_s=now_s, start_s=self._prod_start, grace_s=self._prod_grace,
+                pinned=self._prod_pinned, policy=self.policy.estimator)
+
     def run(self, on_step: Callable[[StepRecord], None] | None = None) -> None:
         """Run every step of the clock; ``on_step`` receives each :class:`StepRecord`."""
         for step, now_s in self.clock:

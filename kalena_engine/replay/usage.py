@@ -80,6 +80,21 @@ class ProductionUsage:
         return self.sample_age_s[step][self.vm_of_pod]
 
 
+def held_shapes(vms: tuple[VMSeries, ...], times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each VM's shape value held at each of ``times`` (trace time, s): ``(t, n_vm, 6)`` values
+    (zeros before a VM's first sample) and ``(t, n_vm)`` ages of the held sample (s; ``inf``
+    before the first)."""
+    shapes = np.zeros((len(times), len(vms), 6))
+    ages = np.zeros((len(times), len(vms)))
+    for v, vm in enumerate(vms):
+        index = sample_at(vm, times)
+        series = usage_ratio_series(vm)
+        have = index >= 0
+        shapes[have, v] = series[index[have]]
+        ages[:, v] = np.where(have, times - vm.timestamp_s[np.maximum(index, 0)], np.inf)
+    return shapes, ages
+
+
 def build_production_usage(
     vms: tuple[VMSeries, ...], *, trace_start_s: float, step_times_s: np.ndarray,
     request: np.ndarray, limit: np.ndarray, peak_ratios: np.ndarray | None,
@@ -104,15 +119,7 @@ def build_production_usage(
     if not vms:
         raise ValueError("no Bitbrains VM covers the replay window")
     n_pods = request.shape[0]
-    times = trace_start_s + np.asarray(step_times_s, dtype=np.float64)
-    shapes = np.zeros((len(times), len(vms), 6))
-    ages = np.zeros((len(times), len(vms)))
-    for v, vm in enumerate(vms):
-        index = sample_at(vm, times)
-        series = usage_ratio_series(vm)
-        have = index >= 0
-        shapes[have, v] = series[index[have]]
-        ages[:, v] = np.where(have, times - vm.timestamp_s[np.maximum(index, 0)], np.inf)
+    shapes, ages = held_shapes(vms, trace_start_s + np.asarray(step_times_s, dtype=np.float64))
     vm_of_pod = rng.integers(0, len(vms), size=n_pods)
     if mapping == "peak":
         if peak_ratios is None or len(peak_ratios) == 0:

@@ -104,6 +104,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run.add_argument("--usage-offset-h", type=NON_NEGATIVE, default=0.0,
                      help="hours after the usage series' start that replay time 0 maps to (another window of the "
                           "series, e.g. 168 for the next week; default 0)")
+    run.add_argument("--warm-h", type=NON_NEGATIVE, default=0.0,
+                     help="hours of each production pod's usage before the window fed to the estimator first, as a "
+                          "live cluster's estimator holds the days before any window (the periodic member needs whole "
+                          "days); at most --usage-offset-h (default 0: the replay starts from nothing)")
     run.add_argument("--load-factors", type=numbers_list("--load-factors", 1e-9), default=(1.0, 4.0),
                      help="load factors, each a full sweep (default 1,4); the knee is taken on the first")
     run.add_argument("--knee-rate", type=NON_NEGATIVE, default=KNEE_RATE,
@@ -263,10 +267,14 @@ def handle(args: argparse.Namespace) -> int:
     for flag, path in (("--summary-json", args.summary_json), ("--report-html", args.report_html), ("--out", args.out)):
         summary_path_check(path, flag, COMMAND)
     document = policy_or_exit(args, COMMAND)
+    if args.warm_h > args.usage_offset_h:
+        _fail(f"--warm-h {args.warm_h:g} is longer than --usage-offset-h {args.usage_offset_h:g}: the warm-up is the "
+              "usage before the window, so the window must start at least that far into the series "
+              "(e.g. --usage-offset-h 168 --warm-h 72)")
     try:
         base = ReplayConfig(hours=args.hours, step_s=args.step, seed=args.seed, usage_mapping=args.usage_mapping,
                             batch_offset_s=args.offset, batch_usage_ratio=args.batch_usage_ratio, policy=document.policy,
-                            usage_offset_s=args.usage_offset_h * 3600.0)
+                            usage_offset_s=args.usage_offset_h * 3600.0, warm_s=args.warm_h * 3600.0)
     except ValueError as exc:
         _fail(str(exc))
     predictors = tuple(args.predictors)
@@ -345,7 +353,8 @@ def handle(args: argparse.Namespace) -> int:
     change, why = verdict(to_ship, document.policy)
     wall = time.perf_counter() - started
     sources = input_sources(args)
-    print(f"Kalena calibration: {args.hours:g} h from {args.usage_offset_h:g} h into the usage series, seed "
+    print(f"Kalena calibration: {args.hours:g} h from {args.usage_offset_h:g} h into the usage series"
+          f"{f' (estimator warmed with the {args.warm_h:g} h before it)' if args.warm_h else ''}, seed "
           f"{args.seed}, {len(results)} replays in {wall:.0f} s (inputs {loaded:.0f} s); knee rate {args.knee_rate:g} "
           f"evictions/100 pod-h per % of reclaimed cpu")
     print(f"usage source: {sources.get('usage_dir') or sources.get('cluster') or '—'}")
@@ -390,6 +399,7 @@ def handle(args: argparse.Namespace) -> int:
                            "max_contention_share": float(args.max_contention_share)}, "knee_rate": float(args.knee_rate),
                "change_default": change, "verdict": why, "knee_grid_edges": edges, "hours": float(args.hours),
                "seed": int(args.seed), "usage_offset_h": float(args.usage_offset_h),
+               "warm_h": float(args.warm_h),
                "knee_interior": not edges, "widening_rounds": rounds, "widened": widened,
                "frontier": front, "replays": len(results), "predictors": list(predictors), "baselines": list(baselines),
                "requested_margins": list(args.margins), "requested_half_lives_s": list(args.half_lives),

@@ -11,10 +11,11 @@ from kalena_engine.estimator import concat, initial_reservations, pinned_mask, t
 from kalena_engine.policy import EstimatorPolicy, Policy
 from kalena_engine.policy_file import parse_policy_text, policy_with_sections
 from kalena_engine.predictors import (
+    NO_ID,
     choose, empty_history, horizon_peak, max_peak, nsigma_peak, percentile_peak, periodic_peak, prediction_cost,
     score_and_choose,
 )
-from kalena_engine.resources import CPU, ir_vector, to_ir
+from kalena_engine.resources import CPU, GPU, RAM, STORAGE, ir_vector, to_ir
 
 PEAKS = np.array([1.0, 2.0, 3.0, 4.0, 10.0])[None, :, None]
 
@@ -150,6 +151,33 @@ def test_peak_margin_ratio_scales_the_forecast_not_the_usage_floor() -> None:
     assert peak[30] == pytest.approx(1.15 * 8.0)
 
 
+@pytest.mark.parametrize("predictor", ["asymmetric", "percentile"])
+def test_memory_margin_ratio_widens_memory_only(predictor: str) -> None:
+    """``memory_margin_ratio``: memory (incompressible: a shortfall is an eviction) keeps 1.6 × its
+    usage or forecast while cpu keeps μ 1.15 — in the asymmetric rule and in a peak member alike."""
+    policy = EstimatorPolicy(predictor=predictor, memory_margin_ratio=1.6, window_s=1800.0, min_history_s=600.0)
+    q = ir_vector(cpu=10.0, ram=10.0)[None, :]
+    state = initial_reservations(q, np.zeros(1))
+    for i in range(180):                                             # 3 h of steady 2 cores, 4 GiB
+        state = update_reservations(
+            state, request=q, limit=q, usage=ir_vector(cpu=2.0, ram=4.0)[None, :], sampled=np.array([True]),
+            now_s=i * 60.0, start_s=np.zeros(1), grace_s=np.array([300.0]), pinned=pinned_mask(np.array([False])),
+            policy=policy)
+    got = to_ir(state.value[0])
+    assert (got[CPU], got[RAM]) == (pytest.approx(1.15 * 2.0, rel=1e-3), pytest.approx(1.6 * 4.0, rel=1e-3))
+    assert list(EstimatorPolicy(memory_margin_ratio=1.6).margins[[CPU, RAM, GPU, STORAGE]]) == [1.15, 1.6, 1.6, 1.6]
+    assert list(EstimatorPolicy().margins[[CPU, RAM]]) == [1.15, 1.15]       # unset: μ everywhere
+
+
+def test_memory_margin_ratio_in_a_policy_file_is_read_and_range_checked() -> None:
+    doc = parse_policy_text("apiVersion: kalena.naughtian.io/v1\nkind: Policy\nspec:\n  estimator:\n"
+                            "    memory_margin_ratio: 1.6\n", source="p.yaml")
+    assert doc.policy.estimator.memory_margin_ratio == 1.6
+    with pytest.raises(PolicyError, match=r"estimator\.memory_margin_ratio: 0\.9 is out of range"):
+        parse_policy_text("apiVersion: kalena.naughtian.io/v1\nkind: Policy\nspec:\n  estimator:\n"
+                          "    memory_margin_ratio: 0.9\n", source="p.yaml")
+
+
 def test_auto_picks_the_periodic_member_on_a_diurnal_workload() -> None:
     t = np.arange((3 * 24 + 12) * 12) * 300.0                     # 3.5 days of 5-min samples
     usage = 2.0 + 3.0 * (((t // 3600) % 24) >= 12)                # 2 cores until noon, 5 after
@@ -254,9 +282,48 @@ def test_stored_history_reads_back_and_a_changed_policy_starts_empty() -> None:
     blobs = pack_rows(history, np.array([0, 1]))
     back = unpack_rows([None, blobs[1]], np.zeros((2, 8)), policy)
     assert (back.peaks[1, 5, CPU], back.chosen[1, CPU], back.bucket[1]) == (7.0, 2, 99)
-    assert back.asym[0, CPU] == 0.0 and back.bucket[0] == -1          # no bytes: empty, stored r
+    assert back.asym[0, CPU] == 0.0 and back.bucket[0] == NO_ID       # no bytes: empty, stored r
     other = unpack_rows([blobs[1]], np.full((1, 8), 3.0), EstimatorPolicy(predictor="auto", window_s=3600.0))
-    assert other.bucket[0] == -1 and other.asym[0, CPU] == 3.0         # another window: empty
+    assert other.bucket[0] == NO_ID and other.asym[0, CPU] == 3.0      # another window: empty
+
+
+def test_history_stored_by_the_previous_version_reads_back_with_its_empty_slots_empty() -> None:
+    """Version 3 wrote an empty slot's id as −1; ids may now be negative (a warmed replay), so an
+    empty slot is NO_ID — a stored v3 history must not read −1 as bucket −1."""
+    from kalena_engine.predictors import empty_history, pack_rows, unpack_rows
+
+    policy = EstimatorPolicy(predictor="auto")
+    history = empty_history(np.ones((1, 8)), policy)
+    history.peaks[0, 5, CPU] = 7.0
+    history.ids[0, 5] = 5
+    history.bucket[0] = 6
+    flat = np.frombuffer(pack_rows(history, np.array([0]))[0], dtype=np.float64).copy()
+    flat[0] = 3.0
+    flat[flat == NO_ID] = -1.0                                          # as version 3 wrote it
+    back = unpack_rows([flat.tobytes()], np.zeros((1, 8)), policy)
+    assert back.peaks[0, 5, CPU] == 7.0 and back.ids[0, 5] == 5 and back.bucket[0] == 6
+    assert np.all(np.delete(back.ids[0], 5) == NO_ID) and np.all(back.hour_ids[0] == NO_ID)
+
+
+def test_samples_before_time_zero_fill_the_history_as_later_ones_do() -> None:
+    """A warmed replay feeds the days before its window at negative times: bucket −1 (the five
+    minutes before 0) is a bucket like any other, and the periodic member reads yesterday's hours
+    across 0."""
+    from kalena_engine.predictors import empty_history, leaf_forecasts, observe
+
+    policy = EstimatorPolicy(predictor="periodic", periodic_days=1, periodic_harmonics=12)
+    history = empty_history(np.zeros((1, 8)), policy)
+    rows = np.array([0])
+    forecasts = {}
+    for t in np.arange(-86_400.0, 3_301.0, 300.0):                     # a day before 0, then the first hour
+        usage = np.zeros((1, 8))
+        usage[0, CPU] = 2.0 if -86_400 + 3_600 <= t < -86_400 + 7_200 else 1.0   # yesterday's 01:00 hour peaks
+        history, _ = observe(history, rows, np.array([t]), usage, policy)
+        forecasts[t] = leaf_forecasts(history, rows, policy)[0, 2, CPU]
+    assert history.ids[0, np.mod(-1, history.ids.shape[1])] == -1       # bucket −1 held, not read as empty
+    assert np.isnan(forecasts[-3_600.0])                                # less than a day of hours yet
+    assert forecasts[300.0] == pytest.approx(1.0)                       # 00:05: yesterday's 00:00 hour
+    assert forecasts[3_300.0] == pytest.approx(2.0)                     # 00:55: the 01:00 rise, a bucket ahead
 
 
 def test_percentile_equals_numpys_on_windows_with_gaps() -> None:

@@ -140,7 +140,11 @@ def test_results_do_not_depend_on_jobs_and_the_report_is_self_contained(calibrat
     (["--usage-offset-h", "5000", "--predictors", "asymmetric", "--margins", "1.15", "--half-lives", "600",
       "--load-factors", "1", "--baselines", ""],
      "--usage-offset-h/--hours: no production usage series covers 0.1 h from 5000 h"),
-], ids=["margin", "repeat", "half-life", "rate", "predictor", "window", "percentile", "key", "baseline", "offset"])
+    (["--usage-offset-h", "24", "--warm-h", "72"], "--warm-h 72 is longer than --usage-offset-h 24"),
+    (["--predictors", "asymmetric:memory_margin_ratio=0.5"],
+     "spec.estimator.memory_margin_ratio: 0.5 is out of range (accepted: a number in [1, 10] or null)"),
+], ids=["margin", "repeat", "half-life", "rate", "predictor", "window", "percentile", "key", "baseline", "offset",
+        "warm-up", "memory-margin"])
 def test_bad_flags_are_refused_naming_the_flag(tmp_path: Path, data_dir: Path, args, fragment) -> None:
     out = tmp_path / "cal.yaml"
     result = run("evaluate", "calibrate", "--hours", "0.1", "--no-progress", "--out", str(out), *args, data_dir=data_dir)

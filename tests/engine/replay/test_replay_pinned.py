@@ -28,7 +28,7 @@ PINNED_POLICY = Policy(estimator=EstimatorPolicy(margin_ratio=1.15, half_life_s=
 ADDED = {"overestimation_area_cpu", "overestimation_area_ram", "underestimation_area_cpu",
          "underestimation_area_ram", "throttled_seconds_p50", "throttled_seconds_p99", "completion_inflation_p90",
          "pareto_reserve_yield_cpu", "pareto_reserve_yield_ram", "reservation_accuracy", "batch_forward_progress",
-         "pareto_reserve_yield"}
+         "pareto_reserve_yield", "warm_s", "warm_samples"}
 
 
 def test_default_24h_summary_is_the_pinned_one(data_dir: Path) -> None:
@@ -39,4 +39,5 @@ def test_default_24h_summary_is_the_pinned_one(data_dir: Path) -> None:
     got = json.loads(json.dumps(summary, sort_keys=True, default=float))
     assert sorted(got) == sorted(set(pinned) | ADDED)
     assert {k: got[k] for k in pinned if got[k] != pinned[k]} == {}
+    assert got["warm_s"] == 0 and got["warm_samples"] == 0  # the replay starts from nothing by default
     assert got["batch_completed"] == 819_469 and got["batch_evicted"] == 356  # the doc's ×1 figures

@@ -85,3 +85,33 @@ def test_load_factor_scales_arrivals(inputs) -> None:
 def test_all_nodes_opens_empty_nodes(inputs) -> None:
     replay = build_replay(inputs, ReplayConfig(hours=0.25, node_set="all"))
     assert replay.facts["batch_nodes"] == 186
+
+
+def test_a_warm_start_feeds_the_estimator_the_days_before_the_window_and_changes_nothing_else(inputs) -> None:
+    """``warm_s``: production's estimator is fed the usage of the 25 h before the window, so the
+    periodic member (it needs a whole day of hours before the hour under way) serves from the window's start; the window
+    itself — each pod's VM, its usage, the batch — is the cold replay's."""
+    from kalena_engine.policy import EstimatorPolicy, Policy
+    from kalena_engine.predictors import LEAVES
+
+    policy = Policy(estimator=EstimatorPolicy(predictor="periodic", periodic_days=1, margin_ratio=1.3,
+                                              half_life_s=1200.0))
+    cold = build_replay(inputs, ReplayConfig(hours=0.5, usage_offset_s=93_600.0, policy=policy))
+    warm = build_replay(inputs, ReplayConfig(hours=0.5, usage_offset_s=93_600.0, warm_s=90_000.0, policy=policy))
+    np.testing.assert_array_equal(cold.simulator.usage.shapes, warm.simulator.usage.shapes)
+    np.testing.assert_array_equal(cold.simulator.usage.vm_of_pod, warm.simulator.usage.vm_of_pod)
+    assert warm.facts["warm_s"] == 90_000.0 and warm.facts["warm_samples"] > 250 * 2714   # ≥ 250 of 300 per pod
+    periodic = LEAVES.index("periodic")
+    warm_history = warm.simulator.state.prod_reservations.history
+    assert cold.simulator.state.prod_reservations.history is None                        # nothing fed yet
+    assert np.mean(~np.isnan(warm_history.leaf[:, periodic, CPU])) > 0.9                  # serving at time 0
+    cold_first, warm_first = [], []
+    cold.run(lambda r: cold_first.append(r.prod_reservation[:, CPU].sum()))
+    summary = warm.run(lambda r: warm_first.append(r.prod_reservation[:, CPU].sum()))
+    assert warm_first[0] < 0.8 * cold_first[0]      # the cold estimator starts at the request and decays
+    assert summary["batch_submitted"] == cold.summary()["batch_submitted"]
+
+
+def test_a_warm_start_longer_than_the_usage_offset_is_refused() -> None:
+    with pytest.raises(ValueError, match="warm-up 7200 s .* at most the usage offset"):
+        ReplayConfig(hours=1.0, usage_offset_s=3600.0, warm_s=7200.0)
