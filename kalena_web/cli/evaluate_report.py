@@ -295,7 +295,10 @@ def render_calibration_report(summary: dict[str, object], *, title: str) -> str:
     k = summary["knee"]
     intro = (f"Every setting replays the same {summary['hours']:g} h (seed {summary['seed']}, usage from "
              f"{html.escape(str(summary.get('inputs', {}).get('usage_dir', '')))}, "
-             f"{summary.get('usage_offset_h', 0):g} h into it). <b>Shipped (the operator's tolerance):</b> "
+             f"{summary.get('usage_offset_h', 0):g} h into it"
+             + (f"; the estimator warmed with the {summary['warm_h']:g} h before it" if summary.get("warm_h") else
+                "; the estimator starts from nothing")
+             + f"). <b>Shipped (the operator's tolerance):</b> "
              f"{html.escape(describe(ship['setting']))} — {html.escape(str(ship['why']))}. Knee (rate "
              f"{summary['knee_rate']:g}): {html.escape(describe(k))}. {html.escape(str(summary['verdict']))}."
              f"</p>{shipped_table}<p>")

@@ -124,6 +124,27 @@ def test_results_do_not_depend_on_jobs_and_the_report_is_self_contained(calibrat
     assert "<script src=" not in html
     for div in ("safety-curve-x1", "safety-curve-x4", "contention-x1", "contention-x4"):
         assert f'id="{div}"' in html
+    assert "the estimator starts from nothing" in html and a["warm_h"] == 0
+
+
+def test_a_warmed_calibration_says_so_and_moves_the_periodic_member(tmp_path: Path, data_dir: Path) -> None:
+    """``--warm-h``: the periodic member (a day of hours before it serves) reserves differently once
+    it is fed the 25 h before the window; the summary, stdout and the report say the window was warmed."""
+    common = ["evaluate", "calibrate", "--hours", "0.5", "--usage-offset-h", "26", "--load-factors", "1",
+              "--predictors", "periodic:periodic_days=1:margin_ratio=1.15:half_life_s=600:peak_margin_ratio=1",
+              "--baselines", "", "--no-progress", "--widen-rounds", "0", "--jobs", "1"]
+    got = {}
+    for warm in ("0", "25"):
+        folder = tmp_path / warm
+        result = run(*common, "--warm-h", warm, "--summary-json", str(folder / "s.json"),
+                     "--report-html", str(folder / "r.html"), data_dir=data_dir)
+        assert result.returncode == 0, result.stderr[-3000:]
+        got[warm] = (result.stdout, json.loads((folder / "s.json").read_text()), (folder / "r.html").read_text())
+    (cold_out, cold, _), (warm_out, warm, warm_html) = got["0"], got["25"]
+    assert "estimator warmed with the 25 h before it" in warm_out and "estimator warmed" not in cold_out
+    assert warm["warm_h"] == 25 and "the estimator warmed with the 25 h before it" in warm_html
+    cold_point, warm_point = (s["load_factors"]["1"]["points"][0] for s in (cold, warm))
+    assert warm_point["reclaimed_fraction_cpu"] != cold_point["reclaimed_fraction_cpu"]
 
 
 @pytest.mark.parametrize("args, fragment", [
