@@ -16,7 +16,8 @@ Shape::
     spec:
       estimator:  {margin_ratio, half_life_s, grace_s, stale_min_s, limit_ratio,
                    predictor, bucket_s, window_s, percentile, n_sigma, periodic_days,
-                   periodic_harmonics, min_history_s, peak_margin_ratio, members: [asymmetric, …],
+                   periodic_harmonics, min_history_s, peak_margin_ratio, memory_margin_ratio,
+                   members: [asymmetric, …],
                    under_cost_weight, over_cost_weight, cost_half_life_s, cost_horizon_s,
                    switch_margin_ratio}
       eviction:   {evict_threshold_ratio, acute_ratio, …, cooldown_s}
