@@ -215,7 +215,7 @@ class PeakHistory:
         bucket: ``(n,)`` id of the open bucket (``⌊t / bucket_s⌋``), :data:`NO_ID` before any sample.
         open_peak: ``(n, 8)`` peak usage in the open bucket so far.
         peaks: ``(n, K, 8)`` closed bucket peaks, bucket ``b`` in slot ``b mod K``.
-        ids: ``(n, K)`` the bucket id each slot holds (−1 empty): a slot is read only for the id
+        ids: ``(n, K)`` the bucket id each slot holds: a slot is read only for the id
             wanted, so a gap in the samples reads as empty buckets. ``K`` = the window's buckets.
             Every id field holds :data:`NO_ID` in an empty slot.
         hours: ``(n, 24·D + 1, 8)`` hourly peaks of the last ``D`` days and the hour under way
