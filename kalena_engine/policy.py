@@ -44,7 +44,7 @@ class EstimatorPolicy:
         memory_margin_ratio: the margin on the incompressible dimensions — memory, storage, GPU —
             in every member, the asymmetric rule's included (None: the margins above). A cpu
             shortfall is throttled; a memory shortfall is an eviction, so memory may keep a wider
-            margin than cpu (Autopilot, EuroSys 2020, §3: separate recommenders for cpu and memory).
+            margin than cpu (Autopilot, EuroSys 2020, recommends cpu and memory with different rules).
         members: the members ``max`` combines and ``auto`` chooses among.
         under_cost_weight, over_cost_weight: ``auto``'s weights of under- and over-prediction
             (10, 1).
