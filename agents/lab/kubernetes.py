@@ -306,7 +306,7 @@ def preflight_kubernetes(plan: LabPlan, *, state_dir: Path, kubectl_path: Path) 
     if not os.access(kubectl_path, os.X_OK):
         raise LabError(f"Debian's kubectl is not at {kubectl_path}", source="kalena lab up", field="kubectl",
                        accepted="scripts/services kubectl (extracts the kubernetes-client package)")
-    preflight(plan, state_dir=state_dir, console_port=8000)
+    preflight(plan, state_dir=state_dir, console_port=None)   # the console runs in the control plane's pods
     busy = [f"{plan.subnet}.1:{API_PORT} (API server)"] if not port_free(f"{plan.subnet}.1", API_PORT) else []
     busy += [f"{n.address}:{KUBELET_PORT} (kubelet of {n.name})" for n in plan.nodes
              if not port_free(n.address, KUBELET_PORT)]

@@ -52,10 +52,12 @@ def port_free(address: str, port: int) -> bool:
     return True
 
 
-def preflight(plan: LabPlan, *, state_dir: Path, console_port: int, orchestrator: str = "docker",
+def preflight(plan: LabPlan, *, state_dir: Path, console_port: int | None, orchestrator: str = "docker",
               with_kubelets: bool = False) -> None:
     """Refuse before anything starts: a lab already recorded in ``state_dir``, the lab's cgroups
     present (another lab of that name, or leftovers), Docker missing, a port in use.
+    ``console_port`` None: the console does not run on the subnet's first address (Kubernetes mode
+    runs it in the control plane's pods, whose ports the caller checks).
 
     Raises:
         LabRunning, LabError.
@@ -71,7 +73,7 @@ def preflight(plan: LabPlan, *, state_dir: Path, console_port: int, orchestrator
                        field="--name", accepted="another lab name, or `kalena lab down` of the lab that made them")
     machinery.preflight_docker()
     host = plan.console_address
-    busy = [f"{host}:{console_port} (console)"] if not port_free(host, console_port) else []
+    busy = [f"{host}:{console_port} (console)"] if console_port is not None and not port_free(host, console_port) else []
     busy += [f"{n.address}:{machinery.AGENT_HEALTH_PORT} (agent of {n.name})" for n in plan.nodes
              if not port_free(n.address, machinery.AGENT_HEALTH_PORT)]
     busy += [f"{n.address}:{KUBELET_PORT} (kubelet of {n.name})" for n in plan.nodes

@@ -320,3 +320,23 @@ def test_docker_missing_is_refused_naming_what_to_install_and_starts_nothing(mon
     assert "/nonexistent/dockerd" in str(refused.value)
     assert "apt-get install docker.io busybox-static" in str(refused.value)
     assert not (state_dir / "fresh").exists() and lab_cgroups(f"kalena-{name}") == []   # not even its folder
+
+
+def test_kubernetes_mode_does_not_claim_the_subnets_first_address_port_8000(state_dir: Path) -> None:
+    # its console runs in the control plane's pods (.100+), so a console already serving on .1:8000
+    # (./scripts/demo serves the replay there and starts a Kubernetes-mode lab on 127.0.0) is no
+    # conflict; a node's agent port still is, and only it is named
+    name = f"lt{uuid.uuid4().hex[:6]}"
+    redis_url = os.environ.get("KALENA_TEST_REDIS_URL", "redis://127.0.0.1:6379/12")
+    with socket.socket() as console, socket.socket() as agent:
+        for sock, address in ((console, (f"{SUBNET}.1", 8000)), (agent, (f"{SUBNET}.2", 9640))):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen()
+        result = kalena_lab("up", "--orchestrator", "kubernetes", "--no-slice", "--nodes", "1", "--cpu-m", "100",
+                            "--memory-mib", "64", "--name", name, "--redis-url", redis_url,
+                            "--state-dir", str(state_dir))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--subnet: port(s) in use: {SUBNET}.2:9640 (agent of {name}-1)" in result.stderr, result.stderr
+    assert f"{SUBNET}.1:8000" not in result.stderr
+    assert not (state_dir / "lab.json").exists() and lab_cgroups(f"kalena-{name}") == []
