@@ -20,17 +20,21 @@ from kalena_engine.resources import COMPRESSIBLE, N_DIMS
 class EstimatorPolicy:
     """Reservation estimator parameters (docs/design.md §5).
 
+    The defaults are the setting the operator's tolerance rule ships (``kalena evaluate
+    calibrate``, docs/evaluation.md "The shipped default"): ``auto`` choosing per workload between
+    the asymmetric rule (μ 1.15, h 1200 s) and the periodic member (margin 1.1), memory at 1.6.
+
     Attributes:
         margin_ratio: μ, the safety margin on usage (1.15).
-        half_life_s: h, half-life of the slow decay (600 s).
+        half_life_s: h, half-life of the slow decay (1200 s).
         grace_s: g, startup grace during which r ≥ request (300 s; per-workload override).
         stale_min_s: floor of the staleness TTL (60 s); the TTL is
             ``max(stale_min_s, 3 × sampling interval)``.
         limit_ratio: L = limit_ratio × q for workloads that declare no limit (1.0).
         predictor: the peak predictor serving the reservation (:data:`~kalena_engine.predictors.
-            PREDICTORS`): ``asymmetric`` (the rule above, the default), ``percentile``,
-            ``nsigma``, ``periodic``, ``max`` (of ``members``) or ``auto`` (per workload, among
-            ``members``, by recent cost).
+            PREDICTORS`): ``asymmetric`` (the rule above), ``percentile``, ``nsigma``,
+            ``periodic``, ``max`` (of ``members``) or ``auto`` (per workload, among ``members``, by
+            recent cost; the default).
         bucket_s: width of a usage-peak bucket (300 s).
         window_s: history the percentile and N-sigma members read (7200 s).
         percentile: the percentile member's p (99).
@@ -39,15 +43,15 @@ class EstimatorPolicy:
         periodic_harmonics: daily harmonics it keeps, 1–12 (3).
         min_history_s: less non-empty history than this → the asymmetric rule serves (3600 s).
         peak_margin_ratio: the margin on the percentile, N-sigma and periodic forecasts, which are
-            already peak statistics (None: ``margin_ratio``); the reservation never falls below
+            already peak statistics (1.1; None: ``margin_ratio``); the reservation never falls below
             ``min(L, margin_ratio · usage)`` whatever it is.
         memory_margin_ratio: the margin on the incompressible dimensions — memory, storage, GPU —
-            in every member, the asymmetric rule's included (None: the margins above). A cpu
+            in every member, the asymmetric rule's included (1.6; None: the margins above). A cpu
             shortfall is throttled; a memory shortfall is an eviction, so memory may keep a wider
             margin than cpu (Autopilot, EuroSys 2020, recommends cpu and memory with different rules).
-        members: the members ``max`` combines and ``auto`` chooses among.
+        members: the members ``max`` combines and ``auto`` chooses among (asymmetric, periodic).
         under_cost_weight, over_cost_weight: ``auto``'s weights of under- and over-prediction
-            (10, 1).
+            (10, 3).
         cost_half_life_s: half-life of ``auto``'s cost memory (3600 s).
         cost_horizon_s: ``auto`` scores a member's reservation at a bucket's start against the
             highest bucket peak of the next ``cost_horizon_s`` (1200 s: slack lent to batch stays
@@ -59,11 +63,11 @@ class EstimatorPolicy:
     """
 
     margin_ratio: float = 1.15
-    half_life_s: float = 600.0
+    half_life_s: float = 1200.0
     grace_s: float = 300.0
     stale_min_s: float = 60.0
     limit_ratio: float = 1.0
-    predictor: str = "asymmetric"
+    predictor: str = "auto"
     bucket_s: float = 300.0
     window_s: float = 7200.0
     percentile: float = 99.0
@@ -71,11 +75,11 @@ class EstimatorPolicy:
     periodic_days: int = 3
     periodic_harmonics: int = 3
     min_history_s: float = 3600.0
-    peak_margin_ratio: float | None = None
-    memory_margin_ratio: float | None = None
-    members: tuple[str, ...] = ("asymmetric", "percentile", "nsigma", "periodic")
+    peak_margin_ratio: float | None = 1.1
+    memory_margin_ratio: float | None = 1.6
+    members: tuple[str, ...] = ("asymmetric", "periodic")
     under_cost_weight: float = 10.0
-    over_cost_weight: float = 1.0
+    over_cost_weight: float = 3.0
     cost_half_life_s: float = 3600.0
     cost_horizon_s: float = 1200.0
     switch_margin_ratio: float = 0.2

@@ -128,7 +128,13 @@ def periodic_peak(hourly: np.ndarray, harmonics: int, ahead: int = 0) -> np.ndar
     if days < 1 or length != days * DAY_HOURS:
         raise ValueError(f"hourly peaks must span whole days (24·D hours), got {length}")
     valid = ~np.isnan(hourly)
-    enough = valid.sum(axis=1) >= DAY_HOURS
+    enough = valid.sum(axis=1) >= DAY_HOURS                       # (n, 8)
+    rows = enough.any(axis=1)
+    if not rows.all():                                           # transform only what can serve
+        out = np.full((n, dims), np.nan)
+        if rows.any():
+            out[rows] = periodic_peak(hourly[rows], harmonics, ahead)
+        return out
     with np.errstate(all="ignore"), _quiet():
         top = np.nanmax(hourly, axis=1)
     filled = np.where(valid, hourly, np.nan_to_num(top, nan=0.0)[:, None, :])
@@ -336,9 +342,10 @@ def leaf_forecasts(history: PeakHistory, rows: np.ndarray, policy: EstimatorPoli
         hourly = _gather(history.hours, history.hour_ids, rows, hour_now - hours, hours)
         # the forecast covers the open bucket and the next: when the next one starts a new hour,
         # that hour too (a daily rise is reserved one bucket before it arrives)
-        last = ((b + 1) % per_hour == 0)[:, None]
-        out[:, 2] = np.where(last, periodic_peak(hourly, policy.periodic_harmonics, ahead=1),
-                             periodic_peak(hourly, policy.periodic_harmonics))     # needs a day of hours
+        last = (b + 1) % per_hour == 0
+        for ahead, part in ((1, last), (0, ~last)):                   # each row once: needs a day of hours
+            if part.any():
+                out[part, 2] = periodic_peak(hourly[part], policy.periodic_harmonics, ahead=ahead)
     return out
 
 

@@ -108,15 +108,22 @@ def calibration_figure(calibration: Calibration, current: Policy) -> str:
     evictions, dominated settings apart (hollow), the shipped setting (a diamond), the current
     policy (when swept) and the knee (of the first load factor) marked, and the eviction
     tolerance a dashed vertical line."""
-    from kalena_engine.replay.calibration import _key
+    from kalena_engine.replay.calibration import variant_estimator
 
     rows = calibration_rows(calibration)
     loads = list(dict.fromkeys(r["load_factor"] for r in rows))
     colours = ("#2563eb", "#ea580c", "#0d9488", "#7c3aed")
     fig = go.Figure()
-    est = current.estimator
-    current_key = (est.predictor, est.margin_ratio, est.half_life_s)
     knee = dict(calibration.knee)
+
+    def is_current(p) -> bool:
+        """The point's setting applied to the current estimator gives it back: the same predictor
+        variant (its label may pin keys, ``auto:margin_ratio=1.15:…``), μ and h."""
+        try:
+            return variant_estimator(current.estimator, _point_dict(p)) == current.estimator
+        except ValueError:                                   # a variant this code does not know
+            return False
+
     for j, load in enumerate(loads):
         colour = colours[j % len(colours)]
         here = [r for r in rows if r["load_factor"] == load]
@@ -134,7 +141,7 @@ def calibration_figure(calibration: Calibration, current: Policy) -> str:
                 line=dict(color=colour, width=2), text=[_label(r["point"]) for r in group],
                 hovertemplate="%{text}<br>%{x:.3f} evictions / 100 pod-h<br>%{y:.2f} % reclaimed cpu<extra></extra>"))
         marks = [("shipped", [r for r in here if r["shipped"]], "#f59e0b", "diamond", 18),
-                 ("current policy", [r for r in here if _key(_point_dict(r["point"])) == current_key], "#111827",
+                 ("current policy", [r for r in here if is_current(r["point"])], "#111827",
                   "x", 14)]
         if j == 0 and knee:
             marks.append(("knee", [r for r in here if r["point"].predictor == "asymmetric"

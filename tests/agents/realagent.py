@@ -24,6 +24,7 @@ from agents.pressure.monitor import PressureMonitor
 from agents.runner import drive
 from agents.settings import LoopSettings
 from kalena_engine.policy import Policy
+from tests.worked import WORKED_POLICY
 
 
 class RunningAgent:
@@ -35,7 +36,7 @@ class RunningAgent:
         self.fs = detect("/sys/fs/cgroup")
         capacity = np.full(8, math.inf)
         capacity[0], capacity[1] = cpu_mcpu, ram_bytes
-        self.settings = LoopSettings(node_name="test-node", capacity=capacity, policy=policy or Policy(),
+        self.settings = LoopSettings(node_name="test-node", capacity=capacity, policy=policy or WORKED_POLICY,
                                      mitigation_interval_s=tick_s, discovery_interval_s=tick_s,
                                      pressure_source=pressure_source, cpu_poll=cpu_poll)
         self.enforcer = Enforcer(self.fs, docker_client=docker_client)

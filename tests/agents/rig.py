@@ -22,6 +22,7 @@ from agents.loop import MitigationLoop
 from agents.settings import LoopSettings
 from kalena_engine.policy import Policy
 from tests.agents.conftest import make_v2_tree, v2_files
+from tests.worked import WORKED_POLICY
 
 GIB = 2**30
 SLEEPER = "import time\nprint('ready', flush=True)\nwhile True: time.sleep(60)"
@@ -49,7 +50,7 @@ class Rig:
         cap[0] = capacity.get("cpu", math.inf)
         cap[1] = capacity.get("ram", math.inf)
         self.fs = CgroupV2(self.root)
-        self.settings = LoopSettings(node_name="node-t", capacity=cap, policy=policy or Policy(),
+        self.settings = LoopSettings(node_name="node-t", capacity=cap, policy=policy or WORKED_POLICY,
                                      sampling_interval_s=sampling_interval_s, mitigation_interval_s=1.0)
         self.enforcer = Enforcer(self.fs)
 

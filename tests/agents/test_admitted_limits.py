@@ -25,9 +25,9 @@ from agents.enforcer import Enforcer
 from agents.loop import MitigationLoop
 from agents.orchestrators.kubernetes.admission import review
 from agents.settings import LoopSettings
-from kalena_engine.policy import Policy
 from tests.agents.conftest import make_v2_tree, v2_files
 from tests.agents.orchestrators.kubernetes.test_admission import admission_review, pod
+from tests.worked import WORKED_POLICY
 
 GIB = 2**30
 SLEEPER = "import time\nprint('ready', flush=True)\nwhile True: time.sleep(60)"
@@ -81,7 +81,7 @@ def run_node(tmp_path, json_server, batch_pod: dict, messages: list) -> object:
         capacity = np.full(8, math.inf)
         capacity[:2] = (8000.0, 32 * GIB)  # C10: node allocatable 8 cores / 32 GiB
         loop = MitigationLoop(
-            LoopSettings(node_name="node-c10", capacity=capacity, policy=Policy(), sampling_interval_s=60.0),
+            LoopSettings(node_name="node-c10", capacity=capacity, policy=WORKED_POLICY, sampling_interval_s=60.0),
             sources=[KubeletSource(KubeletClient(json_server.url))],
             telemetry=CgroupTelemetry(CgroupCollector(fs, tmp_path / "proc")), fs=fs, enforcer=Enforcer(fs),
             node_reader=NodeCollector(fs, tmp_path / "proc", node_cgroup="kubepods").read, emit=messages.append)

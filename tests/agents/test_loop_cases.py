@@ -18,9 +18,9 @@ from agents.enforcer import Enforcer
 from agents.link.protocol import validate_agent_message
 from agents.loop import MitigationLoop
 from agents.settings import LoopSettings
-from kalena_engine.policy import Policy
 from tests.agents.conftest import make_v2_tree
 from tests.agents.rig import GIB, STUBBORN, Rig
+from tests.worked import WORKED_POLICY
 
 T0 = 1_000_000.0
 
@@ -162,7 +162,7 @@ def test_limit_breach_override_takes_the_service_first(tmp_path) -> None:
 ])
 def test_limit_breach_override_uses_the_estimators_limit_when_none_is_declared(tmp_path, limit_ratio: float) -> None:
     rig = Rig(tmp_path, capacity={"cpu": 4000.0, "ram": 2.95 * GIB},
-              policy=Policy().with_estimator(limit_ratio=limit_ratio))
+              policy=WORKED_POLICY.with_estimator(limit_ratio=limit_ratio))
     try:
         rig.set_files("", memory_bytes=int(2.85 * GIB))          # ≥ 0.95 × C: pressure (not acute)
         # S1 requests 1 GiB, declares no limit and uses 1.5 GiB > L (1 or 1.25 GiB): a breach;
@@ -379,7 +379,7 @@ def test_case_c1_stale_sample_never_starts_an_eviction(tmp_path, json_server) ->
         client = KubeletClient(json_server.url)
         telemetry = KubeletTelemetry(client)
         fs = CgroupV2(make_v2_tree(tmp_path / f"cg{id(messages)}", {}))
-        settings = LoopSettings(node_name="node-c1", capacity=np.array(capacity), policy=Policy())
+        settings = LoopSettings(node_name="node-c1", capacity=np.array(capacity), policy=WORKED_POLICY)
         return MitigationLoop(settings, sources=[KubeletSource(client)], telemetry=telemetry, fs=fs,
                               enforcer=Enforcer(fs, kube_api=k8s.ApiClient(k8s.Configuration(host=json_server.url))),
                               node_reader=lambda now_s: telemetry.last_node, emit=messages.append)

@@ -22,9 +22,9 @@ from agents.model import KIND_PROCESS, Workload
 from agents.pressure.arming import SignalArming
 from agents.pressure.monitor import MemoryThreshold, PressureMonitor, PsiTrigger
 from agents.settings import LoopSettings
-from kalena_engine.policy import Policy
 from kalena_engine.resources import zeros
 from tests.agents.realagent import RunningAgent, wait_for, write_workloads
+from tests.worked import WORKED_POLICY
 
 pytestmark = pytest.mark.cgroup
 MIB = 2**20
@@ -64,7 +64,7 @@ def test_cpu_contention_throttles_batch_and_the_service_share_recovers(harness, 
     # C = the machine less 0.5 core of system reserve (post-Phase-0 capacity)
     capacity = CPUS * 1000.0 - 500.0
     agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), cpu_mcpu=capacity,
-                         policy=Policy().with_estimator(grace_s=0.0))
+                         policy=WORKED_POLICY.with_estimator(grace_s=0.0))
     try:
         # the service's claim is its 1-core request/limit: batch gets C − 1 core (0.5 core on 2 cpus),
         # less than the cpu the service leaves free, so CFS must throttle it
@@ -110,7 +110,7 @@ def test_anti_starvation_caps_the_service_from_real_throttled_time_and_holds_the
     # else the machine runs, so CFS throttles batch. Contention marks (which exempt a stalled service from
     # caps) are off: this test is about the cap
     agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), cpu_mcpu=300.0, pressure_source="eventfd",
-                         cpu_poll=False, policy=Policy().with_estimator(grace_s=0.0).with_eviction(
+                         cpu_poll=False, policy=WORKED_POLICY.with_estimator(grace_s=0.0).with_eviction(
                              starvation_window_s=window_s))
     try:
         before = throttled_time_ns(harness, "batch")
@@ -157,7 +157,7 @@ def test_memory_pressure_kills_the_limit_breach_first_then_the_lowest_priority(h
     path = tmp_path / "w.json"
     source = write_workloads(path, entries)
     agent = RunningAgent(sources=[source], node_cgroup=harness.rel(""), ram_bytes=200 * MIB,
-                         policy=Policy().with_eviction(min_run_time_s=0.0))
+                         policy=WORKED_POLICY.with_eviction(min_run_time_s=0.0))
     try:
         # Σ r ≈ 40 (svc, capped at its limit) + 85 + 96 > 200 with ≈ 220 MiB in use: the breach goes first
         assert wait_for(lambda: procs["svc"].poll() is not None, 60), "the limit-breaching service was not evicted"

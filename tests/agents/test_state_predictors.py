@@ -3,16 +3,18 @@ workload's usage history survives other workloads arriving and leaving."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from agents.model import UsageSample, Workload
 from agents.state import WorkloadTable
 from kalena_engine.estimator import initial_reservations, pinned_mask, update_reservations
-from kalena_engine.policy import EstimatorPolicy
 from kalena_engine.resources import CPU, ir_vector
+from tests.worked import WORKED_ESTIMATOR
 
-POLICY = EstimatorPolicy(predictor="percentile", percentile=90.0, bucket_s=60.0, window_s=600.0, min_history_s=120.0)
+POLICY = replace(WORKED_ESTIMATOR, predictor="percentile", percentile=90.0, bucket_s=60.0, window_s=600.0, min_history_s=120.0)
 
 
 def _workload(wid: str) -> Workload:

@@ -10,10 +10,10 @@ import pytest
 from kalena_engine.estimator import (
     apply_samples, effective_reservations, estimator_limit, initial_reservations, pinned_mask, update_reservations,
 )
-from kalena_engine.policy import EstimatorPolicy
 from kalena_engine.resources import CPU, GPU, ir_vector, to_ir
+from tests.worked import WORKED_ESTIMATOR
 
-POLICY = EstimatorPolicy()  # μ = 1.15, h = 600 s, g = 300 s
+POLICY = WORKED_ESTIMATOR  # μ = 1.15, h = 600 s, g = 300 s
 
 
 def run(usage_cores, times, *, request=10.0, limit=10.0, start=0.0, gpu=0.0, reclaim_disabled=False,
@@ -134,7 +134,6 @@ def test_an_unmeasured_dimension_holds_the_request_for_that_update_only() -> Non
     # r = 2.3 + (10 − 2.3) · 2^(−1) = 6.15. With the same dimension pinned for the whole fold
     # r would stay 10.
     from kalena_engine.estimator import Reservations, apply_samples
-    from kalena_engine.policy import EstimatorPolicy
 
     q = np.full((1, 8), 10.0)
     state = Reservations(value=q.copy(), updated_s=np.zeros(1), last_sample_s=np.full(1, -np.inf))
@@ -142,7 +141,7 @@ def test_an_unmeasured_dimension_holds_the_request_for_that_update_only() -> Non
     unmeasured = np.array([[True] * 8, [False] * 8])
     out, applied = apply_samples(state, workload=np.array([0, 0]), time_s=np.array([0.0, 600.0]), usage=usage,
                                  request=q, limit=q, start_s=np.full(1, -np.inf), grace_s=np.full(1, 300.0),
-                                 pinned=np.zeros((1, 8), dtype=bool), policy=EstimatorPolicy(), unmeasured=unmeasured)
+                                 pinned=np.zeros((1, 8), dtype=bool), policy=POLICY, unmeasured=unmeasured)
     assert applied.all()
     np.testing.assert_allclose(out.value[0], 6.15)
 

@@ -34,7 +34,7 @@ def test_every_time_constant_of_the_policy_is_scaled() -> None:
 def test_at_10x_every_constant_above_its_floor_is_divided_by_10() -> None:
     c = compress(Policy(), 10)
     p = c.policy
-    assert (p.estimator.half_life_s, p.estimator.grace_s, p.estimator.window_s) == (60, 30, 720)
+    assert (p.estimator.half_life_s, p.estimator.grace_s, p.estimator.window_s) == (120, 30, 720)
     assert (p.eviction.min_run_time_s, p.eviction.cooldown_s, p.eviction.starvation_window_s) == (12, 60, 6)
     assert (p.escalation.not_converged_s, p.escalation.window_s, p.escalation.cooldown_s) == (3, 30, 60)
     assert p.placement.volatility_half_life_s == 360
@@ -74,7 +74,7 @@ def test_the_operators_policy_is_scaled_too_and_the_bucket_stays_a_divisor_of_an
 def test_the_replay_policy_is_the_trace_policy_except_where_a_floor_bound() -> None:
     c = compress(Policy(), 20)
     sim = simulated_policy(c)
-    assert sim.estimator.half_life_s == 600 and sim.eviction.min_run_time_s == 120
+    assert sim.estimator.half_life_s == 1200 and sim.eviction.min_run_time_s == 120
     assert sim.estimator.stale_min_s == 200            # the 10 s floor × 20
     assert sim.escalation.not_converged_s == 40        # the 2 s floor × 20
     # the rows written to compression.json give the same policy back, from the saved scaled policy

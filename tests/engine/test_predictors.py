@@ -3,6 +3,8 @@ member keeps, the policy keys that select them, and the per-workload choice."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,13 @@ from kalena_engine.predictors import (
     score_and_choose,
 )
 from kalena_engine.resources import CPU, GPU, RAM, STORAGE, ir_vector, to_ir
+from tests.worked import WORKED_ESTIMATOR
+
+def _estimator(**changes: object) -> EstimatorPolicy:
+    """The worked examples' estimator (the asymmetric rule, μ 1.15, h 600 s: tests/worked.py) with
+    ``changes``: each example's numbers are that policy's, whatever the shipped default is."""
+    return replace(WORKED_ESTIMATOR, **changes)
+
 
 PEAKS = np.array([1.0, 2.0, 3.0, 4.0, 10.0])[None, :, None]
 
@@ -24,7 +33,7 @@ def _horizon_history(horizon_s: float):
     """One workload under ``auto`` (asymmetric, percentile) whose buckets 10, 11, 12 peaked at 1, 3, 2
     cores, with the forecasts made at the start of bucket 10 (asymmetric 2, percentile 4) and of
     bucket 12 (asymmetric 1, percentile 4)."""
-    policy = EstimatorPolicy(predictor="auto", members=("asymmetric", "percentile"), cost_horizon_s=horizon_s,
+    policy = _estimator(predictor="auto", members=("asymmetric", "percentile"), cost_horizon_s=horizon_s,
                              cost_half_life_s=1e12, switch_margin_ratio=0.0)
     history = empty_history(np.zeros((1, 1)), policy)
     for b, peak in ((10, 1.0), (11, 3.0), (12, 2.0)):
@@ -116,12 +125,12 @@ def _run(policy: EstimatorPolicy, usage: np.ndarray, step_s: float = 60.0, reque
 
 @pytest.mark.parametrize("predictor", ["percentile", "nsigma", "periodic", "max", "auto"])
 def test_every_predictor_keeps_the_bounds(predictor: str) -> None:
-    policy = EstimatorPolicy(predictor=predictor, window_s=1800.0, min_history_s=600.0)
+    policy = _estimator(predictor=predictor, window_s=1800.0, min_history_s=600.0)
     rng = np.random.default_rng(0)
     usage = np.clip(2.0 + rng.normal(0.0, 0.3, 300), 0.0, None)   # 5 h of 1-min samples
     usage[200] = 20.0                                              # one sample far above the limit
     r = _run(policy, usage)
-    asym = _run(EstimatorPolicy(), usage)
+    asym = _run(_estimator(), usage)
     assert (r[:5] >= 10.0).all()                                   # grace: never below the request
     assert (r <= 12.0 + 1e-9).all()                                # never above the limit
     assert r[200] == pytest.approx(12.0)                           # rise at once (to L here)
@@ -132,9 +141,9 @@ def test_every_predictor_keeps_the_bounds(predictor: str) -> None:
 
 def test_percentile_predictor_releases_more_than_the_slow_decay_and_policy_round_trips() -> None:
     usage = np.r_[np.full(60, 8.0), np.full(240, 2.0)]              # a burst, then steady 2 cores
-    pct = _run(EstimatorPolicy(predictor="percentile", percentile=95, window_s=1800.0, min_history_s=600.0),
+    pct = _run(_estimator(predictor="percentile", percentile=95, window_s=1800.0, min_history_s=600.0),
                usage)
-    asym = _run(EstimatorPolicy(), usage)
+    asym = _run(_estimator(), usage)
     # 40 min after the burst ends the percentile window (30 min) no longer holds it
     assert pct[100] == pytest.approx(1.15 * 2.0)
     assert asym[100] > pct[100]
@@ -143,8 +152,8 @@ def test_percentile_predictor_releases_more_than_the_slow_decay_and_policy_round
 def test_peak_margin_ratio_scales_the_forecast_not_the_usage_floor() -> None:
     usage = np.r_[np.full(60, 8.0), np.full(240, 2.0)]              # a burst, then steady 2 cores
     base = dict(predictor="percentile", percentile=95, window_s=1800.0, min_history_s=600.0)
-    same = _run(EstimatorPolicy(**base), usage)
-    peak = _run(EstimatorPolicy(**base, peak_margin_ratio=1.0), usage)
+    same = _run(_estimator(**base), usage)
+    peak = _run(_estimator(**base, peak_margin_ratio=1.0), usage)
     # 5 min after the burst the window's p95 is still 8 cores: μ 1.15 on it, or none
     assert (same[65], peak[65]) == (pytest.approx(1.15 * 8.0), pytest.approx(8.0))
     # the floor stays μ · usage (μ = margin_ratio): 8 cores in the burst reserve 9.2
@@ -155,7 +164,7 @@ def test_peak_margin_ratio_scales_the_forecast_not_the_usage_floor() -> None:
 def test_memory_margin_ratio_widens_memory_only(predictor: str) -> None:
     """``memory_margin_ratio``: memory (incompressible: a shortfall is an eviction) keeps 1.6 × its
     usage or forecast while cpu keeps μ 1.15 — in the asymmetric rule and in a peak member alike."""
-    policy = EstimatorPolicy(predictor=predictor, memory_margin_ratio=1.6, window_s=1800.0, min_history_s=600.0)
+    policy = _estimator(predictor=predictor, memory_margin_ratio=1.6, window_s=1800.0, min_history_s=600.0)
     q = ir_vector(cpu=10.0, ram=10.0)[None, :]
     state = initial_reservations(q, np.zeros(1))
     for i in range(180):                                             # 3 h of steady 2 cores, 4 GiB
@@ -165,8 +174,8 @@ def test_memory_margin_ratio_widens_memory_only(predictor: str) -> None:
             policy=policy)
     got = to_ir(state.value[0])
     assert (got[CPU], got[RAM]) == (pytest.approx(1.15 * 2.0, rel=1e-3), pytest.approx(1.6 * 4.0, rel=1e-3))
-    assert list(EstimatorPolicy(memory_margin_ratio=1.6).margins[[CPU, RAM, GPU, STORAGE]]) == [1.15, 1.6, 1.6, 1.6]
-    assert list(EstimatorPolicy().margins[[CPU, RAM]]) == [1.15, 1.15]       # unset: μ everywhere
+    assert list(_estimator(memory_margin_ratio=1.6).margins[[CPU, RAM, GPU, STORAGE]]) == [1.15, 1.6, 1.6, 1.6]
+    assert list(_estimator().margins[[CPU, RAM]]) == [1.15, 1.15]       # unset: μ everywhere
 
 
 def test_memory_margin_ratio_in_a_policy_file_is_read_and_range_checked() -> None:
@@ -181,7 +190,7 @@ def test_memory_margin_ratio_in_a_policy_file_is_read_and_range_checked() -> Non
 def test_auto_picks_the_periodic_member_on_a_diurnal_workload() -> None:
     t = np.arange((3 * 24 + 12) * 12) * 300.0                     # 3.5 days of 5-min samples
     usage = 2.0 + 3.0 * (((t // 3600) % 24) >= 12)                # 2 cores until noon, 5 after
-    policy = EstimatorPolicy(predictor="auto", window_s=3600.0, min_history_s=1800.0, periodic_days=2,
+    policy = _estimator(predictor="auto", window_s=3600.0, min_history_s=1800.0, periodic_days=2,
                              periodic_harmonics=12, members=("asymmetric", "percentile", "periodic"))
     q = ir_vector(cpu=10.0)[None, :]
     state = initial_reservations(q, np.zeros(1))
@@ -202,7 +211,7 @@ def test_auto_picks_the_periodic_member_on_a_diurnal_workload() -> None:
 
 def _auto_chosen(usage: np.ndarray, horizon_s: float) -> str:
     """The member ``auto`` (asymmetric, percentile) serves a workload's cpu after 5-min samples of ``usage``."""
-    policy = EstimatorPolicy(predictor="auto", window_s=3600.0, min_history_s=1800.0, cost_horizon_s=horizon_s,
+    policy = _estimator(predictor="auto", window_s=3600.0, min_history_s=1800.0, cost_horizon_s=horizon_s,
                              members=("asymmetric", "percentile"))
     q = ir_vector(cpu=10.0)[None, :]
     state = initial_reservations(q, np.zeros(1))
@@ -224,7 +233,7 @@ def test_auto_scores_over_the_cost_horizon_not_the_next_bucket() -> None:
 
 
 def test_take_and_concat_keep_each_workloads_history() -> None:
-    policy = EstimatorPolicy(predictor="percentile", window_s=1800.0, min_history_s=600.0)
+    policy = _estimator(predictor="percentile", window_s=1800.0, min_history_s=600.0)
     q = np.stack([ir_vector(cpu=10.0), ir_vector(cpu=4.0)])
     state = initial_reservations(q, np.zeros(2))
     for i in range(40):
@@ -238,13 +247,19 @@ def test_take_and_concat_keep_each_workloads_history() -> None:
     assert len(joined.history) == 2 and np.isnan(joined.history.peaks[1]).all()
 
 
-def test_default_policy_carries_no_history() -> None:
+def test_the_asymmetric_rule_carries_no_history_and_the_shipped_default_does() -> None:
     q = ir_vector(cpu=10.0)[None, :]
-    state = update_reservations(initial_reservations(q, np.zeros(1)), request=q, limit=q, usage=q * 0.5,
-                                sampled=np.array([True]), now_s=10.0, start_s=np.zeros(1),
-                                grace_s=np.array([300.0]), pinned=pinned_mask(np.array([False])),
-                                policy=EstimatorPolicy())
-    assert state.history is None
+
+    def first_update(policy: EstimatorPolicy):
+        return update_reservations(initial_reservations(q, np.zeros(1)), request=q, limit=q, usage=q * 0.5,
+                                   sampled=np.array([True]), now_s=10.0, start_s=np.zeros(1),
+                                   grace_s=np.array([300.0]), pinned=pinned_mask(np.array([False])), policy=policy)
+
+    assert first_update(_estimator()).history is None
+    # the shipped default (auto of the asymmetric rule and the periodic member) keeps every
+    # workload's bucket peaks from its first sample: the periodic member needs days of them
+    shipped = first_update(EstimatorPolicy())
+    assert EstimatorPolicy().predictor == "auto" and shipped.history is not None and len(shipped.history) == 1
 
 
 @pytest.mark.parametrize(("spec", "key"), [
@@ -274,7 +289,7 @@ def test_policy_file_selects_the_predictor_and_its_parameters() -> None:
 def test_stored_history_reads_back_and_a_changed_policy_starts_empty() -> None:
     from kalena_engine.predictors import empty_history, pack_rows, unpack_rows
 
-    policy = EstimatorPolicy(predictor="auto")
+    policy = _estimator(predictor="auto")
     history = empty_history(np.ones((2, 8)), policy)
     history.peaks[1, 5, CPU] = 7.0
     history.chosen[1, CPU] = 2
@@ -283,7 +298,7 @@ def test_stored_history_reads_back_and_a_changed_policy_starts_empty() -> None:
     back = unpack_rows([None, blobs[1]], np.zeros((2, 8)), policy)
     assert (back.peaks[1, 5, CPU], back.chosen[1, CPU], back.bucket[1]) == (7.0, 2, 99)
     assert back.asym[0, CPU] == 0.0 and back.bucket[0] == NO_ID       # no bytes: empty, stored r
-    other = unpack_rows([blobs[1]], np.full((1, 8), 3.0), EstimatorPolicy(predictor="auto", window_s=3600.0))
+    other = unpack_rows([blobs[1]], np.full((1, 8), 3.0), _estimator(predictor="auto", window_s=3600.0))
     assert other.bucket[0] == NO_ID and other.asym[0, CPU] == 3.0      # another window: empty
 
 
@@ -292,7 +307,7 @@ def test_history_stored_by_the_previous_version_reads_back_with_its_empty_slots_
     empty slot is NO_ID — a stored v3 history must not read −1 as bucket −1."""
     from kalena_engine.predictors import empty_history, pack_rows, unpack_rows
 
-    policy = EstimatorPolicy(predictor="auto")
+    policy = _estimator(predictor="auto")
     history = empty_history(np.ones((1, 8)), policy)
     history.peaks[0, 5, CPU] = 7.0
     history.ids[0, 5] = 5
@@ -311,7 +326,7 @@ def test_samples_before_time_zero_fill_the_history_as_later_ones_do() -> None:
     across 0."""
     from kalena_engine.predictors import empty_history, leaf_forecasts, observe
 
-    policy = EstimatorPolicy(predictor="periodic", periodic_days=1, periodic_harmonics=12)
+    policy = _estimator(predictor="periodic", periodic_days=1, periodic_harmonics=12)
     history = empty_history(np.zeros((1, 8)), policy)
     rows = np.array([0])
     forecasts = {}
@@ -337,8 +352,8 @@ def test_percentile_equals_numpys_on_windows_with_gaps() -> None:
 def test_explain_says_which_member_serves_and_why() -> None:
     from kalena_engine.predictors import explain
 
-    assert explain(None, 0, CPU, EstimatorPolicy()) == ("asymmetric", "the policy's predictor")
-    policy = EstimatorPolicy(predictor="percentile", window_s=1800.0, min_history_s=600.0)
+    assert explain(None, 0, CPU, _estimator()) == ("asymmetric", "the policy's predictor")
+    policy = _estimator(predictor="percentile", window_s=1800.0, min_history_s=600.0)
     q = ir_vector(cpu=10.0)[None, :]
     state = initial_reservations(q, np.zeros(1))
     said = []

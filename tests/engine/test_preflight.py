@@ -10,10 +10,10 @@ import pytest
 from kalena_engine.estimator import Reservations
 from kalena_engine.kuberina.model import Taint
 from kalena_engine.placement import BatchResidents, BatchTemplate
-from kalena_engine.policy import Policy
 from kalena_engine.preflight import PreflightCluster, policy_preflight
 from kalena_engine.resources import CPU, N_DIMS, RAM
 from tests.engine.placement.builders import Entry, Node, node_table, pending, snapshot
+from tests.worked import WORKED_POLICY
 
 GIB = 2.0**30
 NOW = 10_000.0
@@ -58,8 +58,8 @@ def _cluster(*, pending_namespaces=("team-a", "team-a"), nodes=None, node_select
 
 
 def test_raising_the_margin_evicts_the_batch_pod_now() -> None:
-    current = Policy()
-    proposed = Policy().with_estimator(margin_ratio=1.3).with_eviction(evict_threshold_ratio=0.9)
+    current = WORKED_POLICY
+    proposed = WORKED_POLICY.with_estimator(margin_ratio=1.3).with_eviction(evict_threshold_ratio=0.9)
     result = policy_preflight(_cluster(), current=current, proposed=proposed, now_s=NOW)
     # Σ r = 10.4 + 1 = 11.4 GiB > 10 and the working set 9 GiB ≥ 0.9 · 10 GiB → evict the batch pod;
     # today Σ r = 10.2 GiB > 10 but 9 GiB < 0.95 · 10: no pressure, so the eviction is new.
@@ -78,7 +78,7 @@ def test_raising_the_margin_evicts_the_batch_pod_now() -> None:
 
 
 def test_lowering_the_margin_frees_slack_only_once_the_decay_is_over() -> None:
-    result = policy_preflight(_cluster(), current=Policy(), proposed=Policy().with_estimator(margin_ratio=1.05),
+    result = policy_preflight(_cluster(), current=WORKED_POLICY, proposed=WORKED_POLICY.with_estimator(margin_ratio=1.05),
                               now_s=NOW)
     a = result.nodes[0]
     assert result.evictions == ()
@@ -87,8 +87,8 @@ def test_lowering_the_margin_frees_slack_only_once_the_decay_is_over() -> None:
 
 
 def test_a_namespace_cap_limits_what_becomes_placeable() -> None:
-    caps = Policy().with_placement(namespace_batch_caps=(("team-a", 2),))
-    result = policy_preflight(_cluster(), current=Policy(), proposed=caps, now_s=NOW)
+    caps = WORKED_POLICY.with_placement(namespace_batch_caps=(("team-a", 2),))
+    result = policy_preflight(_cluster(), current=WORKED_POLICY, proposed=caps, now_s=NOW)
     # team-a already runs one batch pod: a cap of 2 admits one of the two pending pods
     assert (result.placeable_current, result.placeable_proposed) == (2, 1)
 
@@ -99,8 +99,8 @@ def test_stale_telemetry_never_creates_slack() -> None:
                        last_sample_s=np.array([NOW - 3600.0, NOW - 5.0]))
     from dataclasses import replace
 
-    result = policy_preflight(replace(cluster, state=old), current=Policy(),
-                              proposed=Policy().with_estimator(margin_ratio=1.05), now_s=NOW)
+    result = policy_preflight(replace(cluster, state=old), current=WORKED_POLICY,
+                              proposed=WORKED_POLICY.with_estimator(margin_ratio=1.05), now_s=NOW)
     # the service pod's sample is an hour old: its r is held and reads max(r, q) = 2 cores / 9.2 GiB
     # whatever μ — no slack appears from lowering the margin
     assert result.nodes[0].cpu_settled_mcpu == pytest.approx(4000 - 2000 - 500)
@@ -112,13 +112,13 @@ def test_a_workload_startup_grace_override_is_honoured() -> None:
 
     # the service pod started 60 s ago: within the policy's 300 s grace r stays ≥ q = 8 GiB
     young = replace(_cluster(), start_s=np.array([NOW - 60.0, NOW - 3600.0]))
-    lower = Policy().with_estimator(margin_ratio=1.05)
-    held = policy_preflight(young, current=Policy(), proposed=lower, now_s=NOW)
+    lower = WORKED_POLICY.with_estimator(margin_ratio=1.05)
+    held = policy_preflight(young, current=WORKED_POLICY, proposed=lower, now_s=NOW)
     assert held.nodes[0].ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)   # max(q, τ) = max(8, 8.4)
     # with kalena.naughtian.io/startup-grace-s: 0 the grace is over: τ = 1.05 · 8 GiB alone (and q = 9 GiB here)
     bigger = replace(young, request=np.array([_vec(2000, 9), _vec(500, 1)]))
-    in_grace = policy_preflight(bigger, current=Policy(), proposed=lower, now_s=NOW)
-    no_grace = policy_preflight(replace(bigger, grace_override_s=np.array([0.0, np.nan])), current=Policy(),
+    in_grace = policy_preflight(bigger, current=WORKED_POLICY, proposed=lower, now_s=NOW)
+    no_grace = policy_preflight(replace(bigger, grace_override_s=np.array([0.0, np.nan])), current=WORKED_POLICY,
                                 proposed=lower, now_s=NOW)
     assert in_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 9 - 1) * GIB)
     assert no_grace.nodes[0].ram_settled_bytes == pytest.approx((10 - 8.4 - 1) * GIB)
@@ -141,7 +141,7 @@ def test_a_workload_startup_grace_override_is_honoured() -> None:
 ])
 def test_placeable_applies_the_scheduler_node_filters(case, nodes, selector, placeable) -> None:
     cluster = _cluster(pending_namespaces=("team-b", "team-b"), nodes=nodes, node_selector=selector)
-    result = policy_preflight(cluster, current=Policy(), proposed=Policy().with_estimator(margin_ratio=1.05), now_s=NOW)
+    result = policy_preflight(cluster, current=WORKED_POLICY, proposed=WORKED_POLICY.with_estimator(margin_ratio=1.05), now_s=NOW)
     # the slack itself is the same in every case: b has room for both by slack alone
     assert result.nodes[1].cpu_settled_mcpu == pytest.approx(4000) and result.nodes[1].ram_settled_bytes == pytest.approx(10 * GIB)
     assert (result.pending, result.placeable_proposed) == (2, placeable), case
@@ -157,7 +157,7 @@ def test_placeable_applies_the_scheduler_node_filters(case, nodes, selector, pla
 def test_no_queue_places_nothing_and_a_snapshot_of_other_nodes_is_refused() -> None:
     from dataclasses import replace
 
-    result = policy_preflight(replace(_cluster(), pending=None), current=Policy(), proposed=Policy(), now_s=NOW)
+    result = policy_preflight(replace(_cluster(), pending=None), current=WORKED_POLICY, proposed=WORKED_POLICY, now_s=NOW)
     assert (result.pending, result.placeable_current, result.placeable_proposed) == (0, 0, 0)
     with pytest.raises(ValueError, match="not the pre-flight's 2 in the same order"):
         _cluster(nodes=[Node("a", cpu=4, ram=10), Node("c", cpu=4, ram=10)])

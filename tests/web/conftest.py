@@ -2,7 +2,8 @@
 
 ``recorded`` persists, into the test database (SQLite in memory by default, PostgreSQL when
 ``DATABASE_URL`` points at one), a 1-hour replay of the full cluster at twice the batch load
-(so that it evicts) ("t-main", in 25-step
+under the asymmetric rule at μ 1.15, h 600 s (``tests/worked.py``; so that it evicts: the shipped
+default evicts nothing in that hour) ("t-main", in 25-step
 chunks so reads cross chunk boundaries) and a half-hour replay of a 12-node slice of the same
 blueprint ("t-small"), and keeps copies of what the engine computed at chosen steps so tests
 compare pages against the engine, never against hard-coded numbers.
@@ -23,6 +24,7 @@ from kalena_engine.replay import ReplayConfig, StepRecord, build_replay
 from kalena_web.cli.inputs import DEFAULTS, load_inputs
 from tests.web.live_cluster import live  # noqa: F401 - the live cluster fixture for control-plane tests
 from tests.web.webhook_server import kalena_webhook  # noqa: F401 - `kalena serve --tls-port`, once a session
+from tests.worked import WORKED_POLICY
 
 MAIN_STEPS = (0, 24, 25, 37, 59)   # captured steps of t-main: start, around a chunk boundary, end
 PASSWORD = "correct horse battery staple"
@@ -103,7 +105,7 @@ class Recorded:
 @pytest.fixture(scope="session")
 def recorded(django_db_setup, django_db_blocker, replay_inputs) -> Recorded:
     with django_db_blocker.unblock():
-        main = persist(name="t-main", inputs=replay_inputs, config=ReplayConfig(hours=1.0, load_factor=2.0),
+        main = persist(name="t-main", inputs=replay_inputs, config=ReplayConfig(hours=1.0, load_factor=2.0, policy=WORKED_POLICY),
                        steps=MAIN_STEPS)
         small = persist(name="t-small", inputs=slice_inputs(replay_inputs, 12), config=ReplayConfig(hours=0.5))
     return Recorded(main=main, small=small)

@@ -10,6 +10,7 @@ from kalena_engine.replay.simulator import SimClock, Simulator
 from kalena_engine.replay.state import BatchGroups, ClusterState, Production, TaskTable
 from kalena_engine.replay.usage import ProductionUsage
 from kalena_engine.resources import ir_vector
+from tests.worked import WORKED_POLICY
 
 
 def synthetic_simulator(*, nodes: int = 3, prod_per_node: int = 2, steps: int = 50, step_s: float = 60.0,
@@ -48,5 +49,5 @@ def synthetic_simulator(*, nodes: int = 3, prod_per_node: int = 2, steps: int = 
         pending=np.zeros(k, dtype=np.int64), groups=BatchGroups(),
         submitted=np.zeros(k, dtype=np.int64), completed=np.zeros(k, dtype=np.int64),
     )
-    return Simulator(state=state, usage=usage, clock=SimClock(0.0, step_s, steps), policy=policy or Policy(),
+    return Simulator(state=state, usage=usage, clock=SimClock(0.0, step_s, steps), policy=policy or WORKED_POLICY,
                      eligible=np.ones(nodes, dtype=bool), stale_ttl_s=60.0)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kalena_engine.policy import Policy
 from kalena_engine.replay.summary import SummaryAccumulator
 from kalena_engine.resources import CPU, RAM
 from tests.engine.replay.synthetic import synthetic_simulator
+from tests.worked import WORKED_POLICY
 
 
 def run(sim, steps: int, on_step=None) -> tuple[list, dict]:
@@ -99,7 +99,7 @@ def test_memory_over_capacity_is_an_oom_kill_of_batch_not_production() -> None:
 def test_pressure_that_does_not_converge_escalates_and_drains_the_node() -> None:
     # 64 GiB node; production (2 × 12 GiB requested) idle, so at t = 2400 s its r is 2 × 12 · 2^(−4) =
     # 1.5 GiB and 31 batch pods of 2 GiB (62 GiB) fit. They use 90 % of their request (1.8 GiB).
-    policy = Policy().with_eviction(min_run_time_s=600.0)  # young batch is skipped by eviction (T_min)
+    policy = WORKED_POLICY.with_eviction(min_run_time_s=600.0)  # young batch is skipped by eviction (T_min)
     sim = synthetic_simulator(nodes=1, steps=70, tasks=[(2400.0, 31, 0.1, 2.0, 100_000.0, 0)], policy=policy)
     sim.state.tasks.usage[:] *= 0.9
     sim.usage.shapes[41:, :, 1] = 0.25  # t = 2460 s: production uses 2 × 3 GiB

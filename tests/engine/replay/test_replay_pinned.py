@@ -17,13 +17,13 @@ import json
 from argparse import Namespace
 from pathlib import Path
 
-from kalena_engine.policy import EstimatorPolicy, Policy
 from kalena_engine.replay import ReplayConfig, build_replay
 from kalena_web.cli.inputs import DEFAULTS, load_inputs
+from tests.worked import WORKED_POLICY
 
 PINNED = Path(__file__).parent / "data" / "default-24h-summary.json"
 #: The estimator the pinned summary was written with (the shipped default before issue 30).
-PINNED_POLICY = Policy(estimator=EstimatorPolicy(margin_ratio=1.15, half_life_s=600.0, predictor="asymmetric"))
+PINNED_POLICY = WORKED_POLICY
 #: Summary keys added after the pinned file was written (derived from the records, no decision).
 ADDED = {"overestimation_area_cpu", "overestimation_area_ram", "underestimation_area_cpu",
          "underestimation_area_ram", "throttled_seconds_p50", "throttled_seconds_p99", "completion_inflation_p90",

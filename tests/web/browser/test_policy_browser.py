@@ -26,11 +26,15 @@ CALIBRATION = {
     "apiVersion": "kalena.naughtian.io/v1", "kind": "Policy",
     "metadata": {"name": "sweep", "cluster": "home", "source": "calibration A/B/A/B", "calibration": {
         "sweep": {"margin_ratio": [1.05, 1.1, 1.2, 1.3, 1.5]},
-        "points": [{"margin_ratio": m, "half_life_s": 600.0, "reclaimed_fraction_cpu": r, "reclaimed_fraction_ram": r * 0.6,
-                    "batch_evictions_per_100_pod_hours": e, "production_contention_core_hours": e / 4}
-                   for m, r, e in ((1.05, 0.34, 12.0), (1.1, 0.31, 6.5), (1.2, 0.27, 2.1), (1.3, 0.22, 1.4),
-                                   (1.5, 0.14, 1.1))],
-        "knee": {"margin_ratio": 1.2, "half_life_s": 600.0}}},
+        # the asymmetric rule swept at the shipped half-life, and the shipped predictor (`auto`) at the
+        # margin the operator sets below: that point is the current policy's
+        "points": [{"predictor": v, "margin_ratio": m, "half_life_s": 1200.0, "reclaimed_fraction_cpu": r,
+                    "reclaimed_fraction_ram": r * 0.6, "batch_evictions_per_100_pod_hours": e,
+                    "production_contention_core_hours": e / 4}
+                   for v, m, r, e in (("asymmetric", 1.05, 0.34, 12.0), ("asymmetric", 1.1, 0.31, 6.5),
+                                      ("asymmetric", 1.2, 0.27, 2.1), ("asymmetric", 1.3, 0.22, 1.4),
+                                      ("asymmetric", 1.5, 0.14, 1.1), ("auto", 1.3, 0.25, 1.2))],
+        "knee": {"margin_ratio": 1.2, "half_life_s": 1200.0}}},
 }
 
 
@@ -122,7 +126,7 @@ def test_tune_preflight_save_audit_agent_rollback_calibration(live_server, chrom
         page.wait_for_selector("#calibration-chart")
         page.wait_for_selector("body[data-charts=ready]", timeout=30_000)
         traces = page.eval_on_selector("#calibration-chart", "gd => gd._fullData.map(t => t.name)")
-        assert "×1 knee (μ 1.2 · h 600 s)" in traces and "×1 current policy (μ 1.3 · h 600 s)" in traces
+        assert "×1 knee (μ 1.2 · h 1200 s)" in traces and "×1 current policy (auto · μ 1.3 · h 1200 s)" in traces
         page.screenshot(path=str(artifacts / "policy-calibration.png"), full_page=True)
         page.click("#propose")
         page.wait_for_selector("#preflight")

@@ -160,10 +160,13 @@ CALIBRATION = {
     "apiVersion": "kalena.naughtian.io/v1", "kind": "Policy",
     "metadata": {"name": "sweep", "cluster": "home", "source": "kalena evaluate", "calibration": {
         "sweep": {"margin_ratio": [1.05, 1.15, 1.3]},
-        "points": [{"margin_ratio": m, "half_life_s": 600.0, "reclaimed_fraction_cpu": r, "reclaimed_fraction_ram": r / 2,
-                    "batch_evictions_per_100_pod_hours": e, "production_contention_core_hours": c}
-                   for m, r, e, c in ((1.05, 0.3, 9.0, 2.0), (1.15, 0.25, 3.0, 0.5), (1.3, 0.15, 1.0, 0.1))],
-        "knee": {"margin_ratio": 1.3, "half_life_s": 600.0}}},
+        "points": [{"predictor": v, "margin_ratio": m, "half_life_s": 1200.0, "reclaimed_fraction_cpu": r,
+                    "reclaimed_fraction_ram": r / 2, "batch_evictions_per_100_pod_hours": e,
+                    "production_contention_core_hours": c}
+                   for v, m, r, e, c in (("asymmetric", 1.05, 0.3, 9.0, 2.0), ("asymmetric", 1.15, 0.25, 3.0, 0.5),
+                                         ("asymmetric", 1.3, 0.15, 1.0, 0.1),
+                                         ("auto:margin_ratio=1.15:half_life_s=1200", 1.15, 0.27, 0.9, 0.2))],
+        "knee": {"margin_ratio": 1.3, "half_life_s": 1200.0}}},
 }
 
 
@@ -176,7 +179,11 @@ def test_calibration_page_shows_the_curve_and_proposes_the_knee(tuner, live) -> 
     figure = json.loads(page.context["figure"])
     names = [t["name"] for t in figure["data"]]
     # the labels name the load factor and the setting (the file may hold several loads and predictors)
-    assert "×1 knee (μ 1.3 · h 600 s)" in names and "×1 current policy (μ 1.15 · h 600 s)" in names
+    # the current policy is the shipped default: the `auto` point, whose label pins μ and h, not the
+    # asymmetric rule at the same μ and h
+    assert "×1 knee (μ 1.3 · h 1200 s)" in names
+    [current] = [t for t in figure["data"] if t["name"].startswith("×1 current policy")]
+    assert current["y"][0] == pytest.approx(27.0)
     row = CalibrationImport.objects.get()
     proposed = tuner.get(f"/policy/home/?calibration={row.id}")
     assert proposed.status_code == 200 and proposed.context["preflight"] is not None

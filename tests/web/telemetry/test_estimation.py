@@ -16,6 +16,7 @@ from django.conf import settings
 
 from kalena_engine.estimator import Reservations, apply_samples, effective_reservations
 from kalena_engine.policy import Policy
+from kalena_engine.resources import RAM
 from kalena_web.control.locks import shard_of
 from kalena_web.inventory.models import Node, Workload
 from kalena_web.ledger.estimation import estimation_run, stale_candidates, stale_sweep
@@ -212,12 +213,16 @@ def test_case_c1_stale_telemetry_reads_max_r_q_and_estimation_resumes_from_the_n
     assert report.escalated == [] and report.drained == 0                          # nothing planned from t = 0
     _c1_takes_no_batch_and_says_stale(c1)
 
-    # Samples resume at t = 120: P uses 20 GiB → τ = 23, decay from 64 over Δt = 120 s:
-    # r_P = 23 + (64 − 23) · 2^(−120/600) = 58.6926 GiB; the node is fresh again.
+    # Samples resume at t = 120: P uses 20 GiB → τ = μ_mem · 20, decay from 64 over Δt = 120 s:
+    # r_P = τ + (64 − τ) · 2^(−120/h). The case's numbers (μ 1.15, h 600 s): τ = 23, r_P = 58.6926 GiB;
+    # the shipped default (memory margin 1.6, h 1200 s): τ = 32, r_P = 61.8571 GiB. Fresh again.
     ingest(c1, 2, _c1_sample(T0 + 120, p_gib=20.0), now_s=T0 + 120.5)
     estimation_run(shard=shard(c1), now_s=T0 + 121)
     prod, batch, stale = _ram_gib(c1)
-    assert prod == pytest.approx(23 + 41 * 2 ** (-120 / 600), rel=1e-12) == pytest.approx(58.6926, abs=1e-4)
+    shipped = Policy().estimator
+    tau = shipped.margins[RAM] * 20.0
+    assert prod == pytest.approx(tau + (64 - tau) * 2 ** (-120 / shipped.half_life_s), rel=1e-12)
+    assert prod == pytest.approx(61.8571, abs=1e-4)
     assert (batch, stale) == (pytest.approx(70.0), False)
 
 
@@ -284,8 +289,10 @@ def test_a_peak_predictor_keeps_each_workloads_history_across_estimation_runs(ho
     stored = WorkloadReservation.objects.get(workload=pod)
     assert stored.history is not None
     np.testing.assert_allclose(stored.value[:2], expected.value[0, :2], rtol=1e-12)
-    # the 90th percentile of the last ten 1-minute peaks, × μ: the early 0.9 burst has left the window
-    assert stored.value[0] == pytest.approx(1.15 * np.percentile(usage[-11:-1, 0], 90), rel=1e-9)
+    # the 90th percentile of the last ten 1-minute peaks, × the peak margin (1.1, the shipped
+    # default's): the early 0.9 burst has left the window
+    assert stored.value[0] == pytest.approx(1.1 * np.percentile(usage[-11:-1, 0], 90), rel=1e-9)
+    assert policy.estimator.leaf_margin == 1.1
 
 
 def test_the_node_page_says_which_predictor_serves_each_workload_and_why(homelab, client) -> None:
