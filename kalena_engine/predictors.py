@@ -518,9 +518,11 @@ def explain(history: PeakHistory | None, row: int, dim: int, policy: EstimatorPo
     """Which member serves workload ``row`` in dimension ``dim`` and why, for the console:
     ``(member, reason)``.
 
-    Examples: ``("asymmetric", "the policy's predictor")`` under the default;
+    Examples: ``("asymmetric", "the policy's predictor")`` under ``predictor: asymmetric``;
     ``("asymmetric", "too little history for percentile: 20 of 60 min")``;
-    ``("periodic", "auto: lowest recent cost (periodic 1.2, asymmetric 3.4, percentile 9.0)")``.
+    ``("asymmetric", "too little history for auto (periodic: 5 of 24 h)")`` — the shipped default in
+    a workload's first day; ``("periodic", "auto: lowest recent cost, with hysteresis (asymmetric
+    3.4, periodic 1.2)")``.
     """
     if policy.predictor == "asymmetric":
         return "asymmetric", "the policy's predictor"
@@ -540,8 +542,15 @@ def explain(history: PeakHistory | None, row: int, dim: int, policy: EstimatorPo
                               f"{need_min:g} min" + (" and a day of hours" if policy.predictor == "periodic" else ""))
     ready = [m for m in policy.members if usable[m]]
     if ready == ["asymmetric"] or not ready:
-        return "asymmetric", (f"too little history for {policy.predictor}: {have * policy.bucket_s / 60.0:g} of "
-                              f"{need_min:g} min")
+        per_hour = int(round(HOUR_S / policy.bucket_s))
+        hour_now = history.bucket[row] // per_hour
+        hour_ids = history.hour_ids[row]
+        hours = int(np.sum((hour_ids != NO_ID) & (hour_ids >= hour_now - policy.periodic_days * DAY_HOURS)
+                           & (hour_ids < hour_now)))
+        lacking = [f"periodic: {hours} of {DAY_HOURS} h" if m == "periodic"
+                   else f"{m}: {have * policy.bucket_s / 60.0:g} of {need_min:g} min"
+                   for m in policy.members if m != "asymmetric" and not usable[m]]
+        return "asymmetric", f"too little history for {policy.predictor} ({'; '.join(lacking)})"
     if policy.predictor == "max":
         return "max", "the highest of " + ", ".join(ready)
     chosen = int(_chosen(history.chosen[row:row + 1, dim:dim + 1], policy)[0, 0])

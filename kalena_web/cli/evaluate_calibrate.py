@@ -215,8 +215,11 @@ def verdict(to_ship: dict[str, object], base: Policy) -> tuple[bool, str]:
     chosen = variant_estimator(default, to_ship)
     if chosen == default:
         return False, f"the rule's setting ({describe(to_ship)}) is the default already: nothing to change"
-    return True, (f"change the default from {describe({'predictor': default.predictor, 'margin_ratio': default.margin_ratio, 'half_life_s': default.half_life_s})} "
-                  f"to {describe(to_ship)}")
+    def named(p: dict[str, object]) -> str:  # the predictor always named: both sides may differ in it alone
+        return f"{p.get('predictor', ASYMMETRIC)}, μ {float(p['margin_ratio']):g}, h {float(p['half_life_s']):g} s"
+
+    return True, (f"change the default from {named({'predictor': default.predictor, 'margin_ratio': default.margin_ratio, 'half_life_s': default.half_life_s})} "
+                  f"to {named(to_ship)}")
 
 
 def shipped_rows(per_load: dict[str, dict[str, object]], to_ship: dict[str, object]) -> dict[str, dict[str, object]]:

@@ -18,6 +18,7 @@ from agents.discovery.docker import DockerSource
 from kalena_engine.policy import Policy
 from kalena_engine.resources import CPU, RAM
 from tests.agents.realagent import RunningAgent, wait_for
+from tests.worked import WORKED_POLICY
 
 pytestmark = pytest.mark.docker
 MIB = 2**20
@@ -139,10 +140,11 @@ def test_memory_pressure_evicts_the_lowest_priority_container(docker_client, run
               mem_limit="32m")
     for container in (low, high):
         assert wait_for(lambda c=container: b"filled" in c.logs(), 30)
-    # working sets ≈ 80 MiB of shm each (+ a little): Σ r ≈ 1.15 × 82 × 2 + 16 ≈ 205 MiB > C = 160 MiB,
+    # working sets ≈ 80 MiB of shm each (+ a little), at the worked examples' μ 1.15 (tests/worked.py):
+    # Σ r ≈ 1.15 × 82 × 2 + 16 ≈ 205 MiB > C = 160 MiB,
     # working set ≈ 165 ≥ 0.95 × 160: evict; after the priority-0 container Σ r ≈ 110 ≤ 160: one victim
     agent = RunningAgent(sources=[source(docker_client, run)], node_cgroup=run.parent, ram_bytes=160 * MIB,
-                         policy=Policy().with_eviction(min_run_time_s=0.0), docker_client=docker_client)
+                         policy=WORKED_POLICY.with_eviction(min_run_time_s=0.0), docker_client=docker_client)
     try:
         def exited(container) -> bool:
             container.reload()

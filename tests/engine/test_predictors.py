@@ -139,6 +139,24 @@ def test_every_predictor_keeps_the_bounds(predictor: str) -> None:
     np.testing.assert_allclose(r[:10], asym[:10])
 
 
+def test_the_shipped_default_keeps_the_bounds_once_its_periodic_member_serves() -> None:
+    # four days of 5-min samples of a diurnal load (1–5 cores) with one spike above the limit on day 4
+    policy = EstimatorPolicy()
+    t = np.arange(4 * 288) * 300.0
+    rng = np.random.default_rng(1)
+    usage = np.clip(3.0 + 2.0 * np.sin(2 * np.pi * t / 86400.0) + rng.normal(0.0, 0.2, t.size), 0.0, None)
+    usage[1000] = 20.0
+    r = _run(policy, usage, step_s=300.0)
+    assert r[0] >= 10.0                                              # grace: the request
+    assert (r <= 12.0 + 1e-9).all() and r[1000] == pytest.approx(12.0)   # never above L; rise at once
+    assert (r >= np.minimum(12.0, policy.margin_ratio * usage) - 1e-9).all()  # never below μ · usage
+    # the periodic member serves from day 2 (a day of hours): the reservation then differs from the
+    # asymmetric rule's somewhere, and on day 1 it is the asymmetric rule's exactly
+    alone = _run(replace(policy, predictor="asymmetric"), usage, step_s=300.0)
+    np.testing.assert_allclose(r[:288], alone[:288])
+    assert not np.allclose(r[300:], alone[300:])
+
+
 def test_percentile_predictor_releases_more_than_the_slow_decay_and_policy_round_trips() -> None:
     usage = np.r_[np.full(60, 8.0), np.full(240, 2.0)]              # a burst, then steady 2 cores
     pct = _run(_estimator(predictor="percentile", percentile=95, window_s=1800.0, min_history_s=600.0),
@@ -364,3 +382,17 @@ def test_explain_says_which_member_serves_and_why() -> None:
         said.append(explain(state.history, 0, CPU, policy))
     assert said[6] == ("asymmetric", "too little history for percentile: 5 of 10 min")
     assert said[11] == ("percentile", "the policy's predictor")
+
+
+def test_explain_names_what_the_shipped_default_still_lacks_in_a_workloads_first_day() -> None:
+    from kalena_engine.predictors import explain
+
+    policy = EstimatorPolicy()                                       # auto of asymmetric and periodic
+    q = ir_vector(cpu=10.0)[None, :]
+    state = initial_reservations(q, np.zeros(1))
+    for i in range(150):                                             # 2.5 h of 1-min samples
+        state = update_reservations(state, request=q, limit=q, usage=q * 0.2, sampled=np.array([True]),
+                                    now_s=i * 60.0, start_s=np.zeros(1), grace_s=np.array([300.0]),
+                                    pinned=pinned_mask(np.array([False])), policy=policy)
+    # hours 0 and 1 closed, hour 2 open: the periodic member needs 24 closed hours
+    assert explain(state.history, 0, CPU, policy) == ("asymmetric", "too little history for auto (periodic: 2 of 24 h)")
