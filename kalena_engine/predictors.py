@@ -535,21 +535,26 @@ def explain(history: PeakHistory | None, row: int, dim: int, policy: EstimatorPo
     leaf = history.leaf[row, :, dim]
     usable = {name: not np.isnan(leaf[LEAVES.index(name)]) for name in LEAVES}
     usable["asymmetric"] = True
-    if policy.predictor in LEAVES:
-        if usable[policy.predictor]:
-            return policy.predictor, "the policy's predictor"
-        return "asymmetric", (f"too little history for {policy.predictor}: {have * policy.bucket_s / 60.0:g} of "
-                              f"{need_min:g} min" + (" and a day of hours" if policy.predictor == "periodic" else ""))
-    ready = [m for m in policy.members if usable[m]]
-    if ready == ["asymmetric"] or not ready:
-        per_hour = int(round(HOUR_S / policy.bucket_s))
-        hour_now = history.bucket[row] // per_hour
+
+    def lacks(member: str) -> str:
+        """What ``member`` still needs: closed buckets in its window, or (periodic) a day of hours."""
+        if member != "periodic":
+            return f"{have * policy.bucket_s / 60.0:g} of {need_min:g} min"
+        hour_now = history.bucket[row] // int(round(HOUR_S / policy.bucket_s))
         hour_ids = history.hour_ids[row]
         hours = int(np.sum((hour_ids != NO_ID) & (hour_ids >= hour_now - policy.periodic_days * DAY_HOURS)
                            & (hour_ids < hour_now)))
-        lacking = [f"periodic: {hours} of {DAY_HOURS} h" if m == "periodic"
-                   else f"{m}: {have * policy.bucket_s / 60.0:g} of {need_min:g} min"
-                   for m in policy.members if m != "asymmetric" and not usable[m]]
+        return f"{hours} of {DAY_HOURS} h"
+
+    if policy.predictor in LEAVES:
+        if usable[policy.predictor]:
+            return policy.predictor, "the policy's predictor"
+        return "asymmetric", f"too little history for {policy.predictor}: {lacks(policy.predictor)}"
+    ready = [m for m in policy.members if usable[m]]
+    if ready == ["asymmetric"] or not ready:
+        lacking = [f"{m}: {lacks(m)}" for m in policy.members if m != "asymmetric" and not usable[m]]
+        if not lacking:                                      # `members: [asymmetric]`: nothing else to wait for
+            return "asymmetric", f"{policy.predictor} of the asymmetric rule alone (its only member)"
         return "asymmetric", f"too little history for {policy.predictor} ({'; '.join(lacking)})"
     if policy.predictor == "max":
         return "max", "the highest of " + ", ".join(ready)

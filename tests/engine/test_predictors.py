@@ -396,3 +396,9 @@ def test_explain_names_what_the_shipped_default_still_lacks_in_a_workloads_first
                                     pinned=pinned_mask(np.array([False])), policy=policy)
     # hours 0 and 1 closed, hour 2 open: the periodic member needs 24 closed hours
     assert explain(state.history, 0, CPU, policy) == ("asymmetric", "too little history for auto (periodic: 2 of 24 h)")
+    # the periodic member alone says the same (not minutes of buckets, which it has), and `auto`
+    # of the asymmetric rule alone waits for nothing
+    periodic = replace(policy, predictor="periodic")
+    assert explain(state.history, 0, CPU, periodic) == ("asymmetric", "too little history for periodic: 2 of 24 h")
+    alone = replace(policy, members=("asymmetric",))
+    assert explain(state.history, 0, CPU, alone) == ("asymmetric", "auto of the asymmetric rule alone (its only member)")
