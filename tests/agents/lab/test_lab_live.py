@@ -108,34 +108,6 @@ def test_each_node_is_a_cgroup_subtree_whose_quota_and_limit_are_its_capacity(la
     assert [n["address"] for n in lab["state"]["nodes"]] == [f"{SUBNET}.2", f"{SUBNET}.3"]
 
 
-def test_containers_run_inside_their_node_and_a_burner_is_throttled_at_the_node_quota(lab) -> None:
-    first, second = lab["state"]["nodes"]
-    burners = []
-    for node in (first, second):
-        client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=60)
-        # no cpu limit of its own: only the node's quota holds it
-        c = client.containers.run("kalena/busybox:test", ["sh", "-c", "while :; do :; done"], detach=True, init=True,
-                                  network_mode="none", name="burner")
-        burners.append((node, client, c))
-    throttled_before = int(dict(line.split() for line in (CGROUP / "cpu" / first["cgroup"] / "cpu.stat")
-                                .read_text().splitlines())["nr_throttled"])
-    for node, client, c in burners:
-        c.reload()
-        text = Path(f"/proc/{c.attrs['State']['Pid']}/cgroup").read_text()
-        lines = dict(line.split(":", 2)[1:] for line in text.splitlines())
-        for hierarchy in ("cpu", "memory", "cpuacct", ""):   # "" is the unified (v2) tree: the node's PSI
-            assert lines[hierarchy].startswith(f"/{node['cgroup']}/"), (hierarchy, lines[hierarchy])
-
-    def throttled() -> int:
-        return int(dict(line.split() for line in (CGROUP / "cpu" / first["cgroup"] / "cpu.stat")
-                        .read_text().splitlines())["nr_throttled"])
-
-    assert wait_for(lambda: throttled() >= throttled_before + 5, 60), "the node's quota never throttled the burner"
-    for _, client, c in burners:
-        c.remove(force=True)
-        client.close()
-
-
 def test_agents_are_alive_linked_and_their_nodes_report_samples_to_the_console(lab) -> None:
     nodes = lab["state"]["nodes"]
     for node in nodes:
@@ -179,6 +151,7 @@ def test_batch_submitted_to_the_labs_console_runs_inside_the_node_it_was_bound_t
                             env=env, capture_output=True, text=True, timeout=120)
     assert submit.returncode == 0, submit.stdout + submit.stderr
     bound = json.loads(submit.stdout)["node"]     # the embedded console places it as the submit commits
+    assert bound, submit.stdout
     node = next(n for n in lab["state"]["nodes"] if n["name"] == bound)
     client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=60)
 
@@ -191,6 +164,36 @@ def test_batch_submitted_to_the_labs_console_runs_inside_the_node_it_was_bound_t
     lines = dict(line.split(":", 2)[1:] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines())
     assert lines["cpu"].startswith(f"/{node['cgroup']}/") and lines["memory"].startswith(f"/{node['cgroup']}/")
     client.close()
+
+
+def test_containers_run_inside_their_node_and_a_burner_is_throttled_at_the_node_quota(lab) -> None:
+    # after the placement test: once an agent samples the burners, the nodes' reservations hold that
+    # usage for minutes (a decayed maximum, as they should), and a batch submitted then stays pending
+    first, second = lab["state"]["nodes"]
+    burners = []
+    for node in (first, second):
+        client = docker.DockerClient(base_url=f"unix://{node['socket']}", timeout=60)
+        # no cpu limit of its own: only the node's quota holds it
+        c = client.containers.run("kalena/busybox:test", ["sh", "-c", "while :; do :; done"], detach=True, init=True,
+                                  network_mode="none", name="burner")
+        burners.append((node, client, c))
+    throttled_before = int(dict(line.split() for line in (CGROUP / "cpu" / first["cgroup"] / "cpu.stat")
+                                .read_text().splitlines())["nr_throttled"])
+    for node, client, c in burners:
+        c.reload()
+        text = Path(f"/proc/{c.attrs['State']['Pid']}/cgroup").read_text()
+        lines = dict(line.split(":", 2)[1:] for line in text.splitlines())
+        for hierarchy in ("cpu", "memory", "cpuacct", ""):   # "" is the unified (v2) tree: the node's PSI
+            assert lines[hierarchy].startswith(f"/{node['cgroup']}/"), (hierarchy, lines[hierarchy])
+
+    def throttled() -> int:
+        return int(dict(line.split() for line in (CGROUP / "cpu" / first["cgroup"] / "cpu.stat")
+                        .read_text().splitlines())["nr_throttled"])
+
+    assert wait_for(lambda: throttled() >= throttled_before + 5, 60), "the node's quota never throttled the burner"
+    for _, client, c in burners:
+        c.remove(force=True)
+        client.close()
 
 
 def test_a_second_up_is_refused_and_starts_nothing(lab) -> None:
