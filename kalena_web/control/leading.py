@@ -139,7 +139,8 @@ class ClusterScheduler:
         self.cache = SchedulerCache(cluster=self.cluster, warm=True)
         reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(),
                                 listeners=[self.cache.watch_feed])
-        self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer)
+        self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer,
+                                  on_acknowledged=self.cache.acknowledge)
         self._synced = False
         self._watch_started = time.monotonic()
         self.watch = watch_start(cluster=self.cluster, orchestrator=self.orchestrator, reconciler=reconciler)
@@ -221,7 +222,10 @@ class ClusterScheduler:
         requeued = 0
         in_pool = self.binder.in_flight if self.binder is not None else set()
         kw = {} if older_than_s is None else {"older_than_s": older_than_s}
-        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now, **kw):
+        # the bindings this term's calls saw accepted have landed: a watch behind is no reason to
+        # ask the API about each (under a burst that read was most of the scheduler's CPU)
+        landed = self.cache.acknowledged_ids(now) if self.cache is not None else set()
+        for pod in batch_unconfirmed(cluster=self.cluster, now_s=now, skip=landed, **kw):
             if pod.id in in_pool:
                 continue  # its call has not been answered yet
             if self.shard is not None and not self.shard.owns_pod(pod.workload.name, pod.gang):
@@ -264,7 +268,8 @@ class ClusterScheduler:
         now = time.time() if now_s is None else now_s
         if self.cache is None:  # a pass asked for outside the loop (tests, benchmarks): a term of its own
             self.cache = SchedulerCache(cluster=self.cluster)
-            self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer)
+            self.binder = BindingPool(self.orchestrator, keep_going=self.may_act, on_answer=self.cache.answer,
+                                      on_acknowledged=self.cache.acknowledge)
         policy = self.pass_policy(now)
         cluster_wide = self.shard is None or self.shard.owns_vnode(0)  # issue 32: one shard runs these
         if cluster_wide:

@@ -81,7 +81,8 @@ class ShardedScheduler(ClusterScheduler):
         reconciler = Reconciler(cluster=self.cluster, wake=lambda _cluster_id: self.wake.set(), owns=self.owns,
                                 listeners=[self.cache.watch_feed])
         self.binder = BindingPool(_Fenced(self.orchestrator, self.shard), keep_going=self.may_act,
-                                  on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None))
+                                  on_answer=lambda pod_id, _bound: self.cache.in_flight.pop(pod_id, None),
+                                  on_acknowledged=self.cache.acknowledge)
         self._synced = False
         self._watch_started = time.monotonic()
         self.watch = watch_start(cluster=self.cluster, orchestrator=self.orchestrator, reconciler=reconciler)

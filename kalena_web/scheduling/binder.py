@@ -51,11 +51,15 @@ def bind_call(orchestrator: Orchestrator, pod: QueuedPod, node_name: str,
 
 class BindingPool:
     """Bounded binding pool for one scheduler (module doc). ``on_answer(pod_id, bound)`` is told
-    of every answer applied (the cache confirms or forgets the assumption)."""
+    of every answer applied (the cache confirms or forgets the assumption); ``on_acknowledged(pod,
+    now_s)`` of every binding the orchestrator accepted (not of an uncertain one: a timeout may or
+    may not have landed)."""
 
     def __init__(self, orchestrator: Orchestrator, *, keep_going: Callable[[], bool] | None = None,
-                 on_answer: Callable[[int, bool], object] | None = None) -> None:
+                 on_answer: Callable[[int, bool], object] | None = None,
+                 on_acknowledged: Callable[[QueuedPod, float], object] | None = None) -> None:
         self.orchestrator, self.keep_going, self.on_answer = orchestrator, keep_going, on_answer
+        self.on_acknowledged = on_acknowledged
         self.workers = int(getattr(orchestrator, "bind_concurrency", 1) or 1)
         self._pool: list[threading.Thread] | None = None
         self._stopped = threading.Event()
@@ -126,6 +130,8 @@ class BindingPool:
                 lapsed.append(pod)
             else:
                 bind_outcome(pod, answer, now_s=now_s, report=report)
+                if answer is None and self.on_acknowledged is not None:
+                    self.on_acknowledged(pod, now_s)
                 if self.on_answer is not None:
                     self.on_answer(pod.id, answer is None or isinstance(answer, BindingUncertain))
         if lapsed:  # everything not bound once the lease lapsed goes back to the queue at once

@@ -43,6 +43,10 @@ from kalena_web.scheduling.queue import PendingQueue, QueuedPod
 #: the cache lets it go (kube-scheduler's assumed-pod TTL; the record keeps the binding)
 ASSUMED_TTL_S = 60.0
 
+#: seconds a binding the API server acknowledged is taken as landed while the watch has not
+#: reported it (a watch that far behind is no longer trusted: the record's check asks the API)
+ACKNOWLEDGED_TTL_S = 600.0
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -82,6 +86,9 @@ class SchedulerCache:
     _flying_names: dict[str, int] = field(default_factory=dict)  # in-flight pod name → id
     #: pod ids the binder answered "bound" for whose confirmation by the watch is awaited
     bound_unconfirmed: set[int] = field(default_factory=set)
+    #: pod name → (id, when) of bindings the orchestrator acknowledged that the watch has not
+    #: reported yet (:meth:`acknowledge`): the record's unconfirmed check does not ask about them
+    acknowledged: dict[str, tuple[int, float]] = field(default_factory=dict)
     confirmed: int = 0  # assumptions the watch confirmed (tests and benchmarks)
     #: a sharded instance's share (issue 32): called once per snapshot, answers the test
     #: ``(pod name, gang) → held`` for the queue (:meth:`PendingQueue.sync`'s ``keep``); None: every pod
@@ -116,6 +123,7 @@ class SchedulerCache:
                 self.queue.feed(items)
             elif kind == "running":
                 for ref in items:
+                    self.acknowledged.pop(ref, None)
                     pod_id = self._flying_names.pop(ref, None)
                     if pod_id is not None:
                         self.confirm(pod_id)
@@ -214,6 +222,20 @@ class SchedulerCache:
         for pod, node in pods:
             self.in_flight[pod.id] = (pod, node, at)
             self._flying_names[pod.name] = pod.id
+
+    def acknowledge(self, pod: QueuedPod, now_s: float) -> None:
+        """The orchestrator acknowledged ``pod``'s binding (the binder's
+        ``on_acknowledged``): it landed, and a watch that has not reported it yet is behind —
+        the record's unconfirmed check (:func:`~kalena_web.scheduling.lifecycle.batch_unconfirmed`)
+        leaves it alone until the watch reports it or :data:`ACKNOWLEDGED_TTL_S` passes."""
+        self.acknowledged[pod.name] = (pod.id, now_s)
+
+    def acknowledged_ids(self, now_s: float) -> set[int]:
+        """Ids of the acknowledged bindings not yet reported by the watch, younger than
+        :data:`ACKNOWLEDGED_TTL_S` (older ones are let go: the record's check asks about them)."""
+        for name in [n for n, (_, at) in self.acknowledged.items() if at < now_s - ACKNOWLEDGED_TTL_S]:
+            del self.acknowledged[name]
+        return {pod_id for pod_id, _ in self.acknowledged.values()}
 
     def bound(self, pod_id: int) -> None:
         """The orchestrator accepted the binding: the assumption stays until the watch confirms

@@ -5,7 +5,7 @@ the archive's eviction records and the binder call these."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 from django.db import transaction
@@ -211,12 +211,20 @@ UNCONFIRMED_S = 30.0  # a binding the watch has not confirmed this long after it
 
 
 def batch_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = UNCONFIRMED_S,
-                      limit: int = 100) -> list[BatchPod]:
+                      limit: int = 100, skip: Collection[int] = ()) -> list[BatchPod]:
     """Watched pods Kalena bound more than ``older_than_s`` ago that the watch never reported
     on a node (no ``PodRunning``), oldest first: their binding call may never have reached the
     orchestrator (a scheduler died between its ledger commit and the call, a timeout). The
     caller asks the orchestrator where each one is and settles it with
-    :func:`~kalena_web.scheduling.observe.batch_observe_running`, :func:`batch_requeue` or :func:`batch_gone` (1 query)."""
-    return list(BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND,
-                                        running_s__isnull=True, bound_s__lt=now_s - older_than_s)
-                .select_related("workload").order_by("bound_s")[:limit])
+    :func:`~kalena_web.scheduling.observe.batch_observe_running`, :func:`batch_requeue` or :func:`batch_gone` (1 query).
+    ``skip``: ids whose binding the orchestrator acknowledged (the scheduler's cache,
+    :meth:`~kalena_web.scheduling.cache.SchedulerCache.acknowledge`): left out, and the ``limit``
+    counts the others (then 2 queries: the ids, then the rows)."""
+    unconfirmed = BatchPod.objects.filter(cluster=cluster, source=BatchPod.WATCH, state=BatchPod.BOUND,
+                                          running_s__isnull=True, bound_s__lt=now_s - older_than_s)
+    if skip:
+        ids = [i for i in unconfirmed.order_by("bound_s", "id").values_list("id", flat=True) if i not in skip][:limit]
+        if not ids:
+            return []
+        unconfirmed = BatchPod.objects.filter(id__in=ids)
+    return list(unconfirmed.select_related("workload").order_by("bound_s", "id")[:limit])

@@ -18,7 +18,7 @@ from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.binder import BindingPool
 from kalena_web.scheduling.cache import SchedulerCache, residents_of
 from kalena_web.scheduling.cycle import PassReport, scheduling_pass
-from kalena_web.scheduling.lifecycle import batch_requeue
+from kalena_web.scheduling.lifecycle import batch_requeue, batch_unconfirmed
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.services import batch_submit
 
@@ -217,17 +217,21 @@ def test_the_watch_feeds_the_cache_queued_pods_whole_and_confirms_what_it_assume
     rec.apply_many([PodPending(f"batch/w-{i}", tuple(v), tuple(v), owner="job-w", at_s=999.0, uid=f"u{i}")
                     for i in range(3)])
     orch = GatedOrchestrator(refuse={"batch/w-2"})
-    binder = BindingPool(orch, on_answer=cache.answer)
+    binder = BindingPool(orch, on_answer=cache.answer, on_acknowledged=cache.acknowledge)
     report = run(live, orch, cache=cache, binder=binder)
     assert report.assumed == 3 and cache.queue.fed == 3 and cache.queue.full_reads == 0
     orch.gate.set()
     binder.close(now_s=1002.0, report=report)
     # bound ones wait for the watch; the refused one (409: a watched pod, dropped) is forgotten
     assert set(cache.in_flight) == set(cache.bound_unconfirmed) and len(cache.in_flight) == 2
+    # the two the API accepted are not the record's to question while the watch is behind (600 s)
+    assert cache.acknowledged_ids(1040.0) == set(cache.in_flight)
+    assert len(batch_unconfirmed(cluster=live, now_s=1040.0)) == 2
+    assert batch_unconfirmed(cluster=live, now_s=1040.0, skip=cache.acknowledged_ids(1040.0)) == []
     node = {pod.name: n for pod, n, _ in cache.in_flight.values()}
     rec.apply_many([PodRunning(name, n, at_s=1003.0) for name, n in node.items()])
     cache.drain()
-    assert not cache.in_flight and cache.confirmed == 2
+    assert not cache.in_flight and cache.confirmed == 2 and not cache.acknowledged
     assert BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND, running_s__isnull=False).count() == 2
 
 
@@ -252,3 +256,4 @@ def test_a_long_lived_cache_reads_the_cluster_before_the_first_pod_arrives(live)
     snap = cache.snapshot(now_s=1001.0, cooldown_s=600.0)
     assert len(snap.pending) == 1 and len(snap.rows) == 3 and cache.nodes_read == 4
     assert [r.ready for r in snap.rows if r.name == "thinkcentre-beta"] == [False]
+
