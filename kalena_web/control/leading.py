@@ -4,7 +4,9 @@ kube-scheduler's shape: every ``kalena watch`` process (or ``kalena serve`` thre
 candidate for the cluster's Lease (:class:`~agents.orchestrators.kubernetes.lease.LeaderElector`,
 renewed on its own thread). While it leads, it runs the watch (pods and nodes →
 :class:`~kalena_web.control.reconciler.Reconciler`) and scheduling passes — event-driven (a
-queued pod wakes it) and at least every ``pass_period_s``. Each leadership term has its own
+queued pod wakes it, once the watch has been quiet for ``COALESCE_QUIET_S`` or
+``COALESCE_MAX_S`` has passed, so a burst is decided in a few large passes) and at least every
+``pass_period_s``. Each leadership term has its own
 scheduler cache (:class:`~kalena_web.scheduling.cache.SchedulerCache`) and binding pool
 (:class:`~kalena_web.scheduling.binder.BindingPool`): the first pass waits until the watch's
 first list was applied (its ``Resynced``, at most ``sync_timeout_s``), so a newly elected
@@ -54,6 +56,12 @@ from kalena_web.scheduling.cycle import PASS_PODS, scheduling_pass
 log = logging.getLogger(__name__)
 #: seconds between two moves of the watch's counters into /metrics/cluster (and once at stop)
 COUNTERS_PERIOD_S = 5.0
+#: a pass the watch woke waits until the watch has queued nothing new for this long (seconds) …
+COALESCE_QUIET_S = 0.05
+#: … and at most this long: pods that arrive together are decided in one pass (a burst arrives in
+#: the watch's chunks; a pass per chunk paid the pass's fixed cost — its snapshot, its ledger
+#: transaction — once per chunk; Volcano's scheduler runs a session per 1 s period)
+COALESCE_MAX_S = 0.5
 
 
 @dataclass
@@ -83,6 +91,7 @@ class ClusterScheduler:
         self.fixed_policy = policy
         self.current: CurrentPolicy | None = None  # the version the last pass read (None: none yet)
         self.pass_period_s = pass_period_s
+        self._deferred = False  # the last pass left pods to the next one
         self.rng = rng or np.random.default_rng()
         self.stats = SchedulerStats()
         self.wake = threading.Event()
@@ -190,7 +199,9 @@ class ClusterScheduler:
                     continue
                 if self.watch is None:
                     self._start_watch()
-                self.wake.wait(self.pass_period_s if self._synced else min(0.1, self.pass_period_s))
+                woken = self.wake.wait(self.pass_period_s if self._synced else min(0.1, self.pass_period_s))
+                if woken and not self._deferred:  # (pods left by the last pass are decided at once)
+                    self._let_the_burst_arrive()
                 self.wake.clear()
                 if self._stop.is_set() or not self.elector.is_leader() or not self._synced_now():
                     continue
@@ -205,6 +216,16 @@ class ClusterScheduler:
                 self._close_binder()
             finally:
                 connection.close()
+
+    def _let_the_burst_arrive(self) -> None:
+        """Woken by the watch: wait until it has queued nothing new for ``COALESCE_QUIET_S``
+        (at most ``COALESCE_MAX_S``), so pods that arrive together are decided in one pass."""
+        deadline = time.monotonic() + COALESCE_MAX_S
+        while not self._stop.is_set():
+            self.wake.clear()
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.wake.wait(min(COALESCE_QUIET_S, left)):
+                return
 
     def may_act(self) -> bool:
         """Whether this candidate may bind now: it holds the Lease and is not stopping (a
@@ -280,6 +301,7 @@ class ClusterScheduler:
         report = scheduling_pass(cluster=self.cluster, orchestrator=self.orchestrator, policy=policy, now_s=now,
                                  rng=self.rng, keep_going=self.may_act, cache=self.cache, binder=self.binder,
                                  max_pods=None if wait_for_bindings else PASS_PODS, shard=self.shard)
+        self._deferred = bool(report.deferred)
         if report.deferred:
             self.wake.set()  # the rest of the queue: decided by the next pass at once
         if wait_for_bindings:

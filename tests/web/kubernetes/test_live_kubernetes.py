@@ -378,3 +378,32 @@ def test_a_required_node_affinity_is_honoured_and_explained(live, api) -> None:
     (failed,) = [e for e in api.objects("events")
                  if e["involvedObject"]["name"] == "nowhere" and e["reason"] == "FailedScheduling"]
     assert f"{len(NODES)} node(s) didn't match Pod's node affinity/selector" in failed["message"]
+
+
+def test_a_pass_woken_by_a_burst_waits_for_the_burst_but_not_for_ever(live, api) -> None:
+    """Pods that arrive together are decided in one pass: a pass the watch woke waits while the
+    watch keeps queuing (here every 10 ms, for 5 s), but never longer than ``COALESCE_MAX_S``;
+    once the watch is quiet it waits only ``COALESCE_QUIET_S``. Bounds, not timings: the wait
+    can only end early by the rule, and the waker runs far longer than the cap."""
+    from kalena_web.control.leading import COALESCE_MAX_S, COALESCE_QUIET_S
+
+    s = scheduler(live, api, "kalena-a")
+    stop = threading.Event()
+
+    def watch_queuing() -> None:
+        while not stop.wait(0.01):
+            s.wake.set()
+
+    waker = threading.Thread(target=watch_queuing, daemon=True)
+    waker.start()
+    try:
+        started = time.monotonic()
+        s._let_the_burst_arrive()
+        waited = time.monotonic() - started
+        assert waker.is_alive() and COALESCE_MAX_S <= waited < 5.0, waited
+    finally:
+        stop.set()
+        waker.join()
+    started = time.monotonic()
+    s._let_the_burst_arrive()  # quiet: one quiet interval
+    assert COALESCE_QUIET_S <= time.monotonic() - started < COALESCE_MAX_S + 5.0
