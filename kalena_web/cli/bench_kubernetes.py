@@ -234,6 +234,9 @@ def handle(args: argparse.Namespace) -> int:
                                 rng=np.random.default_rng(args.seed))
 
     a, b = candidate("kalena-a"), candidate("kalena-b")
+    from kalena_web.cli.watch import startup_frozen
+
+    startup_frozen()  # as `kalena watch` does before it starts
     a.start()
     deadline = time.monotonic() + 120
     while not a.elector.is_leader() or a.watch is None:

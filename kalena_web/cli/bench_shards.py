@@ -17,7 +17,10 @@ seconds while the pods were bound, ``pods_per_cpu_s``, and the pods decided on i
 and on the whole cluster (``own`` / ``spill``); ``per_instance_pods_per_cpu_s_mean``;
 ``reassignment_s`` = the kill → every vnode acted on again (a lease duration of it is the
 dead Lease's expiry, ``reassignment_after_expiry_s`` the rest: membership rounds and the
-re-list that unlocks the moved share).
+re-list that unlocks the moved share); per instance the CPU seconds of each thread kind and what
+it did (``work``: events applied per kind and outcome, the reconciler's batches, lists, 410s,
+share moves, passes), whole and inside the measured window (``work_in_window``). Each instance
+freezes its start-up objects before it starts, as ``kalena watch`` does.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple
     from agents.orchestrators.kubernetes import KubernetesOrchestrator
     from kalena_web.control.orchestrators import BIND_POOL
     from kalena_web.control.sharding import ShardedScheduler
+    from kalena_web.cli.watch import startup_frozen
     from kalena_web.inventory.models import Cluster
     from kalena_web.scheduling.shards import ShareMember
 
@@ -55,6 +59,7 @@ def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple
                          renew_deadline_s=lease[1], retry_period_s=lease[2])
     s = ShardedScheduler(cluster=cluster, orchestrator=orch, member=member, pass_period_s=1.0,
                          rng=np.random.default_rng(seed))
+    startup_frozen()  # as `kalena watch` does before it starts
     s.start()
     conn.send(os.getpid())
 
@@ -87,7 +92,8 @@ def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple
         return dict(applied=applied, lists=sum(sum(w.lists.values()) for w in watchers),
                     expired=sum(sum(w.expired.values()) for w in watchers),
                     reconnects=sum(sum(w.reconnects.values()) for w in watchers), syncs=len(s.syncs),
-                    moves=len(member.moves), passes=s.stats.passes, stale_bindings=s.stats.stale_bindings,
+                    moves=len(member.moves), passes=s.stats.passes, batches=sum(r.batches for r in reconcilers),
+                    stale_bindings=s.stats.stale_bindings,
                     requeued_unconfirmed=s.stats.requeued_unconfirmed, vnodes=len(member.active()))
 
     while True:
@@ -174,6 +180,7 @@ def run(args, api, cluster, t0: float) -> dict:
           f"start; pids {', '.join(str(x.pid) for x in instances)})")
     cpu0 = {x.identity: x.ask("status")["cpu_s"] for x in instances}
     threads0 = {x.identity: x.last.get("threads", {}) for x in instances}
+    work0 = {x.identity: x.last.get("work", {}) for x in instances}
     from kalena_web.cli.bench_kubernetes import create_pods
 
     create_pods(args, api)
@@ -225,7 +232,7 @@ def run(args, api, cluster, t0: float) -> dict:
                            "killed": x is killed, "phase_s": f.get("phase_s"),
                            "thread_cpu_s": {k: round(v - threads0[x.identity].get(k, 0.0), 2)
                                             for k, v in (f.get("threads") or {}).items()},
-                           "work": f.get("work")}
+                           "work": f.get("work"), "work_in_window": _work_since(work0[x.identity], f.get("work") or {})}
         e = ended.get(x.identity)  # its pods were all bound then; its count of them is complete at stop
         if e is not None:
             cpu_end = max(1e-9, e["cpu_s"] - cpu0[x.identity])
@@ -247,6 +254,16 @@ def run(args, api, cluster, t0: float) -> dict:
     return figures
 
 
+def _work_since(before: dict, after: dict) -> dict:
+    """What an instance did inside the measured window: ``after`` less ``before`` (counts only)."""
+    applied = {kind: {o: n - ((before.get("applied") or {}).get(kind) or {}).get(o, 0) for o, n in outcomes.items()}
+               for kind, outcomes in (after.get("applied") or {}).items()}
+    out = {k: v - (before.get(k) or 0) for k, v in after.items() if isinstance(v, int) and k != "vnodes"}
+    out["applied"] = {kind: {o: n for o, n in outcomes.items() if n} for kind, outcomes in applied.items()
+                      if any(outcomes.values())}
+    return out
+
+
 def table(figures: dict) -> str:
     """The per-instance table printed after the figures."""
     lines = [f"  {'instance':<12} {'bound':>7} {'cpu s':>7} {'pods/cpu s':>11} {'own':>7} {'spill':>6}"]
@@ -260,10 +277,11 @@ def table(figures: dict) -> str:
         if "cpu_s_at_end" in v:
             lines.append(f"      at the end (every instance read at once, before any stop): cpu s {v['cpu_s_at_end']}, "
                          f"pods/cpu s {v['pods_per_cpu_s_at_end']}")
-        w = v.get("work") or {}
+        w = v.get("work_in_window") or v.get("work") or {}
         if w:
             applied = ", ".join(f"{kind} {sum(o.values())}" for kind, o in sorted((w.get("applied") or {}).items()))
-            lines.append(f"      work: {w.get('passes')} passes, {w.get('syncs')} syncs, {w.get('moves')} moves, "
-                         f"{w.get('lists')} lists, {w.get('expired')} 410s, {w.get('reconnects')} reconnects, "
+            lines.append(f"      work in the window: {w.get('passes')} passes, {w.get('syncs')} syncs, "
+                         f"{w.get('moves')} moves, {w.get('batches')} reconciler batches, {w.get('lists')} lists, "
+                         f"{w.get('expired')} 410s, {w.get('reconnects')} reconnects, "
                          f"{w.get('stale_bindings')} stale; applied: {applied}")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ Dispatches on ``KALENA_ORCHESTRATOR``; each orchestrator adds its entry to :data
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import socket
@@ -227,10 +228,23 @@ def node_names_unique(engines: list) -> None:
                          field="KALENA_DOCKER_ENGINES", accepted="one distinct node name per engine")
 
 
+def startup_frozen() -> int:
+    """Move what the process made while it started (Django, the modules, the settings) out of
+    the garbage collector's sight (:func:`gc.freeze`, after one collection): a long-running
+    watch's full collections then scan only what it made since. Measured with ``kalena bench
+    kubernetes --shards 3``: each full collection scanned some 200,000 objects of the start and
+    cost about 0.1 s of CPU, taken from whichever thread allocated at that moment. Returns how
+    many objects were frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def handle(args: argparse.Namespace) -> int:
     django_setup()
     args.heartbeat = True   # Docker/Swarm: `kalena probe watch` (the stacks' health check) reads it
     engines_answer()
+    startup_frozen()
     if getattr(args, "create", False):
         create_if_missing(args)
     if getattr(args, "wait", False):

@@ -60,6 +60,12 @@ from kalena_web.scheduling.models import BatchPod
 
 log = logging.getLogger(__name__)
 
+#: A batch of :meth:`Reconciler.run` takes events while they keep coming — until none has arrived
+#: for ``BATCH_QUIET_S`` — for at most ``BATCH_MAX_WAIT_S`` after its first: a burst reaches the
+#: watch in chunks, and each batch costs a few queries whatever its size.
+BATCH_QUIET_S = 0.01
+BATCH_MAX_WAIT_S = 0.1
+
 #: What :meth:`Reconciler.apply` answers (also the keys of :attr:`Reconciler.counts`).
 CHANGED, UNCHANGED, UNKNOWN, REJECTED = "changed", "unchanged", "unknown", "rejected"
 
@@ -90,6 +96,8 @@ class Reconciler:
     #: node name → {pod ref → the last ProductionSeen refused because the node was unknown}
     _awaiting: dict[str, dict[str, ProductionSeen]] = field(default_factory=dict, repr=False)
     owns: Callable[[str, str], bool] | None = None
+    #: how many batches :meth:`run` applied (each costs a few queries whatever its size)
+    batches: int = 0
 
     def apply(self, event: WatchEvent) -> str:
         """Apply one event; returns ``changed`` | ``unchanged`` | ``unknown`` (names a pod or node
@@ -281,9 +289,18 @@ class Reconciler:
                 chunk = [waiting.get(timeout=0.2)]
             except queue.Empty:
                 continue
+            until = time.monotonic() + BATCH_MAX_WAIT_S
             while len(chunk) < batch:
                 try:
                     chunk.append(waiting.get_nowait())
+                    continue
+                except queue.Empty:
+                    pass
+                left = until - time.monotonic()
+                if left <= 0 or (stop is not None and stop.is_set()):
+                    break
+                try:
+                    chunk.append(waiting.get(timeout=min(BATCH_QUIET_S, left)))
                 except queue.Empty:
                     break
             if self.owns is not None:  # issue 32: a shard applies its own objects' events
@@ -291,6 +308,7 @@ class Reconciler:
                 if not chunk:
                     continue
             close_old_connections()
+            self.batches += 1
             try:
                 self.apply_many(chunk)
             except Exception:  # noqa: BLE001 - one bad batch must not stop the watch

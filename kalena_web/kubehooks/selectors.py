@@ -3,7 +3,7 @@ scheduler's own filters and scores (:func:`kalena_engine.placement.verdict.node_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,8 @@ def describe(reason: Mapping[str, Any]) -> str:
 
 # -- the kubelet's admission room (docs/design.md §14, case C11) ------------------------------------------
 
-def held_by_node(*, cluster: Cluster, admitted_only: bool = False,
+def held_by_node(*, cluster: Cluster, admitted_only: bool = False, bound: dict[int, np.ndarray] | None = None,
+                 node_ids: Sequence[int] | None = None,
                  ) -> tuple[dict[int, np.ndarray], dict[int, list[tuple[str, tuple]]]]:
     """``(held, releasing)`` per node id: ``held`` Σ requests (8-vector) of the batch pods the
     kubelet counts there — bound pods (``admitted_only``: only those the kubelet has admitted,
@@ -74,45 +75,58 @@ def held_by_node(*, cluster: Cluster, admitted_only: bool = False,
     admitted, which the kubelet may still refuse, never raises what a node publishes), and
     watched pods Kalena saw evicted whose object is not gone yet (terminating: the kubelet
     counts them until they are terminal); ``releasing`` those terminating pods as
-    ``(ref, request)``."""
+    ``(ref, request)``. ``bound`` (node id → Σ requests of its bound pods, e.g. the scheduler
+    cache's residents, which a pass has just synced with the record): used instead of reading
+    the bound pods again (not with ``admitted_only``). ``node_ids``: only these nodes (a sharded
+    scheduler's publisher reads the pods of its own nodes); None: every node."""
     from kalena_web.archive.models import EvictionRecord
     from kalena_web.scheduling.models import BatchPod
 
-    held: dict[int, np.ndarray] = {}
     releasing: dict[int, list[tuple[str, tuple]]] = {}
-    bound = BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND, workload__node__isnull=False)
-    if admitted_only:
-        bound = bound.filter(admitted_s__isnull=False)
-    for node_id, request in bound.values_list(
-            "workload__node_id", "workload__request"):
-        held[node_id] = held.get(node_id, np.zeros(8)) + np.asarray(request, dtype=np.float64)
+    if bound is not None and not admitted_only:
+        held = {node_id: np.array(vec, dtype=np.float64) for node_id, vec in bound.items()}
+    else:
+        held = {}
+        pods = BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND, workload__node__isnull=False)
+        if node_ids is not None:
+            pods = pods.filter(workload__node_id__in=list(node_ids))
+        if admitted_only:
+            pods = pods.filter(admitted_s__isnull=False)
+        for node_id, request in pods.values_list("workload__node_id", "workload__request"):
+            held[node_id] = held.get(node_id, np.zeros(8)) + np.asarray(request, dtype=np.float64)
     victims = EvictionRecord.objects.filter(
         cluster=cluster, workload__batch__source=BatchPod.WATCH, workload__batch__state=BatchPod.COMPLETED,
         workload__batch__outcome="evicted", workload__batch__gone=False,
     ).order_by("workload_id", "-time_s").values_list("workload_id", "node_id", "workload_name", "workload__request")
+    wanted = None if node_ids is None else set(node_ids)
     seen: set[int] = set()
     for workload_id, node_id, name, request in victims:
         if workload_id in seen:
             continue  # the latest eviction of each pod object
         seen.add(workload_id)
+        if wanted is not None and node_id not in wanted:
+            continue
         vec = np.asarray(request, dtype=np.float64)
         held[node_id] = held.get(node_id, np.zeros(8)) + vec
         releasing.setdefault(node_id, []).append((name, tuple(vec.tolist())))
     return held, releasing
 
 
-def kubelet_room(*, cluster: Cluster, rows) -> "KubeletRoom | None":
+def kubelet_room(*, cluster: Cluster, rows, bound: Callable[[], dict[int, np.ndarray]] | None = None,
+                 ) -> "KubeletRoom | None":
     """The :class:`~kalena_engine.placement.KubeletRoom` of a scheduling pass over ``rows``
     (selector NodeRows): published − held on cpu and ram (+inf elsewhere); ``None`` when no node
     of the cluster publishes (Docker, the fake: nothing re-checks). Once any node publishes, a
-    node that does not has room 0 (the kubelet would refuse every converted pod there)."""
+    node that does not has room 0 (the kubelet would refuse every converted pod there).
+    ``bound()``: the bound pods' requests per node, as :func:`held_by_node` takes them."""
     from kalena_engine.placement import KubeletRoom
     from kalena_web.kubehooks.models import PublishedBatch
 
-    published = {p.node_id: (p.cpu_mcpu, p.memory_bytes) for p in PublishedBatch.objects.filter(node__cluster=cluster)}
+    published = {node_id: (cpu, memory) for node_id, cpu, memory in PublishedBatch.objects.filter(
+        node__cluster=cluster).values_list("node_id", "cpu_mcpu", "memory_bytes")}
     if not published:
         return None
-    held, releasing = held_by_node(cluster=cluster)
+    held, releasing = held_by_node(cluster=cluster, bound=None if bound is None else bound())
     room = np.full((len(rows), 8), np.inf)
     out_releasing = {}
     for i, row in enumerate(rows):

@@ -165,8 +165,10 @@ def batch_capacity_publish(*, cluster: Cluster, orchestrator: Orchestrator, now_
     view = NodeLedgers(capacity=stack("capacity"), prod_request=stack("prod_request"),
                        prod_reservation=stack("prod_reservation"), batch_request=stack("batch_request"),
                        batch_reservation=stack("batch_reservation"))
-    held, _ = held_by_node(cluster=cluster, admitted_only=True)
-    stored = {p.node_id: p for p in PublishedBatch.objects.filter(node__cluster=cluster)}
+    ids = [led.node_id for led in ledgers]
+    held, _ = held_by_node(cluster=cluster, admitted_only=True, node_ids=None if node_names is None else ids)
+    stored = PublishedBatch.objects.filter(node__cluster=cluster)
+    stored = {p.node_id: p for p in (stored if node_names is None else stored.filter(node_id__in=ids))}
     previous = np.array([[stored[led.node_id].cpu_mcpu, stored[led.node_id].memory_bytes] if led.node_id in stored
                          else [np.nan, np.nan] for led in ledgers])
     changed_s = np.array([stored[led.node_id].changed_s if led.node_id in stored else 0.0 for led in ledgers])

@@ -65,6 +65,7 @@ class _Resident:
     template_key: tuple
     template: object
     node_id: int
+    request: tuple[float, ...]  # the pod's request (8 dimensions, IR units)
 
 
 @dataclass
@@ -142,7 +143,8 @@ class SchedulerCache:
         self._warmed = True
         rows, snap = selectors.cluster_snapshot(cluster=self.cluster, now_s=now_s, cooldown_s=cooldown_s,
                                                 cache=self._production, kubelet=kubelet,
-                                                batch=self._batch_residents, rows=self._node_rows())
+                                                batch=self._batch_residents, rows=self._node_rows(),
+                                                bound_requests=self._bound_requests)
         if not pending:  # warmed: the pass has nothing to decide
             return Snapshot(generation=self.generation, rows=[], cluster=None, pending=[])
         return Snapshot(generation=self.generation, rows=rows, cluster=snap if rows else None, pending=pending)
@@ -175,12 +177,12 @@ class SchedulerCache:
                 self._residents[pod_id].node_id = node_id
         missing = [i for i in keys if i not in self._residents]
         if missing:
-            for pod_id, name, owner, namespace, labels, constraints in BatchPod.objects.filter(id__in=missing).values_list(
-                    "id", "workload__name", "workload__owner", "workload__namespace", "workload__labels",
-                    "workload__constraints"):
+            for pod_id, name, owner, namespace, labels, constraints, request in BatchPod.objects.filter(
+                    id__in=missing).values_list("id", "workload__name", "workload__owner", "workload__namespace",
+                                                "workload__labels", "workload__constraints", "workload__request"):
                 key = (owner, namespace, repr(sorted((labels or {}).items())), repr(constraints or {}))
                 self._residents[pod_id] = _Resident(
-                    template_key=key, node_id=keys[pod_id],
+                    template_key=key, node_id=keys[pod_id], request=tuple(float(v) for v in request),
                     template=template_of(owner=owner, namespace=namespace, labels=labels or {},
                                          constraints=constraints or {}, min_member=None, member_id=name))
         templates: dict[tuple, int] = {}
@@ -198,6 +200,19 @@ class SchedulerCache:
                               count=np.array([counts[k] for k in order], dtype=np.int64),
                               template=np.array([k[0] for k in order], dtype=np.int64),
                               templates=tuple(template_list))
+
+    def _bound_requests(self) -> dict[int, np.ndarray]:
+        """Σ requests of the bound batch pods per node id, from the residents the snapshot has
+        just synced with the record (what the kubelet's room counts as held,
+        :func:`~kalena_web.kubehooks.selectors.held_by_node`; no second read of every bound pod)."""
+        if not self._residents:
+            return {}
+        nodes = np.fromiter((r.node_id for r in self._residents.values()), dtype=np.int64, count=len(self._residents))
+        requests = np.array([r.request for r in self._residents.values()], dtype=np.float64).reshape(len(nodes), -1)
+        ids, where = np.unique(nodes, return_inverse=True)
+        sums = np.zeros((len(ids), requests.shape[1]))
+        np.add.at(sums, where, requests)
+        return dict(zip(ids.tolist(), sums, strict=True))
 
     # -- assume, confirm, forget --------------------------------------------------------------
 
@@ -217,7 +232,7 @@ class SchedulerCache:
                               repr(row.constraints or {})),
                 template=template_of(owner=row.owner, namespace=row.namespace, labels=row.labels or {},
                                      constraints=row.constraints or {}, min_member=None, member_id=row.name),
-                node_id=node_ids[node])
+                node_id=node_ids[node], request=tuple(float(v) for v in row.request))
         self.queue.assumed(pod.id for pod, _ in pods)
         for pod, node in pods:
             self.in_flight[pod.id] = (pod, node, at)

@@ -74,6 +74,9 @@ class PendingQueue:
         self._held: dict[int, tuple[tuple, PendingRow, QueuedPod]] = {}
         #: pending pod id → (name, gang), read once per pod for a ``keep`` test (:meth:`sync`)
         self._names: dict[int, tuple[str, str]] = {}
+        #: the last ``keep`` test and its answer per pending pod id (asked once per pod and test)
+        self._keep: Callable[[str, str], bool] | None = None
+        self._kept: dict[int, bool] = {}
         self._gangs: dict[str, int] = {}
         self.full_reads = 0  # rows read whole since the queue was made (a figure for tests and benchmarks)
         self.fed = 0  # pods the watch handed over whole (:meth:`feed`), likewise
@@ -101,7 +104,15 @@ class PendingQueue:
             if unseen:
                 self._names.update((pod_id, (name, gang)) for pod_id, name, gang in BatchPod.objects.filter(
                     id__in=unseen).values_list("id", "workload__name", "gang"))
-            keys = {i: key for i, key in keys.items() if i in self._names and keep(*self._names[i])}
+            if keep is not self._keep:
+                self._keep, self._kept = keep, {}
+            kept = self._kept
+            for pod_id in [i for i in kept if i not in keys]:
+                del kept[pod_id]
+            for i in keys:
+                if i not in kept and i in self._names:
+                    kept[i] = keep(*self._names[i])
+            keys = {i: key for i, key in keys.items() if kept.get(i)}
         else:
             self._names.clear()
         for pod_id in [i for i in self._held if i not in keys]:
@@ -124,6 +135,7 @@ class PendingQueue:
             row, pod = _queued(p)
             self._held[p.id] = ((p.queued_s, p.requeues, p.uid, p.source), row, pod)
             self._names[p.id] = (row.name, row.gang)
+            self._kept.pop(p.id, None)
             self.fed += 1
 
     def rows(self) -> list[PendingRow]:

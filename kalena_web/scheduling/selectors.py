@@ -196,7 +196,9 @@ def recent_evictions(*, cluster: Cluster, since_s: float, row_of_node: dict[int,
 
 def cluster_snapshot(*, cluster: Cluster, now_s: float, cooldown_s: float, cache: dict | None = None,
                      kubelet: bool = True, batch: Callable[[dict[int, int]], BatchResidents] | None = None,
-                     rows: list[NodeRow] | None = None) -> tuple[list[NodeRow], ClusterSnapshot]:
+                     rows: list[NodeRow] | None = None,
+                     bound_requests: Callable[[], dict[int, np.ndarray]] | None = None,
+                     ) -> tuple[list[NodeRow], ClusterSnapshot]:
     """``(rows, snapshot)``: the cluster exactly as a scheduling pass reads it — node rows, resident
     production and batch pods, the batch evictions of the last ``cooldown_s`` (the eviction
     cooldown), cached images and, where nodes publish batch capacity, the kubelet's room
@@ -204,7 +206,9 @@ def cluster_snapshot(*, cluster: Cluster, now_s: float, cooldown_s: float, cache
     the kubelet sees the pod). The scheduling pass, the extender and the policy pre-flight all
     read it here (6–8 queries whatever the cluster's size; ``cache`` as :func:`production_pods`;
     ``batch(row_of_node)`` gives the resident batch pods instead of :func:`batch_residents` —
-    the scheduler's cache, :mod:`kalena_web.scheduling.cache`, which passes its ``rows`` too)."""
+    the scheduler's cache, :mod:`kalena_web.scheduling.cache`, which passes its ``rows`` too, and
+    ``bound_requests()``, the bound pods' requests per node id, which the kubelet's room then
+    does not read again)."""
     from kalena_web.kubehooks.selectors import kubelet_room  # kubehooks reads through this module
 
     rows = node_rows(cluster=cluster) if rows is None else rows
@@ -215,7 +219,7 @@ def cluster_snapshot(*, cluster: Cluster, now_s: float, cooldown_s: float, cache
         batch=batch(row_of_node) if batch is not None else batch_residents(cluster=cluster, row_of_node=row_of_node),
         evictions=recent_evictions(cluster=cluster, since_s=now_s - cooldown_s, row_of_node=row_of_node),
         images=cached)
-    room = kubelet_room(cluster=cluster, rows=rows) if rows and kubelet else None
+    room = kubelet_room(cluster=cluster, rows=rows, bound=bound_requests) if rows and kubelet else None
     if room is not None:
         snap = dataclasses.replace(snap, kubelet=room)
     return rows, snap

@@ -431,6 +431,7 @@ class ShardView:
     decided: dict[str, int] = field(default_factory=lambda: {"own": 0, "spill": 0})
     #: pod name → the vnode it was decided under, for the last pass (binding fence)
     decided_vnode: dict[str, int] = field(default_factory=dict)
+    _holds: tuple[frozenset[int], Callable[[str, str], bool]] | None = None
 
     def node_vnode(self, name: str) -> int:
         v = self._node_vnode.get(name)
@@ -455,9 +456,12 @@ class ShardView:
 
     def holds(self) -> Callable[[str, str], bool]:
         """The test ``(pod name, gang) → hashed to a vnode active now`` (the share read once:
-        the scheduler cache's ``holds``, so the queue reads only these pods whole)."""
+        the scheduler cache's ``holds``, so the queue reads only these pods whole). The same
+        test object while the share is unchanged (the queue keeps its answers per pod for it)."""
         active = self.active()
-        return lambda name, gang: self.pod_v(name, gang) in active
+        if self._holds is None or self._holds[0] != active:
+            self._holds = (active, lambda name, gang: self.pod_v(name, gang) in active)
+        return self._holds[1]
 
     def mine(self, rows: Sequence) -> list:
         """The pending rows hashed to the active vnodes (queue order kept)."""

@@ -202,3 +202,34 @@ def test_failed_scheduling_counts_a_node_short_of_published_cpu_and_memory_once(
     assert why.record["excluded"] == {"kubelet_allocatable": 2}
     assert pending_message(why.record) == ("0/2 nodes are available: "
                                            "2 node(s) whose published batch allocatable is not raised yet.")
+
+
+def test_a_shards_publisher_reads_the_pods_of_its_own_nodes_as_the_whole_read_counts_them(db):
+    """A sharded scheduler publishes its own nodes (``node_names``) and reads only their pods:
+    what it finds held there — admitted pods, and a victim still terminating — is what a read of
+    the whole cluster finds there, and nothing of another node's."""
+    from kalena_web.inventory.models import Node
+    from kalena_web.kubehooks.selectors import held_by_node
+
+    cluster = Cluster.objects.create(name="shards", kind=Cluster.LIVE)
+    rec = Reconciler(cluster, clock=lambda: 1000.0)
+    for name in ("n1", "n2"):
+        rec.apply(NodeSeen(name, True, True, vec(16, 64), at_s=1000.0))
+    LiveNodeLedger.objects.filter(node__cluster=cluster).update(stale=False, last_sample_s=1000.0)
+    fake = FakeOrchestrator(node_names=["n1", "n2"])
+    for i in range(6):
+        rec.apply(PodPending(f"batch/p{i}", req(1 + i, 1), req(1 + i, 1), owner="Job/p", at_s=1000.0))
+    assert scheduling_pass(cluster=cluster, orchestrator=fake, policy=Policy(), now_s=1001.0,
+                           rng=np.random.default_rng(0)).placed == 6
+    for i in range(6):
+        rec.apply(PodRunning(f"batch/p{i}", fake.running[f"batch/p{i}"].node, at_s=1002.0, admitted=True))
+    victim = "batch/p0"
+    rec.apply(PodFinished(victim, fake.running[victim].node, "evicted", reason="Evicted", at_s=1003.0))
+    ids = {n.name: n.id for n in Node.objects.filter(cluster=cluster)}
+    whole = held_by_node(cluster=cluster, admitted_only=True)
+    assert set(whole[0]) == set(ids.values())  # pods on both nodes
+    assert [name for names in whole[1].values() for name, _ in names] == [victim]
+    for name, node_id in ids.items():
+        held, releasing = held_by_node(cluster=cluster, admitted_only=True, node_ids=[node_id])
+        assert set(held) == {node_id} and np.array_equal(held[node_id], whole[0][node_id])
+        assert releasing == {k: v for k, v in whole[1].items() if k == node_id}

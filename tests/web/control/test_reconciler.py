@@ -358,3 +358,28 @@ def test_a_pod_that_ended_is_queued_again_only_for_an_object_created_after_it(re
     assert apply_twice(rec, later) == CHANGED  # created after the old one ended: a new object
     pod = BatchPod.objects.get(workload__name="batch/b-0")
     assert (pod.state, pod.outcome, pod.submitted_s) == ("pending", "", 2000.0)
+
+
+def test_a_burst_arriving_in_chunks_is_applied_in_one_batch_and_a_long_one_in_several(rec, monkeypatch) -> None:
+    """Each batch costs a few queries whatever its size: events that keep coming (here every
+    20 ms, while the quiet interval is 1 s) wait for each other and are applied together; a
+    stream longer than the batch's longest wait still gets batches applied along the way."""
+    from kalena_web.control import reconciler as module
+
+    def chunks(names, pause_s):
+        for i, name in enumerate(names):
+            if i and i % 10 == 0:
+                time.sleep(pause_s)
+            yield pending(name)
+
+    monkeypatch.setattr(module, "close_old_connections", lambda: None)  # the test's transaction stays open
+    monkeypatch.setattr(module, "BATCH_QUIET_S", 1.0)
+    monkeypatch.setattr(module, "BATCH_MAX_WAIT_S", 10.0)
+    rec.run(chunks([f"a-{i}" for i in range(60)], 0.02))
+    assert rec.batches == 1
+    assert BatchPod.objects.filter(cluster=rec.cluster, state=BatchPod.PENDING).count() == 60
+
+    monkeypatch.setattr(module, "BATCH_MAX_WAIT_S", 0.2)
+    rec.run(chunks([f"b-{i}" for i in range(60)], 0.1))  # 0.5 s or more in all
+    assert rec.batches >= 1 + 2
+    assert BatchPod.objects.filter(cluster=rec.cluster, state=BatchPod.PENDING).count() == 120

@@ -53,3 +53,20 @@ def test_watch_without_kubernetes_credentials_says_so(live, settings, capsys, mo
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert main(["watch"]) == 2
     assert "no in-cluster or kubeconfig credentials" in capsys.readouterr().err
+
+
+def test_the_watch_takes_what_it_made_while_starting_out_of_the_collectors_sight() -> None:
+    """``kalena watch`` freezes its start-up objects before it starts: a full collection of the
+    long-running process then scans only what it made since (each one scanned some 200,000
+    objects, about 0.1 s of CPU, before)."""
+    import gc
+
+    from kalena_web.cli.watch import startup_frozen
+
+    gc.collect()
+    tracked = len(gc.get_objects())
+    try:
+        assert startup_frozen() >= tracked * 0.9
+        assert len(gc.get_objects()) < tracked / 10  # what a full collection now looks at
+    finally:
+        gc.unfreeze()

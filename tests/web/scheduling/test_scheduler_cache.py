@@ -257,3 +257,35 @@ def test_a_long_lived_cache_reads_the_cluster_before_the_first_pod_arrives(live)
     assert len(snap.pending) == 1 and len(snap.rows) == 3 and cache.nodes_read == 4
     assert [r.ready for r in snap.rows if r.name == "thinkcentre-beta"] == [False]
 
+
+
+def test_the_kubelet_room_counts_every_bound_pod_without_reading_them_again(live) -> None:
+    """The kubelet's room (published batch capacity less what the bound pods hold, case C11)
+    comes from the cache's residents: pods this cache assumed and pods another scheduler bound
+    count exactly as the record's read counts them, and a finished pod stops counting."""
+    from kalena_web.inventory.models import Node
+    from kalena_web.kubehooks.models import PublishedBatch
+    from kalena_web.kubehooks.selectors import kubelet_room
+    from kalena_web.scheduling.lifecycle import batch_finish
+
+    for node in Node.objects.filter(cluster=live):
+        PublishedBatch.objects.create(node=node, cpu_mcpu=8000.0, memory_bytes=16 * 2**30, changed_s=1000.0)
+    fake = FakeOrchestrator(node_names=NODES)
+    for i in range(4):
+        submit(live, f"batch/mine-{i}", cpu=0.1 + i / 20, ram=0.25)
+    cache = SchedulerCache(cluster=live)
+    assert run(live, fake, cache=cache).placed == 4
+    for i in range(3):
+        submit(live, f"batch/other-{i}", cpu=0.2, ram=0.5, owner="job-2")
+    assert run(live, fake, now_s=1002.0).placed == 3  # another scheduler, with a cache of its own
+    batch_finish(pod=BatchPod.objects.get(workload__name="batch/mine-0"), now_s=1003.0, outcome="succeeded")
+    submit(live, "batch/huge", cpu=64.0)  # never fits: the next passes take snapshots
+    cache.snapshot(now_s=1004.0, cooldown_s=600.0)  # reads the other scheduler's pods once
+    with CaptureQueriesContext(connection) as queries:
+        snap = cache.snapshot(now_s=1005.0, cooldown_s=600.0)
+    from_record = kubelet_room(cluster=live, rows=snap.rows)
+    assert snap.cluster.kubelet is not None and from_record is not None
+    assert np.array_equal(snap.cluster.kubelet.room, from_record.room)
+    assert sorted(from_record.room[:, 0]) != [8000.0] * 3  # the bound pods hold room on their nodes
+    # no bound pod's request read again (the evicted ones still terminating are: a small read)
+    assert not [q["sql"] for q in queries.captured_queries if '."request"' in q["sql"] and "'bound'" in q["sql"]]
