@@ -11,6 +11,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -191,13 +192,20 @@ class NodeRow:
     volatility: float
     images: Mapping[str, float] = field(default_factory=dict)
 
+    @cached_property
+    def table_entry(self) -> tuple[str, str, str, dict[str, str], tuple[Taint, ...]]:
+        """``(name, zone, rack, labels, taints)`` as the engine's :class:`NodeTable` holds them,
+        made once per row read: the scheduler's cache keeps the row of a node whose key did not
+        move, so a pass over 5,000 nodes builds them only for the nodes that changed."""
+        return (self.name, self.zone, self.rack, dict(self.labels),
+                tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule")) for t in self.taints))
+
 
 def node_table(rows: Sequence[NodeRow]) -> NodeTable:
+    entries = [r.table_entry for r in rows]
     return NodeTable(
-        names=tuple(r.name for r in rows), zone=tuple(r.zone for r in rows), rack=tuple(r.rack for r in rows),
-        labels=tuple(dict(r.labels) for r in rows),
-        taints=tuple(tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule")) for t in r.taints)
-                     for r in rows),
+        names=tuple(e[0] for e in entries), zone=tuple(e[1] for e in entries), rack=tuple(e[2] for e in entries),
+        labels=tuple(e[3] for e in entries), taints=tuple(e[4] for e in entries),
         capacity=_stack([r.capacity for r in rows]),
     )
 

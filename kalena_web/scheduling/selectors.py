@@ -129,12 +129,12 @@ def production_pods(*, cluster: Cluster, row_of_node: dict[int, int], cache: dic
     reused while :func:`production_fingerprint` and the node rows are unchanged (then 1
     aggregate query instead of reading every production pod)."""
     if cache is not None:
-        key = (production_fingerprint(cluster=cluster), tuple(sorted(row_of_node.items())))
-        if cache.get("key") == key:
+        key = production_fingerprint(cluster=cluster)
+        if cache.get("key") == key and cache.get("rows") == row_of_node:
             return cache["value"]
         value = production_pods(cluster=cluster, row_of_node=row_of_node)
         cache.clear()
-        cache.update(key=key, value=value)
+        cache.update(key=key, rows=dict(row_of_node), value=value)
         return value
     # labels and the anti-affinity name lists as JSON text, decoded in one orjson parse each: the
     # json module's per-row decoding was most of a 9,000-pod read

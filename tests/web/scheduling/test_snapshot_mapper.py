@@ -43,3 +43,17 @@ def test_arrays_lists_and_a_missing_ledger_give_the_same_slack() -> None:
 def test_a_node_with_only_batch_has_no_production() -> None:
     snap = snapshot([row(0, batch_request=[1.0] * 8, prod=[0.0] * 8)])
     assert snap.has_production.tolist() == [False] and snap.has_batch.tolist() == [True]
+
+
+def test_a_row_kept_between_passes_gives_its_table_entry_once_and_a_row_read_again_its_new_one() -> None:
+    import dataclasses
+
+    kept = dataclasses.replace(row(0, batch_request=None), labels={"zone": "a"},
+                               taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}])
+    first = mappers.node_table([kept, row(1, batch_request=None)])
+    again = mappers.node_table([kept, row(1, batch_request=None)])
+    assert again.labels[0] is first.labels[0] and again.taints[0] is first.taints[0]  # made once for the kept row
+    assert [t.key for t in again.taints[0]] == ["gpu"] and again.labels[0] == {"zone": "a"}
+    read_again = dataclasses.replace(kept, labels={"zone": "b"}, taints=[])  # its key moved: a new row
+    table = mappers.node_table([read_again, row(1, batch_request=None)])
+    assert table.labels[0] == {"zone": "b"} and table.taints[0] == () and table.names == ("n0", "n1")
