@@ -389,7 +389,7 @@ def _claim_unplaced(cluster: Cluster, ref: str, *, at_s: float) -> bool:
         if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
             _extra_release(claim)
             return True
-        workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+        workload = Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
         changed = workload.node_id != claim.blueprint_node_id
         if changed:
             _prod_move(workload, workload.node_id, claim.blueprint_node_id, _reservation_of(workload))
@@ -481,7 +481,7 @@ def _labels(workload: Workload, overrides: dict[str, str]) -> bool:
 def _claim_refresh(claim, node: Node, *, overrides: dict[str, str], start_s: float | None, at_s: float,
                    now_s: float) -> bool:
     """A pod that holds a claim reported again: follow it if it moved; overrides and start."""
-    workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+    workload = Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
     changed = _labels(workload, overrides)
     if workload.node_id != node.id:
         _prod_move(workload, workload.node_id, node.id, _reservation_of(workload))
@@ -503,7 +503,7 @@ def _claim(workload: Workload, pod: LivePod, node: Node, identity, *, overrides:
            start_s: float | None, at_s: float, now_s: float) -> Workload:
     """``pod`` takes the free entry ``workload``: charged where it runs (no change when that is
     the blueprint's node)."""
-    workload = Workload.objects.select_for_update().get(id=workload.id)
+    workload = Workload.objects.select_for_update(no_key=True).get(id=workload.id)
     blueprint_node = workload.node_id
     if workload.node_id != node.id:
         _prod_move(workload, workload.node_id, node.id, _reservation_of(workload))
@@ -523,10 +523,11 @@ def _extra(cluster: Cluster, pod: LivePod, node: Node, identity, *, request, lim
            start_s: float | None, at_s: float, now_s: float) -> Workload:
     """``pod`` maps to no entry: a workload of its own, charged once at r = q on its node."""
     name = pod.ref
-    workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION, name=name).first()
+    workload = (Workload.objects.select_for_update(no_key=True)
+                .filter(cluster=cluster, kind=Workload.PRODUCTION, name=name).first())
     if workload is not None and is_entry(workload):  # its name is an entry another pod holds
         name = f"{pod.ref} (extra)"
-        workload = Workload.objects.select_for_update().filter(cluster=cluster, kind=Workload.PRODUCTION,
+        workload = Workload.objects.select_for_update(no_key=True).filter(cluster=cluster, kind=Workload.PRODUCTION,
                                                                name=name).first()
     fields = dict(namespace=pod.namespace, owner=pod.owner, tier="service", node=node, request=request,
                   limit=[max(a, b) for a, b in zip(limit, request, strict=True)],
@@ -577,7 +578,7 @@ def production_gone(*, cluster: Cluster, ref: str, now_s: float) -> bool:
         if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
             _extra_release(claim)
             return True
-        workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+        workload = Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
         r = _reservation_of(workload)
         if workload.node_id != claim.blueprint_node_id:  # back to the blueprint's charge
             _prod_move(workload, workload.node_id, claim.blueprint_node_id, r)
@@ -605,7 +606,7 @@ def _extra_stale(workload: Workload, pod: LivePod, request: list[float], limit: 
 
 def _extra_release(claim) -> None:
     """An extra's charge leaves its node's ledgers and its claim is deleted (its row stays)."""
-    workload = Workload.objects.select_for_update().get(id=claim.workload_id)
+    workload = Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
     _prod_move(workload, workload.node_id, None, _reservation_of(workload))
     Workload.objects.filter(id=workload.id).update(node=None)
     claim.delete()
@@ -625,7 +626,7 @@ def _inherit(cluster: Cluster, declaration: str, *, now_s: float) -> None:
     for claim, pod, identity in zip(waiting, pods, identities, strict=True):
         if identity.outcome not in (MAPPED, MOVED) or claim.seen_node is None:
             continue
-        extra = Workload.objects.select_for_update().get(id=claim.workload_id)
+        extra = Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
         _prod_move(extra, extra.node_id, None, _reservation_of(extra))
         Workload.objects.filter(id=extra.id).update(node=None)
         claim.delete()

@@ -41,7 +41,7 @@ def batch_drop(*, pod: BatchPod, now_s: float, reason: str, uid: str = "") -> No
     came back), or already queued the new object of that name (the row holds another ``uid``
     than the binding's), the refusal is stale news and nothing changes."""
     with transaction.atomic():
-        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        pod = BatchPod.objects.select_for_update(of=("self",), no_key=True).select_related("workload").get(id=pod.id)
         if pod.state in BatchPod.TERMINAL or (uid and pod.uid and pod.uid != uid):
             return
         if pod.state == BatchPod.BOUND and pod.running_s is not None and pod.workload.node_id is not None:
@@ -60,7 +60,7 @@ def batch_requeue(*, pod: BatchPod, now_s: float, reason: str) -> None:
     node's ledger at once (terminated workloads never count) and it is pending again, from
     scratch (no migration): not running, ``reason`` kept as why it was requeued."""
     with transaction.atomic():
-        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        pod = BatchPod.objects.select_for_update(of=("self",), no_key=True).select_related("workload").get(id=pod.id)
         if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
             return
         ledger_credit(pod, pod.workload.node_id)
@@ -82,7 +82,7 @@ def batch_bind_refused(*, pod: BatchPod, now_s: float, error: str) -> None:
     for ``AVOID_S`` while another node fits (:func:`~kalena_web.scheduling.cycle.prefer_other_nodes`).
     The console log says it once per pod, node and error."""
     with transaction.atomic():
-        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        pod = BatchPod.objects.select_for_update(of=("self",), no_key=True).select_related("workload").get(id=pod.id)
         if pod.state != BatchPod.BOUND or pod.workload.node_id is None:
             return
         node = Node.objects.filter(id=pod.workload.node_id).values_list("name", flat=True).first() or ""
@@ -119,7 +119,7 @@ def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -
     if not pods:
         return 0
     with transaction.atomic():
-        locked = [p for p in BatchPod.objects.select_for_update().select_related("workload")
+        locked = [p for p in BatchPod.objects.select_for_update(of=("self",), no_key=True).select_related("workload")
                   .filter(id__in=[p.id for p in pods]).order_by("id")
                   if p.state == BatchPod.BOUND and p.workload.node_id is not None]
         if not locked:
@@ -157,7 +157,7 @@ def batch_finish(*, pod: BatchPod, now_s: float, state: str = BatchPod.COMPLETED
     The audit entry's actor is the reconciler loop, or with ``by_hand`` the request's user or
     the command line."""
     with transaction.atomic():
-        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        pod = BatchPod.objects.select_for_update(of=("self",), no_key=True).select_related("workload").get(id=pod.id)
         if pod.state in BatchPod.TERMINAL:
             return False
         ran_on = ""

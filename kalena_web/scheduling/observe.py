@@ -60,8 +60,8 @@ def batch_observe_pending(*, cluster: Cluster, ref: str, request: Sequence[float
                   labels={**dict(labels or {}), "kalena.naughtian.io/tier": "batch"}, constraints=constraints)
     queued_s = at_s or now_s
     with transaction.atomic():
-        workload = (Workload.objects.select_for_update(of=("self",)).filter(cluster=cluster, kind=Workload.BATCH,
-                                                                             name=ref).select_related("batch").first())
+        workload = (Workload.objects.select_for_update(of=("self",), no_key=True)
+                    .filter(cluster=cluster, kind=Workload.BATCH, name=ref).select_related("batch").first())
         if workload is None:
             workload = Workload.objects.create(
                 cluster=cluster, kind=Workload.BATCH, name=ref, instances=1,
@@ -135,7 +135,7 @@ def batch_observe_running(*, pod: BatchPod, node_id: int, at_s: float, now_s: fl
     the debit moves with it. Ended: nothing changes (a terminal object never runs again).
     """
     with transaction.atomic():
-        pod = BatchPod.objects.select_for_update().select_related("workload").get(id=pod.id)
+        pod = BatchPod.objects.select_for_update(of=("self",), no_key=True).select_related("workload").get(id=pod.id)
         dropped = pod.state == BatchPod.DELETED and pod.outcome == "dropped" and not pod.gone
         if (pod.state in BatchPod.TERMINAL and not dropped) or pod.gone:
             return False
