@@ -64,11 +64,10 @@ def handle(args: argparse.Namespace) -> int:
     from django.conf import settings
 
     from kalena_web.asgi import application
+    from kalena_web.cli.watch import startup_frozen
     from kalena_web.control.embedded import EmbeddedLoops
 
-    from kalena_web.cli.watch import startup_frozen
-
-    startup_frozen()  # the long-running loops and watch started below: their collections skip the start's objects
+    startup_frozen()  # the loops and the watch below run for long: their collections skip the start's objects
     loops = None
     if settings.EMBEDDED and not args.no_loops:
         loops = EmbeddedLoops()

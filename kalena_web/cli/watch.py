@@ -230,11 +230,11 @@ def node_names_unique(engines: list) -> None:
 
 def startup_frozen() -> int:
     """Move what the process made while it started (Django, the modules, the settings) out of
-    the garbage collector's sight (:func:`gc.freeze`, after one collection): a long-running
-    watch's (``kalena watch``, ``kalena serve``) full collections then scan only what it made since. Measured with ``kalena bench
-    kubernetes --shards 3``: each full collection scanned some 200,000 objects of the start and
-    cost about 0.1 s of CPU, taken from whichever thread allocated at that moment. Returns how
-    many objects were frozen."""
+    the garbage collector's sight (:func:`gc.freeze`, after one collection): the full
+    collections of a long-running ``kalena watch`` or ``kalena serve`` then scan only what it made
+    since. Measured with ``kalena bench kubernetes --shards 3``: each full collection scanned some
+    200,000 objects of the start and cost about 0.1 s of CPU, taken from whichever thread
+    allocated at that moment. Returns how many objects were frozen."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
