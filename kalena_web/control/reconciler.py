@@ -29,7 +29,10 @@ at once, so a pod the API server reported is never lost until its next change. A
 of the pod, its ``PodGone`` or a ``Resynced`` whose list no longer holds it drops the kept one.
 
 Bad input — an event whose fields the services refuse — is counted and logged with its ref and
-field, and changes nothing; it never stops the watcher.
+field, and changes nothing; it never stops the watcher. A database that does not answer (a
+restart, a failover, connections refused) is not bad input: :meth:`Reconciler.run` keeps the
+batch and applies it again once the database answers (every handler is idempotent, so a batch
+cut short half-way is safe to apply again), so no event the watch delivered is dropped for it.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from agents.orchestrators.events import (
     NodeGone, NodeSeen, PodFinished, PodGone, PodPending, PodRefused, PodRunning, ProductionSeen, Resynced,
@@ -65,6 +68,15 @@ log = logging.getLogger(__name__)
 #: watch in chunks, and each batch costs a few queries whatever its size.
 BATCH_QUIET_S = 0.01
 BATCH_MAX_WAIT_S = 0.1
+
+#: A batch the database could not take (:data:`DATABASE_DOWN`) is applied again after this many
+#: seconds, doubling up to ``RETRY_MAX_S`` while the database stays away.
+RETRY_START_S = 0.5
+RETRY_MAX_S = 5.0
+#: The errors of a database that does not answer (PostgreSQL restarting or refusing connections,
+#: a connection cut, a deadlock or serialization failure aborting the transaction): the batch is
+#: kept and applied again, never dropped.
+DATABASE_DOWN = (OperationalError, InterfaceError)
 
 #: What :meth:`Reconciler.apply` answers (also the keys of :attr:`Reconciler.counts`).
 CHANGED, UNCHANGED, UNKNOWN, REJECTED = "changed", "unchanged", "unknown", "rejected"
@@ -98,6 +110,8 @@ class Reconciler:
     owns: Callable[[str, str], bool] | None = None
     #: how many batches :meth:`run` applied (each costs a few queries whatever its size)
     batches: int = 0
+    #: how many times :meth:`run` found the database away and kept a batch to apply again
+    database_waits: int = 0
 
     def apply(self, event: WatchEvent) -> str:
         """Apply one event; returns ``changed`` | ``unchanged`` | ``unknown`` (names a pod or node
@@ -263,7 +277,8 @@ class Reconciler:
             beat: Callable[[], object] | None = None) -> None:
         """Apply a watcher's stream until it ends (a long-running thread's body): events that
         are already waiting are applied together (:meth:`apply_many`, up to ``batch``);
-        database connections are recycled between batches, and an unexpected error is logged
+        database connections are recycled between batches; a database that does not answer
+        keeps the batch until it does (:meth:`_until_applied`), and any other error is logged
         and counted, never the end of the watch (the batch is then applied one by one). Once
         ``stop`` is set, events still waiting are left unapplied (whoever watches next lists
         the cluster again, so nothing is lost) and the method returns. ``beat`` (e.g. a
@@ -307,18 +322,43 @@ class Reconciler:
                 chunk = [e for e in chunk if _owned(self.owns, e)]
                 if not chunk:
                     continue
-            close_old_connections()
             self.batches += 1
             try:
-                self.apply_many(chunk)
+                if not self._until_applied(lambda c=chunk: self.apply_many(c), stop, beat):
+                    return
             except Exception:  # noqa: BLE001 - one bad batch must not stop the watch
                 log.exception("reconciler: a batch of %d events failed; applying them one by one", len(chunk))
                 for event in chunk:
                     try:
-                        self.apply(event)
+                        if not self._until_applied(lambda e=event: self.apply(e), stop, beat):
+                            return
                     except Exception:  # noqa: BLE001
                         log.exception("reconciler: %s %s failed", type(event).__name__, _ref_of(event))
                         self.counts.setdefault(type(event).__name__, Counter())["failed"] += 1
+
+    def _until_applied(self, apply: Callable[[], object], stop: threading.Event | None,
+                       beat: Callable[[], object] | None) -> bool:
+        """Call ``apply`` (on fresh connections) until it does not fail for want of the database
+        (:data:`DATABASE_DOWN`), waiting ``RETRY_START_S`` doubling to ``RETRY_MAX_S`` between
+        tries and beating meanwhile; returns False when ``stop`` was set first (the batch is left
+        to the next watch's list). Any other error is raised."""
+        delay = RETRY_START_S
+        while True:
+            close_old_connections()
+            try:
+                apply()
+                return True
+            except DATABASE_DOWN as exc:
+                self.database_waits += 1
+                log.warning("reconciler: the database did not take a batch (%s: %s); applying it again in %.1f s",
+                            type(exc).__name__, str(exc).strip().split("\n", 1)[0], delay)
+            if stop is None:
+                time.sleep(delay)
+            elif stop.wait(delay):
+                return False
+            if beat is not None:
+                beat()
+            delay = min(RETRY_MAX_S, delay * 2)
 
     # -- handlers -------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ template → a new ReplicaSet and the old ones scaled to 0 at once. ReplicaSets 
 StatefulSets and DaemonSets: see :class:`StatefulSetController` and :class:`DaemonSetController`.
 
 What they do not model: indexed completion, ``activeDeadlineSeconds``, ``ttlSecondsAfterFinished``,
-backoff delays between replacements, suspend, pod-tracking finalizers, exit-code rules of a
+backoff delays between replacements (a refused pod creation is retried, see :class:`Controllers`), suspend, pod-tracking finalizers, exit-code rules of a
 ``podFailurePolicy`` (``onExitCodes``), ``FailJob``/``Count`` actions (only ``Ignore`` changes
 the count); rolling-update pacing (``maxSurge``/``maxUnavailable``), ``minReadySeconds``,
 revision history limits, rollback, paused Deployments; StatefulSet volume claim templates
@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -66,10 +67,17 @@ def _owner_uid(obj: Mapping, kind: str) -> str:
     return ""
 
 
+#: a reconcile the API refused is tried again after this many seconds, doubling up to RETRY_MAX_S
+RETRY_START_S = 0.5
+RETRY_MAX_S = 30.0
+
+
 class Controllers:
     """One thread that follows the store's change log and hands each controller double the
     keys a change touches (a controller's own object, or the owner of a pod or ReplicaSet it
-    controls); a compacted log → every object is reconciled."""
+    controls); a compacted log → every object is reconciled. A reconcile the API refused (a pod's
+    admission webhook failing, a conflict) is tried again after ``RETRY_START_S`` doubling to
+    ``RETRY_MAX_S``, as a controller requeues a key whose sync failed."""
 
     def __init__(self, server: TestAPIServer) -> None:
         self.store = server.store
@@ -89,21 +97,36 @@ class Controllers:
 
     def _run(self) -> None:
         seen_rv = 0  # from the start: objects created before the thread are reconciled too
+        #: (controller, key) → (when to try again, delay): a reconcile the API refused (a pod's
+        #: admission, a conflict) is tried again later, as a controller's rate-limited requeue does
+        retry: dict[tuple[_Controller, str], tuple[float, float]] = {}
         while not self._stop.is_set():
+            now = time.monotonic()
+            work: dict[_Controller, set[str]] = {}
+            for (controller, key), (due, _delay) in retry.items():
+                if due <= now:
+                    work.setdefault(controller, set()).add(key)
             with self.store.lock:
                 changes = self.store.changes_after(seen_rv)
-                if not changes:
-                    self.store.wait(1.0)
+                if not changes and not work:
+                    self.store.wait(max(0.01, min([1.0, *(due - now for due, _ in retry.values())])))
                     continue
-                resync = seen_rv < self.store.compacted_rv
-                seen_rv = changes[-1].rv
-                work = [(c, c.touched(changes, resync)) for c in self.controllers]
-            for controller, keys in work:
-                for key in sorted(keys):
+                if changes:
+                    resync = seen_rv < self.store.compacted_rv
+                    seen_rv = changes[-1].rv
+                    for c in self.controllers:
+                        work.setdefault(c, set()).update(c.touched(changes, resync))
+            for controller in self.controllers:
+                for key in sorted(work.get(controller, ())):
                     try:
                         controller.reconcile(key)
-                    except APIError:  # deleted meanwhile, or admission refused a pod
-                        continue
+                        retry.pop((controller, key), None)
+                    except APIError as exc:
+                        if exc.code == 404:  # deleted meanwhile
+                            retry.pop((controller, key), None)
+                            continue
+                        delay = min(RETRY_MAX_S, 2 * retry.get((controller, key), (0.0, RETRY_START_S / 2))[1])
+                        retry[(controller, key)] = (time.monotonic() + delay, delay)
 
 
 class _Controller:

@@ -77,6 +77,47 @@ def batch_pods(lab, job: str) -> list[dict]:
     return [p for p in lab.pods("batch") if p["metadata"]["name"].startswith(f"{job}-")]
 
 
+DIAGNOSE = """import json, sys, time
+import django
+django.setup()
+from kalena_web.inventory.models import Node
+from kalena_web.scheduling.models import BatchPod, WhyPending
+now = time.time()
+print(json.dumps({
+    "batch_pods": [dict(p, why=WhyPending.objects.filter(pod_id=p.pop("id")).values_list("binding", "record").first())
+                   for p in BatchPod.objects.filter(workload__name__startswith="batch/").values(
+                       "id", "workload__name", "state", "outcome", "reason", "gone", "workload__node__name",
+                       "requeues", "refusals", "retry_s")],
+    "nodes": list(Node.objects.values("name", "condition__ready", "condition__schedulable", "live_ledger__stale",
+                                      "live_ledger__last_sample_s", "condition__slack_ineligible_until_s",
+                                      "condition__ineligible_reason")),
+    "now_s": now}, default=str, indent=1))
+"""
+
+
+def diagnosis(lab) -> str:
+    """What an operator would look at when a pod does not run: the pods as the API server and
+    as Kalena hold them (with why-pending), the nodes as Kalena sees them, the Events, and the
+    tails of the scheduler's and kubelets' logs."""
+    out = []
+    try:
+        out.append(json.dumps([(p["metadata"]["name"], p["metadata"]["uid"][:8], p["spec"].get("nodeName"),
+                                p["status"].get("phase"), p["status"].get("reason"), p["status"].get("message"))
+                               for p in lab.pods("batch")], indent=1))
+        jobs = json.loads(lab.kubectl("get", "jobs", "-n", "batch", "-o", "json").stdout)["items"]
+        out.append(json.dumps({j["metadata"]["name"]: j.get("status") for j in jobs}, indent=1))
+        out.append(lab.kubectl("get", "events", "-n", "batch", ok=False).stdout[-3000:])
+        script = Path(lab.state["directory"]) / "diagnose.py"
+        script.write_text(DIAGNOSE)
+        out.append(lab.kalena(str(script)).stdout[-6000:])
+    except Exception as exc:  # noqa: BLE001 - a diagnosis never hides the failure it explains
+        out.append(f"diagnosis incomplete: {type(exc).__name__}: {exc}")
+    for log in sorted((lab.state_dir / "logs").glob("*.log")):
+        if log.name.startswith(("kalena-scheduler", "kubelet-", "agent-", "apiserver")):
+            out.append(f"--- {log.name} (tail)\n" + log.read_text(errors="replace")[-3000:])
+    return "\n".join(out)
+
+
 def check(lab) -> dict:
     done = lab.cli("check", "--json")
     report = json.loads(done.stdout)
@@ -129,9 +170,9 @@ def test_engine_stop_fails_the_cut_short_batch_pod_and_its_job_runs_a_replacemen
         pod = next((p for p in batch_pods(lab, "long") if p["metadata"]["uid"] == victim["metadata"]["uid"]), None)
         return (pod or {}).get("status", {}).get("phase", "")
 
-    assert wait_for(lambda: phase() in ("Failed", "Succeeded"), 120) and phase() == "Failed", phase()
+    assert wait_for(lambda: phase() in ("Failed", "Succeeded"), 120) and phase() == "Failed", diagnosis(lab)
     assert wait_for(lambda: any(p["metadata"]["uid"] != victim["metadata"]["uid"] and p["status"].get("phase") ==
-                                "Running" for p in batch_pods(lab, "long")), 600), batch_pods(lab, "long")
+                                "Running" for p in batch_pods(lab, "long")), 600), diagnosis(lab)
     report = check(lab)
     assert report["counts"] == {"lost": 0, "double_bound": 0, "production_evictions": 0}, report
     assert report["batch_pods"] >= 3 and not report["unseen"]

@@ -111,6 +111,30 @@ def test_failures_past_the_backoff_limit_fail_the_job_and_stop_replacements(api,
     assert sorted(p["metadata"]["name"] for p in _pods(core, "crunch")) == sorted(seen)
 
 
+def test_a_replacement_the_api_refused_is_created_once_admission_takes_it(api, clients) -> None:
+    """A pod creation the API refuses (a webhook with ``failurePolicy: Fail`` that did not
+    answer) is retried, as the Job controller requeues a sync that failed: the Job is not left
+    without its pod until some other change touches it."""
+    from agents.orchestrators.kubernetes.teststore import APIError
+
+    batch, core = clients
+    batch.create_namespaced_job("batch", _job("crunch"))
+    first = _until(lambda: _pods(core, "crunch"), lambda ps: len(ps) == 1)[0]["metadata"]["name"]
+    refused: list[str] = []
+
+    def webhook_down(pod: dict) -> None:
+        if len(refused) < 2:
+            refused.append(pod["metadata"].get("generateName", ""))
+            raise APIError(500, "InternalError", 'Internal error occurred: failed calling webhook "w": timeout')
+
+    api.pod_create_hooks.append(webhook_down)
+    api.set_pod_phase(f"batch/{first}", "Failed", reason="Error", exit_code=143)
+    replacement = _until(lambda: _pods(core, "crunch"), lambda ps: any(p["metadata"]["name"] != first for p in ps))
+    assert refused == ["crunch-", "crunch-"]
+    assert len([p for p in replacement if p["metadata"]["name"] != first]) == 1
+    assert int(_status(batch, "crunch").get("failed") or 0) == 1
+
+
 def _deployment(image: str, replicas: int = 3) -> dict:
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "prod"},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
