@@ -222,7 +222,7 @@ class Reconciler:
     def _pending_run(self, run: list[PodPending]) -> list[str]:
         todo = [e for e in run if not self._cached(e)]
         production = set(Workload.objects.filter(cluster=self.cluster, kind=Workload.PRODUCTION,
-                                                 name__in=[e.ref for e in todo]).values_list("name", flat=True))
+                                                 name__any=[e.ref for e in todo]).values_list("name", flat=True))
         results = {}
         batch = [e for e in todo if e.ref not in production]
         for e in todo:
@@ -262,7 +262,7 @@ class Reconciler:
 
     def _running_run(self, run: list[PodRunning]) -> list[str]:
         todo = [e for e in run if not self._cached(e)]
-        node_ids = dict(Node.objects.filter(cluster=self.cluster, name__in={e.node for e in todo})
+        node_ids = dict(Node.objects.filter(cluster=self.cluster, name__any={e.node for e in todo})
                         .values_list("name", "id"))
         known = [e for e in todo if e.node in node_ids]
         answers = observe.batch_observe_running_many(
@@ -470,7 +470,7 @@ class Reconciler:
             cluster=self.cluster, source=BatchPod.WATCH, gone=False).values_list("id", "workload__name")
             if name not in e.pods]  # names only: whole rows for the absent ones alone
         mine = [pod_id for pod_id, name in absent if self.owns is None or self.owns("pod", name)]
-        for pod in BatchPod.objects.filter(id__in=mine).select_related("workload").order_by("id"):
+        for pod in BatchPod.objects.filter(id__any=mine).select_related("workload").order_by("id"):
             changed |= lifecycle.batch_gone(pod=pod, now_s=now, reason="absent from the re-list")
         observed = ProductionPlacement.objects.filter(workload__cluster=self.cluster).exclude(pod="").values_list(
             "pod", flat=True)

@@ -89,7 +89,7 @@ def held_by_node(*, cluster: Cluster, admitted_only: bool = False, bound: dict[i
         held = {}
         pods = BatchPod.objects.filter(cluster=cluster, state=BatchPod.BOUND, workload__node__isnull=False)
         if node_ids is not None:
-            pods = pods.filter(workload__node_id__in=list(node_ids))
+            pods = pods.filter(workload__node_id__any=list(node_ids))
         if admitted_only:
             pods = pods.filter(admitted_s__isnull=False)
         for node_id, request in pods.values_list("workload__node_id", "workload__request"):

@@ -178,7 +178,7 @@ class SchedulerCache:
         missing = [i for i in keys if i not in self._residents]
         if missing:
             for pod_id, name, owner, namespace, labels, constraints, request in BatchPod.objects.filter(
-                    id__in=missing).values_list("id", "workload__name", "workload__owner", "workload__namespace",
+                    id__any=missing).values_list("id", "workload__name", "workload__owner", "workload__namespace",
                                                 "workload__labels", "workload__constraints", "workload__request"):
                 key = (owner, namespace, repr(sorted((labels or {}).items())), repr(constraints or {}))
                 self._residents[pod_id] = _Resident(

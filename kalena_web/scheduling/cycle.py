@@ -141,7 +141,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             if own_binder:
                 binder.collect(now_s=now_s, report=report, wait=True)
             mark = _phase(report, "bind_api", mark)
-        left = set(BatchPod.objects.filter(id__in=[i for ids in pods_of_entry for i in ids], state=BatchPod.PENDING)
+        left = set(BatchPod.objects.filter(id__any=[i for ids in pods_of_entry for i in ids], state=BatchPod.PENDING)
                    .values_list("id", flat=True))
         report.why_pending = why_pending_record(result.why_pending(), pods_of_entry, left, now_s)
         report.noticed = pending_notice(orchestrator, left, now_s=now_s)

@@ -120,15 +120,15 @@ def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -
         return 0
     with transaction.atomic():
         locked = [p for p in BatchPod.objects.select_for_update(of=("self",), no_key=True).select_related("workload")
-                  .filter(id__in=[p.id for p in pods]).order_by("id")
+                  .filter(id__any=[p.id for p in pods]).order_by("id")
                   if p.state == BatchPod.BOUND and p.workload.node_id is not None]
         if not locked:
             return 0
         workload_ids = [p.workload_id for p in locked]
-        reserved = dict(WorkloadReservation.objects.filter(workload_id__in=workload_ids)
+        reserved = dict(WorkloadReservation.objects.filter(workload_id__any=workload_ids)
                         .values_list("workload_id", "value"))
         ledgers = {led.node_id: led for led in LiveNodeLedger.objects.select_for_update().filter(
-            node_id__in={p.workload.node_id for p in locked}).order_by("node_id")}
+            node_id__any={p.workload.node_id for p in locked}).order_by("node_id")}
         for pod in locked:  # as _credit, node by node (clamping at 0 once equals clamping each time)
             led = ledgers[pod.workload.node_id]
             request = np.asarray(pod.workload.request)
@@ -142,9 +142,9 @@ def batch_requeue_many(*, pods: Sequence[BatchPod], now_s: float, reason: str) -
         update_by_id(LiveNodeLedger._meta.db_table, [("batch_request", "vector"), ("batch_reservation", "vector"),
                                                       ("version", "int")],
                       [(led.id, led.batch_request, led.batch_reservation, led.version) for led in ledgers.values()])
-        Workload.objects.filter(id__in=workload_ids).update(node_id=None, start_s=None)
-        WorkloadReservation.objects.filter(workload_id__in=workload_ids).delete()
-        BatchPod.objects.filter(id__in=[p.id for p in locked]).update(
+        Workload.objects.filter(id__any=workload_ids).update(node_id=None, start_s=None)
+        WorkloadReservation.objects.filter(workload_id__any=workload_ids).delete()
+        BatchPod.objects.filter(id__any=[p.id for p in locked]).update(
             state=BatchPod.PENDING, queued_s=now_s, bound_s=None, bound_version=None, running_s=None, admitted_s=None,
             reason=reason[:300], requeues=F("requeues") + 1)
     return len(locked)
@@ -226,5 +226,5 @@ def batch_unconfirmed(*, cluster: Cluster, now_s: float, older_than_s: float = U
         ids = [i for i in unconfirmed.order_by("bound_s", "id").values_list("id", flat=True) if i not in skip][:limit]
         if not ids:
             return []
-        unconfirmed = BatchPod.objects.filter(id__in=ids)
+        unconfirmed = BatchPod.objects.filter(id__any=ids)
     return list(unconfirmed.select_related("workload").order_by("bound_s", "id")[:limit])

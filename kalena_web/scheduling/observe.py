@@ -173,7 +173,7 @@ def batch_observe_pending_many(*, cluster: Cluster, pods: Sequence[Mapping[str, 
     out: list[bool | BatchRejected] = [False] * len(pods)
     names = [p.get("ref") for p in pods]
     held = {row[0]: row[1:] for row in Workload.objects.filter(  # (source, gone, state, running_s, submitted_s, uid)
-        cluster=cluster, kind=Workload.BATCH, name__in=names).values_list(
+        cluster=cluster, kind=Workload.BATCH, name__any=names).values_list(
         "name", "batch__source", "batch__gone", "batch__state", "batch__running_s", "batch__submitted_s",
         "batch__uid")}
     existing = set(held)
@@ -245,7 +245,7 @@ def batch_observe_running_many(*, cluster: Cluster, reports: Sequence[tuple[str,
     Returns per report whether it changed anything, None for a pod Kalena does not hold."""
     # key columns only (no model instance per pod): the common case needs nothing more
     held = {row[0]: row[1:] for row in BatchPod.objects.filter(
-        cluster=cluster, workload__name__in=[r[0] for r in reports]).values_list(
+        cluster=cluster, workload__name__any=[r[0] for r in reports]).values_list(
         "workload__name", "id", "state", "workload__node_id", "gone", "running_s", "admitted_s")}
     out: list[bool | None] = [None] * len(reports)
     quick: dict[int, tuple[float | None, float | None]] = {}

@@ -103,7 +103,7 @@ class PendingQueue:
             unseen = [i for i in keys if i not in self._names]
             if unseen:
                 self._names.update((pod_id, (name, gang)) for pod_id, name, gang in BatchPod.objects.filter(
-                    id__in=unseen).values_list("id", "workload__name", "gang"))
+                    id__any=unseen).values_list("id", "workload__name", "gang"))
             if keep is not self._keep:
                 self._keep, self._kept = keep, {}
             kept = self._kept
@@ -119,7 +119,7 @@ class PendingQueue:
             del self._held[pod_id]
         missing = [i for i, key in keys.items() if i not in self._held or self._held[i][0] != key]
         if missing:
-            for p in BatchPod.objects.filter(id__in=missing, state=BatchPod.PENDING).select_related("workload"):
+            for p in BatchPod.objects.filter(id__any=missing, state=BatchPod.PENDING).select_related("workload"):
                 row, pod = _queued(p)
                 self._held[p.id] = ((p.queued_s, p.requeues, p.uid, p.source), row, pod)
             self.full_reads += len(missing)

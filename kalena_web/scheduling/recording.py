@@ -44,10 +44,10 @@ def assume_in_ledger(groups: Sequence[tuple[int, int, Sequence]], *, now_s: floa
         return {}
     with transaction.atomic():
         ledgers = {row[1]: _Ledger(*row) for row in LiveNodeLedger.objects.select_for_update().filter(
-            node_id__in=[g[0] for g in groups]).order_by("node_id").values_list(
+            node_id__any=[g[0] for g in groups]).order_by("node_id").values_list(
             "id", "node_id", "version", "batch_request", "batch_reservation")}
         still = set(BatchPod.objects.select_for_update().filter(
-            id__in=[p.id for g in groups for p in g[2]], state=BatchPod.PENDING).order_by("id").values_list("id", flat=True))
+            id__any=[p.id for g in groups for p in g[2]], state=BatchPod.PENDING).order_by("id").values_list("id", flat=True))
         accepted: dict[int, list] = {}
         changed, workloads, reservations, bound = [], [], [], []
         for node_id, version, pods in groups:
@@ -73,12 +73,12 @@ def assume_in_ledger(groups: Sequence[tuple[int, int, Sequence]], *, now_s: floa
                      [(led.id, led.batch_request, led.batch_reservation, led.version) for led in changed], chunk=rows)
         update_by_id(Workload._meta.db_table, [("node_id", "int"), ("start_s", "float")], workloads, chunk=rows)
         ids = [w[0] for w in workloads]
-        WorkloadReservation.objects.filter(workload_id__in=ids).delete()
+        WorkloadReservation.objects.filter(workload_id__any=ids).delete()
         insert_rows(WorkloadReservation._meta.db_table, [("workload_id", "int"), ("value", "vector"),
                                                          ("updated_s", "float")], reservations, chunk=rows)
         update_by_id(BatchPod._meta.db_table, [("state", "text"), ("bound_s", "float"), ("bound_version", "int")],
                      bound, chunk=rows)
-        WhyPending.objects.filter(pod_id__in=[b[0] for b in bound]).delete()
+        WhyPending.objects.filter(pod_id__any=[b[0] for b in bound]).delete()
     return accepted
 
 
@@ -94,14 +94,14 @@ def bind_in_ledger(pods: list[BatchPod], *, node_id: int, version: int, now_s: f
         ledger.version += 1
         ledger.save(update_fields=["batch_request", "batch_reservation", "version"])
         ids = [pod.workload_id for pod in pods]
-        Workload.objects.filter(id__in=ids).update(node_id=node_id, start_s=now_s)
-        WorkloadReservation.objects.filter(workload_id__in=ids).delete()
+        Workload.objects.filter(id__any=ids).update(node_id=node_id, start_s=now_s)
+        WorkloadReservation.objects.filter(workload_id__any=ids).delete()
         WorkloadReservation.objects.bulk_create([
             WorkloadReservation(workload_id=pod.workload_id, value=pod.workload.request, updated_s=now_s,
                                 last_sample_s=None) for pod in pods])
-        BatchPod.objects.filter(id__in=[p.id for p in pods]).update(
+        BatchPod.objects.filter(id__any=[p.id for p in pods]).update(
             state=BatchPod.BOUND, bound_s=now_s, bound_version=ledger.version)
-        WhyPending.objects.filter(pod__in=pods).delete()
+        WhyPending.objects.filter(pod_id__any=[p.id for p in pods]).delete()
     for pod in pods:
         pod.state = BatchPod.BOUND
     return True

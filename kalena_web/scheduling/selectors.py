@@ -89,7 +89,7 @@ def node_rows(*, cluster: Cluster, ids: list[int] | None = None) -> list[NodeRow
     text = TextField()
     nodes = Node.objects.filter(cluster=cluster)
     if ids is not None:
-        nodes = nodes.filter(id__in=ids)
+        nodes = nodes.filter(id__any=ids)
     rows = list(nodes.order_by("row").values_list(
         "id", "name", "zone", "rack", Cast("labels", text), Cast("taints", text), "takes_batch",
         "live_ledger__version", "live_ledger__stale", "condition__ready", "condition__schedulable",

@@ -569,7 +569,7 @@ def assume_whole(groups: Sequence[tuple[int, int, Sequence]], *, now_s: float,
         return {}
     with transaction.atomic():
         versions = dict(LiveNodeLedger.objects.select_for_update().filter(
-            node_id__in=[g[0] for g in groups]).order_by("node_id").values_list("node_id", "version"))
+            node_id__any=[g[0] for g in groups]).order_by("node_id").values_list("node_id", "version"))
         broken = {gang_of[p.id] for node_id, version, pods in groups if versions.get(node_id) != version
                   for p in pods if p.id in gang_of}
         if broken:

@@ -66,7 +66,7 @@ def pending_notice(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: floa
     note = getattr(orchestrator, "note_pending", None)
     if note is None or not pod_ids:
         return 0
-    due = (WhyPending.objects.filter(pod_id__in=pod_ids, pod__source=BatchPod.WATCH, pod__state=BatchPod.PENDING)
+    due = (WhyPending.objects.filter(pod_id__any=pod_ids, pod__source=BatchPod.WATCH, pod__state=BatchPod.PENDING)
            .exclude(pod__noticed_s__gt=now_s - NOTICE_EVERY_S).select_related("pod__workload"))
     noticed = []
     for why in due:
@@ -75,7 +75,7 @@ def pending_notice(orchestrator: Orchestrator, pod_ids: set[int], *, now_s: floa
         except OrchestratorError:
             continue  # told next pass; the pod stays queued either way
         noticed.append(why.pod_id)
-    BatchPod.objects.filter(id__in=noticed).update(noticed_s=now_s)
+    BatchPod.objects.filter(id__any=noticed).update(noticed_s=now_s)
     return len(noticed)
 
 
@@ -85,7 +85,7 @@ def why_pending_record(records, pods_of_entry: Sequence[Sequence[int]], left: se
     insert statement, and one read of the pods a node refused to run: their record keeps the
     ``refused`` list while the node is avoided); returns how many were stored."""
     by_entry = {r.entry: r.to_dict() for r in records}
-    refused = {pod_id: on for pod_id, on in BatchPod.objects.filter(id__in=left).exclude(refused_on={})
+    refused = {pod_id: on for pod_id, on in BatchPod.objects.filter(id__any=left).exclude(refused_on={})
                .values_list("id", "refused_on")}
     rows = []
     for entry, pod_ids in enumerate(pods_of_entry):
@@ -102,6 +102,6 @@ def why_pending_record(records, pods_of_entry: Sequence[Sequence[int]], left: se
                     own = {**record, "refused": refusal_list(live)} if live else record
                 rows.append(WhyPending(pod_id=pod_id, time_s=now_s, binding=str(own["binding"]), record=own))
     with transaction.atomic():
-        WhyPending.objects.filter(pod_id__in=[r.pod_id for r in rows]).delete()
+        WhyPending.objects.filter(pod_id__any=[r.pod_id for r in rows]).delete()
         WhyPending.objects.bulk_create(rows, batch_size=5000)
     return len(rows)
