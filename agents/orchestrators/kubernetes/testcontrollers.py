@@ -21,7 +21,8 @@ template → a new ReplicaSet and the old ones scaled to 0 at once. ReplicaSets 
 StatefulSets and DaemonSets: see :class:`StatefulSetController` and :class:`DaemonSetController`.
 
 What they do not model: indexed completion, ``activeDeadlineSeconds``, ``ttlSecondsAfterFinished``,
-backoff delays between replacements (a refused pod creation is retried, see :class:`Controllers`), suspend, pod-tracking finalizers, exit-code rules of a
+backoff delays between replacements (a pod creation the API refused is retried: see
+:class:`Controllers`), suspend, pod-tracking finalizers, exit-code rules of a
 ``podFailurePolicy`` (``onExitCodes``), ``FailJob``/``Count`` actions (only ``Ignore`` changes
 the count); rolling-update pacing (``maxSurge``/``maxUnavailable``), ``minReadySeconds``,
 revision history limits, rollback, paused Deployments; StatefulSet volume claim templates
