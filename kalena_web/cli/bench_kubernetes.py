@@ -17,8 +17,9 @@ request is drawn once from a seeded grid of 100m–1 cpu and 128Mi–2Gi) are cr
 server at ``--arrival-rate``
 pods/s (default 0 = all at once, i.e. faster than the scheduler can bind). When a third are
 bound, every open watch gets ``ERROR 410`` (a re-list); when two thirds are bound, the leader
-is killed: it stops at once, binding nothing more, and its lease is left to expire, so the
-standby takes over only after the lease duration.
+is killed (not with ``--no-kill``): it stops at once, binding nothing more, and its lease is left
+to expire, so the standby takes over only after the lease duration — the pods created meanwhile
+wait for it, so with a kill the p99 holds the lease duration.
 
 Figures: ``created_to_bound_p50_ms`` / ``_p99_ms`` (server-side creation → binding stored);
 ``pods_bound_per_s`` = pods bound / (end − first creation − ``failover_gap_s``), the end being
@@ -29,7 +30,9 @@ the last binding or, when later, the moment the last queued Event (``Scheduled``
 ``process_cpu_s`` and ``pods_bound_per_cpu_s``: the CPU the schedulers' process (both
 candidates, watches, reconcilers, event senders) used while the pods were bound, and
 ``api_server_cpu_s`` the API server's process (from its start) — on a shared machine the
-wall-clock rate says as much about the neighbours as about Kalena;
+wall-clock rate says as much about the neighbours as about Kalena; ``thread_cpu_s`` splits the
+process's CPU by thread kind (each thread's own clock, sampled every 50 ms, so the killed
+leader's threads count up to their end): where the CPU per pod goes;
 ``pods_lost`` = created, never bound and not pending in Kalena at the end;
 ``pods_double_bound`` = 409 "already assigned" answers + binding requests naming a node other
 than the pod's first; ``engine_only_per_s`` = the engine's placement rate for the same pods on
@@ -155,7 +158,9 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
                    help="N ≥ 1: N sharded instances (kalena watch --shards), each in its own process, one killed "
                         "at two thirds when N ≥ 2 (docs/scheduler.md \"Sharding\"); 0 (default): a leader and a "
                         "standby")
-    p.add_argument("--no-kill", action="store_true", help="with --shards: kill no instance")
+    p.add_argument("--no-kill", action="store_true",
+                   help="kill no instance (the leader, or with --shards the last instance): the latency of "
+                        "a steady state, the 410 re-list still inside")
     p.set_defaults(handler=handle)
 
 
@@ -210,6 +215,7 @@ def handle(args: argparse.Namespace) -> int:
 
     from agents.orchestrators.kubernetes import KubernetesOrchestrator
     from agents.orchestrators.kubernetes.lease import LeaderElector
+    from kalena_web.cli import benchenv
     from kalena_web.control.leading import ClusterScheduler
     from kalena_web.control.orchestrators import BIND_POOL
     from kalena_web.inventory.models import Node
@@ -255,6 +261,7 @@ def handle(args: argparse.Namespace) -> int:
     create_pods(args, api)
     started_wall = time.time()
     cpu_start = time.process_time()
+    threads = benchenv.ThreadCpu()
     load_start = os.getloadavg()[0]
     expired = killed = False
     gap_s = None
@@ -266,7 +273,8 @@ def handle(args: argparse.Namespace) -> int:
             api.ask("expire")
             expired = True
             print(f"  {n} bound: ERROR 410 sent to every watch (re-list)")
-        if expired and not killed and n >= 2 * args.pods / 3:
+        if expired and not killed and not args.no_kill and n >= 2 * args.pods / 3:
+            threads.sample()  # the leader's threads as they stop
             a.stop(release=False)
             killed = True
             print(f"  {n} bound: leader kalena-a killed (lease left to expire)")
@@ -285,12 +293,14 @@ def handle(args: argparse.Namespace) -> int:
         if time.monotonic() - last_print > 10:
             print(f"  … {n}/{args.pods} bound")
             last_print = time.monotonic()
+        threads.sample()
         time.sleep(0.05)
     # Events are part of the pipeline: the run ends when the last one queued has been sent
     for candidate_ in (a, b):
         candidate_.orchestrator.flush_events(timeout_s=120.0)
     events_done = time.time()
     cpu_s = time.process_time() - cpu_start
+    threads.sample()
     load_end = os.getloadavg()[0]
     server = api.ask("results")
     b.stop()
@@ -305,6 +315,7 @@ def handle(args: argparse.Namespace) -> int:
     # contended the run was
     figures["process_cpu_s"] = round(cpu_s, 1)
     figures["pods_bound_per_cpu_s"] = round(figures["pods_bound"] / max(cpu_s, 1e-9), 1)
+    figures["thread_cpu_s"] = threads.spent()
     figures["api_server_cpu_s"] = round(server["cpu_s"], 1)
     figures["load_average_1m"] = [round(load_start, 1), round(load_end, 1)]
     figures["cpus"] = os.cpu_count()

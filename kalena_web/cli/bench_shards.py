@@ -29,6 +29,7 @@ import os
 import signal
 import time
 
+from kalena_web.cli import benchenv
 from kalena_web.scheduling.shards import VNODES, Ring
 
 
@@ -63,20 +64,6 @@ def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple
     s.start()
     conn.send(os.getpid())
 
-    def threads_cpu() -> dict[str, float]:
-        """CPU seconds per thread kind (a thread's name up to its first digit or dash-number)."""
-        import re
-        import threading
-
-        out: dict[str, float] = {}
-        for t in threading.enumerate():
-            try:
-                cpu = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-            except (OSError, TypeError, AttributeError):
-                continue
-            kind = re.sub(r"[-_]?\d+(_\d+)?$", "", t.name)
-            out[kind] = round(out.get(kind, 0.0) + cpu, 2)
-        return out
     def work() -> dict:
         """What the instance did (the reasons behind a CPU figure): the reconciler's outcomes per
         event kind, the watch's lists, 410s and reconnects, the shares gained (syncs) and moved,
@@ -100,12 +87,12 @@ def _instance(conn, database_url: str, api_url: str, identity: str, lease: tuple
         command = conn.recv()
         if command == "status":
             conn.send(dict(active=sorted(member.active()), placed=s.stats.placed, cpu_s=time.process_time(),
-                           decided=dict(s.shard.decided), threads=threads_cpu(), work=work()))
+                           decided=dict(s.shard.decided), threads=benchenv.threads_cpu(), work=work()))
         elif command == "flush":
             conn.send(orch.flush_events(timeout_s=60.0))
         elif command == "stop":
             orch.flush_events(timeout_s=60.0)
-            threads = threads_cpu()  # before stop: the threads are gone after it
+            threads = benchenv.threads_cpu()  # before stop: the threads are gone after it
             s.stop()
             conn.send(dict(placed=s.stats.placed, cpu_s=time.process_time(), decided=dict(s.shard.decided),
                            phase_s=dict(s.stats.phase_s), passes=s.stats.passes, syncs=len(s.syncs),

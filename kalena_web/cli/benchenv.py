@@ -229,3 +229,59 @@ class CpuMeter:
         per = {k: round((f() - self.begin[k]) / CLK_TCK / wall, 3) for k, f in self.components.items()}
         return {"cpus": cpus, "wall_s": round(wall, 1), "machine_busy_fraction": round(busy_fraction, 3),
                 "headroom_cores": round(cpus * (1 - busy_fraction), 2), "cores_by_component": per}
+
+
+def _thread_kind(name: str) -> str:
+    """A thread's kind: its name up to its first digit or dash-number (``kalena-watch-pods``,
+    ``ThreadPoolExecutor``)."""
+    import re
+
+    return re.sub(r"[-_]?\d+(_\d+)?$", "", name)
+
+
+def _live_threads() -> dict:
+    """thread → (kind, CPU seconds so far) of this process's live threads, each from its own CPU
+    clock (keyed by the :class:`threading.Thread` itself: an ended thread's id is reused)."""
+    import threading
+
+    out: dict = {}
+    for t in threading.enumerate():
+        try:
+            out[t] = (_thread_kind(t.name), time.clock_gettime(time.pthread_getcpuclockid(t.ident)))
+        except (OSError, TypeError, AttributeError):
+            continue
+    return out
+
+
+def threads_cpu() -> dict[str, float]:
+    """CPU seconds of this process's live threads per kind (:func:`_thread_kind`), from each
+    thread's own CPU clock. A thread that has ended is not counted."""
+    out: dict[str, float] = {}
+    for kind, cpu in _live_threads().values():
+        out[kind] = round(out.get(kind, 0.0) + cpu, 2)
+    return out
+
+
+@dataclass
+class ThreadCpu:
+    """CPU seconds per thread kind over a window, threads that end inside it included: each
+    :meth:`sample` keeps every live thread's latest CPU clock reading (a thread that ends is
+    counted up to its last sample before it ended). ``start`` holds the readings at the window's
+    start (a thread started later counts from 0)."""
+
+    start: dict = field(default_factory=dict)
+    latest: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.latest = _live_threads()
+        self.start = {thread: cpu for thread, (_, cpu) in self.latest.items()}
+
+    def sample(self) -> None:
+        self.latest.update(_live_threads())
+
+    def spent(self, minimum_s: float = 0.05) -> dict[str, float]:
+        """CPU seconds per kind since the start, largest first, kinds under ``minimum_s`` left out."""
+        out: dict[str, float] = {}
+        for thread, (kind, cpu) in self.latest.items():
+            out[kind] = out.get(kind, 0.0) + cpu - self.start.get(thread, 0.0)
+        return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= minimum_s}

@@ -493,18 +493,27 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
 
 def _grouped(events: list[WatchEvent]) -> tuple[list[WatchEvent], list[int] | None]:
     """``events`` with the ``PodPending`` and ``PodRunning`` events between two events of
-    other kinds grouped by kind (pending first), when no pod appears twice among them — events
-    of distinct pods are independent, so their order does not matter — and the original index
-    of each (None: the order is unchanged). A re-list or a burst interleaves the two kinds:
-    grouped, each kind is applied in bulk rather than one event at a time."""
+    other kinds grouped by kind (pending first), and the original index of each (None: the
+    order is unchanged). Events of distinct pods are independent, so their order does not
+    matter; a pod's own events keep theirs: the events are taken in *waves* — every pod's first
+    event, then every pod's second, … — each wave grouped by kind. A re-list or a stream of
+    arrivals interleaves the two kinds, and a pod's pending and bound reports often share a
+    batch: grouped, each kind is applied in bulk rather than one event at a time.
+
+    Example: pending a, pending b, running a, pending c, running b → pending a, b, c, then
+    running a, b (wave 0: pending a, b, c; wave 1: running a, b)."""
     order: list[int] = []
     segment: list[int] = []
 
     def close() -> None:
-        refs = [_ref_of(events[k]) for k in segment]
-        if len(set(refs)) == len(refs):
-            segment.sort(key=lambda k: type(events[k]) is not PodPending)
-        order.extend(segment)
+        count: Counter = Counter()
+        waves = []
+        for k in segment:
+            ref = _ref_of(events[k])
+            waves.append(count[ref])
+            count[ref] += 1
+        order.extend(k for _, _, k in sorted((wave, type(events[k]) is not PodPending, k)
+                                              for wave, k in zip(waves, segment, strict=True)))
         segment.clear()
 
     for k, e in enumerate(events):

@@ -16,8 +16,10 @@ def set_by_id(table: str, column: str, pairs: list[tuple[int, int]], chunk: int 
     update_by_id(table, [(column, "int")], pairs, chunk=chunk)
 
 
-_SQL_TYPES = {"postgresql": {"int": "BIGINT", "float": "DOUBLE PRECISION", "vector": "JSONB", "text": "TEXT"},
-              "sqlite": {"int": "INTEGER", "float": "REAL", "vector": "TEXT", "text": "TEXT"}}
+_SQL_TYPES = {"postgresql": {"int": "BIGINT", "float": "DOUBLE PRECISION", "vector": "JSONB", "text": "TEXT",
+                             "json": "JSONB", "bool": "BOOLEAN"},
+              "sqlite": {"int": "INTEGER", "float": "REAL", "vector": "TEXT", "text": "TEXT", "json": "TEXT",
+                         "bool": "INTEGER"}}
 
 
 def update_by_id(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]],
@@ -25,7 +27,8 @@ def update_by_id(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[
     """``UPDATE table SET c1 = v1, … WHERE id = k`` for every row ``(k, v1, …)`` in one
     statement per ``chunk`` (a VALUES list joined by id; PostgreSQL and SQLite alike) —
     Django's ``bulk_update`` builds a CASE per row and column, which is slow for thousands of
-    rows. ``columns``: ``(name, kind)`` with kind ``int``, ``float``, ``text`` or ``vector`` (a
+    rows. ``columns``: ``(name, kind)`` with kind ``int``, ``float``, ``bool``, ``text``, ``json``
+    (a ``JSONField``'s value) or ``vector`` (a
     :class:`~kalena_web.inventory.fields.ResourceVectorField`, stored as its JSON)."""
     if connection.vendor == "postgresql":
         _update_by_json(table, columns, rows, chunk)
@@ -35,7 +38,7 @@ def update_by_id(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[
     casts = ", ".join(["CAST(%s AS BIGINT)"] + [f"CAST(%s AS {types[kind]})" for _, kind in columns])
     names = ", ".join(["k"] + [f"v{j}" for j in range(len(columns))])
     sets = ", ".join(f"{quote(name)} = v.v{j}" for j, (name, _) in enumerate(columns))
-    encode = [(lambda v: json.dumps(encode_vector(v))) if kind == "vector" else (lambda v: v) for _, kind in columns]
+    encode = [_sqlite_encoder(kind) for _, kind in columns]
     for i in range(0, len(rows), chunk):
         part = rows[i:i + chunk]
         sql = (f"WITH v({names}) AS (VALUES {', '.join([f'({casts})'] * len(part))}) "
@@ -43,6 +46,15 @@ def update_by_id(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[
         params = [x for row in part for x in [row[0], *(f(v) for f, v in zip(encode, row[1:], strict=True))]]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
+
+
+def _sqlite_encoder(kind: str):
+    """How a value of ``kind`` is bound on SQLite (JSON as its text)."""
+    if kind == "vector":
+        return lambda v: None if v is None else json.dumps(encode_vector(v))
+    if kind == "json":
+        return lambda v: None if v is None else json.dumps(v)
+    return lambda v: v
 
 
 def insert_rows(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]],
@@ -58,8 +70,7 @@ def insert_rows(table: str, columns: Sequence[tuple[str, str]], rows: Sequence[S
     quote = connection.ops.quote_name
     casts = ", ".join(f"CAST(%s AS {types[kind]})" for _, kind in columns)
     names = ", ".join(quote(name) for name, _ in columns)
-    encode = [(lambda v: None if v is None else json.dumps(encode_vector(v))) if kind == "vector" else (lambda v: v)
-              for _, kind in columns]
+    encode = [_sqlite_encoder(kind) for _, kind in columns]
     for i in range(0, len(rows), chunk):
         part = rows[i:i + chunk]
         sql = f"INSERT INTO {quote(table)} ({names}) VALUES {', '.join([f'({casts})'] * len(part))}"

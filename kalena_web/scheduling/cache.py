@@ -63,9 +63,20 @@ class Snapshot:
 @dataclass
 class _Resident:
     template_key: tuple
-    template: object
     node_id: int
     request: tuple[float, ...]  # the pod's request (8 dimensions, IR units)
+    #: (owner, namespace, labels, constraints, name): what :meth:`template` is made of
+    fields: tuple
+    _template: object = None
+
+    def template(self) -> object:
+        """The pod's :func:`~kalena_web.scheduling.mappers.template_of`, made when first asked
+        (a pass asks only the first resident of each template key)."""
+        if self._template is None:
+            owner, namespace, labels, constraints, name = self.fields
+            self._template = template_of(owner=owner, namespace=namespace, labels=labels, constraints=constraints,
+                                         min_member=None, member_id=name)
+        return self._template
 
 
 @dataclass
@@ -183,8 +194,7 @@ class SchedulerCache:
                 key = (owner, namespace, repr(sorted((labels or {}).items())), repr(constraints or {}))
                 self._residents[pod_id] = _Resident(
                     template_key=key, node_id=keys[pod_id], request=tuple(float(v) for v in request),
-                    template=template_of(owner=owner, namespace=namespace, labels=labels or {},
-                                         constraints=constraints or {}, min_member=None, member_id=name))
+                    fields=(owner, namespace, labels or {}, constraints or {}, name))
         templates: dict[tuple, int] = {}
         template_list = []
         counts: dict[tuple[int, int], int] = defaultdict(int)
@@ -193,7 +203,7 @@ class SchedulerCache:
                 continue
             if resident.template_key not in templates:
                 templates[resident.template_key] = len(template_list)
-                template_list.append(resident.template)
+                template_list.append(resident.template())
             counts[(templates[resident.template_key], row_of_node[resident.node_id])] += 1
         order = list(counts)
         return BatchResidents(node=np.array([k[1] for k in order], dtype=np.int64),
@@ -230,9 +240,8 @@ class SchedulerCache:
             self._residents[pod.id] = _Resident(
                 template_key=(row.owner, row.namespace, repr(sorted((row.labels or {}).items())),
                               repr(row.constraints or {})),
-                template=template_of(owner=row.owner, namespace=row.namespace, labels=row.labels or {},
-                                     constraints=row.constraints or {}, min_member=None, member_id=row.name),
-                node_id=node_ids[node], request=tuple(float(v) for v in row.request))
+                node_id=node_ids[node], request=tuple(float(v) for v in row.request),
+                fields=(row.owner, row.namespace, row.labels or {}, row.constraints or {}, row.name))
         self.queue.assumed(pod.id for pod, _ in pods)
         for pod, node in pods:
             self.in_flight[pod.id] = (pod, node, at)

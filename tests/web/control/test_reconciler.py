@@ -383,3 +383,52 @@ def test_a_burst_arriving_in_chunks_is_applied_in_one_batch_and_a_long_one_in_se
     rec.run(chunks([f"b-{i}" for i in range(60)], 0.1))  # 0.5 s or more in all
     assert rec.batches >= 1 + 2
     assert BatchPod.objects.filter(cluster=rec.cluster, state=BatchPod.PENDING).count() == 120
+
+
+def test_a_node_run_writes_capacity_taints_images_and_conditions_as_one_by_one(rec) -> None:
+    """The bulk path (a re-list's run of nodes) writes every column the one-by-one path writes:
+    allocatable and capacity (the ledger's too, its version moved once), labels, taints, the
+    condition and the images; a node of the run that did not change stays as it was."""
+    alpha = Node.objects.get(cluster=rec.cluster, name="thinkcentre-alpha")
+    deduction = alpha.allocatable[CPU] - alpha.capacity[CPU]
+    version = LiveNodeLedger.objects.get(node=alpha).version
+    gamma_before = state(rec.cluster)[3][2]
+    alloc = (6000.0, 12 * GIB, 0.0, INF, INF, INF, INF, INF)
+    events = [NodeSeen("thinkcentre-alpha", True, True, alloc, labels={"disk": "nvme"},
+                       taints=({"key": "gpu", "value": "a100", "effect": "NoSchedule"},), images=("train:2",),
+                       image_bytes={"train:2": 7e8}),
+              NodeSeen("thinkcentre-beta", True, False, (INF,) * 8)]
+    assert rec.apply_many(events) == [CHANGED, CHANGED]
+    alpha.refresh_from_db()
+    led = LiveNodeLedger.objects.get(node=alpha)
+    assert alpha.allocatable[CPU] == 6000.0 and alpha.capacity[CPU] == pytest.approx(6000.0 - deduction)
+    assert alpha.capacity[3] != INF and led.capacity[CPU] == alpha.capacity[CPU] and led.version == version + 1
+    assert alpha.labels == {"disk": "nvme"} and alpha.taints == [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]
+    cond = NodeCondition.objects.get(node=alpha)
+    assert cond.images == {"train:2": 7e8} and cond.ready and cond.schedulable and cond.updated_s == 1001.0
+    assert NodeCondition.objects.get(node__name="thinkcentre-beta").schedulable is False
+    assert state(rec.cluster)[3][2] == gamma_before  # not in the run: untouched
+    before = state(rec.cluster)
+    assert Reconciler(cluster=rec.cluster, clock=rec.clock).apply_many(events) == [UNCHANGED, UNCHANGED]
+    assert state(rec.cluster) == before
+
+
+def test_a_pods_pending_and_bound_reports_in_one_batch_keep_their_order_and_the_rest_go_in_bulk(rec) -> None:
+    """A stream of arrivals puts a pod's pending report and its bound one in the same batch
+    between other pods' reports: the batch is applied kind by kind in waves (every pod's first
+    report, then every pod's second), so each pod's own reports keep their order."""
+    from kalena_web.control.reconciler import _grouped
+
+    fake = FakeOrchestrator(node_names=NODES)
+    rec.apply_many([pending("a-0", cpu=0.5)])
+    run_pass(rec.cluster, fake)
+    (_, _, node_a), = fake.log
+    events = [pending("e-0", cpu=0.5), PodRunning("batch/a-0", node_a, at_s=1003.0), pending("f-0", cpu=0.25),
+              PodRunning("batch/e-0", NODES[2], at_s=1004.0)]
+    grouped, order = _grouped(events)
+    assert order == [0, 2, 1, 3]  # wave 0: pending e, f, running a; wave 1: running e (after its pending)
+    assert rec.apply_many(events) == [CHANGED, CHANGED, CHANGED, CHANGED]
+    pods = {name: (st, node) for name, st, node in BatchPod.objects.values_list(
+        "workload__name", "state", "workload__node__name")}
+    assert pods == {"batch/a-0": ("bound", node_a), "batch/e-0": ("bound", NODES[2]), "batch/f-0": ("pending", None)}
+    assert batch_on(rec.cluster, NODES[2]) >= 500  # the pod bound by someone else is charged to its node
