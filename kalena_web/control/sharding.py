@@ -5,7 +5,7 @@ share instead of the cluster's one Lease (:class:`~kalena_web.scheduling.shards.
 renewed on its own thread): while it may act it runs the watch, applying only the events of the
 nodes and pods of the vnodes it claims (the reconciler's ``owns``), and scheduling passes that
 decide only the pods of its active vnodes, own nodes first
-(:class:`~kalena_web.scheduling.shards.ShardView`). Before each pass it syncs the vnodes it has
+(:class:`~kalena_web.scheduling.shard_view.ShardView`). Before each pass it syncs the vnodes it has
 just gained — a re-list of nodes and pods from the API server at a resourceVersion not older
 than its claim, their objects applied — and only then unlocks them. Its binding calls are
 fenced per pod: a pod whose vnode left the share is not bound (it goes back to the queue for the
@@ -25,7 +25,8 @@ from kalena_web.control.reconciler import Reconciler
 from kalena_web.control.watching import watch_start
 from kalena_web.scheduling.binder import BindingPool
 from kalena_web.scheduling.cache import SchedulerCache
-from kalena_web.scheduling.shards import ShardView, ShareMember, vnode_of
+from kalena_web.scheduling.shard_view import ShardView
+from kalena_web.scheduling.shards import ShareMember, vnode_of
 
 log = logging.getLogger(__name__)
 

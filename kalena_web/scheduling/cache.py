@@ -8,9 +8,9 @@ numbered by :attr:`SchedulerCache.generation`) that syncs the cache with it by k
 a per-node key (an MD5 the database computes over the node's row, ledger and condition,
 :func:`~kalena_web.scheduling.selectors.node_row_keys`: only nodes whose key moved since the
 last pass are read whole, as kube-scheduler's snapshot copies only the nodes whose generation
-moved), the queue's and the resident batch pods' ids (whole rows, with their JSON labels and
-constraints, only for pods not held yet); production pods are re-read only when their
-fingerprint changed (:func:`~kalena_web.scheduling.selectors.production_pods`); the recent
+moved), the queue's and the resident batch pods' ids (a pod not held yet is read as a
+fingerprint of its template and request, and only the first pod of a fingerprint whole);
+production pods are re-read only when their fingerprint changed (:func:`~kalena_web.scheduling.selectors.production_pods`); the recent
 evictions and the kubelet's room are read afresh (small).
 
 A decision is *assumed* at once: the cycle writes it as the record (the node's ledger debited,
@@ -34,7 +34,7 @@ import numpy as np
 from kalena_engine.placement import BatchResidents, ClusterSnapshot
 from kalena_web.inventory.models import Cluster
 from kalena_web.scheduling import selectors
-from kalena_web.scheduling.mappers import NodeRow, PendingRow, template_of
+from kalena_web.scheduling.mappers import NodeRow, PendingRow, resident_template, template_of
 from kalena_web.scheduling.models import BatchPod
 from kalena_web.scheduling.queue import PendingQueue, QueuedPod
 
@@ -60,6 +60,25 @@ class Snapshot:
     pending: list[PendingRow]
 
 
+#: template fingerprints the cache holds before it lets go of those no resident uses any more
+TEMPLATES_MAX = 8192
+
+
+def _pod_fingerprint():
+    """The database's MD5 over a bound pod's owner, namespace, labels, constraints and request
+    (PostgreSQL: ``jsonb`` prints its keys in one order, so equal labels print alike)."""
+    from django.db.models import TextField, Value
+    from django.db.models.functions import MD5, Cast, Coalesce, Concat
+
+    text = TextField()
+    parts = []
+    for column in ("workload__owner", "workload__namespace", "workload__labels", "workload__constraints",
+                   "workload__request"):
+        parts += [Coalesce(Cast(column, text), Value("~", output_field=text), output_field=text),
+                  Value("|", output_field=text)]
+    return MD5(Concat(*parts, output_field=text))
+
+
 @dataclass
 class _Resident:
     template_key: tuple
@@ -68,6 +87,12 @@ class _Resident:
     #: (owner, namespace, labels, constraints, name): what :meth:`template` is made of
     fields: tuple
     _template: object = None
+
+    @classmethod
+    def of(cls, node_id: int, name: str, owner: str, namespace: str, labels: dict | None, constraints: dict | None,
+           request) -> _Resident:
+        key, fields = resident_template(owner, namespace, labels, constraints, name)
+        return cls(template_key=key, node_id=node_id, request=tuple(float(v) for v in request), fields=fields)
 
     def template(self) -> object:
         """The pod's :func:`~kalena_web.scheduling.mappers.template_of`, made when first asked
@@ -94,6 +119,8 @@ class SchedulerCache:
     _nodes: dict[int, tuple[str, NodeRow]] = field(default_factory=dict)
     nodes_read: int = 0  # node rows read whole since the cache was made (tests and benchmarks)
     _production: dict = field(default_factory=dict)
+    #: pod fingerprint (:func:`_pod_fingerprint`) → the resident its first pod was read as
+    _templates: dict[str, _Resident] = field(default_factory=dict)
     _inbox: deque = field(default_factory=deque)
     _flying_names: dict[str, int] = field(default_factory=dict)  # in-flight pod name → id
     #: pod ids the binder answered "bound" for whose confirmation by the watch is awaited
@@ -178,7 +205,7 @@ class SchedulerCache:
     def _batch_residents(self, row_of_node: dict[int, int]) -> BatchResidents:
         """Bound batch pods grouped by (template, node), as
         :func:`~kalena_web.scheduling.selectors.batch_residents` reads them, from a key-only read
-        of the bound pods (whole rows only for pods not held yet)."""
+        of the bound pods (pods not held yet: :meth:`_read_residents`)."""
         keys = dict(BatchPod.objects.filter(cluster=self.cluster, state=BatchPod.BOUND, workload__node__isnull=False)
                     .values_list("id", "workload__node_id"))
         for pod_id in [i for i in self._residents if i not in keys]:
@@ -188,13 +215,7 @@ class SchedulerCache:
                 self._residents[pod_id].node_id = node_id
         missing = [i for i in keys if i not in self._residents]
         if missing:
-            for pod_id, name, owner, namespace, labels, constraints, request in BatchPod.objects.filter(
-                    id__any=missing).values_list("id", "workload__name", "workload__owner", "workload__namespace",
-                                                "workload__labels", "workload__constraints", "workload__request"):
-                key = (owner, namespace, repr(sorted((labels or {}).items())), repr(constraints or {}))
-                self._residents[pod_id] = _Resident(
-                    template_key=key, node_id=keys[pod_id], request=tuple(float(v) for v in request),
-                    fields=(owner, namespace, labels or {}, constraints or {}, name))
+            self._read_residents(missing, keys)
         templates: dict[tuple, int] = {}
         template_list = []
         counts: dict[tuple[int, int], int] = defaultdict(int)
@@ -210,6 +231,38 @@ class SchedulerCache:
                               count=np.array([counts[k] for k in order], dtype=np.int64),
                               template=np.array([k[0] for k in order], dtype=np.int64),
                               templates=tuple(template_list))
+
+    def _read_residents(self, ids: list[int], node_of: dict[int, int]) -> None:
+        """Hold the bound pods ``ids`` (on nodes ``node_of``) as residents. On PostgreSQL each pod
+        is read as a fingerprint of its template and request (an MD5 of owner, namespace, labels,
+        constraints and request the database computes); only the first pod of a fingerprint not
+        held yet is read whole. A sharded instance meets every other shard's bound pods here, and
+        a burst's pods share a few templates (a Job's pods are alike): decoding each one's labels,
+        constraints and request was most of its passes' reads. Elsewhere (SQLite) every pod is
+        read whole."""
+        from django.db import connection
+
+        whole = ("id", "workload__name", "workload__owner", "workload__namespace", "workload__labels",
+                 "workload__constraints", "workload__request")
+        if connection.vendor != "postgresql":
+            for pod_id, *values in BatchPod.objects.filter(id__any=ids).values_list(*whole):
+                self._residents[pod_id] = _Resident.of(node_of[pod_id], *values)
+            return
+        rows = list(BatchPod.objects.filter(id__any=ids).annotate(fp=_pod_fingerprint()).values_list("id", "fp"))
+        first: dict[str, int] = {}
+        for pod_id, fp in rows:
+            if fp not in self._templates:
+                first.setdefault(fp, pod_id)
+        if first:
+            fp_of = {pod_id: fp for fp, pod_id in first.items()}
+            for pod_id, *values in BatchPod.objects.filter(id__any=list(fp_of)).values_list(*whole):
+                self._templates[fp_of[pod_id]] = _Resident.of(-1, *values)
+        for pod_id, fp in rows:
+            alike = self._templates[fp]
+            self._residents[pod_id] = _Resident(alike.template_key, node_of[pod_id], alike.request, alike.fields)
+        if len(self._templates) > TEMPLATES_MAX:
+            used = {r.template_key for r in self._residents.values()}
+            self._templates = {fp: held for fp, held in self._templates.items() if held.template_key in used}
 
     def _bound_requests(self) -> dict[int, np.ndarray]:
         """Σ requests of the bound batch pods per node id, from the residents the snapshot has
@@ -237,11 +290,8 @@ class SchedulerCache:
             row = self.queue.row(pod.id)
             if node_ids is None or row is None or node not in node_ids:
                 continue
-            self._residents[pod.id] = _Resident(
-                template_key=(row.owner, row.namespace, repr(sorted((row.labels or {}).items())),
-                              repr(row.constraints or {})),
-                node_id=node_ids[node], request=tuple(float(v) for v in row.request),
-                fields=(row.owner, row.namespace, row.labels or {}, row.constraints or {}, row.name))
+            self._residents[pod.id] = _Resident.of(node_ids[node], row.name, row.owner, row.namespace, row.labels,
+                                                   row.constraints, row.request)
         self.queue.assumed(pod.id for pod, _ in pods)
         for pod, node in pods:
             self.in_flight[pod.id] = (pod, node, at)

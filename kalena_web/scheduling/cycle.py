@@ -25,7 +25,7 @@ from kalena_web.scheduling import mappers
 from kalena_web.scheduling.binder import BindingPool
 from kalena_web.scheduling.cache import SchedulerCache
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.shards import assume_whole
+from kalena_web.scheduling.shard_view import assume_whole
 from kalena_web.scheduling.whypending import pending_notice, why_pending_record
 
 #: pods one pass of a long-lived scheduler decides at most (whole gangs beyond it): its decisions
@@ -77,7 +77,7 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
     ``max_pods``: a pass decides at most this many pods, the first in queue order, with every
     pod of a gang among them (a gang is placed whole or not at all); the rest are ``deferred``
     to the next pass, which the caller runs at once (the binder works meanwhile).
-    ``shard``: a sharded instance's :class:`~kalena_web.scheduling.shards.ShardView` (issue 32):
+    ``shard``: a sharded instance's :class:`~kalena_web.scheduling.shard_view.ShardView` (issue 32):
     only the pods hashed to its active vnodes are decided, on its own nodes first, and a gang is
     assumed whole or not at all; None decides every pod on every node.
     ``keep_going`` (e.g. "this scheduler still holds its Lease") is asked before the decisions

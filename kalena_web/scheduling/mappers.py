@@ -105,6 +105,16 @@ def constraints_check(constraints: Any) -> None:
             raise InputError("expected a workload name", field=f"constraints.anti_affinity[{i}]")
 
 
+def resident_template(owner: str, namespace: str, labels: Mapping[str, str] | None,
+                      constraints: Mapping[str, Any] | None, name: str) -> tuple[tuple, tuple]:
+    """A bound batch pod's template key — pods alike in owner, namespace, labels and constraints
+    share one template in the engine's residents — and the keyword values :func:`template_of`
+    makes it from (``name`` the member id): ``(key, (owner, namespace, labels, constraints, name))``."""
+    labels, constraints = labels or {}, constraints or {}
+    return ((owner, namespace, repr(sorted(labels.items())), repr(constraints)),
+            (owner, namespace, labels, constraints, name))
+
+
 def template_of(*, owner: str, namespace: str, labels: Mapping[str, str], constraints: Mapping[str, Any],
                 min_member: int | None, member_id: str | None = None, image: str = "") -> BatchTemplate:
     """A batch pod's :class:`BatchTemplate` from its stored labels and constraints.

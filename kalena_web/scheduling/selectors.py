@@ -165,7 +165,7 @@ def batch_residents(*, cluster: Cluster, row_of_node: dict[int, int]) -> BatchRe
     template_list = []
     counts: dict[tuple[int, int], int] = defaultdict(int)
     for name, owner, namespace, labels, constraints, node_id in rows:
-        key = (owner, namespace, repr(sorted((labels or {}).items())), repr(constraints or {}))
+        key, _ = mappers.resident_template(owner, namespace, labels, constraints, name)
         if key not in templates:
             templates[key] = len(template_list)
             template_list.append(template_of(owner=owner, namespace=namespace, labels=labels or {},

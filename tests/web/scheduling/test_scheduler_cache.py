@@ -5,6 +5,7 @@ statement per table per pass, and a new scheduler that decides on the record alo
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -289,3 +290,46 @@ def test_the_kubelet_room_counts_every_bound_pod_without_reading_them_again(live
     assert sorted(from_record.room[:, 0]) != [8000.0] * 3  # the bound pods hold room on their nodes
     # no bound pod's request read again (the evicted ones still terminating are: a small read)
     assert not [q["sql"] for q in queries.captured_queries if '."request"' in q["sql"] and "'bound'" in q["sql"]]
+
+
+def test_pods_another_scheduler_bound_group_as_the_record_does_and_each_template_is_read_once(live) -> None:
+    """Bound pods this cache did not assume (another shard's, another scheduler's) become residents
+    grouped exactly as the record's read groups them — pods alike in owner, namespace, labels and
+    constraints share a template, any difference splits them, each pod keeps its own request — and
+    on PostgreSQL only the first pod of each template and request is read whole."""
+    import re
+
+    from kalena_web.scheduling.selectors import batch_residents
+
+    def queue(name, owner, cpu, **kw):
+        batch_submit(cluster=live, name=name, owner=owner, request={"cpu": ir_vector(cpu=cpu)[CPU]}, now_s=1000.0, **kw)
+
+    for i in range(5):
+        queue(f"batch/a-{i}", "job-a", 0.2, labels={"app": "a", "team": "x"})
+    for i in range(3):
+        queue(f"batch/b-{i}", "job-a", 0.3, labels={"team": "x", "app": "b"})
+    queue("batch/b-3", "job-a", 0.4, labels={"app": "b", "team": "x"})  # b's template, another request
+    queue("batch/c-0", "job-c", 0.1, constraints={"tolerations": ["gpu"]})
+    assert run(live, FakeOrchestrator(node_names=NODES)).placed == 10  # another scheduler: none assumed here
+    cache = SchedulerCache(cluster=live)
+    submit(live, "batch/huge", cpu=64.0)  # never fits: the snapshot is taken, nothing is decided
+    with CaptureQueriesContext(connection) as queries:
+        snap = cache.snapshot(now_s=1002.0, cooldown_s=600.0)
+    record = batch_residents(cluster=live, row_of_node={r.id: i for i, r in enumerate(snap.rows)})
+
+    def groups(residents):
+        return sorted((int(n), int(c), t.owner, tuple(sorted(t.labels.items())), len(t.tolerations))
+                      for n, c, t in zip(residents.node, residents.count,
+                                         (residents.templates[k] for k in residents.template), strict=True))
+
+    assert groups(snap.cluster.batch) == groups(record)
+    assert len(snap.cluster.batch.templates) == 3 and int(snap.cluster.batch.count.sum()) == 10
+    held: dict[int, float] = defaultdict(float)
+    for pod in BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND).select_related("workload"):
+        held[pod.workload.node_id] += pod.workload.request[CPU]
+    assert {n: float(v[CPU]) for n, v in cache._bound_requests().items()} == pytest.approx(held)
+    if connection.vendor == "postgresql":  # one read whole: the first pod of each template and request
+        whole = [q["sql"] for q in queries.captured_queries
+                 if q["sql"].startswith('SELECT "scheduling_batchpod"."id"') and '"inventory_workload"."constraints"' in q["sql"]
+                 and '"scheduling_batchpod"."state"' not in q["sql"] and "MD5" not in q["sql"] and "= ANY(" in q["sql"]]
+        assert len(whole) == 1 and len(re.findall(r"\d+", re.search(r"ANY\('\{([^}]*)\}", whole[0])[1])) == 4, whole

@@ -16,9 +16,8 @@ from kalena_web.ledger.models import LiveNodeLedger
 from kalena_web.scheduling.models import BatchPod, WhyPending
 from kalena_web.scheduling.queue import PendingQueue
 from kalena_web.scheduling.services import batch_submit, scheduling_pass
-from kalena_web.scheduling.shards import (
-    POINTS, VNODES, Ring, ShardView, assume_whole, bitmap, from_bitmap, pod_vnode, vnode_of,
-)
+from kalena_web.scheduling.shard_view import ShardView, assume_whole
+from kalena_web.scheduling.shards import POINTS, VNODES, Ring, bitmap, from_bitmap, pod_vnode, vnode_of
 
 NODES = ["thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"]
 ALL = frozenset(range(VNODES))
