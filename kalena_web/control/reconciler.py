@@ -5,7 +5,7 @@ orchestrator and not Django; this module knows Django and not the orchestrator. 
 goes through the services of the app that owns the rows, idempotently — the same event twice
 changes nothing (a ``NodeSeen`` that differs only in when it was seen is the same):
 
-* ``NodeSeen`` → :func:`~kalena_web.control.services.node_observe` (ready, cordon, allocatable,
+* ``NodeSeen`` → :func:`~kalena_web.control.observed_nodes.node_observe` (ready, cordon, allocatable,
   labels, taints, images: all read by the next scheduling pass); ``NodeGone`` → the node takes no
   new batch.
 * ``PodPending`` → :func:`~kalena_web.scheduling.observe.batch_observe_pending`: the same queue
@@ -37,7 +37,6 @@ cut short half-way is safe to apply again), so no event the watch delivered is d
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -54,9 +53,11 @@ from agents.orchestrators.events import (
 )
 from kalena_engine.errors import InputError
 from kalena_web.archive.models import EvictionRecord
-from kalena_web.control import services as control
 from kalena_web.control import started
+from kalena_web.control.event_batches import CACHED, EXCLUSIVE, cache_form, grouped, images_of, owned, ref_of
 from kalena_web.control.models import NodeCondition, ProductionPlacement
+from kalena_web.control.observed_nodes import ObservationRejected, node_gone, node_observe, node_observe_many
+from kalena_web.control.observed_production import production_gone, production_observe
 from kalena_web.inventory.models import Cluster, Node, Workload
 from kalena_web.scheduling import lifecycle, observe
 from kalena_web.scheduling.models import BatchPod
@@ -122,8 +123,8 @@ class Reconciler:
         certain). A terminal event for an object forgets its cached events; ``Resynced``
         forgets all of them."""
         kind = type(event).__name__
-        key = (type(event), _ref_of(event))
-        if type(event) in _CACHED and self._seen.get(key) == _cache_form(event):
+        key = (type(event), ref_of(event))
+        if type(event) in CACHED and self._seen.get(key) == cache_form(event):
             self.counts.setdefault(kind, Counter())[UNCHANGED] += 1
             return UNCHANGED
         handler = _HANDLERS.get(type(event))
@@ -133,15 +134,15 @@ class Reconciler:
             try:
                 outcome = handler(self, event)
             except InputError as exc:
-                outcome = self._reject(kind, _ref_of(event), str(exc))
+                outcome = self._reject(kind, ref_of(event), str(exc))
         self.counts.setdefault(kind, Counter())[outcome] += 1
-        if type(event) in _CACHED and outcome in (CHANGED, UNCHANGED):
+        if type(event) in CACHED and outcome in (CHANGED, UNCHANGED):
             self._remember(event)
         elif isinstance(event, Resynced):
             self._seen.clear()
         elif isinstance(event, PodFinished | PodRefused | PodGone | NodeGone):
             ref = key[1]
-            for cached in _CACHED:
+            for cached in CACHED:
                 self._seen.pop((cached, ref), None)
         if isinstance(event, PodGone):
             self._await_drop(event.ref)
@@ -170,7 +171,7 @@ class Reconciler:
     def apply_many(self, events: list[WatchEvent]) -> list[str]:
         """Apply events in order, as :meth:`apply` would, with runs of consecutive ``PodPending``
         or ``PodRunning`` events applied in bulk (a fixed number of queries per run)."""
-        events, order = _grouped(events)
+        events, order = grouped(events)
         out: list[str] = []
         i = 0
         while i < len(events):
@@ -201,7 +202,7 @@ class Reconciler:
                 listener(kind, items)
 
     def _cached(self, event) -> bool:
-        return self._seen.get((type(event), _ref_of(event))) == _cache_form(event)
+        return self._seen.get((type(event), ref_of(event))) == cache_form(event)
 
     def _tally(self, event, outcome: str) -> str:
         self.counts.setdefault(type(event).__name__, Counter())[outcome] += 1
@@ -213,9 +214,9 @@ class Reconciler:
         """Cache ``event`` as the last one applied for its object and kind. A pod is pending or
         on a node, so a report of one forgets the other: a pending report after a running one
         is a new object under the same name, and its own later ``PodRunning`` must be applied."""
-        ref = _ref_of(event)
-        self._seen[(type(event), ref)] = _cache_form(event)
-        other = _EXCLUSIVE.get(type(event))
+        ref = ref_of(event)
+        self._seen[(type(event), ref)] = cache_form(event)
+        other = EXCLUSIVE.get(type(event))
         if other is not None:
             self._seen.pop((other, ref), None)
 
@@ -247,9 +248,9 @@ class Reconciler:
 
     def _nodes_run(self, run: list[NodeSeen]) -> list[str]:
         todo = [e for e in run if not self._cached(e)]
-        answers = control.node_observe_many(cluster=self.cluster, now_s=self.clock(), nodes=[dict(
+        answers = node_observe_many(cluster=self.cluster, now_s=self.clock(), nodes=[dict(
             name=e.name, ready=e.ready, schedulable=e.schedulable, allocatable=e.allocatable, labels=e.labels,
-            taints=e.taints, images=_images_of(e), at_s=e.at_s) for e in todo])
+            taints=e.taints, images=images_of(e), at_s=e.at_s) for e in todo])
         results = {}
         for e, answer in zip(todo, answers, strict=True):
             results[id(e)] = (self._reject("NodeSeen", e.name, str(answer)) if isinstance(answer, InputError)
@@ -319,7 +320,7 @@ class Reconciler:
                 except queue.Empty:
                     break
             if self.owns is not None:  # issue 32: a shard applies its own objects' events
-                chunk = [e for e in chunk if _owned(self.owns, e)]
+                chunk = [e for e in chunk if owned(self.owns, e)]
                 if not chunk:
                     continue
             self.batches += 1
@@ -333,7 +334,7 @@ class Reconciler:
                         if not self._until_applied(lambda e=event: self.apply(e), stop, beat):
                             return
                     except Exception:  # noqa: BLE001
-                        log.exception("reconciler: %s %s failed", type(event).__name__, _ref_of(event))
+                        log.exception("reconciler: %s %s failed", type(event).__name__, ref_of(event))
                         self.counts.setdefault(type(event).__name__, Counter())["failed"] += 1
 
     def _until_applied(self, apply: Callable[[], object], stop: threading.Event | None,
@@ -368,19 +369,18 @@ class Reconciler:
         return REJECTED
 
     def _node_seen(self, e: NodeSeen) -> str:
-        changed = control.node_observe(cluster=self.cluster, name=e.name, ready=e.ready, schedulable=e.schedulable,
-                                       allocatable=e.allocatable, labels=e.labels, taints=e.taints, images=_images_of(e),
-                                       at_s=e.at_s, now_s=self.clock())
+        changed = node_observe(cluster=self.cluster, name=e.name, ready=e.ready, schedulable=e.schedulable,
+                               allocatable=e.allocatable, labels=e.labels, taints=e.taints, images=images_of(e),
+                               at_s=e.at_s, now_s=self.clock())
         return CHANGED if changed else UNCHANGED
 
     def _node_gone(self, e: NodeGone) -> str:
-        return CHANGED if control.node_gone(cluster=self.cluster, name=e.name, at_s=e.at_s,
-                                            now_s=self.clock()) else UNCHANGED
+        return CHANGED if node_gone(cluster=self.cluster, name=e.name, at_s=e.at_s, now_s=self.clock()) else UNCHANGED
 
     def _pod_pending(self, e: PodPending) -> str:
         if Workload.objects.filter(cluster=self.cluster, kind=Workload.PRODUCTION, name=e.ref).exists():
-            raise control.ObservationRejected(f"{e.ref!r} is a production pod of the blueprint", field="ref",
-                                              accepted="a batch pod (tier label batch)")
+            raise ObservationRejected(f"{e.ref!r} is a production pod of the blueprint", field="ref",
+                                      accepted="a batch pod (tier label batch)")
         _, changed = observe.batch_observe_pending(
             cluster=self.cluster, ref=e.ref, request=e.requests, limit=e.limits, labels=e.labels,
             priority=e.priority, owner=e.owner, gang=e.gang, min_member=e.min_member, image=e.image,
@@ -443,19 +443,19 @@ class Reconciler:
             return CHANGED if started.gone(pod, now_s=self.clock()) else UNCHANGED
         if pod is not None:
             return CHANGED if lifecycle.batch_gone(pod=pod, now_s=self.clock()) else UNCHANGED
-        return CHANGED if control.production_gone(cluster=self.cluster, ref=e.ref, now_s=self.clock()) else UNKNOWN
+        return CHANGED if production_gone(cluster=self.cluster, ref=e.ref, now_s=self.clock()) else UNKNOWN
 
     def _production_seen(self, e: ProductionSeen) -> str:
         if BatchPod.objects.filter(cluster=self.cluster, workload__name=e.ref).exists():
-            raise control.ObservationRejected(f"{e.ref!r} is a batch pod", field="labels",
-                                              accepted="a pod's tier does not change while it exists")
+            raise ObservationRejected(f"{e.ref!r} is a batch pod", field="labels",
+                                      accepted="a pod's tier does not change while it exists")
         self._await_drop(e.ref)  # this report supersedes any kept one
         try:
-            changed = control.production_observe(
+            changed = production_observe(
                 cluster=self.cluster, ref=e.ref, node_name=e.node, request=e.requests, limit=e.limits,
                 labels=e.labels, at_s=e.at_s, now_s=self.clock(), annotations=e.annotations, owner=e.owner,
                 owner_error=e.owner_error, start_s=e.start_s, anti_affinity=e.anti_affinity)
-        except control.ObservationRejected as exc:
+        except ObservationRejected as exc:
             if exc.field == "node" and e.node:  # applied when the node's NodeSeen is (module doc)
                 self._awaiting.setdefault(e.node, {})[e.ref] = e
             raise
@@ -476,11 +476,11 @@ class Reconciler:
             "pod", flat=True)
         for ref in list(observed):
             if ref not in e.pods and (self.owns is None or self.owns("pod", ref)):
-                changed |= control.production_gone(cluster=self.cluster, ref=ref, now_s=now)
+                changed |= production_gone(cluster=self.cluster, ref=ref, now_s=now)
         for name in NodeCondition.objects.filter(node__cluster=self.cluster, gone=False).values_list("node__name",
                                                                                                     flat=True):
             if name not in e.nodes and (self.owns is None or self.owns("node", name)):
-                changed |= control.node_gone(cluster=self.cluster, name=name, at_s=e.at_s, now_s=now)
+                changed |= node_gone(cluster=self.cluster, name=name, at_s=e.at_s, now_s=now)
         return CHANGED if changed else UNCHANGED
 
 
@@ -489,80 +489,6 @@ _HANDLERS: dict[type, Callable[[Reconciler, object], str]] = {
     PodRunning: Reconciler._pod_running, PodFinished: Reconciler._pod_finished, PodRefused: Reconciler._pod_refused,
     PodGone: Reconciler._pod_gone, ProductionSeen: Reconciler._production_seen, Resynced: Reconciler._resynced,
 }
-
-
-def _grouped(events: list[WatchEvent]) -> tuple[list[WatchEvent], list[int] | None]:
-    """``events`` with the ``PodPending`` and ``PodRunning`` events between two events of
-    other kinds grouped by kind (pending first), and the original index of each (None: the
-    order is unchanged). Events of distinct pods are independent, so their order does not
-    matter; a pod's own events keep theirs: the events are taken in *waves* — every pod's first
-    event, then every pod's second, … — each wave grouped by kind. A re-list or a stream of
-    arrivals interleaves the two kinds, and a pod's pending and bound reports often share a
-    batch: grouped, each kind is applied in bulk rather than one event at a time.
-
-    Example: pending a, pending b, running a, pending c, running b → pending a, b, c, then
-    running a, b (wave 0: pending a, b, c; wave 1: running a, b)."""
-    order: list[int] = []
-    segment: list[int] = []
-
-    def close() -> None:
-        count: Counter = Counter()
-        waves = []
-        for k in segment:
-            ref = _ref_of(events[k])
-            waves.append(count[ref])
-            count[ref] += 1
-        order.extend(k for _, _, k in sorted((wave, type(events[k]) is not PodPending, k)
-                                              for wave, k in zip(waves, segment, strict=True)))
-        segment.clear()
-
-    for k, e in enumerate(events):
-        if type(e) in (PodPending, PodRunning):
-            segment.append(k)
-        else:
-            close()
-            order.append(k)
-    close()
-    if order == list(range(len(events))):
-        return events, None
-    return [events[k] for k in order], order
-
-
-_CACHED = (NodeSeen, PodPending, PodRunning, ProductionSeen)
-_EXCLUSIVE = {PodPending: PodRunning, PodRunning: PodPending}
-
-
-def _cache_form(event: WatchEvent) -> object:
-    """What makes a cached event the same as the last one applied: the whole event, except
-    that a ``PodRunning`` is its pod, node and admission (its running time is noted once, from
-    the first report, and its admission once: the pod's bound-but-Pending update and its
-    Running one change nothing twice)."""
-    if isinstance(event, PodRunning):
-        return (event.ref, event.node, event.admitted)
-    if isinstance(event, NodeSeen):  # when it was seen changes nothing for an unchanged node
-        return dataclasses.replace(event, at_s=0.0)
-    return event
-
-
-def _images_of(e: NodeSeen) -> dict[str, float]:
-    images = dict(e.image_bytes)
-    for name in e.images:
-        images.setdefault(name, 0.0)
-    return images
-
-
-def _owned(owns: Callable[[str, str], bool], event: object) -> bool:
-    """Whether a sharded reconciler applies ``event``: a node's by its name, a pod's by its ref;
-    ``Resynced`` always (it marks gone only what is owned)."""
-    if isinstance(event, Resynced):
-        return True
-    if isinstance(event, NodeSeen | NodeGone):
-        return owns("node", event.name)
-    return owns("pod", _ref_of(event))
-
-
-def _ref_of(event: object) -> str:
-    return str(getattr(event, "ref", None) or getattr(event, "name", None) or "")
 
 
 def reconcile(*, cluster: Cluster, event: WatchEvent, now_s: float | None = None) -> str:

@@ -326,7 +326,8 @@ def test_kubectl_applies_the_manifests_and_production_identity_maps_every_contro
         assert deployment_pods and all(i.rule == "replica" for i in deployment_pods)
         # the console: the slice's IR imported, each pod as the watch reads it observed → all on their entries
         from kalena_web.control.models import ProductionPlacement
-        from kalena_web.control.services import live_cluster_import, production_observe
+        from kalena_web.control.observed_production import production_observe
+        from kalena_web.control.services import live_cluster_import
         from kalena_web.inventory.models import Workload
 
         infra = load_infrastructure(out / "ir/infra.yaml")

@@ -73,7 +73,8 @@ def test_an_empty_live_cluster_takes_its_nodes_from_the_watch() -> None:
     # `kalena lab up` (and a Docker deployment) start from an empty live cluster: the watch's
     # NodeSeen adds each engine as a node
     from kalena_engine.errors import InputError
-    from kalena_web.control.services import live_cluster_create, node_observe
+    from kalena_web.control.observed_nodes import node_observe
+    from kalena_web.control.services import live_cluster_create
 
     cluster = live_cluster_create(name="lab")
     assert (cluster.kind, cluster.nodes.count()) == (Cluster.LIVE, 0)

@@ -1,8 +1,8 @@
 """The control plane keeps a production pod's required anti-affinity terms (the reconciler →
-``control.production_observe`` → ``constraints.anti_affinity_terms``) and the scheduler's read
-of resident production (``scheduling.selectors.production_pods``, cached between passes by the
-lease holder) hands them to the engine — also for a blueprint pod first seen where the blueprint
-put it, which neither moves nor adds a pod."""
+``control.observed_production.production_observe`` → ``constraints.anti_affinity_terms``) and
+the scheduler's read of resident production (``scheduling.selectors.production_pods``, cached
+between passes by the lease holder) hands them to the engine — also for a blueprint pod first
+seen where the blueprint put it, which neither moves nor adds a pod."""
 
 from __future__ import annotations
 

@@ -417,7 +417,7 @@ def test_a_pods_pending_and_bound_reports_in_one_batch_keep_their_order_and_the_
     """A stream of arrivals puts a pod's pending report and its bound one in the same batch
     between other pods' reports: the batch is applied kind by kind in waves (every pod's first
     report, then every pod's second), so each pod's own reports keep their order."""
-    from kalena_web.control.reconciler import _grouped
+    from kalena_web.control import event_batches
 
     fake = FakeOrchestrator(node_names=NODES)
     rec.apply_many([pending("a-0", cpu=0.5)])
@@ -425,7 +425,7 @@ def test_a_pods_pending_and_bound_reports_in_one_batch_keep_their_order_and_the_
     (_, _, node_a), = fake.log
     events = [pending("e-0", cpu=0.5), PodRunning("batch/a-0", node_a, at_s=1003.0), pending("f-0", cpu=0.25),
               PodRunning("batch/e-0", NODES[2], at_s=1004.0)]
-    grouped, order = _grouped(events)
+    grouped, order = event_batches.grouped(events)
     assert order == [0, 2, 1, 3]  # wave 0: pending e, f, running a; wave 1: running e (after its pending)
     assert rec.apply_many(events) == [CHANGED, CHANGED, CHANGED, CHANGED]
     pods = {name: (st, node) for name, st, node in BatchPod.objects.values_list(
