@@ -5,13 +5,14 @@ beside the current one, before anything is saved.
 Three answers, each from the engine's own functions:
 
 * **evicted now** — each workload's newest usage applied as a sample at ``now_s`` under the
-  proposed estimator (:func:`~kalena_engine.estimator.update_reservations`: a rise is
-  immediate, a fall decays), then :func:`~kalena_engine.mitigation.eviction.plan_evictions` on
+  proposed estimator (:func:`~kalena_engine.estimator.update_reservations`, the estimation
+  pass's update: a rise is immediate, a fall decays; under a peak predictor with each workload's
+  stored peak history, so the predictor serves as it does live), then :func:`~kalena_engine.mitigation.eviction.plan_evictions` on
   every node and non-compressible dimension with the proposed eviction thresholds. Victims the
   current policy would not also choose are flagged ``new``.
 * **slack** per node — now (as the ledgers read it today), after the change now, and once the
   change has settled (every decay finished: ``r = τ = min(L, μ·u)``, or ``max(q, τ)`` in grace,
-  ``q`` when pinned; docs/design.md §5). ``S = C − Σ r`` (GPU: ``C − Σ q``; :func:`~kalena_engine.ledger.slack_of`).
+  ``q`` when pinned; docs/design.md §5; under a peak predictor what it serves beside that ``τ``). ``S = C − Σ r`` (GPU: ``C − Σ q``; :func:`~kalena_engine.ledger.slack_of`).
 * **placeable** — the pending batch pods the scheduler itself
   (:func:`~kalena_engine.placement.schedule_batch`, docs/design.md §9) places on the scheduling pass's
   own snapshot with its slack replaced by the settled slack under each policy: every filter
@@ -32,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kalena_engine import predictors
 from kalena_engine.estimator import Reservations, pinned_mask, update_reservations
 from kalena_engine.ledger import node_sum, slack_of
 from kalena_engine.mitigation.eviction import TIER_BATCH, TIER_SERVICE, NodeWorkloads, PressureSignal, plan_evictions
@@ -56,6 +58,11 @@ class PreflightCluster:
             the same ``m`` nodes in the same order (its slack is replaced), or None with no queue.
         pending: the queue as the scheduling pass reads it (:class:`~kalena_engine.placement.PendingBatch`).
         grace_override_s: ``(n,)`` per-workload startup grace (NaN = the policy's), or None.
+        histories: ``(n,)`` each workload's stored peak history (the estimation pass's bytes,
+            :func:`~kalena_engine.predictors.pack_rows`; None where it has none), or None: under
+            a peak predictor the pre-flight reads it as the estimation pass does
+            (:func:`~kalena_engine.predictors.unpack_rows`: a history written under another
+            predictor's layout starts empty, the asymmetric rule serving).
 
     Raises:
         ValueError: ``snapshot`` does not have the ``m`` nodes.
@@ -77,6 +84,7 @@ class PreflightCluster:
     snapshot: ClusterSnapshot | None = None
     pending: PendingBatch | None = None
     grace_override_s: np.ndarray | None = None
+    histories: tuple[bytes | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.snapshot is not None and tuple(self.snapshot.nodes.names) != tuple(self.node_names):
@@ -149,25 +157,42 @@ def _limit(cluster: PreflightCluster, policy: Policy) -> np.ndarray:
     return np.where(declared, cluster.limit, cluster.request * policy.estimator.limit_ratio)
 
 
+def _updated(cluster: PreflightCluster, policy: Policy, now_s: float) -> Reservations:
+    """The estimator state once the newest usage is applied at ``now_s`` under ``policy`` — the
+    estimation pass's own update (:func:`~kalena_engine.estimator.update_reservations`), its peak
+    history included under a peak predictor."""
+    state = cluster.state
+    if policy.estimator.predictor != "asymmetric" and cluster.histories is not None:
+        state = replace(state, history=predictors.unpack_rows(list(cluster.histories), state.value, policy.estimator))
+    measured = np.isfinite(state.last_sample_s) & ~_stale(cluster, policy, now_s)
+    updated = update_reservations(
+        state, request=cluster.request, limit=_limit(cluster, policy), usage=cluster.usage,
+        sampled=measured, now_s=np.maximum(now_s, state.updated_s), start_s=cluster.start_s,
+        grace_s=cluster.grace_s(policy), pinned=pinned_mask(cluster.reclaim_disabled),
+        policy=policy.estimator)
+    return replace(updated, last_sample_s=cluster.state.last_sample_s)
+
+
 def _after_now(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarray:
     """Reservations once the newest usage is applied at ``now_s`` under ``policy`` (stale rows
     read ``max(r, q)``)."""
-    measured = np.isfinite(cluster.state.last_sample_s) & ~_stale(cluster, policy, now_s)
-    state = update_reservations(
-        cluster.state, request=cluster.request, limit=_limit(cluster, policy), usage=cluster.usage,
-        sampled=measured, now_s=np.maximum(now_s, cluster.state.updated_s), start_s=cluster.start_s,
-        grace_s=cluster.grace_s(policy), pinned=pinned_mask(cluster.reclaim_disabled),
-        policy=policy.estimator)
-    state = replace(state, last_sample_s=cluster.state.last_sample_s)
-    return _stale_read(cluster, state.value, policy, now_s)
+    return _stale_read(cluster, _updated(cluster, policy, now_s).value, policy, now_s)
 
 
 def _settled(cluster: PreflightCluster, policy: Policy, now_s: float) -> np.ndarray:
-    """``τ = min(L, μ·u)`` with grace (``max(q, τ)``) and pinning (``q``) — every decay over."""
-    target = np.minimum(_limit(cluster, policy), policy.estimator.margins * cluster.usage)
+    """Every decay over: the asymmetric rule's ``τ = min(L, μ·u)`` with grace (``max(q, τ)``) and
+    pinning (``q``); under a peak predictor, what it serves with that ``τ`` as its asymmetric
+    member (its forecasts are its history's, which waiting does not change)."""
+    limit = _limit(cluster, policy)
+    target = np.minimum(limit, policy.estimator.margins * cluster.usage)
     in_grace = (now_s - cluster.start_s) < cluster.grace_s(policy)
     value = np.where(in_grace[:, None], np.maximum(cluster.request, target), target)
-    value = np.where(pinned_mask(cluster.reclaim_disabled), cluster.request, value)
+    pinned = pinned_mask(cluster.reclaim_disabled)
+    value = np.where(pinned, cluster.request, value)
+    history = _updated(cluster, policy, now_s).history if policy.estimator.predictor != "asymmetric" else None
+    if history is not None:
+        served = predictors.served(history, np.arange(len(cluster.names)), target, limit, value, policy.estimator)
+        value = np.where(in_grace[:, None] | pinned, value, served)
     fresh = np.isfinite(cluster.state.last_sample_s) & ~_stale(cluster, policy, now_s)
     value = np.where(fresh[:, None], value, cluster.state.value)   # no fresh sample: r is held
     return _stale_read(cluster, value, policy, now_s)

@@ -55,9 +55,19 @@ PINS = ("margin_ratio", "half_life_s")
 #: does not have (it would serve the asymmetric rule all day), so it is swept only when named.
 PREDICTOR_VARIANTS = ("asymmetric", "percentile", "percentile:percentile=95", "nsigma", "nsigma:n_sigma=5",
                       "max:members=percentile+nsigma", "auto")
-#: What ``evaluate calibrate`` sweeps when ``--predictors`` is not given: the shipped estimator's
-#: predictor (every other variant multiplies the replays; ``--predictors all`` names them).
-DEFAULT_PREDICTORS = (ASYMMETRIC,)
+
+
+def shipped_variant() -> str:
+    """The shipped estimator (``Policy()``) as a variant pinned at its μ and h, every other key
+    its own: ``auto:margin_ratio=1.15:half_life_s=1200``."""
+    shipped = Policy().estimator
+    return f"{shipped.predictor}:margin_ratio={shipped.margin_ratio:g}:half_life_s={shipped.half_life_s:g}"
+
+
+#: What ``evaluate calibrate`` sweeps when ``--predictors`` is not given: the asymmetric rule across
+#: μ × h, and the shipped estimator at its own setting, so a plain sweep weighs the default it
+#: would replace (every other variant multiplies the replays; ``--predictors all`` names them).
+DEFAULT_PREDICTORS = (ASYMMETRIC, shipped_variant())
 
 
 def parse_variant(text: str) -> tuple[str, tuple[tuple[str, object], ...]]:

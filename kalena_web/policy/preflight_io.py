@@ -2,8 +2,8 @@
 the scheduling pass's own snapshot and queue (:func:`kalena_web.scheduling.selectors.cluster_snapshot`,
 :func:`~kalena_web.scheduling.selectors.pending_rows` — the pre-flight's "placeable" runs the
 engine scheduler on them), each agent's sampling interval, and every running workload's request,
-limit, newest usage and estimator state (the estimation loop's own read,
-:func:`kalena_web.ledger.estimation_io.load_workloads`). A fixed number of queries whatever the
+limit, newest usage and estimator state with its stored peak history (the estimation loop's own
+reads, :func:`kalena_web.ledger.estimation_io.load_workloads` and ``load_histories``). A fixed number of queries whatever the
 cluster's size (:data:`QUERIES`; a test guards it).
 """
 
@@ -22,9 +22,9 @@ from kalena_web.telemetry.models import AgentStatus
 
 #: node rows, production pods, batch residents, recent evictions (the why-evicted records and the
 #: agents' evict actions not yet recorded), published batch capacity, pending pods, bound gang
-#: members, agent intervals, workloads (+1 where nodes publish batch capacity: the pods the kubelet
-#: holds).
-QUERIES = 10
+#: members, agent intervals, workloads, their stored peak histories (+1 where nodes publish batch
+#: capacity: the pods the kubelet holds).
+QUERIES = 11
 
 
 def preflight_cluster_load(*, cluster: Cluster, now_s: float, cooldown_s: float) -> PreflightCluster:
@@ -38,6 +38,7 @@ def preflight_cluster_load(*, cluster: Cluster, now_s: float, cooldown_s: float)
     intervals = dict(AgentStatus.objects.filter(node__cluster=cluster).values_list("node_id", "sampling_interval_s"))
     cols = estimation_io.load_workloads(list(row_of))
     live = live_workloads(cols, limit_ratio=1.0)
+    histories = estimation_io.load_histories(live.ids)
     return PreflightCluster(
         node_names=tuple(r.name for r in rows), capacity=snapshot.nodes.capacity,
         sampling_interval_s=np.array([float(intervals.get(r.id) or 0.0) for r in rows]),
@@ -48,4 +49,4 @@ def preflight_cluster_load(*, cluster: Cluster, now_s: float, cooldown_s: float)
         state=Reservations(value=live.state.value, updated_s=live.state.updated_s,
                            last_sample_s=live.state.last_sample_s),
         snapshot=snapshot if rows else None, pending=pending if pending_rows else None,
-        grace_override_s=live.grace_override_s)
+        grace_override_s=live.grace_override_s, histories=tuple(histories.get(int(i)) for i in live.ids))

@@ -259,11 +259,13 @@ def calibration(request: HttpRequest, cluster: str) -> HttpResponse:
     document = mappers.calibration_document(row) if row else None
     cal = document.metadata.calibration if document else None
     current = selectors.current_policy(cluster_id=c.id)
+    points = figures.calibration_rows(cal) if cal else []
     return render(request, "policy/calibration.html", {
         "cluster": c, "row": row, "document": document, "calibration": cal, "current": current,
         "knee": dict(cal.knee) if cal else {}, "shipped": dict(cal.shipped) if cal else {},
         "tolerance": dict(cal.tolerance) if cal else {},
-        "points": figures.calibration_rows(cal) if cal else [],
+        "points": points,
+        "contention_drawn": any(r["contention_share"] is not None for r in points),
         "figure": figures.calibration_figure(cal, current.policy) if cal and cal.points else None,
         "message": message, "can_tune": request.user.has_perm(TUNE)}, status=status)
 

@@ -161,3 +161,39 @@ def test_no_queue_places_nothing_and_a_snapshot_of_other_nodes_is_refused() -> N
     assert (result.pending, result.placeable_current, result.placeable_proposed) == (0, 0, 0)
     with pytest.raises(ValueError, match="not the pre-flight's 2 in the same order"):
         _cluster(nodes=[Node("a", cpu=4, ram=10), Node("c", cpu=4, ram=10)])
+
+
+def test_under_a_peak_predictor_the_preflight_reads_the_stored_history_as_the_estimation_pass_does() -> None:
+    """The live estimation pass serves the percentile member from each workload's stored peak
+    history: the service's 9.6 GiB spike an hour ago holds its reservation up although it now
+    uses 8 GiB. The pre-flight of the same policy reads that history (the bytes the pass
+    stored), so its slack "now" is the ledger's, and it settles where the predictor serves — not
+    where the asymmetric rule alone would (τ = u = 8 GiB at a memory margin of 1)."""
+    from kalena_engine import predictors
+    from kalena_engine.estimator import update_reservations
+
+    policy = WORKED_POLICY.with_estimator(predictor="percentile", percentile=100.0, window_s=7200.0,
+                                          min_history_s=1800.0, peak_margin_ratio=1.0, memory_margin_ratio=1.0)
+    base = _cluster()
+    state = Reservations(value=base.request.copy(), updated_s=np.full(2, NOW - 7200.0),
+                         last_sample_s=np.full(2, -np.inf))
+    for t in np.arange(NOW - 7200.0, NOW - 5.0 + 1, 60.0):  # the estimation pass, one sample a minute
+        usage = base.usage.copy()
+        if NOW - 3700.0 <= t < NOW - 3500.0:
+            usage[0, RAM] = 9.6 * GIB
+        state = update_reservations(state, request=base.request, limit=base.limit, usage=usage,
+                                    sampled=np.ones(2, dtype=bool), now_s=float(t), start_s=base.start_s,
+                                    grace_s=np.full(2, policy.estimator.grace_s),
+                                    pinned=np.zeros((2, N_DIMS), dtype=bool), policy=policy.estimator)
+    stored = tuple(predictors.pack_rows(state.history, np.arange(2)))
+    live = Reservations(value=state.value, updated_s=state.updated_s, last_sample_s=state.last_sample_s)
+    cluster = PreflightCluster(**{**base.__dict__, "state": live, "histories": stored})
+    assert live.value[0, RAM] == pytest.approx(9.6 * GIB)  # the ledger holds the spike
+    result = policy_preflight(cluster, current=policy, proposed=policy, now_s=NOW)
+    a = result.nodes[0]
+    assert a.ram_now_bytes == pytest.approx((10 - 9.6 - 1) * GIB)  # as the ledger reads it
+    assert a.ram_settled_bytes == pytest.approx((10 - 9.6 - 1) * GIB)  # the predictor keeps serving the peak
+    # without the stored history the asymmetric rule serves: the pre-flight would settle at τ
+    bare = policy_preflight(PreflightCluster(**{**base.__dict__, "state": live}), current=policy,
+                            proposed=policy, now_s=NOW)
+    assert bare.nodes[0].ram_settled_bytes == pytest.approx((10 - 8 - 1) * GIB)

@@ -210,18 +210,23 @@ def test_a_knee_on_the_edge_widens_the_grid_and_the_frontier_carries_every_load(
 
 def test_the_default_sweep_is_a_cross_that_grows_towards_the_knee(tmp_path: Path, data_dir: Path) -> None:
     """Without --margins/--half-lives/--grid/--predictors: the asymmetric rule on a cross of the
-    default grid (every margin at h 1200 s, every half-life at μ 1.45), and only settings beside
-    the knee are added while it lies on an edge."""
+    default grid (every margin at h 1200 s, every half-life at μ 1.45), only settings beside the
+    knee added while it lies on an edge — and the shipped default at its own setting beside it."""
+    from kalena_engine.policy import Policy
+
     out = tmp_path / "summary.json"
     result = run("evaluate", "calibrate", "--hours", "0.25", "--load-factors", "1", "--baselines", "",
                  "--no-progress", "--summary-json", str(out), data_dir=data_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(out.read_text())
-    assert summary["grid"] == "cross" and summary["predictors"] == ["asymmetric"]
+    shipped = Policy().estimator
+    default = f"{shipped.predictor}:margin_ratio={shipped.margin_ratio:g}:half_life_s={shipped.half_life_s:g}"
+    assert summary["grid"] == "cross" and summary["predictors"] == ["asymmetric", default]
+    assert [tuple(s) for s in summary["settings"][default]] == [(shipped.margin_ratio, shipped.half_life_s)]
     assert summary["requested_margins"] == [1.3, 1.45, 1.6] and summary["requested_half_lives_s"] == [600, 1200, 2400]
     swept = [tuple(s) for s in summary["settings"]["asymmetric"]]
     cross = [(1.3, 1200.0), (1.45, 1200.0), (1.6, 1200.0), (1.45, 600.0), (1.45, 2400.0)]
-    assert swept[:5] == cross and len(set(swept)) == len(swept) == summary["replays"]
+    assert swept[:5] == cross and len(set(swept)) == len(swept) == summary["replays"] - 1
     assert (len(swept) > 5) == (summary["widening_rounds"] > 0)
     knee = (summary["knee"]["margin_ratio"], summary["knee"]["half_life_s"])
     row = [m for m, h in swept if h == knee[1]]
@@ -234,7 +239,7 @@ def test_the_default_sweep_is_a_cross_that_grows_towards_the_knee(tmp_path: Path
         assert summary["widening_rounds"] == 3 or knee[0] == 1.0
         assert "warning: the knee lies on the swept grid's edge" in result.stderr
     # a full sweep of a 3 × 3 grid costs 9 replays at this load; the cross grows only where the knee is
-    assert summary["replays"] <= 5 + 3 * summary["widening_rounds"]
+    assert summary["replays"] <= 5 + 3 * summary["widening_rounds"] + 1  # + the shipped default
 
 
 def test_the_help_and_the_docs_name_the_default_grid(data_dir: Path) -> None:

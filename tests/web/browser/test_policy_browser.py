@@ -182,7 +182,9 @@ def _sweep_file() -> dict:
 def test_the_calibration_frontier_in_a_browser(live_server, chromium, django_user_model, artifacts, kuberina_dir,
                                                tmp_path) -> None:
     """The safety curve as a frontier: per load a line through the non-dominated settings sorted
-    by evictions, dominated settings apart, the shipped setting and the tolerance line marked; a
+    by evictions, dominated settings apart, the shipped setting and the tolerance line marked;
+    beside it the same points by production contention with the contention tolerance dashed and
+    the points over it ringed; a
     point proposed from the table opens its pre-flight with its predictor. Screenshot:
     artifacts/browser/policy-calibration-frontier.png."""
     import_homelab(kuberina_dir, tmp_path, now_s=time.time() - 600)
@@ -208,7 +210,15 @@ def test_the_calibration_frontier_in_a_browser(live_server, chromium, django_use
         assert named["×1 frontier"] == sorted(named["×1 frontier"])
         assert len(named["×1 frontier"]) + len(named["×1 dominated"]) == 7
         assert "×1 shipped (nsigma · μ 1 · h 1200 s)" in named and "×4 shipped (nsigma · μ 1 · h 1200 s)" in named
-        assert page.eval_on_selector("#calibration-chart", "gd => gd._fullLayout.shapes.map(s => s.x0)") == [0.1]
+        assert page.eval_on_selector("#calibration-chart", "gd => gd._fullLayout.shapes.map(s => [s.xref, s.x0])") == [
+            ["x", 0.1], ["x2", 0.01]]   # the eviction tolerance; the contention tolerance, 0.01 % of production cpu
+        assert page.eval_on_selector("#calibration-chart", "gd => gd._fullLayout.xaxis2.title.text") == \
+            "production contention, % of production cpu core-hours"
+        # drawn: the contention panel's dashed line and its label, and a legend entry for the points over it
+        assert page.locator("#calibration-chart .annotation-text", has_text="of production cpu core-hours").count() == 1
+        assert page.locator("#calibration-chart .legendtext", has_text="over the contention tolerance").count() == 1
+        ringed = [x for name, x in traces if name == "over the contention tolerance (> 0.01 %)"]
+        assert len(ringed) == 1 and len(ringed[0]) == 8   # asymmetric μ 1, 1.15, 1.3 and auto, at ×1 and ×4
         assert page.inner_text("#shipped-setting") == "nsigma, μ 1.0, h 1200.0 s"
         page.screenshot(path=str(artifacts / "policy-calibration-frontier.png"), full_page=True)
         page.click("tr[data-point] >> text=propose")  # the first row: ×1's frontier point with the fewest evictions

@@ -221,8 +221,8 @@ def test_the_calibration_page_draws_the_frontier_and_moves_along_it(tuner, live)
     assert list(front["x"]) == sorted(front["x"]) == [0.05, 0.3, 0.9]
     assert list(traces["×1 dominated"]["x"]) == [0.08]
     assert "×1 shipped (nsigma · μ 1 · h 1200 s)" in traces and "×4 shipped (nsigma · μ 1 · h 1200 s)" in traces
-    # the eviction tolerance is a vertical line at 0.1
-    assert [shape["x0"] for shape in figure["layout"]["shapes"]] == [0.1]
+    # the eviction tolerance is a vertical line at 0.1 on the left panel (the contention one: the next test)
+    assert [(shape["xref"], shape["x0"]) for shape in figure["layout"]["shapes"]][0] == ("x", 0.1)
     text = page.content.decode()
     assert 'id="shipped-setting">nsigma, μ 1.0, h 1200.0 s' in text
     rows = page.context["points"]
@@ -241,6 +241,65 @@ def test_the_calibration_page_draws_the_frontier_and_moves_along_it(tuner, live)
     assert {f.name: f.value for s in shipped.context["sections"].values() for f in s}["estimator.margin_ratio"] == "1"
     bad = tuner.get(f"/policy/home/?calibration={CalibrationImport.objects.get().id}&point=99")
     assert bad.status_code == 400 and "is not one of the calibration" in bad.content.decode() and "8 points (0–7)" in bad.content.decode()
+
+
+def test_the_calibration_page_draws_the_contention_tolerance(tuner, live) -> None:
+    """Beside the eviction frontier, a panel of reclaimed cpu against production contention (% of
+    production cpu core-hours) with the file's contention tolerance (0.01 %) dashed; the points
+    over it ringed on both panels under one legend entry, and their share marked in the table."""
+    assert tuner.post("/policy/home/calibration/", {
+        "file": SimpleUploadedFile("sweep.json", json.dumps(SWEEP).encode())}).status_code == 302
+    page = tuner.get("/policy/home/calibration/")
+    figure = json.loads(page.context["figure"])
+    layout = figure["layout"]
+    assert layout["xaxis2"]["title"]["text"] == "production contention, % of production cpu core-hours"
+    assert layout["xaxis2"]["anchor"] == "y"            # the same reclaimed-cpu axis as the frontier
+    assert [(s["xref"], s["x0"], s["line"]["dash"]) for s in layout["shapes"]] == [("x", 0.1, "dash"),
+                                                                                  ("x2", 0.01, "dash")]
+    notes = {a["xref"]: a["text"] for a in layout["annotations"]}
+    assert notes["x2"] == "tolerance 0.01 %<br>of production cpu core-hours"
+    assert notes["x"] == "tolerance 0.1 evictions / 100 pod-h"
+    right = {t["name"]: t for t in figure["data"] if t.get("xaxis") == "x2"}
+    # the same points on the right: ×1's frontier by evictions (nsigma μ 1, asymmetric μ 1.3, μ 1) at their shares
+    assert right["×1 frontier · contention"]["x"] == pytest.approx([0.005, 0.05, 0.2])
+    assert right["×1 shipped (nsigma · μ 1 · h 1200 s) · contention"]["x"] == pytest.approx([0.005])
+    # the asymmetric settings break the contention tolerance at both loads: ringed on both panels, one legend entry
+    [over] = [t for t in figure["data"] if t["name"] == "over the contention tolerance (> 0.01 %)"]
+    assert over.get("xaxis", "x") == "x" and over["x"] == pytest.approx([0.3, 0.9, 1.5, 0.5])
+    assert over.get("showlegend", True) is True and over["marker"]["line"]["color"] == "#dc2626"
+    assert right["over the contention tolerance (> 0.01 %) · contention"]["x"] == pytest.approx([0.05, 0.2, 0.4, 0.1])
+    assert right["over the contention tolerance (> 0.01 %) · contention"]["showlegend"] is False
+    rows = page.context["points"]
+    assert [(r["point"].predictor, r["over_contention"]) for r in rows if r["load_factor"] == 1] == [
+        ("nsigma", False), ("asymmetric", True), ("asymmetric", True), ("nsigma", False)]
+    text = page.content.decode()
+    assert text.count('title="over the contention tolerance"') == 4
+    assert "points over the contention tolerance are ringed in red" in text
+
+    # the file's tolerance, not the engine's: at 0.1 % only the two points above it are ringed
+    looser = json.loads(json.dumps(SWEEP))
+    looser["metadata"]["calibration"]["tolerance"]["max_contention_share"] = 0.001
+    assert tuner.post("/policy/home/calibration/", {
+        "file": SimpleUploadedFile("looser.json", json.dumps(looser).encode())}).status_code == 302
+    figure = json.loads(tuner.get("/policy/home/calibration/").context["figure"])
+    assert [(s["xref"], s["x0"]) for s in figure["layout"]["shapes"]] == [("x", 0.1), ("x2", 0.1)]
+    [over] = [t for t in figure["data"] if t["name"] == "over the contention tolerance (> 0.1 %)"]
+    assert over["x"] == pytest.approx([0.9, 1.5])
+
+
+def test_a_calibration_without_tolerance_or_production_hours_draws_the_defaults_it_can(tuner, live) -> None:
+    """A file without a tolerance: the engine's default eviction line, said so; without any
+    production cpu core-hours there is no contention share: no second panel, nothing ringed."""
+    assert tuner.post("/policy/home/calibration/", {
+        "file": SimpleUploadedFile("cal.json", json.dumps(CALIBRATION).encode())}).status_code == 302
+    page = tuner.get("/policy/home/calibration/")
+    figure = json.loads(page.context["figure"])
+    assert [(s["xref"], s["x0"]) for s in figure["layout"]["shapes"]] == [("x", 0.1)]
+    assert [a["text"] for a in figure["layout"]["annotations"]] == [
+        "tolerance 0.1 evictions / 100 pod-h (engine default)"]
+    assert "xaxis2" not in figure["layout"] and not any(t.get("xaxis") == "x2" for t in figure["data"])
+    assert not any(t["name"].startswith("over the contention tolerance") for t in figure["data"])
+    assert "ringed in red" not in page.content.decode()
 
 
 def test_audit_api_filters(tuner, live) -> None:
