@@ -158,6 +158,9 @@ def add_parsers(which: argparse._SubParsersAction) -> None:
                    help="N ≥ 1: N sharded instances (kalena watch --shards), each in its own process, one killed "
                         "at two thirds when N ≥ 2 (docs/scheduler.md \"Sharding\"); 0 (default): a leader and a "
                         "standby")
+    p.add_argument("--wire-cost", type=int, default=0, metavar="N",
+                   help="only measure the CPU of the Binding and Event calls for N pods, one after another, beside "
+                        "plain HTTP POSTs (no database, no scheduling; kalena_web/cli/bench_wire.py)")
     p.add_argument("--no-kill", action="store_true",
                    help="kill no instance (the leader, or with --shards the last instance): the latency of "
                         "a steady state, the 410 re-list still inside")
@@ -205,6 +208,11 @@ def _node_json(name: str, allocatable, labels) -> dict:
 
 def handle(args: argparse.Namespace) -> int:
     import numpy as np
+
+    if args.wire_cost:
+        from kalena_web.cli import bench_wire
+
+        return bench_wire.handle(args.wire_cost, args.summary_json)
 
     print(f"kalena bench kubernetes: {args.nodes} nodes, {args.pods} pods, arrival "
           f"{'all at once' if not args.arrival_rate else f'{args.arrival_rate:g}/s'}")

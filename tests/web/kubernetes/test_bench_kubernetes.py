@@ -67,3 +67,19 @@ def test_short_sharded_bench_loses_nothing_through_a_killed_instance(tmp_path: P
     assert summary["reassignment_s"] is not None       # the killed share was acted on again
     assert set(summary["instances"]) == {"kalena-0", "kalena-1"}
     assert summary["instances"]["kalena-1"]["killed"] and summary["per_instance_pods_per_cpu_s_mean"] > 0
+
+
+def test_wire_cost_binds_every_pod_once_and_prints_the_cpu_per_call(tmp_path: Path) -> None:
+    """``--wire-cost N``: N Bindings and their Events through the scheduler's own client, beside
+    plain POSTs, against the test API server in its own process; no database. What it prints is
+    measured (every figure positive), and every pod was bound — a refused Binding stops the run."""
+    out = tmp_path / "wire.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
+    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "bench", "kubernetes", "--wire-cost", "40",
+                             "--summary-json", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["pods"] == 40 and figures["floor_allowance_us_per_pod"] == pytest.approx(666.7)
+    for key in ("bind_and_event_us_per_pod", "event_post_urllib3_us", "event_post_http_client_us"):
+        assert figures[key] > 0, key
+    assert "left per pod for the watch" in result.stdout
