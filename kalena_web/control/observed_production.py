@@ -108,19 +108,31 @@ def production_observe(*, cluster: Cluster, ref: str, node_name: str, request, l
         return True
 
 
+def _locked_claim(cluster: Cluster, ref: str) -> tuple[ProductionPlacement, Workload | None] | None:
+    """Inside a transaction: pod ``ref``'s claim, locked, with its entry's workload locked —
+    ``None`` when it holds no claim; an extra's claim (or one with no blueprint node) is released
+    here and comes back with no workload."""
+    claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
+             .select_related("workload").first())
+    if claim is None:
+        return None
+    if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
+        _extra_release(claim)
+        return claim, None
+    return claim, Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
+
+
 def _claim_unplaced(cluster: Cluster, ref: str, *, at_s: float) -> bool:
     """The pod ``ref`` is reported with no node (see :func:`production_observe`): an extra's
     charge leaves; a claim holder's entry goes back to its blueprint node, claim kept. Returns
     whether anything changed."""
     with transaction.atomic():
-        claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
-                 .select_related("workload").first())
-        if claim is None:
+        held = _locked_claim(cluster, ref)
+        if held is None:
             return False
-        if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
-            _extra_release(claim)
+        claim, workload = held
+        if workload is None:
             return True
-        workload = Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
         changed = workload.node_id != claim.blueprint_node_id
         if changed:
             _prod_move(workload, workload.node_id, claim.blueprint_node_id, _reservation_of(workload))
@@ -302,14 +314,12 @@ def production_gone(*, cluster: Cluster, ref: str, now_s: float) -> bool:
     extra of the same declaration waiting for a replica (a rollout's surge pod) inherits it at
     once — its own charge leaves, so nothing is charged twice. Returns whether anything changed."""
     with transaction.atomic():
-        claim = (ProductionPlacement.objects.select_for_update(of=("self",)).filter(workload__cluster=cluster, pod=ref)
-                 .select_related("workload").first())
-        if claim is None:
+        held = _locked_claim(cluster, ref)
+        if held is None:
             return False
-        if claim.identity == ProductionPlacement.EXTRA or claim.blueprint_node_id is None:
-            _extra_release(claim)
+        claim, workload = held
+        if workload is None:
             return True
-        workload = Workload.objects.select_for_update(no_key=True).get(id=claim.workload_id)
         r = _reservation_of(workload)
         if workload.node_id != claim.blueprint_node_id:  # back to the blueprint's charge
             _prod_move(workload, workload.node_id, claim.blueprint_node_id, r)
