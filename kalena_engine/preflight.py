@@ -7,12 +7,14 @@ Three answers, each from the engine's own functions:
 * **evicted now** — each workload's newest usage applied as a sample at ``now_s`` under the
   proposed estimator (:func:`~kalena_engine.estimator.update_reservations`, the estimation
   pass's update: a rise is immediate, a fall decays; under a peak predictor with each workload's
-  stored peak history, so the predictor serves as it does live), then :func:`~kalena_engine.mitigation.eviction.plan_evictions` on
-  every node and non-compressible dimension with the proposed eviction thresholds. Victims the
-  current policy would not also choose are flagged ``new``.
+  stored peak history, so the predictor serves as it does live), then
+  :func:`~kalena_engine.mitigation.eviction.plan_evictions` on every node and non-compressible
+  dimension with the proposed eviction thresholds. Victims the current policy would not also
+  choose are flagged ``new``.
 * **slack** per node — now (as the ledgers read it today), after the change now, and once the
   change has settled (every decay finished: ``r = τ = min(L, μ·u)``, or ``max(q, τ)`` in grace,
-  ``q`` when pinned; docs/design.md §5; under a peak predictor what it serves beside that ``τ``). ``S = C − Σ r`` (GPU: ``C − Σ q``; :func:`~kalena_engine.ledger.slack_of`).
+  ``q`` when pinned; docs/design.md §5; under a peak predictor what it serves beside that
+  ``τ``). ``S = C − Σ r`` (GPU: ``C − Σ q``; :func:`~kalena_engine.ledger.slack_of`).
 * **placeable** — the pending batch pods the scheduler itself
   (:func:`~kalena_engine.placement.schedule_batch`, docs/design.md §9) places on the scheduling pass's
   own snapshot with its slack replaced by the settled slack under each policy: every filter

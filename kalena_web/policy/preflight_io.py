@@ -3,8 +3,8 @@ the scheduling pass's own snapshot and queue (:func:`kalena_web.scheduling.selec
 :func:`~kalena_web.scheduling.selectors.pending_rows` — the pre-flight's "placeable" runs the
 engine scheduler on them), each agent's sampling interval, and every running workload's request,
 limit, newest usage and estimator state with its stored peak history (the estimation loop's own
-reads, :func:`kalena_web.ledger.estimation_io.load_workloads` and ``load_histories``). A fixed number of queries whatever the
-cluster's size (:data:`QUERIES`; a test guards it).
+reads, :func:`kalena_web.ledger.estimation_io.load_workloads` and ``load_histories``). A fixed
+number of queries whatever the cluster's size (:data:`QUERIES`; a test guards it).
 """
 
 from __future__ import annotations
