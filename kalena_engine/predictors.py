@@ -484,6 +484,27 @@ def pack_rows(history: PeakHistory, rows: np.ndarray) -> list[bytes]:
     return out
 
 
+def history_restarts(stored: EstimatorPolicy, new: EstimatorPolicy) -> bool:
+    """Whether saving ``new`` over ``stored`` starts every workload's peak history afresh: ``new``
+    serves a peak predictor and the history ``stored`` wrote cannot be read under it (none was
+    written under the asymmetric rule; another ring length, member list or layout is dropped by
+    :func:`unpack_rows`) — the asymmetric rule then serves until each workload has
+    ``min_history_s`` of history again, and the periodic member until it has its days.
+
+    Worked example: ``auto`` of asymmetric + periodic → the same with another μ: False (μ is no
+    part of the layout); → ``percentile`` alone: True (no candidates to score, one leaf in use)."""
+    if new.predictor == "asymmetric":
+        return False
+    if stored.predictor == "asymmetric":
+        return True
+    one = np.zeros((1, 1))  # the layout per workload and dimension: one of each tells it
+    return _layout(empty_history(one, stored)) != _layout(empty_history(one, new))
+
+
+def _layout(history: PeakHistory) -> tuple:
+    return tuple((f.name, getattr(history, f.name).shape[1:]) for f in fields(PeakHistory))
+
+
 def unpack_rows(blobs: list[bytes | None], asym: np.ndarray, policy: EstimatorPolicy) -> PeakHistory:
     """:class:`PeakHistory` of ``n`` workloads from their stored bytes. A workload with none, or
     whose bytes were written under another ring length, member list or layout (the policy

@@ -140,7 +140,9 @@ class Preflight:
     """Result of :func:`policy_preflight`; ``placeable_*`` count pending pods the scheduler
     places; ``unplaced_proposed``: the pods it leaves pending under the proposed policy by
     binding constraint (the why-pending ``binding``: a rule kind such as ``taint`` or
-    ``node_selector``, or a dimension such as ``ram``), most first."""
+    ``node_selector``, or a dimension such as ``ram``), most first; ``history_restarts``: saving
+    the proposal starts every workload's peak history afresh
+    (:func:`~kalena_engine.predictors.history_restarts`)."""
 
     evictions: tuple[PreflightEviction, ...]
     nodes: tuple[NodeSlackChange, ...]
@@ -148,6 +150,7 @@ class Preflight:
     placeable_current: int
     placeable_proposed: int
     unplaced_proposed: tuple[tuple[str, int], ...] = ()
+    history_restarts: bool = False
 
     @property
     def new_evictions(self) -> int:
@@ -304,4 +307,5 @@ def policy_preflight(cluster: PreflightCluster, *, current: Policy, proposed: Po
     placed_current, _ = _placeable(cluster, settled_current, current, now_s)
     placed_proposed, unplaced = _placeable(cluster, settled_proposed, proposed, now_s, explain=True)
     return Preflight(evictions=tuple(evictions), nodes=nodes, pending=cluster.pending_pods,
-                     placeable_current=placed_current, placeable_proposed=placed_proposed, unplaced_proposed=unplaced)
+                     placeable_current=placed_current, placeable_proposed=placed_proposed, unplaced_proposed=unplaced,
+                     history_restarts=predictors.history_restarts(current.estimator, proposed.estimator))

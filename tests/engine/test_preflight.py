@@ -197,3 +197,17 @@ def test_under_a_peak_predictor_the_preflight_reads_the_stored_history_as_the_es
     bare = policy_preflight(PreflightCluster(**{**base.__dict__, "state": live}), current=policy,
                             proposed=policy, now_s=NOW)
     assert bare.nodes[0].ram_settled_bytes == pytest.approx((10 - 8 - 1) * GIB)
+
+
+def test_the_preflight_says_when_saving_starts_every_peak_history_afresh() -> None:
+    """A draft that keeps the history's layout (another μ) keeps every workload's history; one whose
+    predictor cannot read it (``percentile`` alone after ``auto``; any peak predictor after the
+    asymmetric rule, which stores none) starts it afresh, and the pre-flight says so."""
+    shipped = WORKED_POLICY.with_estimator(predictor="auto")
+    cases = [(shipped, shipped.with_estimator(margin_ratio=1.3), False),
+             (shipped, shipped.with_estimator(predictor="percentile"), True),
+             (WORKED_POLICY.with_estimator(predictor="asymmetric"), shipped, True),
+             (shipped, WORKED_POLICY.with_estimator(predictor="asymmetric"), False)]
+    for current, proposed, restarts in cases:
+        result = policy_preflight(_cluster(), current=current, proposed=proposed, now_s=NOW)
+        assert result.history_restarts is restarts, (current.estimator.predictor, proposed.estimator.predictor)

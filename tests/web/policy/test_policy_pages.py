@@ -87,6 +87,23 @@ def test_tune_a_margin_through_the_preflight_and_save(tuner, live) -> None:
     assert history.context["entries"][0]["diff"] == [("estimator.margin_ratio", 1.15, 1.3), ("namespaces.team-a", None, 4)]
 
 
+def test_the_preflight_warns_when_saving_would_start_every_usage_history_afresh(tuner, live) -> None:
+    """Another μ keeps each workload's stored peak history; a predictor that cannot read it
+    (``percentile`` alone after the shipped ``auto``) starts it afresh, and the pre-flight says so
+    before anything is saved."""
+    fields = _form(tuner, "home")
+    fields["estimator.margin_ratio"] = "1.3"
+    kept = tuner.post("/policy/home/", {**fields, "action": "preflight"})
+    assert kept.status_code == 200 and not kept.context["preflight"].history_restarts
+    assert b'id="pf-history-restarts"' not in kept.content
+    carried = json.loads(kept.context["carried"])
+    carried["estimator"]["predictor"] = "percentile"  # what proposing a calibration point carries
+    lost = tuner.post("/policy/home/", {**fields, "carried": json.dumps(carried), "action": "preflight"})
+    assert lost.status_code == 200 and lost.context["preflight"].history_restarts
+    assert b'id="pf-history-restarts"' in lost.content and b"starts every workload's usage history afresh" in lost.content
+    assert not PolicyVersion.objects.exists()
+
+
 @pytest.mark.parametrize("field, value, says", [
     ("estimator.margin_ratio", "0.9", "0.9 is out of range (accepted: a number in [1, 10])"),
     ("estimator.half_life_s", "10min", "'10min' is not a number: the field is in seconds"),
