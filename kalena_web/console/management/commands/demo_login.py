@@ -19,7 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         username = options["username"]
-        password = options["password"] or os.environ.get("KALENA_DEMO_PASSWORD") or secrets.token_urlsafe(9)
+        password = options["password"] or os.environ.get("KALENA_DEMO_PASSWORD") or _password()
         user, created = get_user_model().objects.get_or_create(username=username)
         user.set_password(password)
         user.is_active = True
@@ -28,3 +28,11 @@ class Command(BaseCommand):
 
         user.groups.add(*Group.objects.filter(name__in=("operator", "approver")))  # the demo may do everything
         self.stdout.write(f"{'created' if created else 'reset'} demo login  user: {username}  password: {password}")
+
+
+def _password() -> str:
+    """A random password that cannot be read as a command-line option (the demo passes it on to
+    the lab's login as ``--password=…``; a leading ``-`` broke that once)."""
+    while (password := secrets.token_urlsafe(9)).startswith("-"):
+        pass
+    return password
