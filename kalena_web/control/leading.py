@@ -56,12 +56,14 @@ from kalena_web.scheduling.cycle import PASS_PODS, scheduling_pass
 log = logging.getLogger(__name__)
 #: seconds between two moves of the watch's counters into /metrics/cluster (and once at stop)
 COUNTERS_PERIOD_S = 5.0
-#: a pass the watch woke waits until the watch has queued nothing new for this long (seconds) …
-COALESCE_QUIET_S = 0.05
+#: a pass the watch woke waits until the watch has queued nothing new for this long (seconds) —
+#: longer than the reconciler's batches are apart under a burst (its ``BATCH_MAX_WAIT_S``, one
+#: wake per batch), so a burst is not cut into one pass per batch …
+COALESCE_QUIET_S = 0.3
 #: … and at most this long: pods that arrive together are decided in one pass (a burst arrives in
 #: the watch's chunks; a pass per chunk paid the pass's fixed cost — its snapshot, its ledger
 #: transaction — once per chunk; Volcano's scheduler runs a session per 1 s period)
-COALESCE_MAX_S = 0.5
+COALESCE_MAX_S = 1.0
 
 
 @dataclass

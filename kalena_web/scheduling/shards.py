@@ -188,6 +188,8 @@ class ShareMember:
     _resource_version: str = ""
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: (claimed, acting, their union) as :meth:`watched` last made it
+    _watched: tuple = (None, None, frozenset())
 
     def __post_init__(self) -> None:
         if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
@@ -214,9 +216,13 @@ class ShareMember:
             return frozenset(v for v in self.acting if v not in self.locked)
 
     def watched(self) -> frozenset[int]:
-        """Vnodes whose watch events this instance applies: what it claims or acts on."""
+        """Vnodes whose watch events this instance applies: what it claims or acts on. Asked
+        for every watch line and event, so the union is kept until either set is replaced."""
         with self._lock:
-            return self.claimed | self.acting
+            held = self._watched
+            if held[0] is not self.claimed or held[1] is not self.acting:
+                held = self._watched = (self.claimed, self.acting, self.claimed | self.acting)
+            return held[2]
 
     def sync_needed(self) -> dict[int, str]:
         """Locked vnodes and the resourceVersion each must be synced past (step 4)."""

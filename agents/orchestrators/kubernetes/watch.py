@@ -87,8 +87,20 @@ class KubernetesWatcher:
         self.expired: Counter = Counter()
         self.reconnects: Counter = Counter()
         self._lock = threading.Lock()
+        #: held while an object's events are translated and handed on, and while a re-list's
+        #: ``Resynced`` takes the other resource's set and is handed on: a pod the pod stream
+        #: reports is either in a nodes re-list's ``Resynced`` or reported after it — never
+        #: reported before a ``Resynced`` that lacks it (which would mark it gone)
+        self._emitting = threading.Lock()
 
     # -- translating ----------------------------------------------------------------------------
+
+    def emit(self, resource: str, event_type: str, obj: dict, out: Callable[[WatchEvent], None]) -> None:
+        """Translate one watched object and hand its events to ``out``, as one step against a
+        re-list's ``Resynced`` (``_emitting``)."""
+        with self._emitting:
+            for event in self._translate(resource, event_type, obj):
+                out(event)
 
     def _translate(self, resource: str, event_type: str, obj: dict) -> list[WatchEvent]:
         """``obj`` as Kalena's events. An object at the same ``resourceVersion`` as when it was
@@ -214,16 +226,17 @@ class KubernetesWatcher:
             meta = _metadata(obj)
             if meta.get("name"):
                 listed.add(f"{meta.get('namespace') or 'default'}/{meta['name']}" if resource == "pods" else meta["name"])
-        with self._lock:
-            if resource == "pods":
-                self.pods = listed
-                self.pending_versions = {ref: v for ref, v in self.pending_versions.items() if ref in listed}
-                self.uids = {ref: v for ref, v in self.uids.items() if ref in listed}
-            else:
-                self.nodes = listed
-            pods, nodes = frozenset(self.pods), frozenset(self.nodes)
-        if resynced:
-            out(Resynced(pods=pods, nodes=nodes))
+        with self._emitting:  # the other resource's set as handed on (``_emitting``)
+            with self._lock:
+                if resource == "pods":
+                    self.pods = listed
+                    self.pending_versions = {ref: v for ref, v in self.pending_versions.items() if ref in listed}
+                    self.uids = {ref: v for ref, v in self.uids.items() if ref in listed}
+                else:
+                    self.nodes = listed
+                pods, nodes = frozenset(self.pods), frozenset(self.nodes)
+            if resynced:
+                out(Resynced(pods=pods, nodes=nodes))
         self.versions[resource] = str(version)
         return str(version)
 
@@ -266,8 +279,7 @@ class KubernetesWatcher:
                         self.malformed[resource] += 1
                         log.warning("watch %s: an event without an object skipped (%s)", resource, event_type)
                         continue
-                    for event in self._translate(resource, event_type, obj):
-                        out(event)
+                    self.emit(resource, event_type, obj, out)
                     new = _metadata(obj).get("resourceVersion")
                     if new:
                         self.versions[resource] = str(new)

@@ -407,3 +407,35 @@ def test_a_pass_woken_by_a_burst_waits_for_the_burst_but_not_for_ever(live, api)
     started = time.monotonic()
     s._let_the_burst_arrive()  # quiet: one quiet interval
     assert COALESCE_QUIET_S <= time.monotonic() - started < COALESCE_MAX_S + 5.0
+
+
+def test_a_burst_the_reconciler_hands_over_in_batches_is_waited_for_whole(live, api) -> None:
+    """Under a burst the reconciler applies the watch's pods in batches up to its
+    ``BATCH_MAX_WAIT_S`` apart, and wakes the scheduler once per batch: a woken pass waits
+    through those gaps (its quiet interval is longer), so the burst is decided in one pass, not
+    one pass per batch. The wakes' real times are recorded: the wait may end early only at a
+    gap the waker overslept (a loaded machine) that is a quiet interval or more."""
+    from kalena_web.control.leading import COALESCE_MAX_S, COALESCE_QUIET_S
+    from kalena_web.control.reconciler import BATCH_MAX_WAIT_S
+
+    s = scheduler(live, api, "kalena-a")
+    batches = max(2, int(COALESCE_MAX_S / BATCH_MAX_WAIT_S) - 1)  # inside the cap
+    woke: list[float] = []
+
+    def reconciler_batches() -> None:
+        for _ in range(batches):
+            time.sleep(BATCH_MAX_WAIT_S)
+            woke.append(time.monotonic())
+            s.wake.set()
+
+    waker = threading.Thread(target=reconciler_batches, daemon=True)
+    started = time.monotonic()
+    waker.start()
+    s._let_the_burst_arrive()
+    ended = time.monotonic()
+    waker.join()
+    gaps = [b - a for a, b in zip([started, *woke], woke, strict=False)]
+    late = BATCH_MAX_WAIT_S + 0.04  # a gap the waker overslept: the wait may end there, if it is quiet enough
+    last_in_burst = next((woke[i - 1] if i else started for i, g in enumerate(gaps)
+                          if g > late and g >= COALESCE_QUIET_S), woke[-1])
+    assert ended >= last_in_burst, (ended - started, gaps)

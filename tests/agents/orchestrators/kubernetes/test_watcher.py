@@ -378,3 +378,45 @@ def test_watch_lines_reach_the_client_one_per_segment_whatever_the_chunks() -> N
         assert all(seg.count(b"\n") == 1 and seg.endswith(b"\n") for seg in segments)
         assert list(iter_resp_lines(_LineChunks(Response(chunks)))) == lines == list(iter_resp_lines(Response(chunks)))
         assert wrapped.status == 200  # every other attribute is the response's
+
+
+def test_a_pod_reported_while_the_nodes_are_re_listed_is_in_the_resynced_set_or_reported_after_it() -> None:
+    """A 410 re-lists the nodes on their own thread; its ``Resynced`` carries the pods the pod
+    stream holds at that moment, and the reconciler marks gone every pod it holds that is not in
+    it. Found by ``kalena bench kubernetes --arrival-rate 300``: a pod the pod stream reported
+    between the nodes re-list's reading of that set and its handing the ``Resynced`` on came
+    before it, was missing from it, and was marked gone ("absent from the re-list") while it
+    waited in the API server. Here the pod stream reports a pod at exactly that moment."""
+    from agents.orchestrators.kubernetes.watch import KubernetesWatcher
+
+    class Listing:
+        def list_objects(self, resource):
+            assert resource == "nodes"
+            return [node("n1")], "7"
+
+    watcher = KubernetesWatcher(Listing())
+    late = pod("batch", "late", tier="batch")
+    late["metadata"].update(uid="uid-late", resourceVersion="8")
+    stream: list = []
+    lock = threading.Lock()
+
+    def out(event) -> None:
+        if isinstance(event, Resynced):  # the pod stream reports a new pod now, on its own thread
+            reporter = threading.Thread(target=watcher.emit, args=("pods", "ADDED", late,
+                                                                   lambda e: [lock.acquire(), stream.append(e),
+                                                                              lock.release()]))
+            reporter.start()
+            reporter.join(timeout=0.5)
+            out.reporter = reporter
+        with lock:
+            stream.append(event)
+
+    watcher._relist("nodes", out)
+    out.reporter.join(timeout=10)
+    assert any(isinstance(e, PodPending) and e.ref == "batch/late" for e in stream)
+    held: set[str] = set()
+    for event in stream:
+        if isinstance(event, PodPending):
+            held.add(event.ref)
+        elif isinstance(event, Resynced):
+            assert held <= event.pods, f"reported before a Resynced that lacks them: {held - event.pods}"
