@@ -347,6 +347,9 @@ KALENA_HEARTBEAT_S = float(os.environ.get("KALENA_HEARTBEAT_S", "10"))
 CELERY_BEAT_SCHEDULER = "kalena_web.control.heartbeat:HeartbeatScheduler"
 
 KALENA_ESTIMATION_SHARDS = int(os.environ.get("KALENA_ESTIMATION_SHARDS", "16"))
+# KALENA_WATCH_SHARDS=1: `kalena watch` (and `kalena serve`'s watch) schedules a share of a
+# Kubernetes cluster beside the other instances, as with --shards (docs/scheduler.md "Sharding").
+KALENA_WATCH_SHARDS = _flag("KALENA_WATCH_SHARDS")
 KALENA_ORCHESTRATOR = os.environ.get("KALENA_ORCHESTRATOR", "fake")
 KALENA_LOOP_LOCK_TTL_S = float(os.environ.get("KALENA_LOOP_LOCK_TTL_S", "5"))
 KALENA_HOOKS_AUDIT_COALESCE_S = float(os.environ.get("KALENA_HOOKS_AUDIT_COALESCE_S", "60"))

@@ -50,7 +50,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (client-go default 10)")
     parser.add_argument("--retry-period", type=float, default=2.0, help="seconds (client-go default 2)")
     parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds per API call")
-    parser.add_argument("--shards", action="store_true", default=os.environ.get("KALENA_WATCH_SHARDS", "") == "1",
+    parser.add_argument("--shards", action="store_true",
                         help="Kubernetes: schedule a share of the cluster beside every other instance started with "
                              "--shards (a Lease per instance, kalena-shard-CLUSTER-IDENTITY in --lease-namespace; "
                              "nodes and pods hashed to 256 virtual nodes shared out by consistent hashing) instead "
@@ -86,6 +86,8 @@ def start_kubernetes(cluster, args: argparse.Namespace):
     from kalena_web.control.leading import ClusterScheduler
     from kalena_web.control.orchestrators import kubernetes_api_client
 
+    from django.conf import settings
+
     from kalena_web.control.orchestrators import OrchestratorNotConfigured
 
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
@@ -95,7 +97,7 @@ def start_kubernetes(cluster, args: argparse.Namespace):
         raise InputError(str(exc), field="KALENA_ORCHESTRATOR=kubernetes",
                          accepted="an in-cluster service account, KUBECONFIG or ~/.kube/config") from None
     orchestrator = KubernetesOrchestrator(api_client, request_timeout_s=args.request_timeout, identity=identity)
-    if getattr(args, "shards", False):
+    if getattr(args, "shards", False) or settings.KALENA_WATCH_SHARDS:
         from kalena_web.control.sharding import ShardedScheduler
         from kalena_web.scheduling.shards import ShareMember
 

@@ -264,6 +264,12 @@ class SchedulerCache:
             used = {r.template_key for r in self._residents.values()}
             self._templates = {fp: held for fp, held in self._templates.items() if held.template_key in used}
 
+    def resident_ids(self, namespace: str) -> set[int]:
+        """Ids of the bound batch pods of ``namespace`` the last snapshot counted (and those
+        assumed since): what a write re-checks the record against
+        (:class:`~kalena_web.scheduling.shard_view.ClusterWideCheck`)."""
+        return {pod_id for pod_id, r in self._residents.items() if r.fields[1] == namespace}
+
     def _bound_requests(self) -> dict[int, np.ndarray]:
         """Σ requests of the bound batch pods per node id, from the residents the snapshot has
         just synced with the record (what the kubelet's room counts as held,

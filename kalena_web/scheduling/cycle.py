@@ -25,7 +25,7 @@ from kalena_web.scheduling import mappers
 from kalena_web.scheduling.binder import BindingPool
 from kalena_web.scheduling.cache import SchedulerCache
 from kalena_web.scheduling.models import BatchPod
-from kalena_web.scheduling.shard_view import assume_whole
+from kalena_web.scheduling.shard_view import ClusterWideCheck, assume_whole
 from kalena_web.scheduling.whypending import pending_notice, why_pending_record
 
 #: pods one pass of a long-lived scheduler decides at most (whole gangs beyond it): its decisions
@@ -130,7 +130,12 @@ def scheduling_pass(*, cluster: Cluster, orchestrator: Orchestrator, policy: Pol
             groups = [(rows[r].id, version_of[r], pods) for r, pods in by_node.items()]
             # a gang whole or not at all, sharded or not: a member's node whose ledger moved since the
             # snapshot (another writer) takes the whole gang out of this write
-            accepted = assume_whole(groups, now_s=now_s, gang_of={r.pod_id: r.gang for r in considered if r.gang})
+            # and the rules over many nodes (namespace caps, topology spread) re-checked in the record
+            accepted = assume_whole(groups, now_s=now_s, gang_of={r.pod_id: r.gang for r in considered if r.gang},
+                                    cluster_wide=ClusterWideCheck(
+                                        cluster_id=cluster.id, namespace_of={r.pod_id: r.namespace for r in considered},
+                                        cap=policy.placement.batch_cap, seen=cache.resident_ids,
+                                        spread=frozenset(r.pod_id for r in considered if r.constraints.get("spread"))))
             name_of = {rows[r].id: rows[r].name for r in by_node}
             report.stale = sum(len(pods) for pods in by_node.values()) - sum(len(p) for p in accepted.values())
             calls = [(pod, name_of[node_id]) for node_id, pods in accepted.items() for pod in pods]

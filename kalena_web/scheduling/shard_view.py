@@ -10,7 +10,9 @@ take nothing); pods left over — no fit on its own nodes, or a gang that needs 
 — are decided again on the whole cluster, Gödel-style: the write of the decision
 (:func:`assume_whole`) re-checks every node's ledger version under row locks and takes a gang
 whole or not at all, so a decision on another shard's node that raced its owner's is refused and
-retried. See docs/scheduler.md "Sharding" for why pods are hashed rather than claimed.
+retried; it re-checks the rules over many nodes — namespace caps, topology spread — in the record
+too (:class:`ClusterWideCheck`), since two shards' passes can run at once. See docs/scheduler.md
+"Sharding" for why pods are hashed rather than claimed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kalena_web.scheduling.shards import VNODES, pod_vnode, vnode_of
+from kalena_web.scheduling.shards import VNODES, h64, pod_vnode, vnode_of
 
 
 @dataclass(frozen=True)
@@ -196,13 +198,34 @@ def _after(cluster, bindings, pending, *, ready):
                                kubelet=kubelet)
 
 
-def assume_whole(groups: Sequence[tuple[int, int, Sequence]], *, now_s: float,
-                 gang_of: dict[int, str]) -> dict[int, list]:
+@dataclass(frozen=True)
+class ClusterWideCheck:
+    """What the write of a pass re-checks of the rules that count pods on every node, as two
+    shards' passes can run at once (each counting the other's pods as of its snapshot):
+    ``cluster_id``; ``namespace_of`` (pod id → namespace); ``cap`` (namespace → running-batch
+    cap, or None); ``spread`` (ids of the pods with a topology spread constraint, which counts
+    the pods of their namespace); ``seen(namespace)`` → the ids of the namespace's bound pods
+    the pass's snapshot counted. Not re-checked: an anti-affinity term over a topology wider
+    than one node (it may match pods of every namespace)."""
+
+    cluster_id: int
+    namespace_of: dict[int, str]
+    cap: Callable[[str], int | None]
+    spread: frozenset[int]
+    seen: Callable[[str], set[int]]
+
+
+def assume_whole(groups: Sequence[tuple[int, int, Sequence]], *, now_s: float, gang_of: dict[int, str],
+                 cluster_wide: ClusterWideCheck | None = None) -> dict[int, list]:
     """:func:`~kalena_web.scheduling.recording.assume_in_ledger`, a gang whole or not at all:
     in one transaction the decided nodes' ledgers are locked and their versions re-checked
     first; every pod of a gang with a member on a node whose version moved (another shard
     placed there meanwhile) is taken out before the write, so a gang split over two shards'
-    nodes is bound whole or stays pending whole (Gödel's binder re-check)."""
+    nodes is bound whole or stays pending whole (Gödel's binder re-check). A rule confined to
+    one node (the pairing blacklist, hostname anti-affinity) is covered by that version.
+
+    ``cluster_wide``: the rules over many nodes are re-checked in the same transaction against
+    the record too (:func:`_cluster_wide_refused`)."""
     from django.db import transaction
 
     from kalena_web.ledger.models import LiveNodeLedger
@@ -218,4 +241,53 @@ def assume_whole(groups: Sequence[tuple[int, int, Sequence]], *, now_s: float,
         if broken:
             groups = [(node_id, version, [p for p in pods if gang_of.get(p.id) not in broken])
                       for node_id, version, pods in groups]
+        refused = _cluster_wide_refused(groups, gang_of, cluster_wide) if cluster_wide is not None else set()
+        if refused:
+            groups = [(node_id, version, [p for p in pods if p.id not in refused]) for node_id, version, pods in groups]
         return assume_in_ledger(groups, now_s=now_s)
+
+
+def _cluster_wide_refused(groups, gang_of: dict[int, str], check: ClusterWideCheck) -> set[int]:
+    """Ids of the pods of ``groups`` the write leaves pending, checked in the record inside the
+    caller's transaction. Per namespace written, in name order, a transaction lock first
+    (PostgreSQL's ``pg_advisory_xact_lock``): every pass's write of a namespace's pods goes
+    one after the other, so what one counts the next sees. Then:
+
+    * a capped namespace: its bound pods are counted, and the pods beyond the cap's room are
+      refused (in the groups' order);
+    * a namespace with pods under a topology spread constraint: if a pod of the
+      namespace was bound that the pass's snapshot did not count (another shard's write since),
+      those pods are refused — the skew they were decided on is no longer the record's.
+
+    A gang's members go all together. Refused pods stay pending; the next pass decides them
+    on the record as it is (why-pending names the rule if it now binds)."""
+    from django.db import connection
+
+    from kalena_web.scheduling.models import BatchPod
+
+    writing: dict[str, list] = {}
+    for _, _, pods in groups:
+        for p in pods:
+            namespace = check.namespace_of.get(p.id)
+            if namespace is not None:
+                writing.setdefault(namespace, []).append(p)
+    refused: set = set()  # pod ids and gang names
+    for namespace in sorted(writing):
+        pods = writing[namespace]
+        cap = check.cap(namespace)
+        spread = [p for p in pods if p.id in check.spread]
+        if cap is None and not spread:
+            continue
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)",
+                               [h64(f"cluster-wide/{check.cluster_id}/{namespace}") - (1 << 63)])
+        # the pods the snapshot counts as residents: bound, on a node
+        bound = BatchPod.objects.filter(cluster_id=check.cluster_id, state=BatchPod.BOUND, workload__namespace=namespace,
+                                        workload__node__isnull=False)
+        if cap is not None:
+            refused |= {gang_of.get(p.id) or p.id for p in pods[max(0, cap - bound.count()):]}
+        seen = check.seen(namespace)
+        if spread and (bound.exclude(id__any=list(seen)) if seen else bound).exists():
+            refused |= {gang_of.get(p.id) or p.id for p in spread}
+    return {p.id for _, _, pods in groups for p in pods if (gang_of.get(p.id) or p.id) in refused}

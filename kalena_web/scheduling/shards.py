@@ -59,14 +59,14 @@ SHARD_LABEL = "kalena.naughtian.io/scheduler-shards"
 SHARE_ANNOTATION = "kalena.naughtian.io/vnodes"
 
 
-def _h64(text: str) -> int:
+def h64(text: str) -> int:
     """A stable 64-bit hash (BLAKE2b): the same in every process and on every machine."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
 def vnode_of(key: str, vnodes: int = VNODES) -> int:
     """The virtual node of an object key (a node name, a pod's ``namespace/name`` or gang key)."""
-    return _h64(key) % vnodes
+    return h64(key) % vnodes
 
 
 def pod_key(name: str, gang: str = "") -> str:
@@ -94,7 +94,7 @@ class Ring:
         if points < 1:
             raise ValueError(f"points={points}: need at least 1 point per member")
         self.vnodes, self.points = vnodes, points
-        pos = np.array([_h64(f"{m}#{i}") for m in self.members for i in range(points)], dtype=np.uint64)
+        pos = np.array([h64(f"{m}#{i}") for m in self.members for i in range(points)], dtype=np.uint64)
         who = np.repeat(np.arange(len(self.members)), points)
         order = np.argsort(pos, kind="stable")
         pos, who = pos[order], who[order]

@@ -175,6 +175,9 @@ def test_three_instances_one_killed_one_added_lose_nothing_and_bind_nothing_twic
         mine = after.vnodes_of(s.member.identity)
         took = next(r for _, r, _, acting in s.member.history if r >= gone and mine <= acting)
         assert took - gone <= ROUNDS_PER_LEASE, (s.member.identity, gone, took)
+    # and each moved vnode was unlocked by its new owner only through a sync from the API server
+    # (a re-list at a version not older than the claim), never by the claim alone
+    assert moved <= set().union(*(vnodes for s in (a, b, d) for _, vnodes in s.syncs))
     assert sum(s.shard.decided["own"] + s.shard.decided["spill"] for s in (a, b, c, d)) >= len(everything)
     assert all(pod_vnode(f"batch/{n}") >= 0 for n in everything)
 

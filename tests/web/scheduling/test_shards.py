@@ -160,6 +160,72 @@ def test_a_namespace_cap_counts_the_pods_every_shard_placed(live) -> None:
 
 
 @pytest.mark.django_db
+def test_a_namespace_cap_holds_when_two_shards_passes_run_at_once(live, monkeypatch) -> None:
+    """The cap counts every shard's pods, and two shards' passes can overlap: here B's whole
+    pass runs between A's decision and A's write, on nodes other than A's. A decided 3 pods
+    with 0 running in its snapshot; at its write B has already bound 3, so the cap's re-check in
+    the record lets none of A's pods through. They stay pending, and A's next pass finds the cap reached."""
+    a, b = shards()
+    policy = Policy(placement=PlacementPolicy(namespace_batch_caps=(("capped", 3),)))
+    for name in named("capped/a", a, count=3) + named("capped/b", b, count=3):
+        submit(live, name, cpu=0.2)
+    view_a, view_b = ShardView(identity="kalena-a", active=lambda: a), ShardView(identity="kalena-b", active=lambda: b)
+    b_runs_between_a_decision_and_its_write(monkeypatch, live, view_a, view_b, policy, decided_by_a=3)
+    report = one_pass(live, view_a, policy)
+    assert report.placed == 0 and report.stale == 3
+    assert BatchPod.objects.filter(cluster=live, state=BatchPod.BOUND, workload__namespace="capped").count() == 3
+    assert BatchPod.objects.filter(cluster=live, state=BatchPod.PENDING, workload__name__startswith="capped/a").count() == 3
+    assert one_pass(live, view_a, policy).placed == 0
+    why = WhyPending.objects.filter(pod__workload__name__startswith="capped/a").first()
+    assert why.binding == "namespace_cap" and why.record["shard"] == "kalena-a"
+
+
+def b_runs_between_a_decision_and_its_write(monkeypatch, live, view_a, view_b, policy, decided_by_a: int) -> None:
+    """Shard B's whole pass runs after A decided and before A writes (two passes at once)."""
+    decide = ShardView.decide
+
+    def decide_then_b_runs(self, snap, considered, policy, rng):
+        out = decide(self, snap, considered, policy, rng)
+        if self is view_a:
+            assert int(np.sum(out[0].bindings.count)) == decided_by_a
+            monkeypatch.setattr(ShardView, "decide", decide)
+            assert one_pass(live, view_b, policy).placed > 0
+        return out
+
+    monkeypatch.setattr(ShardView, "decide", decide_then_b_runs)
+
+
+@pytest.mark.django_db
+def test_topology_spread_holds_when_two_shards_passes_run_at_once(live, monkeypatch) -> None:
+    """Spread over rooms, max skew 1: alpha (A's) and beta (B's) in room 1, gamma (B's, cordoned)
+    in room 2. Each shard, from the same empty namespace, may put one pod in room 1 (1 − 0 ≤ 1);
+    B's pass binds one on beta while A's decision for alpha waits to be written. Both written,
+    room 1 would hold 2 against room 2's 0. A's write finds a pod of the namespace bound that its
+    snapshot did not count and leaves its pod pending; its next pass, on the record, keeps it
+    pending for the spread."""
+    from kalena_web.control.models import NodeCondition
+    from kalena_web.inventory.models import Node
+
+    a, b = shards()
+    for name, room in zip(NODES, ("room-1", "room-1", "room-2"), strict=True):
+        Node.objects.filter(cluster=live, name=name).update(labels={"example.com/room": room})
+    NodeCondition.objects.filter(node__cluster=live, node__name=NODES[2]).update(schedulable=False)
+    spread = {"spread": [{"maxSkew": 1, "topologyKey": "example.com/room",
+                          "labelSelector": {"matchLabels": {"app": "web"}}}]}
+    for name in named("web/a", a, count=1) + named("web/b", b, count=1):
+        submit(live, name, cpu=0.2, labels={"app": "web"}, constraints=spread, owner="web")
+    view_a, view_b = ShardView(identity="kalena-a", active=lambda: a), ShardView(identity="kalena-b", active=lambda: b)
+    b_runs_between_a_decision_and_its_write(monkeypatch, live, view_a, view_b, Policy(), decided_by_a=1)
+    report = one_pass(live, view_a, Policy())
+    assert report.placed == 0 and report.stale == 1, report
+    assert placed(live, "web/") == {named("web/b", b, count=1)[0]: NODES[1]}
+    one_pass(live, view_a, Policy())
+    assert placed(live, "web/") == {named("web/b", b, count=1)[0]: NODES[1]}
+    why = WhyPending.objects.get(pod__workload__name__startswith="web/a")
+    assert why.binding == "topology_spread", why.binding
+
+
+@pytest.mark.django_db
 def test_topology_spread_counts_the_pods_on_every_shards_nodes(live) -> None:
     a, b = shards()
     spread = {"spread": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
@@ -220,10 +286,10 @@ def test_one_scheduler_binds_a_gang_whole_or_not_at_all_when_a_node_moves_under_
     pods = [submit(live, f"batch/whole-{i}", cpu=cores, ram=0.1, owner="whole", gang="whole") for i in range(2)]
     write = cycle.assume_whole
 
-    def move_one_node_then_write(groups, *, now_s, gang_of):
+    def move_one_node_then_write(groups, *, now_s, gang_of, cluster_wide):
         assert len(groups) == 2 and set(gang_of.values()) == {"whole"}, (groups, gang_of)
         LiveNodeLedger.objects.filter(node_id=groups[0][0]).update(version=groups[0][1] + 1)
-        return write(groups, now_s=now_s, gang_of=gang_of)
+        return write(groups, now_s=now_s, gang_of=gang_of, cluster_wide=cluster_wide)
 
     monkeypatch.setattr(cycle, "assume_whole", move_one_node_then_write)
     report = scheduling_pass(cluster=live, orchestrator=orchestrator_for(live), policy=Policy(), now_s=1001.0,
