@@ -81,14 +81,12 @@ def live_cluster_named(name: str):
 
 def start_kubernetes(cluster, args: argparse.Namespace):
     """Start the Kubernetes candidate scheduler for ``cluster`` (see module doc)."""
+    from django.conf import settings
+
     from agents.orchestrators.kubernetes import KubernetesOrchestrator
     from agents.orchestrators.kubernetes.lease import LeaderElector
     from kalena_web.control.leading import ClusterScheduler
-    from kalena_web.control.orchestrators import kubernetes_api_client
-
-    from django.conf import settings
-
-    from kalena_web.control.orchestrators import OrchestratorNotConfigured
+    from kalena_web.control.orchestrators import OrchestratorNotConfigured, kubernetes_api_client
 
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
     try:

@@ -215,3 +215,38 @@ def test_an_instance_publishes_its_share_at_the_pass_that_unlocks_it(sharded_clu
         assert patches() == len(names)
         s.run_pass()
         assert patches() == len(names)  # and not again before the period
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_deploy_configmaps_switch_makes_every_scheduler_replica_a_shard(sharded_cluster, settings, tmp_path,
+                                                                          monkeypatch) -> None:
+    """deploy/kubernetes/control-plane.yaml's ``KALENA_WATCH_SHARDS`` is what `kalena serve` and
+    `kalena watch` (no ``--shards`` flag in the Deployment) start by: "1" a sharded instance
+    holding its own share Lease, "0" a candidate for the cluster's one Lease."""
+    import yaml
+
+    from kalena_web.cli import watch
+    from kalena_web.control.leading import ClusterScheduler
+
+    with TestAPIServer() as api:
+        kubeconfig = tmp_path / "config"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": api.url}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kalena"}}],
+            "users": [{"name": "kalena", "user": {"token": "t"}}]}))
+        monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+        default = k8s.Configuration.get_default_copy()
+        try:
+            for flag, kind in ((True, ShardedScheduler), (False, ClusterScheduler)):
+                settings.KALENA_WATCH_SHARDS = flag
+                started = watch.start_kubernetes(sharded_cluster, watch.defaults(sharded_cluster.name))
+                try:
+                    assert type(started) is kind
+                    if flag:
+                        wait_for(lambda: any(lease["metadata"]["name"].startswith("kalena-shard-")
+                                             for lease in api.objects("leases")), "its share Lease")
+                finally:
+                    started.stop()
+        finally:
+            k8s.Configuration.set_default(default)
