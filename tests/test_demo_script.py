@@ -12,6 +12,8 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,12 +68,17 @@ def test_serving_without_the_lab_says_why_and_ctrl_c_stops_it(tmp_path: Path) ->
         drain = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         drain.start()
         assert "no live lab cluster: --no-lab (or KALENA_DEMO_LAB=0) was given" in text, text[-2000:]
-        deadline = time.monotonic() + 90   # the line comes as the server starts; it listens a moment later
+        # the line comes as the server starts; wait until it *answers* a request, not until its socket
+        # accepts: the kernel accepts connections on a listening socket before the server's event loop
+        # runs (and installs its SIGINT handler), and a Ctrl-C in that window was not acted on
+        deadline = time.monotonic() + 90
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=30):
-                    break  # the replay's console answers
-            except ConnectionRefusedError:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=30).close()
+                break  # the replay's console answers
+            except urllib.error.HTTPError:
+                break  # an answer all the same
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise
                 time.sleep(0.5)
