@@ -86,7 +86,10 @@ def test_serving_without_the_lab_says_why_and_ctrl_c_stops_it(tmp_path: Path) ->
         try:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            raise AssertionError("Ctrl-C did not stop the demo in 120 s; it printed:\n" + "".join(lines)[-4000:]) from None
+            os.kill(proc.pid, signal.SIGUSR1)  # the server's every thread's stack (faulthandler), then fail
+            time.sleep(3)
+            raise AssertionError("Ctrl-C did not stop the demo in 120 s; it printed (last, its threads' "
+                                 "stacks):\n" + "".join(lines)[-12000:]) from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -68,6 +68,11 @@ def handle(args: argparse.Namespace) -> int:
     from kalena_web.control.embedded import EmbeddedLoops
 
     startup_frozen()  # the loops and the watch below run for long: their collections skip the start's objects
+    import faulthandler
+    import signal
+
+    # `kill -USR1 PID`: every thread's stack on stderr, the process goes on (what a stuck server does)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     loops = None
     if settings.EMBEDDED and not args.no_loops:
         loops = EmbeddedLoops()
