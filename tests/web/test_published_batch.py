@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-import yaml
 from kubernetes import client as k8s
 
 from agents.orchestrators import FakeOrchestrator
@@ -159,12 +158,7 @@ def test_the_publish_loop_runs_only_for_kubernetes(live, api, settings, tmp_path
 
     settings.KALENA_ORCHESTRATOR = "fake"
     assert publish() == {} and not PublishedBatch.objects.exists()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": api.url}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kalena"}}],
-        "users": [{"name": "kalena", "user": {"token": "t"}}]}))
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
     # KUBECONFIG is read when the client is imported: point its default location at the file
     monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
     settings.KALENA_ORCHESTRATOR = "kubernetes"

@@ -161,6 +161,16 @@ class TestAPIServer:
     def url(self) -> str:
         return f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
 
+    def kubeconfig(self, path):
+        """Write a kubeconfig (JSON, which YAML readers take) whose current context is this
+        server, with a bearer token, to ``path``; returns ``path``."""
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kalena"}}],
+            "users": [{"name": "kalena", "user": {"token": "t"}}]}))
+        return path
+
     def __enter__(self) -> TestAPIServer:
         self.start()
         return self

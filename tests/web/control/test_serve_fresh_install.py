@@ -17,7 +17,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from agents.orchestrators.kubernetes.testserver import TestAPIServer, node
 
@@ -111,12 +110,7 @@ def test_a_fresh_install_serves_and_says_what_next_then_watches_the_imported_clu
     with TestAPIServer() as api:
         for name in ("thinkcentre-alpha", "thinkcentre-beta", "thinkcentre-gamma"):
             api.create("nodes", node(name, cpu="4", memory="16Gi"))
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": api.url}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kalena"}}],
-            "users": [{"name": "kalena", "user": {"token": "t"}}]}))
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
         env["KUBECONFIG"] = str(kubeconfig)
         served = Served(env)
         try:

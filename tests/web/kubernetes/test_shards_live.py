@@ -223,18 +223,11 @@ def test_the_deploy_configmaps_switch_makes_every_scheduler_replica_a_shard(shar
     """deploy/kubernetes/control-plane.yaml's ``KALENA_WATCH_SHARDS`` is what `kalena serve` and
     `kalena watch` (no ``--shards`` flag in the Deployment) start by: "1" a sharded instance
     holding its own share Lease, "0" a candidate for the cluster's one Lease."""
-    import yaml
-
     from kalena_web.cli import watch
     from kalena_web.control.leading import ClusterScheduler
 
     with TestAPIServer() as api:
-        kubeconfig = tmp_path / "config"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": api.url}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kalena"}}],
-            "users": [{"name": "kalena", "user": {"token": "t"}}]}))
+        kubeconfig = api.kubeconfig(tmp_path / "config")
         monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
         default = k8s.Configuration.get_default_copy()
         try:
