@@ -213,6 +213,7 @@ def handle(args: argparse.Namespace) -> int:
         from kalena_web.cli import bench_wire
 
         return bench_wire.handle(args.wire_cost, args.summary_json)
+    _check_arguments(args)  # before anything is created: bad input changes nothing
 
     print(f"kalena bench kubernetes: {args.nodes} nodes, {args.pods} pods, arrival "
           f"{'all at once' if not args.arrival_rate else f'{args.arrival_rate:g}/s'}")
@@ -332,11 +333,24 @@ def handle(args: argparse.Namespace) -> int:
     return _finish(args, figures)
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse bad input before the database, the cluster or a process exists (SystemExit naming
+    the flag): the Lease timings are checked here, not in the instances, which would die in
+    their own processes and leave the benchmark waiting for them."""
+    if args.shards < 0:
+        raise SystemExit(f"kalena bench kubernetes: --shards {args.shards}: need 0 (one leader and a standby) "
+                         "or N ≥ 1 sharded instances")
+    if args.nodes < 1 or args.pods < 1:
+        raise SystemExit("kalena bench kubernetes: --nodes and --pods: need at least 1 each")
+    if not 0 < args.retry_period < args.renew_deadline < args.lease_duration:
+        raise SystemExit(f"kalena bench kubernetes: --retry-period {args.retry_period:g} < --renew-deadline "
+                         f"{args.renew_deadline:g} < --lease-duration {args.lease_duration:g} does not hold "
+                         "(as client-go's leader election needs)")
+
+
 def _sharded(args, api, cluster, t0: float, setup_s: float) -> int:
     from kalena_web.cli import bench_shards
 
-    if args.shards < 1:
-        raise SystemExit("--shards: need N ≥ 1")
     try:
         figures = bench_shards.run(args, api, cluster, t0)
     finally:

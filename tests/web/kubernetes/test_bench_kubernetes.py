@@ -83,3 +83,24 @@ def test_wire_cost_binds_every_pod_once_and_prints_the_cpu_per_call(tmp_path: Pa
     for key in ("bind_and_event_us_per_pod", "event_post_urllib3_us", "event_post_http_client_us"):
         assert figures[key] > 0, key
     assert "left per pod for the watch" in result.stdout
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--shards", "3", "--lease-duration", "2", "--renew-deadline", "4"], "--renew-deadline 4 < --lease-duration 2"),
+    (["--shards", "-1"], "--shards -1: need 0"),
+])
+def test_bad_bench_arguments_are_refused_before_anything_is_created(tmp_path: Path, flags, says) -> None:
+    """A sharded run whose Lease timings do not hold used to start its instances, which died in
+    their own processes while the benchmark waited for them; ``--shards -1`` was refused only
+    after the database and the cluster were made. Both are refused first, naming the flag."""
+    url = _bench_database_url()
+    result = subprocess.run([sys.executable, "-m", "kalena_web.cli", "bench", "kubernetes", "--nodes", "5",
+                             "--pods", "5", "--database-url", url, *flags],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and says in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "setup:" not in result.stdout
+    import psycopg
+
+    with psycopg.connect(urlunsplit(urlsplit(url)._replace(path="/postgres"))) as conn:
+        made = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [urlsplit(url).path.lstrip("/")]).fetchone()
+    assert made is None, "the benchmark's database was created"
